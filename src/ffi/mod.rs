@@ -1,0 +1,24 @@
+//! The C ABI (`include/kvpool.h`, generated from this module by cbindgen).
+//!
+//! The only place with `#[no_mangle]` functions and raw pointers. Every exported body runs
+//! inside [`boundary::ffi_boundary`]; results are `kvp_status` values with out-parameters
+//! written only on success; failure text goes to a per-thread last-error slot.
+#![allow(non_camel_case_types)]
+
+mod boundary;
+mod buffers;
+mod last_error;
+mod pool;
+mod snapshot;
+mod status;
+#[cfg(feature = "testing")]
+mod testing;
+mod version;
+
+pub use last_error::kvp_last_error_message;
+pub use pool::*;
+pub use snapshot::*;
+pub use status::*;
+#[cfg(feature = "testing")]
+pub use testing::*;
+pub use version::*;

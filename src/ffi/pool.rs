@@ -1,0 +1,727 @@
+//! `kvp_pool`: create, query, allocate, free, group, clear.
+
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use parking_lot::Mutex;
+
+use super::boundary::{fail, ffi_boundary, panic_message, status_of};
+use super::buffers::{input, input_indices, output_indices};
+use super::last_error;
+use super::status::kvp_status;
+use crate::pool::{BackendKind, IndexType, Pool, PoolConfig, PoolStats, SlotIndex};
+
+/// A KV-cache slot allocator (SGLang's `TokenToKVPoolAllocator` when `page_size == 1`,
+/// `PagedTokenToKVPoolAllocator` otherwise). It hands out integer slot indices into KV
+/// buffers the engine owns; it never touches KV data.
+///
+/// Created by `kvp_pool_new`, released by `kvp_pool_free`.
+///
+/// Thread safety: a pool may be used from several threads at once; calls on one pool are
+/// serialized by an internal lock. `kvp_pool_free` must not run concurrently with any other
+/// call on the same pool.
+pub struct kvp_pool {
+    _private: [u8; 0],
+}
+
+/// Index width of a pool's index buffers (`kvp_pool_config.index_type`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum kvp_index_type {
+    /// `int64_t` (default; SGLang's `out_cache_loc`).
+    I64 = 0,
+    /// `int32_t` (FlashInfer page tables, SGLang's `req_to_token`); needs `size + page_size
+    /// <= INT32_MAX + 1`.
+    I32 = 1,
+}
+
+/// Where a pool lives (`kvp_pool_config.backend`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum kvp_backend {
+    /// Host memory; every call completes before it returns.
+    Host = 0,
+    /// CUDA device `kvp_pool_config.device`. Not available yet: `kvp_pool_new` returns
+    /// `KVP_STATUS_UNSUPPORTED`.
+    Cuda = 1,
+}
+
+/// Configuration of a new pool. Start from `kvp_pool_config_default()` and set `size`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct kvp_pool_config {
+    /// Usable token slots (SGLang's `max_total_num_tokens`); a positive multiple of
+    /// `page_size`. KV buffers need `size + page_size` rows: page 0 is the padding sink.
+    pub size: u64,
+    /// Tokens per page. 1 gives a token pool (freed slots reused first-in first-out);
+    /// more gives a paged pool (most recently freed page reused first).
+    pub page_size: u32,
+    /// One of `kvp_index_type`: the element type of every index buffer of this pool.
+    pub index_type: u32,
+    /// One of `kvp_backend`.
+    pub backend: u32,
+    /// CUDA device ordinal (ignored by the host backend).
+    pub device: i32,
+    /// Stage frees and merge them, sorted, only when an allocation runs short (SGLang's
+    /// `need_sort`, used for PD disaggregation: sorted pages give contiguous transfers).
+    pub need_sort: bool,
+}
+
+/// Static facts about a pool, filled by `kvp_pool_info`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct kvp_pool_info {
+    /// Usable token slots.
+    pub size: u64,
+    /// Rows the engine's KV buffers need: `size + page_size`.
+    pub kv_rows: u64,
+    /// The padding slot, always 0: padded rows (e.g. CUDA-graph padding) write their KV
+    /// here. It is never allocated.
+    pub padding_slot: u64,
+    /// Tokens per page.
+    pub page_size: u32,
+    /// `size / page_size` (page 0 excluded).
+    pub num_pages: u32,
+    /// One of `kvp_index_type`.
+    pub index_type: u32,
+    /// One of `kvp_backend`.
+    pub backend: u32,
+    /// CUDA device ordinal, or -1 for the host backend.
+    pub device: i32,
+    /// Whether frees are staged and merged sorted.
+    pub need_sort: bool,
+    /// Whether a free group is open.
+    pub in_free_group: bool,
+}
+
+/// A pool's counters, filled by `kvp_pool_stats`. Call, token and page counters only
+/// grow (also across `kvp_pool_clear` and `kvp_pool_restore_state`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct kvp_pool_stats {
+    /// `kvp_pool_alloc` calls, failed ones included.
+    pub alloc_calls: u64,
+    /// `kvp_pool_alloc_extend` calls, failed ones included.
+    pub alloc_extend_calls: u64,
+    /// `kvp_pool_alloc_decode` calls, failed ones included.
+    pub alloc_decode_calls: u64,
+    /// `kvp_pool_free_indices`, `_free_pages` and `_free_segment` calls, failed ones included.
+    pub free_calls: u64,
+    /// Slot indices handed out.
+    pub tokens_allocated: u64,
+    /// Slots returned to the pool (`pages_freed * page_size`).
+    pub tokens_freed: u64,
+    /// Pages taken from the free list.
+    pub pages_allocated: u64,
+    /// Pages returned to the pool (at `kvp_pool_free_group_end` for frees inside a group).
+    pub pages_freed: u64,
+    /// Pages currently neither free nor staged (pages freed in an open group count).
+    pub pages_in_use: u64,
+    /// The largest `pages_in_use` seen.
+    pub pages_in_use_peak: u64,
+    /// Allocations refused with `KVP_STATUS_OUT_OF_SLOTS`.
+    pub failed_allocations: u64,
+    /// Calls refused for bad input or state.
+    pub rejected_calls: u64,
+    /// Merges of staged frees that had something to merge.
+    pub merges: u64,
+    /// Successful `kvp_pool_restore_state` calls.
+    pub restores: u64,
+}
+
+impl From<PoolStats> for kvp_pool_stats {
+    fn from(s: PoolStats) -> Self {
+        Self {
+            alloc_calls: s.alloc_calls,
+            alloc_extend_calls: s.alloc_extend_calls,
+            alloc_decode_calls: s.alloc_decode_calls,
+            free_calls: s.free_calls,
+            tokens_allocated: s.tokens_allocated,
+            tokens_freed: s.tokens_freed,
+            pages_allocated: s.pages_allocated,
+            pages_freed: s.pages_freed,
+            pages_in_use: s.pages_in_use,
+            pages_in_use_peak: s.pages_in_use_peak,
+            failed_allocations: s.failed_allocations,
+            rejected_calls: s.rejected_calls,
+            merges: s.merges,
+            restores: s.restores,
+        }
+    }
+}
+
+/// What a `kvp_pool *` points to.
+pub(crate) struct PoolHandle {
+    pool: Mutex<Pool>,
+    /// Set when a panic escaped a call while the pool was locked: its state may be torn.
+    poisoned: AtomicBool,
+}
+
+/// Runs `body` on the pool behind `pool`, under its lock and the panic boundary.
+pub(crate) fn with_pool(
+    pool: *const kvp_pool,
+    body: impl FnOnce(&mut Pool) -> kvp_status,
+) -> kvp_status {
+    ffi_boundary(|| {
+        // SAFETY: a non-NULL `pool` came from `kvp_pool_new` and is not yet freed (the
+        // documented contract of every `kvp_pool_*` function).
+        let Some(handle) = (unsafe { pool.cast::<PoolHandle>().as_ref() }) else {
+            return fail(kvp_status::NullArgument, "pool is NULL");
+        };
+        if handle.poisoned.load(Ordering::Acquire) {
+            return fail(
+                kvp_status::Poisoned,
+                "the pool was poisoned by an internal panic in an earlier call; free it",
+            );
+        }
+        let mut guard = handle.pool.lock();
+        match catch_unwind(AssertUnwindSafe(|| body(&mut guard))) {
+            Ok(status) => status,
+            Err(payload) => {
+                handle.poisoned.store(true, Ordering::Release);
+                last_error::set(panic_message(payload.as_ref()));
+                kvp_status::Panic
+            }
+        }
+    })
+}
+
+/// Calls `$f::<T>($args)` with `T` the pool's index type.
+macro_rules! by_index_type {
+    ($pool:expr, $f:ident($($arg:expr),* $(,)?)) => {
+        match $pool.config().index_type {
+            IndexType::I64 => $f::<i64>($pool, $($arg),*),
+            IndexType::I32 => $f::<i32>($pool, $($arg),*),
+        }
+    };
+}
+
+/// Unwraps a `Result<_, kvp_status>` inside a status-returning function.
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(value) => value,
+            Err(status) => return status,
+        }
+    };
+}
+
+/// Returns the default configuration: `size` 0 (must be set), `page_size` 1, int64
+/// indices, host backend, `device` 0, `need_sort` false.
+#[no_mangle]
+pub extern "C" fn kvp_pool_config_default() -> kvp_pool_config {
+    kvp_pool_config {
+        size: 0,
+        page_size: 1,
+        index_type: kvp_index_type::I64 as u32,
+        backend: kvp_backend::Host as u32,
+        device: 0,
+        need_sort: false,
+    }
+}
+
+fn pool_config(c: &kvp_pool_config) -> Result<PoolConfig, kvp_status> {
+    let index_type = match c.index_type {
+        0 => IndexType::I64,
+        1 => IndexType::I32,
+        other => {
+            return Err(fail(
+                kvp_status::InvalidArgument,
+                format!("index_type {other} is not a kvp_index_type"),
+            ))
+        }
+    };
+    let backend = match c.backend {
+        0 => BackendKind::Host,
+        1 => BackendKind::Cuda { ordinal: c.device },
+        other => {
+            return Err(fail(
+                kvp_status::InvalidArgument,
+                format!("backend {other} is not a kvp_backend"),
+            ))
+        }
+    };
+    Ok(PoolConfig {
+        size: c.size,
+        page_size: c.page_size,
+        need_sort: c.need_sort,
+        index_type,
+        backend,
+    })
+}
+
+/// Creates a pool with every page free.
+///
+/// Ownership: `config` is only read during the call. On success `*out_pool` receives a pool
+/// owned by the caller, to be released with `kvp_pool_free`.
+///
+/// Fails with `KVP_STATUS_NULL_ARGUMENT`, `KVP_STATUS_INVALID_ARGUMENT` (page_size 0, size
+/// 0, unknown enum value, slots that do not fit the index type), `KVP_STATUS_UNALIGNED`
+/// (size not a multiple of page_size) or `KVP_STATUS_UNSUPPORTED` (CUDA backend);
+/// `*out_pool` is unmodified on failure.
+///
+/// # Safety
+/// `config` must be NULL or point to a valid config; `out_pool` must be NULL or writable.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_pool_new(
+    config: *const kvp_pool_config,
+    out_pool: *mut *mut kvp_pool,
+) -> kvp_status {
+    ffi_boundary(|| {
+        // SAFETY: caller contract: NULL or a valid config.
+        let Some(config) = (unsafe { config.as_ref() }) else {
+            return fail(kvp_status::NullArgument, "config is NULL");
+        };
+        if out_pool.is_null() {
+            return fail(kvp_status::NullArgument, "out_pool is NULL");
+        }
+        let config = tri!(pool_config(config));
+        let pool = match Pool::new(config) {
+            Ok(pool) => pool,
+            Err(err) => return status_of(Err(err)),
+        };
+        let handle = Box::new(PoolHandle {
+            pool: Mutex::new(pool),
+            poisoned: AtomicBool::new(false),
+        });
+        // SAFETY: `out_pool` is non-NULL and writable (caller contract).
+        unsafe { *out_pool = Box::into_raw(handle).cast() };
+        kvp_status::Ok
+    })
+}
+
+/// Releases a pool. `pool` may be NULL (no-op). Outstanding snapshots of the pool stay
+/// valid objects (free them with `kvp_snapshot_free`) but can no longer be restored.
+///
+/// # Safety
+/// `pool` must be NULL or a pool from `kvp_pool_new` not yet freed, and no other call may
+/// use it concurrently or afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn kvp_pool_free(pool: *mut kvp_pool) {
+    ffi_boundary(|| {
+        if !pool.is_null() {
+            // SAFETY: created by `Box::into_raw` in `kvp_pool_new`; freed once (contract).
+            drop(unsafe { Box::from_raw(pool.cast::<PoolHandle>()) });
+        }
+    })
+}
+
+/// Writes static facts about the pool (size, page size, KV rows, padding slot, ...) to
+/// `*out_info`. Fails only with `KVP_STATUS_NULL_ARGUMENT` or `KVP_STATUS_POISONED`;
+/// `*out_info` is unmodified on failure.
+///
+/// # Safety
+/// `pool` must be a live pool or NULL; `out_info` writable or NULL.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_pool_info(
+    pool: *const kvp_pool,
+    out_info: *mut kvp_pool_info,
+) -> kvp_status {
+    with_pool(pool, |pool| {
+        if out_info.is_null() {
+            return fail(kvp_status::NullArgument, "out_info is NULL");
+        }
+        let i = pool.info();
+        let (backend, device) = match i.backend {
+            BackendKind::Host => (kvp_backend::Host, -1),
+            BackendKind::Cuda { ordinal } => (kvp_backend::Cuda, ordinal),
+        };
+        let info = kvp_pool_info {
+            size: i.size,
+            kv_rows: i.kv_rows,
+            padding_slot: i.padding_slot,
+            page_size: i.page_size,
+            num_pages: i.num_pages,
+            index_type: match i.index_type {
+                IndexType::I64 => kvp_index_type::I64,
+                IndexType::I32 => kvp_index_type::I32,
+            } as u32,
+            backend: backend as u32,
+            device,
+            need_sort: i.need_sort,
+            in_free_group: i.in_free_group,
+        };
+        // SAFETY: non-NULL and writable (caller contract).
+        unsafe { *out_info = info };
+        kvp_status::Ok
+    })
+}
+
+/// Writes the number of free token slots to `*out_tokens`: free pages plus staged
+/// (not yet merged) pages, times `page_size` — SGLang's `available_size()`. Exact, never an
+/// estimate; pages freed inside an open free group are not counted until the group ends.
+///
+/// # Safety
+/// `pool` must be a live pool or NULL; `out_tokens` writable or NULL.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_pool_available_size(
+    pool: *const kvp_pool,
+    out_tokens: *mut u64,
+) -> kvp_status {
+    with_pool(pool, |pool| {
+        if out_tokens.is_null() {
+            return fail(kvp_status::NullArgument, "out_tokens is NULL");
+        }
+        // SAFETY: non-NULL and writable (caller contract).
+        unsafe { *out_tokens = pool.available_size() };
+        kvp_status::Ok
+    })
+}
+
+/// Writes the pool's counters to `*out_stats`; unmodified on failure.
+///
+/// # Safety
+/// `pool` must be a live pool or NULL; `out_stats` writable or NULL.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_pool_stats(
+    pool: *const kvp_pool,
+    out_stats: *mut kvp_pool_stats,
+) -> kvp_status {
+    with_pool(pool, |pool| {
+        if out_stats.is_null() {
+            return fail(kvp_status::NullArgument, "out_stats is NULL");
+        }
+        // SAFETY: non-NULL and writable (caller contract).
+        unsafe { *out_stats = pool.stats().into() };
+        kvp_status::Ok
+    })
+}
+
+unsafe fn alloc_typed<I: SlotIndex>(
+    pool: &mut Pool,
+    num_tokens: usize,
+    out: *mut c_void,
+    out_len: usize,
+) -> kvp_status {
+    // SAFETY: forwarded caller contract of `kvp_pool_alloc`.
+    let out = tri!(unsafe { output_indices::<I>(out, out_len, "out") });
+    status_of(pool.alloc(num_tokens, out))
+}
+
+/// Allocates `num_tokens` slots and writes them to `out[0 .. num_tokens)`.
+///
+/// A paged pool needs `num_tokens % page_size == 0` (SGLang silently rounds down) and
+/// returns whole pages, each page's slots consecutive. A token pool returns the oldest
+/// free slots first. `num_tokens == 0` succeeds and writes nothing.
+///
+/// Buffers: `out` holds `out_len` elements of the pool's index type and is only used
+/// during the call. Failure (`KVP_STATUS_OUT_OF_SLOTS`, `KVP_STATUS_UNALIGNED`,
+/// `KVP_STATUS_BUFFER_TOO_SMALL`, `KVP_STATUS_NULL_ARGUMENT`, ...) writes nothing to `out`
+/// and leaves the pool unchanged (a shortage may merge staged frees first, as SGLang does).
+///
+/// # Safety
+/// `pool` must be a live pool or NULL; `out` NULL or valid for `out_len` elements.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_pool_alloc(
+    pool: *mut kvp_pool,
+    num_tokens: usize,
+    out: *mut c_void,
+    out_len: usize,
+) -> kvp_status {
+    // SAFETY: forwarded caller contract.
+    with_pool(pool, |pool| unsafe {
+        by_index_type!(pool, alloc_typed(num_tokens, out, out_len))
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn alloc_extend_typed<I: SlotIndex>(
+    pool: &mut Pool,
+    prefix_lens: *const i64,
+    seq_lens: *const i64,
+    last_loc: *const c_void,
+    batch_size: usize,
+    extend_num_tokens: usize,
+    out: *mut c_void,
+    out_len: usize,
+) -> kvp_status {
+    // SAFETY (all four): forwarded caller contract of `kvp_pool_alloc_extend`.
+    let prefix_lens = tri!(unsafe { input(prefix_lens, batch_size, "prefix_lens") });
+    let seq_lens = tri!(unsafe { input(seq_lens, batch_size, "seq_lens") });
+    let last_loc = tri!(unsafe { input_indices::<I>(last_loc, batch_size, "last_loc") });
+    let out = tri!(unsafe { output_indices::<I>(out, out_len, "out") });
+    status_of(pool.alloc_extend(
+        prefix_lens,
+        seq_lens,
+        last_loc,
+        extend_num_tokens as u64,
+        out,
+    ))
+}
+
+/// Allocates KV slots for a prefill/extend batch of `batch_size` requests and writes them,
+/// request after request, to `out[0 .. extend_num_tokens)`.
+///
+/// Request `i` has `prefix_lens[i]` tokens already cached, the last of them in slot
+/// `last_loc[i]` (`-1` for an empty prefix), and grows to `seq_lens[i]` tokens. Its new
+/// tokens first fill the rest of the prefix's last page (`last_loc + 1, + 2, ...`), then
+/// whole new pages, then one new partial page; new pages come from the free list in batch
+/// order. These are SGLang's `alloc_extend` indices, op for op. On a token pool the result
+/// equals `kvp_pool_alloc(extend_num_tokens)`.
+///
+/// Checked before anything is written: `0 <= prefix_lens[i] <= seq_lens[i] <= size`,
+/// `extend_num_tokens == sum(seq_lens - prefix_lens)`, `out_len >= extend_num_tokens`,
+/// `last_loc[i]` allocated with `(last_loc[i] + 1) % page_size == prefix_lens[i] % page_size`,
+/// no two requests extending the same page, and enough free pages (exact count, computed
+/// from the host lengths). Failure statuses: `KVP_STATUS_INVALID_LENGTHS`,
+/// `KVP_STATUS_BUFFER_TOO_SMALL`, `KVP_STATUS_LAST_LOC_MISMATCH`, `KVP_STATUS_NOT_ALLOCATED`,
+/// `KVP_STATUS_INDEX_OUT_OF_RANGE`, `KVP_STATUS_RESERVED_SLOT`, `KVP_STATUS_OUT_OF_SLOTS`,
+/// `KVP_STATUS_NULL_ARGUMENT`; `out` is untouched and the pool unchanged.
+///
+/// Buffers: `prefix_lens`, `seq_lens` hold `batch_size` `int64_t`; `last_loc` holds
+/// `batch_size` and `out` holds `out_len` elements of the pool's index type. All are only
+/// used during the call.
+///
+/// # Safety
+/// Each pointer must be NULL or valid for its stated number of elements.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_pool_alloc_extend(
+    pool: *mut kvp_pool,
+    prefix_lens: *const i64,
+    seq_lens: *const i64,
+    last_loc: *const c_void,
+    batch_size: usize,
+    extend_num_tokens: usize,
+    out: *mut c_void,
+    out_len: usize,
+) -> kvp_status {
+    // SAFETY: forwarded caller contract.
+    with_pool(pool, |pool| unsafe {
+        by_index_type!(
+            pool,
+            alloc_extend_typed(
+                prefix_lens,
+                seq_lens,
+                last_loc,
+                batch_size,
+                extend_num_tokens,
+                out,
+                out_len,
+            )
+        )
+    })
+}
+
+unsafe fn alloc_decode_typed<I: SlotIndex>(
+    pool: &mut Pool,
+    seq_lens: *const i64,
+    last_loc: *const c_void,
+    batch_size: usize,
+    out: *mut c_void,
+    out_len: usize,
+) -> kvp_status {
+    // SAFETY (all three): forwarded caller contract of `kvp_pool_alloc_decode`.
+    let seq_lens = tri!(unsafe { input(seq_lens, batch_size, "seq_lens") });
+    let last_loc = tri!(unsafe { input_indices::<I>(last_loc, batch_size, "last_loc") });
+    let out = tri!(unsafe { output_indices::<I>(out, out_len, "out") });
+    status_of(pool.alloc_decode(seq_lens, last_loc, out))
+}
+
+/// Allocates one slot per request for a decode step and writes them to
+/// `out[0 .. batch_size)`.
+///
+/// `seq_lens[i]` is request `i`'s length *including* the new token; `last_loc[i]` is the
+/// slot of its previous last token (`-1` when `seq_lens[i] == 1`). A request whose new token
+/// starts a page (`(seq_lens[i] - 1) % page_size == 0`) gets the first slot of the next free
+/// page (pages taken in batch order); the others get `last_loc[i] + 1`.
+///
+/// Checked before anything is written: `1 <= seq_lens[i] <= size`, `out_len >= batch_size`,
+/// `last_loc[i]` allocated with `(last_loc[i] + 2) % page_size == seq_lens[i] % page_size`,
+/// no two requests writing into the same page, enough free pages. Failure statuses as for
+/// `kvp_pool_alloc_extend`; `out` is untouched and the pool unchanged.
+///
+/// Buffers: `seq_lens` holds `batch_size` `int64_t`; `last_loc` `batch_size` and `out`
+/// `out_len` elements of the pool's index type; only used during the call.
+///
+/// # Safety
+/// Each pointer must be NULL or valid for its stated number of elements.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_pool_alloc_decode(
+    pool: *mut kvp_pool,
+    seq_lens: *const i64,
+    last_loc: *const c_void,
+    batch_size: usize,
+    out: *mut c_void,
+    out_len: usize,
+) -> kvp_status {
+    // SAFETY: forwarded caller contract.
+    with_pool(pool, |pool| unsafe {
+        by_index_type!(
+            pool,
+            alloc_decode_typed(seq_lens, last_loc, batch_size, out, out_len)
+        )
+    })
+}
+
+unsafe fn free_indices_typed<I: SlotIndex>(
+    pool: &mut Pool,
+    indices: *const c_void,
+    len: usize,
+) -> kvp_status {
+    // SAFETY: forwarded caller contract of `kvp_pool_free_indices`.
+    let indices = tri!(unsafe { input_indices::<I>(indices, len, "indices") });
+    status_of(pool.free(indices))
+}
+
+/// Frees slots by index (SGLang's `free`). Token pool: each index is one slot, returned to
+/// the tail of the free list in the given order. Paged pool: each index frees its whole
+/// page; the distinct pages return to the front of the free list in ascending order (or are
+/// staged, with `need_sort`). Inside a free group the pages are held until the group ends.
+///
+/// Every index must be an allocated slot and appear once; inside a free group a page may be
+/// freed by only one call. Failure (`KVP_STATUS_DOUBLE_FREE`, `KVP_STATUS_INDEX_OUT_OF_RANGE`,
+/// `KVP_STATUS_RESERVED_SLOT`, `KVP_STATUS_NULL_ARGUMENT`) frees nothing; the message names the
+/// offending element. `len == 0` is a no-op.
+///
+/// Buffers: `indices` holds `len` elements of the pool's index type; only used during the
+/// call.
+///
+/// # Safety
+/// `indices` must be NULL or valid for `len` elements.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_pool_free_indices(
+    pool: *mut kvp_pool,
+    indices: *const c_void,
+    len: usize,
+) -> kvp_status {
+    // SAFETY: forwarded caller contract.
+    with_pool(pool, |pool| unsafe {
+        by_index_type!(pool, free_indices_typed(indices, len))
+    })
+}
+
+unsafe fn free_pages_typed<I: SlotIndex>(
+    pool: &mut Pool,
+    page_ids: *const c_void,
+    len: usize,
+) -> kvp_status {
+    // SAFETY: forwarded caller contract of `kvp_pool_free_pages`.
+    let page_ids = tri!(unsafe { input_indices::<I>(page_ids, len, "page_ids") });
+    status_of(pool.free_pages(page_ids))
+}
+
+/// Frees exactly these pages (slot index / `page_size`), in the given order (SGLang's
+/// `free_page_ids`). On a token pool a page is a slot. Each page must be allocated and
+/// listed once; failure frees nothing. `len == 0` is a no-op.
+///
+/// Buffers: `page_ids` holds `len` elements of the pool's index type; only used during the
+/// call.
+///
+/// # Safety
+/// `page_ids` must be NULL or valid for `len` elements.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_pool_free_pages(
+    pool: *mut kvp_pool,
+    page_ids: *const c_void,
+    len: usize,
+) -> kvp_status {
+    // SAFETY: forwarded caller contract.
+    with_pool(pool, |pool| unsafe {
+        by_index_type!(pool, free_pages_typed(page_ids, len))
+    })
+}
+
+unsafe fn free_segment_typed<I: SlotIndex>(
+    pool: &mut Pool,
+    row: *const c_void,
+    row_len: usize,
+    start_pos: usize,
+    len: usize,
+) -> kvp_status {
+    // SAFETY: forwarded caller contract of `kvp_pool_free_segment`.
+    let row = tri!(unsafe { input_indices::<I>(row, row_len, "row") });
+    status_of(pool.free_segment(row, start_pos, len))
+}
+
+/// Frees the pages holding `row[start_pos .. start_pos + len)`, where `row` is one
+/// request's slot row (its `req_to_token` row) — SGLang 0.5.23's `free_segment`, which
+/// needs no de-duplication. A paged pool needs `start_pos % page_size == 0` and each page's
+/// slots consecutive in the row; a segment ending inside a page frees that whole page.
+///
+/// Failure (`KVP_STATUS_UNALIGNED`, `KVP_STATUS_BUFFER_TOO_SMALL` when the segment passes
+/// `row_len`, `KVP_STATUS_INVALID_ARGUMENT` for a non-contiguous page, `KVP_STATUS_DOUBLE_FREE`,
+/// ...) frees nothing. `len == 0` is a no-op.
+///
+/// Buffers: `row` holds `row_len` elements of the pool's index type; only used during the
+/// call.
+///
+/// # Safety
+/// `row` must be NULL or valid for `row_len` elements.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_pool_free_segment(
+    pool: *mut kvp_pool,
+    row: *const c_void,
+    row_len: usize,
+    start_pos: usize,
+    len: usize,
+) -> kvp_status {
+    // SAFETY: forwarded caller contract.
+    with_pool(pool, |pool| unsafe {
+        by_index_type!(pool, free_segment_typed(row, row_len, start_pos, len))
+    })
+}
+
+/// Opens a free group: frees until `kvp_pool_free_group_end` are validated at once but
+/// return to the pool together at the end (SGLang's `free_group_begin`, used to batch a
+/// scheduler step's frees). Groups do not nest: a second begin fails with
+/// `KVP_STATUS_INVALID_STATE`.
+///
+/// # Safety
+/// `pool` must be a live pool or NULL.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_pool_free_group_begin(pool: *mut kvp_pool) -> kvp_status {
+    with_pool(pool, |pool| status_of(pool.free_group_begin()))
+}
+
+/// Closes the free group and returns its pages to the pool: first the pages freed by
+/// index (one ascending block on a paged pool), then those freed by page id or segment, in
+/// call order. Fails with `KVP_STATUS_INVALID_STATE` if no group is open.
+///
+/// # Safety
+/// `pool` must be a live pool or NULL.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_pool_free_group_end(pool: *mut kvp_pool) -> kvp_status {
+    with_pool(pool, |pool| status_of(pool.free_group_end()))
+}
+
+/// Merges staged frees into the free list, sorted ascending (SGLang's
+/// `merge_and_sort_free`). A no-op without `need_sort` or when nothing is staged;
+/// allocations call it themselves when they run short.
+///
+/// # Safety
+/// `pool` must be a live pool or NULL.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_pool_merge_and_sort_free(pool: *mut kvp_pool) -> kvp_status {
+    with_pool(pool, |pool| {
+        pool.merge_and_sort_free();
+        kvp_status::Ok
+    })
+}
+
+/// Frees every slot: the free list becomes pages `1 .. num_pages` in order; staged frees
+/// and an open free group are dropped. Counters keep counting.
+///
+/// # Safety
+/// `pool` must be a live pool or NULL.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_pool_clear(pool: *mut kvp_pool) -> kvp_status {
+    with_pool(pool, |pool| {
+        pool.clear();
+        kvp_status::Ok
+    })
+}

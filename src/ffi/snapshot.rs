@@ -1,0 +1,79 @@
+//! `kvp_snapshot`: backup and rollback of a pool's allocator state.
+
+use super::boundary::{fail, ffi_boundary, status_of};
+use super::pool::{kvp_pool, with_pool};
+use super::status::kvp_status;
+use crate::pool::Snapshot;
+
+/// A copy of a pool's allocator state (free list, staged frees, page states), made by
+/// `kvp_pool_backup_state` and applied by `kvp_pool_restore_state` (SGLang 0.5.12's
+/// `backup_state`/`restore_state`, e.g. to roll back speculative-decoding draft slots).
+///
+/// Owned by the caller; release with `kvp_snapshot_free`. Immutable once made, so it may be
+/// read from several threads; `kvp_snapshot_free` must not race with its use.
+pub struct kvp_snapshot {
+    _private: [u8; 0],
+}
+
+/// Copies the pool's allocator state into a new snapshot written to `*out_snapshot`.
+/// Costs O(num_pages) time and memory. Fails with `KVP_STATUS_INVALID_STATE` while a free
+/// group is open; `*out_snapshot` is unmodified on failure.
+///
+/// # Safety
+/// `pool` must be a live pool or NULL; `out_snapshot` writable or NULL.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_pool_backup_state(
+    pool: *const kvp_pool,
+    out_snapshot: *mut *mut kvp_snapshot,
+) -> kvp_status {
+    with_pool(pool, |pool| {
+        if out_snapshot.is_null() {
+            return fail(kvp_status::NullArgument, "out_snapshot is NULL");
+        }
+        match pool.backup_state() {
+            Ok(snapshot) => {
+                // SAFETY: non-NULL and writable (caller contract).
+                unsafe { *out_snapshot = Box::into_raw(Box::new(snapshot)).cast() };
+                kvp_status::Ok
+            }
+            Err(err) => status_of(Err(err)),
+        }
+    })
+}
+
+/// Returns the pool to the state saved in `snapshot`: slots allocated since the backup are
+/// free again and slots freed since are allocated again. The snapshot is not consumed and
+/// can be restored again. Fails with `KVP_STATUS_FOREIGN_SNAPSHOT` (snapshot of another
+/// pool) or `KVP_STATUS_INVALID_STATE` (free group open), changing nothing.
+///
+/// # Safety
+/// `pool` must be a live pool or NULL; `snapshot` a live snapshot or NULL.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_pool_restore_state(
+    pool: *mut kvp_pool,
+    snapshot: *const kvp_snapshot,
+) -> kvp_status {
+    with_pool(pool, |pool| {
+        // SAFETY: NULL or a live snapshot from `kvp_pool_backup_state` (caller contract).
+        let Some(snapshot) = (unsafe { snapshot.cast::<Snapshot>().as_ref() }) else {
+            return fail(kvp_status::NullArgument, "snapshot is NULL");
+        };
+        status_of(pool.restore_state(snapshot))
+    })
+}
+
+/// Releases a snapshot. `snapshot` may be NULL (no-op).
+///
+/// # Safety
+/// `snapshot` must be NULL or a snapshot not yet freed, not used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn kvp_snapshot_free(snapshot: *mut kvp_snapshot) {
+    ffi_boundary(|| {
+        if !snapshot.is_null() {
+            // SAFETY: created by `Box::into_raw` in `kvp_pool_backup_state`; freed once.
+            drop(unsafe { Box::from_raw(snapshot.cast::<Snapshot>()) });
+        }
+    })
+}

@@ -1,0 +1,256 @@
+//! Host-side planning of batched allocations: length validation, SGLang's three-part
+//! extend index math, and the exact new-page counts (`get_num_new_pages`), all computed from
+//! host copies of the lengths so no backend ever has to read device memory to size a call.
+
+use super::config::Layout;
+use super::error::{fail, ErrorKind, PoolError};
+
+/// Rounds `x` up to a multiple of `ps`.
+#[inline]
+pub fn ceil_page(x: u64, ps: u64) -> u64 {
+    x.div_ceil(ps) * ps
+}
+
+/// Rounds `x` down to a multiple of `ps`.
+#[inline]
+pub fn floor_page(x: u64, ps: u64) -> u64 {
+    x / ps * ps
+}
+
+/// One request of an extend batch: its cached prefix and its length after the extend.
+///
+/// The new tokens `prefix..seq` are laid out in up to three parts:
+/// 1. the rest of the prefix's partial last page, at `last_loc + 1 + k`;
+/// 2. whole new pages from the free list;
+/// 3. a new partial tail page (the request's last new page).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExtendShape {
+    /// Tokens already in the KV cache.
+    pub prefix: u64,
+    /// Tokens after the extend.
+    pub seq: u64,
+}
+
+impl ExtendShape {
+    /// Tokens this extend writes.
+    pub fn tokens(&self) -> u64 {
+        self.seq - self.prefix
+    }
+
+    /// Part 1: tokens that finish the prefix's partial page.
+    pub fn part1(&self, ps: u64) -> u64 {
+        self.seq.min(ceil_page(self.prefix, ps)) - self.prefix
+    }
+
+    /// Part 2: tokens on whole new pages.
+    pub fn part2(&self, ps: u64) -> u64 {
+        if self.prefix + self.part1(ps) == self.seq {
+            return 0;
+        }
+        floor_page(self.seq, ps) - ceil_page(self.prefix, ps)
+    }
+
+    /// Part 3: tokens on the new partial tail page.
+    pub fn part3(&self, ps: u64) -> u64 {
+        if self.prefix + self.part1(ps) + self.part2(ps) == self.seq {
+            return 0;
+        }
+        self.seq - floor_page(self.seq, ps)
+    }
+
+    /// Pages taken from the free list: `ceil(seq/ps) - ceil(prefix/ps)`.
+    pub fn new_pages(&self, ps: u64) -> u64 {
+        self.seq.div_ceil(ps) - self.prefix.div_ceil(ps)
+    }
+}
+
+/// Whether a decode step whose sequence has `seq` tokens after the new one needs a new page.
+#[inline]
+pub fn decode_needs_page(seq: u64, ps: u64) -> bool {
+    (seq - 1) % ps == 0
+}
+
+/// A validated extend batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExtendPlan {
+    /// Exact pages the batch takes from the free list.
+    pub new_pages: u64,
+    /// Tokens the batch writes (`extend_num_tokens`).
+    pub tokens: u64,
+}
+
+/// Validates an extend batch's host lengths and counts the pages it needs.
+pub(crate) fn plan_extend(
+    layout: &Layout,
+    prefix_lens: &[i64],
+    seq_lens: &[i64],
+    extend_num_tokens: u64,
+) -> Result<ExtendPlan, PoolError> {
+    if prefix_lens.len() != seq_lens.len() {
+        return fail(
+            ErrorKind::InvalidLengths,
+            format!(
+                "prefix_lens has {} entries but seq_lens has {}",
+                prefix_lens.len(),
+                seq_lens.len()
+            ),
+        );
+    }
+    let ps = u64::from(layout.page_size);
+    let (mut tokens, mut new_pages) = (0u64, 0u64);
+    for (i, (&prefix, &seq)) in prefix_lens.iter().zip(seq_lens).enumerate() {
+        let shape = extend_shape(layout, i, prefix, seq)?;
+        tokens += shape.tokens();
+        new_pages += shape.new_pages(ps);
+    }
+    if tokens != extend_num_tokens {
+        return fail(
+            ErrorKind::InvalidLengths,
+            format!(
+                "extend_num_tokens is {extend_num_tokens} but the lengths add up to {tokens} \
+                 (sum of seq_lens - prefix_lens)"
+            ),
+        );
+    }
+    Ok(ExtendPlan { new_pages, tokens })
+}
+
+/// Validates request `i`'s lengths.
+pub(crate) fn extend_shape(
+    layout: &Layout,
+    i: usize,
+    prefix: i64,
+    seq: i64,
+) -> Result<ExtendShape, PoolError> {
+    if prefix < 0 {
+        return fail(
+            ErrorKind::InvalidLengths,
+            format!("prefix_lens[{i}] = {prefix} is negative"),
+        );
+    }
+    if seq < prefix {
+        return fail(
+            ErrorKind::InvalidLengths,
+            format!("seq_lens[{i}] = {seq} is less than prefix_lens[{i}] = {prefix}"),
+        );
+    }
+    if seq as u64 > layout.size {
+        return fail(
+            ErrorKind::InvalidLengths,
+            format!(
+                "seq_lens[{i}] = {seq} exceeds the pool size {}",
+                layout.size
+            ),
+        );
+    }
+    Ok(ExtendShape {
+        prefix: prefix as u64,
+        seq: seq as u64,
+    })
+}
+
+/// Validates a decode batch's lengths (after the new token) and counts the new pages.
+pub(crate) fn plan_decode(layout: &Layout, seq_lens: &[i64]) -> Result<u64, PoolError> {
+    let ps = u64::from(layout.page_size);
+    let mut new_pages = 0;
+    for (i, &seq) in seq_lens.iter().enumerate() {
+        if seq < 1 {
+            return fail(
+                ErrorKind::InvalidLengths,
+                format!("seq_lens[{i}] = {seq}; decode lengths count the new token, so they are at least 1"),
+            );
+        }
+        if seq as u64 > layout.size {
+            return fail(
+                ErrorKind::InvalidLengths,
+                format!(
+                    "seq_lens[{i}] = {seq} exceeds the pool size {}",
+                    layout.size
+                ),
+            );
+        }
+        new_pages += u64::from(decode_needs_page(seq as u64, ps));
+    }
+    Ok(new_pages)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(prefix: u64, seq: u64, ps: u64) -> (u64, u64, u64, u64) {
+        let s = ExtendShape { prefix, seq };
+        (s.part1(ps), s.part2(ps), s.part3(ps), s.new_pages(ps))
+    }
+
+    #[test]
+    fn three_parts_of_the_worked_example() {
+        // page 4, prefix 2, seq 11: [2,3] + one whole page + a tail of 3.
+        assert_eq!(parts(2, 11, 4), (2, 4, 3, 2));
+    }
+
+    #[test]
+    fn single_part_cases() {
+        assert_eq!(parts(1, 3, 4), (2, 0, 0, 0)); // part 1 only
+        assert_eq!(parts(4, 12, 4), (0, 8, 0, 2)); // part 2 only
+        assert_eq!(parts(4, 6, 4), (0, 0, 2, 1)); // part 3 only
+        assert_eq!(parts(0, 3, 4), (0, 0, 3, 1)); // empty prefix, tail only
+        assert_eq!(parts(5, 5, 4), (0, 0, 0, 0)); // zero extend
+    }
+
+    #[test]
+    fn parts_add_up_for_all_small_shapes() {
+        for ps in [1, 2, 3, 4, 16] {
+            for prefix in 0..40 {
+                for seq in prefix..60 {
+                    let (p1, p2, p3, pages) = parts(prefix, seq, ps);
+                    assert_eq!(p1 + p2 + p3, seq - prefix, "ps {ps} {prefix}..{seq}");
+                    assert_eq!(p2 % ps, 0);
+                    assert_eq!(pages, p2 / ps + u64::from(p3 > 0));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn decode_needs_page_at_boundaries() {
+        assert!(decode_needs_page(1, 16));
+        assert!(!decode_needs_page(16, 16));
+        assert!(decode_needs_page(17, 16));
+        assert!(decode_needs_page(5, 1));
+    }
+
+    #[test]
+    fn lengths_are_validated_with_the_offending_element() {
+        let layout = Layout {
+            size: 64,
+            page_size: 4,
+            num_pages: 16,
+        };
+        let err = plan_extend(&layout, &[0, 5], &[3, 4], 2).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidLengths);
+        assert!(
+            err.message().contains("seq_lens[1] = 4"),
+            "{}",
+            err.message()
+        );
+        let err = plan_extend(&layout, &[0, -1], &[3, 4], 8).unwrap_err();
+        assert!(err.message().contains("prefix_lens[1] = -1"));
+        let err = plan_extend(&layout, &[0, 1], &[3, 4], 7).unwrap_err();
+        assert!(err.message().contains("extend_num_tokens is 7"));
+        let err = plan_extend(&layout, &[0], &[65], 65).unwrap_err();
+        assert!(err.message().contains("exceeds the pool size"));
+        assert_eq!(
+            plan_extend(&layout, &[0, 2], &[3, 11], 12).unwrap(),
+            ExtendPlan {
+                new_pages: 3,
+                tokens: 12
+            }
+        );
+        assert_eq!(plan_decode(&layout, &[1, 2, 5, 8]).unwrap(), 2);
+        assert_eq!(
+            plan_decode(&layout, &[3, 0]).unwrap_err().kind(),
+            ErrorKind::InvalidLengths
+        );
+    }
+}

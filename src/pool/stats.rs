@@ -1,0 +1,35 @@
+//! Counters a serving engine exports to its metrics.
+
+/// A pool's counters. Call and token counters only grow (also across `clear` and
+/// `restore_state`); `pages_in_use` is the current value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// `alloc` calls, including failed ones.
+    pub alloc_calls: u64,
+    /// `alloc_extend` calls, including failed ones.
+    pub alloc_extend_calls: u64,
+    /// `alloc_decode` calls, including failed ones.
+    pub alloc_decode_calls: u64,
+    /// `free`, `free_pages` and `free_segment` calls, including failed ones.
+    pub free_calls: u64,
+    /// Slot indices handed out.
+    pub tokens_allocated: u64,
+    /// Slots returned to the pool (`pages_freed * page_size`).
+    pub tokens_freed: u64,
+    /// Pages taken from the free list.
+    pub pages_allocated: u64,
+    /// Pages returned to the pool (when a free group ends, for frees inside one).
+    pub pages_freed: u64,
+    /// Pages neither free nor staged right now (pages freed in an open group count as in use).
+    pub pages_in_use: u64,
+    /// The largest `pages_in_use` seen since the pool was created.
+    pub pages_in_use_peak: u64,
+    /// Allocations refused for lack of free slots.
+    pub failed_allocations: u64,
+    /// Calls refused for bad input or state (nothing changed).
+    pub rejected_calls: u64,
+    /// `merge_and_sort_free` runs that had staged pages to merge.
+    pub merges: u64,
+    /// Successful `restore_state` calls.
+    pub restores: u64,
+}
