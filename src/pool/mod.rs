@@ -269,16 +269,7 @@ impl Pool {
         out: &mut [I],
     ) -> Result<(), PoolError> {
         self.check_index_type::<I>()?;
-        if last_loc.len() != seq_lens.len() {
-            return fail(
-                ErrorKind::InvalidLengths,
-                format!(
-                    "last_loc has {} entries but seq_lens has {}",
-                    last_loc.len(),
-                    seq_lens.len()
-                ),
-            );
-        }
+        check_batch(last_loc.len(), seq_lens.len())?;
         let plan = plan::plan_extend(&self.layout, prefix_lens, seq_lens, extend_num_tokens)?;
         Self::check_output(out, plan.tokens)?;
         self.storage.check_extend(prefix_lens, seq_lens, last_loc)?;
@@ -320,16 +311,7 @@ impl Pool {
         out: &mut [I],
     ) -> Result<(), PoolError> {
         self.check_index_type::<I>()?;
-        if last_loc.len() != seq_lens.len() {
-            return fail(
-                ErrorKind::InvalidLengths,
-                format!(
-                    "last_loc has {} entries but seq_lens has {}",
-                    last_loc.len(),
-                    seq_lens.len()
-                ),
-            );
-        }
+        check_batch(last_loc.len(), seq_lens.len())?;
         let new_pages = plan::plan_decode(&self.layout, seq_lens)?;
         Self::check_output(out, seq_lens.len() as u64)?;
         self.storage.check_decode(seq_lens, last_loc)?;
@@ -340,6 +322,45 @@ impl Pool {
         self.storage.fill_decode(seq_lens, last_loc, out);
         self.count_allocation(seq_lens.len() as u64, new_pages);
         Ok(())
+    }
+
+    // ---- dry runs ---------------------------------------------------------------------
+
+    /// Runs every check of [`alloc_extend`](Self::alloc_extend) except the shortage check,
+    /// changing nothing: for engine-side assertions, and to measure what validation costs.
+    pub fn check_extend<I: SlotIndex>(
+        &mut self,
+        prefix_lens: &[i64],
+        seq_lens: &[i64],
+        last_loc: &[I],
+        extend_num_tokens: u64,
+    ) -> Result<(), PoolError> {
+        self.check_index_type::<I>()?;
+        check_batch(last_loc.len(), seq_lens.len())?;
+        plan::plan_extend(&self.layout, prefix_lens, seq_lens, extend_num_tokens)?;
+        self.storage.check_extend(prefix_lens, seq_lens, last_loc)
+    }
+
+    /// Runs every check of [`alloc_decode`](Self::alloc_decode) except the shortage check,
+    /// changing nothing.
+    pub fn check_decode<I: SlotIndex>(
+        &mut self,
+        seq_lens: &[i64],
+        last_loc: &[I],
+    ) -> Result<(), PoolError> {
+        self.check_index_type::<I>()?;
+        check_batch(last_loc.len(), seq_lens.len())?;
+        plan::plan_decode(&self.layout, seq_lens)?;
+        self.storage.check_decode(seq_lens, last_loc)
+    }
+
+    /// Runs every check of [`free`](Self::free), changing nothing.
+    pub fn check_free<I: SlotIndex>(&mut self, indices: &[I]) -> Result<(), PoolError> {
+        let mut pages = std::mem::take(&mut self.freed);
+        pages.clear();
+        let result = self.storage.collect_index_frees(indices, &mut pages);
+        self.freed = pages;
+        result
     }
 
     // ---- frees ------------------------------------------------------------------------
@@ -499,3 +520,17 @@ impl Pool {
         self.record(result)
     }
 }
+
+/// `last_loc` must have one entry per request.
+fn check_batch(last_loc: usize, batch: usize) -> Result<(), PoolError> {
+    if last_loc != batch {
+        return fail(
+            ErrorKind::InvalidLengths,
+            format!("last_loc has {last_loc} entries but seq_lens has {batch}"),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
