@@ -1,0 +1,351 @@
+//! A deliberately simple reference model of SGLang's allocators, written from
+//! `sglang-semantics.md` §1 independently of the library: a `VecDeque` free list, a set of
+//! allocated pages, and a per-token loop instead of the three-part index math. It also
+//! states which inputs are invalid and with which error kind, so the randomized test can
+//! check that kvpool rejects exactly those and changes nothing.
+
+use std::collections::{HashSet, VecDeque};
+
+use kvpool::ErrorKind;
+
+type Res<T> = Result<T, ErrorKind>;
+
+#[derive(Clone, Debug)]
+pub struct Model {
+    pub ps: u64,
+    pub size: u64,
+    pub need_sort: bool,
+    free: VecDeque<u64>,
+    staged: Vec<u64>,
+    allocated: HashSet<u64>,
+    /// Open free group: (pages freed by index, pages freed by id/segment in order).
+    group: Option<(Vec<u64>, Vec<u64>)>,
+}
+
+impl Model {
+    pub fn new(size: u64, ps: u64, need_sort: bool) -> Self {
+        let mut m = Self {
+            ps,
+            size,
+            need_sort,
+            free: VecDeque::new(),
+            staged: Vec::new(),
+            allocated: HashSet::new(),
+            group: None,
+        };
+        m.clear();
+        m
+    }
+
+    pub fn clear(&mut self) {
+        self.free = (1..=self.size / self.ps).collect();
+        self.staged.clear();
+        self.allocated.clear();
+        self.group = None;
+    }
+
+    pub fn available_size(&self) -> u64 {
+        (self.free.len() + self.staged.len()) as u64 * self.ps
+    }
+
+    pub fn census(&self) -> Vec<u32> {
+        self.free
+            .iter()
+            .chain(&self.staged)
+            .map(|&p| p as u32)
+            .collect()
+    }
+
+    pub fn in_group(&self) -> bool {
+        self.group.is_some()
+    }
+
+    pub fn merge_and_sort_free(&mut self) {
+        if !self.staged.is_empty() {
+            self.free.extend(self.staged.drain(..));
+            self.free.make_contiguous().sort();
+        }
+    }
+
+    fn take(&mut self) -> u64 {
+        let page = self.free.pop_front().unwrap();
+        self.allocated.insert(page);
+        page
+    }
+
+    fn ensure(&mut self, trigger: u64, needed: u64) -> Res<()> {
+        if trigger > self.free.len() as u64 {
+            self.merge_and_sort_free();
+        }
+        if needed > self.free.len() as u64 {
+            return Err(ErrorKind::OutOfSlots);
+        }
+        Ok(())
+    }
+
+    pub fn alloc(&mut self, n: u64) -> Res<Vec<i64>> {
+        if n % self.ps != 0 {
+            return Err(ErrorKind::Unaligned);
+        }
+        let pages = n / self.ps;
+        self.ensure(pages, pages)?;
+        let mut out = Vec::new();
+        for _ in 0..pages {
+            let page = self.take();
+            out.extend((0..self.ps).map(|k| (page * self.ps + k) as i64));
+        }
+        Ok(out)
+    }
+
+    /// Slot index checks shared by `last_loc` and frees.
+    fn slot(&self, value: i64) -> Res<u64> {
+        if value == 0 {
+            return Err(ErrorKind::ReservedSlot);
+        }
+        if value < 0 || value as u64 >= self.size + self.ps {
+            return Err(ErrorKind::IndexOutOfRange);
+        }
+        if (value as u64) < self.ps {
+            return Err(ErrorKind::ReservedSlot);
+        }
+        Ok(value as u64)
+    }
+
+    fn check_lengths(&self, prefix: &[i64], seq: &[i64], total: u64) -> Res<()> {
+        for (&p, &s) in prefix.iter().zip(seq) {
+            if p < 0 || s < p || s as u64 > self.size {
+                return Err(ErrorKind::InvalidLengths);
+            }
+        }
+        let sum: i64 = prefix.iter().zip(seq).map(|(p, s)| s - p).sum();
+        if sum as u64 != total {
+            return Err(ErrorKind::InvalidLengths);
+        }
+        Ok(())
+    }
+
+    /// `last_loc` checks; `writes_page` says whether the request writes into its page.
+    fn check_last_locs(&self, prefix: &[u64], last_loc: &[i64], writes: &[bool]) -> Res<()> {
+        let mut claimed = HashSet::new();
+        for i in 0..prefix.len() {
+            if prefix[i] == 0 {
+                if last_loc[i] != -1 {
+                    return Err(ErrorKind::LastLocMismatch);
+                }
+                continue;
+            }
+            let slot = self.slot(last_loc[i])?;
+            if !self.allocated.contains(&(slot / self.ps)) {
+                return Err(ErrorKind::NotAllocated);
+            }
+            if (slot + 1) % self.ps != prefix[i] % self.ps {
+                return Err(ErrorKind::LastLocMismatch);
+            }
+            if writes[i] && !claimed.insert(slot / self.ps) {
+                return Err(ErrorKind::LastLocMismatch);
+            }
+        }
+        Ok(())
+    }
+
+    pub fn alloc_extend(
+        &mut self,
+        prefix: &[i64],
+        seq: &[i64],
+        last_loc: &[i64],
+        total: u64,
+        out_len: usize,
+    ) -> Res<Vec<i64>> {
+        self.check_lengths(prefix, seq, total)?;
+        if (out_len as u64) < total {
+            return Err(ErrorKind::BufferTooSmall);
+        }
+        let ps = self.ps;
+        let pre: Vec<u64> = prefix.iter().map(|&p| p as u64).collect();
+        // A request writes into its prefix's page when the prefix ends mid-page and grows.
+        let writes: Vec<bool> = (0..pre.len())
+            .map(|i| pre[i] % ps != 0 && seq[i] as u64 > pre[i])
+            .collect();
+        self.check_last_locs(&pre, last_loc, &writes)?;
+        // Pages started = multiples of ps in [prefix, seq).
+        let needed: u64 = (0..pre.len())
+            .map(|i| (pre[i]..seq[i] as u64).filter(|t| t % ps == 0).count() as u64)
+            .sum();
+        let trigger = if ps > 1 {
+            total / ps + seq.len() as u64 + 1
+        } else {
+            needed
+        };
+        self.ensure(trigger, needed)?;
+        let mut out = Vec::new();
+        for i in 0..pre.len() {
+            let mut page = 0;
+            for t in pre[i]..seq[i] as u64 {
+                if t % ps == 0 {
+                    page = self.take();
+                    out.push((page * ps) as i64);
+                } else if page == 0 {
+                    // Still inside the prefix's last page.
+                    out.push(last_loc[i] + (t - pre[i]) as i64 + 1);
+                } else {
+                    out.push((page * ps + t % ps) as i64);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn alloc_decode(&mut self, seq: &[i64], last_loc: &[i64], out_len: usize) -> Res<Vec<i64>> {
+        if seq.iter().any(|&s| s < 1 || s as u64 > self.size) {
+            return Err(ErrorKind::InvalidLengths);
+        }
+        if out_len < seq.len() {
+            return Err(ErrorKind::BufferTooSmall);
+        }
+        let ps = self.ps;
+        let pre: Vec<u64> = seq.iter().map(|&s| s as u64 - 1).collect();
+        let writes: Vec<bool> = pre.iter().map(|p| p % ps != 0).collect();
+        self.check_last_locs(&pre, last_loc, &writes)?;
+        let needed = writes.iter().filter(|w| !**w).count() as u64;
+        self.ensure(seq.len() as u64, needed)?;
+        Ok((0..seq.len())
+            .map(|i| {
+                if writes[i] {
+                    last_loc[i] + 1
+                } else {
+                    (self.take() * ps) as i64
+                }
+            })
+            .collect())
+    }
+
+    fn freeable(&self, page: u64) -> Res<()> {
+        if self.allocated.contains(&page) {
+            Ok(())
+        } else {
+            Err(ErrorKind::DoubleFree)
+        }
+    }
+
+    pub fn free(&mut self, indices: &[i64]) -> Res<()> {
+        let mut seen = HashSet::new();
+        let mut pages = Vec::new();
+        for &index in indices {
+            let slot = self.slot(index)?;
+            if !seen.insert(slot) {
+                return Err(ErrorKind::DoubleFree);
+            }
+            self.freeable(slot / self.ps)?;
+            if !pages.contains(&(slot / self.ps)) {
+                pages.push(slot / self.ps);
+            }
+        }
+        if self.ps > 1 {
+            pages.sort();
+        }
+        self.apply_free(pages, self.ps > 1);
+        Ok(())
+    }
+
+    pub fn free_pages(&mut self, ids: &[i64]) -> Res<()> {
+        let mut pages = Vec::new();
+        for &id in ids {
+            if id == 0 {
+                return Err(ErrorKind::ReservedSlot);
+            }
+            if id < 0 || id as u64 > self.size / self.ps {
+                return Err(ErrorKind::IndexOutOfRange);
+            }
+            self.freeable(id as u64)?;
+            if pages.contains(&(id as u64)) {
+                return Err(ErrorKind::DoubleFree);
+            }
+            pages.push(id as u64);
+        }
+        self.apply_free(pages, false);
+        Ok(())
+    }
+
+    pub fn free_segment(&mut self, row: &[i64], start: usize, len: usize) -> Res<()> {
+        if start + len > row.len() {
+            return Err(ErrorKind::BufferTooSmall);
+        }
+        let segment = &row[start..start + len];
+        if self.ps == 1 {
+            return self.free(segment);
+        }
+        let ps = self.ps as usize;
+        if start % ps != 0 {
+            return Err(ErrorKind::Unaligned);
+        }
+        let mut pages = Vec::new();
+        for chunk in segment.chunks(ps) {
+            let head = self.slot(chunk[0])?;
+            if head % self.ps != 0 {
+                return Err(ErrorKind::Unaligned);
+            }
+            if chunk
+                .iter()
+                .enumerate()
+                .any(|(j, &s)| s != (head + j as u64) as i64)
+            {
+                return Err(ErrorKind::InvalidArgument);
+            }
+            self.freeable(head / self.ps)?;
+            if pages.contains(&(head / self.ps)) {
+                return Err(ErrorKind::DoubleFree);
+            }
+            pages.push(head / self.ps);
+        }
+        self.apply_free(pages, false);
+        Ok(())
+    }
+
+    fn apply_free(&mut self, pages: Vec<u64>, by_index: bool) {
+        for page in &pages {
+            self.allocated.remove(page);
+        }
+        match &mut self.group {
+            Some((index_group, ordered)) => {
+                if by_index {
+                    index_group.extend(pages);
+                } else {
+                    ordered.extend(pages);
+                }
+            }
+            None => self.release(pages),
+        }
+    }
+
+    fn release(&mut self, pages: Vec<u64>) {
+        if self.need_sort {
+            self.staged.extend(pages);
+        } else if self.ps == 1 {
+            self.free.extend(pages);
+        } else {
+            for page in pages.into_iter().rev() {
+                self.free.push_front(page);
+            }
+        }
+    }
+
+    pub fn free_group_begin(&mut self) -> Res<()> {
+        if self.group.is_some() {
+            return Err(ErrorKind::InvalidState);
+        }
+        self.group = Some((Vec::new(), Vec::new()));
+        Ok(())
+    }
+
+    pub fn free_group_end(&mut self) -> Res<()> {
+        let (mut by_index, ordered) = self.group.take().ok_or(ErrorKind::InvalidState)?;
+        by_index.sort();
+        if !by_index.is_empty() {
+            self.release(by_index);
+        }
+        if !ordered.is_empty() {
+            self.release(ordered);
+        }
+        Ok(())
+    }
+}
