@@ -284,7 +284,10 @@ fn free_segment_checks_alignment_and_contiguity() {
     assert_eq!(kind(p.free_segment(&row, 4, 7)), ErrorKind::BufferTooSmall);
     let mut broken = row.clone();
     broken[5] = 30;
-    assert_eq!(kind(p.free_segment(&broken, 4, 6)), ErrorKind::InvalidArgument);
+    assert_eq!(
+        kind(p.free_segment(&broken, 4, 6)),
+        ErrorKind::InvalidArgument
+    );
     // Free the tail from position 4: pages 2 and 3, the last one partially used.
     p.free_segment(&row, 4, 6).unwrap();
     assert_eq!(p.free_page_census()[..2], [2, 3]);
@@ -321,7 +324,10 @@ fn stats_track_calls_pages_and_peak() {
     extend(&mut p, &[0], &[5], &[-1]);
     p.free(&a).unwrap();
     let s = p.stats();
-    assert_eq!((s.alloc_calls, s.alloc_extend_calls, s.free_calls), (1, 1, 1));
+    assert_eq!(
+        (s.alloc_calls, s.alloc_extend_calls, s.free_calls),
+        (1, 1, 1)
+    );
     assert_eq!((s.tokens_allocated, s.pages_allocated), (21, 6));
     assert_eq!((s.pages_freed, s.tokens_freed), (4, 16));
     assert_eq!((s.pages_in_use, s.pages_in_use_peak), (2, 6));
