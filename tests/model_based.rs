@@ -222,7 +222,7 @@ impl Run {
 
     /// Finishes a request or drops a block, freeing by index, page id or segment.
     fn finish(&mut self) {
-        let from_block = self.held.blocks.len() > 0 && self.rng.chance(30);
+        let from_block = !self.held.blocks.is_empty() && self.rng.chance(30);
         let slots = if from_block {
             let i = self.rng.below(self.held.blocks.len() as u64) as usize;
             self.held.blocks.swap_remove(i)

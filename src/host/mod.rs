@@ -185,58 +185,71 @@ impl HostStorage {
 
     // ---- validation -------------------------------------------------------------------
 
-    /// Checks that `value` (named `what`) is a slot the pool could have handed out.
+    /// Checks that `value` (named by `what`) is a slot the pool could have handed out.
+    #[inline]
     fn check_slot(&self, what: &dyn Fn() -> String, value: i64) -> Result<u64, PoolError> {
+        let ps = i64::from(self.layout.page_size);
+        if value >= ps && value as u64 <= self.layout.max_slot() {
+            return Ok(value as u64);
+        }
+        Err(self.slot_error(what, value))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn slot_error(&self, what: &dyn Fn() -> String, value: i64) -> PoolError {
+        let max = self.layout.max_slot();
         if value == 0 {
-            return fail(
+            PoolError::new(
                 ErrorKind::ReservedSlot,
                 format!(
                     "{} is slot 0, the padding slot, which is never allocated",
                     what()
                 ),
-            );
-        }
-        if value < 0 || value as u64 > self.layout.max_slot() {
-            return fail(
+            )
+        } else if value < 0 || value as u64 > max {
+            PoolError::new(
                 ErrorKind::IndexOutOfRange,
-                format!(
-                    "{} = {value} is outside the pool's slots 1..={}",
-                    what(),
-                    self.layout.max_slot()
-                ),
-            );
-        }
-        let slot = value as u64;
-        if slot < u64::from(self.layout.page_size) {
-            return fail(
+                format!("{} = {value} is outside the pool's slots 1..={max}", what()),
+            )
+        } else {
+            PoolError::new(
                 ErrorKind::ReservedSlot,
                 format!(
                     "{} = {value} lies in page 0, the padding page, which is never allocated",
                     what()
                 ),
-            );
+            )
         }
-        Ok(slot)
     }
 
     /// Checks that `page` (named by `what`) is allocated and can be handed back.
+    #[inline]
     fn check_freeable(&self, what: &dyn Fn() -> String, page: u32) -> Result<(), PoolError> {
+        if self.state.map.get(page) == PageState::Allocated {
+            return Ok(());
+        }
+        Err(self.freeable_error(what, page))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn freeable_error(&self, what: &dyn Fn() -> String, page: u32) -> PoolError {
         match self.state.map.get(page) {
-            PageState::Allocated => Ok(()),
-            PageState::Free | PageState::Staged => fail(
-                ErrorKind::DoubleFree,
-                format!("{}: page {page} is already free", what()),
-            ),
-            PageState::Pending => fail(
+            PageState::Pending => PoolError::new(
                 ErrorKind::DoubleFree,
                 format!(
                     "{}: page {page} was already freed in the open free group",
                     what()
                 ),
             ),
-            PageState::Reserved => fail(
+            PageState::Reserved => PoolError::new(
                 ErrorKind::ReservedSlot,
                 format!("{}: page 0 is the padding page", what()),
+            ),
+            _ => PoolError::new(
+                ErrorKind::DoubleFree,
+                format!("{}: page {page} is already free", what()),
             ),
         }
     }
@@ -357,14 +370,18 @@ impl HostStorage {
             }
             checked += 1;
             let page = (slot / ps) as u32;
-            let what = || format!("indices[{}] = {slot}", checked - 1);
-            self.check_freeable(&what, page)?;
             if self.page_marks.insert(u64::from(page)) {
+                // First index of this page in the call: the page itself must be allocated.
                 pages.push(page);
+                let what = || format!("indices[{}] = {slot}", checked - 1);
+                self.check_freeable(&what, page)?;
             } else if !paged {
                 return fail(
                     ErrorKind::DoubleFree,
-                    format!("{} appears more than once in this call", what()),
+                    format!(
+                        "indices[{}] = {slot} appears more than once in this call",
+                        checked - 1
+                    ),
                 );
             }
             Ok(())
