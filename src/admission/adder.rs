@@ -1,0 +1,375 @@
+//! `PrefillAdder`: decides, request by request, what joins this step's prefill batch.
+//!
+//! Each candidate is first *selected* (a pure decision over the current budgets) and only
+//! then *committed* (budgets charged, prefix locked), so a rejected candidate leaves no
+//! trace — SGLang 0.5.23's split, with 0.5.12's arithmetic.
+
+use super::budget::{AddResult, AdderConfig, PrefillBudget, RunningRequest};
+use super::ceil_paged;
+
+/// A waiting request offered to [`PrefillAdder::add_one_req`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Candidate {
+    /// Tokens the request will have in the KV cache once prefilled: its prompt, plus the
+    /// output so far for a retracted request.
+    pub input_len: u64,
+    /// Tokens of it already cached (page-aligned on a paged prefix cache).
+    pub prefix_len: u64,
+    /// Tokens of that cached prefix that are evictable right now and become protected when
+    /// the request is admitted (its own prefix is not room for it). Requests sharing one
+    /// prefix: pass it for the first only.
+    pub prefix_evictable: u64,
+    /// The request's `max_new_tokens`.
+    pub max_new_tokens: u64,
+    /// Tokens generated so far (non-zero for a retracted request).
+    pub output_len: u64,
+    /// Generates all `max_new_tokens` regardless of EOS.
+    pub ignore_eos: bool,
+}
+
+impl Candidate {
+    /// Tokens this prefill computes if admitted whole.
+    pub fn extend_len(&self) -> u64 {
+        self.input_len.saturating_sub(self.prefix_len)
+    }
+}
+
+/// The in-flight chunked request offered to [`PrefillAdder::add_chunked_req`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ChunkedCandidate {
+    /// Prompt tokens not yet prefilled.
+    pub remaining: u64,
+    /// The request's `max_new_tokens`.
+    pub max_new_tokens: u64,
+}
+
+/// What [`PrefillAdder::add_chunked_req`] decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkedOutcome {
+    /// Tokens prefilled this step (0: no budget this step; the request stays in flight).
+    pub extend_len: u64,
+    /// Whether tokens remain for a later step.
+    pub truncated: bool,
+}
+
+/// What [`PrefillAdder::add_one_req`] decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Admission {
+    /// `Some(extend_len)` if the request joined the batch with that many tokens.
+    pub extend_len: Option<u64>,
+    /// Whether it joined as a chunk (more tokens follow in later steps).
+    pub chunked: bool,
+    /// Verdict for the next candidate (or why this one was refused).
+    pub next: AddResult,
+}
+
+/// A decision made by `select`, applied by `commit`.
+#[derive(Clone, Copy, Debug)]
+struct Selected {
+    extend_len: u64,
+    reserve_max_new: u64,
+    lock: u64,
+    chunked: bool,
+    /// Selected by the `ignore_eos` simulation, with this request's state in it (if any).
+    ignore_eos: Option<Option<(f64, u64)>>,
+}
+
+/// One prefill pass's admission state.
+#[derive(Clone, Debug)]
+pub struct PrefillAdder {
+    config: AdderConfig,
+    budget: PrefillBudget,
+    running: Vec<RunningRequest>,
+    admitted: usize,
+    chunked_in_flight: usize,
+    /// `(tokens_left, tokens_occupied)` of running + admitted requests, sorted by tokens
+    /// left, for the `ignore_eos` future simulation; built on first use.
+    ignore_eos_states: Option<Vec<(f64, u64)>>,
+}
+
+impl PrefillAdder {
+    /// Starts a pass. `available` is the pool's free tokens, `evictable` the prefix cache's
+    /// evictable tokens, `carried_chunked` the chunked requests still in flight.
+    pub fn new(
+        config: AdderConfig,
+        available: u64,
+        evictable: u64,
+        running: &[RunningRequest],
+        carried_chunked: usize,
+    ) -> Self {
+        Self {
+            budget: PrefillBudget::new(&config, available, evictable, running),
+            config,
+            running: running.to_vec(),
+            admitted: 0,
+            chunked_in_flight: carried_chunked,
+            ignore_eos_states: None,
+        }
+    }
+
+    /// The budgets as they stand.
+    pub fn budget(&self) -> &PrefillBudget {
+        &self.budget
+    }
+
+    /// Mutable budgets (the scheduler releases preempted requests' reservations).
+    pub fn budget_mut(&mut self) -> &mut PrefillBudget {
+        &mut self.budget
+    }
+
+    /// Requests admitted so far in this pass (chunk continuations included).
+    pub fn admitted(&self) -> usize {
+        self.admitted
+    }
+
+    /// SGLang's `budget_state`.
+    pub fn budget_state(&self) -> AddResult {
+        self.budget.state()
+    }
+
+    fn clip(&self, tokens: u64) -> u64 {
+        tokens.min(self.config.clip_max_new_tokens)
+    }
+
+    /// Continues an in-flight chunked request (called first in a pass). It always makes
+    /// progress when it can: with no memory budget left it still takes a full chunk, as
+    /// SGLang does, since stalling it would hold its KV forever.
+    pub fn add_chunked_req(&mut self, req: ChunkedCandidate) -> ChunkedOutcome {
+        let rem_total = self.budget.rem_total_tokens().trunc() as i64;
+        let chunk = self.budget.rem_chunk_tokens().unwrap_or(rem_total);
+        let mut rem = chunk.min(rem_total);
+        if rem <= 0 {
+            rem = chunk;
+        }
+        if rem <= 0 {
+            return ChunkedOutcome {
+                extend_len: 0,
+                truncated: req.remaining > 0,
+            };
+        }
+        let rem = rem as u64;
+        let truncated = req.remaining > rem;
+        let extend_len = req.remaining.min(rem);
+        let max_new = if truncated {
+            0
+        } else {
+            self.clip(req.max_new_tokens)
+        };
+        self.budget.reserve(extend_len, max_new);
+        self.admitted += 1;
+        if !truncated {
+            self.chunked_in_flight = self.chunked_in_flight.saturating_sub(1);
+        }
+        ChunkedOutcome {
+            extend_len,
+            truncated,
+        }
+    }
+
+    /// Offers a waiting request. A refused request changes nothing.
+    pub fn add_one_req(&mut self, req: &Candidate) -> Admission {
+        match self.select(req) {
+            Ok(selected) => {
+                self.commit(selected);
+                Admission {
+                    extend_len: Some(selected.extend_len),
+                    chunked: selected.chunked,
+                    next: self.budget.state(),
+                }
+            }
+            Err(verdict) => Admission {
+                extend_len: None,
+                chunked: false,
+                next: verdict,
+            },
+        }
+    }
+
+    fn select(&self, req: &Candidate) -> Result<Selected, AddResult> {
+        if self
+            .config
+            .prefill_max_requests
+            .is_some_and(|max| self.admitted >= max)
+        {
+            return Err(AddResult::Other);
+        }
+        if req.ignore_eos && self.config.prefix_cache_disabled {
+            return self.select_ignore_eos(req);
+        }
+        let ps = self.config.page_size;
+        let extend = req.extend_len();
+        let max_new = self.clip(req.max_new_tokens.saturating_sub(req.output_len));
+        let total = (extend + max_new + ps) as f64;
+        if total >= self.budget.rem_total_tokens() {
+            return Err(AddResult::NoToken);
+        }
+        let paged_extend = ceil_paged(extend, ps) as i64;
+        if paged_extend >= self.budget.rem_input_tokens() && self.admitted > 0 {
+            return Err(AddResult::Other);
+        }
+        // Lock the request's own prefix, then re-check: it is no longer evictable room.
+        if total >= self.budget.rem_total_tokens() - req.prefix_evictable as f64 {
+            return Err(AddResult::NoToken);
+        }
+        let whole = self
+            .budget
+            .rem_chunk_tokens()
+            .is_none_or(|chunk| paged_extend <= chunk);
+        if whole {
+            return Ok(Selected {
+                extend_len: extend,
+                reserve_max_new: self.clip(req.max_new_tokens),
+                lock: req.prefix_evictable,
+                chunked: false,
+                ignore_eos: None,
+            });
+        }
+        let extend_len = self.chunk_len(req.prefix_len)?;
+        Ok(Selected {
+            extend_len,
+            reserve_max_new: 0,
+            lock: req.prefix_evictable,
+            chunked: true,
+            ignore_eos: None,
+        })
+    }
+
+    /// The first chunk of a request that does not fit the chunk budget: the budget rounded
+    /// down to a page and to `truncation_align_size`, ending on a page boundary.
+    fn chunk_len(&self, prefix_len: u64) -> Result<u64, AddResult> {
+        if self.chunked_in_flight >= self.config.max_chunked_requests.max(1) {
+            return Err(AddResult::Other);
+        }
+        let ps = self.config.page_size;
+        let rem_chunk = self.budget.rem_chunk_tokens().unwrap_or(0).max(0) as u64;
+        let mut trunc = rem_chunk / ps * ps;
+        if let Some(align) = self.config.truncation_align_size.filter(|&a| a > 0) {
+            if trunc < align {
+                return Err(AddResult::Other);
+            }
+            trunc = trunc / align * align;
+        }
+        let end = (prefix_len + trunc) / ps * ps;
+        let trunc = end.saturating_sub(prefix_len);
+        if trunc == 0 {
+            return Err(AddResult::Other);
+        }
+        Ok(trunc)
+    }
+
+    /// SGLang's `add_one_req_ignore_eos`: simulate running and admitted requests finishing
+    /// in order of remaining output, and refuse if memory would run out on the way.
+    fn select_ignore_eos(&self, req: &Candidate) -> Result<Selected, AddResult> {
+        let ps = self.config.page_size;
+        let extend = req.extend_len();
+        let paged_input = ceil_paged(extend, ps) as f64;
+        let cur_rem = self.budget.cur_rem_tokens() as f64;
+        if paged_input > cur_rem.min(self.budget.rem_total_tokens()) {
+            return Err(AddResult::NoToken);
+        }
+        let state = ignore_eos_state(
+            req.max_new_tokens,
+            req.output_len,
+            req.input_len,
+            true,
+            self.config.new_token_ratio,
+        );
+        let mut states = self.ignore_eos_states();
+        if let Some(state) = state {
+            insert_sorted(&mut states, state);
+        }
+        let mut freed = 0f64;
+        let avail = cur_rem - paged_input;
+        let n = states.len();
+        for (i, &(left, occupied)) in states.iter().enumerate() {
+            let bs = (n - i) as f64;
+            let min_free = avail + freed - left * bs;
+            if min_free <= bs {
+                return Err(AddResult::NoToken);
+            }
+            freed += occupied as f64;
+        }
+        let whole = self
+            .budget
+            .rem_chunk_tokens()
+            .is_none_or(|chunk| extend as i64 <= chunk);
+        let (extend_len, chunked, reserve_max_new) = if whole {
+            (extend, false, req.max_new_tokens)
+        } else {
+            if self.chunked_in_flight >= self.config.max_chunked_requests.max(1) {
+                return Err(AddResult::Other);
+            }
+            let trunc = self.budget.rem_chunk_tokens().unwrap_or(0).max(0) as u64;
+            if trunc == 0 {
+                return Err(AddResult::Other);
+            }
+            (trunc, true, 0)
+        };
+        Ok(Selected {
+            extend_len,
+            reserve_max_new,
+            lock: 0,
+            chunked,
+            ignore_eos: Some(state),
+        })
+    }
+
+    fn ignore_eos_states(&self) -> Vec<(f64, u64)> {
+        if let Some(states) = &self.ignore_eos_states {
+            return states.clone();
+        }
+        let mut states: Vec<(f64, u64)> = self
+            .running
+            .iter()
+            .filter_map(|r| {
+                ignore_eos_state(
+                    r.max_new_tokens,
+                    r.output_len,
+                    r.input_len,
+                    r.ignore_eos,
+                    self.config.new_token_ratio,
+                )
+            })
+            .collect();
+        states.sort_by(|a, b| a.0.total_cmp(&b.0));
+        states
+    }
+
+    fn commit(&mut self, s: Selected) {
+        if let Some(state) = s.ignore_eos {
+            let mut states = self.ignore_eos_states();
+            if let Some(state) = state {
+                insert_sorted(&mut states, state);
+            }
+            self.ignore_eos_states = Some(states);
+        }
+        self.budget.lock_prefix(s.lock);
+        self.budget.reserve(s.extend_len, s.reserve_max_new);
+        self.admitted += 1;
+        if s.chunked {
+            self.chunked_in_flight += 1;
+        }
+    }
+}
+
+/// `(tokens_left, tokens_occupied)` of a request for the `ignore_eos` simulation, or `None`
+/// when it has nothing left to generate.
+fn ignore_eos_state(
+    max_new: u64,
+    output_len: u64,
+    input_len: u64,
+    ignore_eos: bool,
+    ratio: f64,
+) -> Option<(f64, u64)> {
+    let ratio = if ignore_eos { 1.0 } else { ratio };
+    let left = max_new as f64 * ratio - output_len as f64;
+    (left > 0.0).then_some((left, input_len + output_len))
+}
+
+fn insert_sorted(states: &mut Vec<(f64, u64)>, state: (f64, u64)) {
+    let at = states.partition_point(|s| s.0 <= state.0);
+    states.insert(at, state);
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,275 @@
+//! `PrefillAdder` scenarios: the seed article's chunking example and SGLang's unit tests.
+
+use super::*;
+
+fn config(page_size: u64) -> AdderConfig {
+    AdderConfig {
+        chunked_prefill_size: Some(4096),
+        ..AdderConfig::sglang_defaults(page_size)
+    }
+}
+
+fn prompt(input_len: u64, max_new_tokens: u64) -> Candidate {
+    Candidate {
+        input_len,
+        max_new_tokens,
+        ..Candidate::default()
+    }
+}
+
+#[test]
+fn seed_example_chunks_10000_tokens_as_4096_4096_1808() {
+    let cfg = config(1);
+    let mut adder = PrefillAdder::new(cfg, 200_000, 0, &[], 0);
+    let first = adder.add_one_req(&prompt(10_000, 128));
+    assert_eq!(first.extend_len, Some(4096));
+    assert!(first.chunked);
+    // The chunk budget is spent: nothing else joins this pass.
+    assert_eq!(first.next, AddResult::Other);
+    let mut remaining = 10_000 - 4096;
+    let mut chunks = vec![4096];
+    while remaining > 0 {
+        let running = [RunningRequest {
+            input_len: 50,
+            output_len: 3,
+            max_new_tokens: 100,
+            ignore_eos: false,
+        }];
+        let mut adder = PrefillAdder::new(cfg, 200_000, 0, &running, 1);
+        let out = adder.add_chunked_req(ChunkedCandidate {
+            remaining,
+            max_new_tokens: 128,
+        });
+        chunks.push(out.extend_len);
+        remaining -= out.extend_len;
+        assert_eq!(out.truncated, remaining > 0);
+    }
+    assert_eq!(chunks, [4096, 4096, 1808]);
+}
+
+#[test]
+fn no_token_when_the_total_budget_is_short() {
+    let cfg = config(16);
+    let adder = PrefillAdder::new(cfg, 1000, 0, &[], 0);
+    // extend 900 + clip(max_new) 100 + page 16 = 1016 >= 1000.
+    let mut a = adder.clone();
+    let out = a.add_one_req(&prompt(900, 100));
+    assert_eq!((out.extend_len, out.next), (None, AddResult::NoToken));
+    assert_eq!(a.budget(), adder.budget(), "a refused request left a trace");
+    let out = a.add_one_req(&prompt(800, 100));
+    assert_eq!(out.extend_len, Some(800));
+}
+
+#[test]
+fn running_requests_reserve_their_expected_output() {
+    let cfg = config(1);
+    let running = [RunningRequest {
+        input_len: 10,
+        output_len: 100,
+        max_new_tokens: 1100,
+        ignore_eos: false,
+    }];
+    // Reserve: min(1000, 4096) × 0.7 = 700, so only 300 tokens of room are left.
+    let mut adder = PrefillAdder::new(cfg, 1000, 0, &running, 0);
+    assert!((adder.budget().rem_total_tokens() - 300.0).abs() < 1e-9);
+    assert_eq!(
+        adder.add_one_req(&prompt(250, 100)).next,
+        AddResult::NoToken
+    );
+    assert_eq!(adder.add_one_req(&prompt(150, 100)).extend_len, Some(150));
+}
+
+#[test]
+fn first_request_may_exceed_the_input_budget() {
+    let cfg = AdderConfig {
+        max_prefill_tokens: 1000,
+        chunked_prefill_size: None,
+        ..AdderConfig::sglang_defaults(1)
+    };
+    let mut adder = PrefillAdder::new(cfg, 100_000, 0, &[], 0);
+    let out = adder.add_one_req(&prompt(3000, 10));
+    assert_eq!(out.extend_len, Some(3000));
+    assert_eq!(out.next, AddResult::Other);
+    let mut adder = PrefillAdder::new(cfg, 100_000, 0, &[], 0);
+    assert_eq!(
+        adder.add_one_req(&prompt(600, 10)).next,
+        AddResult::Continue
+    );
+    let out = adder.add_one_req(&prompt(400, 10));
+    assert_eq!((out.extend_len, out.next), (None, AddResult::Other));
+}
+
+#[test]
+fn own_cached_prefix_is_not_room_for_the_request() {
+    let cfg = config(1);
+    // 100 free + 600 evictable, of which 500 are this request's own cached prefix.
+    let mut adder = PrefillAdder::new(cfg, 100, 600, &[], 0);
+    let req = Candidate {
+        input_len: 650,
+        prefix_len: 500,
+        prefix_evictable: 500,
+        max_new_tokens: 20,
+        ..Candidate::default()
+    };
+    // extend 150 + 20 + 1 = 171 < 700, but only 200 remain once the prefix is locked.
+    assert_eq!(adder.add_one_req(&req).next, AddResult::Continue);
+    // Alone, a 200-token extend fits 700 tokens of room (200 + 20 + 1 < 700) — unless its
+    // own 500 evictable prefix tokens are counted, which leaves 200.
+    let big = Candidate {
+        input_len: 700,
+        prefix_len: 500,
+        prefix_evictable: 500,
+        max_new_tokens: 20,
+        ..Candidate::default()
+    };
+    let mut fresh = PrefillAdder::new(cfg, 100, 600, &[], 0);
+    let before = fresh.budget().clone();
+    assert_eq!(fresh.add_one_req(&big).next, AddResult::NoToken);
+    assert_eq!(
+        fresh.budget(),
+        &before,
+        "a refused request left its prefix locked"
+    );
+    let unlocked = Candidate {
+        prefix_evictable: 0,
+        ..big
+    };
+    assert_eq!(fresh.add_one_req(&unlocked).extend_len, Some(200));
+}
+
+#[test]
+fn mixed_chunk_prefill_exhausts_the_chunk() {
+    // SGLang's test: 8 decode rows mixed in; a 56-token prefill uses the whole chunk.
+    let cfg = AdderConfig {
+        max_prefill_tokens: 200,
+        chunked_prefill_size: Some(64),
+        num_mixed_decode_tokens: 8,
+        new_token_ratio: 1.0,
+        ..AdderConfig::sglang_defaults(1)
+    };
+    let running = [RunningRequest {
+        input_len: 10,
+        output_len: 0,
+        max_new_tokens: 50,
+        ignore_eos: false,
+    }; 8];
+    let mut adder = PrefillAdder::new(cfg, 10_000, 0, &running, 0);
+    let out = adder.add_one_req(&prompt(56, 10));
+    assert_eq!(out.extend_len, Some(56));
+    assert!(!out.chunked);
+    assert_eq!(out.next, AddResult::Other);
+}
+
+#[test]
+fn chunks_are_page_and_tile_aligned() {
+    let cfg = AdderConfig {
+        chunked_prefill_size: Some(1000),
+        truncation_align_size: Some(256),
+        ..AdderConfig::sglang_defaults(16)
+    };
+    let mut adder = PrefillAdder::new(cfg, 100_000, 0, &[], 0);
+    let out = adder.add_one_req(&prompt(5000, 10));
+    assert_eq!(out.extend_len, Some(768));
+    assert!(out.chunked);
+    // Chunk budget smaller than the tile: refused.
+    let cfg = AdderConfig {
+        chunked_prefill_size: Some(200),
+        ..cfg
+    };
+    let mut adder = PrefillAdder::new(cfg, 100_000, 0, &[], 0);
+    assert_eq!(adder.add_one_req(&prompt(5000, 10)).next, AddResult::Other);
+}
+
+#[test]
+fn concurrent_chunked_requests_are_limited() {
+    let one = AdderConfig {
+        chunked_prefill_size: Some(8192),
+        ..AdderConfig::sglang_defaults(1)
+    };
+    let mut adder = PrefillAdder::new(one, 100_000, 0, &[], 1);
+    let cont = adder.add_chunked_req(ChunkedCandidate {
+        remaining: 5000,
+        max_new_tokens: 10,
+    });
+    assert_eq!((cont.extend_len, cont.truncated), (5000, false));
+    // The carried request finished its prefill, so a new one may be chunked.
+    let out = adder.add_one_req(&prompt(9000, 10));
+    assert_eq!((out.extend_len, out.chunked), (Some(3192), true));
+
+    let mut adder = PrefillAdder::new(one, 100_000, 0, &[], 1);
+    let cont = adder.add_chunked_req(ChunkedCandidate {
+        remaining: 3000,
+        max_new_tokens: 10,
+    });
+    assert!(!cont.truncated);
+    let mut limited = PrefillAdder::new(one, 100_000, 0, &[], 1);
+    assert_eq!(
+        limited.add_one_req(&prompt(9000, 10)).next,
+        AddResult::Other
+    );
+    let two = AdderConfig {
+        max_chunked_requests: 2,
+        ..one
+    };
+    let mut adder = PrefillAdder::new(two, 100_000, 0, &[], 1);
+    assert_eq!(adder.add_one_req(&prompt(9000, 10)).extend_len, Some(8192));
+}
+
+#[test]
+fn chunked_request_progresses_even_without_memory_budget() {
+    let cfg = config(1);
+    let running = [RunningRequest {
+        input_len: 10,
+        output_len: 0,
+        max_new_tokens: 4096,
+        ignore_eos: true,
+    }];
+    let mut adder = PrefillAdder::new(cfg, 1000, 0, &running, 1);
+    assert!(adder.budget().rem_total_tokens() < 0.0);
+    let out = adder.add_chunked_req(ChunkedCandidate {
+        remaining: 6000,
+        max_new_tokens: 10,
+    });
+    assert_eq!((out.extend_len, out.truncated), (4096, true));
+}
+
+#[test]
+fn ignore_eos_simulation_refuses_when_memory_would_run_out() {
+    let cfg = AdderConfig {
+        prefix_cache_disabled: true,
+        chunked_prefill_size: None,
+        ..AdderConfig::sglang_defaults(1)
+    };
+    let running = [RunningRequest {
+        input_len: 100,
+        output_len: 0,
+        max_new_tokens: 400,
+        ignore_eos: true,
+    }];
+    let req = Candidate {
+        input_len: 100,
+        max_new_tokens: 400,
+        ignore_eos: true,
+        ..Candidate::default()
+    };
+    // cur_rem 1000 - 100 = 900; both have 400 left: 900 - 400×2 = 100 > 2, then fine.
+    let mut adder = PrefillAdder::new(cfg, 1000, 0, &running, 0);
+    assert_eq!(adder.add_one_req(&req).extend_len, Some(100));
+    // A third identical request: 800 - 400×3 < 0 -> refused, no trace.
+    let before = adder.budget().clone();
+    let out = adder.add_one_req(&req);
+    assert_eq!((out.extend_len, out.next), (None, AddResult::NoToken));
+    assert_eq!(adder.budget(), &before);
+}
+
+#[test]
+fn prefill_max_requests_caps_the_batch() {
+    let cfg = AdderConfig {
+        prefill_max_requests: Some(2),
+        ..config(1)
+    };
+    let mut adder = PrefillAdder::new(cfg, 100_000, 0, &[], 0);
+    assert!(adder.add_one_req(&prompt(10, 1)).extend_len.is_some());
+    assert!(adder.add_one_req(&prompt(10, 1)).extend_len.is_some());
+    assert_eq!(adder.add_one_req(&prompt(10, 1)).next, AddResult::Other);
+}

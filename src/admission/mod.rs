@@ -1,0 +1,25 @@
+//! Prefill admission and the continuous-batching scheduler step (SGLang's `PrefillAdder`,
+//! `NewTokenRatioTracker` and `get_new_batch_prefill` / `update_running_batch`).
+//!
+//! Everything here is host-side arithmetic over numbers the engine supplies (the pool's
+//! available size, the prefix cache's evictable size, request lengths): no clocks, no
+//! randomness the caller did not seed, no allocation in the pool unless asked. The same
+//! inputs give the same decisions on every rank.
+
+mod adder;
+mod budget;
+mod ratio;
+
+pub use adder::{Admission, Candidate, ChunkedCandidate, ChunkedOutcome, PrefillAdder};
+pub use budget::{AddResult, AdderConfig, PrefillBudget, RunningRequest};
+pub use ratio::{NewTokenRatio, RatioConfig, RETRACT_DECODE_STEPS};
+
+/// SGLang's default `CLIP_MAX_NEW_TOKENS`: the cap on a request's expected output when
+/// reserving room for it (the stop condition still uses the real `max_new_tokens`).
+pub const CLIP_MAX_NEW_TOKENS: u64 = 4096;
+
+/// `x` rounded up to a multiple of `ps`.
+#[inline]
+pub(crate) fn ceil_paged(x: u64, ps: u64) -> u64 {
+    x.div_ceil(ps) * ps
+}
