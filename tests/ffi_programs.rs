@@ -1,0 +1,258 @@
+//! Builds and runs the C99 and C++17 tests of the C ABI (`tests/c/abi_test.c`,
+//! `tests/cpp/abi_test.cpp`) against the library built with `--features testing`, and checks
+//! that `include/kvpool.h` compiles cleanly (twice included, strict warnings) as C and C++.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Lang {
+    C,
+    Cpp,
+}
+
+/// The C or C++ compiler for the target this crate is built for, found by the `cc` crate,
+/// with the strict warning set every test program is held to.
+fn compiler(lang: Lang, std: &str) -> Command {
+    let mut cmd = cc::Build::new()
+        .cargo_metadata(false)
+        .target(env!("KVP_BUILD_TARGET"))
+        .host(env!("KVP_BUILD_HOST"))
+        .opt_level(0)
+        .debug(true)
+        .cpp(lang == Lang::Cpp)
+        .get_compiler()
+        .to_command();
+    cmd.arg(format!("-std={std}"))
+        .args(["-Wall", "-Wextra", "-Werror", "-pedantic"])
+        .arg("-I")
+        .arg(support::manifest_dir().join("include"));
+    cmd
+}
+
+fn run_to_completion(cmd: &mut Command, what: &str) -> Output {
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run {what} ({cmd:?}): {e}"))
+}
+
+/// Compiles `source` into an executable linked against the testing cdylib.
+fn build_program(lang: Lang, source: &str, name: &str) -> PathBuf {
+    let lib = support::testing_cdylib();
+    let lib_dir = lib.parent().unwrap();
+    let exe = support::scratch_dir(name).join(name);
+    let std = match lang {
+        Lang::C => "c99",
+        Lang::Cpp => "c++17",
+    };
+    let mut cmd = compiler(lang, std);
+    cmd.arg("-DKVP_TESTING")
+        .arg(support::manifest_dir().join(source))
+        .arg("-o")
+        .arg(&exe)
+        .arg("-L")
+        .arg(lib_dir)
+        .arg("-lkvpool")
+        .arg(format!("-Wl,-rpath,{}", lib_dir.display()));
+    if lang == Lang::Cpp {
+        cmd.arg("-pthread");
+    }
+    let output = run_to_completion(&mut cmd, "the compiler");
+    assert!(
+        output.status.success(),
+        "compiling {source} failed\ncommand: {cmd:?}\n{}",
+        support::describe_output(&output)
+    );
+    exe
+}
+
+/// Runs a test program; it must exit 0 and end with its "all N checks passed" line.
+fn run_program(exe: &Path, marker: &str) {
+    let output = run_to_completion(&mut Command::new(exe), "the test program");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let passed = stdout
+        .lines()
+        .last()
+        .and_then(|line| line.strip_prefix(marker))
+        .and_then(|rest| rest.strip_suffix(" checks passed"))
+        .and_then(|n| n.parse::<u32>().ok());
+    assert!(
+        output.status.success() && passed.is_some_and(|n| n > 100),
+        "{} failed\n{}",
+        exe.display(),
+        support::describe_output(&output)
+    );
+    println!("{}", stdout.trim_end());
+    // Passed: the scratch directory is no longer needed (kept on failure, for debugging).
+    let _ = std::fs::remove_dir_all(exe.parent().unwrap());
+}
+
+#[test]
+fn c99_abi_test() {
+    let exe = build_program(Lang::C, "tests/c/abi_test.c", "abi_test_c");
+    run_program(&exe, "abi_test (C): all ");
+}
+
+#[test]
+fn cpp17_abi_test() {
+    let exe = build_program(Lang::Cpp, "tests/cpp/abi_test.cpp", "abi_test_cpp");
+    run_program(&exe, "abi_test (C++): all ");
+}
+
+/// A translation unit that includes the header twice (the include guard must hold) and,
+/// without `KVP_TESTING`, must not see the test-only declarations: it defines variables
+/// with their names, which would clash with a function declaration.
+const DOUBLE_INCLUDE_TU: &str = r#"#include "kvpool.h"
+#include "kvpool.h"
+#ifndef KVPOOL_H
+#error "the include guard macro KVPOOL_H is not defined"
+#endif
+#if KVP_ABI_VERSION < 1
+#error "KVP_ABI_VERSION is missing"
+#endif
+
+static int kvp_testing_panic = 1;
+static int kvp_testing_poison_pool = 2;
+
+int kvp_double_include_check(void);
+int kvp_double_include_check(void) {
+    struct kvp_pool_config config = kvp_pool_config_default();
+    struct kvp_pool *pool = 0;
+    enum kvp_status status = kvp_pool_new(&config, &pool);
+    kvp_pool_free(pool);
+    return (int)status + kvp_testing_panic + kvp_testing_poison_pool;
+}
+"#;
+
+#[test]
+fn header_compiles_twice_included_as_c_and_cpp() {
+    let dir = support::scratch_dir("header");
+    for (lang, std, file) in [
+        (Lang::C, "c99", "double_include.c"),
+        (Lang::C, "c11", "double_include_c11.c"),
+        (Lang::C, "c17", "double_include_c17.c"),
+        (Lang::Cpp, "c++11", "double_include_cpp11.cpp"),
+        (Lang::Cpp, "c++14", "double_include_cpp14.cpp"),
+        (Lang::Cpp, "c++17", "double_include.cpp"),
+        (Lang::Cpp, "c++20", "double_include_cpp20.cpp"),
+    ] {
+        let source = dir.join(file);
+        std::fs::write(&source, DOUBLE_INCLUDE_TU).unwrap();
+        let object = dir.join(format!("{file}.o"));
+        let mut cmd = compiler(lang, std);
+        cmd.arg("-c").arg(&source).arg("-o").arg(&object);
+        let output = run_to_completion(&mut cmd, "the compiler");
+        assert!(
+            output.status.success(),
+            "{file} (-std={std}) does not compile cleanly\ncommand: {cmd:?}\n{}",
+            support::describe_output(&output)
+        );
+        assert!(object.is_file());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `KVP_NODISCARD` makes an ignored status a warning (an error under -Werror), in C through
+/// the GNU attribute and in C++17 through `[[nodiscard]]`; the positive control (the same
+/// call, its status used) compiles.
+#[test]
+fn ignored_status_is_diagnosed() {
+    let dir = support::scratch_dir("nodiscard");
+    let body = |use_it: bool| {
+        format!(
+            "#include \"kvpool.h\"\nint ignore_status(struct kvp_pool *pool);\n\
+             int ignore_status(struct kvp_pool *pool) {{\n    {}kvp_pool_clear(pool);\n    \
+             return 0;\n}}\n",
+            if use_it { "return (int)" } else { "" }
+        )
+    };
+    for (lang, std, ext) in [(Lang::C, "c99", "c"), (Lang::Cpp, "c++17", "cpp")] {
+        for use_it in [true, false] {
+            let source = dir.join(format!("status_used_{use_it}.{ext}"));
+            std::fs::write(&source, body(use_it)).unwrap();
+            let mut cmd = compiler(lang, std);
+            cmd.arg("-c")
+                .arg(&source)
+                .arg("-o")
+                .arg(dir.join(format!("status_used_{use_it}_{ext}.o")));
+            let output = run_to_completion(&mut cmd, "the compiler");
+            assert_eq!(
+                output.status.success(),
+                use_it,
+                "-std={std}, status used: {use_it}\n{}",
+                support::describe_output(&output)
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Every `kvp_*` function the testing library exports is declared in the header, and every
+/// function the header declares is exported.
+#[test]
+fn exported_symbols_match_header() {
+    let lib = support::testing_cdylib();
+    let output = run_to_completion(
+        Command::new("nm").args(["-D", "--defined-only"]).arg(&lib),
+        "nm",
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        support::describe_output(&output)
+    );
+    let mut exported: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().last())
+        .filter(|name| name.starts_with("kvp_"))
+        .map(str::to_string)
+        .collect();
+    exported.sort();
+
+    let header = std::fs::read_to_string(support::manifest_dir().join("include/kvpool.h"))
+        .expect("read include/kvpool.h");
+    let mut declared = declared_functions(&header);
+    declared.sort();
+    declared.dedup();
+    assert!(declared.len() >= 20, "parsed only {declared:?}");
+    assert_eq!(exported, declared);
+}
+
+/// Names `kvp_*` followed by `(` outside comments: the header's function declarations.
+fn declared_functions(header: &str) -> Vec<String> {
+    let mut code = String::new();
+    let mut rest = header;
+    while let Some(start) = rest.find("/*") {
+        code.push_str(&rest[..start]);
+        let end = rest[start..].find("*/").expect("unterminated comment") + start + 2;
+        rest = &rest[end..];
+    }
+    code.push_str(rest);
+    let code: String = code
+        .lines()
+        .map(|line| line.split("//").next().unwrap())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut names = Vec::new();
+    let bytes = code.as_bytes();
+    let mut i = 0;
+    while let Some(pos) = code[i..].find("kvp_") {
+        let start = i + pos;
+        let ident_start = start == 0 || !is_ident(bytes[start - 1]);
+        let mut end = start;
+        while end < bytes.len() && is_ident(bytes[end]) {
+            end += 1;
+        }
+        let after = code[end..].trim_start();
+        if ident_start && after.starts_with('(') {
+            names.push(code[start..end].to_string());
+        }
+        i = end.max(start + 1);
+    }
+    names
+}
+
+fn is_ident(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'_'
+}
