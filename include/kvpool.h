@@ -18,7 +18,9 @@
  *  - Index buffers. Buffers of slot indices (`void *out`, `last_loc`, `indices`, `page_ids`,
  *    `row`) hold elements of the pool's index type: int64_t by default, int32_t for a pool
  *    created with KVP_INDEX_TYPE_I32. Lengths count elements. Length arrays (`prefix_lens`,
- *    `seq_lens`) are always int64_t. A pointer may be NULL only when its length is 0.
+ *    `seq_lens`) are always int64_t. A pointer may be NULL only when its length is 0, and
+ *    must be aligned for its element type (else KVP_STATUS_INVALID_ARGUMENT). A call
+ *    refused for its buffers still counts in kvp_pool_get_stats (calls, rejected_calls).
  *  - Slot 0 is the padding slot and page 0 the padding page: never allocated, never freed.
  *    KV buffers need `size + page_size` rows (kvp_pool_info.kv_rows).
  *  - Backends. This version has the host backend: every call completes before it returns.
@@ -44,6 +46,18 @@
 #define KVP_NODISCARD
 #endif
 
+
+/**
+ * SGLang's default `CLIP_MAX_NEW_TOKENS`: the cap on a request's expected output when
+ * reserving room for it (the stop condition still uses the real `max_new_tokens`).
+ */
+#define CLIP_MAX_NEW_TOKENS 4096
+
+/**
+ * Decode steps of headroom a retraction estimate (and eviction) plans for
+ * (`SGLANG_RETRACT_DECODE_STEPS`).
+ */
+#define RETRACT_DECODE_STEPS 20
 
 /**
  * Major version of the kvpool this header belongs to.
@@ -259,7 +273,7 @@ struct kvp_pool_config {
 };
 
 /**
- * Static facts about a pool, filled by `kvp_pool_info`.
+ * Static facts about a pool, filled by `kvp_pool_get_info`.
  */
 struct kvp_pool_info {
   /**
@@ -306,7 +320,7 @@ struct kvp_pool_info {
 };
 
 /**
- * A pool's counters, filled by `kvp_pool_stats`. Call, token and page counters only
+ * A pool's counters, filled by `kvp_pool_get_stats`. Call, token and page counters only
  * grow (also across `kvp_pool_clear` and `kvp_pool_restore_state`).
  */
 struct kvp_pool_stats {
@@ -429,8 +443,8 @@ void kvp_pool_free(struct kvp_pool *pool);
  * `pool` must be a live pool or NULL; `out_info` writable or NULL.
  */
 KVP_NODISCARD
-enum kvp_status kvp_pool_info(const struct kvp_pool *pool,
-                              struct kvp_pool_info *out_info);
+enum kvp_status kvp_pool_get_info(const struct kvp_pool *pool,
+                                  struct kvp_pool_info *out_info);
 
 /**
  * Writes the number of free token slots to `*out_tokens`: free pages plus staged
@@ -451,8 +465,8 @@ enum kvp_status kvp_pool_available_size(const struct kvp_pool *pool,
  * `pool` must be a live pool or NULL; `out_stats` writable or NULL.
  */
 KVP_NODISCARD
-enum kvp_status kvp_pool_stats(const struct kvp_pool *pool,
-                               struct kvp_pool_stats *out_stats);
+enum kvp_status kvp_pool_get_stats(const struct kvp_pool *pool,
+                                   struct kvp_pool_stats *out_stats);
 
 /**
  * Allocates `num_tokens` slots and writes them to `out[0 .. num_tokens)`.
@@ -613,9 +627,10 @@ enum kvp_status kvp_pool_free_segment(struct kvp_pool *pool,
 KVP_NODISCARD enum kvp_status kvp_pool_free_group_begin(struct kvp_pool *pool);
 
 /**
- * Closes the free group and returns its pages to the pool: first the pages freed by
- * index (one ascending block on a paged pool), then those freed by page id or segment, in
- * call order. Fails with `KVP_STATUS_INVALID_STATE` if no group is open.
+ * Closes the free group and returns its pages to the pool. Paged pool: first the pages
+ * freed by index (one ascending block), then those freed by page id or segment, in call
+ * order. Token pool: every freed slot, in call order. Fails with
+ * `KVP_STATUS_INVALID_STATE` if no group is open.
  *
  * # Safety
  * `pool` must be a live pool or NULL.

@@ -23,8 +23,8 @@ pub mod pool;
 pub mod ffi;
 
 pub use pool::{
-    BackendKind, ErrorKind, IndexType, Pool, PoolConfig, PoolError, PoolInfo, PoolStats, SlotIndex,
-    Snapshot,
+    BackendKind, ErrorKind, IndexType, Pool, PoolConfig, PoolError, PoolInfo, PoolOp, PoolStats,
+    SlotIndex, Snapshot,
 };
 
 /// The crate version, also returned by `kvp_version()`.

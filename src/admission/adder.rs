@@ -131,17 +131,23 @@ impl PrefillAdder {
         tokens.min(self.config.clip_max_new_tokens)
     }
 
-    /// Continues an in-flight chunked request (called first in a pass). It always makes
-    /// progress when it can: with no memory budget left it still takes a full chunk, as
-    /// SGLang does, since stalling it would hold its KV forever.
+    /// Continues an in-flight chunked request (called first in a pass). It makes progress
+    /// even when the memory budget is spent — with no room left SGLang still takes a full
+    /// chunk, since stalling would hold the request's KV forever — but, unlike SGLang,
+    /// never more than the pool can hold now (SGLang would fail the allocation with
+    /// "Prefill out of memory"). With no room at all it waits (`extend_len == 0`).
     pub fn add_chunked_req(&mut self, req: ChunkedCandidate) -> ChunkedOutcome {
+        let ps = self.config.page_size as i64;
         let rem_total = self.budget.rem_total_tokens().trunc() as i64;
         let chunk = self.budget.rem_chunk_tokens().unwrap_or(rem_total);
         let mut rem = chunk.min(rem_total);
         if rem <= 0 {
             rem = chunk;
         }
-        if rem <= 0 {
+        // An extend of e tokens takes at most ceil_paged(e) + page_size of free room.
+        let fits = (self.budget.cur_rem_tokens() - ps).max(0) / ps * ps;
+        let rem = rem.min(fits);
+        if rem <= 0 || req.remaining == 0 {
             return ChunkedOutcome {
                 extend_len: 0,
                 truncated: req.remaining > 0,

@@ -181,9 +181,11 @@ impl PrefillBudget {
         self.room += tokens as i64;
     }
 
-    /// Releases a running request's reservation (priority preemption).
-    pub fn release_running(&mut self, offset: f64) {
+    /// Releases a preempted running request: its reservation, and its KV (`freed` tokens),
+    /// which the engine frees before allocating this step's prefill.
+    pub fn release_running(&mut self, offset: f64, freed: u64) {
         self.total_offset -= offset;
+        self.room += freed as i64;
     }
 }
 

@@ -9,10 +9,15 @@
 mod adder;
 mod budget;
 mod ratio;
+pub mod scheduler;
 
 pub use adder::{Admission, Candidate, ChunkedCandidate, ChunkedOutcome, PrefillAdder};
 pub use budget::{AddResult, AdderConfig, PrefillBudget, RunningRequest};
 pub use ratio::{NewTokenRatio, RatioConfig, RETRACT_DECODE_STEPS};
+pub use scheduler::{
+    Evicted, Phase, Policy, PrefillEntry, PriorityConfig, RequestSpec, RetractionPolicy, Scheduler,
+    SchedulerConfig, SchedulerStats, StepKind, StepPlan, SubmitOutcome,
+};
 
 /// SGLang's default `CLIP_MAX_NEW_TOKENS`: the cap on a request's expected output when
 /// reserving room for it (the stop condition still uses the real `max_new_tokens`).

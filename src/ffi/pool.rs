@@ -10,7 +10,7 @@ use super::boundary::{fail, ffi_boundary, panic_message, status_of};
 use super::buffers::{input, input_indices, output_indices};
 use super::last_error;
 use super::status::kvp_status;
-use crate::pool::{BackendKind, IndexType, Pool, PoolConfig, PoolStats, SlotIndex};
+use crate::pool::{BackendKind, IndexType, Pool, PoolConfig, PoolOp, PoolStats, SlotIndex};
 
 /// A KV-cache slot allocator (SGLang's `TokenToKVPoolAllocator` when `page_size == 1`,
 /// `PagedTokenToKVPoolAllocator` otherwise). It hands out integer slot indices into KV
@@ -68,7 +68,7 @@ pub struct kvp_pool_config {
     pub need_sort: bool,
 }
 
-/// Static facts about a pool, filled by `kvp_pool_info`.
+/// Static facts about a pool, filled by `kvp_pool_get_info`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct kvp_pool_info {
@@ -95,7 +95,7 @@ pub struct kvp_pool_info {
     pub in_free_group: bool,
 }
 
-/// A pool's counters, filled by `kvp_pool_stats`. Call, token and page counters only
+/// A pool's counters, filled by `kvp_pool_get_stats`. Call, token and page counters only
 /// grow (also across `kvp_pool_clear` and `kvp_pool_restore_state`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -203,6 +203,19 @@ macro_rules! tri {
         match $e {
             Ok(value) => value,
             Err(status) => return status,
+        }
+    };
+}
+
+/// Unwraps a buffer conversion of a pool call; a refused buffer still counts as a call.
+macro_rules! buffer {
+    ($pool:expr, $op:expr, $e:expr) => {
+        match $e {
+            Ok(value) => value,
+            Err(status) => {
+                $pool.record_refused($op);
+                return status;
+            }
         }
     };
 }
@@ -316,7 +329,7 @@ pub unsafe extern "C" fn kvp_pool_free(pool: *mut kvp_pool) {
 /// `pool` must be a live pool or NULL; `out_info` writable or NULL.
 #[no_mangle]
 #[must_use]
-pub unsafe extern "C" fn kvp_pool_info(
+pub unsafe extern "C" fn kvp_pool_get_info(
     pool: *const kvp_pool,
     out_info: *mut kvp_pool_info,
 ) -> kvp_status {
@@ -378,7 +391,7 @@ pub unsafe extern "C" fn kvp_pool_available_size(
 /// `pool` must be a live pool or NULL; `out_stats` writable or NULL.
 #[no_mangle]
 #[must_use]
-pub unsafe extern "C" fn kvp_pool_stats(
+pub unsafe extern "C" fn kvp_pool_get_stats(
     pool: *const kvp_pool,
     out_stats: *mut kvp_pool_stats,
 ) -> kvp_status {
@@ -399,7 +412,9 @@ unsafe fn alloc_typed<I: SlotIndex>(
     out_len: usize,
 ) -> kvp_status {
     // SAFETY: forwarded caller contract of `kvp_pool_alloc`.
-    let out = tri!(unsafe { output_indices::<I>(out, out_len, "out") });
+    let out = buffer!(pool, PoolOp::Alloc, unsafe {
+        output_indices::<I>(out, out_len, "out")
+    });
     status_of(pool.alloc(num_tokens, out))
 }
 
@@ -442,10 +457,17 @@ unsafe fn alloc_extend_typed<I: SlotIndex>(
     out_len: usize,
 ) -> kvp_status {
     // SAFETY (all four): forwarded caller contract of `kvp_pool_alloc_extend`.
-    let prefix_lens = tri!(unsafe { input(prefix_lens, batch_size, "prefix_lens") });
-    let seq_lens = tri!(unsafe { input(seq_lens, batch_size, "seq_lens") });
-    let last_loc = tri!(unsafe { input_indices::<I>(last_loc, batch_size, "last_loc") });
-    let out = tri!(unsafe { output_indices::<I>(out, out_len, "out") });
+    let op = PoolOp::AllocExtend;
+    let prefix_lens = buffer!(pool, op, unsafe {
+        input(prefix_lens, batch_size, "prefix_lens")
+    });
+    let seq_lens = buffer!(pool, op, unsafe { input(seq_lens, batch_size, "seq_lens") });
+    let last_loc = buffer!(pool, op, unsafe {
+        input_indices::<I>(last_loc, batch_size, "last_loc")
+    });
+    let out = buffer!(pool, op, unsafe {
+        output_indices::<I>(out, out_len, "out")
+    });
     status_of(pool.alloc_extend(
         prefix_lens,
         seq_lens,
@@ -518,9 +540,14 @@ unsafe fn alloc_decode_typed<I: SlotIndex>(
     out_len: usize,
 ) -> kvp_status {
     // SAFETY (all three): forwarded caller contract of `kvp_pool_alloc_decode`.
-    let seq_lens = tri!(unsafe { input(seq_lens, batch_size, "seq_lens") });
-    let last_loc = tri!(unsafe { input_indices::<I>(last_loc, batch_size, "last_loc") });
-    let out = tri!(unsafe { output_indices::<I>(out, out_len, "out") });
+    let op = PoolOp::AllocDecode;
+    let seq_lens = buffer!(pool, op, unsafe { input(seq_lens, batch_size, "seq_lens") });
+    let last_loc = buffer!(pool, op, unsafe {
+        input_indices::<I>(last_loc, batch_size, "last_loc")
+    });
+    let out = buffer!(pool, op, unsafe {
+        output_indices::<I>(out, out_len, "out")
+    });
     status_of(pool.alloc_decode(seq_lens, last_loc, out))
 }
 
@@ -567,7 +594,9 @@ unsafe fn free_indices_typed<I: SlotIndex>(
     len: usize,
 ) -> kvp_status {
     // SAFETY: forwarded caller contract of `kvp_pool_free_indices`.
-    let indices = tri!(unsafe { input_indices::<I>(indices, len, "indices") });
+    let indices = buffer!(pool, PoolOp::Free, unsafe {
+        input_indices::<I>(indices, len, "indices")
+    });
     status_of(pool.free(indices))
 }
 
@@ -605,7 +634,9 @@ unsafe fn free_pages_typed<I: SlotIndex>(
     len: usize,
 ) -> kvp_status {
     // SAFETY: forwarded caller contract of `kvp_pool_free_pages`.
-    let page_ids = tri!(unsafe { input_indices::<I>(page_ids, len, "page_ids") });
+    let page_ids = buffer!(pool, PoolOp::Free, unsafe {
+        input_indices::<I>(page_ids, len, "page_ids")
+    });
     status_of(pool.free_pages(page_ids))
 }
 
@@ -639,7 +670,9 @@ unsafe fn free_segment_typed<I: SlotIndex>(
     len: usize,
 ) -> kvp_status {
     // SAFETY: forwarded caller contract of `kvp_pool_free_segment`.
-    let row = tri!(unsafe { input_indices::<I>(row, row_len, "row") });
+    let row = buffer!(pool, PoolOp::Free, unsafe {
+        input_indices::<I>(row, row_len, "row")
+    });
     status_of(pool.free_segment(row, start_pos, len))
 }
 
@@ -685,9 +718,10 @@ pub unsafe extern "C" fn kvp_pool_free_group_begin(pool: *mut kvp_pool) -> kvp_s
     with_pool(pool, |pool| status_of(pool.free_group_begin()))
 }
 
-/// Closes the free group and returns its pages to the pool: first the pages freed by
-/// index (one ascending block on a paged pool), then those freed by page id or segment, in
-/// call order. Fails with `KVP_STATUS_INVALID_STATE` if no group is open.
+/// Closes the free group and returns its pages to the pool. Paged pool: first the pages
+/// freed by index (one ascending block), then those freed by page id or segment, in call
+/// order. Token pool: every freed slot, in call order. Fails with
+/// `KVP_STATUS_INVALID_STATE` if no group is open.
 ///
 /// # Safety
 /// `pool` must be a live pool or NULL.

@@ -355,17 +355,29 @@ impl HostStorage {
         indices: &[I],
         pages: &mut Vec<u32>,
     ) -> Result<(), PoolError> {
+        self.collect_named_frees(indices, ("indices", 0), pages)
+    }
+
+    /// [`collect_index_frees`](Self::collect_index_frees), naming element `k` of `indices`
+    /// `name[offset + k]` in messages.
+    fn collect_named_frees<I: SlotIndex>(
+        &mut self,
+        indices: &[I],
+        (name, offset): (&str, usize),
+        pages: &mut Vec<u32>,
+    ) -> Result<(), PoolError> {
         let first = pages.len();
         let ps = u64::from(self.layout.page_size);
         let paged = self.layout.is_paged();
         let mut checked = 0;
         let result = indices.iter().try_for_each(|index| {
-            let what = || format!("indices[{checked}]");
+            let at = offset + checked;
+            let what = || format!("{name}[{at}]");
             let slot = self.check_slot(&what, index.get())?;
             if paged && !self.slot_marks.insert(slot) {
                 return fail(
                     ErrorKind::DoubleFree,
-                    format!("indices[{checked}] = {slot} appears more than once in this call"),
+                    format!("{name}[{at}] = {slot} appears more than once in this call"),
                 );
             }
             checked += 1;
@@ -373,15 +385,12 @@ impl HostStorage {
             if self.page_marks.insert(u64::from(page)) {
                 // First index of this page in the call: the page itself must be allocated.
                 pages.push(page);
-                let what = || format!("indices[{}] = {slot}", checked - 1);
+                let what = || format!("{name}[{at}] = {slot}");
                 self.check_freeable(&what, page)?;
             } else if !paged {
                 return fail(
                     ErrorKind::DoubleFree,
-                    format!(
-                        "indices[{}] = {slot} appears more than once in this call",
-                        checked - 1
-                    ),
+                    format!("{name}[{at}] = {slot} appears more than once in this call"),
                 );
             }
             Ok(())
@@ -446,7 +455,7 @@ impl HostStorage {
         };
         let segment = &row[start_pos..end];
         if !self.layout.is_paged() {
-            return self.collect_index_frees(segment, pages);
+            return self.collect_named_frees(segment, ("row", start_pos), pages);
         }
         let ps = self.layout.page_size as usize;
         if start_pos % ps != 0 {

@@ -18,7 +18,7 @@ pub use config::{BackendKind, IndexType, PoolConfig};
 pub use error::{ErrorKind, PoolError};
 pub use slot::SlotIndex;
 pub use snapshot::Snapshot;
-pub use stats::PoolStats;
+pub use stats::{PoolOp, PoolStats};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -149,6 +149,19 @@ impl Pool {
     fn pages_in_use(&self) -> u64 {
         u64::from(self.layout.num_pages)
             - (self.storage.free_len() + self.storage.staged_len()) as u64
+    }
+
+    /// Counts a call refused before it reached the pool (e.g. a NULL buffer at the C ABI),
+    /// so the call and rejection counters cover every call.
+    pub fn record_refused(&mut self, op: PoolOp) {
+        let calls = match op {
+            PoolOp::Alloc => &mut self.stats.alloc_calls,
+            PoolOp::AllocExtend => &mut self.stats.alloc_extend_calls,
+            PoolOp::AllocDecode => &mut self.stats.alloc_decode_calls,
+            PoolOp::Free => &mut self.stats.free_calls,
+        };
+        *calls += 1;
+        self.stats.rejected_calls += 1;
     }
 
     /// Records the outcome of a call in the counters.

@@ -1,5 +1,18 @@
 //! Counters a serving engine exports to its metrics.
 
+/// Which counter of calls a call refused before it reached the pool belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolOp {
+    /// `alloc`.
+    Alloc,
+    /// `alloc_extend`.
+    AllocExtend,
+    /// `alloc_decode`.
+    AllocDecode,
+    /// `free`, `free_pages`, `free_segment`.
+    Free,
+}
+
 /// A pool's counters. Call and token counters only grow (also across `clear` and
 /// `restore_state`); `pages_in_use` is the current value.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

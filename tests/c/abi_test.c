@@ -183,14 +183,14 @@ static long long available(const struct kvp_pool *pool) {
 static struct kvp_pool_stats stats_of(const struct kvp_pool *pool) {
     struct kvp_pool_stats s;
     memset(&s, 0xEE, sizeof s);
-    CHECK_STATUS(kvp_pool_stats(pool, &s), KVP_STATUS_OK);
+    CHECK_STATUS(kvp_pool_get_stats(pool, &s), KVP_STATUS_OK);
     return s;
 }
 
 static struct kvp_pool_info info_of(const struct kvp_pool *pool) {
     struct kvp_pool_info info;
     memset(&info, 0xEE, sizeof info);
-    CHECK_STATUS(kvp_pool_info(pool, &info), KVP_STATUS_OK);
+    CHECK_STATUS(kvp_pool_get_info(pool, &info), KVP_STATUS_OK);
     return info;
 }
 
@@ -363,12 +363,12 @@ static void test_null_arguments(void) {
     memcpy(&st_copy, &st, sizeof st);
 
     /* pool NULL */
-    CHECK_STATUS(kvp_pool_info(NULL, &info), KVP_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(kvp_pool_get_info(NULL, &info), KVP_STATUS_NULL_ARGUMENT);
     CHECK_MSG("pool");
     CHECK(memcmp(&info, &info_copy, sizeof info) == 0);
     CHECK_STATUS(kvp_pool_available_size(NULL, &n), KVP_STATUS_NULL_ARGUMENT);
     CHECK_EQ(n, 12345);
-    CHECK_STATUS(kvp_pool_stats(NULL, &st), KVP_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(kvp_pool_get_stats(NULL, &st), KVP_STATUS_NULL_ARGUMENT);
     CHECK(memcmp(&st, &st_copy, sizeof st) == 0);
     CHECK_STATUS(kvp_pool_alloc(NULL, 4, out, 8), KVP_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(kvp_pool_alloc_extend(NULL, &one, &four, &four, 1, 3, out, 8),
@@ -388,10 +388,10 @@ static void test_null_arguments(void) {
     CHECK_STATUS(kvp_testing_poison_pool(NULL), KVP_STATUS_NULL_ARGUMENT);
 
     /* out-parameter NULL */
-    CHECK_STATUS(kvp_pool_info(pool, NULL), KVP_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(kvp_pool_get_info(pool, NULL), KVP_STATUS_NULL_ARGUMENT);
     CHECK_MSG("out_info");
     CHECK_STATUS(kvp_pool_available_size(pool, NULL), KVP_STATUS_NULL_ARGUMENT);
-    CHECK_STATUS(kvp_pool_stats(pool, NULL), KVP_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(kvp_pool_get_stats(pool, NULL), KVP_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(kvp_pool_backup_state(pool, NULL), KVP_STATUS_NULL_ARGUMENT);
     CHECK_MSG("out_snapshot");
     CHECK_STATUS(kvp_pool_restore_state(pool, NULL), KVP_STATUS_NULL_ARGUMENT);
@@ -1189,12 +1189,12 @@ static void test_panic_boundary(void) {
     memset(&st, 0x5A, sizeof st);
     memcpy(&st_copy, &st, sizeof st);
     fill_i64(out, 8, SENTINEL);
-    CHECK_STATUS(kvp_pool_info(pool, &info), KVP_STATUS_POISONED);
+    CHECK_STATUS(kvp_pool_get_info(pool, &info), KVP_STATUS_POISONED);
     CHECK_MSG("poisoned");
     CHECK(memcmp(&info, &info_copy, sizeof info) == 0);
     CHECK_STATUS(kvp_pool_available_size(pool, &n), KVP_STATUS_POISONED);
     CHECK_EQ(n, 777);
-    CHECK_STATUS(kvp_pool_stats(pool, &st), KVP_STATUS_POISONED);
+    CHECK_STATUS(kvp_pool_get_stats(pool, &st), KVP_STATUS_POISONED);
     CHECK(memcmp(&st, &st_copy, sizeof st) == 0);
     CHECK_STATUS(kvp_pool_alloc(pool, 4, out, 8), KVP_STATUS_POISONED);
     CHECK_STATUS(kvp_pool_alloc_extend(pool, &zero, &one, &minus1, 1, 1, out, 8),

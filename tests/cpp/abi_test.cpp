@@ -157,14 +157,14 @@ long long available(const Pool &pool) {
 // In C++ kvp_pool_stats() hides the struct of that name; write `struct kvp_pool_stats`.
 struct kvp_pool_stats stats(const Pool &pool) {
     struct kvp_pool_stats s{};
-    CHECK_STATUS(kvp_pool_stats(pool.get(), &s), KVP_STATUS_OK);
+    CHECK_STATUS(kvp_pool_get_stats(pool.get(), &s), KVP_STATUS_OK);
     return s;
 }
 
 // In C++ kvp_pool_info() hides the struct of that name; write `struct kvp_pool_info`.
 struct kvp_pool_info info(const Pool &pool) {
     struct kvp_pool_info i{};
-    CHECK_STATUS(kvp_pool_info(pool.get(), &i), KVP_STATUS_OK);
+    CHECK_STATUS(kvp_pool_get_info(pool.get(), &i), KVP_STATUS_OK);
     return i;
 }
 
@@ -328,10 +328,10 @@ void test_null_arguments() {
     std::memcpy(s_before, &s, sizeof s);
 
     // pool NULL
-    CHECK_STATUS(kvp_pool_info(nullptr, &i), KVP_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(kvp_pool_get_info(nullptr, &i), KVP_STATUS_NULL_ARGUMENT);
     CHECK_MSG("pool");
     CHECK_STATUS(kvp_pool_available_size(nullptr, &n), KVP_STATUS_NULL_ARGUMENT);
-    CHECK_STATUS(kvp_pool_stats(nullptr, &s), KVP_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(kvp_pool_get_stats(nullptr, &s), KVP_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(kvp_pool_alloc(nullptr, 4, out.data(), 8), KVP_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(kvp_pool_alloc_extend(nullptr, &zero, &one, &minus1, 1, 1, out.data(), 8),
                  KVP_STATUS_NULL_ARGUMENT);
@@ -349,9 +349,9 @@ void test_null_arguments() {
     CHECK_STATUS(kvp_testing_poison_pool(nullptr), KVP_STATUS_NULL_ARGUMENT);
 
     // out-parameters NULL
-    CHECK_STATUS(kvp_pool_info(pool.get(), nullptr), KVP_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(kvp_pool_get_info(pool.get(), nullptr), KVP_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(kvp_pool_available_size(pool.get(), nullptr), KVP_STATUS_NULL_ARGUMENT);
-    CHECK_STATUS(kvp_pool_stats(pool.get(), nullptr), KVP_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(kvp_pool_get_stats(pool.get(), nullptr), KVP_STATUS_NULL_ARGUMENT);
     CHECK_MSG("out_stats");
     CHECK_STATUS(kvp_pool_backup_state(pool.get(), nullptr), KVP_STATUS_NULL_ARGUMENT);
     CHECK_STATUS(kvp_pool_restore_state(pool.get(), nullptr), KVP_STATUS_NULL_ARGUMENT);
@@ -782,11 +782,11 @@ void test_panic_boundary() {
     CHECK_EQ(n, 99);
     struct kvp_pool_info i{};
     i.size = 5;
-    CHECK_STATUS(kvp_pool_info(pool.get(), &i), KVP_STATUS_POISONED);
+    CHECK_STATUS(kvp_pool_get_info(pool.get(), &i), KVP_STATUS_POISONED);
     CHECK_EQ(i.size, 5);
     struct kvp_pool_stats s{};
     s.alloc_calls = 5;
-    CHECK_STATUS(kvp_pool_stats(pool.get(), &s), KVP_STATUS_POISONED);
+    CHECK_STATUS(kvp_pool_get_stats(pool.get(), &s), KVP_STATUS_POISONED);
     CHECK_EQ(s.alloc_calls, 5);
     r = alloc(pool, 4, 4);
     CHECK_STATUS(r.status, KVP_STATUS_POISONED);

@@ -136,9 +136,9 @@ SIGNATURES = {
     "kvp_pool_config_default": (PoolConfig, []),
     "kvp_pool_new": (_status, [ctypes.POINTER(PoolConfig), ctypes.POINTER(_handle)]),
     "kvp_pool_free": (None, [_handle]),
-    "kvp_pool_info": (_status, [_handle, ctypes.POINTER(PoolInfo)]),
+    "kvp_pool_get_info": (_status, [_handle, ctypes.POINTER(PoolInfo)]),
     "kvp_pool_available_size": (_status, [_handle, ctypes.POINTER(ctypes.c_uint64)]),
-    "kvp_pool_stats": (_status, [_handle, ctypes.POINTER(PoolStats)]),
+    "kvp_pool_get_stats": (_status, [_handle, ctypes.POINTER(PoolStats)]),
     "kvp_pool_alloc": (_status, [_handle, ctypes.c_size_t, _buffer, ctypes.c_size_t]),
     "kvp_pool_alloc_extend": (
         _status,
@@ -356,7 +356,7 @@ class Pool(_Owner):
 
     def info(self):
         info = PoolInfo()
-        self._call("kvp_pool_info", ctypes.byref(info))
+        self._call("kvp_pool_get_info", ctypes.byref(info))
         return info
 
     def available_size(self):
@@ -366,7 +366,7 @@ class Pool(_Owner):
 
     def stats(self):
         stats = PoolStats()
-        self._call("kvp_pool_stats", ctypes.byref(stats))
+        self._call("kvp_pool_get_stats", ctypes.byref(stats))
         return stats
 
     # ---- allocation ----

@@ -620,16 +620,11 @@ class TestPanicBoundary(KvpTestCase):
         self.assertTrue(pool.closed)
 
 
-class TestKnownBugs(KvpTestCase):
-    """Behaviour that contradicts include/kvpool.h today. Marked expectedFailure so the
-    suite stays green; once the library is fixed they pass, unittest reports an "unexpected
-    success" (a failure), and the decorator must go."""
-
-    @unittest.expectedFailure
+class TestRefusedCalls(KvpTestCase):
     def test_calls_refused_at_the_abi_boundary_are_counted(self):
-        # kvp_pool_stats: alloc_calls / free_calls count "failed ones included", and
-        # rejected_calls counts "calls refused for bad input". A NULL or misaligned buffer
-        # is refused in src/ffi before the pool sees the call, and is not counted.
+        # kvp_pool_get_stats: alloc_calls / free_calls count "failed ones included", and
+        # rejected_calls counts "calls refused for bad input", including a NULL buffer
+        # refused before the call reaches the pool.
         pool = self.pool(16, 4)
         self.assertEqual(LIB.kvp_pool_alloc(pool.handle, 4, None, 4),
                          kvp.STATUS["NULL_ARGUMENT"])
@@ -638,10 +633,8 @@ class TestKnownBugs(KvpTestCase):
         stats = pool.stats()
         self.assertEqual((stats.alloc_calls, stats.free_calls, stats.rejected_calls), (1, 1, 2))
 
-    @unittest.expectedFailure
     def test_token_pool_free_segment_message_names_the_row_element(self):
-        # The message should name the offending element, row[3] (as a paged pool does with
-        # "row[pos]"); a token pool reports "indices[1]", an index into the segment.
+        # The message names the offending element of the row, as on a paged pool.
         pool = self.pool(8)
         pool.alloc(6)
         pool.free_indices([4])

@@ -216,21 +216,31 @@ fn concurrent_chunked_requests_are_limited() {
 }
 
 #[test]
-fn chunked_request_progresses_even_without_memory_budget() {
-    let cfg = config(1);
+fn chunked_request_progresses_within_free_memory() {
+    let cfg = config(16);
     let running = [RunningRequest {
         input_len: 10,
         output_len: 0,
         max_new_tokens: 4096,
         ignore_eos: true,
     }];
+    // The running request's reservation spends the total budget, but 1000 tokens are free:
+    // the chunk continues with what fits now (SGLang would take 4096 and fail to allocate).
     let mut adder = PrefillAdder::new(cfg, 1000, 0, &running, 1);
     assert!(adder.budget().rem_total_tokens() < 0.0);
     let out = adder.add_chunked_req(ChunkedCandidate {
         remaining: 6000,
         max_new_tokens: 10,
     });
-    assert_eq!((out.extend_len, out.truncated), (4096, true));
+    assert_eq!((out.extend_len, out.truncated), (976, true));
+    assert!(adder.budget().cur_rem_tokens() >= 0);
+    // No free memory at all: it waits.
+    let mut adder = PrefillAdder::new(cfg, 16, 0, &running, 1);
+    let out = adder.add_chunked_req(ChunkedCandidate {
+        remaining: 6000,
+        max_new_tokens: 10,
+    });
+    assert_eq!((out.extend_len, out.truncated), (0, true));
 }
 
 #[test]

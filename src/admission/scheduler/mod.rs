@@ -1,0 +1,781 @@
+//! The continuous-batching scheduler step (SGLang's `get_next_batch_to_run`): prefill
+//! first — the in-flight chunked requests, then waiting requests through a
+//! [`PrefillAdder`] — and otherwise a decode step, with the decode memory check,
+//! retraction and the new-token-ratio updates.
+//!
+//! The scheduler owns request descriptors, not KV: each [`StepPlan`] says what to prefill
+//! or decode and which requests' KV the engine must free (retracted, aborted, preempted).
+//! Issuing a plan commits it: the next `step` assumes the engine ran it.
+
+mod policy;
+mod request;
+#[cfg(test)]
+mod tests;
+
+pub use policy::{Policy, PriorityConfig};
+pub use request::{Phase, RequestSpec};
+
+use std::collections::HashMap;
+
+use super::budget::{AddResult, AdderConfig, PrefillBudget, RunningRequest};
+use super::ratio::{NewTokenRatio, RatioConfig};
+use super::{ceil_paged, PrefillAdder};
+use super::{Candidate, ChunkedCandidate, CLIP_MAX_NEW_TOKENS};
+use crate::pool::{ErrorKind, PoolError};
+use request::Request;
+
+/// Which running requests a decode-memory shortage retracts first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum RetractionPolicy {
+    /// Fewest generated tokens first, then longest prompt (SGLang's default).
+    #[default]
+    Length,
+    /// Lowest priority first, then as `Length`.
+    Priority,
+}
+
+/// How a scheduler behaves. `SchedulerConfig::new` gives SGLang's defaults.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SchedulerConfig {
+    /// Tokens per KV page.
+    pub page_size: u64,
+    /// Token slots of the pool (plus nothing else): a request that cannot fit in it even
+    /// alone is reported unfittable instead of waiting forever.
+    pub capacity: u64,
+    /// Input-token budget of one prefill step (16384).
+    pub max_prefill_tokens: u64,
+    /// Chunk size, or `None` to disable chunked prefill.
+    pub chunked_prefill_size: Option<u64>,
+    /// Mix the running requests' decode rows into prefill steps (needs chunked prefill).
+    pub enable_mixed_chunk: bool,
+    /// Cap on expected output when reserving (4096).
+    pub clip_max_new_tokens: u64,
+    /// Chunks end on multiples of this.
+    pub truncation_align_size: Option<u64>,
+    /// At most this many requests per prefill step.
+    pub prefill_max_requests: Option<usize>,
+    /// At most this many running requests (request slots).
+    pub max_running_requests: Option<usize>,
+    /// Chunked requests in flight at once (1 = SGLang).
+    pub max_chunked_requests: usize,
+    /// No prefix cache: `ignore_eos` requests go through the future simulation.
+    pub prefix_cache_disabled: bool,
+    /// Waiting-queue order.
+    pub policy: Policy,
+    /// Priority scheduling and preemption, or `None`.
+    pub priority: Option<PriorityConfig>,
+    /// Retraction order.
+    pub retraction: RetractionPolicy,
+    /// New-token-ratio tunables.
+    pub ratio: RatioConfig,
+}
+
+impl SchedulerConfig {
+    /// SGLang's defaults for a pool of `capacity` tokens with `page_size`-token pages
+    /// (chunked prefill 8192, as on an H100/H200).
+    pub fn new(capacity: u64, page_size: u64) -> Self {
+        Self {
+            page_size,
+            capacity,
+            max_prefill_tokens: 16384,
+            chunked_prefill_size: Some(8192),
+            enable_mixed_chunk: false,
+            clip_max_new_tokens: CLIP_MAX_NEW_TOKENS,
+            truncation_align_size: None,
+            prefill_max_requests: None,
+            max_running_requests: None,
+            max_chunked_requests: 1,
+            prefix_cache_disabled: false,
+            policy: Policy::Fcfs,
+            priority: None,
+            retraction: RetractionPolicy::Length,
+            ratio: RatioConfig::default(),
+        }
+    }
+}
+
+/// What a step does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum StepKind {
+    /// Nothing to run.
+    #[default]
+    Idle,
+    /// A prefill batch (maybe with decode rows mixed in).
+    Prefill,
+    /// A decode batch.
+    Decode,
+}
+
+/// One request of a prefill batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrefillEntry {
+    /// Request id.
+    pub id: u64,
+    /// Tokens already in the KV cache (`prefix_lens[i]` for `alloc_extend`).
+    pub prefix_len: u64,
+    /// Tokens this step computes (`seq_lens[i] - prefix_lens[i]`).
+    pub extend_len: u64,
+    /// More chunks follow in later steps.
+    pub chunked: bool,
+}
+
+/// A request whose KV the engine must free (retracted or preempted, then re-queued).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Evicted {
+    /// Request id.
+    pub id: u64,
+    /// Tokens of KV it held.
+    pub kv_len: u64,
+}
+
+/// The scheduler's decision for one step.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepPlan {
+    /// What the step runs.
+    pub kind: StepKind,
+    /// Prefill entries (chunk continuations first), for `alloc_extend`.
+    pub prefill: Vec<PrefillEntry>,
+    /// Requests decoding this step (with a prefill: mixed-in decode rows), for `alloc_decode`;
+    /// each one's sequence grows by one token.
+    pub decode: Vec<u64>,
+    /// Retracted for lack of decode memory: free their KV, they wait again.
+    pub retracted: Vec<Evicted>,
+    /// Preempted by higher-priority requests: free their KV, they wait again.
+    pub preempted: Vec<Evicted>,
+    /// Could not decode even alone: free their KV; they are gone.
+    pub aborted: Vec<Evicted>,
+    /// Memory is exhausted for new requests (SGLang's `batch_is_full`).
+    pub batch_is_full: bool,
+    /// The new-token ratio after this step.
+    pub new_token_ratio: f64,
+}
+
+/// Result of [`Scheduler::submit`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubmitOutcome {
+    /// Waiting for admission.
+    Queued,
+    /// Can never be admitted: `needed` tokens (fill + clipped output + a page) do not fit
+    /// the pool's `capacity`. Not queued.
+    Unfittable {
+        /// Tokens the request would need at admission.
+        needed: u64,
+        /// The pool's capacity.
+        capacity: u64,
+    },
+}
+
+/// Counters of a scheduler.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SchedulerStats {
+    /// `step` calls.
+    pub steps: u64,
+    /// Prefill steps.
+    pub prefill_steps: u64,
+    /// Decode steps.
+    pub decode_steps: u64,
+    /// Requests admitted (first chunk or whole).
+    pub admitted: u64,
+    /// Prefill chunks issued, continuations included.
+    pub chunks: u64,
+    /// Retractions.
+    pub retractions: u64,
+    /// Preemptions.
+    pub preemptions: u64,
+    /// Aborted for lack of memory.
+    pub aborts: u64,
+    /// Submissions refused as unfittable.
+    pub unfittable: u64,
+    /// Requests finished.
+    pub finished: u64,
+}
+
+/// SGLang's scheduler step over engine-supplied request descriptors.
+#[derive(Debug)]
+pub struct Scheduler {
+    config: SchedulerConfig,
+    ratio: NewTokenRatio,
+    requests: HashMap<u64, Request>,
+    /// Waiting request ids (policy orders them each pass).
+    waiting: Vec<u64>,
+    /// Chunked requests in flight, oldest first.
+    chunking: Vec<u64>,
+    /// Running request ids in admission order.
+    running: Vec<u64>,
+    batch_is_full: bool,
+    next_arrival: u64,
+    stats: SchedulerStats,
+}
+
+fn bad(kind: ErrorKind, message: impl Into<String>) -> PoolError {
+    PoolError::new(kind, message)
+}
+
+impl Scheduler {
+    /// A scheduler with nothing queued.
+    pub fn new(config: SchedulerConfig) -> Result<Self, PoolError> {
+        if config.page_size == 0 || config.capacity == 0 {
+            return Err(bad(
+                ErrorKind::InvalidArgument,
+                "page_size and capacity must be positive",
+            ));
+        }
+        if config.chunked_prefill_size == Some(0) || config.truncation_align_size == Some(0) {
+            return Err(bad(
+                ErrorKind::InvalidArgument,
+                "chunked_prefill_size and truncation_align_size must be positive when set",
+            ));
+        }
+        if let (Some(chunk), Some(align)) =
+            (config.chunked_prefill_size, config.truncation_align_size)
+        {
+            if chunk < align {
+                return Err(bad(
+                    ErrorKind::InvalidArgument,
+                    format!("chunked_prefill_size {chunk} is smaller than truncation_align_size {align}"),
+                ));
+            }
+        }
+        if config.max_chunked_requests == 0 {
+            return Err(bad(
+                ErrorKind::InvalidArgument,
+                "max_chunked_requests must be at least 1",
+            ));
+        }
+        Ok(Self {
+            ratio: NewTokenRatio::new(config.ratio),
+            config,
+            requests: HashMap::new(),
+            waiting: Vec::new(),
+            chunking: Vec::new(),
+            running: Vec::new(),
+            batch_is_full: false,
+            next_arrival: 0,
+            stats: SchedulerStats::default(),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> SchedulerStats {
+        self.stats
+    }
+
+    /// The current new-token ratio.
+    pub fn new_token_ratio(&self) -> f64 {
+        self.ratio.current()
+    }
+
+    /// Waiting, chunking and running request counts.
+    pub fn counts(&self) -> (usize, usize, usize) {
+        (self.waiting.len(), self.chunking.len(), self.running.len())
+    }
+
+    /// A request's phase, KV length and output length, or `None` if unknown.
+    pub fn request(&self, id: u64) -> Option<(Phase, u64, u64)> {
+        self.requests
+            .get(&id)
+            .map(|r| (r.phase, r.kv_len, r.spec.output_len))
+    }
+
+    /// Tokens a request needs at admission: fill + clipped remaining output + a page.
+    fn admission_need(&self, spec: &RequestSpec) -> u64 {
+        let left = spec.max_new_tokens.saturating_sub(spec.output_len);
+        spec.input_len
+            + spec.output_len
+            + left.min(self.config.clip_max_new_tokens)
+            + self.config.page_size
+    }
+
+    /// Queues a request. Ids must be unique among live requests; `input_len` must be
+    /// positive and `prefix_len` smaller than it (at least one token is always computed).
+    pub fn submit(&mut self, spec: RequestSpec) -> Result<SubmitOutcome, PoolError> {
+        if self.requests.contains_key(&spec.id) {
+            return Err(bad(
+                ErrorKind::InvalidState,
+                format!("request {} is already queued or running", spec.id),
+            ));
+        }
+        check_prefix(&spec)?;
+        let needed = self.admission_need(&spec);
+        if needed >= self.config.capacity {
+            self.stats.unfittable += 1;
+            return Ok(SubmitOutcome::Unfittable {
+                needed,
+                capacity: self.config.capacity,
+            });
+        }
+        let id = spec.id;
+        self.requests
+            .insert(id, Request::new(spec, self.next_arrival));
+        self.next_arrival += 1;
+        self.waiting.push(id);
+        Ok(SubmitOutcome::Queued)
+    }
+
+    /// Refreshes a waiting request's cached-prefix information (after the engine's prefix
+    /// cache changed, or after a retraction).
+    pub fn update_prefix(
+        &mut self,
+        id: u64,
+        prefix_len: u64,
+        prefix_evictable: u64,
+        prefix_path: Option<&[u64]>,
+    ) -> Result<(), PoolError> {
+        let Some(req) = self.requests.get_mut(&id) else {
+            return Err(bad(
+                ErrorKind::InvalidArgument,
+                format!("unknown request {id}"),
+            ));
+        };
+        if req.phase != Phase::Waiting {
+            return Err(bad(
+                ErrorKind::InvalidState,
+                format!("request {id} is not waiting; its prefix is fixed"),
+            ));
+        }
+        check_prefix(&RequestSpec {
+            id,
+            input_len: req.spec.input_len,
+            output_len: req.fill_len - req.spec.input_len,
+            prefix_len,
+            prefix_evictable,
+            ..RequestSpec::default()
+        })?;
+        req.spec.prefix_len = prefix_len;
+        req.spec.prefix_evictable = prefix_evictable;
+        if let Some(path) = prefix_path {
+            req.spec.prefix_path = path.to_vec();
+        }
+        Ok(())
+    }
+
+    /// The engine finished a running request (EOS or length): it frees the request's KV.
+    /// Returns the KV length it held.
+    pub fn finish(&mut self, id: u64) -> Result<u64, PoolError> {
+        match self.requests.get(&id).map(|r| r.phase) {
+            Some(Phase::Running) => {}
+            Some(_) => {
+                return Err(bad(
+                    ErrorKind::InvalidState,
+                    format!("request {id} is not running; use abort"),
+                ))
+            }
+            None => {
+                return Err(bad(
+                    ErrorKind::InvalidArgument,
+                    format!("unknown request {id}"),
+                ))
+            }
+        }
+        self.stats.finished += 1;
+        Ok(self.remove(id))
+    }
+
+    /// Drops a request in any phase. Returns the KV length it held (to free).
+    pub fn abort(&mut self, id: u64) -> Result<u64, PoolError> {
+        if !self.requests.contains_key(&id) {
+            return Err(bad(
+                ErrorKind::InvalidArgument,
+                format!("unknown request {id}"),
+            ));
+        }
+        Ok(self.remove(id))
+    }
+
+    fn remove(&mut self, id: u64) -> u64 {
+        let req = self.requests.remove(&id).expect("caller checked");
+        let list = match req.phase {
+            Phase::Waiting => &mut self.waiting,
+            Phase::Chunking => &mut self.chunking,
+            Phase::Running => &mut self.running,
+        };
+        list.retain(|&x| x != id);
+        if self.running.is_empty() {
+            self.batch_is_full = false;
+        }
+        req.kv_len
+    }
+
+    fn running_view(&self, id: u64) -> RunningRequest {
+        let r = &self.requests[&id];
+        RunningRequest {
+            input_len: r.spec.input_len,
+            output_len: r.spec.output_len,
+            max_new_tokens: r.spec.max_new_tokens,
+            ignore_eos: r.spec.ignore_eos,
+        }
+    }
+
+    fn adder_config(&self, mixed: u64) -> AdderConfig {
+        AdderConfig {
+            page_size: self.config.page_size,
+            max_prefill_tokens: self.config.max_prefill_tokens,
+            chunked_prefill_size: self.config.chunked_prefill_size,
+            num_mixed_decode_tokens: mixed,
+            clip_max_new_tokens: self.config.clip_max_new_tokens,
+            new_token_ratio: self.ratio.current(),
+            truncation_align_size: self.config.truncation_align_size,
+            prefill_max_requests: self.config.prefill_max_requests,
+            prefix_cache_disabled: self.config.prefix_cache_disabled,
+            max_chunked_requests: self.config.max_chunked_requests,
+        }
+    }
+
+    /// Plans the next step from the pool's free tokens and the prefix cache's evictable
+    /// tokens. `allow_prefill = false` skips prefill this step (e.g. a PrefillDelayer
+    /// verdict negotiated across ranks).
+    pub fn step(&mut self, available: u64, evictable: u64, allow_prefill: bool) -> StepPlan {
+        self.stats.steps += 1;
+        let mut plan = StepPlan::default();
+        if self.requests.is_empty() {
+            self.ratio.reset();
+            self.batch_is_full = false;
+        } else if allow_prefill && self.prefill(available, evictable, &mut plan) {
+            plan.kind = StepKind::Prefill;
+            self.stats.prefill_steps += 1;
+        } else if !self.running.is_empty() {
+            self.decode(available + evictable, &mut plan);
+            plan.kind = StepKind::Decode;
+            self.stats.decode_steps += 1;
+        } else if allow_prefill && !self.chunking.is_empty() {
+            self.break_chunking_stall(&mut plan);
+        }
+        plan.batch_is_full = self.batch_is_full;
+        plan.new_token_ratio = self.ratio.current();
+        plan
+    }
+
+    // ---- prefill ----------------------------------------------------------------------
+
+    fn prefill(&mut self, available: u64, evictable: u64, plan: &mut StepPlan) -> bool {
+        let preemption = self
+            .config
+            .priority
+            .and_then(|p| p.preemption_threshold)
+            .is_some();
+        if preemption || self.running.is_empty() {
+            self.batch_is_full = false;
+        }
+        if (self.batch_is_full || self.waiting.is_empty()) && self.chunking.is_empty() {
+            return false;
+        }
+        let allocatable = self.config.max_running_requests.map_or(usize::MAX, |max| {
+            max.saturating_sub(self.running.len() + self.chunking.len())
+        });
+        let mixed = self.config.enable_mixed_chunk
+            && self.config.chunked_prefill_size.is_some()
+            && !self.running.is_empty();
+        let num_mixed = if mixed { self.running.len() as u64 } else { 0 };
+        let running: Vec<RunningRequest> = self
+            .running
+            .iter()
+            .map(|&id| self.running_view(id))
+            .collect();
+        let mut adder = PrefillAdder::new(
+            self.adder_config(num_mixed),
+            available,
+            evictable,
+            &running,
+            self.chunking.len(),
+        );
+
+        let mut finished_chunking = Vec::new();
+        for &id in &self.chunking {
+            let req = self.requests.get_mut(&id).expect("chunking request exists");
+            let out = adder.add_chunked_req(ChunkedCandidate {
+                remaining: req.fill_len - req.kv_len,
+                max_new_tokens: req.spec.max_new_tokens,
+            });
+            if out.extend_len == 0 {
+                continue;
+            }
+            plan.prefill.push(PrefillEntry {
+                id,
+                prefix_len: req.kv_len,
+                extend_len: out.extend_len,
+                chunked: out.truncated,
+            });
+            req.kv_len += out.extend_len;
+            if !out.truncated {
+                finished_chunking.push(id);
+            }
+        }
+
+        let mut queue = self.waiting.clone();
+        policy::order(
+            self.config.policy,
+            self.config.priority,
+            &mut queue,
+            &self.requests,
+            self.stats.steps,
+        );
+
+        let mut admitted_new = 0usize;
+        let mut admitted_ids = Vec::new();
+        for &id in &queue {
+            if self.requests[&id].phase != Phase::Waiting {
+                continue; // preempted requests re-queued this pass wait for the next one
+            }
+            if adder.budget_state() == AddResult::Other {
+                break;
+            }
+            if admitted_new >= allocatable {
+                self.batch_is_full = true;
+            }
+            if self.batch_is_full && !self.preempt_for(id, &mut adder, plan) {
+                break;
+            }
+            let req = &self.requests[&id];
+            let candidate = Candidate {
+                input_len: req.fill_len,
+                prefix_len: req.spec.prefix_len,
+                prefix_evictable: req.spec.prefix_evictable,
+                max_new_tokens: req.spec.max_new_tokens,
+                output_len: req.spec.output_len,
+                ignore_eos: req.spec.ignore_eos,
+            };
+            let admission = adder.add_one_req(&candidate);
+            if let Some(extend_len) = admission.extend_len {
+                admitted_new += 1;
+                admitted_ids.push(id);
+                let req = self.requests.get_mut(&id).expect("exists");
+                plan.prefill.push(PrefillEntry {
+                    id,
+                    prefix_len: req.spec.prefix_len,
+                    extend_len,
+                    chunked: admission.chunked,
+                });
+                req.kv_len = req.spec.prefix_len + extend_len;
+                req.phase = if admission.chunked {
+                    Phase::Chunking
+                } else {
+                    Phase::Running
+                };
+                self.stats.admitted += 1;
+            }
+            match admission.next {
+                AddResult::Continue => {}
+                AddResult::NoToken => {
+                    self.batch_is_full = admitted_new > 0 || !self.running.is_empty();
+                    break;
+                }
+                AddResult::Other => break,
+            }
+        }
+
+        if plan.prefill.is_empty() {
+            return false;
+        }
+        self.stats.chunks += plan.prefill.len() as u64;
+        // Mixed chunk: the running requests decode in the same step if their next
+        // tokens fit what the prefill leaves (their rows were pre-charged).
+        if mixed {
+            let room = adder.budget().cur_rem_tokens() + num_mixed as i64;
+            if room >= 0 && self.decode_need(&self.running) <= room as u64 {
+                self.advance_decode(plan);
+            }
+        }
+        // Commit: admitted requests leave the queue; finished prefills start running.
+        self.waiting.retain(|id| !admitted_ids.contains(id));
+        for &id in &admitted_ids {
+            let req = self.requests.get_mut(&id).expect("exists");
+            if req.phase == Phase::Chunking {
+                self.chunking.push(id);
+            } else {
+                req.spec.output_len += 1;
+                self.running.push(id);
+            }
+        }
+        for id in finished_chunking {
+            self.chunking.retain(|&x| x != id);
+            let req = self.requests.get_mut(&id).expect("exists");
+            req.phase = Phase::Running;
+            req.spec.output_len += 1;
+            self.running.push(id);
+        }
+        true
+    }
+
+    /// SGLang's `preempt_to_schedule`: frees room for `id` by preempting running requests
+    /// whose priority is worse by more than the threshold (lowest priority, newest first).
+    fn preempt_for(&mut self, id: u64, adder: &mut PrefillAdder, plan: &mut StepPlan) -> bool {
+        let Some(prio) = self.config.priority else {
+            return false;
+        };
+        let Some(threshold) = prio.preemption_threshold else {
+            return false;
+        };
+        let req = &self.requests[&id];
+        let cfg = self.adder_config(0);
+        let mut need = (req.fill_len - req.spec.prefix_len
+            + req.spec.max_new_tokens.min(cfg.clip_max_new_tokens)) as f64
+            - adder.budget().rem_total_tokens();
+        let rank = prio.rank(req.spec.priority);
+        let mut order: Vec<u64> = self.running.clone();
+        order.sort_by_key(|cand| {
+            let c = &self.requests[cand];
+            (
+                std::cmp::Reverse(prio.rank(c.spec.priority)),
+                std::cmp::Reverse(c.arrival),
+            )
+        });
+        let mut victims = Vec::new();
+        for cand in order {
+            let c = &self.requests[&cand];
+            if prio.rank(c.spec.priority) - rank <= threshold {
+                break;
+            }
+            need -= PrefillBudget::running_offset(&cfg, &self.running_view(cand));
+            victims.push(cand);
+            if need <= 0.0 {
+                break;
+            }
+        }
+        if victims.is_empty() || need > 0.0 {
+            return false;
+        }
+        for victim in victims {
+            let offset = PrefillBudget::running_offset(&cfg, &self.running_view(victim));
+            let r = self.requests.get_mut(&victim).expect("running");
+            let freed = ceil_paged(r.kv_len, self.config.page_size);
+            plan.preempted.push(Evicted {
+                id: victim,
+                kv_len: r.kv_len,
+            });
+            r.retract();
+            adder.budget_mut().release_running(offset, freed);
+            self.running.retain(|&x| x != victim);
+            self.waiting.push(victim);
+            self.stats.preemptions += 1;
+        }
+        self.batch_is_full = false;
+        true
+    }
+
+    /// Chunked requests that cannot continue while nothing runs would wait forever (only
+    /// their own KV and unreclaimable memory are left): retract the newest, or abort the
+    /// last one. SGLang, with one chunked request, fails the allocation instead.
+    fn break_chunking_stall(&mut self, plan: &mut StepPlan) {
+        let Some(&id) = self.chunking.last() else {
+            return;
+        };
+        if self.chunking.len() > 1 {
+            let r = self.requests.get_mut(&id).expect("chunking");
+            plan.retracted.push(Evicted {
+                id,
+                kv_len: r.kv_len,
+            });
+            r.retract();
+            self.chunking.pop();
+            self.waiting.push(id);
+            self.stats.retractions += 1;
+        } else {
+            let kv_len = self.remove(id);
+            plan.aborted.push(Evicted { id, kv_len });
+            self.stats.aborts += 1;
+        }
+    }
+
+    // ---- decode -----------------------------------------------------------------------
+
+    /// Tokens the next decode step of `ids` needs: a page for each request whose KV ends on
+    /// a page boundary.
+    fn decode_need(&self, ids: &[u64]) -> u64 {
+        let ps = self.config.page_size;
+        ps * ids
+            .iter()
+            .filter(|id| self.requests[id].kv_len % ps == 0)
+            .count() as u64
+    }
+
+    fn decode(&mut self, mut room: u64, plan: &mut StepPlan) {
+        if self.decode_need(&self.running) <= room {
+            self.ratio.decay_step();
+        } else {
+            let mut order = self.running.clone();
+            let prio = self.config.priority;
+            let by_priority = self.config.retraction == RetractionPolicy::Priority;
+            // Sorted descending by the retraction key; retract from the end.
+            order.sort_by(|a, b| {
+                let (ra, rb) = (&self.requests[a], &self.requests[b]);
+                let key = |r: &Request| {
+                    let p = match (by_priority, prio) {
+                        (true, Some(p)) => -p.rank(r.spec.priority),
+                        _ => 0,
+                    };
+                    (p, r.spec.output_len, std::cmp::Reverse(r.spec.input_len))
+                };
+                key(rb).cmp(&key(ra))
+            });
+            while order.len() > 1 && self.decode_need(&order) > room {
+                let id = order.pop().expect("non-empty");
+                let r = self.requests.get_mut(&id).expect("running");
+                room += ceil_paged(r.kv_len, self.config.page_size);
+                plan.retracted.push(Evicted {
+                    id,
+                    kv_len: r.kv_len,
+                });
+                r.retract();
+                self.running.retain(|&x| x != id);
+                self.waiting.push(id);
+                self.stats.retractions += 1;
+            }
+            if self.decode_need(&order) > room {
+                let id = order.pop().expect("one left");
+                let kv_len = self.remove(id);
+                plan.aborted.push(Evicted { id, kv_len });
+                self.stats.aborts += 1;
+            }
+            let estimate = NewTokenRatio::retraction_estimate(order.iter().map(|id| {
+                let r = &self.requests[id];
+                (r.spec.output_len, r.spec.max_new_tokens)
+            }));
+            self.ratio.set_after_retraction(estimate);
+        }
+        self.advance_decode(plan);
+    }
+
+    /// Every running request decodes one token.
+    fn advance_decode(&mut self, plan: &mut StepPlan) {
+        for &id in &self.running {
+            let r = self.requests.get_mut(&id).expect("running");
+            r.kv_len += 1;
+            r.spec.output_len += 1;
+            plan.decode.push(id);
+        }
+    }
+}
+
+fn check_prefix(spec: &RequestSpec) -> Result<(), PoolError> {
+    let fill = spec.input_len + spec.output_len;
+    if spec.input_len == 0 {
+        return Err(bad(
+            ErrorKind::InvalidLengths,
+            format!("request {}: input_len is 0", spec.id),
+        ));
+    }
+    if spec.prefix_len >= fill {
+        return Err(bad(
+            ErrorKind::InvalidLengths,
+            format!(
+                "request {}: prefix_len {} must be less than the {} tokens to fill (one token is always computed)",
+                spec.id, spec.prefix_len, fill
+            ),
+        ));
+    }
+    if spec.prefix_evictable > spec.prefix_len {
+        return Err(bad(
+            ErrorKind::InvalidLengths,
+            format!(
+                "request {}: prefix_evictable {} exceeds prefix_len {}",
+                spec.id, spec.prefix_evictable, spec.prefix_len
+            ),
+        ));
+    }
+    Ok(())
+}

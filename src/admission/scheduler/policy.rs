@@ -1,0 +1,151 @@
+//! Ordering of the waiting queue (SGLang's `SchedulePolicy.calc_priority`).
+
+use std::collections::HashMap;
+
+use super::request::Request;
+
+type Requests = HashMap<u64, Request>;
+
+/// How the waiting queue is ordered before each prefill pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Policy {
+    /// First come, first served (the default).
+    #[default]
+    Fcfs,
+    /// Longest output (`max_new_tokens`) first.
+    Lof,
+    /// Random, from the caller's seed: reproducible run to run and rank to rank.
+    Random {
+        /// Seed of the shuffle.
+        seed: u64,
+    },
+    /// Longest cached prefix first (falls back to FCFS above 128 waiting requests).
+    Lpm,
+    /// DFS over the prefix tree, heavier subtrees first (uses `RequestSpec::prefix_path`).
+    DfsWeight,
+}
+
+/// Priority scheduling (SGLang `--enable-priority-scheduling`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PriorityConfig {
+    /// Lower values run first (SGLang `schedule_low_priority_values_first`).
+    pub low_values_first: bool,
+    /// Preempt running requests whose priority is worse by more than `threshold`
+    /// (`None` disables preemption; SGLang's default threshold is 10).
+    pub preemption_threshold: Option<i64>,
+}
+
+impl PriorityConfig {
+    /// Sort key: smaller runs first.
+    pub(crate) fn rank(&self, priority: i64) -> i64 {
+        if self.low_values_first {
+            priority
+        } else {
+            -priority
+        }
+    }
+}
+
+/// Waiting requests above which LPM stops sorting (`WAITING_QUEUE_PREFIX_MATCH_MAX`).
+const LPM_MAX_QUEUE: usize = 128;
+
+/// splitmix64, for the seeded random policy.
+pub(crate) struct SplitMix(pub u64);
+
+impl SplitMix {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+/// Orders `queue` (request ids) in place. `pass` varies the random shuffle from one pass to
+/// the next.
+pub(crate) fn order(
+    policy: Policy,
+    priority: Option<PriorityConfig>,
+    queue: &mut [u64],
+    reqs: &Requests,
+    pass: u64,
+) {
+    let prio = |i: &u64| priority.map_or(0, |p| p.rank(reqs[i].spec.priority));
+    match policy {
+        Policy::Fcfs => queue.sort_by_key(|i| (prio(i), reqs[i].arrival)),
+        Policy::Lof => queue.sort_by_key(|i| {
+            (
+                prio(i),
+                std::cmp::Reverse(reqs[i].spec.max_new_tokens),
+                reqs[i].arrival,
+            )
+        }),
+        Policy::Random { seed } => {
+            queue.sort_by_key(|i| reqs[i].arrival);
+            let mut rng = SplitMix(seed ^ pass.wrapping_mul(0xA24B_AED4_963E_E407));
+            for k in (1..queue.len()).rev() {
+                let j = (rng.next() % (k as u64 + 1)) as usize;
+                queue.swap(k, j);
+            }
+        }
+        Policy::Lpm => {
+            if queue.len() > LPM_MAX_QUEUE {
+                queue.sort_by_key(|i| (prio(i), reqs[i].arrival));
+            } else {
+                queue.sort_by_key(|i| {
+                    (
+                        prio(i),
+                        std::cmp::Reverse(reqs[i].spec.prefix_len),
+                        reqs[i].arrival,
+                    )
+                });
+            }
+        }
+        Policy::DfsWeight => {
+            queue.sort_by_key(|i| reqs[i].arrival);
+            dfs_weight(queue, reqs);
+        }
+    }
+}
+
+/// SGLang's `_sort_by_dfs_weight`: a node's weight is the number of waiting requests ending
+/// there plus its children's weights; a DFS from the root visits heavier children first
+/// (ties: first seen first) and emits each node's own requests after its subtree.
+fn dfs_weight(queue: &mut [u64], reqs: &Requests) {
+    const ROOT: u64 = u64::MAX;
+    let mut children: HashMap<u64, Vec<u64>> = HashMap::new();
+    let mut own: HashMap<u64, Vec<u64>> = HashMap::new();
+    let mut weight: HashMap<u64, u64> = HashMap::new();
+    for &i in queue.iter() {
+        let path = &reqs[&i].spec.prefix_path;
+        let mut parent = ROOT;
+        for &node in path {
+            let kids = children.entry(parent).or_default();
+            if !kids.contains(&node) {
+                kids.push(node);
+            }
+            *weight.entry(node).or_default() += 1;
+            parent = node;
+        }
+        own.entry(parent).or_default().push(i);
+    }
+    let mut out = Vec::with_capacity(queue.len());
+    let mut stack = vec![(ROOT, false)];
+    while let Some((node, expanded)) = stack.pop() {
+        if expanded {
+            out.extend(own.get(&node).into_iter().flatten().copied());
+            continue;
+        }
+        stack.push((node, true));
+        if let Some(kids) = children.get(&node) {
+            let mut kids = kids.clone();
+            // Stable: among equal weights the first seen is visited first.
+            kids.sort_by_key(|k| std::cmp::Reverse(weight[k]));
+            for &kid in kids.iter().rev() {
+                stack.push((kid, false));
+            }
+        }
+    }
+    queue.copy_from_slice(&out);
+}

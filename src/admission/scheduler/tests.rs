@@ -1,0 +1,350 @@
+//! Scheduler scenarios: the seed article's example, retraction, policies, priority.
+
+use super::*;
+
+fn spec(id: u64, input_len: u64, max_new_tokens: u64) -> RequestSpec {
+    RequestSpec {
+        id,
+        input_len,
+        max_new_tokens,
+        ..RequestSpec::default()
+    }
+}
+
+fn scheduler(capacity: u64, page_size: u64, f: impl FnOnce(&mut SchedulerConfig)) -> Scheduler {
+    let mut config = SchedulerConfig::new(capacity, page_size);
+    f(&mut config);
+    Scheduler::new(config).unwrap()
+}
+
+/// Runs steps with a simple engine: `available` shrinks with what the plans allocate.
+struct Engine {
+    capacity: u64,
+    used: u64,
+}
+
+impl Engine {
+    fn step(&mut self, s: &mut Scheduler) -> StepPlan {
+        let plan = s.step(self.capacity - self.used, 0, true);
+        for e in plan
+            .retracted
+            .iter()
+            .chain(&plan.preempted)
+            .chain(&plan.aborted)
+        {
+            self.used -= e.kv_len;
+        }
+        self.used += plan.prefill.iter().map(|e| e.extend_len).sum::<u64>();
+        self.used += plan.decode.len() as u64;
+        assert!(self.used <= self.capacity, "over-committed: {plan:?}");
+        plan
+    }
+}
+
+#[test]
+fn seed_example_chunks_10000_tokens_as_4096_4096_1808() {
+    let mut s = scheduler(1_000_000, 1, |c| c.chunked_prefill_size = Some(4096));
+    let mut engine = Engine {
+        capacity: 1_000_000,
+        used: 0,
+    };
+    s.submit(spec(9, 10_000, 10)).unwrap();
+    let chunks: Vec<(u64, u64, bool)> = (0..3)
+        .map(|_| {
+            let e = engine.step(&mut s).prefill[0];
+            (e.prefix_len, e.extend_len, e.chunked)
+        })
+        .collect();
+    assert_eq!(
+        chunks,
+        [(0, 4096, true), (4096, 4096, true), (8192, 1808, false)]
+    );
+    assert_eq!(s.request(9).unwrap(), (Phase::Running, 10_000, 1));
+}
+
+#[test]
+fn mixed_chunk_keeps_the_decode_batch_running_every_step() {
+    let mut s = scheduler(1_000_000, 1, |c| {
+        c.chunked_prefill_size = Some(4096);
+        c.enable_mixed_chunk = true;
+    });
+    let mut engine = Engine {
+        capacity: 1_000_000,
+        used: 0,
+    };
+    for id in 0..3 {
+        s.submit(spec(id, 100, 1000)).unwrap();
+    }
+    let plan = engine.step(&mut s);
+    assert_eq!(plan.prefill.len(), 3);
+    assert!(plan.decode.is_empty());
+    s.submit(spec(9, 10_000, 10)).unwrap();
+    let mut chunks = Vec::new();
+    for _ in 0..3 {
+        let plan = engine.step(&mut s);
+        assert_eq!(plan.kind, StepKind::Prefill);
+        assert_eq!(plan.prefill.len(), 1);
+        chunks.push(plan.prefill[0].extend_len);
+        // The three running requests decode in every step, mixed into the prefill batch.
+        assert_eq!(plan.decode, [0, 1, 2]);
+    }
+    // Their three decode tokens are charged to each step's chunk budget (SGLang's
+    // `rem_chunk_tokens = chunked_prefill_size - num_mixed`).
+    assert_eq!(chunks, [4093, 4093, 1814]);
+    assert_eq!(s.request(9).unwrap().0, Phase::Running);
+    let plan = engine.step(&mut s);
+    assert_eq!((plan.kind, plan.decode.len()), (StepKind::Decode, 4));
+}
+
+#[test]
+fn without_mixed_chunk_prefill_steps_pause_decoding() {
+    let mut s = scheduler(1_000_000, 1, |c| c.chunked_prefill_size = Some(4096));
+    let mut engine = Engine {
+        capacity: 1_000_000,
+        used: 0,
+    };
+    s.submit(spec(0, 100, 1000)).unwrap();
+    engine.step(&mut s);
+    s.submit(spec(1, 10_000, 10)).unwrap();
+    let kinds: Vec<StepKind> = (0..4).map(|_| engine.step(&mut s).kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            StepKind::Prefill,
+            StepKind::Prefill,
+            StepKind::Prefill,
+            StepKind::Decode
+        ]
+    );
+}
+
+#[test]
+fn unfittable_requests_are_reported_not_queued() {
+    let mut s = scheduler(10_000, 16, |_| {});
+    // 9000 + min(2000, 4096) + 16 >= 10000.
+    let out = s.submit(spec(1, 9000, 2000)).unwrap();
+    assert_eq!(
+        out,
+        SubmitOutcome::Unfittable {
+            needed: 11_016,
+            capacity: 10_000
+        }
+    );
+    assert_eq!(s.counts(), (0, 0, 0));
+    assert_eq!(
+        s.submit(spec(2, 5000, 2000)).unwrap(),
+        SubmitOutcome::Queued
+    );
+    assert_eq!(
+        s.submit(spec(2, 10, 1)).unwrap_err().kind(),
+        ErrorKind::InvalidState
+    );
+    let bad = RequestSpec {
+        prefix_len: 5000,
+        ..spec(3, 5000, 10)
+    };
+    assert_eq!(s.submit(bad).unwrap_err().kind(), ErrorKind::InvalidLengths);
+}
+
+#[test]
+fn retraction_follows_sglang_order_and_ratio() {
+    let mut s = scheduler(100_000, 16, |_| {});
+    // Each fills exactly one page; outputs so far 0, 4 and 8 (as if resumed).
+    let with_output = |id, input_len, output_len, max_new_tokens| RequestSpec {
+        output_len,
+        ..spec(id, input_len, max_new_tokens)
+    };
+    s.submit(with_output(0, 16, 0, 100)).unwrap();
+    s.submit(with_output(1, 12, 4, 100)).unwrap();
+    s.submit(with_output(2, 8, 8, 200)).unwrap();
+    assert_eq!(s.step(100_000, 0, true).prefill.len(), 3);
+    // All three end on a page boundary: the decode needs 3 pages and none is free.
+    // Fewest generated tokens go first: request 0 (frees one page, still short), then 1.
+    let plan = s.step(0, 0, true);
+    assert_eq!(
+        plan.retracted,
+        [Evicted { id: 0, kv_len: 16 }, Evicted { id: 1, kv_len: 16 }]
+    );
+    assert_eq!(plan.decode, [2]);
+    // Ratio over the request that stays: (9 + 20) / (200 + 1).
+    assert!((plan.new_token_ratio - 29.0 / 201.0).abs() < 1e-12);
+    assert_eq!(s.counts(), (2, 0, 1));
+    // A retracted request re-prefills its prompt and its output so far.
+    assert_eq!(s.request(1).unwrap(), (Phase::Waiting, 0, 5));
+    let plan = s.step(100_000, 0, true);
+    let refill: Vec<(u64, u64)> = plan.prefill.iter().map(|e| (e.id, e.extend_len)).collect();
+    assert_eq!(refill, [(0, 17), (1, 17)]);
+}
+
+#[test]
+fn ties_in_the_retraction_key_retract_the_later_request_first() {
+    let mut s = scheduler(100_000, 16, |_| {});
+    for id in 0..3 {
+        s.submit(spec(id, 16, 100)).unwrap();
+    }
+    s.step(100_000, 0, true);
+    let plan = s.step(16, 0, true);
+    let ids: Vec<u64> = plan.retracted.iter().map(|e| e.id).collect();
+    assert_eq!(ids, [2]);
+}
+
+#[test]
+fn last_request_that_cannot_decode_is_aborted() {
+    let mut s = scheduler(1000, 16, |_| {});
+    s.submit(spec(7, 32, 10)).unwrap();
+    s.step(1000, 0, true);
+    // kv_len 32 is page-aligned: the next token needs a page, and nothing is free.
+    let plan = s.step(0, 0, true);
+    assert_eq!(plan.aborted, [Evicted { id: 7, kv_len: 32 }]);
+    assert!(plan.decode.is_empty());
+    assert_eq!(s.counts(), (0, 0, 0));
+    assert_eq!(s.stats().aborts, 1);
+}
+
+#[test]
+fn ratio_decays_per_decode_step_and_resets_when_idle() {
+    let mut s = scheduler(100_000, 1, |_| {});
+    s.submit(spec(1, 10, 100)).unwrap();
+    s.step(100_000, 0, true);
+    let r0 = s.new_token_ratio();
+    s.step(100_000, 0, true);
+    let decay = (0.7 - 0.098) / 600.0;
+    assert!((s.new_token_ratio() - (r0 - decay)).abs() < 1e-12);
+    s.finish(1).unwrap();
+    s.step(100_000, 0, true);
+    assert!((s.new_token_ratio() - 0.7).abs() < 1e-12);
+}
+
+fn admitted_order(s: &mut Scheduler) -> Vec<u64> {
+    s.step(1 << 30, 0, true)
+        .prefill
+        .iter()
+        .map(|e| e.id)
+        .collect()
+}
+
+#[test]
+fn policies_order_the_queue() {
+    let mk = |policy| {
+        let mut s = scheduler(1 << 30, 1, |c| c.policy = policy);
+        s.submit(spec(1, 10, 5)).unwrap();
+        s.submit(RequestSpec {
+            prefix_len: 8,
+            ..spec(2, 10, 50)
+        })
+        .unwrap();
+        s.submit(RequestSpec {
+            prefix_len: 4,
+            ..spec(3, 10, 500)
+        })
+        .unwrap();
+        s
+    };
+    assert_eq!(admitted_order(&mut mk(Policy::Fcfs)), [1, 2, 3]);
+    assert_eq!(admitted_order(&mut mk(Policy::Lof)), [3, 2, 1]);
+    assert_eq!(admitted_order(&mut mk(Policy::Lpm)), [2, 3, 1]);
+    let a = admitted_order(&mut mk(Policy::Random { seed: 42 }));
+    assert_eq!(a, admitted_order(&mut mk(Policy::Random { seed: 42 })));
+    let mut sorted = a.clone();
+    sorted.sort();
+    assert_eq!(sorted, [1, 2, 3]);
+    let differs = (0..20).any(|seed| admitted_order(&mut mk(Policy::Random { seed })) != a);
+    assert!(differs, "the seed does not change the order");
+}
+
+#[test]
+fn dfs_weight_visits_heavier_subtrees_first() {
+    let mut s = scheduler(1 << 30, 1, |c| c.policy = Policy::DfsWeight);
+    let with_path = |id, path: &[u64]| RequestSpec {
+        prefix_path: path.to_vec(),
+        ..spec(id, 10, 5)
+    };
+    s.submit(with_path(1, &[10])).unwrap(); // subtree 10: one request
+    s.submit(with_path(2, &[20, 21])).unwrap(); // subtree 20: three requests
+    s.submit(with_path(3, &[20])).unwrap();
+    s.submit(with_path(4, &[20, 21])).unwrap();
+    s.submit(with_path(5, &[])).unwrap(); // at the root
+                                          // Heavier child 20 first; inside it child 21's requests before node 20's own; root last.
+    assert_eq!(admitted_order(&mut s), [2, 4, 3, 1, 5]);
+}
+
+#[test]
+fn priority_orders_and_preempts() {
+    let prio = PriorityConfig {
+        low_values_first: true,
+        preemption_threshold: Some(10),
+    };
+    let mut s = scheduler(10_000, 1, |c| {
+        c.priority = Some(prio);
+        c.max_running_requests = Some(2);
+    });
+    s.submit(RequestSpec {
+        priority: 50,
+        ..spec(1, 100, 100)
+    })
+    .unwrap();
+    s.submit(RequestSpec {
+        priority: 45,
+        ..spec(2, 100, 100)
+    })
+    .unwrap();
+    assert_eq!(admitted_order(&mut s), [2, 1]);
+    // Slots are full. A request 5 better than the worst does not preempt (threshold 10);
+    // one 30 better preempts the lowest-priority running request (1).
+    s.submit(RequestSpec {
+        priority: 40,
+        ..spec(3, 100, 100)
+    })
+    .unwrap();
+    let plan = s.step(9000, 0, true);
+    assert_eq!(plan.kind, StepKind::Decode);
+    s.abort(3).unwrap();
+    s.submit(RequestSpec {
+        priority: 20,
+        ..spec(4, 100, 100)
+    })
+    .unwrap();
+    let plan = s.step(9000, 0, true);
+    assert_eq!(plan.preempted, [Evicted { id: 1, kv_len: 101 }]);
+    assert_eq!(plan.prefill.iter().map(|e| e.id).collect::<Vec<_>>(), [4]);
+    assert_eq!(s.request(1).unwrap().0, Phase::Waiting);
+    assert_eq!(s.stats().preemptions, 1);
+}
+
+#[test]
+fn max_running_requests_fills_the_batch() {
+    let mut s = scheduler(1 << 20, 1, |c| c.max_running_requests = Some(2));
+    for id in 0..4 {
+        s.submit(spec(id, 10, 10)).unwrap();
+    }
+    let plan = s.step(1 << 20, 0, true);
+    assert_eq!(plan.prefill.len(), 2);
+    assert!(plan.batch_is_full);
+    assert_eq!(s.step(1 << 20, 0, true).kind, StepKind::Decode);
+}
+
+#[test]
+fn prefill_can_be_held_back_by_the_caller() {
+    let mut s = scheduler(1 << 20, 1, |_| {});
+    s.submit(spec(1, 10, 10)).unwrap();
+    assert_eq!(s.step(1 << 20, 0, false).kind, StepKind::Idle);
+    assert_eq!(s.step(1 << 20, 0, true).kind, StepKind::Prefill);
+}
+
+#[test]
+fn stalled_chunked_request_alone_is_aborted() {
+    let mut s = scheduler(100_000, 16, |c| c.chunked_prefill_size = Some(1024));
+    s.submit(spec(1, 5000, 10)).unwrap();
+    let plan = s.step(100_000, 0, true);
+    assert_eq!(plan.prefill[0].extend_len, 1024);
+    // The engine reports no free memory (its cache is not evictable): the chunk cannot
+    // continue and nothing runs that could free memory.
+    let plan = s.step(0, 0, true);
+    assert_eq!(
+        plan.aborted,
+        [Evicted {
+            id: 1,
+            kv_len: 1024
+        }]
+    );
+}
