@@ -3,16 +3,20 @@
 //!
 //! Everything here is host-side arithmetic over numbers the engine supplies (the pool's
 //! available size, the prefix cache's evictable size, request lengths): no clocks, no
-//! randomness the caller did not seed, no allocation in the pool unless asked. The same
-//! inputs give the same decisions on every rank.
+//! randomness the caller did not seed, and no allocation in the pool: the engine allocates
+//! what a plan says. The same inputs give the same decisions on every rank.
 
 mod adder;
 mod budget;
+mod delayer;
+mod dynamic_chunk;
 mod ratio;
 pub mod scheduler;
 
 pub use adder::{Admission, Candidate, ChunkedCandidate, ChunkedOutcome, PrefillAdder};
 pub use budget::{AddResult, AdderConfig, PrefillBudget, RunningRequest};
+pub use delayer::{DelayerConfig, PrefillDelayer, RankInfo, Verdict};
+pub use dynamic_chunk::ChunkSizePredictor;
 pub use ratio::{NewTokenRatio, RatioConfig, RETRACT_DECODE_STEPS};
 pub use scheduler::{
     Evicted, Phase, Policy, PrefillEntry, PriorityConfig, RequestSpec, RetractionPolicy, Scheduler,

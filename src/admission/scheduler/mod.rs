@@ -19,7 +19,7 @@ use std::collections::HashMap;
 
 use super::budget::{AddResult, AdderConfig, PrefillBudget, RunningRequest};
 use super::ratio::{NewTokenRatio, RatioConfig};
-use super::{ceil_paged, PrefillAdder};
+use super::{ceil_paged, ChunkSizePredictor, PrefillAdder};
 use super::{Candidate, ChunkedCandidate, CLIP_MAX_NEW_TOKENS};
 use crate::pool::{ErrorKind, PoolError};
 use request::Request;
@@ -68,6 +68,9 @@ pub struct SchedulerConfig {
     pub retraction: RetractionPolicy,
     /// New-token-ratio tunables.
     pub ratio: RatioConfig,
+    /// Dynamic chunk sizing: while a chunked request is in flight, the pass's chunk size is
+    /// predicted from its prefilled length (SGLang, pipeline parallelism). `None`: fixed.
+    pub dynamic_chunking: Option<ChunkSizePredictor>,
 }
 
 impl SchedulerConfig {
@@ -90,6 +93,7 @@ impl SchedulerConfig {
             priority: None,
             retraction: RetractionPolicy::Length,
             ratio: RatioConfig::default(),
+            dynamic_chunking: None,
         }
     }
 }
@@ -415,7 +419,7 @@ impl Scheduler {
         AdderConfig {
             page_size: self.config.page_size,
             max_prefill_tokens: self.config.max_prefill_tokens,
-            chunked_prefill_size: self.config.chunked_prefill_size,
+            chunked_prefill_size: self.pass_chunk_size(),
             num_mixed_decode_tokens: mixed,
             clip_max_new_tokens: self.config.clip_max_new_tokens,
             new_token_ratio: self.ratio.current(),
@@ -423,6 +427,18 @@ impl Scheduler {
             prefill_max_requests: self.config.prefill_max_requests,
             prefix_cache_disabled: self.config.prefix_cache_disabled,
             max_chunked_requests: self.config.max_chunked_requests,
+        }
+    }
+
+    /// This pass's chunk size: predicted from the oldest in-flight chunked request's
+    /// progress with dynamic chunking, else the configured one.
+    fn pass_chunk_size(&self) -> Option<u64> {
+        let fixed = self.config.chunked_prefill_size;
+        match (self.config.dynamic_chunking, self.chunking.first()) {
+            (Some(predictor), Some(id)) if fixed.is_some() => {
+                predictor.predict(self.requests[id].kv_len).or(fixed)
+            }
+            _ => fixed,
         }
     }
 

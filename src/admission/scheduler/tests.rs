@@ -348,3 +348,27 @@ fn stalled_chunked_request_alone_is_aborted() {
         }]
     );
 }
+
+#[test]
+fn dynamic_chunking_shrinks_later_chunks() {
+    let predictor = ChunkSizePredictor {
+        a: 1e-5,
+        b: 0.0,
+        base_chunk: 4096,
+        page_size: 1,
+        context_len: 1 << 20,
+        max_prefill_tokens: 16384,
+        smooth: 0.75,
+    };
+    let mut s = scheduler(1 << 22, 1, |c| {
+        c.chunked_prefill_size = Some(4096);
+        c.dynamic_chunking = Some(predictor);
+    });
+    s.submit(spec(1, 30_000, 10)).unwrap();
+    let chunks: Vec<u64> = (0..3)
+        .map(|_| s.step(1 << 22, 0, true).prefill[0].extend_len)
+        .collect();
+    assert_eq!(chunks[0], 4096);
+    assert_eq!(chunks[1], predictor.predict(4096).unwrap());
+    assert!(chunks[1] < 4096 && chunks[2] < chunks[1], "{chunks:?}");
+}
