@@ -46,11 +46,12 @@ impl ChunkSizePredictor {
             if m[col][col].abs() < 1e-300 {
                 return None;
             }
-            for row in 0..3 {
+            let pivot_row = m[col];
+            for (row, values) in m.iter_mut().enumerate() {
                 if row != col {
-                    let f = m[row][col] / m[col][col];
-                    for k in col..4 {
-                        m[row][k] -= f * m[col][k];
+                    let f = values[col] / pivot_row[col];
+                    for (x, p) in values.iter_mut().zip(pivot_row).skip(col) {
+                        *x -= f * p;
                     }
                 }
             }
