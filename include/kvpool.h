@@ -11,8 +11,8 @@
  *  - Ownership. Pointers passed in are borrowed for the duration of the call only. Objects
  *    returned through `**out` are owned by the caller and released with the matching
  *    `kvp_*_free`; `kvp_*_free(NULL)` is a no-op.
- *  - Threads. A `struct kvp_pool *` may be used from several threads at once (calls are
- *    serialized by an internal lock); `kvp_pool_free` must not race with other calls.
+ *  - Threads. Every handle may be used from several threads at once (calls are serialized
+ *    by an internal lock); its `_free` must not race with other calls on it.
  *  - Panics. No Rust panic ever unwinds into the caller: it becomes KVP_STATUS_PANIC, and a
  *    pool that panicked while locked returns KVP_STATUS_POISONED from then on.
  *  - Index buffers. Buffers of slot indices (`void *out`, `last_loc`, `indices`, `page_ids`,
@@ -25,6 +25,11 @@
  *    KV buffers need `size + page_size` rows (kvp_pool_info.kv_rows).
  *  - Backends. This version has the host backend: every call completes before it returns.
  *    The CUDA backend is reserved (KVP_BACKEND_CUDA, KVP_STATUS_UNSUPPORTED for now).
+ *
+ * Objects: kvp_pool (slot allocation), kvp_snapshot (its saved state), kvp_scheduler (the
+ * continuous-batching step over request descriptors), kvp_adder (one prefill pass's
+ * admission budget, for engines with their own loop), kvp_delayer (DP-rank prefill
+ * negotiation).
  *
  * Compile-time version: KVP_VERSION_MAJOR/MINOR/PATCH, KVP_ABI_VERSION; run-time:
  * kvp_version(), kvp_abi_version(). Check KVP_ABI_VERSION == kvp_abi_version() at start-up.
@@ -217,6 +222,220 @@ typedef uint32_t kvp_backend;
 #endif // __cplusplus
 
 /**
+ * Waiting-queue order (`kvp_scheduler_config.policy`).
+ */
+enum kvp_policy
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * First come, first served.
+   */
+  KVP_POLICY_FCFS = 0,
+  /**
+   * Longest output (`max_new_tokens`) first.
+   */
+  KVP_POLICY_LOF = 1,
+  /**
+   * Random, from `policy_seed` (reproducible).
+   */
+  KVP_POLICY_RANDOM = 2,
+  /**
+   * Longest cached prefix first (FCFS above 128 waiting requests).
+   */
+  KVP_POLICY_LPM = 3,
+  /**
+   * DFS over the prefix tree, heavier subtrees first (needs prefix paths at submit).
+   */
+  KVP_POLICY_DFS_WEIGHT = 4,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum kvp_policy kvp_policy;
+#else
+typedef uint32_t kvp_policy;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * Which running requests a decode-memory shortage retracts first.
+ */
+enum kvp_retraction
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Fewest generated tokens first, then longest prompt (SGLang's default).
+   */
+  KVP_RETRACTION_LENGTH = 0,
+  /**
+   * Lowest priority first, then as `KVP_RETRACTION_LENGTH`.
+   */
+  KVP_RETRACTION_PRIORITY = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum kvp_retraction kvp_retraction;
+#else
+typedef uint32_t kvp_retraction;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * What a step runs (`kvp_step_plan.kind`).
+ */
+enum kvp_step_kind
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Nothing to run.
+   */
+  KVP_STEP_KIND_IDLE = 0,
+  /**
+   * A prefill batch, maybe with decode rows mixed in.
+   */
+  KVP_STEP_KIND_PREFILL = 1,
+  /**
+   * A decode batch.
+   */
+  KVP_STEP_KIND_DECODE = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum kvp_step_kind kvp_step_kind;
+#else
+typedef uint32_t kvp_step_kind;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * Where a request is (`kvp_request_state.phase`).
+ */
+enum kvp_phase
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Waiting for admission (new, retracted or preempted).
+   */
+  KVP_PHASE_WAITING = 0,
+  /**
+   * Being prefilled chunk by chunk.
+   */
+  KVP_PHASE_CHUNKING = 1,
+  /**
+   * Decoding.
+   */
+  KVP_PHASE_RUNNING = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum kvp_phase kvp_phase;
+#else
+typedef uint32_t kvp_phase;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * Verdict for the next candidate (SGLang's `AddReqResult`).
+ */
+enum kvp_add_result
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Keep adding.
+   */
+  KVP_ADD_RESULT_CONTINUE = 0,
+  /**
+   * KV memory exhausted: stop and mark the batch full.
+   */
+  KVP_ADD_RESULT_NO_TOKEN = 1,
+  /**
+   * Another budget is spent (input, chunk, request cap): stop.
+   */
+  KVP_ADD_RESULT_OTHER = 2,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum kvp_add_result kvp_add_result;
+#else
+typedef uint32_t kvp_add_result;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * The verdict of `kvp_delayer_negotiate`.
+ */
+enum kvp_delay_verdict
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Prefill; no rank had to wait.
+   */
+  KVP_DELAY_VERDICT_NO_WAIT = 0,
+  /**
+   * Prefill, after waiting for the other ranks.
+   */
+  KVP_DELAY_VERDICT_WAIT_SUCCESS = 1,
+  /**
+   * No rank can prefill.
+   */
+  KVP_DELAY_VERDICT_NONE_READY = 2,
+  /**
+   * A rank's KV usage is below the low watermark: prefill.
+   */
+  KVP_DELAY_VERDICT_TOKEN_WATERMARK = 3,
+  /**
+   * Waited the maximum passes or time: prefill.
+   */
+  KVP_DELAY_VERDICT_WAIT_TIMEOUT = 4,
+  /**
+   * Skip prefill this pass.
+   */
+  KVP_DELAY_VERDICT_DELAY = 5,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum kvp_delay_verdict kvp_delay_verdict;
+#else
+typedef uint32_t kvp_delay_verdict;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * One prefill pass's admission budget (SGLang's `PrefillAdder`): offer the in-flight
+ * chunked request first (`kvp_adder_add_chunked_req`), then waiting requests in policy
+ * order (`kvp_adder_add_one_req`) until the verdict is not `KVP_ADD_RESULT_CONTINUE`.
+ * A refused request leaves no trace (select, then commit).
+ *
+ * Created by `kvp_adder_new` for one pass, released by `kvp_adder_free`. Calls are
+ * serialized by an internal lock.
+ */
+struct kvp_adder;
+
+/**
+ * Decides, identically on every data-parallel rank, whether this pass prefills (SGLang's
+ * PrefillDelayer), so one rank's prefill does not stall the others' decode. Per pass: each
+ * rank calls `kvp_delayer_local_info`, the engine all-gathers the `kvp_rank_info`s (the
+ * collective is the engine's), and every rank calls `kvp_delayer_negotiate` on the same
+ * array; pass the verdict to `kvp_scheduler_step(..., allow_prefill, ...)` and report the
+ * prefill batch size with `kvp_delayer_record_prefill`. Time comes from the caller
+ * (`timed_out`), so decisions stay deterministic.
+ *
+ * Created by `kvp_delayer_new`, released by `kvp_delayer_free`; calls are serialized.
+ */
+struct kvp_delayer;
+
+/**
  * A KV-cache slot allocator (SGLang's `TokenToKVPoolAllocator` when `page_size == 1`,
  * `PagedTokenToKVPoolAllocator` otherwise). It hands out integer slot indices into KV
  * buffers the engine owns; it never touches KV data.
@@ -230,6 +449,23 @@ typedef uint32_t kvp_backend;
 struct kvp_pool;
 
 /**
+ * The continuous-batching scheduler: owns the waiting queue, the in-flight chunked
+ * requests and the running set of request descriptors the engine submits, and plans each
+ * step (SGLang's `get_next_batch_to_run`: prefill first, else decode with retraction).
+ * It never allocates KV: the engine allocates and frees what each plan says.
+ *
+ * Created by `kvp_scheduler_new`, released by `kvp_scheduler_free`. Workflow per step:
+ * `kvp_scheduler_submit` new requests → `kvp_scheduler_step` → free the KV of retracted,
+ * preempted and aborted requests → allocate the prefill (`kvp_pool_alloc_extend`) and/or
+ * decode (`kvp_pool_alloc_decode`) the plan lists → run the model →
+ * `kvp_scheduler_finish` finished requests (and free their KV).
+ *
+ * Thread safety: calls are serialized by an internal lock, but a scheduler belongs to one
+ * scheduling loop: the arrays of a plan are overwritten by the next `kvp_scheduler_step`.
+ */
+struct kvp_scheduler;
+
+/**
  * A copy of a pool's allocator state (free list, staged frees, page states), made by
  * `kvp_pool_backup_state` and applied by `kvp_pool_restore_state` (SGLang 0.5.12's
  * `backup_state`/`restore_state`, e.g. to roll back speculative-decoding draft slots).
@@ -238,6 +474,210 @@ struct kvp_pool;
  * read from several threads; `kvp_snapshot_free` must not race with its use.
  */
 struct kvp_snapshot;
+
+/**
+ * Per-pass constants of an adder. Sizes in tokens; 0 means "none" where noted.
+ */
+struct kvp_adder_config {
+  /**
+   * Tokens per page.
+   */
+  uint64_t page_size;
+  /**
+   * `max_prefill_tokens` (16384).
+   */
+  uint64_t max_prefill_tokens;
+  /**
+   * `chunked_prefill_size`; 0 disables chunking.
+   */
+  uint64_t chunked_prefill_size;
+  /**
+   * Decode rows mixed into this prefill (mixed chunk), charged to every budget.
+   */
+  uint64_t num_mixed_decode_tokens;
+  /**
+   * `CLIP_MAX_NEW_TOKENS` (4096).
+   */
+  uint64_t clip_max_new_tokens;
+  /**
+   * Chunks end on multiples of this; 0: none.
+   */
+  uint64_t truncation_align_size;
+  /**
+   * At most this many requests in the batch; 0: no cap.
+   */
+  uint64_t prefill_max_requests;
+  /**
+   * Chunked requests in flight at once (1 = SGLang).
+   */
+  uint64_t max_chunked_requests;
+  /**
+   * The current new-token ratio.
+   */
+  double new_token_ratio;
+  /**
+   * No prefix cache (`ignore_eos` requests use SGLang's future simulation).
+   */
+  bool prefix_cache_disabled;
+};
+
+/**
+ * A running request, as the budget sees it.
+ */
+struct kvp_running_request {
+  /**
+   * Prompt tokens.
+   */
+  uint64_t input_len;
+  /**
+   * Tokens generated so far.
+   */
+  uint64_t output_len;
+  /**
+   * `max_new_tokens`.
+   */
+  uint64_t max_new_tokens;
+  /**
+   * Reserved at ratio 1.
+   */
+  bool ignore_eos;
+};
+
+/**
+ * A waiting request offered to `kvp_adder_add_one_req`.
+ */
+struct kvp_candidate {
+  /**
+   * Tokens it will have in the KV cache once prefilled (prompt, plus output so far if it
+   * was retracted).
+   */
+  uint64_t input_len;
+  /**
+   * Of those, tokens already cached.
+   */
+  uint64_t prefix_len;
+  /**
+   * Of those, tokens evictable now (locked on admission).
+   */
+  uint64_t prefix_evictable;
+  /**
+   * `max_new_tokens`.
+   */
+  uint64_t max_new_tokens;
+  /**
+   * Tokens generated so far.
+   */
+  uint64_t output_len;
+  /**
+   * Generates all `max_new_tokens`.
+   */
+  bool ignore_eos;
+};
+
+/**
+ * What `kvp_adder_add_one_req` / `kvp_adder_add_chunked_req` decided.
+ */
+struct kvp_admission {
+  /**
+   * Whether the request joins the batch.
+   */
+  bool admitted;
+  /**
+   * Joined as a chunk (or, for a continuation: tokens remain after this chunk).
+   */
+  bool chunked;
+  /**
+   * Tokens it prefills this step (0 when not admitted).
+   */
+  uint64_t extend_len;
+  /**
+   * One of `kvp_add_result`: the verdict for the next candidate (or why this one was
+   * refused).
+   */
+  uint32_t next;
+};
+
+/**
+ * The budgets as they stand, filled by `kvp_adder_get_budget`.
+ */
+struct kvp_budget {
+  /**
+   * `A + E − total_offset`: room once everything admitted has grown.
+   */
+  double rem_total_tokens;
+  /**
+   * `A + E − current_offset`: room for this step's allocation.
+   */
+  int64_t cur_rem_tokens;
+  /**
+   * Input tokens left in this pass.
+   */
+  int64_t rem_input_tokens;
+  /**
+   * Chunk tokens left (`INT64_MAX` when chunking is disabled).
+   */
+  int64_t rem_chunk_tokens;
+  /**
+   * One of `kvp_add_result`: SGLang's `budget_state()`.
+   */
+  uint32_t state;
+};
+
+/**
+ * Delayer tunables; 0 (or a negative fraction) disables an optional condition.
+ */
+struct kvp_delayer_config {
+  /**
+   * Delay at most this many consecutive passes (SGLang: 30).
+   */
+  uint32_t max_delay_passes;
+  /**
+   * KV usage fraction below which a rank forces prefill; negative: off.
+   */
+  double token_usage_low_watermark;
+  /**
+   * Slot condition: request slots per rank; 0: off.
+   */
+  uint64_t max_running_requests;
+  /**
+   * Queue condition ratio; negative: off.
+   */
+  double queue_min_ratio;
+  /**
+   * Queue condition cap; 0: the ranks' recent prefill batch size.
+   */
+  uint64_t prefill_max_requests;
+};
+
+/**
+ * What one rank contributes to a negotiation.
+ */
+struct kvp_rank_info {
+  /**
+   * The rank could prefill now.
+   */
+  bool prefillable;
+  /**
+   * Its KV usage is below the low watermark.
+   */
+  bool force_allow;
+  /**
+   * The caller's clock says the delay budget is spent.
+   */
+  bool timed_out;
+  /**
+   * Running batch size.
+   */
+  uint64_t running_bs;
+  /**
+   * Largest of its last 16 non-empty prefill batches.
+   */
+  uint64_t max_prefill_bs;
+  /**
+   * Waiting-queue length.
+   */
+  uint64_t waiting_len;
+};
 
 /**
  * Configuration of a new pool. Start from `kvp_pool_config_default()` and set `size`.
@@ -382,9 +822,472 @@ struct kvp_pool_stats {
   uint64_t restores;
 };
 
+/**
+ * Configuration of a scheduler. Start from `kvp_scheduler_config_default()` (SGLang's
+ * defaults) and change what you need. Sizes are in tokens; 0 means "none" where noted.
+ */
+struct kvp_scheduler_config {
+  /**
+   * Token slots of the pool; taken from the pool when the scheduler is attached to one.
+   */
+  uint64_t capacity;
+  /**
+   * Tokens per page; taken from the pool when attached.
+   */
+  uint64_t page_size;
+  /**
+   * `max_prefill_tokens`: input-token budget of one prefill step (16384).
+   */
+  uint64_t max_prefill_tokens;
+  /**
+   * `chunked_prefill_size` (8192); 0 disables chunked prefill.
+   */
+  uint64_t chunked_prefill_size;
+  /**
+   * `CLIP_MAX_NEW_TOKENS` (4096): cap on expected output when reserving.
+   */
+  uint64_t clip_max_new_tokens;
+  /**
+   * Chunks end on multiples of this; 0: none.
+   */
+  uint64_t truncation_align_size;
+  /**
+   * At most this many requests per prefill step; 0: no cap.
+   */
+  uint64_t prefill_max_requests;
+  /**
+   * At most this many running requests (request slots); 0: no cap.
+   */
+  uint64_t max_running_requests;
+  /**
+   * Chunked requests in flight at once (1 = SGLang).
+   */
+  uint64_t max_chunked_requests;
+  /**
+   * One of `kvp_policy`.
+   */
+  uint32_t policy;
+  /**
+   * One of `kvp_retraction`.
+   */
+  uint32_t retraction;
+  /**
+   * Seed of `KVP_POLICY_RANDOM`.
+   */
+  uint64_t policy_seed;
+  /**
+   * Priority scheduling: priorities order the queue.
+   */
+  bool enable_priority;
+  /**
+   * With priority scheduling: lower values run first.
+   */
+  bool low_priority_values_first;
+  /**
+   * Preempt running requests worse by more than this (SGLang: 10); negative disables.
+   */
+  int64_t preemption_threshold;
+  /**
+   * Mix running requests' decode rows into prefill steps (needs chunked prefill).
+   */
+  bool enable_mixed_chunk;
+  /**
+   * No prefix cache: `ignore_eos` requests go through SGLang's future simulation.
+   */
+  bool prefix_cache_disabled;
+  /**
+   * `SGLANG_INIT_NEW_TOKEN_RATIO` (0.7).
+   */
+  double init_new_token_ratio;
+  /**
+   * `SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR` (0.14).
+   */
+  double min_new_token_ratio_factor;
+  /**
+   * `SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS` (600).
+   */
+  uint32_t new_token_ratio_decay_steps;
+  /**
+   * `schedule_conservativeness` (1.0).
+   */
+  double schedule_conservativeness;
+  /**
+   * Dynamic chunk sizing: quadratic coefficient `a` of the latency model
+   * `a·l² + b·l + c`; 0 disables.
+   */
+  double dynamic_chunk_a;
+  /**
+   * Dynamic chunk sizing: linear coefficient `b`.
+   */
+  double dynamic_chunk_b;
+  /**
+   * Dynamic chunk sizing: the model's context length.
+   */
+  uint64_t dynamic_chunk_context_len;
+};
+
+/**
+ * A request as the engine submits it.
+ */
+struct kvp_request {
+  /**
+   * The engine's id, unique among live requests.
+   */
+  uint64_t id;
+  /**
+   * Prompt tokens.
+   */
+  uint64_t input_len;
+  /**
+   * Prompt tokens already in the engine's prefix cache (page-aligned on a paged cache).
+   */
+  uint64_t prefix_len;
+  /**
+   * Of those, tokens that are evictable now (admission locks them: they stop being room).
+   */
+  uint64_t prefix_evictable;
+  /**
+   * `max_new_tokens`.
+   */
+  uint64_t max_new_tokens;
+  /**
+   * Tokens generated so far (0 for a new request).
+   */
+  uint64_t output_len;
+  /**
+   * Priority (with `enable_priority`).
+   */
+  int64_t priority;
+  /**
+   * Generates all `max_new_tokens` regardless of EOS.
+   */
+  bool ignore_eos;
+};
+
+/**
+ * Result of `kvp_scheduler_submit`.
+ */
+struct kvp_submit_result {
+  /**
+   * `true`: queued. `false`: the request can never fit the pool (it needs `needed` tokens
+   * at admission, the pool has `capacity`) and was not queued — fail it instead of
+   * letting it wait forever.
+   */
+  bool queued;
+  /**
+   * Tokens the request needs at admission: prompt + output so far + clipped remaining
+   * output + one page.
+   */
+  uint64_t needed;
+  /**
+   * The pool's capacity.
+   */
+  uint64_t capacity;
+};
+
+/**
+ * One request of a prefill batch: pass `prefix_len` and `prefix_len + extend_len` as its
+ * `prefix_lens[i]` and `seq_lens[i]` to `kvp_pool_alloc_extend`.
+ */
+struct kvp_prefill_entry {
+  /**
+   * Request id.
+   */
+  uint64_t id;
+  /**
+   * Tokens already in the KV cache.
+   */
+  uint64_t prefix_len;
+  /**
+   * Tokens this step computes.
+   */
+  uint64_t extend_len;
+  /**
+   * More chunks follow in later steps.
+   */
+  bool chunked;
+};
+
+/**
+ * A request whose KV the engine must free now.
+ */
+struct kvp_evicted {
+  /**
+   * Request id.
+   */
+  uint64_t id;
+  /**
+   * Tokens of KV it held.
+   */
+  uint64_t kv_len;
+};
+
+/**
+ * The plan of one step. The arrays belong to the scheduler and stay valid until the next
+ * `kvp_scheduler_step` or `kvp_scheduler_free` on it.
+ */
+struct kvp_step_plan {
+  /**
+   * One of `kvp_step_kind`.
+   */
+  uint32_t kind;
+  /**
+   * Memory is exhausted for new requests (SGLang's `batch_is_full`).
+   */
+  bool batch_is_full;
+  /**
+   * The new-token ratio after this step.
+   */
+  double new_token_ratio;
+  /**
+   * Prefill entries, chunk continuations first.
+   */
+  const struct kvp_prefill_entry *prefill;
+  /**
+   * Entries in `prefill`.
+   */
+  size_t num_prefill;
+  /**
+   * Ids decoding this step (each sequence grows by one token): `kvp_pool_alloc_decode`.
+   */
+  const uint64_t *decode;
+  /**
+   * Entries in `decode`.
+   */
+  size_t num_decode;
+  /**
+   * Retracted for lack of decode memory: free their KV; they wait again.
+   */
+  const struct kvp_evicted *retracted;
+  /**
+   * Entries in `retracted`.
+   */
+  size_t num_retracted;
+  /**
+   * Preempted by higher-priority requests: free their KV; they wait again.
+   */
+  const struct kvp_evicted *preempted;
+  /**
+   * Entries in `preempted`.
+   */
+  size_t num_preempted;
+  /**
+   * Could not decode even alone: free their KV; they are gone.
+   */
+  const struct kvp_evicted *aborted;
+  /**
+   * Entries in `aborted`.
+   */
+  size_t num_aborted;
+};
+
+/**
+ * A live request's state, filled by `kvp_scheduler_get_request`.
+ */
+struct kvp_request_state {
+  /**
+   * One of `kvp_phase`.
+   */
+  uint32_t phase;
+  /**
+   * Tokens in its KV (its slot row's length).
+   */
+  uint64_t kv_len;
+  /**
+   * Tokens generated (the scheduler counts one at the end of the prefill and one per
+   * decode step).
+   */
+  uint64_t output_len;
+};
+
+/**
+ * Counters and queue sizes, filled by `kvp_scheduler_get_stats`.
+ */
+struct kvp_scheduler_stats {
+  /**
+   * `kvp_scheduler_step` calls.
+   */
+  uint64_t steps;
+  /**
+   * Prefill steps.
+   */
+  uint64_t prefill_steps;
+  /**
+   * Decode steps.
+   */
+  uint64_t decode_steps;
+  /**
+   * Requests admitted (whole or first chunk).
+   */
+  uint64_t admitted;
+  /**
+   * Prefill entries issued (chunk continuations included).
+   */
+  uint64_t chunks;
+  /**
+   * Retractions.
+   */
+  uint64_t retractions;
+  /**
+   * Preemptions.
+   */
+  uint64_t preemptions;
+  /**
+   * Requests aborted for lack of memory.
+   */
+  uint64_t aborts;
+  /**
+   * Submissions refused as unfittable.
+   */
+  uint64_t unfittable;
+  /**
+   * Requests finished.
+   */
+  uint64_t finished;
+  /**
+   * Waiting requests now.
+   */
+  uint64_t waiting;
+  /**
+   * Chunked requests in flight now.
+   */
+  uint64_t chunking;
+  /**
+   * Running requests now.
+   */
+  uint64_t running;
+  /**
+   * The new-token ratio now.
+   */
+  double new_token_ratio;
+};
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+/**
+ * Starts a prefill pass: `available` free pool tokens, `evictable` prefix-cache tokens,
+ * the running requests (`num_running` entries; NULL when 0) and the number of chunked
+ * requests in flight. Ownership: inputs are read during the call; `*out_adder` is owned
+ * by the caller (`kvp_adder_free`). Fails with `KVP_STATUS_NULL_ARGUMENT` or
+ * `KVP_STATUS_INVALID_ARGUMENT`; `*out_adder` is unmodified on failure.
+ *
+ * # Safety
+ * Pointers valid for their stated lengths, or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_adder_new(const struct kvp_adder_config *config,
+                              uint64_t available,
+                              uint64_t evictable,
+                              const struct kvp_running_request *running,
+                              size_t num_running,
+                              uint64_t chunked_in_flight,
+                              struct kvp_adder **out_adder);
+
+/**
+ * Releases an adder. NULL is a no-op.
+ *
+ * # Safety
+ * `adder` NULL or live, not used afterwards.
+ */
+void kvp_adder_free(struct kvp_adder *adder);
+
+/**
+ * Offers a waiting request (SGLang's `add_one_req`): checks the total, input and chunk
+ * budgets (locking the request's own cached prefix), admits it whole or as a page- and
+ * tile-aligned first chunk, and writes the decision to `*out_admission`. A refused
+ * request changes nothing.
+ *
+ * # Safety
+ * `candidate` and `out_admission` valid or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_adder_add_one_req(struct kvp_adder *adder,
+                                      const struct kvp_candidate *candidate,
+                                      struct kvp_admission *out_admission);
+
+/**
+ * Continues the in-flight chunked request with `remaining` tokens still to prefill
+ * (SGLang's `add_chunked_req`; call it first in a pass). `admitted` is false only when no
+ * memory is free at all (it then waits); `chunked` says tokens remain after this chunk.
+ *
+ * # Safety
+ * `out_admission` writable or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_adder_add_chunked_req(struct kvp_adder *adder,
+                                          uint64_t remaining,
+                                          uint64_t max_new_tokens,
+                                          struct kvp_admission *out_admission);
+
+/**
+ * Writes the budgets and SGLang's `budget_state()` to `*out_budget`.
+ *
+ * # Safety
+ * `out_budget` writable or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_adder_get_budget(const struct kvp_adder *adder,
+                                     struct kvp_budget *out_budget);
+
+/**
+ * Creates a delayer. Fails with `KVP_STATUS_NULL_ARGUMENT` or
+ * `KVP_STATUS_INVALID_ARGUMENT` (`max_delay_passes` 0).
+ *
+ * # Safety
+ * `config`, `out_delayer` valid or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_delayer_new(const struct kvp_delayer_config *config,
+                                struct kvp_delayer **out_delayer);
+
+/**
+ * Releases a delayer. NULL is a no-op.
+ *
+ * # Safety
+ * `delayer` NULL or live, not used afterwards.
+ */
+void kvp_delayer_free(struct kvp_delayer *delayer);
+
+/**
+ * Computes this rank's contribution: `token_usage` is the pool's used fraction (0..1).
+ *
+ * # Safety
+ * `out_info` writable or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_delayer_local_info(const struct kvp_delayer *delayer,
+                                       bool prefillable,
+                                       double token_usage,
+                                       uint64_t running_bs,
+                                       uint64_t waiting_len,
+                                       bool timed_out,
+                                       struct kvp_rank_info *out_info);
+
+/**
+ * Decides this pass from all ranks' infos (`num_ranks` ≥ 1) and writes a
+ * `kvp_delay_verdict` to `*out_verdict`; prefill is allowed for every verdict except
+ * `KVP_DELAY_VERDICT_DELAY`.
+ *
+ * # Safety
+ * `ranks` valid for `num_ranks` elements; `out_verdict` writable or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_delayer_negotiate(struct kvp_delayer *delayer,
+                                      const struct kvp_rank_info *ranks,
+                                      size_t num_ranks,
+                                      uint32_t *out_verdict);
+
+/**
+ * Records the size of the prefill batch this rank ran (0 is ignored).
+ *
+ * # Safety
+ * `delayer` live or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_delayer_record_prefill(struct kvp_delayer *delayer,
+                                           uint64_t batch_size);
 
 /**
  * Copies this thread's last error message into `buf` (at most `buf_len - 1` bytes plus a
@@ -425,8 +1328,10 @@ enum kvp_status kvp_pool_new(const struct kvp_pool_config *config,
                              struct kvp_pool **out_pool);
 
 /**
- * Releases a pool. `pool` may be NULL (no-op). Outstanding snapshots of the pool stay
- * valid objects (free them with `kvp_snapshot_free`) but can no longer be restored.
+ * Releases the caller's reference to a pool. `pool` may be NULL (no-op). A scheduler
+ * attached to the pool keeps it alive until the scheduler is freed too. Outstanding
+ * snapshots stay valid objects (free them with `kvp_snapshot_free`) but can no longer be
+ * restored once the pool is gone.
  *
  * # Safety
  * `pool` must be NULL or a pool from `kvp_pool_new` not yet freed, and no other call may
@@ -655,6 +1560,151 @@ KVP_NODISCARD enum kvp_status kvp_pool_merge_and_sort_free(struct kvp_pool *pool
  * `pool` must be a live pool or NULL.
  */
 KVP_NODISCARD enum kvp_status kvp_pool_clear(struct kvp_pool *pool);
+
+/**
+ * Returns SGLang's defaults: capacity 0 and page size 1 (set them, or attach a pool),
+ * `max_prefill_tokens` 16384, chunked prefill 8192, clip 4096, FCFS, one chunked request,
+ * length retraction, ratio 0.7 / 0.14 / 600 / 1.0, preemption threshold 10 (used only with
+ * `enable_priority`), no mixed chunk, no dynamic chunking.
+ */
+struct kvp_scheduler_config kvp_scheduler_config_default(void);
+
+/**
+ * Creates a scheduler. With `pool` non-NULL it is attached: capacity and page size come
+ * from the pool, each step reads the pool's available size itself, and the scheduler
+ * holds a reference that keeps the pool alive until the scheduler is freed. With `pool`
+ * NULL, `config->capacity` and `config->page_size` must be set and each step takes the
+ * available size from the caller.
+ *
+ * Ownership: `config` is read during the call; `*out_scheduler` is owned by the caller
+ * (`kvp_scheduler_free`). Fails with `KVP_STATUS_NULL_ARGUMENT` or
+ * `KVP_STATUS_INVALID_ARGUMENT` (zero capacity or page size, unknown enum value, chunk
+ * smaller than `truncation_align_size`, `max_chunked_requests` 0, bad ratio parameters);
+ * `*out_scheduler` is unmodified on failure.
+ *
+ * # Safety
+ * `config` and `out_scheduler` must be NULL or valid; `pool` NULL or a live pool.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_scheduler_new(const struct kvp_scheduler_config *config,
+                                  const struct kvp_pool *pool,
+                                  struct kvp_scheduler **out_scheduler);
+
+/**
+ * Releases a scheduler (and its reference to an attached pool). NULL is a no-op.
+ *
+ * # Safety
+ * `scheduler` must be NULL or a live scheduler, not used afterwards.
+ */
+void kvp_scheduler_free(struct kvp_scheduler *scheduler);
+
+/**
+ * Queues a request. `prefix_path` (`path_len` node ids from the prefix-cache root to the
+ * request's last matched node) feeds the DFS-weight policy; pass NULL and 0 otherwise.
+ *
+ * `*out_result` says whether it was queued or can never fit the pool (then it is not
+ * queued: fail it). Fails with `KVP_STATUS_INVALID_STATE` (id already live),
+ * `KVP_STATUS_INVALID_LENGTHS` (`input_len` 0, `prefix_len` not less than the tokens to
+ * fill, `prefix_evictable > prefix_len`) or `KVP_STATUS_NULL_ARGUMENT`; nothing is queued
+ * and `*out_result` is unmodified on failure.
+ *
+ * # Safety
+ * `request` and `out_result` valid or NULL; `prefix_path` valid for `path_len` elements.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_scheduler_submit(struct kvp_scheduler *scheduler,
+                                     const struct kvp_request *request,
+                                     const uint64_t *prefix_path,
+                                     size_t path_len,
+                                     struct kvp_submit_result *out_result);
+
+/**
+ * Refreshes a waiting request's cached-prefix information (after the prefix cache
+ * changed, or after a retraction reset it to 0). `prefix_path` NULL with `path_len` 0
+ * keeps the previous path. Fails with `KVP_STATUS_INVALID_ARGUMENT` (unknown id),
+ * `KVP_STATUS_INVALID_STATE` (not waiting) or `KVP_STATUS_INVALID_LENGTHS`.
+ *
+ * # Safety
+ * `prefix_path` valid for `path_len` elements or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_scheduler_update_prefix(struct kvp_scheduler *scheduler,
+                                            uint64_t id,
+                                            uint64_t prefix_len,
+                                            uint64_t prefix_evictable,
+                                            const uint64_t *prefix_path,
+                                            size_t path_len);
+
+/**
+ * Plans the next step and writes it to `*out_plan`: prefill (chunk continuations first,
+ * then waiting requests the budget admits) if there is any, else a decode step with the
+ * memory check, retraction and new-token-ratio update.
+ *
+ * `available` is the pool's free tokens (ignored when attached to a pool: it is read from
+ * the pool), `evictable` the engine's prefix-cache evictable tokens, `allow_prefill`
+ * false to skip prefill this step (e.g. a `kvp_delayer` verdict). Issuing a plan commits
+ * it: the next step assumes the engine ran it. Every admitted prefill fits: the engine's
+ * `kvp_pool_alloc_extend` for it cannot run short (given the evictable tokens really are
+ * evictable). The plan's arrays stay valid until the next step or `kvp_scheduler_free`.
+ *
+ * # Safety
+ * `out_plan` writable or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_scheduler_step(struct kvp_scheduler *scheduler,
+                                   uint64_t available,
+                                   uint64_t evictable,
+                                   bool allow_prefill,
+                                   struct kvp_step_plan *out_plan);
+
+/**
+ * The engine finished a running request (EOS, stop string or length): it leaves the
+ * scheduler; `*out_kv_len` (may be NULL) receives the KV tokens it held, for the engine to
+ * free. Fails with `KVP_STATUS_INVALID_ARGUMENT` (unknown id) or
+ * `KVP_STATUS_INVALID_STATE` (not running: use `kvp_scheduler_abort`).
+ *
+ * # Safety
+ * `out_kv_len` writable or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_scheduler_finish(struct kvp_scheduler *scheduler,
+                                     uint64_t id,
+                                     uint64_t *out_kv_len);
+
+/**
+ * Drops a request in any phase (client disconnect, stop). `*out_kv_len` (may be NULL)
+ * receives the KV tokens it held, for the engine to free. Fails with
+ * `KVP_STATUS_INVALID_ARGUMENT` for an unknown id.
+ *
+ * # Safety
+ * `out_kv_len` writable or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_scheduler_abort(struct kvp_scheduler *scheduler,
+                                    uint64_t id,
+                                    uint64_t *out_kv_len);
+
+/**
+ * Writes a live request's phase, KV length and output length to `*out_state`. Fails with
+ * `KVP_STATUS_INVALID_ARGUMENT` for an unknown id; `*out_state` is unmodified on failure.
+ *
+ * # Safety
+ * `out_state` writable or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_scheduler_get_request(const struct kvp_scheduler *scheduler,
+                                          uint64_t id,
+                                          struct kvp_request_state *out_state);
+
+/**
+ * Writes the scheduler's counters and queue sizes to `*out_stats`.
+ *
+ * # Safety
+ * `out_stats` writable or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_scheduler_get_stats(const struct kvp_scheduler *scheduler,
+                                        struct kvp_scheduler_stats *out_stats);
 
 /**
  * Copies the pool's allocator state into a new snapshot written to `*out_snapshot`.

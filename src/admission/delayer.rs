@@ -206,9 +206,20 @@ mod tests {
         let verdicts: Vec<Verdict> = (0..4).map(|_| d.negotiate(&mixed)).collect();
         assert_eq!(
             verdicts,
-            [Verdict::Delay, Verdict::Delay, Verdict::WaitTimeout, Verdict::Delay]
+            [
+                Verdict::Delay,
+                Verdict::Delay,
+                Verdict::WaitTimeout,
+                Verdict::Delay
+            ]
         );
-        let timed_out = [rank(true), RankInfo { timed_out: true, ..rank(false) }];
+        let timed_out = [
+            rank(true),
+            RankInfo {
+                timed_out: true,
+                ..rank(false)
+            },
+        ];
         assert_eq!(d.negotiate(&timed_out), Verdict::WaitTimeout);
     }
 

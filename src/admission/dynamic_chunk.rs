@@ -106,7 +106,9 @@ mod tests {
         assert!(later < 8192 && later % 64 == 0, "{later}");
         assert!(p.predict(131_000).is_none(), "no room left in the context");
         // Floor: never below a quarter of the base chunk.
-        assert!(predictor(1.0, 0.0).predict(1_000_000).is_none_or(|s| s >= 2048));
+        assert!(predictor(1.0, 0.0)
+            .predict(1_000_000)
+            .is_none_or(|s| s >= 2048));
     }
 
     #[test]

@@ -5,18 +5,25 @@
 //! written only on success; failure text goes to a per-thread last-error slot.
 #![allow(non_camel_case_types)]
 
+mod adder;
 mod boundary;
 mod buffers;
+mod delayer;
+mod handle;
 mod last_error;
 mod pool;
+mod scheduler;
 mod snapshot;
 mod status;
 #[cfg(feature = "testing")]
 mod testing;
 mod version;
 
+pub use adder::*;
+pub use delayer::*;
 pub use last_error::kvp_last_error_message;
 pub use pool::*;
+pub use scheduler::*;
 pub use snapshot::*;
 pub use status::*;
 #[cfg(feature = "testing")]

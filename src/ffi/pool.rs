@@ -1,14 +1,10 @@
 //! `kvp_pool`: create, query, allocate, free, group, clear.
 
 use std::ffi::c_void;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
 
-use parking_lot::Mutex;
-
-use super::boundary::{fail, ffi_boundary, panic_message, status_of};
+use super::boundary::{fail, ffi_boundary, status_of};
 use super::buffers::{input, input_indices, output_indices};
-use super::last_error;
+use super::handle::{into_raw, release, with_raw, Guarded};
 use super::status::kvp_status;
 use crate::pool::{BackendKind, IndexType, Pool, PoolConfig, PoolOp, PoolStats, SlotIndex};
 
@@ -152,39 +148,14 @@ impl From<PoolStats> for kvp_pool_stats {
 }
 
 /// What a `kvp_pool *` points to.
-pub(crate) struct PoolHandle {
-    pool: Mutex<Pool>,
-    /// Set when a panic escaped a call while the pool was locked: its state may be torn.
-    poisoned: AtomicBool,
-}
+pub(crate) type PoolHandle = Guarded<Pool>;
 
 /// Runs `body` on the pool behind `pool`, under its lock and the panic boundary.
 pub(crate) fn with_pool(
     pool: *const kvp_pool,
     body: impl FnOnce(&mut Pool) -> kvp_status,
 ) -> kvp_status {
-    ffi_boundary(|| {
-        // SAFETY: a non-NULL `pool` came from `kvp_pool_new` and is not yet freed (the
-        // documented contract of every `kvp_pool_*` function).
-        let Some(handle) = (unsafe { pool.cast::<PoolHandle>().as_ref() }) else {
-            return fail(kvp_status::NullArgument, "pool is NULL");
-        };
-        if handle.poisoned.load(Ordering::Acquire) {
-            return fail(
-                kvp_status::Poisoned,
-                "the pool was poisoned by an internal panic in an earlier call; free it",
-            );
-        }
-        let mut guard = handle.pool.lock();
-        match catch_unwind(AssertUnwindSafe(|| body(&mut guard))) {
-            Ok(status) => status,
-            Err(payload) => {
-                handle.poisoned.store(true, Ordering::Release);
-                last_error::set(panic_message(payload.as_ref()));
-                kvp_status::Panic
-            }
-        }
-    })
+    with_raw::<Pool, kvp_pool>(pool, "pool", body)
 }
 
 /// Calls `$f::<T>($args)` with `T` the pool's index type.
@@ -295,30 +266,24 @@ pub unsafe extern "C" fn kvp_pool_new(
             Ok(pool) => pool,
             Err(err) => return status_of(Err(err)),
         };
-        let handle = Box::new(PoolHandle {
-            pool: Mutex::new(pool),
-            poisoned: AtomicBool::new(false),
-        });
         // SAFETY: `out_pool` is non-NULL and writable (caller contract).
-        unsafe { *out_pool = Box::into_raw(handle).cast() };
+        unsafe { *out_pool = into_raw(PoolHandle::new(pool)) };
         kvp_status::Ok
     })
 }
 
-/// Releases a pool. `pool` may be NULL (no-op). Outstanding snapshots of the pool stay
-/// valid objects (free them with `kvp_snapshot_free`) but can no longer be restored.
+/// Releases the caller's reference to a pool. `pool` may be NULL (no-op). A scheduler
+/// attached to the pool keeps it alive until the scheduler is freed too. Outstanding
+/// snapshots stay valid objects (free them with `kvp_snapshot_free`) but can no longer be
+/// restored once the pool is gone.
 ///
 /// # Safety
 /// `pool` must be NULL or a pool from `kvp_pool_new` not yet freed, and no other call may
 /// use it concurrently or afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn kvp_pool_free(pool: *mut kvp_pool) {
-    ffi_boundary(|| {
-        if !pool.is_null() {
-            // SAFETY: created by `Box::into_raw` in `kvp_pool_new`; freed once (contract).
-            drop(unsafe { Box::from_raw(pool.cast::<PoolHandle>()) });
-        }
-    })
+    // SAFETY: forwarded caller contract.
+    unsafe { release::<Pool, kvp_pool>(pool) }
 }
 
 /// Writes static facts about the pool (size, page size, KV rows, padding slot, ...) to
