@@ -57,6 +57,11 @@ impl FreeList {
         self.staged.len()
     }
 
+    /// Pages released under `need_sort`, in release order.
+    pub fn staged(&self) -> &[u32] {
+        &self.staged
+    }
+
     /// Takes the next page. The caller has checked `len()` first.
     #[inline]
     pub fn take(&mut self) -> u32 {

@@ -80,7 +80,7 @@ impl HostStorage {
     /// Merges staged pages into the free list, sorted; returns whether anything was staged.
     pub fn merge_and_sort(&mut self) -> bool {
         let HostState { free, map } = &mut self.state;
-        for page in free.iter().skip(free.len()) {
+        for &page in free.staged() {
             map.set(page, PageState::Free);
         }
         free.merge_and_sort()
