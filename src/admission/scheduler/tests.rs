@@ -1,6 +1,7 @@
 //! Scheduler scenarios: the seed article's example, retraction, policies, priority.
 
 use super::*;
+use crate::admission::RatioConfig;
 
 fn spec(id: u64, input_len: u64, max_new_tokens: u64) -> RequestSpec {
     RequestSpec {
@@ -371,4 +372,77 @@ fn dynamic_chunking_shrinks_later_chunks() {
     assert_eq!(chunks[0], 4096);
     assert_eq!(chunks[1], predictor.predict(4096).unwrap());
     assert!(chunks[1] < 4096 && chunks[2] < chunks[1], "{chunks:?}");
+}
+
+/// Three running requests reserving 50, 75 and 100 tokens (ratio 1) with priorities 50, 40
+/// and 30 (lower runs first), all request slots taken — SGLang's preemption test setup.
+fn preemption_setup() -> Scheduler {
+    let mut s = scheduler(1 << 20, 1, |c| {
+        c.priority = Some(PriorityConfig {
+            low_values_first: true,
+            preemption_threshold: Some(10),
+        });
+        c.max_running_requests = Some(3);
+        c.ratio = RatioConfig {
+            init: 1.0,
+            min_factor: 1.0,
+            ..RatioConfig::default()
+        };
+    });
+    for (id, priority, max_new) in [(1, 50, 51), (2, 40, 76), (3, 30, 101)] {
+        s.submit(RequestSpec {
+            priority,
+            ..spec(id, 10, max_new)
+        })
+        .unwrap();
+    }
+    assert_eq!(s.step(1 << 20, 0, true).prefill.len(), 3);
+    s
+}
+
+fn urgent(priority: i64) -> RequestSpec {
+    RequestSpec {
+        priority,
+        ..spec(9, 100, 30)
+    }
+}
+
+#[test]
+fn preemption_takes_the_lowest_priority_request_that_makes_room() {
+    let mut s = preemption_setup();
+    s.submit(urgent(10)).unwrap();
+    // Offsets 50 + 75 + 100 = 225; room 310 - 225 = 85; the urgent request needs
+    // 100 + 30 = 130, i.e. 45 more: preempting request 1 (offset 50) is enough.
+    let plan = s.step(310, 0, true);
+    assert_eq!(plan.preempted, [Evicted { id: 1, kv_len: 10 }]);
+    assert_eq!(plan.prefill.iter().map(|e| e.id).collect::<Vec<_>>(), [9]);
+    assert_eq!(s.request(1).unwrap().0, Phase::Waiting);
+}
+
+#[test]
+fn preemption_takes_several_victims_when_one_is_not_enough() {
+    let mut s = preemption_setup();
+    s.submit(urgent(10)).unwrap();
+    // Room 300 - 225 = 75: 55 short, more than request 1's 50; request 2 (75) follows.
+    let plan = s.step(300, 0, true);
+    let victims: Vec<u64> = plan.preempted.iter().map(|e| e.id).collect();
+    assert_eq!(victims, [1, 2]);
+    assert_eq!(s.stats().preemptions, 2);
+}
+
+#[test]
+fn preemption_respects_the_threshold_and_capacity() {
+    let mut s = preemption_setup();
+    // Only 5 better than the worst running request: not worth preempting.
+    s.submit(urgent(45)).unwrap();
+    let plan = s.step(310, 0, true);
+    assert!(plan.preempted.is_empty());
+    assert_eq!(plan.kind, StepKind::Decode);
+    s.abort(9).unwrap();
+    // Even preempting all three (225) cannot make 130 + 215 tokens of room: nobody is
+    // preempted for nothing.
+    s.submit(urgent(0)).unwrap();
+    let plan = s.step(10, 0, true);
+    assert!(plan.preempted.is_empty());
+    assert_eq!(s.counts(), (1, 0, 3));
 }
