@@ -15,14 +15,12 @@ mod tests;
 pub use policy::{Policy, PriorityConfig};
 pub use request::{Phase, RequestSpec};
 
-use std::collections::HashMap;
-
 use super::budget::{AddResult, AdderConfig, PrefillBudget, RunningRequest};
 use super::ratio::{NewTokenRatio, RatioConfig};
 use super::{ceil_paged, ChunkSizePredictor, PrefillAdder};
 use super::{Candidate, ChunkedCandidate, CLIP_MAX_NEW_TOKENS};
 use crate::pool::{ErrorKind, PoolError};
-use request::Request;
+use request::{Registry, Request};
 
 /// Which running requests a decode-memory shortage retracts first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -199,13 +197,13 @@ pub struct SchedulerStats {
 pub struct Scheduler {
     config: SchedulerConfig,
     ratio: NewTokenRatio,
-    requests: HashMap<u64, Request>,
-    /// Waiting request ids (policy orders them each pass).
-    waiting: Vec<u64>,
-    /// Chunked requests in flight, oldest first.
-    chunking: Vec<u64>,
-    /// Running request ids in admission order.
-    running: Vec<u64>,
+    requests: Registry,
+    /// Slots of waiting requests (policy orders them each pass).
+    waiting: Vec<u32>,
+    /// Slots of chunked requests in flight, oldest first.
+    chunking: Vec<u32>,
+    /// Slots of running requests in admission order.
+    running: Vec<u32>,
     batch_is_full: bool,
     next_arrival: u64,
     stats: SchedulerStats,
@@ -249,7 +247,7 @@ impl Scheduler {
         Ok(Self {
             ratio: NewTokenRatio::new(config.ratio),
             config,
-            requests: HashMap::new(),
+            requests: Registry::default(),
             waiting: Vec::new(),
             chunking: Vec::new(),
             running: Vec::new(),
@@ -281,9 +279,8 @@ impl Scheduler {
 
     /// A request's phase, KV length and output length, or `None` if unknown.
     pub fn request(&self, id: u64) -> Option<(Phase, u64, u64)> {
-        self.requests
-            .get(&id)
-            .map(|r| (r.phase, r.kv_len, r.spec.output_len))
+        let r = &self.requests[self.requests.slot(id)?];
+        Some((r.phase, r.kv_len, r.spec.output_len))
     }
 
     /// Tokens a request needs at admission: fill + clipped remaining output + a page.
@@ -298,7 +295,7 @@ impl Scheduler {
     /// Queues a request. Ids must be unique among live requests; `input_len` must be
     /// positive and `prefix_len` smaller than it (at least one token is always computed).
     pub fn submit(&mut self, spec: RequestSpec) -> Result<SubmitOutcome, PoolError> {
-        if self.requests.contains_key(&spec.id) {
+        if self.requests.slot(spec.id).is_some() {
             return Err(bad(
                 ErrorKind::InvalidState,
                 format!("request {} is already queued or running", spec.id),
@@ -313,11 +310,9 @@ impl Scheduler {
                 capacity: self.config.capacity,
             });
         }
-        let id = spec.id;
-        self.requests
-            .insert(id, Request::new(spec, self.next_arrival));
+        let slot = self.requests.insert(Request::new(spec, self.next_arrival));
         self.next_arrival += 1;
-        self.waiting.push(id);
+        self.waiting.push(slot);
         Ok(SubmitOutcome::Queued)
     }
 
@@ -330,12 +325,13 @@ impl Scheduler {
         prefix_evictable: u64,
         prefix_path: Option<&[u64]>,
     ) -> Result<(), PoolError> {
-        let Some(req) = self.requests.get_mut(&id) else {
+        let Some(slot) = self.requests.slot(id) else {
             return Err(bad(
                 ErrorKind::InvalidArgument,
                 format!("unknown request {id}"),
             ));
         };
+        let req = &mut self.requests[slot];
         if req.phase != Phase::Waiting {
             return Err(bad(
                 ErrorKind::InvalidState,
@@ -361,7 +357,8 @@ impl Scheduler {
     /// The engine finished a running request (EOS or length): it frees the request's KV.
     /// Returns the KV length it held.
     pub fn finish(&mut self, id: u64) -> Result<u64, PoolError> {
-        match self.requests.get(&id).map(|r| r.phase) {
+        let slot = self.requests.slot(id);
+        match slot.map(|s| self.requests[s].phase) {
             Some(Phase::Running) => {}
             Some(_) => {
                 return Err(bad(
@@ -377,36 +374,38 @@ impl Scheduler {
             }
         }
         self.stats.finished += 1;
-        Ok(self.remove(id))
+        Ok(self.remove(slot.expect("running")))
     }
 
     /// Drops a request in any phase. Returns the KV length it held (to free).
     pub fn abort(&mut self, id: u64) -> Result<u64, PoolError> {
-        if !self.requests.contains_key(&id) {
+        let Some(slot) = self.requests.slot(id) else {
             return Err(bad(
                 ErrorKind::InvalidArgument,
                 format!("unknown request {id}"),
             ));
-        }
-        Ok(self.remove(id))
+        };
+        Ok(self.remove(slot))
     }
 
-    fn remove(&mut self, id: u64) -> u64 {
-        let req = self.requests.remove(&id).expect("caller checked");
+    fn remove(&mut self, slot: u32) -> u64 {
+        let req = self.requests.remove(slot);
         let list = match req.phase {
             Phase::Waiting => &mut self.waiting,
             Phase::Chunking => &mut self.chunking,
             Phase::Running => &mut self.running,
         };
-        list.retain(|&x| x != id);
-        if self.running.is_empty() {
+        list.retain(|&x| x != slot);
+        if req.phase == Phase::Running {
+            // The running batch shrank: room for new requests again (SGLang clears
+            // `batch_is_full` whenever the running batch gets smaller).
             self.batch_is_full = false;
         }
         req.kv_len
     }
 
-    fn running_view(&self, id: u64) -> RunningRequest {
-        let r = &self.requests[&id];
+    fn running_view(&self, slot: u32) -> RunningRequest {
+        let r = &self.requests[slot];
         RunningRequest {
             input_len: r.spec.input_len,
             output_len: r.spec.output_len,
@@ -435,8 +434,8 @@ impl Scheduler {
     fn pass_chunk_size(&self) -> Option<u64> {
         let fixed = self.config.chunked_prefill_size;
         match (self.config.dynamic_chunking, self.chunking.first()) {
-            (Some(predictor), Some(id)) if fixed.is_some() => {
-                predictor.predict(self.requests[id].kv_len).or(fixed)
+            (Some(predictor), Some(&slot)) if fixed.is_some() => {
+                predictor.predict(self.requests[slot].kv_len).or(fixed)
             }
             _ => fixed,
         }
@@ -490,7 +489,7 @@ impl Scheduler {
         let running: Vec<RunningRequest> = self
             .running
             .iter()
-            .map(|&id| self.running_view(id))
+            .map(|&slot| self.running_view(slot))
             .collect();
         let mut adder = PrefillAdder::new(
             self.adder_config(num_mixed),
@@ -501,8 +500,8 @@ impl Scheduler {
         );
 
         let mut finished_chunking = Vec::new();
-        for &id in &self.chunking {
-            let req = self.requests.get_mut(&id).expect("chunking request exists");
+        for &slot in &self.chunking {
+            let req = &mut self.requests[slot];
             let out = adder.add_chunked_req(ChunkedCandidate {
                 remaining: req.fill_len - req.kv_len,
                 max_new_tokens: req.spec.max_new_tokens,
@@ -511,18 +510,22 @@ impl Scheduler {
                 continue;
             }
             plan.prefill.push(PrefillEntry {
-                id,
+                id: req.spec.id,
                 prefix_len: req.kv_len,
                 extend_len: out.extend_len,
                 chunked: out.truncated,
             });
             req.kv_len += out.extend_len;
             if !out.truncated {
-                finished_chunking.push(id);
+                finished_chunking.push(slot);
             }
         }
 
-        let mut queue = self.waiting.clone();
+        let mut queue = if adder.budget_state() == AddResult::Other {
+            Vec::new() // the input or chunk budget is spent: nobody else can join
+        } else {
+            self.waiting.clone()
+        };
         policy::order(
             self.config.policy,
             self.config.priority,
@@ -531,37 +534,33 @@ impl Scheduler {
             self.stats.steps,
         );
 
-        let mut admitted_new = 0usize;
-        let mut admitted_ids = Vec::new();
-        for &id in &queue {
-            if self.requests[&id].phase != Phase::Waiting {
+        let mut admitted = Vec::new();
+        for &slot in &queue {
+            if self.requests[slot].phase != Phase::Waiting {
                 continue; // preempted requests re-queued this pass wait for the next one
             }
             if adder.budget_state() == AddResult::Other {
                 break;
             }
-            if admitted_new >= allocatable {
+            if admitted.len() >= allocatable {
                 self.batch_is_full = true;
             }
-            if self.batch_is_full && !self.preempt_for(id, &mut adder, plan) {
+            if self.batch_is_full && !self.preempt_for(slot, &mut adder, plan) {
                 break;
             }
-            let req = &self.requests[&id];
-            let candidate = Candidate {
+            let req = &mut self.requests[slot];
+            let admission = adder.add_one_req(&Candidate {
                 input_len: req.fill_len,
                 prefix_len: req.spec.prefix_len,
                 prefix_evictable: req.spec.prefix_evictable,
                 max_new_tokens: req.spec.max_new_tokens,
                 output_len: req.spec.output_len,
                 ignore_eos: req.spec.ignore_eos,
-            };
-            let admission = adder.add_one_req(&candidate);
+            });
             if let Some(extend_len) = admission.extend_len {
-                admitted_new += 1;
-                admitted_ids.push(id);
-                let req = self.requests.get_mut(&id).expect("exists");
+                admitted.push(slot);
                 plan.prefill.push(PrefillEntry {
-                    id,
+                    id: req.spec.id,
                     prefix_len: req.spec.prefix_len,
                     extend_len,
                     chunked: admission.chunked,
@@ -577,7 +576,7 @@ impl Scheduler {
             match admission.next {
                 AddResult::Continue => {}
                 AddResult::NoToken => {
-                    self.batch_is_full = admitted_new > 0 || !self.running.is_empty();
+                    self.batch_is_full = !admitted.is_empty() || !self.running.is_empty();
                     break;
                 }
                 AddResult::Other => break,
@@ -597,44 +596,66 @@ impl Scheduler {
             }
         }
         // Commit: admitted requests leave the queue; finished prefills start running.
-        self.waiting.retain(|id| !admitted_ids.contains(id));
-        for &id in &admitted_ids {
-            let req = self.requests.get_mut(&id).expect("exists");
+        let requests = &self.requests;
+        self.waiting
+            .retain(|&slot| requests[slot].phase == Phase::Waiting);
+        for slot in admitted {
+            let req = &mut self.requests[slot];
             if req.phase == Phase::Chunking {
-                self.chunking.push(id);
+                self.chunking.push(slot);
             } else {
                 req.spec.output_len += 1;
-                self.running.push(id);
+                self.running.push(slot);
             }
         }
-        for id in finished_chunking {
-            self.chunking.retain(|&x| x != id);
-            let req = self.requests.get_mut(&id).expect("exists");
+        for slot in finished_chunking {
+            self.chunking.retain(|&x| x != slot);
+            let req = &mut self.requests[slot];
             req.phase = Phase::Running;
             req.spec.output_len += 1;
-            self.running.push(id);
+            self.running.push(slot);
         }
         true
     }
 
-    /// SGLang's `preempt_to_schedule`: frees room for `id` by preempting running requests
-    /// whose priority is worse by more than the threshold (lowest priority, newest first).
-    fn preempt_for(&mut self, id: u64, adder: &mut PrefillAdder, plan: &mut StepPlan) -> bool {
+    /// Moves a running (or chunking) request back to the queue: its KV is to be freed.
+    fn requeue(&mut self, slot: u32) -> Evicted {
+        let r = &mut self.requests[slot];
+        let evicted = Evicted {
+            id: r.spec.id,
+            kv_len: r.kv_len,
+        };
+        let list = if r.phase == Phase::Running {
+            &mut self.running
+        } else {
+            &mut self.chunking
+        };
+        r.retract();
+        list.retain(|&x| x != slot);
+        self.waiting.push(slot);
+        evicted
+    }
+
+    /// SGLang's `preempt_to_schedule`: frees room for the request in `slot` by preempting
+    /// running requests whose priority is worse by more than the threshold (lowest
+    /// priority, newest first), all or nothing.
+    fn preempt_for(&mut self, slot: u32, adder: &mut PrefillAdder, plan: &mut StepPlan) -> bool {
         let Some(prio) = self.config.priority else {
             return false;
         };
         let Some(threshold) = prio.preemption_threshold else {
             return false;
         };
-        let req = &self.requests[&id];
+        let req = &self.requests[slot];
         let cfg = self.adder_config(0);
         let mut need = (req.fill_len - req.spec.prefix_len
             + req.spec.max_new_tokens.min(cfg.clip_max_new_tokens)) as f64
             - adder.budget().rem_total_tokens();
         let rank = prio.rank(req.spec.priority);
-        let mut order: Vec<u64> = self.running.clone();
-        order.sort_by_key(|cand| {
-            let c = &self.requests[cand];
+        let mut order = self.running.clone();
+        let requests = &self.requests;
+        order.sort_by_cached_key(|&cand| {
+            let c = &requests[cand];
             (
                 std::cmp::Reverse(prio.rank(c.spec.priority)),
                 std::cmp::Reverse(c.arrival),
@@ -642,12 +663,12 @@ impl Scheduler {
         });
         let mut victims = Vec::new();
         for cand in order {
-            let c = &self.requests[&cand];
-            if prio.rank(c.spec.priority) - rank <= threshold {
+            if prio.rank(self.requests[cand].spec.priority) - rank <= threshold {
                 break;
             }
-            need -= PrefillBudget::running_offset(&cfg, &self.running_view(cand));
-            victims.push(cand);
+            let offset = PrefillBudget::running_offset(&cfg, &self.running_view(cand));
+            need -= offset;
+            victims.push((cand, offset));
             if need <= 0.0 {
                 break;
             }
@@ -655,18 +676,10 @@ impl Scheduler {
         if victims.is_empty() || need > 0.0 {
             return false;
         }
-        for victim in victims {
-            let offset = PrefillBudget::running_offset(&cfg, &self.running_view(victim));
-            let r = self.requests.get_mut(&victim).expect("running");
-            let freed = ceil_paged(r.kv_len, self.config.page_size);
-            plan.preempted.push(Evicted {
-                id: victim,
-                kv_len: r.kv_len,
-            });
-            r.retract();
+        for (victim, offset) in victims {
+            let freed = ceil_paged(self.requests[victim].kv_len, self.config.page_size);
+            plan.preempted.push(self.requeue(victim));
             adder.budget_mut().release_running(offset, freed);
-            self.running.retain(|&x| x != victim);
-            self.waiting.push(victim);
             self.stats.preemptions += 1;
         }
         self.batch_is_full = false;
@@ -677,21 +690,15 @@ impl Scheduler {
     /// their own KV and unreclaimable memory are left): retract the newest, or abort the
     /// last one. SGLang, with one chunked request, fails the allocation instead.
     fn break_chunking_stall(&mut self, plan: &mut StepPlan) {
-        let Some(&id) = self.chunking.last() else {
+        let Some(&slot) = self.chunking.last() else {
             return;
         };
         if self.chunking.len() > 1 {
-            let r = self.requests.get_mut(&id).expect("chunking");
-            plan.retracted.push(Evicted {
-                id,
-                kv_len: r.kv_len,
-            });
-            r.retract();
-            self.chunking.pop();
-            self.waiting.push(id);
+            plan.retracted.push(self.requeue(slot));
             self.stats.retractions += 1;
         } else {
-            let kv_len = self.remove(id);
+            let id = self.requests[slot].spec.id;
+            let kv_len = self.remove(slot);
             plan.aborted.push(Evicted { id, kv_len });
             self.stats.aborts += 1;
         }
@@ -699,70 +706,78 @@ impl Scheduler {
 
     // ---- decode -----------------------------------------------------------------------
 
-    /// Tokens the next decode step of `ids` needs: a page for each request whose KV ends on
-    /// a page boundary.
-    fn decode_need(&self, ids: &[u64]) -> u64 {
+    /// Tokens the next decode step of `slots` needs: a page for each request whose KV ends
+    /// on a page boundary.
+    fn decode_need(&self, slots: &[u32]) -> u64 {
         let ps = self.config.page_size;
-        ps * ids
+        ps * slots
             .iter()
-            .filter(|id| self.requests[id].kv_len % ps == 0)
+            .filter(|&&slot| self.requests[slot].kv_len % ps == 0)
             .count() as u64
     }
 
-    fn decode(&mut self, mut room: u64, plan: &mut StepPlan) {
+    fn decode(&mut self, room: u64, plan: &mut StepPlan) {
         if self.decode_need(&self.running) <= room {
             self.ratio.decay_step();
         } else {
-            let mut order = self.running.clone();
-            let prio = self.config.priority;
-            let by_priority = self.config.retraction == RetractionPolicy::Priority;
-            // Sorted descending by the retraction key; retract from the end.
-            order.sort_by(|a, b| {
-                let (ra, rb) = (&self.requests[a], &self.requests[b]);
-                let key = |r: &Request| {
-                    let p = match (by_priority, prio) {
-                        (true, Some(p)) => -p.rank(r.spec.priority),
-                        _ => 0,
-                    };
-                    (p, r.spec.output_len, std::cmp::Reverse(r.spec.input_len))
-                };
-                key(rb).cmp(&key(ra))
-            });
-            while order.len() > 1 && self.decode_need(&order) > room {
-                let id = order.pop().expect("non-empty");
-                let r = self.requests.get_mut(&id).expect("running");
-                room += ceil_paged(r.kv_len, self.config.page_size);
-                plan.retracted.push(Evicted {
-                    id,
-                    kv_len: r.kv_len,
-                });
-                r.retract();
-                self.running.retain(|&x| x != id);
-                self.waiting.push(id);
-                self.stats.retractions += 1;
-            }
-            if self.decode_need(&order) > room {
-                let id = order.pop().expect("one left");
-                let kv_len = self.remove(id);
-                plan.aborted.push(Evicted { id, kv_len });
-                self.stats.aborts += 1;
-            }
-            let estimate = NewTokenRatio::retraction_estimate(order.iter().map(|id| {
-                let r = &self.requests[id];
-                (r.spec.output_len, r.spec.max_new_tokens)
-            }));
-            self.ratio.set_after_retraction(estimate);
+            self.retract_for_decode(room, plan);
         }
         self.advance_decode(plan);
     }
 
+    /// SGLang's `retract_decode`: retract in the policy's order until the rest can decode,
+    /// keeping at least one request; abort that one if even it cannot; then set the ratio
+    /// to the estimate over the requests that stay.
+    fn retract_for_decode(&mut self, mut room: u64, plan: &mut StepPlan) {
+        let prio = self.config.priority;
+        let by_priority = self.config.retraction == RetractionPolicy::Priority;
+        let ps = self.config.page_size;
+        // (key, slot, needs a page), sorted descending by the retraction key so the next
+        // request to retract is at the end. Ties keep admission order.
+        let mut order: Vec<_> = self
+            .running
+            .iter()
+            .map(|&slot| {
+                let r = &self.requests[slot];
+                let p = match (by_priority, prio) {
+                    (true, Some(p)) => -p.rank(r.spec.priority),
+                    _ => 0,
+                };
+                let key = (p, r.spec.output_len, std::cmp::Reverse(r.spec.input_len));
+                (key, slot, r.kv_len % ps == 0)
+            })
+            .collect();
+        order.sort_by_key(|o| std::cmp::Reverse(o.0));
+        let mut need = ps * order.iter().filter(|o| o.2).count() as u64;
+        while order.len() > 1 && need > room {
+            let (_, slot, needs_page) = order.pop().expect("non-empty");
+            need -= if needs_page { ps } else { 0 };
+            room += ceil_paged(self.requests[slot].kv_len, ps);
+            plan.retracted.push(self.requeue(slot));
+            self.stats.retractions += 1;
+        }
+        if need > room {
+            let (_, slot, _) = order.pop().expect("one left");
+            let id = self.requests[slot].spec.id;
+            let kv_len = self.remove(slot);
+            plan.aborted.push(Evicted { id, kv_len });
+            self.stats.aborts += 1;
+        }
+        let requests = &self.requests;
+        let estimate = NewTokenRatio::retraction_estimate(order.iter().map(|o| {
+            let r = &requests[o.1];
+            (r.spec.output_len, r.spec.max_new_tokens)
+        }));
+        self.ratio.set_after_retraction(estimate);
+    }
+
     /// Every running request decodes one token.
     fn advance_decode(&mut self, plan: &mut StepPlan) {
-        for &id in &self.running {
-            let r = self.requests.get_mut(&id).expect("running");
+        for &slot in &self.running {
+            let r = &mut self.requests[slot];
             r.kv_len += 1;
             r.spec.output_len += 1;
-            plan.decode.push(id);
+            plan.decode.push(r.spec.id);
         }
     }
 }

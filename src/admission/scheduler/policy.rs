@@ -2,9 +2,7 @@
 
 use std::collections::HashMap;
 
-use super::request::Request;
-
-type Requests = HashMap<u64, Request>;
+use super::request::{Registry, Request};
 
 /// How the waiting queue is ordered before each prefill pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -67,43 +65,43 @@ impl SplitMix {
 pub(crate) fn order(
     policy: Policy,
     priority: Option<PriorityConfig>,
-    queue: &mut [u64],
-    reqs: &Requests,
+    queue: &mut [u32],
+    reqs: &Registry,
     pass: u64,
 ) {
-    let prio = |i: &u64| priority.map_or(0, |p| p.rank(reqs[i].spec.priority));
+    let prio = |r: &Request| priority.map_or(0, |p| p.rank(r.spec.priority));
+    // Each key is computed once per request (`sort_by_cached_key`): one map lookup each,
+    // not two per comparison.
+    let by = |queue: &mut [u32], key: &dyn Fn(&Request) -> (i64, i64, u64)| {
+        queue.sort_by_cached_key(|&slot| key(&reqs[slot]));
+    };
     match policy {
-        Policy::Fcfs => queue.sort_by_key(|i| (prio(i), reqs[i].arrival)),
-        Policy::Lof => queue.sort_by_key(|i| {
+        Policy::Fcfs => by(queue, &|r| (prio(r), 0, r.arrival)),
+        Policy::Lof => by(queue, &|r| {
             (
-                prio(i),
-                std::cmp::Reverse(reqs[i].spec.max_new_tokens),
-                reqs[i].arrival,
+                prio(r),
+                -(r.spec.max_new_tokens.min(i64::MAX as u64) as i64),
+                r.arrival,
             )
         }),
         Policy::Random { seed } => {
-            queue.sort_by_key(|i| reqs[i].arrival);
+            by(queue, &|r| (0, 0, r.arrival));
             let mut rng = SplitMix(seed ^ pass.wrapping_mul(0xA24B_AED4_963E_E407));
             for k in (1..queue.len()).rev() {
                 let j = (rng.next() % (k as u64 + 1)) as usize;
                 queue.swap(k, j);
             }
         }
-        Policy::Lpm => {
-            if queue.len() > LPM_MAX_QUEUE {
-                queue.sort_by_key(|i| (prio(i), reqs[i].arrival));
-            } else {
-                queue.sort_by_key(|i| {
-                    (
-                        prio(i),
-                        std::cmp::Reverse(reqs[i].spec.prefix_len),
-                        reqs[i].arrival,
-                    )
-                });
-            }
-        }
+        Policy::Lpm if queue.len() > LPM_MAX_QUEUE => by(queue, &|r| (prio(r), 0, r.arrival)),
+        Policy::Lpm => by(queue, &|r| {
+            (
+                prio(r),
+                -(r.spec.prefix_len.min(i64::MAX as u64) as i64),
+                r.arrival,
+            )
+        }),
         Policy::DfsWeight => {
-            queue.sort_by_key(|i| reqs[i].arrival);
+            by(queue, &|r| (0, 0, r.arrival));
             dfs_weight(queue, reqs);
         }
     }
@@ -112,13 +110,13 @@ pub(crate) fn order(
 /// SGLang's `_sort_by_dfs_weight`: a node's weight is the number of waiting requests ending
 /// there plus its children's weights; a DFS from the root visits heavier children first
 /// (ties: first seen first) and emits each node's own requests after its subtree.
-fn dfs_weight(queue: &mut [u64], reqs: &Requests) {
+fn dfs_weight(queue: &mut [u32], reqs: &Registry) {
     const ROOT: u64 = u64::MAX;
     let mut children: HashMap<u64, Vec<u64>> = HashMap::new();
-    let mut own: HashMap<u64, Vec<u64>> = HashMap::new();
+    let mut own: HashMap<u64, Vec<u32>> = HashMap::new();
     let mut weight: HashMap<u64, u64> = HashMap::new();
     for &i in queue.iter() {
-        let path = &reqs[&i].spec.prefix_path;
+        let path = &reqs[i].spec.prefix_path;
         let mut parent = ROOT;
         for &node in path {
             let kids = children.entry(parent).or_default();

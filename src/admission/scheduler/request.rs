@@ -76,3 +76,62 @@ impl Request {
         self.retractions += 1;
     }
 }
+
+/// Where live requests are stored: a dense slab (the step walks it in queue order without
+/// hashing) plus an id index for the engine's calls.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    slots: Vec<Option<Request>>,
+    by_id: std::collections::HashMap<u64, u32>,
+    vacant: Vec<u32>,
+}
+
+impl Registry {
+    /// The slot of live request `id`.
+    pub fn slot(&self, id: u64) -> Option<u32> {
+        self.by_id.get(&id).copied()
+    }
+
+    /// Stores a new request (its id must not be live) and returns its slot.
+    pub fn insert(&mut self, req: Request) -> u32 {
+        let id = req.spec.id;
+        let slot = match self.vacant.pop() {
+            Some(slot) => {
+                self.slots[slot as usize] = Some(req);
+                slot
+            }
+            None => {
+                self.slots.push(Some(req));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.by_id.insert(id, slot);
+        slot
+    }
+
+    /// Removes the request in `slot`.
+    pub fn remove(&mut self, slot: u32) -> Request {
+        let req = self.slots[slot as usize].take().expect("live slot");
+        self.by_id.remove(&req.spec.id);
+        self.vacant.push(slot);
+        req
+    }
+
+    /// Whether no request is live.
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+}
+
+impl std::ops::Index<u32> for Registry {
+    type Output = Request;
+    fn index(&self, slot: u32) -> &Request {
+        self.slots[slot as usize].as_ref().expect("live slot")
+    }
+}
+
+impl std::ops::IndexMut<u32> for Registry {
+    fn index_mut(&mut self, slot: u32) -> &mut Request {
+        self.slots[slot as usize].as_mut().expect("live slot")
+    }
+}

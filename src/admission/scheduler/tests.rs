@@ -446,3 +446,19 @@ fn preemption_respects_the_threshold_and_capacity() {
     assert!(plan.preempted.is_empty());
     assert_eq!(s.counts(), (1, 0, 3));
 }
+
+#[test]
+fn finishing_a_request_clears_batch_is_full() {
+    let mut s = scheduler(1 << 20, 1, |_| {});
+    s.submit(spec(1, 100, 10)).unwrap();
+    s.submit(spec(2, 100, 10)).unwrap();
+    // Room for one: the pass stops on memory with a request running.
+    let plan = s.step(150, 0, true);
+    assert_eq!(plan.prefill.len(), 1);
+    assert!(plan.batch_is_full);
+    assert_eq!(s.step(1 << 20, 0, true).kind, StepKind::Decode);
+    s.finish(1).unwrap();
+    // The running batch shrank: the next step tries prefill again (SGLang clears the flag).
+    let plan = s.step(1 << 20, 0, true);
+    assert_eq!(plan.prefill.iter().map(|e| e.id).collect::<Vec<_>>(), [2]);
+}
