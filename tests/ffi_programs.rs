@@ -1,6 +1,8 @@
 //! Builds and runs the C99 and C++17 tests of the C ABI (`tests/c/abi_test.c`,
-//! `tests/cpp/abi_test.cpp`) against the library built with `--features testing`, and checks
-//! that `include/kvpool.h` compiles cleanly (twice included, strict warnings) as C and C++.
+//! `tests/c/scheduler_test.c`, `tests/cpp/abi_test.cpp`) and the C++ example
+//! `cpp-examples/serving_loop.cpp` against the library built with `--features testing`, and
+//! checks that `include/kvpool.h` compiles cleanly (twice included, strict warnings) as C
+//! and C++.
 
 mod support;
 
@@ -37,8 +39,9 @@ fn run_to_completion(cmd: &mut Command, what: &str) -> Output {
         .unwrap_or_else(|e| panic!("cannot run {what} ({cmd:?}): {e}"))
 }
 
-/// Compiles `source` into an executable linked against the testing cdylib.
-fn build_program(lang: Lang, source: &str, name: &str) -> PathBuf {
+/// Compiles `source` into an executable linked against the testing cdylib; with `testing`,
+/// `-DKVP_TESTING` makes the test-only declarations visible.
+fn build_program(lang: Lang, source: &str, name: &str, testing: bool) -> PathBuf {
     let lib = support::testing_cdylib();
     let lib_dir = lib.parent().unwrap();
     let exe = support::scratch_dir(name).join(name);
@@ -47,8 +50,10 @@ fn build_program(lang: Lang, source: &str, name: &str) -> PathBuf {
         Lang::Cpp => "c++17",
     };
     let mut cmd = compiler(lang, std);
-    cmd.arg("-DKVP_TESTING")
-        .arg(support::manifest_dir().join(source))
+    if testing {
+        cmd.arg("-DKVP_TESTING");
+    }
+    cmd.arg(support::manifest_dir().join(source))
         .arg("-o")
         .arg(&exe)
         .arg("-L")
@@ -90,14 +95,65 @@ fn run_program(exe: &Path, marker: &str) {
 
 #[test]
 fn c99_abi_test() {
-    let exe = build_program(Lang::C, "tests/c/abi_test.c", "abi_test_c");
+    let exe = build_program(Lang::C, "tests/c/abi_test.c", "abi_test_c", true);
     run_program(&exe, "abi_test (C): all ");
 }
 
 #[test]
 fn cpp17_abi_test() {
-    let exe = build_program(Lang::Cpp, "tests/cpp/abi_test.cpp", "abi_test_cpp");
+    let exe = build_program(Lang::Cpp, "tests/cpp/abi_test.cpp", "abi_test_cpp", true);
     run_program(&exe, "abi_test (C++): all ");
+}
+
+/// An engine loop in C99 over an attached scheduler and a paged pool: every allocation
+/// succeeds, every request's `kv_len` is its row, everything finishes, the pool refills.
+#[test]
+fn c99_scheduler_engine_loop() {
+    let exe = build_program(
+        Lang::C,
+        "tests/c/scheduler_test.c",
+        "scheduler_test_c",
+        false,
+    );
+    run_program(&exe, "scheduler_test (C): all ");
+}
+
+/// The C++17 example an engine author copies from builds with the strict warning set
+/// (without the test-only declarations), runs, and reports a drained workload.
+#[test]
+fn cpp17_serving_loop_example() {
+    let exe = build_program(
+        Lang::Cpp,
+        "cpp-examples/serving_loop.cpp",
+        "serving_loop",
+        false,
+    );
+    let output = run_to_completion(&mut Command::new(&exe), "serving_loop");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.lines().last() == Some("serving_loop: OK"),
+        "{} failed\n{}",
+        exe.display(),
+        support::describe_output(&output)
+    );
+    // "serving_loop: 200 requests, 196 finished, 0 aborted, 4 rejected as unfittable"
+    let counts: Vec<u64> = stdout
+        .lines()
+        .next()
+        .and_then(|line| line.strip_prefix("serving_loop: "))
+        .map(|rest| {
+            rest.split(", ")
+                .filter_map(|part| part.split_whitespace().next()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        matches!(counts[..], [total, finished, 0, rejected]
+            if total == 200 && finished + rejected == total && rejected > 0 && finished > 150),
+        "unexpected summary {counts:?}\n{stdout}"
+    );
+    println!("{}", stdout.trim_end());
+    let _ = std::fs::remove_dir_all(exe.parent().unwrap());
 }
 
 /// A translation unit that includes the header twice (the include guard must hold) and,

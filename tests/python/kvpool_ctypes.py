@@ -8,13 +8,25 @@ LD_LIBRARY_PATH), and every exported ``kvp_*`` function gets its ``argtypes`` an
     with Pool(lib, size=64, page_size=4) as pool:
         slots = pool.alloc_extend([0], [2], [-1])   # [4, 5]
 
+The admission objects have classes too: ``Scheduler`` (kvp_scheduler, the
+continuous-batching step; ``step()`` returns a plain ``StepPlan`` copied out of the
+library's arrays), ``Adder`` (kvp_adder, one prefill pass's budget) and ``Delayer``
+(kvp_delayer, DP-rank prefill negotiation):
+
+    with Pool(lib, size=4096, page_size=16) as pool, Scheduler(lib, pool=pool) as sched:
+        sched.submit(1, input_len=100, max_new_tokens=20)
+        plan = sched.step()    # plan.prefill == [PrefillEntry(id=1, prefix_len=0, ...)]
+
 Failures raise ``KvpError`` (status number, status name, the library's description of the
-status and the thread's ``kvp_last_error_message``). Pools and snapshots are freed exactly
-once: by ``close()``, by leaving a ``with`` block, or (as a fallback) when collected.
+status and the thread's ``kvp_last_error_message``). Pools, snapshots, schedulers, adders
+and delayers are freed exactly once: by ``close()``, by leaving a ``with`` block, or (as a
+fallback) when collected.
 """
 
+import collections
 import contextlib
 import ctypes
+import dataclasses
 import os
 import threading
 
@@ -33,6 +45,31 @@ __all__ = [
     "STATUS_NAMES",
     "Snapshot",
     "TESTING_FUNCTIONS",
+    # admission
+    "ADD_RESULT_NAMES",
+    "Adder",
+    "AdderConfig",
+    "Admission",
+    "Budget",
+    "Candidate",
+    "DELAY_VERDICT_NAMES",
+    "Delayer",
+    "DelayerConfig",
+    "ENUMS",
+    "Evicted",
+    "PHASE_NAMES",
+    "PrefillEntry",
+    "RankInfo",
+    "Request",
+    "RequestState",
+    "RunningRequest",
+    "STEP_KIND_NAMES",
+    "STRUCTS",
+    "Scheduler",
+    "SchedulerConfig",
+    "SchedulerStats",
+    "StepPlan",
+    "SubmitResult",
 ]
 
 # ---- enums ---------------------------------------------------------------------------------
@@ -62,6 +99,67 @@ INDEX_TYPE_I64 = 0
 INDEX_TYPE_I32 = 1
 BACKEND_HOST = 0
 BACKEND_CUDA = 1
+
+# enum kvp_policy (kvp_scheduler_config.policy)
+POLICY_FCFS = 0
+POLICY_LOF = 1
+POLICY_RANDOM = 2
+POLICY_LPM = 3
+POLICY_DFS_WEIGHT = 4
+# enum kvp_retraction (kvp_scheduler_config.retraction)
+RETRACTION_LENGTH = 0
+RETRACTION_PRIORITY = 1
+# enum kvp_step_kind (kvp_step_plan.kind)
+STEP_KIND_IDLE = 0
+STEP_KIND_PREFILL = 1
+STEP_KIND_DECODE = 2
+# enum kvp_phase (kvp_request_state.phase)
+PHASE_WAITING = 0
+PHASE_CHUNKING = 1
+PHASE_RUNNING = 2
+# enum kvp_add_result (kvp_admission.next, kvp_budget.state)
+ADD_RESULT_CONTINUE = 0
+ADD_RESULT_NO_TOKEN = 1
+ADD_RESULT_OTHER = 2
+# enum kvp_delay_verdict (kvp_delayer_negotiate)
+DELAY_VERDICT_NO_WAIT = 0
+DELAY_VERDICT_WAIT_SUCCESS = 1
+DELAY_VERDICT_NONE_READY = 2
+DELAY_VERDICT_TOKEN_WATERMARK = 3
+DELAY_VERDICT_WAIT_TIMEOUT = 4
+DELAY_VERDICT_DELAY = 5
+
+# Every C enum of the header: {enum name: {constant name: value}} (what the tests compare
+# with include/kvpool.h), built from the constants above.
+_ENUM_PREFIXES = {
+    "kvp_index_type": "INDEX_TYPE_",
+    "kvp_backend": "BACKEND_",
+    "kvp_policy": "POLICY_",
+    "kvp_retraction": "RETRACTION_",
+    "kvp_step_kind": "STEP_KIND_",
+    "kvp_phase": "PHASE_",
+    "kvp_add_result": "ADD_RESULT_",
+    "kvp_delay_verdict": "DELAY_VERDICT_",
+}
+ENUMS = {
+    enum: {"KVP_" + name: value for name, value in globals().items()
+           if name.startswith(prefix) and isinstance(value, int)}
+    for enum, prefix in _ENUM_PREFIXES.items()
+}
+ENUMS["kvp_status"] = {name: number for number, name in STATUS_NAMES.items()}
+__all__ += sorted(name[len("KVP_"):] for enum, values in ENUMS.items()
+                  for name in values if enum not in ("kvp_status", "kvp_index_type",
+                                                     "kvp_backend"))
+
+
+def _names(enum, prefix):
+    return {value: name[len(prefix):] for name, value in ENUMS[enum].items()}
+
+
+STEP_KIND_NAMES = _names("kvp_step_kind", "KVP_STEP_KIND_")  # {1: "PREFILL", ...}
+PHASE_NAMES = _names("kvp_phase", "KVP_PHASE_")
+ADD_RESULT_NAMES = _names("kvp_add_result", "KVP_ADD_RESULT_")
+DELAY_VERDICT_NAMES = _names("kvp_delay_verdict", "KVP_DELAY_VERDICT_")
 
 # ---- structs -------------------------------------------------------------------------------
 
@@ -123,10 +221,227 @@ class PoolStats(_Struct):
     ]
 
 
+# ---- admission structs (field order and types exactly as in include/kvpool.h) ----------
+
+_u64 = ctypes.c_uint64
+
+
+class SchedulerConfig(_Struct):
+    _fields_ = [
+        ("capacity", _u64),
+        ("page_size", _u64),
+        ("max_prefill_tokens", _u64),
+        ("chunked_prefill_size", _u64),
+        ("clip_max_new_tokens", _u64),
+        ("truncation_align_size", _u64),
+        ("prefill_max_requests", _u64),
+        ("max_running_requests", _u64),
+        ("max_chunked_requests", _u64),
+        ("policy", ctypes.c_uint32),
+        ("retraction", ctypes.c_uint32),
+        ("policy_seed", _u64),
+        ("enable_priority", ctypes.c_bool),
+        ("low_priority_values_first", ctypes.c_bool),
+        ("preemption_threshold", ctypes.c_int64),
+        ("enable_mixed_chunk", ctypes.c_bool),
+        ("prefix_cache_disabled", ctypes.c_bool),
+        ("init_new_token_ratio", ctypes.c_double),
+        ("min_new_token_ratio_factor", ctypes.c_double),
+        ("new_token_ratio_decay_steps", ctypes.c_uint32),
+        ("schedule_conservativeness", ctypes.c_double),
+        ("dynamic_chunk_a", ctypes.c_double),
+        ("dynamic_chunk_b", ctypes.c_double),
+        ("dynamic_chunk_context_len", _u64),
+    ]
+
+
+class Request(_Struct):
+    _fields_ = [
+        ("id", _u64),
+        ("input_len", _u64),
+        ("prefix_len", _u64),
+        ("prefix_evictable", _u64),
+        ("max_new_tokens", _u64),
+        ("output_len", _u64),
+        ("priority", ctypes.c_int64),
+        ("ignore_eos", ctypes.c_bool),
+    ]
+
+
+class SubmitResult(_Struct):
+    _fields_ = [("queued", ctypes.c_bool), ("needed", _u64), ("capacity", _u64)]
+
+
+class PrefillEntry(_Struct):
+    _fields_ = [
+        ("id", _u64),
+        ("prefix_len", _u64),
+        ("extend_len", _u64),
+        ("chunked", ctypes.c_bool),
+    ]
+
+
+class Evicted(_Struct):
+    _fields_ = [("id", _u64), ("kv_len", _u64)]
+
+
+class StepPlanC(_Struct):
+    """struct kvp_step_plan as the library writes it (arrays borrowed from the scheduler);
+    ``Scheduler.step`` copies it into a ``StepPlan``."""
+
+    _fields_ = [
+        ("kind", ctypes.c_uint32),
+        ("batch_is_full", ctypes.c_bool),
+        ("new_token_ratio", ctypes.c_double),
+        ("prefill", ctypes.POINTER(PrefillEntry)),
+        ("num_prefill", ctypes.c_size_t),
+        ("decode", ctypes.POINTER(_u64)),
+        ("num_decode", ctypes.c_size_t),
+        ("retracted", ctypes.POINTER(Evicted)),
+        ("num_retracted", ctypes.c_size_t),
+        ("preempted", ctypes.POINTER(Evicted)),
+        ("num_preempted", ctypes.c_size_t),
+        ("aborted", ctypes.POINTER(Evicted)),
+        ("num_aborted", ctypes.c_size_t),
+    ]
+
+
+class RequestState(_Struct):
+    _fields_ = [("phase", ctypes.c_uint32), ("kv_len", _u64), ("output_len", _u64)]
+
+
+class SchedulerStats(_Struct):
+    _fields_ = [
+        (name, _u64)
+        for name in (
+            "steps",
+            "prefill_steps",
+            "decode_steps",
+            "admitted",
+            "chunks",
+            "retractions",
+            "preemptions",
+            "aborts",
+            "unfittable",
+            "finished",
+            "waiting",
+            "chunking",
+            "running",
+        )
+    ] + [("new_token_ratio", ctypes.c_double)]
+
+
+class AdderConfig(_Struct):
+    _fields_ = [
+        ("page_size", _u64),
+        ("max_prefill_tokens", _u64),
+        ("chunked_prefill_size", _u64),
+        ("num_mixed_decode_tokens", _u64),
+        ("clip_max_new_tokens", _u64),
+        ("truncation_align_size", _u64),
+        ("prefill_max_requests", _u64),
+        ("max_chunked_requests", _u64),
+        ("new_token_ratio", ctypes.c_double),
+        ("prefix_cache_disabled", ctypes.c_bool),
+    ]
+
+    @classmethod
+    def sglang_defaults(cls, page_size=1):
+        """SGLang's defaults (the header has no kvp_adder_config_default): max_prefill_tokens
+        16384, chunked prefill 8192, clip 4096, ratio 0.7, one chunked request."""
+        return cls(page_size=page_size, max_prefill_tokens=16384, chunked_prefill_size=8192,
+                   num_mixed_decode_tokens=0, clip_max_new_tokens=4096,
+                   truncation_align_size=0, prefill_max_requests=0, max_chunked_requests=1,
+                   new_token_ratio=0.7, prefix_cache_disabled=False)
+
+
+class RunningRequest(_Struct):
+    _fields_ = [
+        ("input_len", _u64),
+        ("output_len", _u64),
+        ("max_new_tokens", _u64),
+        ("ignore_eos", ctypes.c_bool),
+    ]
+
+
+class Candidate(_Struct):
+    _fields_ = [
+        ("input_len", _u64),
+        ("prefix_len", _u64),
+        ("prefix_evictable", _u64),
+        ("max_new_tokens", _u64),
+        ("output_len", _u64),
+        ("ignore_eos", ctypes.c_bool),
+    ]
+
+
+class Admission(_Struct):
+    _fields_ = [
+        ("admitted", ctypes.c_bool),
+        ("chunked", ctypes.c_bool),
+        ("extend_len", _u64),
+        ("next", ctypes.c_uint32),
+    ]
+
+
+class Budget(_Struct):
+    _fields_ = [
+        ("rem_total_tokens", ctypes.c_double),
+        ("cur_rem_tokens", ctypes.c_int64),
+        ("rem_input_tokens", ctypes.c_int64),
+        ("rem_chunk_tokens", ctypes.c_int64),
+        ("state", ctypes.c_uint32),
+    ]
+
+
+class DelayerConfig(_Struct):
+    _fields_ = [
+        ("max_delay_passes", ctypes.c_uint32),
+        ("token_usage_low_watermark", ctypes.c_double),
+        ("max_running_requests", _u64),
+        ("queue_min_ratio", ctypes.c_double),
+        ("prefill_max_requests", _u64),
+    ]
+
+
+class RankInfo(_Struct):
+    _fields_ = [
+        ("prefillable", ctypes.c_bool),
+        ("force_allow", ctypes.c_bool),
+        ("timed_out", ctypes.c_bool),
+        ("running_bs", _u64),
+        ("max_prefill_bs", _u64),
+        ("waiting_len", _u64),
+    ]
+
+
+# Every struct the header defines, by C name.
+STRUCTS = {
+    "kvp_pool_config": PoolConfig,
+    "kvp_pool_info": PoolInfo,
+    "kvp_pool_stats": PoolStats,
+    "kvp_scheduler_config": SchedulerConfig,
+    "kvp_request": Request,
+    "kvp_submit_result": SubmitResult,
+    "kvp_prefill_entry": PrefillEntry,
+    "kvp_evicted": Evicted,
+    "kvp_step_plan": StepPlanC,
+    "kvp_request_state": RequestState,
+    "kvp_scheduler_stats": SchedulerStats,
+    "kvp_adder_config": AdderConfig,
+    "kvp_running_request": RunningRequest,
+    "kvp_candidate": Candidate,
+    "kvp_admission": Admission,
+    "kvp_budget": Budget,
+    "kvp_delayer_config": DelayerConfig,
+    "kvp_rank_info": RankInfo,
+}
+
 # ---- signatures ----------------------------------------------------------------------------
 
 _status = ctypes.c_int32  # enum kvp_status
-_handle = ctypes.c_void_p  # struct kvp_pool *, struct kvp_snapshot *
+_handle = ctypes.c_void_p  # struct kvp_pool *, kvp_snapshot *, kvp_scheduler *, ...
+_u64_p = ctypes.POINTER(ctypes.c_uint64)  # uint64_t * (outputs), const uint64_t * (paths)
 _buffer = ctypes.c_void_p  # index buffers of the pool's index type
 _i64_array = ctypes.POINTER(ctypes.c_int64)  # prefix_lens, seq_lens
 
@@ -175,6 +490,63 @@ SIGNATURES = {
     "kvp_testing_poison_pool": (_status, [_handle]),
     "kvp_version": (ctypes.c_char_p, []),
     "kvp_abi_version": (ctypes.c_uint32, []),
+    # kvp_scheduler
+    "kvp_scheduler_config_default": (SchedulerConfig, []),
+    "kvp_scheduler_new": (
+        _status,
+        [ctypes.POINTER(SchedulerConfig), _handle, ctypes.POINTER(_handle)],
+    ),
+    "kvp_scheduler_free": (None, [_handle]),
+    "kvp_scheduler_submit": (
+        _status,
+        [_handle, ctypes.POINTER(Request), _u64_p, ctypes.c_size_t,
+         ctypes.POINTER(SubmitResult)],
+    ),
+    "kvp_scheduler_update_prefix": (
+        _status,
+        [_handle, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, _u64_p, ctypes.c_size_t],
+    ),
+    "kvp_scheduler_step": (
+        _status,
+        [_handle, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_bool, ctypes.POINTER(StepPlanC)],
+    ),
+    "kvp_scheduler_finish": (_status, [_handle, ctypes.c_uint64, _u64_p]),
+    "kvp_scheduler_abort": (_status, [_handle, ctypes.c_uint64, _u64_p]),
+    "kvp_scheduler_get_request": (
+        _status,
+        [_handle, ctypes.c_uint64, ctypes.POINTER(RequestState)],
+    ),
+    "kvp_scheduler_get_stats": (_status, [_handle, ctypes.POINTER(SchedulerStats)]),
+    # kvp_adder
+    "kvp_adder_new": (
+        _status,
+        [ctypes.POINTER(AdderConfig), ctypes.c_uint64, ctypes.c_uint64,
+         ctypes.POINTER(RunningRequest), ctypes.c_size_t, ctypes.c_uint64,
+         ctypes.POINTER(_handle)],
+    ),
+    "kvp_adder_free": (None, [_handle]),
+    "kvp_adder_add_one_req": (
+        _status,
+        [_handle, ctypes.POINTER(Candidate), ctypes.POINTER(Admission)],
+    ),
+    "kvp_adder_add_chunked_req": (
+        _status,
+        [_handle, ctypes.c_uint64, ctypes.c_uint64, ctypes.POINTER(Admission)],
+    ),
+    "kvp_adder_get_budget": (_status, [_handle, ctypes.POINTER(Budget)]),
+    # kvp_delayer
+    "kvp_delayer_new": (_status, [ctypes.POINTER(DelayerConfig), ctypes.POINTER(_handle)]),
+    "kvp_delayer_free": (None, [_handle]),
+    "kvp_delayer_local_info": (
+        _status,
+        [_handle, ctypes.c_bool, ctypes.c_double, ctypes.c_uint64, ctypes.c_uint64,
+         ctypes.c_bool, ctypes.POINTER(RankInfo)],
+    ),
+    "kvp_delayer_negotiate": (
+        _status,
+        [_handle, ctypes.POINTER(RankInfo), ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint32)],
+    ),
+    "kvp_delayer_record_prefill": (_status, [_handle, ctypes.c_uint64]),
 }
 
 # Exported only by a library built with `--features testing`.
@@ -460,3 +832,227 @@ class Pool(_Owner):
 
     def testing_poison(self):
         self._call("kvp_testing_poison_pool")
+
+
+# ---- admission -----------------------------------------------------------------------------
+
+PrefillEntryT = collections.namedtuple("PrefillEntryT", "id prefix_len extend_len chunked")
+EvictedT = collections.namedtuple("EvictedT", "id kv_len")
+
+
+@dataclasses.dataclass
+class StepPlan:
+    """A copy of one ``kvp_step_plan``: plain Python values, valid after the next step."""
+
+    kind: int  # STEP_KIND_*
+    batch_is_full: bool
+    new_token_ratio: float
+    prefill: list  # [PrefillEntryT(id, prefix_len, extend_len, chunked)]
+    decode: list  # [id]
+    retracted: list  # [EvictedT(id, kv_len)]
+    preempted: list  # [EvictedT(id, kv_len)]
+    aborted: list  # [EvictedT(id, kv_len)]
+
+    @property
+    def kind_name(self):
+        return STEP_KIND_NAMES[self.kind]
+
+    @property
+    def evicted(self):
+        """Every request whose KV the engine must free now."""
+        return self.retracted + self.preempted + self.aborted
+
+    @classmethod
+    def copy_of(cls, c_plan):
+        def array(pointer, n, convert):
+            if n == 0:
+                return []
+            if not pointer:
+                raise ValueError("kvp_step_plan has a NULL array with a non-zero length")
+            return [convert(pointer[i]) for i in range(n)]
+
+        def evicted(e):
+            return EvictedT(e.id, e.kv_len)
+
+        return cls(
+            kind=c_plan.kind,
+            batch_is_full=bool(c_plan.batch_is_full),
+            new_token_ratio=c_plan.new_token_ratio,
+            prefill=array(c_plan.prefill, c_plan.num_prefill,
+                          lambda e: PrefillEntryT(e.id, e.prefix_len, e.extend_len,
+                                                  bool(e.chunked))),
+            decode=array(c_plan.decode, c_plan.num_decode, int),
+            retracted=array(c_plan.retracted, c_plan.num_retracted, evicted),
+            preempted=array(c_plan.preempted, c_plan.num_preempted, evicted),
+            aborted=array(c_plan.aborted, c_plan.num_aborted, evicted),
+        )
+
+
+def _configure(struct, overrides):
+    """Sets `overrides` on `struct`, refusing names it does not have (a typo must not be
+    silently ignored)."""
+    names = {name for name, _ in struct._fields_}
+    for key, value in overrides.items():
+        if key not in names:
+            raise TypeError(f"{type(struct).__name__} has no field {key!r}")
+        setattr(struct, key, value)
+    return struct
+
+
+def _u64_path(path):
+    """(pointer, length) for an optional list of prefix-cache node ids."""
+    if path is None:
+        return None, 0
+    values = [int(v) for v in path]
+    return (ctypes.c_uint64 * len(values))(*values), len(values)
+
+
+class Scheduler(_Owner):
+    """A kvp_scheduler. ``Scheduler(lib, pool=pool, chunked_prefill_size=4096, ...)`` starts
+    from ``kvp_scheduler_config_default()`` and sets the given fields. With a pool it is
+    attached: capacity and page size come from the pool, ``step()`` reads its available size
+    (the ``available`` argument is ignored) and the native pool stays alive until the
+    scheduler is freed, even after ``pool.close()``. Without one, pass ``capacity`` (and
+    ``page_size``)."""
+
+    _free_name = "kvp_scheduler_free"
+
+    def __init__(self, lib, pool=None, config=None, **overrides):
+        if config is None:
+            config = lib.kvp_scheduler_config_default()
+        _configure(config, overrides)
+        handle = ctypes.c_void_p()
+        pool_handle = None if pool is None else pool.handle
+        lib.check(lib.kvp_scheduler_new(ctypes.byref(config), pool_handle,
+                                        ctypes.byref(handle)))
+        super().__init__(lib, handle.value)
+        self.config = config
+
+    def _call(self, name, *args):
+        self._lib.check(getattr(self._lib, name)(self.handle, *args))
+
+    def submit(self, id, input_len, max_new_tokens, prefix_len=0, prefix_evictable=0,
+               output_len=0, priority=0, ignore_eos=False, prefix_path=None):
+        """Queues a request; returns the ``SubmitResult`` (``queued`` false: unfittable)."""
+        request = Request(id=id, input_len=input_len, prefix_len=prefix_len,
+                          prefix_evictable=prefix_evictable, max_new_tokens=max_new_tokens,
+                          output_len=output_len, priority=priority, ignore_eos=ignore_eos)
+        path, path_len = _u64_path(prefix_path)
+        result = SubmitResult()
+        self._call("kvp_scheduler_submit", ctypes.byref(request), path, path_len,
+                   ctypes.byref(result))
+        return result
+
+    def update_prefix(self, id, prefix_len, prefix_evictable, prefix_path=None):
+        path, path_len = _u64_path(prefix_path)
+        self._call("kvp_scheduler_update_prefix", id, prefix_len, prefix_evictable, path,
+                   path_len)
+
+    def step(self, available=0, evictable=0, allow_prefill=True):
+        """Plans the next step; returns a ``StepPlan`` holding copies of the plan's arrays."""
+        c_plan = StepPlanC()
+        self._call("kvp_scheduler_step", available, evictable, allow_prefill,
+                   ctypes.byref(c_plan))
+        return StepPlan.copy_of(c_plan)
+
+    def finish(self, id):
+        """A running request finished; returns the KV tokens it held (to free)."""
+        kv_len = ctypes.c_uint64()
+        self._call("kvp_scheduler_finish", id, ctypes.byref(kv_len))
+        return kv_len.value
+
+    def abort(self, id):
+        """Drops a request in any phase; returns the KV tokens it held (to free)."""
+        kv_len = ctypes.c_uint64()
+        self._call("kvp_scheduler_abort", id, ctypes.byref(kv_len))
+        return kv_len.value
+
+    def request(self, id):
+        state = RequestState()
+        self._call("kvp_scheduler_get_request", id, ctypes.byref(state))
+        return state
+
+    def stats(self):
+        stats = SchedulerStats()
+        self._call("kvp_scheduler_get_stats", ctypes.byref(stats))
+        return stats
+
+
+class Adder(_Owner):
+    """A kvp_adder for one prefill pass. ``config`` defaults to
+    ``AdderConfig.sglang_defaults(page_size)``; keyword arguments set its fields.
+    ``running`` is a list of ``RunningRequest`` (or of (input_len, output_len,
+    max_new_tokens[, ignore_eos]) tuples)."""
+
+    _free_name = "kvp_adder_free"
+
+    def __init__(self, lib, available, evictable=0, running=(), chunked_in_flight=0,
+                 config=None, **overrides):
+        if config is None:
+            config = AdderConfig.sglang_defaults(overrides.get("page_size", 1))
+        _configure(config, overrides)
+        rows = [r if isinstance(r, RunningRequest) else RunningRequest(*r) for r in running]
+        array = (RunningRequest * len(rows))(*rows) if rows else None
+        handle = ctypes.c_void_p()
+        lib.check(lib.kvp_adder_new(ctypes.byref(config), available, evictable, array,
+                                    len(rows), chunked_in_flight, ctypes.byref(handle)))
+        super().__init__(lib, handle.value)
+        self.config = config
+
+    def _call(self, name, *args):
+        self._lib.check(getattr(self._lib, name)(self.handle, *args))
+
+    def add_one_req(self, input_len, max_new_tokens, prefix_len=0, prefix_evictable=0,
+                    output_len=0, ignore_eos=False):
+        candidate = Candidate(input_len=input_len, prefix_len=prefix_len,
+                              prefix_evictable=prefix_evictable, max_new_tokens=max_new_tokens,
+                              output_len=output_len, ignore_eos=ignore_eos)
+        out = Admission()
+        self._call("kvp_adder_add_one_req", ctypes.byref(candidate), ctypes.byref(out))
+        return out
+
+    def add_chunked_req(self, remaining, max_new_tokens):
+        out = Admission()
+        self._call("kvp_adder_add_chunked_req", remaining, max_new_tokens, ctypes.byref(out))
+        return out
+
+    def budget(self):
+        out = Budget()
+        self._call("kvp_adder_get_budget", ctypes.byref(out))
+        return out
+
+
+class Delayer(_Owner):
+    """A kvp_delayer. Keyword arguments set ``DelayerConfig`` fields; the defaults are
+    SGLang's (30 passes) with every optional condition off."""
+
+    _free_name = "kvp_delayer_free"
+
+    def __init__(self, lib, **overrides):
+        config = DelayerConfig(max_delay_passes=30, token_usage_low_watermark=-1.0,
+                               max_running_requests=0, queue_min_ratio=-1.0,
+                               prefill_max_requests=0)
+        _configure(config, overrides)
+        handle = ctypes.c_void_p()
+        lib.check(lib.kvp_delayer_new(ctypes.byref(config), ctypes.byref(handle)))
+        super().__init__(lib, handle.value)
+        self.config = config
+
+    def _call(self, name, *args):
+        self._lib.check(getattr(self._lib, name)(self.handle, *args))
+
+    def local_info(self, prefillable, token_usage, running_bs, waiting_len, timed_out=False):
+        out = RankInfo()
+        self._call("kvp_delayer_local_info", prefillable, token_usage, running_bs,
+                   waiting_len, timed_out, ctypes.byref(out))
+        return out
+
+    def negotiate(self, ranks):
+        """The ``DELAY_VERDICT_*`` for this pass from every rank's ``RankInfo``."""
+        array = (RankInfo * len(ranks))(*ranks) if ranks else None
+        verdict = ctypes.c_uint32()
+        self._call("kvp_delayer_negotiate", array, len(ranks), ctypes.byref(verdict))
+        return verdict.value
+
+    def record_prefill(self, batch_size):
+        self._call("kvp_delayer_record_prefill", batch_size)

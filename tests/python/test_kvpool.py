@@ -7,11 +7,16 @@ Run by `cargo test` (tests/python_ctypes.rs) as
 against a library built with `--features testing`. Expected indices follow from the header:
 slot 0 / page 0 are never handed out; a token pool reuses freed slots first-in first-out; a
 paged pool takes new pages from the front of its free list (initially 1, 2, 3, ...) and puts
-freed pages back at the front.
+freed pages back at the front. Expected admission numbers follow SGLang's arithmetic
+(SGLang's PrefillAdder and scheduler, as the header restates them): a request needs
+extend + min(max_new_tokens, clip) + one page of room, running requests reserve
+min(max_new - output, clip) x new_token_ratio, chunks are page-aligned.
 """
 
 import ctypes
+import gc
 import os
+import random
 import re
 import sys
 import threading
@@ -25,6 +30,9 @@ import kvpool_ctypes as kvp  # noqa: E402
 HEADER = os.path.normpath(os.path.join(HERE, os.pardir, os.pardir, "include", "kvpool.h"))
 
 LIB = None
+
+# SGLang's RETRACT_DECODE_STEPS (the header's RETRACT_DECODE_STEPS macro).
+RETRACT_DECODE_STEPS = 20
 
 
 def setUpModule():
@@ -77,8 +85,12 @@ def header_structs():
     """{struct name: [(field type, field name)]} for the header's struct definitions."""
     structs = {}
     for name, body in re.findall(r"struct (kvp_\w+) \{(.*?)\};", header_code(), flags=re.S):
-        structs[name] = [tuple(f.rsplit(None, 1)) for f in
-                         (" ".join(s.split()) for s in body.split(";")) if f]
+        fields = []
+        for field in (" ".join(s.split()) for s in body.split(";")):
+            if field:
+                c_type, field_name = re.fullmatch(r"(.*?)\s*\b(\w+)", field).groups()
+                fields.append((type_key(c_type), field_name))
+        structs[name] = fields
     return structs
 
 
@@ -107,6 +119,37 @@ C_TO_CTYPES = {
     "const int64_t *": ctypes.POINTER(ctypes.c_int64),
     "void *": ctypes.c_void_p,
     "const void *": ctypes.c_void_p,
+    # admission objects
+    "int64_t": ctypes.c_int64,
+    "double": ctypes.c_double,
+    "uint32_t *": ctypes.POINTER(ctypes.c_uint32),
+    "const uint64_t *": ctypes.POINTER(ctypes.c_uint64),
+    "struct kvp_scheduler_config": kvp.SchedulerConfig,
+    "const struct kvp_scheduler_config *": ctypes.POINTER(kvp.SchedulerConfig),
+    "struct kvp_scheduler *": ctypes.c_void_p,
+    "const struct kvp_scheduler *": ctypes.c_void_p,
+    "struct kvp_scheduler * *": ctypes.POINTER(ctypes.c_void_p),
+    "const struct kvp_request *": ctypes.POINTER(kvp.Request),
+    "struct kvp_submit_result *": ctypes.POINTER(kvp.SubmitResult),
+    "struct kvp_step_plan *": ctypes.POINTER(kvp.StepPlanC),
+    "struct kvp_request_state *": ctypes.POINTER(kvp.RequestState),
+    "struct kvp_scheduler_stats *": ctypes.POINTER(kvp.SchedulerStats),
+    "const struct kvp_prefill_entry *": ctypes.POINTER(kvp.PrefillEntry),
+    "const struct kvp_evicted *": ctypes.POINTER(kvp.Evicted),
+    "const struct kvp_adder_config *": ctypes.POINTER(kvp.AdderConfig),
+    "const struct kvp_running_request *": ctypes.POINTER(kvp.RunningRequest),
+    "struct kvp_adder *": ctypes.c_void_p,
+    "const struct kvp_adder *": ctypes.c_void_p,
+    "struct kvp_adder * *": ctypes.POINTER(ctypes.c_void_p),
+    "const struct kvp_candidate *": ctypes.POINTER(kvp.Candidate),
+    "struct kvp_admission *": ctypes.POINTER(kvp.Admission),
+    "struct kvp_budget *": ctypes.POINTER(kvp.Budget),
+    "const struct kvp_delayer_config *": ctypes.POINTER(kvp.DelayerConfig),
+    "struct kvp_delayer *": ctypes.c_void_p,
+    "const struct kvp_delayer *": ctypes.c_void_p,
+    "struct kvp_delayer * *": ctypes.POINTER(ctypes.c_void_p),
+    "struct kvp_rank_info *": ctypes.POINTER(kvp.RankInfo),
+    "const struct kvp_rank_info *": ctypes.POINTER(kvp.RankInfo),
 }
 
 
@@ -130,6 +173,21 @@ class KvpTestCase(unittest.TestCase):
         pool = kvp.Pool(LIB, size, page_size, **kwargs)
         self.addCleanup(pool.close)
         return pool
+
+    def scheduler(self, pool=None, **config):
+        sched = kvp.Scheduler(LIB, pool=pool, **config)
+        self.addCleanup(sched.close)
+        return sched
+
+    def adder(self, available, evictable=0, running=(), chunked_in_flight=0, **config):
+        adder = kvp.Adder(LIB, available, evictable, running, chunked_in_flight, **config)
+        self.addCleanup(adder.close)
+        return adder
+
+    def delayer(self, **config):
+        delayer = kvp.Delayer(LIB, **config)
+        self.addCleanup(delayer.close)
+        return delayer
 
 
 class TestHeaderAndBinding(KvpTestCase):
@@ -161,12 +219,15 @@ class TestHeaderAndBinding(KvpTestCase):
 
     def test_structs_match_header(self):
         structs = header_structs()
-        for c_name, py in [("kvp_pool_config", kvp.PoolConfig), ("kvp_pool_info", kvp.PoolInfo),
-                           ("kvp_pool_stats", kvp.PoolStats)]:
+        self.assertGreaterEqual(len(structs), 18)
+        # every struct the header defines has a mirror, field for field
+        self.assertEqual(sorted(structs), sorted(kvp.STRUCTS))
+        for c_name, py in kvp.STRUCTS.items():
             with self.subTest(struct=c_name):
                 fields = structs[c_name]
                 self.assertEqual([n for _, n in fields], [n for n, _ in py._fields_])
                 for (c_type, _), (_, ctype) in zip(fields, py._fields_):
+                    self.assertIn(c_type, C_TO_CTYPES, f"{c_name}: unmapped C type {c_type!r}")
                     self.assertIs(C_TO_CTYPES[c_type], ctype)
 
     def test_enums_match_header(self):
@@ -179,6 +240,20 @@ class TestHeaderAndBinding(KvpTestCase):
                                   "KVP_INDEX_TYPE_I32": str(kvp.INDEX_TYPE_I32),
                                   "KVP_BACKEND_HOST": str(kvp.BACKEND_HOST),
                                   "KVP_BACKEND_CUDA": str(kvp.BACKEND_CUDA)})
+        # every enum of the header, constant for constant
+        enums = {name: {c: int(v) for c, v in re.findall(r"\b(KVP_\w+) = (\d+)", body)}
+                 for name, body in re.findall(r"enum (kvp_\w+)[^;{]*\{(.*?)\}", code,
+                                              flags=re.S)}
+        self.assertEqual(len(enums), 9, sorted(enums))
+        self.assertEqual(enums, kvp.ENUMS)
+        self.assertEqual(kvp.STEP_KIND_NAMES, {0: "IDLE", 1: "PREFILL", 2: "DECODE"})
+        self.assertEqual(kvp.DELAY_VERDICT_NAMES[kvp.DELAY_VERDICT_WAIT_TIMEOUT],
+                         "WAIT_TIMEOUT")
+
+    def test_constants_match_header(self):
+        macros = dict(re.findall(r"#define (\w+) (\d+)", read_header()))
+        self.assertEqual(macros["CLIP_MAX_NEW_TOKENS"], "4096")
+        self.assertEqual(macros["RETRACT_DECODE_STEPS"], str(RETRACT_DECODE_STEPS))
 
     def test_version_matches_header(self):
         macros = dict(re.findall(r"#define (KVP_\w+_VERSION\w*|KVP_VERSION_\w+) (\d+)",
@@ -683,6 +758,915 @@ class TestThreads(KvpTestCase):
         self.assertEqual(stats.alloc_extend_calls, 6 * 200)
         self.assertEqual(stats.pages_in_use, 0)
         self.assertEqual(stats.rejected_calls, 6 * 20)
+
+
+# ---- admission: kvp_scheduler, kvp_adder, kvp_delayer ----------------------------------------
+
+
+def retraction_ratio(outputs, max_new_tokens):
+    """SGLang's estimate after a retraction, over the requests that stay:
+    min(1, (sum(output_len) + RETRACT_DECODE_STEPS * n) / (sum(max_new_tokens) + 1))."""
+    n = len(outputs)
+    return min(1.0, (sum(outputs) + RETRACT_DECODE_STEPS * n) / (sum(max_new_tokens) + 1))
+
+
+RATIO_INIT = 0.7
+RATIO_MIN = 0.7 * 0.14
+RATIO_DECAY = (RATIO_INIT - RATIO_MIN) / 600
+
+
+class Engine:
+    """What an engine does around kvp_scheduler_step, with a real pool: one slot row per
+    request, the KV of retracted / preempted / aborted requests freed, one alloc_extend for
+    the prefill entries and one alloc_decode for the decode rows. After every step each live
+    request's kv_len must equal its row's length and its output_len the engine's count."""
+
+    def __init__(self, test, pool, sched):
+        self.test, self.pool, self.sched = test, pool, sched
+        self.rows = {}  # id -> [slot, ...]: the request's req_to_token row
+        self.outputs = {}  # id -> tokens generated, as the engine counts them
+        self.aborted = []
+        self.plans = []
+
+    def submit(self, id, input_len, max_new_tokens, **kwargs):
+        result = self.sched.submit(id, input_len, max_new_tokens, **kwargs)
+        if result.queued:
+            self.rows[id] = []
+            self.outputs[id] = kwargs.get("output_len", 0)
+        return result
+
+    def free_row(self, id):
+        row = self.rows[id]
+        if row:
+            self.pool.free_indices(row)
+        self.rows[id] = []
+
+    def step(self, available=0, evictable=0, allow_prefill=True):
+        t = self.test
+        plan = self.sched.step(available, evictable, allow_prefill)
+        self.plans.append(plan)
+        for e in plan.evicted:
+            t.assertEqual(e.kv_len, len(self.rows[e.id]), f"evicted {e} (plan {plan})")
+            self.free_row(e.id)
+        for e in plan.aborted:
+            del self.rows[e.id], self.outputs[e.id]
+            self.aborted.append(e.id)
+        if plan.prefill:
+            t.assertEqual(plan.kind, kvp.STEP_KIND_PREFILL)
+            prefix_lens, seq_lens, last_loc = [], [], []
+            for e in plan.prefill:
+                row = self.rows[e.id]
+                t.assertEqual(e.prefix_len, len(row), f"{e}: prefix_len is not the row length")
+                t.assertGreater(e.extend_len, 0)
+                prefix_lens.append(e.prefix_len)
+                seq_lens.append(e.prefix_len + e.extend_len)
+                last_loc.append(row[-1] if row else -1)
+            slots = self.pool.alloc_extend(prefix_lens, seq_lens, last_loc)
+            at = 0
+            for e in plan.prefill:
+                self.rows[e.id].extend(slots[at:at + e.extend_len])
+                at += e.extend_len
+                if not e.chunked:
+                    self.outputs[e.id] += 1  # the prefill's last position yields a token
+        if plan.decode:
+            ids = plan.decode
+            seq_lens = [len(self.rows[i]) + 1 for i in ids]
+            slots = self.pool.alloc_decode(seq_lens, [self.rows[i][-1] for i in ids])
+            for i, slot in zip(ids, slots):
+                self.rows[i].append(slot)
+                self.outputs[i] += 1
+        self.check_rows()
+        return plan
+
+    def check_rows(self):
+        for id, row in self.rows.items():
+            state = self.sched.request(id)
+            self.test.assertEqual((state.kv_len, state.output_len),
+                                  (len(row), self.outputs[id]), f"request {id}")
+            if state.phase == kvp.PHASE_WAITING:
+                self.test.assertEqual(row, [], f"waiting request {id} holds KV")
+
+    def finish(self, id):
+        kv_len = self.sched.finish(id)
+        self.test.assertEqual(kv_len, len(self.rows[id]))
+        self.free_row(id)
+        del self.rows[id], self.outputs[id]
+
+
+class TestSchedulerConfig(KvpTestCase):
+    def test_config_default(self):
+        cfg = LIB.kvp_scheduler_config_default()
+        self.assertEqual(cfg.as_dict(), {
+            "capacity": 0, "page_size": 1, "max_prefill_tokens": 16384,
+            "chunked_prefill_size": 8192, "clip_max_new_tokens": 4096,
+            "truncation_align_size": 0, "prefill_max_requests": 0, "max_running_requests": 0,
+            "max_chunked_requests": 1, "policy": kvp.POLICY_FCFS,
+            "retraction": kvp.RETRACTION_LENGTH, "policy_seed": 0, "enable_priority": False,
+            "low_priority_values_first": False, "preemption_threshold": 10,
+            "enable_mixed_chunk": False, "prefix_cache_disabled": False,
+            "init_new_token_ratio": 0.7, "min_new_token_ratio_factor": 0.14,
+            "new_token_ratio_decay_steps": 600, "schedule_conservativeness": 1.0,
+            "dynamic_chunk_a": 0.0, "dynamic_chunk_b": 0.0, "dynamic_chunk_context_len": 0})
+
+    def test_bad_configs(self):
+        cases = [
+            ("INVALID_ARGUMENT", dict(capacity=0), "capacity"),
+            ("INVALID_ARGUMENT", dict(capacity=64, page_size=0), "page_size"),
+            ("INVALID_ARGUMENT", dict(capacity=64, policy=5), "policy"),
+            ("INVALID_ARGUMENT", dict(capacity=64, retraction=2), "retraction"),
+            ("INVALID_ARGUMENT", dict(capacity=64, chunked_prefill_size=100,
+                                      truncation_align_size=256), "truncation_align_size"),
+            ("INVALID_ARGUMENT", dict(capacity=64, max_chunked_requests=0),
+             "max_chunked_requests"),
+            ("INVALID_ARGUMENT", dict(capacity=64, init_new_token_ratio=float("nan")), "ratio"),
+            ("INVALID_ARGUMENT", dict(capacity=64, schedule_conservativeness=-1.0), "ratio"),
+            ("INVALID_ARGUMENT", dict(capacity=64, new_token_ratio_decay_steps=0), "decay"),
+        ]
+        for status, kwargs, needle in cases:
+            with self.subTest(**{k: str(v) for k, v in kwargs.items()}):
+                self.assertKvpError(status, kvp.Scheduler, LIB, message=needle, **kwargs)
+        with self.assertRaises(TypeError):
+            kvp.Scheduler(LIB, capacity=64, chunk_size=5)  # a typo is not ignored
+
+    def test_new_null_arguments_leave_out_alone(self):
+        out = ctypes.c_void_p(0x1234)
+        cfg = LIB.kvp_scheduler_config_default()
+        self.assertEqual(LIB.kvp_scheduler_new(None, None, ctypes.byref(out)),
+                         kvp.STATUS["NULL_ARGUMENT"])
+        self.assertIn("config", LIB.last_error_message())
+        cfg.capacity = 64
+        self.assertEqual(LIB.kvp_scheduler_new(ctypes.byref(cfg), None, None),
+                         kvp.STATUS["NULL_ARGUMENT"])
+        self.assertIn("out_scheduler", LIB.last_error_message())
+        cfg.capacity = 0
+        self.assertEqual(LIB.kvp_scheduler_new(ctypes.byref(cfg), None, ctypes.byref(out)),
+                         kvp.STATUS["INVALID_ARGUMENT"])
+        self.assertEqual(out.value, 0x1234)
+        LIB.kvp_scheduler_free(None)
+        LIB.kvp_adder_free(None)
+        LIB.kvp_delayer_free(None)
+
+    def test_attached_scheduler_takes_capacity_and_page_size_from_the_pool(self):
+        pool = self.pool(64, 16)
+        # capacity / page_size of the config are ignored (even invalid ones)
+        sched = self.scheduler(pool, capacity=0, page_size=0)
+        # needed = 40 + min(10, 4096) + one 16-token page = 66 >= 64
+        result = sched.submit(1, input_len=40, max_new_tokens=10)
+        self.assertEqual((result.queued, result.needed, result.capacity), (False, 66, 64))
+        self.assertTrue(sched.submit(2, input_len=30, max_new_tokens=10).queued)
+
+    def test_poisoned_pool(self):
+        pool = self.pool(64, 16)
+        sched = self.scheduler(pool)
+        sched.submit(1, 10, 5)
+        self.assertKvpError("PANIC", pool.testing_poison)
+        self.assertKvpError("POISONED", sched.step, message="poisoned")
+        self.assertEqual(sched.stats().steps, 0)
+        self.assertKvpError("POISONED", kvp.Scheduler, LIB, pool=pool)
+
+
+class TestScheduler(KvpTestCase):
+    def test_seed_example_10000_tokens_chunked_4096_4096_1808_then_decode(self):
+        # The seed article: a 10,000-token prompt with chunked_prefill_size 4096 is prefilled
+        # as chunks of 4096, 4096 and 1808 tokens, then decodes. A real pool is attached.
+        pool = self.pool(1_000_000, 1)
+        sched = self.scheduler(pool, chunked_prefill_size=4096)
+        engine = Engine(self, pool, sched)
+        self.assertTrue(engine.submit(9, input_len=10_000, max_new_tokens=10).queued)
+        self.assertEqual(sched.request(9).as_dict(),
+                         {"phase": kvp.PHASE_WAITING, "kv_len": 0, "output_len": 0})
+        expected = [(0, 4096, True, kvp.PHASE_CHUNKING), (4096, 4096, True, kvp.PHASE_CHUNKING),
+                    (8192, 1808, False, kvp.PHASE_RUNNING)]
+        for prefix_len, extend_len, chunked, phase in expected:
+            plan = engine.step()
+            self.assertEqual(plan.kind, kvp.STEP_KIND_PREFILL)
+            self.assertEqual(plan.prefill, [(9, prefix_len, extend_len, chunked)])
+            self.assertEqual((plan.decode, plan.evicted), ([], []))
+            self.assertEqual(plan.new_token_ratio, RATIO_INIT)  # prefill does not decay it
+            self.assertEqual(sched.request(9).phase, phase)
+        # a token pool hands out slots in order: the row is 1..10000
+        self.assertEqual(engine.rows[9], list(range(1, 10_001)))
+        self.assertEqual(sched.request(9).as_dict(),
+                         {"phase": kvp.PHASE_RUNNING, "kv_len": 10_000, "output_len": 1})
+        for k in range(1, 10):
+            plan = engine.step()
+            self.assertEqual((plan.kind, plan.decode, plan.prefill),
+                             (kvp.STEP_KIND_DECODE, [9], []))
+            self.assertAlmostEqual(plan.new_token_ratio, RATIO_INIT - k * RATIO_DECAY, places=12)
+            self.assertEqual(engine.rows[9][-1], 10_000 + k)
+        self.assertEqual(sched.request(9).output_len, 10)
+        engine.finish(9)
+        self.assertKvpError("INVALID_ARGUMENT", sched.request, 9, message="9")
+        plan = engine.step()
+        self.assertEqual(plan.kind, kvp.STEP_KIND_IDLE)
+        self.assertEqual(plan.new_token_ratio, RATIO_INIT)  # reset when idle
+        self.assertEqual(pool.available_size(), 1_000_000)
+        stats = sched.stats().as_dict()
+        self.assertAlmostEqual(stats.pop("new_token_ratio"), RATIO_INIT)
+        self.assertEqual(stats, {
+            "steps": 13, "prefill_steps": 3, "decode_steps": 9, "admitted": 1, "chunks": 3,
+            "retractions": 0, "preemptions": 0, "aborts": 0, "unfittable": 0, "finished": 1,
+            "waiting": 0, "chunking": 0, "running": 0})
+
+    def test_unfittable_request(self):
+        sched = self.scheduler(capacity=10_000, page_size=16)
+        # 9000 + min(2000, 4096) + 16 = 11016 tokens at admission: more than the pool has
+        result = sched.submit(1, input_len=9000, max_new_tokens=2000)
+        self.assertEqual((result.queued, result.needed, result.capacity), (False, 11_016, 10_000))
+        # output so far counts, the remaining output is clipped to 4096:
+        # 5000 + 3000 + min(10000 - 3000, 4096) + 16
+        result = sched.submit(2, input_len=5000, max_new_tokens=10_000, output_len=3000)
+        self.assertEqual((result.queued, result.needed), (False, 12_112))
+        # exactly the capacity is still too much (admission needs total < room)
+        result = sched.submit(3, input_len=7984, max_new_tokens=2000)
+        self.assertEqual((result.queued, result.needed), (False, 10_000))
+        result = sched.submit(4, input_len=7983, max_new_tokens=2000)
+        self.assertEqual((result.queued, result.capacity), (True, 10_000))
+        stats = sched.stats()
+        self.assertEqual((stats.unfittable, stats.waiting), (3, 1))
+        # unfittable requests were not queued: their ids are unknown and free for reuse
+        self.assertKvpError("INVALID_ARGUMENT", sched.request, 1)
+        self.assertTrue(sched.submit(1, input_len=10, max_new_tokens=10).queued)
+        # request 4 reserves 7984 + 2000 + 16 = all 10000 tokens: request 1 has to wait
+        plan = sched.step(available=10_000)
+        self.assertEqual(plan.prefill, [(4, 0, 7983, False)])
+        self.assertTrue(plan.batch_is_full)
+        self.assertEqual(sched.request(1).phase, kvp.PHASE_WAITING)
+
+    def test_retraction_when_available_is_short(self):
+        sched = self.scheduler(capacity=100_000, page_size=16)
+        # four requests whose prompts fill whole pages; max_new_tokens 100..400
+        for id, (input_len, max_new) in enumerate([(16, 100), (32, 200), (48, 300), (64, 400)]):
+            self.assertTrue(sched.submit(id, input_len, max_new).queued)
+        plan = sched.step(available=100_000)
+        self.assertEqual([(e.id, e.extend_len) for e in plan.prefill],
+                         [(0, 16), (1, 32), (2, 48), (3, 64)])
+        # Every KV ends on a page boundary: the decode needs 4 pages (64 tokens); 40 are free.
+        # All have generated one token, so the longest prompt (request 3) goes first, which
+        # frees 64 tokens: enough.
+        plan = sched.step(available=40)
+        self.assertEqual(plan.kind, kvp.STEP_KIND_DECODE)
+        self.assertEqual(plan.retracted, [(3, 64)])
+        self.assertEqual((plan.preempted, plan.aborted), ([], []))
+        self.assertEqual(plan.decode, [0, 1, 2])
+        self.assertAlmostEqual(plan.new_token_ratio,
+                               retraction_ratio([1, 1, 1], [100, 200, 300]), places=12)
+        self.assertAlmostEqual(plan.new_token_ratio, 63 / 601, places=12)
+        self.assertEqual(sched.request(3).as_dict(),
+                         {"phase": kvp.PHASE_WAITING, "kv_len": 0, "output_len": 1})
+        stats = sched.stats()
+        self.assertEqual((stats.retractions, stats.waiting, stats.running), (1, 1, 3))
+        self.assertAlmostEqual(stats.new_token_ratio, 63 / 601, places=12)
+        # it re-prefills its prompt and the token it had generated
+        plan = sched.step(available=100_000)
+        self.assertEqual(plan.prefill, [(3, 0, 65, False)])
+
+    def test_retraction_order_and_ratio_over_the_remaining(self):
+        sched = self.scheduler(capacity=100_000, page_size=16)
+        # (id, input_len, output_len so far, max_new_tokens); each fills exactly one page
+        for id, input_len, output_len, max_new in [(0, 16, 0, 100), (1, 12, 4, 100),
+                                                  (2, 8, 8, 200)]:
+            sched.submit(id, input_len, max_new, output_len=output_len)
+        self.assertEqual(len(sched.step(available=100_000).prefill), 3)
+        # Nothing free: fewest generated tokens first (0, then 1); the last one stays.
+        plan = sched.step(available=0)
+        self.assertEqual(plan.retracted, [(0, 16), (1, 16)])
+        self.assertEqual(plan.decode, [2])
+        # request 2 had 8 + 1 tokens when the estimate was made
+        self.assertAlmostEqual(plan.new_token_ratio, retraction_ratio([9], [200]), places=12)
+        self.assertAlmostEqual(plan.new_token_ratio, 29 / 201, places=12)
+        self.assertEqual(sched.request(1).as_dict(),
+                         {"phase": kvp.PHASE_WAITING, "kv_len": 0, "output_len": 5})
+        plan = sched.step(available=100_000)
+        self.assertEqual([(e.id, e.extend_len) for e in plan.prefill], [(0, 17), (1, 17)])
+
+    def test_last_request_that_cannot_decode_is_aborted(self):
+        sched = self.scheduler(capacity=1000, page_size=16)
+        sched.submit(7, 32, 10)
+        sched.step(available=1000)
+        plan = sched.step(available=0)
+        self.assertEqual((plan.aborted, plan.decode), ([(7, 32)], []))
+        self.assertKvpError("INVALID_ARGUMENT", sched.request, 7)
+        self.assertEqual(sched.stats().aborts, 1)
+
+    def test_finishing_a_request_reopens_admission(self):
+        # SGLang clears batch_is_full whenever the running batch shrinks
+        # (update_running_batch: `if batch.batch_size() < initial_bs`); a latched flag would
+        # starve the queue until every running request is done.
+        sched = self.scheduler(capacity=1000)
+        for id in range(3):
+            sched.submit(id, 300, 100)
+        plan = sched.step(1000)  # 0 and 1 reserve 401 each; 2 does not fit the rest
+        self.assertEqual(([e.id for e in plan.prefill], plan.batch_is_full), ([0, 1], True))
+        plan = sched.step(400)
+        self.assertEqual((plan.decode, plan.batch_is_full), ([0, 1], True))
+        self.assertEqual(sched.finish(0), 301)
+        # 699 free; request 1 reserves (100 - 2) x ratio < 69: request 2 fits again, as the
+        # library's own adder confirms for the same numbers
+        adder = self.adder(699, running=[(300, 2, 100)], new_token_ratio=plan.new_token_ratio)
+        self.assertTrue(adder.add_one_req(300, 100).admitted)
+        plan = sched.step(699)
+        self.assertEqual(plan.kind, kvp.STEP_KIND_PREFILL)
+        self.assertEqual(plan.prefill, [(2, 0, 300, False)])
+
+    def test_allow_prefill_false_skips_prefill(self):
+        sched = self.scheduler(capacity=1 << 20)
+        sched.submit(1, 10, 10)
+        self.assertEqual(sched.step(1 << 20, 0, False).kind, kvp.STEP_KIND_IDLE)
+        self.assertEqual(sched.request(1).phase, kvp.PHASE_WAITING)
+        self.assertEqual(sched.step(1 << 20, 0, True).kind, kvp.STEP_KIND_PREFILL)
+        sched.submit(2, 10, 10)
+        plan = sched.step(1 << 20, 0, False)  # request 1 decodes, 2 keeps waiting
+        self.assertEqual((plan.kind, plan.decode), (kvp.STEP_KIND_DECODE, [1]))
+
+    def test_policy_orders_the_queue(self):
+        sched = self.scheduler(capacity=1 << 30, policy=kvp.POLICY_LOF)
+        for id, max_new in [(1, 5), (2, 50), (3, 500)]:
+            sched.submit(id, 10, max_new)
+        self.assertEqual([e.id for e in sched.step(1 << 30).prefill], [3, 2, 1])
+        sched = self.scheduler(capacity=1 << 30, policy=kvp.POLICY_DFS_WEIGHT)
+        for id, path in [(1, [10]), (2, [20, 21]), (3, [20]), (4, [20, 21]), (5, [])]:
+            sched.submit(id, 10, 5, prefix_path=path)
+        self.assertEqual([e.id for e in sched.step(1 << 30).prefill], [2, 4, 3, 1, 5])
+
+    def test_priority_preemption(self):
+        sched = self.scheduler(capacity=10_000, enable_priority=True,
+                               low_priority_values_first=True, preemption_threshold=10,
+                               max_running_requests=2)
+        sched.submit(1, 100, 100, priority=50)
+        sched.submit(2, 100, 100, priority=45)
+        self.assertEqual([e.id for e in sched.step(10_000).prefill], [2, 1])
+        sched.submit(4, 100, 100, priority=20)  # 30 better than request 1: preempts it
+        plan = sched.step(9000)
+        self.assertEqual(plan.preempted, [(1, 100)])
+        self.assertEqual(plan.prefill, [(4, 0, 100, False)])
+        self.assertEqual(sched.request(1).phase, kvp.PHASE_WAITING)
+        self.assertEqual(sched.stats().preemptions, 1)
+
+    def test_update_prefix_and_abort(self):
+        sched = self.scheduler(capacity=1 << 20, page_size=16)
+        sched.submit(1, 100, 10)
+        sched.update_prefix(1, 64, 32)
+        plan = sched.step(1 << 20, 1000)
+        self.assertEqual(plan.prefill, [(1, 64, 36, False)])
+        self.assertEqual(sched.request(1).kv_len, 100)
+        self.assertKvpError("INVALID_STATE", sched.update_prefix, 1, 0, 0, message="waiting")
+        self.assertEqual(sched.abort(1), 100)
+        self.assertEqual(sched.stats().running, 0)
+
+    def test_bad_inputs_change_nothing(self):
+        pool = self.pool(4096, 16)
+        sched = self.scheduler(pool, chunked_prefill_size=256)
+        engine = Engine(self, pool, sched)
+        engine.submit(1, 100, 50)
+        engine.submit(2, 1000, 50)
+        engine.step()  # 1 runs, 2 is chunking
+        engine.submit(3, 10, 5)
+        states = {id: sched.request(id).as_dict() for id in (1, 2, 3)}
+        stats = sched.stats().as_dict()
+        pool_stats = pool.stats().as_dict()
+        available = pool.available_size()
+        self.assertKvpError("INVALID_STATE", sched.submit, 1, 10, 10, message="1")
+        self.assertKvpError("INVALID_STATE", sched.submit, 3, 10, 10)
+        self.assertKvpError("INVALID_LENGTHS", sched.submit, 9, 0, 10, message="input_len")
+        self.assertKvpError("INVALID_LENGTHS", sched.submit, 9, 10, 10, prefix_len=10,
+                            message="prefix_len")
+        self.assertKvpError("INVALID_LENGTHS", sched.submit, 9, 10, 10, prefix_len=4,
+                            prefix_evictable=5, message="prefix_evictable")
+        self.assertKvpError("INVALID_ARGUMENT", sched.finish, 99, message="99")
+        self.assertKvpError("INVALID_STATE", sched.finish, 2, message="abort")  # chunking
+        self.assertKvpError("INVALID_STATE", sched.finish, 3)  # waiting
+        self.assertKvpError("INVALID_ARGUMENT", sched.abort, 99, message="99")
+        self.assertKvpError("INVALID_ARGUMENT", sched.request, 99, message="99")
+        self.assertKvpError("INVALID_ARGUMENT", sched.update_prefix, 99, 0, 0)
+        self.assertKvpError("INVALID_STATE", sched.update_prefix, 1, 0, 0)
+        self.assertKvpError("INVALID_LENGTHS", sched.update_prefix, 3, 10, 0)
+        self.assertKvpError("INVALID_LENGTHS", sched.update_prefix, 3, 4, 8)
+        # raw calls: NULL pointers, and out-parameters untouched on failure
+        h = sched.handle
+        request = kvp.Request(id=9, input_len=10, max_new_tokens=5)
+        result = kvp.SubmitResult(queued=True, needed=77, capacity=88)
+        dup = kvp.Request(id=1, input_len=10, max_new_tokens=5)
+        self.assertEqual(LIB.kvp_scheduler_submit(h, ctypes.byref(dup), None, 0,
+                                                  ctypes.byref(result)),
+                         kvp.STATUS["INVALID_STATE"])
+        self.assertEqual(result.as_dict(), {"queued": True, "needed": 77, "capacity": 88})
+        for args, what in [((None, ctypes.byref(request), None, 0, ctypes.byref(result)),
+                            "scheduler"),
+                           ((h, None, None, 0, ctypes.byref(result)), "request"),
+                           ((h, ctypes.byref(request), None, 0, None), "out_result"),
+                           ((h, ctypes.byref(request), None, 3, ctypes.byref(result)),
+                            "prefix_path")]:
+            with self.subTest(null=what):
+                self.assertEqual(LIB.kvp_scheduler_submit(*args), kvp.STATUS["NULL_ARGUMENT"])
+                self.assertIn(what, LIB.last_error_message())
+        self.assertEqual(result.as_dict(), {"queued": True, "needed": 77, "capacity": 88})
+        state = kvp.RequestState(phase=7, kv_len=7, output_len=7)
+        self.assertEqual(LIB.kvp_scheduler_get_request(h, 99, ctypes.byref(state)),
+                         kvp.STATUS["INVALID_ARGUMENT"])
+        self.assertEqual(LIB.kvp_scheduler_get_request(h, 1, None), kvp.STATUS["NULL_ARGUMENT"])
+        self.assertEqual(state.as_dict(), {"phase": 7, "kv_len": 7, "output_len": 7})
+        kv_len = ctypes.c_uint64(55)
+        self.assertEqual(LIB.kvp_scheduler_finish(h, 99, ctypes.byref(kv_len)),
+                         kvp.STATUS["INVALID_ARGUMENT"])
+        self.assertEqual(LIB.kvp_scheduler_abort(h, 99, ctypes.byref(kv_len)),
+                         kvp.STATUS["INVALID_ARGUMENT"])
+        self.assertEqual(kv_len.value, 55)
+        self.assertEqual(LIB.kvp_scheduler_step(h, 0, 0, True, None),
+                         kvp.STATUS["NULL_ARGUMENT"])
+        self.assertIn("out_plan", LIB.last_error_message())
+        self.assertEqual(LIB.kvp_scheduler_step(None, 0, 0, True, ctypes.byref(kvp.StepPlanC())),
+                         kvp.STATUS["NULL_ARGUMENT"])
+        self.assertEqual(LIB.kvp_scheduler_get_stats(h, None), kvp.STATUS["NULL_ARGUMENT"])
+        self.assertEqual(LIB.kvp_scheduler_get_stats(None, ctypes.byref(kvp.SchedulerStats())),
+                         kvp.STATUS["NULL_ARGUMENT"])
+        self.assertEqual(LIB.kvp_scheduler_update_prefix(h, 3, 0, 0, None, 2),
+                         kvp.STATUS["NULL_ARGUMENT"])
+        # nothing changed: not the requests, not the counters, not the pool
+        self.assertEqual({id: sched.request(id).as_dict() for id in (1, 2, 3)}, states)
+        self.assertEqual(sched.stats().as_dict(), stats)
+        self.assertEqual(pool.stats().as_dict(), pool_stats)
+        self.assertEqual(pool.available_size(), available)
+        # and the scheduler still works: the next step continues request 2 (its first chunk
+        # was what request 1 left of the 256-token chunk budget: 256 - 112)
+        plan = engine.step()
+        self.assertEqual(plan.prefill[0], (2, 144, 256, True))
+
+    def test_step_plan_is_a_copy(self):
+        sched = self.scheduler(capacity=1 << 20)
+        sched.submit(1, 10, 10)
+        sched.submit(2, 20, 10)
+        first = sched.step(1 << 20)
+        second = sched.step(1 << 20)
+        # the library reuses the plan's arrays; the Python copies stay as they were
+        self.assertEqual(first.prefill, [(1, 0, 10, False), (2, 0, 20, False)])
+        self.assertEqual(first.decode, [])
+        self.assertEqual(second.decode, [1, 2])
+        self.assertEqual(first.kind_name, "PREFILL")
+        self.assertIsInstance(first.prefill[0].chunked, bool)
+
+
+class TestSchedulerWithPool(KvpTestCase):
+    def run_random_workload(self, seed, size, page_size, max_input, max_output, steps=150,
+                            run_to_max=False, **config):
+        """Random arrivals for `steps` steps (every 20th request larger than the pool can
+        ever hold), then drains; each request finishes when its output reaches a random
+        target (or max_new_tokens). The scheduler is attached, so the absurd `available`
+        passed to every step must be ignored: if it were used, admission would over-commit
+        and an allocation would fail."""
+        rng = random.Random(seed)
+        pool = self.pool(size, page_size)
+        sched = self.scheduler(pool, **config)
+        engine = Engine(self, pool, sched)
+        targets, queued, unfittable = {}, 0, 0
+        next_id = 0
+        for step in range(100 * steps):
+            if step < steps:
+                for _ in range(rng.choice([0, 0, 1, 1, 2])):
+                    huge = next_id % 20 == 19
+                    input_len = rng.randint(size, 2 * size) if huge else rng.randint(1, max_input)
+                    max_new = rng.randint(1, max_output)
+                    result = engine.submit(next_id, input_len, max_new)
+                    self.assertEqual(result.queued, not huge)
+                    if result.queued:
+                        queued += 1
+                        targets[next_id] = max_new if run_to_max else rng.randint(1, max_new)
+                    else:
+                        unfittable += 1
+                        self.assertEqual((result.needed, result.capacity),
+                                         (input_len + min(max_new, 4096) + page_size, size))
+                    next_id += 1
+            elif not engine.rows:
+                break
+            engine.step(available=1 << 62, evictable=0)
+            for id in list(engine.rows):
+                state = sched.request(id)
+                if state.phase == kvp.PHASE_RUNNING and state.output_len >= targets[id]:
+                    self.assertEqual(state.output_len, targets[id])
+                    engine.finish(id)
+            in_use = sum(-(-len(row) // page_size) for row in engine.rows.values())
+            self.assertEqual(pool.stats().pages_in_use, in_use)
+        self.assertEqual(engine.rows, {}, "the workload did not drain")
+        self.assertGreaterEqual(step, 300)
+        self.assertEqual(pool.available_size(), size)
+        pool_stats = pool.stats()
+        self.assertEqual((pool_stats.pages_in_use, pool_stats.failed_allocations), (0, 0))
+        stats = sched.stats()
+        self.assertEqual((stats.waiting, stats.chunking, stats.running), (0, 0, 0))
+        self.assertEqual(stats.finished + len(engine.aborted), queued)
+        self.assertEqual(stats.unfittable, unfittable)
+        self.assertGreater(unfittable, 0)
+        self.assertGreater(stats.finished, 100)
+        return stats, engine
+
+    def test_random_workload_token_pool(self):
+        stats, engine = self.run_random_workload(1, 3000, 1, 800, 100,
+                                                 chunked_prefill_size=512)
+        self.assertGreater(stats.chunks, stats.admitted)  # some prompts were chunked
+
+    def test_random_workload_paged_pool_with_retractions(self):
+        # Every request runs to max_new_tokens and admission reserves little for the output
+        # (a low new-token ratio), so decode memory runs short: requests are retracted and
+        # re-prefilled.
+        stats, engine = self.run_random_workload(
+            2, 4096, 16, 900, 300, run_to_max=True, chunked_prefill_size=256,
+            init_new_token_ratio=0.05)
+        self.assertGreater(stats.retractions, 0)
+        retracted = [e for plan in engine.plans for e in plan.retracted]
+        self.assertEqual(len(retracted), stats.retractions)
+        self.assertTrue(all(e.kv_len > 0 for e in retracted))
+
+    def test_random_workload_mixed_chunk(self):
+        stats, engine = self.run_random_workload(
+            3, 4096, 16, 1500, 100, chunked_prefill_size=512, enable_mixed_chunk=True)
+        self.assertTrue(any(plan.prefill and plan.decode for plan in engine.plans),
+                        "no step mixed decode rows into a prefill")
+
+    def test_retraction_frees_exactly_the_row(self):
+        # 64 slots, output estimates clipped to 4: three 16-token prompts are admitted
+        # (16 + 4 + 1 each), then every decode step takes 3 slots.
+        pool = self.pool(64, 1)
+        sched = self.scheduler(pool, clip_max_new_tokens=4)
+        engine = Engine(self, pool, sched)
+        for id in range(4):
+            self.assertTrue(engine.submit(id, 16, 20).queued)
+        plan = engine.step()
+        self.assertEqual([e.id for e in plan.prefill], [0, 1, 2])
+        for _ in range(5):
+            self.assertEqual(engine.step().decode, [0, 1, 2])
+        self.assertEqual(pool.available_size(), 1)
+        # 3 slots needed, 1 free: the latest of three equal requests is retracted
+        row = list(engine.rows[2])
+        plan = engine.step()
+        self.assertEqual(plan.retracted, [(2, 21)])
+        self.assertEqual(plan.decode, [0, 1])
+        self.assertAlmostEqual(plan.new_token_ratio, retraction_ratio([6, 6], [20, 20]),
+                               places=12)
+        self.assertEqual(engine.rows[2], [])
+        # its slots went back to the pool (a token pool reuses the oldest free slot first)
+        self.assertEqual(pool.available_size(), 1 + 21 - 2)
+        self.assertTrue(set(row) & set(engine.rows[0][-1:] + engine.rows[1][-1:]))
+        # run everything to max_new_tokens
+        for _ in range(500):
+            if not engine.rows:
+                break
+            engine.step()
+            for id in list(engine.rows):
+                state = sched.request(id)
+                if state.phase == kvp.PHASE_RUNNING and state.output_len >= 20:
+                    engine.finish(id)
+        self.assertEqual(engine.rows, {})
+        self.assertEqual(pool.available_size(), 64)
+        self.assertEqual(sched.stats().finished + len(engine.aborted), 4)
+
+    def test_scheduler_keeps_the_pool_alive_after_pool_free(self):
+        pool = kvp.Pool(LIB, 64, 1)
+        pool.alloc(48)  # 16 tokens stay free
+        sched = self.scheduler(pool)
+        pool.close()  # the caller's reference is gone; the scheduler's keeps the pool
+        self.assertTrue(pool.closed)
+        # Each step reads the pool's 16 free tokens (the 1 << 40 passed in is ignored):
+        # 20 + 2 + 1 tokens do not fit, 10 + 2 + 1 do.
+        self.assertTrue(sched.submit(1, input_len=20, max_new_tokens=2).queued)
+        plan = sched.step(available=1 << 40)
+        self.assertEqual((plan.kind, plan.prefill), (kvp.STEP_KIND_IDLE, []))
+        self.assertEqual(sched.abort(1), 0)
+        sched.submit(2, input_len=10, max_new_tokens=2)
+        plan = sched.step(available=1 << 40)
+        self.assertEqual(plan.prefill, [(2, 0, 10, False)])
+        # capacity still comes from the pool
+        result = sched.submit(3, input_len=70, max_new_tokens=1)
+        self.assertEqual((result.queued, result.capacity), (False, 64))
+        sched.close()  # releases the pool too
+
+    @unittest.skipUnless(os.path.exists("/proc/self/statm"), "needs /proc/self/statm")
+    def test_pool_memory_is_released_with_the_last_reference(self):
+        def rss_mib():
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / (1 << 20)
+
+        gc.collect()
+        base = rss_mib()
+        pool = kvp.Pool(LIB, 1 << 24, 1)  # 16 Mi pages: tens of MiB of allocator state
+        grown = rss_mib()
+        self.assertGreater(grown - base, 32, "the pool's memory is not resident")
+        sched = kvp.Scheduler(LIB, pool=pool)
+        pool.close()
+        self.assertGreater(rss_mib() - base, 32, "the pool was freed while attached")
+        self.assertEqual(sched.step(available=0).kind, kvp.STEP_KIND_IDLE)
+        sched.submit(1, 100, 10)
+        self.assertEqual(sched.step(available=0).prefill, [(1, 0, 100, False)])
+        sched.close()
+        # most of it goes back to the system (malloc may keep some of it in its heap)
+        self.assertLess(rss_mib() - base, (grown - base) / 2,
+                        "the pool outlived its last reference")
+
+
+class TestAdder(KvpTestCase):
+    def test_no_token_and_the_next_verdict(self):
+        adder = self.adder(1000, page_size=16, chunked_prefill_size=4096)
+        start = adder.budget().as_dict()
+        self.assertEqual(start, {"rem_total_tokens": 1000.0, "cur_rem_tokens": 1000,
+                                 "rem_input_tokens": 16384, "rem_chunk_tokens": 4096,
+                                 "state": kvp.ADD_RESULT_CONTINUE})
+        # 900 + 100 + one 16-token page = 1016 >= 1000: refused, and no trace is left
+        out = adder.add_one_req(900, 100)
+        self.assertEqual(out.as_dict(), {"admitted": False, "chunked": False, "extend_len": 0,
+                                         "next": kvp.ADD_RESULT_NO_TOKEN})
+        self.assertEqual(adder.budget().as_dict(), start)
+        out = adder.add_one_req(800, 100)
+        self.assertEqual(out.as_dict(), {"admitted": True, "chunked": False, "extend_len": 800,
+                                         "next": kvp.ADD_RESULT_CONTINUE})
+        # total offset 800 + 100 + 16; current offset 800 + 16
+        after = {"rem_total_tokens": 84.0, "cur_rem_tokens": 184, "rem_input_tokens": 15584,
+                 "rem_chunk_tokens": 3296, "state": kvp.ADD_RESULT_CONTINUE}
+        self.assertEqual(adder.budget().as_dict(), after)
+        self.assertEqual(adder.add_one_req(60, 10).next, kvp.ADD_RESULT_NO_TOKEN)  # 86 >= 84
+        self.assertEqual(adder.budget().as_dict(), after)
+        # 50 + 10 + 16 = 76 < 84 fits; its page-ceiled 64 tokens leave rem_total -6: the
+        # verdict for the next candidate is NO_TOKEN
+        out = adder.add_one_req(50, 10)
+        self.assertEqual((out.admitted, out.extend_len, out.next),
+                         (True, 50, kvp.ADD_RESULT_NO_TOKEN))
+        budget = adder.budget()
+        self.assertEqual((budget.rem_total_tokens, budget.cur_rem_tokens, budget.state),
+                         (-6.0, 104, kvp.ADD_RESULT_NO_TOKEN))
+
+    def test_other_after_the_input_budget(self):
+        adder = self.adder(100_000, max_prefill_tokens=1000, chunked_prefill_size=0)
+        self.assertEqual(adder.budget().rem_chunk_tokens, 2**63 - 1)  # chunking disabled
+        self.assertEqual(adder.add_one_req(600, 10).next, kvp.ADD_RESULT_CONTINUE)
+        before = adder.budget().as_dict()
+        self.assertEqual(before["rem_input_tokens"], 400)
+        out = adder.add_one_req(400, 10)
+        self.assertEqual((out.admitted, out.next), (False, kvp.ADD_RESULT_OTHER))
+        self.assertEqual(adder.budget().as_dict(), before)
+        self.assertEqual(adder.add_one_req(399, 10).extend_len, 399)
+        # the first request of a pass may exceed the input budget
+        adder = self.adder(100_000, max_prefill_tokens=1000, chunked_prefill_size=0)
+        out = adder.add_one_req(3000, 10)
+        self.assertEqual((out.admitted, out.extend_len, out.next),
+                         (True, 3000, kvp.ADD_RESULT_OTHER))
+        self.assertEqual(adder.budget().rem_input_tokens, -2000)
+
+    def test_chunked_admission_seed_example(self):
+        adder = self.adder(200_000, chunked_prefill_size=4096)
+        out = adder.add_one_req(10_000, 128)
+        self.assertEqual(out.as_dict(), {"admitted": True, "chunked": True, "extend_len": 4096,
+                                         "next": kvp.ADD_RESULT_OTHER})
+        # a chunk reserves no output: 4096 + 0 + 1
+        self.assertEqual(adder.budget().as_dict(), {
+            "rem_total_tokens": 200_000.0 - 4097, "cur_rem_tokens": 200_000 - 4097,
+            "rem_input_tokens": 16384 - 4096, "rem_chunk_tokens": 0,
+            "state": kvp.ADD_RESULT_OTHER})
+        # the next passes continue it: 4096 more, then the last 1808
+        remaining, chunks = 10_000 - 4096, [4096]
+        while remaining:
+            pass_adder = self.adder(200_000 - (10_000 - remaining), chunked_in_flight=1,
+                                    chunked_prefill_size=4096)
+            out = pass_adder.add_chunked_req(remaining, 128)
+            remaining -= out.extend_len
+            self.assertTrue(out.admitted)
+            self.assertEqual(out.chunked, remaining > 0)
+            self.assertEqual(out.next, kvp.ADD_RESULT_OTHER if remaining else
+                             kvp.ADD_RESULT_CONTINUE)
+            chunks.append(out.extend_len)
+        self.assertEqual(chunks, [4096, 4096, 1808])
+        # the last chunk reserves its output: 1808 + 128 + 1
+        self.assertEqual(pass_adder.budget().rem_total_tokens,
+                         200_000 - 8192 - (1808 + 128 + 1))
+        # with the continuation finished, a new request may start chunking in the same pass
+        out = pass_adder.add_one_req(9000, 10)
+        self.assertEqual((out.admitted, out.chunked, out.extend_len), (True, True, 4096 - 1808))
+
+    def test_chunks_are_page_and_tile_aligned(self):
+        adder = self.adder(100_000, page_size=16, chunked_prefill_size=1000,
+                           truncation_align_size=256)
+        out = adder.add_one_req(5000, 10)
+        self.assertEqual((out.admitted, out.chunked, out.extend_len), (True, True, 768))
+        adder = self.adder(100_000, page_size=16, chunked_prefill_size=200,
+                           truncation_align_size=256)
+        before = adder.budget().as_dict()
+        self.assertEqual(adder.add_one_req(5000, 10).next, kvp.ADD_RESULT_OTHER)
+        self.assertEqual(adder.budget().as_dict(), before)
+        # a chunked request is already in flight: a second one may not start (one at a time)
+        adder = self.adder(100_000, chunked_in_flight=1, chunked_prefill_size=4096)
+        before = adder.budget().as_dict()
+        out = adder.add_one_req(9000, 10)
+        self.assertEqual((out.admitted, out.next), (False, kvp.ADD_RESULT_OTHER))
+        self.assertEqual(adder.budget().as_dict(), before)
+        self.assertEqual(adder.add_one_req(100, 10).extend_len, 100)  # whole requests may
+
+    def test_refused_candidate_leaves_the_budget_unchanged(self):
+        # 100 free + 600 evictable, 500 of which are the candidate's own cached prefix
+        adder = self.adder(100, 600, chunked_prefill_size=4096)
+        before = adder.budget().as_dict()
+        self.assertEqual(before["rem_total_tokens"], 700.0)
+        # 200 + 20 + 1 < 700, but once its prefix is locked only 200 are left
+        out = adder.add_one_req(700, 20, prefix_len=500, prefix_evictable=500)
+        self.assertEqual((out.admitted, out.next), (False, kvp.ADD_RESULT_NO_TOKEN))
+        self.assertEqual(adder.budget().as_dict(), before)
+        out = adder.add_one_req(700, 20, prefix_len=500, prefix_evictable=0)
+        self.assertEqual((out.admitted, out.extend_len), (True, 200))
+        self.assertEqual(adder.budget().rem_total_tokens, 700.0 - 221)
+        # admitted with its prefix locked: the 500 tokens stop being room
+        adder = self.adder(100, 600, chunked_prefill_size=4096)
+        out = adder.add_one_req(650, 20, prefix_len=500, prefix_evictable=500)
+        self.assertEqual(out.extend_len, 150)
+        budget = adder.budget()
+        self.assertEqual((budget.rem_total_tokens, budget.cur_rem_tokens), (200.0 - 171, 49))
+
+    def test_running_requests_reserve_their_expected_output(self):
+        # min(1100 - 100, 4096) x 0.7 = 700 reserved
+        adder = self.adder(1000, running=[(10, 100, 1100)], chunked_prefill_size=4096)
+        self.assertAlmostEqual(adder.budget().rem_total_tokens, 300.0, places=9)
+        self.assertEqual(adder.add_one_req(250, 100).next, kvp.ADD_RESULT_NO_TOKEN)
+        self.assertEqual(adder.add_one_req(150, 100).extend_len, 150)
+        # ignore_eos requests are reserved at ratio 1
+        adder = self.adder(1000, running=[kvp.RunningRequest(10, 100, 1100, True)])
+        budget = adder.budget()
+        self.assertEqual((budget.rem_total_tokens, budget.state),
+                         (0.0, kvp.ADD_RESULT_NO_TOKEN))
+        # the ratio is the config's
+        adder = self.adder(1000, running=[(10, 100, 1100)], new_token_ratio=0.5)
+        self.assertEqual(adder.budget().rem_total_tokens, 500.0)
+
+    def test_bad_inputs(self):
+        for kwargs, needle in [(dict(page_size=0), "page_size"),
+                               (dict(max_chunked_requests=0), "max_chunked_requests"),
+                               (dict(new_token_ratio=float("inf")), "new_token_ratio")]:
+            with self.subTest(**{k: str(v) for k, v in kwargs.items()}):
+                self.assertKvpError("INVALID_ARGUMENT", kvp.Adder, LIB, 1000, message=needle,
+                                    **kwargs)
+        config = kvp.AdderConfig.sglang_defaults(1)
+        out = ctypes.c_void_p(0x1234)
+        self.assertEqual(LIB.kvp_adder_new(None, 10, 0, None, 0, 0, ctypes.byref(out)),
+                         kvp.STATUS["NULL_ARGUMENT"])
+        self.assertEqual(LIB.kvp_adder_new(ctypes.byref(config), 10, 0, None, 2, 0,
+                                           ctypes.byref(out)),
+                         kvp.STATUS["NULL_ARGUMENT"])
+        self.assertIn("running", LIB.last_error_message())
+        self.assertEqual(LIB.kvp_adder_new(ctypes.byref(config), 10, 0, None, 0, 0, None),
+                         kvp.STATUS["NULL_ARGUMENT"])
+        self.assertEqual(out.value, 0x1234)
+
+        adder = self.adder(1000, chunked_prefill_size=4096)
+        adder.add_one_req(100, 10)
+        before = adder.budget().as_dict()
+        self.assertKvpError("INVALID_LENGTHS", adder.add_one_req, 10, 5, prefix_len=11,
+                            message="prefix_len")
+        self.assertKvpError("INVALID_LENGTHS", adder.add_one_req, 10, 5, prefix_len=4,
+                            prefix_evictable=5, message="prefix_evictable")
+        h = adder.handle
+        admission = kvp.Admission(admitted=True, chunked=True, extend_len=77, next=9)
+        candidate = kvp.Candidate(input_len=10, max_new_tokens=5)
+        bad = kvp.Candidate(input_len=10, prefix_len=20, max_new_tokens=5)
+        self.assertEqual(LIB.kvp_adder_add_one_req(h, ctypes.byref(bad),
+                                                   ctypes.byref(admission)),
+                         kvp.STATUS["INVALID_LENGTHS"])
+        self.assertEqual(LIB.kvp_adder_add_one_req(h, None, ctypes.byref(admission)),
+                         kvp.STATUS["NULL_ARGUMENT"])
+        self.assertEqual(LIB.kvp_adder_add_one_req(h, ctypes.byref(candidate), None),
+                         kvp.STATUS["NULL_ARGUMENT"])
+        self.assertEqual(LIB.kvp_adder_add_one_req(None, ctypes.byref(candidate),
+                                                   ctypes.byref(admission)),
+                         kvp.STATUS["NULL_ARGUMENT"])
+        self.assertEqual(LIB.kvp_adder_add_chunked_req(h, 100, 5, None),
+                         kvp.STATUS["NULL_ARGUMENT"])
+        self.assertEqual(LIB.kvp_adder_get_budget(h, None), kvp.STATUS["NULL_ARGUMENT"])
+        self.assertEqual(LIB.kvp_adder_get_budget(None, ctypes.byref(kvp.Budget())),
+                         kvp.STATUS["NULL_ARGUMENT"])
+        self.assertEqual(admission.as_dict(),
+                         {"admitted": True, "chunked": True, "extend_len": 77, "next": 9})
+        self.assertEqual(adder.budget().as_dict(), before)
+
+
+class TestDelayer(KvpTestCase):
+    def rank(self, prefillable, **fields):
+        return kvp.RankInfo(prefillable=prefillable, **fields)
+
+    def test_all_none_mixed(self):
+        d = self.delayer()
+        ready, idle = self.rank(True), self.rank(False)
+        self.assertEqual(d.negotiate([ready, ready]), kvp.DELAY_VERDICT_NO_WAIT)
+        self.assertEqual(d.negotiate([idle, idle]), kvp.DELAY_VERDICT_NONE_READY)
+        self.assertEqual(d.negotiate([ready, idle]), kvp.DELAY_VERDICT_DELAY)
+        self.assertEqual(d.negotiate([ready, idle, ready]), kvp.DELAY_VERDICT_DELAY)
+        self.assertEqual(d.negotiate([ready, ready, ready]), kvp.DELAY_VERDICT_WAIT_SUCCESS)
+        self.assertEqual(d.negotiate([ready, ready]), kvp.DELAY_VERDICT_NO_WAIT)
+        self.assertEqual(d.negotiate([ready]), kvp.DELAY_VERDICT_NO_WAIT)
+
+    def test_timeout_by_passes_and_by_clock(self):
+        d = self.delayer(max_delay_passes=3)
+        mixed = [self.rank(True), self.rank(False)]
+        verdicts = [d.negotiate(mixed) for _ in range(4)]
+        self.assertEqual(verdicts, [kvp.DELAY_VERDICT_DELAY, kvp.DELAY_VERDICT_DELAY,
+                                    kvp.DELAY_VERDICT_WAIT_TIMEOUT, kvp.DELAY_VERDICT_DELAY])
+        # the caller's clock: a rank reports its delay budget spent
+        clock = d.local_info(False, 0.5, 4, 0, timed_out=True)
+        self.assertTrue(clock.timed_out)
+        self.assertEqual(d.negotiate([self.rank(True), clock]), kvp.DELAY_VERDICT_WAIT_TIMEOUT)
+        self.assertEqual(d.negotiate(mixed), kvp.DELAY_VERDICT_DELAY)  # the count restarted
+
+    def test_low_watermark_forces_prefill(self):
+        d = self.delayer(token_usage_low_watermark=0.3)
+        low = d.local_info(True, 0.1, 4, 10)
+        self.assertEqual(low.as_dict(), {"prefillable": True, "force_allow": True,
+                                         "timed_out": False, "running_bs": 4,
+                                         "max_prefill_bs": 0, "waiting_len": 10})
+        self.assertFalse(d.local_info(True, 0.5, 4, 10).force_allow)
+        self.assertFalse(d.local_info(False, 0.1, 4, 10).force_allow)
+        self.assertEqual(d.negotiate([low, self.rank(False)]),
+                         kvp.DELAY_VERDICT_TOKEN_WATERMARK)
+        off = self.delayer()  # watermark off (negative)
+        self.assertFalse(off.local_info(True, 0.0, 4, 10).force_allow)
+
+    def test_slot_condition_uses_recorded_prefills(self):
+        d = self.delayer(max_running_requests=64)
+        for bs in (3, 9, 5, 0):
+            d.record_prefill(bs)
+        info = d.local_info(True, 0.9, 60, 100)
+        self.assertEqual(info.max_prefill_bs, 9)
+        # 64 - 60 = 4 free slots < 9: wait for slots
+        self.assertEqual(d.negotiate([info, info]), kvp.DELAY_VERDICT_DELAY)
+        roomy = kvp.RankInfo(**dict(info.as_dict(), running_bs=40))
+        self.assertEqual(d.negotiate([roomy, roomy]), kvp.DELAY_VERDICT_WAIT_SUCCESS)
+        for _ in range(16):
+            d.record_prefill(2)  # only the last 16 count
+        self.assertEqual(d.local_info(True, 0.9, 60, 100).max_prefill_bs, 2)
+
+    def test_bad_inputs(self):
+        self.assertKvpError("INVALID_ARGUMENT", kvp.Delayer, LIB, max_delay_passes=0,
+                            message="max_delay_passes")
+        out = ctypes.c_void_p(0x1234)
+        self.assertEqual(LIB.kvp_delayer_new(None, ctypes.byref(out)),
+                         kvp.STATUS["NULL_ARGUMENT"])
+        self.assertEqual(out.value, 0x1234)
+        d = self.delayer(max_delay_passes=2)
+        h = d.handle
+        verdict = ctypes.c_uint32(99)
+        ranks = (kvp.RankInfo * 2)(self.rank(True), self.rank(False))
+        self.assertEqual(LIB.kvp_delayer_negotiate(h, ranks, 0, ctypes.byref(verdict)),
+                         kvp.STATUS["INVALID_ARGUMENT"])
+        self.assertIn("num_ranks", LIB.last_error_message())
+        self.assertEqual(LIB.kvp_delayer_negotiate(h, None, 2, ctypes.byref(verdict)),
+                         kvp.STATUS["NULL_ARGUMENT"])
+        self.assertEqual(LIB.kvp_delayer_negotiate(h, ranks, 2, None),
+                         kvp.STATUS["NULL_ARGUMENT"])
+        self.assertEqual(LIB.kvp_delayer_negotiate(None, ranks, 2, ctypes.byref(verdict)),
+                         kvp.STATUS["NULL_ARGUMENT"])
+        self.assertEqual(verdict.value, 99)
+        self.assertEqual(LIB.kvp_delayer_local_info(h, True, 0.5, 1, 1, False, None),
+                         kvp.STATUS["NULL_ARGUMENT"])
+        self.assertEqual(LIB.kvp_delayer_record_prefill(None, 3), kvp.STATUS["NULL_ARGUMENT"])
+        # the failed negotiations did not count as delayed passes: with max 2, one delay
+        # and then the timeout
+        self.assertEqual(d.negotiate(list(ranks)), kvp.DELAY_VERDICT_DELAY)
+        self.assertEqual(d.negotiate(list(ranks)), kvp.DELAY_VERDICT_WAIT_TIMEOUT)
+
+
+class TestAdmissionOwnership(KvpTestCase):
+    def counting(self, name):
+        calls = []
+        original = LIB.function(name)
+
+        def wrapper(handle):
+            calls.append(handle)
+            original(handle)
+
+        setattr(LIB, name, wrapper)
+        self.addCleanup(setattr, LIB, name, original)
+        return calls
+
+    def test_admission_objects_are_freed_exactly_once(self):
+        for name, make in [
+            ("kvp_scheduler_free", lambda: kvp.Scheduler(LIB, capacity=64)),
+            ("kvp_adder_free", lambda: kvp.Adder(LIB, 100)),
+            ("kvp_delayer_free", lambda: kvp.Delayer(LIB)),
+        ]:
+            with self.subTest(free=name):
+                frees = self.counting(name)
+                obj = make()
+                handle = obj.handle
+                with obj:
+                    pass
+                obj.close()
+                self.assertTrue(obj.closed)
+                with self.assertRaises(ValueError):
+                    obj.handle  # noqa: B018
+                self.assertEqual(frees, [handle])
+                # and a collected object is freed by the fallback
+                obj = make()
+                handle = obj.handle
+                del obj
+                gc.collect()
+                self.assertEqual(frees[1:], [handle])
+
+    def test_errors_carry_the_message(self):
+        sched = self.scheduler(capacity=64)
+        err = self.assertKvpError("INVALID_ARGUMENT", sched.finish, 12345)
+        self.assertIn("12345", err.message)
+        self.assertIn(err.message, str(err))
 
 
 if __name__ == "__main__":
