@@ -628,7 +628,8 @@ struct kvp_budget {
  */
 struct kvp_delayer_config {
   /**
-   * Delay at most this many consecutive passes (SGLang: 30).
+   * The N-th consecutive pass that would be delayed times out and prefills instead, so at
+   * most N − 1 passes in a row are delayed (SGLang: 30).
    */
   uint32_t max_delay_passes;
   /**
@@ -1208,15 +1209,18 @@ enum kvp_status kvp_adder_add_one_req(struct kvp_adder *adder,
                                       struct kvp_admission *out_admission);
 
 /**
- * Continues the in-flight chunked request with `remaining` tokens still to prefill
- * (SGLang's `add_chunked_req`; call it first in a pass). `admitted` is false only when no
- * memory is free at all (it then waits); `chunked` says tokens remain after this chunk.
+ * Continues the in-flight chunked request, `prefix_len` tokens prefilled and `remaining`
+ * still to go (SGLang's `add_chunked_req`; call it first in a pass). It progresses even
+ * when the budget is spent, but never beyond what the free room holds (the rest of its
+ * partial page plus whole free pages); `admitted` is false when that is nothing (it then
+ * waits). `chunked` says tokens remain after this chunk.
  *
  * # Safety
  * `out_admission` writable or NULL.
  */
 KVP_NODISCARD
 enum kvp_status kvp_adder_add_chunked_req(struct kvp_adder *adder,
+                                          uint64_t prefix_len,
                                           uint64_t remaining,
                                           uint64_t max_new_tokens,
                                           struct kvp_admission *out_admission);

@@ -37,6 +37,8 @@ impl Candidate {
 /// The in-flight chunked request offered to [`PrefillAdder::add_chunked_req`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct ChunkedCandidate {
+    /// Tokens already prefilled (its KV length; chunks need not end on a page boundary).
+    pub prefix_len: u64,
     /// Prompt tokens not yet prefilled.
     pub remaining: u64,
     /// The request's `max_new_tokens`.
@@ -134,19 +136,16 @@ impl PrefillAdder {
     /// Continues an in-flight chunked request (called first in a pass). It makes progress
     /// even when the memory budget is spent — with no room left SGLang still takes a full
     /// chunk, since stalling would hold the request's KV forever — but, unlike SGLang,
-    /// never more than the pool can hold now (SGLang would fail the allocation with
-    /// "Prefill out of memory"). With no room at all it waits (`extend_len == 0`).
+    /// never more than the free memory can hold now (SGLang would fail the allocation with
+    /// "Prefill out of memory"). With not even a page free it waits (`extend_len == 0`).
     pub fn add_chunked_req(&mut self, req: ChunkedCandidate) -> ChunkedOutcome {
-        let ps = self.config.page_size as i64;
         let rem_total = self.budget.rem_total_tokens().trunc() as i64;
         let chunk = self.budget.rem_chunk_tokens().unwrap_or(rem_total);
         let mut rem = chunk.min(rem_total);
         if rem <= 0 {
             rem = chunk;
         }
-        // An extend of e tokens takes at most ceil_paged(e) + page_size of free room.
-        let fits = (self.budget.cur_rem_tokens() - ps).max(0) / ps * ps;
-        let rem = rem.min(fits);
+        let rem = rem.min(self.fits_after(req.prefix_len) as i64);
         if rem <= 0 || req.remaining == 0 {
             return ChunkedOutcome {
                 extend_len: 0,
@@ -170,6 +169,14 @@ impl PrefillAdder {
             extend_len,
             truncated,
         }
+    }
+
+    /// The most tokens a sequence of `prefix` tokens can grow by with the free room: the
+    /// rest of its partial page plus as many whole pages as the room holds.
+    fn fits_after(&self, prefix: u64) -> u64 {
+        let ps = self.config.page_size;
+        let pages = self.budget.cur_rem_tokens().max(0) as u64 / ps;
+        ceil_paged(prefix, ps) + pages * ps - prefix
     }
 
     /// Offers a waiting request. A refused request changes nothing.

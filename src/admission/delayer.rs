@@ -8,7 +8,8 @@ use std::collections::VecDeque;
 /// Tunables (SGLang defaults in `Default`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct DelayerConfig {
-    /// Delay at most this many consecutive passes (30).
+    /// The N-th consecutive pass that would be delayed times out instead: at most N − 1
+    /// passes in a row are delayed (SGLang's `max_delay_passes`, 30).
     pub max_delay_passes: u32,
     /// A rank whose KV usage is below this fraction forces prefill (off by default).
     pub token_usage_low_watermark: Option<f64>,

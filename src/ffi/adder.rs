@@ -272,9 +272,11 @@ pub unsafe extern "C" fn kvp_adder_add_one_req(
     })
 }
 
-/// Continues the in-flight chunked request with `remaining` tokens still to prefill
-/// (SGLang's `add_chunked_req`; call it first in a pass). `admitted` is false only when no
-/// memory is free at all (it then waits); `chunked` says tokens remain after this chunk.
+/// Continues the in-flight chunked request, `prefix_len` tokens prefilled and `remaining`
+/// still to go (SGLang's `add_chunked_req`; call it first in a pass). It progresses even
+/// when the budget is spent, but never beyond what the free room holds (the rest of its
+/// partial page plus whole free pages); `admitted` is false when that is nothing (it then
+/// waits). `chunked` says tokens remain after this chunk.
 ///
 /// # Safety
 /// `out_admission` writable or NULL.
@@ -282,6 +284,7 @@ pub unsafe extern "C" fn kvp_adder_add_one_req(
 #[must_use]
 pub unsafe extern "C" fn kvp_adder_add_chunked_req(
     adder: *mut kvp_adder,
+    prefix_len: u64,
     remaining: u64,
     max_new_tokens: u64,
     out_admission: *mut kvp_admission,
@@ -291,6 +294,7 @@ pub unsafe extern "C" fn kvp_adder_add_chunked_req(
             return fail(kvp_status::NullArgument, "out_admission is NULL");
         }
         let out = adder.add_chunked_req(ChunkedCandidate {
+            prefix_len,
             remaining,
             max_new_tokens,
         });

@@ -41,7 +41,8 @@ pub enum kvp_delay_verdict {
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct kvp_delayer_config {
-    /// Delay at most this many consecutive passes (SGLang: 30).
+    /// The N-th consecutive pass that would be delayed times out and prefills instead, so at
+    /// most N − 1 passes in a row are delayed (SGLang: 30).
     pub max_delay_passes: u32,
     /// KV usage fraction below which a rank forces prefill; negative: off.
     pub token_usage_low_watermark: f64,

@@ -536,10 +536,11 @@ pub unsafe extern "C" fn kvp_scheduler_submit(
             priority: r.priority,
             prefix_path: path.to_vec(),
         };
+        let needed = state.scheduler.admission_need(&spec);
         let result = match state.scheduler.submit(spec) {
             Ok(SubmitOutcome::Queued) => kvp_submit_result {
                 queued: true,
-                needed: 0,
+                needed,
                 capacity: state.scheduler.config().capacity,
             },
             Ok(SubmitOutcome::Unfittable { needed, capacity }) => kvp_submit_result {

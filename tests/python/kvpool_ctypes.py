@@ -531,7 +531,7 @@ SIGNATURES = {
     ),
     "kvp_adder_add_chunked_req": (
         _status,
-        [_handle, ctypes.c_uint64, ctypes.c_uint64, ctypes.POINTER(Admission)],
+        [_handle, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint64, ctypes.POINTER(Admission)],
     ),
     "kvp_adder_get_budget": (_status, [_handle, ctypes.POINTER(Budget)]),
     # kvp_delayer
@@ -1011,9 +1011,10 @@ class Adder(_Owner):
         self._call("kvp_adder_add_one_req", ctypes.byref(candidate), ctypes.byref(out))
         return out
 
-    def add_chunked_req(self, remaining, max_new_tokens):
+    def add_chunked_req(self, prefix_len, remaining, max_new_tokens):
         out = Admission()
-        self._call("kvp_adder_add_chunked_req", remaining, max_new_tokens, ctypes.byref(out))
+        self._call("kvp_adder_add_chunked_req", prefix_len, remaining, max_new_tokens,
+                   ctypes.byref(out))
         return out
 
     def budget(self):

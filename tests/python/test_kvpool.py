@@ -1424,7 +1424,7 @@ class TestAdder(KvpTestCase):
         while remaining:
             pass_adder = self.adder(200_000 - (10_000 - remaining), chunked_in_flight=1,
                                     chunked_prefill_size=4096)
-            out = pass_adder.add_chunked_req(remaining, 128)
+            out = pass_adder.add_chunked_req(10_000 - remaining, remaining, 128)
             remaining -= out.extend_len
             self.assertTrue(out.admitted)
             self.assertEqual(out.chunked, remaining > 0)
@@ -1531,7 +1531,7 @@ class TestAdder(KvpTestCase):
         self.assertEqual(LIB.kvp_adder_add_one_req(None, ctypes.byref(candidate),
                                                    ctypes.byref(admission)),
                          kvp.STATUS["NULL_ARGUMENT"])
-        self.assertEqual(LIB.kvp_adder_add_chunked_req(h, 100, 5, None),
+        self.assertEqual(LIB.kvp_adder_add_chunked_req(h, 0, 100, 5, None),
                          kvp.STATUS["NULL_ARGUMENT"])
         self.assertEqual(LIB.kvp_adder_get_budget(h, None), kvp.STATUS["NULL_ARGUMENT"])
         self.assertEqual(LIB.kvp_adder_get_budget(None, ctypes.byref(kvp.Budget())),

@@ -37,6 +37,7 @@ fn seed_example_chunks_10000_tokens_as_4096_4096_1808() {
         }];
         let mut adder = PrefillAdder::new(cfg, 200_000, 0, &running, 1);
         let out = adder.add_chunked_req(ChunkedCandidate {
+            prefix_len: 10_000 - remaining,
             remaining,
             max_new_tokens: 128,
         });
@@ -188,6 +189,7 @@ fn concurrent_chunked_requests_are_limited() {
     };
     let mut adder = PrefillAdder::new(one, 100_000, 0, &[], 1);
     let cont = adder.add_chunked_req(ChunkedCandidate {
+        prefix_len: 8192,
         remaining: 5000,
         max_new_tokens: 10,
     });
@@ -198,6 +200,7 @@ fn concurrent_chunked_requests_are_limited() {
 
     let mut adder = PrefillAdder::new(one, 100_000, 0, &[], 1);
     let cont = adder.add_chunked_req(ChunkedCandidate {
+        prefix_len: 8192,
         remaining: 3000,
         max_new_tokens: 10,
     });
@@ -226,17 +229,27 @@ fn chunked_request_progresses_within_free_memory() {
     }];
     // The running request's reservation spends the total budget, but 1000 tokens are free:
     // the chunk continues with what fits now (SGLang would take 4096 and fail to allocate).
+    // Its prefix of 4100 tokens leaves 12 slots in its last page, plus 62 whole pages.
     let mut adder = PrefillAdder::new(cfg, 1000, 0, &running, 1);
     assert!(adder.budget().rem_total_tokens() < 0.0);
     let out = adder.add_chunked_req(ChunkedCandidate {
+        prefix_len: 4100,
         remaining: 6000,
         max_new_tokens: 10,
     });
-    assert_eq!((out.extend_len, out.truncated), (976, true));
-    assert!(adder.budget().cur_rem_tokens() >= 0);
-    // No free memory at all: it waits.
+    assert_eq!((out.extend_len, out.truncated), (12 + 62 * 16, true));
+    // One free page: the partial page and that page still take 28 tokens.
     let mut adder = PrefillAdder::new(cfg, 16, 0, &running, 1);
     let out = adder.add_chunked_req(ChunkedCandidate {
+        prefix_len: 4100,
+        remaining: 6000,
+        max_new_tokens: 10,
+    });
+    assert_eq!(out.extend_len, 28);
+    // Page-aligned prefix and no free page: it waits.
+    let mut adder = PrefillAdder::new(cfg, 15, 0, &running, 1);
+    let out = adder.add_chunked_req(ChunkedCandidate {
+        prefix_len: 4096,
         remaining: 6000,
         max_new_tokens: 10,
     });

@@ -283,8 +283,9 @@ impl Scheduler {
         Some((r.phase, r.kv_len, r.spec.output_len))
     }
 
-    /// Tokens a request needs at admission: fill + clipped remaining output + a page.
-    fn admission_need(&self, spec: &RequestSpec) -> u64 {
+    /// Tokens a request needs at admission: fill + clipped remaining output + a page. A
+    /// request needing the pool's whole capacity or more can never be admitted.
+    pub fn admission_need(&self, spec: &RequestSpec) -> u64 {
         let left = spec.max_new_tokens.saturating_sub(spec.output_len);
         spec.input_len
             + spec.output_len
@@ -503,6 +504,7 @@ impl Scheduler {
         for &slot in &self.chunking {
             let req = &mut self.requests[slot];
             let out = adder.add_chunked_req(ChunkedCandidate {
+                prefix_len: req.kv_len,
                 remaining: req.fill_len - req.kv_len,
                 max_new_tokens: req.spec.max_new_tokens,
             });
@@ -749,6 +751,8 @@ impl Scheduler {
             .collect();
         order.sort_by_key(|o| std::cmp::Reverse(o.0));
         let mut need = ps * order.iter().filter(|o| o.2).count() as u64;
+        // The running batch shrinks: new requests may fit again (SGLang clears the flag).
+        self.batch_is_full = false;
         while order.len() > 1 && need > room {
             let (_, slot, needs_page) = order.pop().expect("non-empty");
             need -= if needs_page { ps } else { 0 };
