@@ -312,3 +312,30 @@ fn declared_functions(header: &str) -> Vec<String> {
 fn is_ident(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_'
 }
+
+/// The README's C example compiles as written, runs, and reports the error it promises.
+#[test]
+fn readme_c_example() {
+    let readme = std::fs::read_to_string(support::manifest_dir().join("README.md")).unwrap();
+    let start = readme.find("```c\n").expect("README has a C example") + "```c\n".len();
+    let code = &readme[start..start + readme[start..].find("```").unwrap()];
+    assert!(
+        code.contains("int main"),
+        "the first C block is the complete example"
+    );
+    let source = support::scratch_dir("readme_source").join("readme_example.c");
+    std::fs::write(&source, code).unwrap();
+    let exe = build_program(Lang::C, source.to_str().unwrap(), "readme_example", false);
+    let output = run_to_completion(&mut Command::new(&exe), "the README example");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "{}",
+        support::describe_output(&output)
+    );
+    let promised = readme
+        .split('`')
+        .find(|s| s.starts_with("alloc_extend: "))
+        .expect("README quotes the example's output");
+    assert_eq!(stderr.trim_end(), promised);
+}
