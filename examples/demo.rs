@@ -1,23 +1,24 @@
-//! kvpool's main-job demo: a continuous-batching scheduler driving a `Pool` through a
-//! synthetic, ShareGPT-like workload, checking every slot it is given, and reporting
-//! what happened.
+//! kvpool's main-job demo: a serving simulation in which kvpool's own `Scheduler` decides
+//! what each step runs and a `Pool` hands out the KV slots, on a synthetic, ShareGPT-like
+//! workload. The engine side checks every slot it is given against its own books and the
+//! scheduler's view, and reports what happened.
 //!
 //! ```text
 //! cargo run --release --example demo
-//! cargo run --release --example demo -- --page-size 1 --need-sort
+//! cargo run --release --example demo -- --page-size 1 --need-sort --mixed-chunk
 //! cargo run --release --example demo -- --help
 //! ```
 //!
-//! The run is deterministic for a given seed: no clock enters a decision (wall time
-//! appears only in the report). It exits non-zero if any check fails.
+//! The loop itself (what an engine copies) is `demo/engine.rs`. The run is deterministic
+//! for a given seed: no clock enters a decision (wall time appears only in the report). It
+//! exits non-zero if any check fails.
 
 mod demo {
     pub mod args;
+    pub mod engine;
     pub mod ledger;
     pub mod metrics;
-    pub mod ratio;
     pub mod rng;
-    pub mod scheduler;
     pub mod workload;
 }
 
@@ -25,15 +26,19 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use kvpool::admission::{Policy, PriorityConfig, Scheduler, SchedulerConfig, SchedulerStats};
 use kvpool::{BackendKind, ErrorKind, Pool, PoolConfig, PoolStats};
 
-use demo::args::{self, Args, Backend, Command};
+use demo::args::{self, Args, Backend, Command, PolicyName};
+use demo::engine::{Engine, Failure};
 use demo::metrics::{sparkline, Metrics, Summary};
-use demo::scheduler::{Failure, Scheduler};
 use demo::workload::{self, WorkloadSpec};
 
 /// Width of the sparklines in the report.
 const CHART_WIDTH: usize = 64;
+
+/// SGLang's default priority-preemption threshold.
+const PREEMPTION_THRESHOLD: i64 = 10;
 
 fn main() -> ExitCode {
     let args = match args::parse(std::env::args().skip(1)) {
@@ -51,17 +56,26 @@ fn main() -> ExitCode {
         Ok(pool) => pool,
         Err(code) => return code,
     };
-    let spec = workload_spec(&args);
+    let system_prompts = system_prompts(&args, &pool);
+    let scheduler = match create_scheduler(&args, &pool, &system_prompts) {
+        Ok(scheduler) => scheduler,
+        Err(code) => return code,
+    };
+    let spec = workload_spec(&args, &system_prompts);
     let requests = workload::generate(&spec, args.seed);
-    print_header(&args, &spec, &pool);
+    print_header(&args, &spec, &pool, scheduler.config());
 
-    let mut scheduler = Scheduler::new(pool, requests, args.chunk, args.new_token_ratio);
     let started = Instant::now();
-    let outcome = run(&mut scheduler).and_then(|()| final_checks(&scheduler));
+    let outcome = Engine::new(pool, scheduler, requests, &system_prompts).and_then(|mut engine| {
+        run(&mut engine)?;
+        engine.shutdown()?;
+        final_checks(&engine)?;
+        Ok(engine)
+    });
     let wall = started.elapsed();
     match outcome {
-        Ok(()) => {
-            print_report(&scheduler, wall, args.new_token_ratio);
+        Ok(engine) => {
+            print_report(&engine, wall);
             ExitCode::SUCCESS
         }
         Err(Failure(message)) => {
@@ -96,36 +110,96 @@ fn create_pool(args: &Args) -> Result<Pool, ExitCode> {
     })
 }
 
-/// The workload: prompts with a median of 480 tokens and a tail to `--max-prompt`,
-/// outputs with a median of 200 tokens, close to ShareGPT's shape.
-fn workload_spec(args: &Args) -> WorkloadSpec {
+/// The shared system prompts: 512, 1024, 1536, ... tokens. Their KV is pinned for the
+/// whole run, whole pages only (a paged prefix cache matches whole pages).
+fn system_prompts(args: &Args, pool: &Pool) -> Vec<u32> {
+    let ps = pool.page_size();
+    (1..=args.shared_prefixes as u32)
+        .map(|k| 512 * k / ps * ps)
+        .collect()
+}
+
+/// SGLang's defaults (`SchedulerConfig::new`) with the flags applied. The scheduler's
+/// capacity is what the pool has left once the system prompts are pinned.
+fn create_scheduler(
+    args: &Args,
+    pool: &Pool,
+    system_prompts: &[u32],
+) -> Result<Scheduler, ExitCode> {
+    let pinned: u64 = system_prompts.iter().map(|&len| u64::from(len)).sum();
+    if pinned * 2 > pool.size() {
+        eprintln!(
+            "error: the {} system prompts ({pinned} tokens) would take more than half of the pool; raise --size or lower --shared-prefixes",
+            system_prompts.len()
+        );
+        return Err(ExitCode::from(2));
+    }
+    let mut config = SchedulerConfig::new(pool.size() - pinned, u64::from(pool.page_size()));
+    config.chunked_prefill_size = args.chunk;
+    config.enable_mixed_chunk = args.mixed_chunk;
+    config.max_running_requests = args.max_running;
+    config.max_chunked_requests = args.max_chunked;
+    config.prefix_cache_disabled = system_prompts.is_empty();
+    config.policy = match args.policy {
+        PolicyName::Fcfs => Policy::Fcfs,
+        PolicyName::Lof => Policy::Lof,
+        PolicyName::Lpm => Policy::Lpm,
+        PolicyName::Random => Policy::Random { seed: args.seed },
+        PolicyName::DfsWeight => Policy::DfsWeight,
+    };
+    if args.priority {
+        config.priority = Some(PriorityConfig {
+            low_values_first: false,
+            preemption_threshold: Some(PREEMPTION_THRESHOLD),
+        });
+    }
+    Scheduler::new(config).map_err(|err| {
+        eprintln!("error: invalid scheduler configuration: {err}");
+        ExitCode::from(2)
+    })
+}
+
+/// The workload: prompts with a median of 480 tokens of their own and a tail to
+/// `--max-prompt`, 60% of them behind a shared system prompt, outputs with a median of
+/// `--output-median` (200) tokens, close to ShareGPT's shape; plus the odd prompt larger
+/// than the pool.
+fn workload_spec(args: &Args, system_prompts: &[u32]) -> WorkloadSpec {
     WorkloadSpec {
         requests: args.requests,
         rate: args.rate,
         prompt_median: 480.0,
         prompt_sigma: 1.0,
         max_prompt: args.max_prompt,
-        output_median: 200.0,
+        output_median: args.output_median,
         output_sigma: 0.8,
         max_output: args.max_output,
+        system_prompts: system_prompts.to_vec(),
+        ignore_eos_share: args.ignore_eos,
+        system_prompt_share: 0.6,
+        oversized_share: args.oversized,
+        pool_size: args.size,
+        max_priority: 30,
     }
 }
 
-/// Steps the scheduler until every request has finished, with a progress line on stderr
+/// Steps the engine until every request has left, with a progress line on stderr
 /// (rewritten in place on a terminal, a plain line every 500 steps otherwise).
-fn run(scheduler: &mut Scheduler) -> Result<(), Failure> {
+fn run(engine: &mut Engine) -> Result<(), Failure> {
     let terminal = std::io::stderr().is_terminal();
     let every = if terminal { 50 } else { 500 };
-    while !scheduler.is_done() {
-        scheduler.step()?;
-        if scheduler.steps() % every == 0 {
+    while !engine.is_done() {
+        engine.step()?;
+        if engine.steps() % every == 0 {
+            let (waiting, chunking, running) = engine.scheduler().counts();
             let line = format!(
-                "step {:>6}  finished {:>5}  waiting {:>5}  running {:>4}  pool {:>5.1}%",
-                scheduler.steps(),
-                scheduler.finished(),
-                scheduler.waiting_len(),
-                scheduler.running_len(),
-                100.0 * scheduler.utilisation()
+                "step {:>6}  finished {:>5}  waiting {:>5}  chunking {:>2}  running {:>4}  pool {:>5.1}%  ratio {:.3}",
+                engine.steps(),
+                engine.metrics.finished,
+                waiting,
+                chunking,
+                running,
+                100.0 * engine.utilisation(),
+                engine.scheduler().new_token_ratio()
             );
             if terminal {
                 eprint!("\r{line}");
@@ -136,23 +210,66 @@ fn run(scheduler: &mut Scheduler) -> Result<(), Failure> {
         }
     }
     if terminal {
-        eprint!("\r{:80}\r", "");
+        eprint!("\r{:100}\r", "");
     }
     Ok(())
 }
 
-/// Checks that the run left nothing behind: every slot is back, the books are empty, the
-/// free pages are exactly `1..=num_pages`, and the counters agree with what the demo did.
-fn final_checks(scheduler: &Scheduler) -> Result<(), Failure> {
-    let ledger_pages = scheduler.ledger().pages_held();
-    let ledger_slots = scheduler.ledger().slots_held();
-    let shortages = scheduler.metrics.decode_shortages;
-    let pool = scheduler.pool();
+/// Checks that the run left nothing behind: every request finished, was refused as
+/// unfittable or was aborted; the scheduler is empty and its counters agree with what the
+/// engine saw; every slot is back, the books are empty and the free pages are exactly
+/// `1..=num_pages`; no allocation failed and no call was rejected.
+fn final_checks(engine: &Engine) -> Result<(), Failure> {
+    let m = &engine.metrics;
+    let s = engine.scheduler().stats();
+    let pool = engine.pool();
     let stats = pool.stats();
     let mut failures = Vec::new();
-    if ledger_pages != 0 || ledger_slots != 0 {
+    let (finished, aborted, unfittable) = engine.outcomes();
+    if finished + aborted + unfittable != engine.requests() {
         failures.push(format!(
-            "requests still hold {ledger_pages} pages / {ledger_slots} slots"
+            "{} requests, but {finished} finished, {aborted} aborted and {unfittable} unfittable",
+            engine.requests()
+        ));
+    }
+    if engine.scheduler().counts() != (0, 0, 0) {
+        failures.push(format!(
+            "the scheduler still holds (waiting, chunking, running) = {:?}",
+            engine.scheduler().counts()
+        ));
+    }
+    let expected = [
+        ("finished", s.finished, finished as u64),
+        ("unfittable", s.unfittable, unfittable as u64),
+        ("aborts", s.aborts, aborted as u64),
+        ("retractions", s.retractions, m.retractions),
+        ("preemptions", s.preemptions, m.preemptions),
+        ("steps", s.steps, engine.steps()),
+        (
+            "prefill_steps",
+            s.prefill_steps,
+            m.prefill_steps + m.mixed_steps,
+        ),
+        ("decode_steps", s.decode_steps, m.decode_steps),
+        (
+            "admitted",
+            s.admitted,
+            m.queue_delays.len() as u64 + m.retractions + m.preemptions,
+        ),
+    ];
+    for (name, counted, seen) in expected {
+        if counted != seen {
+            failures.push(format!(
+                "scheduler stats.{name} is {counted} but the engine saw {seen}"
+            ));
+        }
+    }
+    let ledger = engine.ledger();
+    if ledger.pages_held() != 0 || ledger.slots_held() != 0 {
+        failures.push(format!(
+            "rows still hold {} pages / {} slots",
+            ledger.pages_held(),
+            ledger.slots_held()
         ));
     }
     if pool.available_size() != pool.size() {
@@ -171,16 +288,16 @@ fn final_checks(scheduler: &Scheduler) -> Result<(), Failure> {
             stats.pages_allocated, stats.pages_freed
         ));
     }
+    if stats.failed_allocations != 0 {
+        failures.push(format!(
+            "{} allocations failed for lack of slots",
+            stats.failed_allocations
+        ));
+    }
     if stats.rejected_calls != 0 {
         failures.push(format!(
             "{} calls were rejected as invalid",
             stats.rejected_calls
-        ));
-    }
-    if stats.failed_allocations != shortages {
-        failures.push(format!(
-            "stats.failed_allocations is {} but the demo saw {shortages} shortages",
-            stats.failed_allocations
         ));
     }
     let mut census = pool.free_page_census();
@@ -201,52 +318,103 @@ fn final_checks(scheduler: &Scheduler) -> Result<(), Failure> {
 
 // ---- report ---------------------------------------------------------------------------
 
-fn print_header(args: &Args, spec: &WorkloadSpec, pool: &Pool) {
+fn print_header(args: &Args, spec: &WorkloadSpec, pool: &Pool, config: &SchedulerConfig) {
     let info = pool.info();
-    println!("kvpool demo: continuous batching on a host pool");
+    println!("kvpool demo: a serving loop driven by kvpool's Scheduler on a host pool");
     println!(
-        "  pool      {} token slots, page size {} ({} pages), kv_rows {}, need_sort {}",
+        "  pool       {} token slots, page size {} ({} pages), kv_rows {}, need_sort {}",
         group(info.size),
         info.page_size,
         group(u64::from(info.num_pages)),
         group(info.kv_rows),
         if info.need_sort { "on" } else { "off" }
     );
+    let prompts: Vec<String> = spec.system_prompts.iter().map(|l| l.to_string()).collect();
     println!(
-        "  workload  {} requests, seed {}, {:.2} arrivals/step, prompt median {} (max {}), output median {} (max {}), chunk {}",
+        "  prefix     {}",
+        if prompts.is_empty() {
+            "no prefix cache".to_string()
+        } else {
+            format!(
+                "{} system prompts pinned ({} tokens); scheduler capacity {}",
+                prompts.len(),
+                prompts.join(" + "),
+                group(config.capacity)
+            )
+        }
+    );
+    println!(
+        "  scheduler  policy {}, chunked prefill {}, max_prefill_tokens {}, mixed chunk {}, max running {}, chunked in flight {}, priority {}",
+        args.policy.as_str(),
+        config
+            .chunked_prefill_size
+            .map_or("off".to_string(), |c| c.to_string()),
+        config.max_prefill_tokens,
+        if config.enable_mixed_chunk { "on" } else { "off" },
+        config
+            .max_running_requests
+            .map_or("unlimited".to_string(), |n| n.to_string()),
+        config.max_chunked_requests,
+        match config.priority {
+            Some(p) => format!(
+                "on (preemption threshold {})",
+                p.preemption_threshold.unwrap_or(0)
+            ),
+            None => "off".to_string(),
+        }
+    );
+    println!(
+        "  workload   {} requests, seed {}, {:.2} arrivals/step; prompts: median {} tokens (max {}) after a system prompt for {:.0}%, {:.1}% larger than the pool",
         group(spec.requests as u64),
         args.seed,
         spec.rate,
         spec.prompt_median,
         spec.max_prompt,
-        spec.output_median,
-        spec.max_output,
-        args.chunk
+        if spec.system_prompts.is_empty() { 0.0 } else { 100.0 * spec.system_prompt_share },
+        100.0 * spec.oversized_share
     );
     println!(
-        "  admission {}",
-        if args.new_token_ratio {
-            "FCFS; reserves the next decode step plus SGLang's new-token ratio of running output"
-        } else {
-            "FCFS; reserves only what the next decode step needs (retracts when decode runs short)"
-        }
+        "             outputs: median {} (max {}); {:.0}% ignore_eos (max_new_tokens = output), the rest chat (max_new_tokens 256..2048, stop at EOS)",
+        spec.output_median,
+        spec.max_output,
+        100.0 * spec.ignore_eos_share
     );
 }
 
-fn print_report(scheduler: &Scheduler, wall: Duration, new_token_ratio: bool) {
-    let steps = scheduler.steps();
-    let finished = scheduler.finished();
-    let stats = scheduler.pool().stats();
-    let m = &scheduler.metrics;
+fn print_report(engine: &Engine, wall: Duration) {
+    let m = &engine.metrics;
+    let steps = engine.steps();
+    let stats = engine.pool().stats();
+    let (finished, aborted, unfittable) = engine.outcomes();
 
     println!();
-    println!("scheduler");
-    println!("  steps                {}", group(steps));
-    println!("  requests finished    {}", group(finished as u64));
+    println!("serving");
     println!(
-        "  prefill tokens       {} in {} alloc_extend batches (largest {} requests; {} rows continued mid-page)",
+        "  steps                {}: prefill {}, mixed prefill+decode {}, decode {}, idle {}",
+        group(steps),
+        group(m.prefill_steps),
+        group(m.mixed_steps),
+        group(m.decode_steps),
+        group(m.idle_steps)
+    );
+    println!(
+        "  requests             {} finished, {} unfittable, {} aborted (of {})",
+        group(finished as u64),
+        group(unfittable as u64),
+        group(aborted as u64),
+        group(engine.requests() as u64)
+    );
+    if let Some((id, needed, capacity)) = m.first_unfittable {
+        println!(
+            "                       Unfittable, e.g. request {id}: needs {} tokens, capacity {}",
+            group(needed),
+            group(capacity)
+        );
+    }
+    println!(
+        "  prefill tokens       {} computed, {} served from the prefix cache (largest batch {} requests; {} rows continued mid-page)",
         group(m.prefill_tokens),
-        group(m.extend_batches),
+        group(m.cached_tokens),
         m.max_extend_batch,
         group(m.partial_prefix_rows)
     );
@@ -256,22 +424,26 @@ fn print_report(scheduler: &Scheduler, wall: Duration, new_token_ratio: bool) {
         m.max_decode_batch
     );
     println!(
-        "  chunked prefills     {} requests needed more than one chunk (at most {} chunks)",
-        group(m.finished_chunked),
-        m.max_chunks
+        "  chunked prefills     {} prefills took more than one chunk (at most {} chunks; at most {} in flight)",
+        group(m.chunked_prefills),
+        m.max_chunks,
+        m.max_chunking
     );
     println!(
-        "  retractions          {} ({} requests retracted at least once; {} KV slots freed to be recomputed)",
+        "  retractions          {}, preemptions {} ({} finished requests were evicted at least once; {} KV slots freed to be recomputed)",
         group(m.retractions),
-        group(m.finished_retracted),
-        group(m.retracted_tokens)
+        group(m.preemptions),
+        group(m.finished_evicted),
+        group(m.evicted_tokens)
     );
-    if new_token_ratio {
-        println!(
-            "  new-token ratio      fell to {:.3} (the share of running requests' remaining output reserved)",
+    println!(
+        "  new-token ratio      fell to {:.3}",
+        if m.min_ratio.is_finite() {
             m.min_ratio
-        );
-    }
+        } else {
+            0.0
+        }
+    );
 
     let delay = Summary::of(m.queue_delays.iter().map(|&d| d as f64));
     println!();
@@ -282,24 +454,28 @@ fn print_report(scheduler: &Scheduler, wall: Duration, new_token_ratio: bool) {
     );
 
     print_occupancy(m);
+    print_scheduler_stats(&engine.scheduler().stats());
     print_stats(&stats);
 
     let calls =
         stats.alloc_calls + stats.alloc_extend_calls + stats.alloc_decode_calls + stats.free_calls;
     let secs = wall.as_secs_f64();
     let pool_secs = m.pool_time.as_secs_f64();
+    let sched_secs = m.scheduler_time.as_secs_f64();
     println!();
     println!("time");
+    println!("  wall {secs:.3} s for {} steps", group(steps));
     println!(
-        "  wall {:.3} s, {} allocator calls ({:.0} calls/s overall)",
-        secs,
-        group(calls),
-        calls as f64 / secs
+        "  Scheduler::step {:.3} s ({:.1}% of wall), {:.2} µs per step",
+        sched_secs,
+        100.0 * sched_secs / secs,
+        1e6 * sched_secs / steps.max(1) as f64
     );
     println!(
-        "  inside kvpool {:.3} s ({:.1}% of wall), {:.2} µs per call",
+        "  pool calls       {:.3} s ({:.1}% of wall), {} calls, {:.2} µs per call",
         pool_secs,
         100.0 * pool_secs / secs,
+        group(calls),
         1e6 * pool_secs / calls.max(1) as f64
     );
     println!();
@@ -307,7 +483,31 @@ fn print_report(scheduler: &Scheduler, wall: Duration, new_token_ratio: bool) {
         "slot stream digest {:#018x} (same seed and flags, same digest)",
         m.slot_digest
     );
-    println!("all checks passed: every slot fresh and in range, books match the pool every step, everything freed at the end");
+    println!("all checks passed: every allocation the scheduler planned succeeded, every slot fresh and in range, rows match the scheduler and the pool every step, every request finished or was refused, everything freed at the end");
+}
+
+fn print_scheduler_stats(s: &SchedulerStats) {
+    println!();
+    println!("scheduler stats");
+    println!(
+        "  steps            {}  prefill {}  decode {}",
+        group(s.steps),
+        group(s.prefill_steps),
+        group(s.decode_steps)
+    );
+    println!(
+        "  requests         admitted {}  chunks {}  finished {}",
+        group(s.admitted),
+        group(s.chunks),
+        group(s.finished)
+    );
+    println!(
+        "  evictions        retractions {}  preemptions {}  aborts {}  unfittable {}",
+        group(s.retractions),
+        group(s.preemptions),
+        group(s.aborts),
+        group(s.unfittable)
+    );
 }
 
 /// Utilisation, running and waiting over the run, as numbers and sparklines.

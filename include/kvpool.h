@@ -1010,7 +1010,8 @@ struct kvp_prefill_entry {
 };
 
 /**
- * A request whose KV the engine must free now.
+ * A request whose KV the engine must free now: `row[prefix_len .. kv_len)` of its slot
+ * row; the leading `prefix_len` tokens belong to the prefix cache (unlock them instead).
  */
 struct kvp_evicted {
   /**
@@ -1018,9 +1019,14 @@ struct kvp_evicted {
    */
   uint64_t id;
   /**
-   * Tokens of KV it held.
+   * Tokens of KV in its row.
    */
   uint64_t kv_len;
+  /**
+   * Leading tokens of the row that belong to the prefix cache (its cached prefix at
+   * admission).
+   */
+  uint64_t prefix_len;
 };
 
 /**

@@ -11,6 +11,35 @@ pub enum Backend {
     Cuda,
 }
 
+/// The waiting-queue order (`kvpool::admission::Policy`, named as SGLang's
+/// `--schedule-policy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicyName {
+    /// First come, first served.
+    Fcfs,
+    /// Longest output first.
+    Lof,
+    /// Longest cached prefix first.
+    Lpm,
+    /// Seeded shuffle.
+    Random,
+    /// DFS over the prefix tree, heavier subtrees first.
+    DfsWeight,
+}
+
+impl PolicyName {
+    /// The flag's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fcfs => "fcfs",
+            Self::Lof => "lof",
+            Self::Lpm => "lpm",
+            Self::Random => "random",
+            Self::DfsWeight => "dfs-weight",
+        }
+    }
+}
+
 /// Everything the demo can be told.
 #[derive(Clone, Debug)]
 pub struct Args {
@@ -20,20 +49,36 @@ pub struct Args {
     pub size: u64,
     /// Requests in the synthetic stream.
     pub requests: usize,
-    /// Seed of the workload generator.
+    /// Seed of the workload generator (and of the random policy).
     pub seed: u64,
-    /// Prefill tokens per step, across the batch (chunked prefill).
-    pub chunk: u64,
+    /// `chunked_prefill_size`, or `None` for no chunked prefill.
+    pub chunk: Option<u64>,
+    /// Mix running requests' decode rows into prefill steps.
+    pub mixed_chunk: bool,
+    /// Waiting-queue order.
+    pub policy: PolicyName,
+    /// At most this many running requests.
+    pub max_running: Option<usize>,
+    /// Chunked prefills in flight at once.
+    pub max_chunked: usize,
+    /// Priority scheduling with preemption (threshold 10).
+    pub priority: bool,
     /// Mean arrivals per step.
     pub rate: f64,
-    /// Longest prompt.
+    /// Longest prompt (own part, without a system prompt).
     pub max_prompt: u32,
+    /// Median output length.
+    pub output_median: f64,
     /// Longest output.
     pub max_output: u32,
+    /// Share of benchmark-style (`ignore_eos`) requests.
+    pub ignore_eos: f64,
+    /// Shared system prompts kept in a pinned prefix cache.
+    pub shared_prefixes: usize,
+    /// Share of requests larger than the pool.
+    pub oversized: f64,
     /// Stage frees and merge them sorted (PD-disaggregation mode).
     pub need_sort: bool,
-    /// Admission also reserves a decaying share of running requests' remaining output.
-    pub new_token_ratio: bool,
     /// Where the pool lives.
     pub backend: Backend,
 }
@@ -45,12 +90,20 @@ impl Default for Args {
             size: 262_144,
             requests: 2000,
             seed: 42,
-            chunk: 4096,
+            chunk: Some(4096),
+            mixed_chunk: false,
+            policy: PolicyName::Fcfs,
+            max_running: None,
+            max_chunked: 1,
+            priority: false,
             rate: 1.5,
-            max_prompt: 8192,
+            max_prompt: 16384,
+            output_median: 200.0,
             max_output: 2048,
+            ignore_eos: 0.5,
+            shared_prefixes: 4,
+            oversized: 0.002,
             need_sort: false,
-            new_token_ratio: false,
             backend: Backend::Host,
         }
     }
@@ -68,28 +121,53 @@ pub enum Command {
 pub fn usage() -> String {
     let d = Args::default();
     format!(
-        "kvpool demo: a continuous-batching scheduler driving a kvpool Pool on a synthetic load
+        "kvpool demo: a serving loop driving kvpool's Scheduler and Pool on a synthetic load
 
 usage: cargo run --release --example demo -- [flags]
 
-  --page-size N       tokens per page; 1 gives a token pool        (default {})
-  --size N            usable token slots of the pool               (default {})
-  --requests N        requests in the synthetic stream             (default {})
-  --seed N            workload seed; same seed, same run           (default {})
-  --chunk N           prefill tokens per step across the batch     (default {})
-  --rate X            mean request arrivals per step (Poisson)     (default {})
-  --max-prompt N      prompt lengths are clipped to N tokens       (default {})
-  --max-output N      output lengths are clipped to N tokens       (default {})
-  --need-sort         stage frees and merge them sorted (PD mode)
-  --new-token-ratio   admission also reserves SGLang's decaying share of running
-                      requests' remaining output (fewer retractions, longer queues);
-                      default: reserve only what the next decode step needs
-  --backend host|cuda pool backend; cuda is refused by this build  (default host)
-  -h, --help          print this text
+pool
+  --page-size N         tokens per page; 1 gives a token pool      (default {})
+  --size N              usable token slots of the pool             (default {})
+  --need-sort           stage frees and merge them sorted (PD mode)
+  --backend host|cuda   pool backend; cuda is refused by this build (default host)
+scheduler (kvpool::admission::SchedulerConfig; SGLang defaults otherwise)
+  --chunk N|off         chunked_prefill_size (SGLang: 8192 on H200) (default {})
+  --mixed-chunk         mix decode rows into prefill steps
+  --policy P            fcfs | lof | lpm | random | dfs-weight     (default {})
+  --max-running N       max_running_requests                       (default unlimited)
+  --max-chunked N       chunked prefills in flight at once         (default {})
+  --priority            priority scheduling, preemption threshold 10
+workload
+  --requests N          requests in the synthetic stream           (default {})
+  --seed N              workload seed; same seed, same run         (default {})
+  --rate X              mean request arrivals per step (Poisson)   (default {})
+  --max-prompt N        a prompt's own part is clipped to N tokens (default {})
+  --output-median N     median output length (log-normal)          (default {})
+  --max-output N        outputs are clipped to N tokens            (default {})
+  --ignore-eos X        share of benchmark-style requests (ignore_eos,
+                        max_new_tokens = output); the rest are chat
+                        requests (max_new_tokens 256..2048, EOS)   (default {})
+  --shared-prefixes N   shared system prompts held in a pinned prefix cache;
+                        0: no prefix cache                         (default {})
+  --oversized X         share of requests larger than the pool     (default {})
+  -h, --help            print this text
 
 Exit status: 0 when the run completes and every check holds, 1 when a check fails,
-2 for a bad flag or an unavailable backend.",
-        d.page_size, d.size, d.requests, d.seed, d.chunk, d.rate, d.max_prompt, d.max_output
+2 for a bad flag or configuration, or an unavailable backend.",
+        d.page_size,
+        d.size,
+        d.chunk.map_or("off".to_string(), |c| c.to_string()),
+        d.policy.as_str(),
+        d.max_chunked,
+        d.requests,
+        d.seed,
+        d.rate,
+        d.max_prompt,
+        d.output_median,
+        d.max_output,
+        d.ignore_eos,
+        d.shared_prefixes,
+        d.oversized
     )
 }
 
@@ -116,12 +194,38 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Command, String> 
             "--size" => out.size = number(&flag, &value()?)?,
             "--requests" => out.requests = number(&flag, &value()?)?,
             "--seed" => out.seed = number(&flag, &value()?)?,
-            "--chunk" => out.chunk = number(&flag, &value()?)?,
+            "--chunk" => {
+                out.chunk = match value()?.as_str() {
+                    "off" | "none" => None,
+                    text => Some(number(&flag, text)?),
+                }
+            }
+            "--mixed-chunk" => out.mixed_chunk = true,
+            "--policy" => {
+                out.policy = match value()?.as_str() {
+                    "fcfs" => PolicyName::Fcfs,
+                    "lof" => PolicyName::Lof,
+                    "lpm" => PolicyName::Lpm,
+                    "random" => PolicyName::Random,
+                    "dfs-weight" => PolicyName::DfsWeight,
+                    other => {
+                        return Err(format!(
+                            "--policy must be fcfs, lof, lpm, random or dfs-weight, not {other:?}"
+                        ))
+                    }
+                }
+            }
+            "--max-running" => out.max_running = Some(number(&flag, &value()?)?),
+            "--max-chunked" => out.max_chunked = number(&flag, &value()?)?,
+            "--priority" => out.priority = true,
             "--rate" => out.rate = number(&flag, &value()?)?,
             "--max-prompt" => out.max_prompt = number(&flag, &value()?)?,
+            "--output-median" => out.output_median = number(&flag, &value()?)?,
             "--max-output" => out.max_output = number(&flag, &value()?)?,
+            "--ignore-eos" => out.ignore_eos = number(&flag, &value()?)?,
+            "--shared-prefixes" => out.shared_prefixes = number(&flag, &value()?)?,
+            "--oversized" => out.oversized = number(&flag, &value()?)?,
             "--need-sort" => out.need_sort = true,
-            "--new-token-ratio" => out.new_token_ratio = true,
             "--backend" => {
                 out.backend = match value()?.as_str() {
                     "host" => Backend::Host,
@@ -141,24 +245,27 @@ fn number<T: FromStr>(flag: &str, text: &str) -> Result<T, String> {
         .map_err(|_| format!("{flag}: {text:?} is not a valid number"))
 }
 
-/// Rejects settings under which the demo could not make progress. The pool itself
-/// validates `size` and `page_size` (and the demo shows its error if they are wrong).
+/// Rejects settings the workload generator cannot use. The pool validates `size` and
+/// `page_size`, the scheduler its own settings (the demo shows their errors), and requests
+/// too large for the pool are the scheduler's to refuse.
 fn validate(args: &Args) -> Result<(), String> {
-    if args.requests == 0 || args.chunk == 0 || args.max_prompt == 0 || args.max_output == 0 {
-        return Err("--requests, --chunk, --max-prompt and --max-output must be positive".into());
+    if args.requests == 0 || args.max_prompt == 0 || args.max_output == 0 {
+        return Err("--requests, --max-prompt and --max-output must be positive".into());
+    }
+    if args.requests > u32::MAX as usize - 16 {
+        return Err("--requests is too large".into());
+    }
+    if !(args.output_median >= 1.0 && args.output_median <= 1e6) {
+        return Err("--output-median must be in [1, 1e6]".into());
     }
     if !(args.rate > 0.0 && args.rate <= 100.0) {
         return Err("--rate must be in (0, 100]".into());
     }
-    // One request alone must always fit, whatever the page rounding: otherwise it could
-    // neither be admitted nor decoded, and the run would livelock.
-    let ps = u64::from(args.page_size.max(1));
-    let longest = u64::from(args.max_prompt) + u64::from(args.max_output);
-    if longest.div_ceil(ps) * ps + 2 * ps > args.size {
-        return Err(format!(
-            "--size {} cannot hold one request of {} prompt + {} output tokens; raise --size or lower the maxima",
-            args.size, args.max_prompt, args.max_output
-        ));
+    if !(0.0..=1.0).contains(&args.oversized) || !(0.0..=1.0).contains(&args.ignore_eos) {
+        return Err("--oversized and --ignore-eos must be in [0, 1]".into());
+    }
+    if args.shared_prefixes > 16 {
+        return Err("--shared-prefixes must be at most 16".into());
     }
     Ok(())
 }

@@ -8,31 +8,50 @@ const FNV_PRIME: u64 = 0x0000_0100_0000_01b3;
 /// Counters and per-step samples of one run.
 #[derive(Debug)]
 pub struct Metrics {
+    /// Steps the scheduler planned as prefill only.
+    pub prefill_steps: u64,
+    /// Prefill steps with decode rows mixed in (`--mixed-chunk`).
+    pub mixed_steps: u64,
+    /// Decode steps.
+    pub decode_steps: u64,
+    /// Steps with nothing to run.
+    pub idle_steps: u64,
     /// Prompt (and re-prefill) tokens allocated by `alloc_extend`.
     pub prefill_tokens: u64,
+    /// Prompt tokens served from the shared-prefix cache instead (first admissions and
+    /// re-admissions after a retraction).
+    pub cached_tokens: u64,
     /// Tokens allocated by `alloc_decode`.
     pub decode_tokens: u64,
-    /// Prefill batches (one `alloc_extend` each).
-    pub extend_batches: u64,
     /// Largest prefill batch, in requests.
     pub max_extend_batch: usize,
     /// Largest decode batch, in requests.
     pub max_decode_batch: usize,
     /// Extend rows whose prefix ended mid-page (the first part of the three-part math).
     pub partial_prefix_rows: u64,
+    /// Prefills that took more than one chunk.
+    pub chunked_prefills: u64,
     /// Most chunks one prefill took.
     pub max_chunks: u32,
-    /// Finished requests one of whose prefills took more than one chunk.
-    pub finished_chunked: u64,
-    /// `alloc_decode` calls refused with `OutOfSlots`.
-    pub decode_shortages: u64,
+    /// Most chunked prefills in flight at once.
+    pub max_chunking: usize,
     /// Requests retracted (one request may be retracted more than once).
     pub retractions: u64,
-    /// Finished requests that had been retracted at least once.
-    pub finished_retracted: u64,
-    /// KV slots thrown away by retractions (prefilled or decoded again later).
-    pub retracted_tokens: u64,
-    /// Steps from arrival to first admission, one entry per request.
+    /// Requests preempted by higher-priority ones.
+    pub preemptions: u64,
+    /// KV slots thrown away by retractions and preemptions (computed again later).
+    pub evicted_tokens: u64,
+    /// Requests aborted by the scheduler (could not decode even alone).
+    pub aborted: u64,
+    /// Requests the scheduler refused at submission: they can never fit the pool.
+    pub unfittable: u64,
+    /// The first unfittable request: id, tokens needed, pool capacity.
+    pub first_unfittable: Option<(u64, u64, u64)>,
+    /// Requests finished.
+    pub finished: u64,
+    /// Finished requests that had been retracted or preempted at least once.
+    pub finished_evicted: u64,
+    /// Steps from arrival to first admission, one entry per admitted request.
     pub queue_delays: Vec<u64>,
     /// Pool utilisation (0..=1) at each step's high-water mark.
     pub utilisation: Vec<f64>,
@@ -42,7 +61,9 @@ pub struct Metrics {
     pub waiting: Vec<usize>,
     /// Time spent inside kvpool calls that allocate or free.
     pub pool_time: Duration,
-    /// Lowest new-token ratio the scheduler used.
+    /// Time spent inside `Scheduler::step`.
+    pub scheduler_time: Duration,
+    /// Lowest new-token ratio the scheduler reported.
     pub min_ratio: f64,
     /// FNV-1a hash of every slot index handed out, in order: equal digests mean the
     /// pool made the same decisions (the determinism kvpool promises).
@@ -52,23 +73,33 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self {
+            prefill_steps: 0,
+            mixed_steps: 0,
+            decode_steps: 0,
+            idle_steps: 0,
             prefill_tokens: 0,
+            cached_tokens: 0,
             decode_tokens: 0,
-            extend_batches: 0,
             max_extend_batch: 0,
             max_decode_batch: 0,
             partial_prefix_rows: 0,
+            chunked_prefills: 0,
             max_chunks: 0,
-            finished_chunked: 0,
-            decode_shortages: 0,
+            max_chunking: 0,
             retractions: 0,
-            finished_retracted: 0,
-            retracted_tokens: 0,
+            preemptions: 0,
+            evicted_tokens: 0,
+            aborted: 0,
+            unfittable: 0,
+            first_unfittable: None,
+            finished: 0,
+            finished_evicted: 0,
             queue_delays: Vec::new(),
             utilisation: Vec::new(),
             running: Vec::new(),
             waiting: Vec::new(),
             pool_time: Duration::ZERO,
+            scheduler_time: Duration::ZERO,
             min_ratio: f64::INFINITY,
             slot_digest: FNV_OFFSET,
         }

@@ -176,14 +176,18 @@ pub struct kvp_prefill_entry {
     pub chunked: bool,
 }
 
-/// A request whose KV the engine must free now.
+/// A request whose KV the engine must free now: `row[prefix_len .. kv_len)` of its slot
+/// row; the leading `prefix_len` tokens belong to the prefix cache (unlock them instead).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct kvp_evicted {
     /// Request id.
     pub id: u64,
-    /// Tokens of KV it held.
+    /// Tokens of KV in its row.
     pub kv_len: u64,
+    /// Leading tokens of the row that belong to the prefix cache (its cached prefix at
+    /// admission).
+    pub prefix_len: u64,
 }
 
 /// The plan of one step. The arrays belong to the scheduler and stay valid until the next
@@ -593,6 +597,7 @@ fn evicted(list: &[crate::admission::Evicted], out: &mut Vec<kvp_evicted>) {
     out.extend(list.iter().map(|e| kvp_evicted {
         id: e.id,
         kv_len: e.kv_len,
+        prefix_len: e.prefix_len,
     }));
 }
 

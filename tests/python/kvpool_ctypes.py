@@ -282,7 +282,7 @@ class PrefillEntry(_Struct):
 
 
 class Evicted(_Struct):
-    _fields_ = [("id", _u64), ("kv_len", _u64)]
+    _fields_ = [("id", _u64), ("kv_len", _u64), ("prefix_len", _u64)]
 
 
 class StepPlanC(_Struct):

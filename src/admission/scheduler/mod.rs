@@ -126,8 +126,27 @@ pub struct PrefillEntry {
 pub struct Evicted {
     /// Request id.
     pub id: u64,
-    /// Tokens of KV it held.
+    /// Tokens of KV in its row.
     pub kv_len: u64,
+    /// Of those, the leading tokens that belong to the prefix cache (its matched prefix at
+    /// admission): the engine frees only `prefix_len..kv_len` and unlocks the prefix.
+    pub prefix_len: u64,
+}
+
+impl Evicted {
+    fn of(r: &Request) -> Self {
+        Self {
+            id: r.spec.id,
+            kv_len: r.kv_len,
+            prefix_len: r.spec.prefix_len.min(r.kv_len),
+        }
+    }
+
+    /// Tokens of free room the eviction gives back: the request's own pages. A cached
+    /// prefix only becomes evictable, and then only if no other request locks it.
+    fn freed(&self, page_size: u64) -> u64 {
+        ceil_paged(self.kv_len, page_size) - ceil_paged(self.prefix_len, page_size)
+    }
 }
 
 /// The scheduler's decision for one step.
@@ -623,10 +642,7 @@ impl Scheduler {
     /// Moves a running (or chunking) request back to the queue: its KV is to be freed.
     fn requeue(&mut self, slot: u32) -> Evicted {
         let r = &mut self.requests[slot];
-        let evicted = Evicted {
-            id: r.spec.id,
-            kv_len: r.kv_len,
-        };
+        let evicted = Evicted::of(r);
         let list = if r.phase == Phase::Running {
             &mut self.running
         } else {
@@ -679,9 +695,11 @@ impl Scheduler {
             return false;
         }
         for (victim, offset) in victims {
-            let freed = ceil_paged(self.requests[victim].kv_len, self.config.page_size);
-            plan.preempted.push(self.requeue(victim));
-            adder.budget_mut().release_running(offset, freed);
+            let evicted = self.requeue(victim);
+            adder
+                .budget_mut()
+                .release_running(offset, evicted.freed(self.config.page_size));
+            plan.preempted.push(evicted);
             self.stats.preemptions += 1;
         }
         self.batch_is_full = false;
@@ -699,9 +717,8 @@ impl Scheduler {
             plan.retracted.push(self.requeue(slot));
             self.stats.retractions += 1;
         } else {
-            let id = self.requests[slot].spec.id;
-            let kv_len = self.remove(slot);
-            plan.aborted.push(Evicted { id, kv_len });
+            plan.aborted.push(Evicted::of(&self.requests[slot]));
+            self.remove(slot);
             self.stats.aborts += 1;
         }
     }
@@ -756,15 +773,15 @@ impl Scheduler {
         while order.len() > 1 && need > room {
             let (_, slot, needs_page) = order.pop().expect("non-empty");
             need -= if needs_page { ps } else { 0 };
-            room += ceil_paged(self.requests[slot].kv_len, ps);
-            plan.retracted.push(self.requeue(slot));
+            let evicted = self.requeue(slot);
+            room += evicted.freed(ps);
+            plan.retracted.push(evicted);
             self.stats.retractions += 1;
         }
         if need > room {
             let (_, slot, _) = order.pop().expect("one left");
-            let id = self.requests[slot].spec.id;
-            let kv_len = self.remove(slot);
-            plan.aborted.push(Evicted { id, kv_len });
+            plan.aborted.push(Evicted::of(&self.requests[slot]));
+            self.remove(slot);
             self.stats.aborts += 1;
         }
         let requests = &self.requests;

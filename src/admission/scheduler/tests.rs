@@ -164,7 +164,18 @@ fn retraction_follows_sglang_order_and_ratio() {
     let plan = s.step(0, 0, true);
     assert_eq!(
         plan.retracted,
-        [Evicted { id: 0, kv_len: 16 }, Evicted { id: 1, kv_len: 16 }]
+        [
+            Evicted {
+                id: 0,
+                kv_len: 16,
+                prefix_len: 0
+            },
+            Evicted {
+                id: 1,
+                kv_len: 16,
+                prefix_len: 0
+            }
+        ]
     );
     assert_eq!(plan.decode, [2]);
     // Ratio over the request that stays: (9 + 20) / (200 + 1).
@@ -196,7 +207,14 @@ fn last_request_that_cannot_decode_is_aborted() {
     s.step(1000, 0, true);
     // kv_len 32 is page-aligned: the next token needs a page, and nothing is free.
     let plan = s.step(0, 0, true);
-    assert_eq!(plan.aborted, [Evicted { id: 7, kv_len: 32 }]);
+    assert_eq!(
+        plan.aborted,
+        [Evicted {
+            id: 7,
+            kv_len: 32,
+            prefix_len: 0
+        }]
+    );
     assert!(plan.decode.is_empty());
     assert_eq!(s.counts(), (0, 0, 0));
     assert_eq!(s.stats().aborts, 1);
@@ -306,7 +324,14 @@ fn priority_orders_and_preempts() {
     })
     .unwrap();
     let plan = s.step(9000, 0, true);
-    assert_eq!(plan.preempted, [Evicted { id: 1, kv_len: 101 }]);
+    assert_eq!(
+        plan.preempted,
+        [Evicted {
+            id: 1,
+            kv_len: 101,
+            prefix_len: 0
+        }]
+    );
     assert_eq!(plan.prefill.iter().map(|e| e.id).collect::<Vec<_>>(), [4]);
     assert_eq!(s.request(1).unwrap().0, Phase::Waiting);
     assert_eq!(s.stats().preemptions, 1);
@@ -345,7 +370,8 @@ fn stalled_chunked_request_alone_is_aborted() {
         plan.aborted,
         [Evicted {
             id: 1,
-            kv_len: 1024
+            kv_len: 1024,
+            prefix_len: 0
         }]
     );
 }
@@ -414,7 +440,14 @@ fn preemption_takes_the_lowest_priority_request_that_makes_room() {
     // Offsets 50 + 75 + 100 = 225; room 310 - 225 = 85; the urgent request needs
     // 100 + 30 = 130, i.e. 45 more: preempting request 1 (offset 50) is enough.
     let plan = s.step(310, 0, true);
-    assert_eq!(plan.preempted, [Evicted { id: 1, kv_len: 10 }]);
+    assert_eq!(
+        plan.preempted,
+        [Evicted {
+            id: 1,
+            kv_len: 10,
+            prefix_len: 0
+        }]
+    );
     assert_eq!(plan.prefill.iter().map(|e| e.id).collect::<Vec<_>>(), [9]);
     assert_eq!(s.request(1).unwrap().0, Phase::Waiting);
 }
@@ -461,4 +494,43 @@ fn finishing_a_request_clears_batch_is_full() {
     // The running batch shrank: the next step tries prefill again (SGLang clears the flag).
     let plan = s.step(1 << 20, 0, true);
     assert_eq!(plan.prefill.iter().map(|e| e.id).collect::<Vec<_>>(), [2]);
+}
+
+#[test]
+fn retraction_counts_only_a_requests_own_pages_as_freed() {
+    let mut s = scheduler(100_000, 16, |_| {});
+    // Both requests start with a 32-token cached prefix (shared system prompt).
+    for id in 0..2 {
+        s.submit(RequestSpec {
+            prefix_len: 32,
+            ..spec(id, 48, 100)
+        })
+        .unwrap();
+    }
+    s.step(100_000, 0, true);
+    // Each holds 48 tokens, 16 of them its own; both end on a page boundary and need a
+    // page each. 16 free tokens: retracting request 1 frees its one own page (not 3).
+    let plan = s.step(16, 0, true);
+    assert_eq!(
+        plan.retracted,
+        [Evicted {
+            id: 1,
+            kv_len: 48,
+            prefix_len: 32
+        }]
+    );
+    assert_eq!(plan.decode, [0]);
+    // With no free memory the own page is not enough for the last one: it is aborted.
+    let mut s = scheduler(100_000, 16, |_| {});
+    for id in 0..2 {
+        s.submit(RequestSpec {
+            prefix_len: 32,
+            ..spec(id, 48, 100)
+        })
+        .unwrap();
+    }
+    s.step(100_000, 0, true);
+    let plan = s.step(0, 0, true);
+    assert_eq!(plan.retracted.len(), 1);
+    assert!(plan.decode.len() == 1 && plan.aborted.is_empty());
 }
