@@ -1079,7 +1079,8 @@ struct kvp_step_plan {
    */
   size_t num_preempted;
   /**
-   * Could not decode even alone: free their KV; they are gone.
+   * Gone for lack of memory (could not decode even alone, or evicted and grown past
+   * what the pool could ever re-admit): free their KV; fail the requests.
    */
   const struct kvp_evicted *aborted;
   /**

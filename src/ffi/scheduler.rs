@@ -217,7 +217,8 @@ pub struct kvp_step_plan {
     pub preempted: *const kvp_evicted,
     /// Entries in `preempted`.
     pub num_preempted: usize,
-    /// Could not decode even alone: free their KV; they are gone.
+    /// Gone for lack of memory (could not decode even alone, or evicted and grown past
+    /// what the pool could ever re-admit): free their KV; fail the requests.
     pub aborted: *const kvp_evicted,
     /// Entries in `aborted`.
     pub num_aborted: usize,

@@ -163,7 +163,8 @@ pub struct StepPlan {
     pub retracted: Vec<Evicted>,
     /// Preempted by higher-priority requests: free their KV, they wait again.
     pub preempted: Vec<Evicted>,
-    /// Could not decode even alone: free their KV; they are gone.
+    /// Gone for lack of memory: a request that could not decode even alone, or an evicted
+    /// one whose output has grown past what the pool could ever re-admit. Free their KV.
     pub aborted: Vec<Evicted>,
     /// Memory is exhausted for new requests (SGLang's `batch_is_full`).
     pub batch_is_full: bool,
@@ -302,14 +303,17 @@ impl Scheduler {
         Some((r.phase, r.kv_len, r.spec.output_len))
     }
 
-    /// Tokens a request needs at admission: fill + clipped remaining output + a page. A
-    /// request needing the pool's whole capacity or more can never be admitted.
+    /// Tokens a request needs at admission: fill + clipped remaining output + a page (with
+    /// the prefix cache disabled, an `ignore_eos` request goes through the future
+    /// simulation instead, which needs its page-ceiled fill + all its remaining output + 1).
+    /// A request needing the pool's whole capacity or more can never be admitted.
     pub fn admission_need(&self, spec: &RequestSpec) -> u64 {
+        let fill = spec.input_len + spec.output_len;
         let left = spec.max_new_tokens.saturating_sub(spec.output_len);
-        spec.input_len
-            + spec.output_len
-            + left.min(self.config.clip_max_new_tokens)
-            + self.config.page_size
+        if spec.ignore_eos && self.config.prefix_cache_disabled {
+            return ceil_paged(fill, self.config.page_size) + left + 1;
+        }
+        fill + left.min(self.config.clip_max_new_tokens) + self.config.page_size
     }
 
     /// Queues a request. Ids must be unique among live requests; `input_len` must be
@@ -639,8 +643,10 @@ impl Scheduler {
         true
     }
 
-    /// Moves a running (or chunking) request back to the queue: its KV is to be freed.
-    fn requeue(&mut self, slot: u32) -> Evicted {
+    /// Moves a running (or chunking) request back to the queue: its KV is to be freed. A
+    /// request whose output has grown so much that it can no longer be re-admitted even
+    /// alone is dropped instead (`false`), rather than blocking the queue forever.
+    fn requeue(&mut self, slot: u32) -> (Evicted, bool) {
         let r = &mut self.requests[slot];
         let evicted = Evicted::of(r);
         let list = if r.phase == Phase::Running {
@@ -650,8 +656,31 @@ impl Scheduler {
         };
         r.retract();
         list.retain(|&x| x != slot);
+        if self.admission_need(&self.requests[slot].spec) >= self.config.capacity {
+            self.requests.remove(slot);
+            self.stats.aborts += 1;
+            return (evicted, false);
+        }
         self.waiting.push(slot);
-        evicted
+        (evicted, true)
+    }
+
+    /// Requeues (or, if it can never fit again, aborts) the request in `slot`, reporting it
+    /// in `requeued` or `plan.aborted`; returns the room its eviction frees.
+    fn evict(
+        &mut self,
+        slot: u32,
+        requeued: fn(&mut StepPlan) -> &mut Vec<Evicted>,
+        plan: &mut StepPlan,
+    ) -> u64 {
+        let (evicted, queued) = self.requeue(slot);
+        let freed = evicted.freed(self.config.page_size);
+        if queued {
+            requeued(plan).push(evicted);
+        } else {
+            plan.aborted.push(evicted);
+        }
+        freed
     }
 
     /// SGLang's `preempt_to_schedule`: frees room for the request in `slot` by preempting
@@ -695,11 +724,8 @@ impl Scheduler {
             return false;
         }
         for (victim, offset) in victims {
-            let evicted = self.requeue(victim);
-            adder
-                .budget_mut()
-                .release_running(offset, evicted.freed(self.config.page_size));
-            plan.preempted.push(evicted);
+            let freed = self.evict(victim, |p| &mut p.preempted, plan);
+            adder.budget_mut().release_running(offset, freed);
             self.stats.preemptions += 1;
         }
         self.batch_is_full = false;
@@ -714,7 +740,7 @@ impl Scheduler {
             return;
         };
         if self.chunking.len() > 1 {
-            plan.retracted.push(self.requeue(slot));
+            self.evict(slot, |p| &mut p.retracted, plan);
             self.stats.retractions += 1;
         } else {
             plan.aborted.push(Evicted::of(&self.requests[slot]));
@@ -773,9 +799,7 @@ impl Scheduler {
         while order.len() > 1 && need > room {
             let (_, slot, needs_page) = order.pop().expect("non-empty");
             need -= if needs_page { ps } else { 0 };
-            let evicted = self.requeue(slot);
-            room += evicted.freed(ps);
-            plan.retracted.push(evicted);
+            room += self.evict(slot, |p| &mut p.retracted, plan);
             self.stats.retractions += 1;
         }
         if need > room {

@@ -130,9 +130,15 @@ fn dfs_weight(queue: &mut [u32], reqs: &Registry) {
     }
     let mut out = Vec::with_capacity(queue.len());
     let mut stack = vec![(ROOT, false)];
+    // Paths come from the engine and may disagree (a stale path after a node split, a
+    // repeated node): visit every node once, so the walk ends and emits each request once.
+    let mut visited = std::collections::HashSet::new();
     while let Some((node, expanded)) = stack.pop() {
         if expanded {
             out.extend(own.get(&node).into_iter().flatten().copied());
+            continue;
+        }
+        if !visited.insert(node) {
             continue;
         }
         stack.push((node, true));
@@ -140,7 +146,7 @@ fn dfs_weight(queue: &mut [u32], reqs: &Registry) {
             let mut kids = kids.clone();
             // Stable: among equal weights the first seen is visited first.
             kids.sort_by_key(|k| std::cmp::Reverse(weight[k]));
-            for &kid in kids.iter().rev() {
+            for &kid in kids.iter().rev().filter(|k| !visited.contains(*k)) {
                 stack.push((kid, false));
             }
         }

@@ -1,0 +1,576 @@
+// kvpool.hpp — header-only C++17 wrappers over kvpool's C ABI (include/kvpool.h).
+//
+//  - Handles. kvpool::pool, snapshot, scheduler, adder and delayer each own one C handle
+//    (std::unique_ptr with the matching kvp_*_free): move-only, freed exactly once.
+//    get() lends the C handle, release() gives it up, X::adopt(raw) takes one over.
+//    A moved-from object holds NULL; calling it throws (KVP_STATUS_NULL_ARGUMENT).
+//  - Errors. A status other than KVP_STATUS_OK becomes a kvpool::error carrying the status
+//    and the thread's kvp_last_error_message(); what() reads "<call>: <status text>: <message>".
+//    As in C, a failing call changes nothing.
+//  - Buffers. Every buffer parameter takes any contiguous container with data() and size()
+//    (std::vector, std::array, kvpool::span, std::span, ...); kvpool::span is a plain
+//    pointer + element count. Index buffers are templated on their element type (int64_t or
+//    int32_t) and checked at run time against the pool's index type
+//    (KVP_STATUS_INVALID_ARGUMENT, before the C call); length arrays are int64_t.
+//  - Threads. As in C: calls on one handle are serialized by its internal lock, so a
+//    const or non-const method may run on several threads at once; destroying, moving or
+//    assigning a wrapper must not race with other use of it.
+//  - Backends. Host only for now; CUDA entry points (streams, device buffers) will be added
+//    next to the host ones when the CUDA backend lands (KVP_BACKEND_CUDA returns
+//    KVP_STATUS_UNSUPPORTED today).
+//
+// Every constructor checks that the loaded library has this header's ABI version.
+#ifndef KVPOOL_HPP
+#define KVPOOL_HPP
+
+#if __cplusplus < 201703L && !(defined(_MSVC_LANG) && _MSVC_LANG >= 201703L)
+#error "kvpool.hpp needs C++17 (kvpool.h alone works from C99 and C++11)"
+#endif
+
+#include "kvpool.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace kvpool {
+
+// ---- errors ------------------------------------------------------------------------------
+
+/// A kvpool call failed: status() is its kvp_status, message() the library's description
+/// of what was wrong (kvp_last_error_message right after the call).
+class error : public std::runtime_error {
+public:
+    error(kvp_status status, const std::string &call, std::string message)
+        : std::runtime_error(call + ": " + kvp_status_str(static_cast<int32_t>(status)) +
+                             ": " + message),
+          status_(status),
+          message_(std::move(message)) {}
+
+    kvp_status status() const noexcept { return status_; }
+    const std::string &message() const noexcept { return message_; }
+
+private:
+    kvp_status status_;
+    std::string message_;
+};
+
+/// This thread's last error message (meaningful right after a failing call).
+inline std::string last_error_message() {
+    std::string text(kvp_last_error_message(nullptr, 0), '\0');
+    kvp_last_error_message(text.data(), text.size() + 1);  // writes the NUL too
+    return text;
+}
+
+/// Throws kvpool::error unless `status` is KVP_STATUS_OK; call it right after the C call,
+/// on the same thread. Usable on any kvp_* status, also from code that calls kvpool.h.
+inline void check(kvp_status status, const char *call) {
+    if (status != KVP_STATUS_OK) throw error(status, call, last_error_message());
+}
+
+/// The library's version ("0.1.0") and ABI version (KVP_ABI_VERSION when they match).
+inline std::string version() { return kvp_version(); }
+inline uint32_t abi_version() noexcept { return kvp_abi_version(); }
+
+/// Throws kvpool::error (KVP_STATUS_UNSUPPORTED) if the loaded library's ABI version is not
+/// this header's.
+inline void check_abi_version() {
+    if (kvp_abi_version() != KVP_ABI_VERSION) {
+        throw error(KVP_STATUS_UNSUPPORTED, "kvp_abi_version",
+                    "header ABI " + std::to_string(KVP_ABI_VERSION) + ", library ABI " +
+                        std::to_string(kvp_abi_version()) + ": rebuild against the library");
+    }
+}
+
+// ---- buffers -----------------------------------------------------------------------------
+
+/// A pointer and an element count (std::span's subset that kvpool needs). Converts from any
+/// contiguous container with data() and size() of a compatible element type.
+template <class T>
+class span {
+public:
+    constexpr span() noexcept = default;
+    constexpr span(T *data, std::size_t size) noexcept : data_(data), size_(size) {}
+    template <class C, class = std::enable_if_t<std::is_convertible_v<
+                           std::remove_pointer_t<decltype(std::data(std::declval<C &>()))> (*)[],
+                           T (*)[]>>>
+    constexpr span(C &&container) noexcept  // NOLINT(google-explicit-constructor)
+        : data_(std::data(container)), size_(std::size(container)) {}
+
+    constexpr T *data() const noexcept { return data_; }
+    constexpr std::size_t size() const noexcept { return size_; }
+    constexpr bool empty() const noexcept { return size_ == 0; }
+    constexpr T *begin() const noexcept { return data_; }
+    constexpr T *end() const noexcept { return data_ + size_; }
+    constexpr T &operator[](std::size_t i) const noexcept { return data_[i]; }
+
+private:
+    T *data_ = nullptr;
+    std::size_t size_ = 0;
+};
+
+namespace detail {
+
+template <class C>
+using element_t = std::remove_cv_t<std::remove_pointer_t<decltype(std::data(std::declval<C &>()))>>;
+
+template <class I>
+constexpr bool is_index_v = std::is_same_v<I, int64_t> || std::is_same_v<I, int32_t>;
+
+template <class I>
+constexpr kvp_index_type index_type_of() {
+    static_assert(is_index_v<I>, "kvpool index buffers hold int64_t or int32_t");
+    return std::is_same_v<I, int64_t> ? KVP_INDEX_TYPE_I64 : KVP_INDEX_TYPE_I32;
+}
+
+inline const char *index_type_name(uint32_t type) {
+    return type == KVP_INDEX_TYPE_I32 ? "int32_t" : "int64_t";
+}
+
+template <class C>
+void require_lengths(const C &) {
+    static_assert(std::is_same_v<element_t<C>, int64_t>,
+                  "length arrays (prefix_lens, seq_lens) hold int64_t");
+}
+
+// One deleter for every handle type: kvp_*_free accepts NULL.
+struct deleter {
+    void operator()(kvp_pool *p) const noexcept { kvp_pool_free(p); }
+    void operator()(kvp_snapshot *p) const noexcept { kvp_snapshot_free(p); }
+    void operator()(kvp_scheduler *p) const noexcept { kvp_scheduler_free(p); }
+    void operator()(kvp_adder *p) const noexcept { kvp_adder_free(p); }
+    void operator()(kvp_delayer *p) const noexcept { kvp_delayer_free(p); }
+};
+
+// The owned C handle of a wrapper: move-only, freed once.
+template <class T>
+class owner {
+public:
+    T *get() const noexcept { return ptr_.get(); }
+    T *release() noexcept { return ptr_.release(); }
+    explicit operator bool() const noexcept { return ptr_ != nullptr; }
+
+protected:
+    owner() = default;
+    explicit owner(T *raw) noexcept : ptr_(raw) {}
+
+private:
+    std::unique_ptr<T, deleter> ptr_;
+};
+
+}  // namespace detail
+
+// ---- pool --------------------------------------------------------------------------------
+
+/// A copy of a pool's allocator state (pool::backup_state), restorable any number of times.
+class snapshot : public detail::owner<kvp_snapshot> {
+public:
+    /// Takes ownership of `raw` (from kvp_pool_backup_state).
+    static snapshot adopt(kvp_snapshot *raw) noexcept { return snapshot(raw); }
+
+private:
+    using owner::owner;
+};
+
+/// A KV-cache slot allocator (kvp_pool). Index buffers must have the pool's index type.
+class pool : public detail::owner<kvp_pool> {
+public:
+    /// A pool from `config` (start from kvp_pool_config_default() and set `size`).
+    explicit pool(const kvp_pool_config &config) {
+        check_abi_version();
+        kvp_pool *raw = nullptr;
+        check(kvp_pool_new(&config, &raw), "kvp_pool_new");
+        *this = pool(raw);
+    }
+
+    /// A host pool of `size` slots in pages of `page_size`, indices of type `Index`.
+    template <class Index = int64_t>
+    static pool create(uint64_t size, uint32_t page_size = 1, bool need_sort = false) {
+        kvp_pool_config config = kvp_pool_config_default();
+        config.size = size;
+        config.page_size = page_size;
+        config.index_type = detail::index_type_of<Index>();
+        config.need_sort = need_sort;
+        return pool(config);
+    }
+
+    /// Takes ownership of `raw` (from kvp_pool_new); throws, without taking it, if it is NULL.
+    static pool adopt(kvp_pool *raw) {
+        if (raw == nullptr) throw error(KVP_STATUS_NULL_ARGUMENT, "kvpool::pool::adopt", "NULL pool");
+        check_abi_version();
+        return pool(raw);
+    }
+
+    // ---- queries ----
+
+    kvp_pool_info info() const {
+        kvp_pool_info out{};
+        check(kvp_pool_get_info(get(), &out), "kvp_pool_get_info");
+        return out;
+    }
+    kvp_index_type index_type() const noexcept { return index_type_; }
+    uint32_t page_size() const noexcept { return page_size_; }
+
+    /// Free token slots (SGLang's available_size()).
+    uint64_t available_size() const {
+        uint64_t out = 0;
+        check(kvp_pool_available_size(get(), &out), "kvp_pool_available_size");
+        return out;
+    }
+    kvp_pool_stats stats() const {
+        kvp_pool_stats out{};
+        check(kvp_pool_get_stats(get(), &out), "kvp_pool_get_stats");
+        return out;
+    }
+
+    // ---- allocation ----
+
+    /// Allocates `num_tokens` slots into out[0 .. num_tokens).
+    template <class Out>
+    void alloc(std::size_t num_tokens, Out &&out) {
+        require_index<detail::element_t<Out>>("out");
+        check(kvp_pool_alloc(get(), num_tokens, std::data(out), std::size(out)), "kvp_pool_alloc");
+    }
+    template <class Index = int64_t>
+    std::vector<Index> alloc(std::size_t num_tokens) {
+        std::vector<Index> out(num_tokens);
+        alloc(num_tokens, out);
+        return out;
+    }
+
+    /// Prefill/extend batch: request i grows from prefix_lens[i] to seq_lens[i] tokens, its
+    /// last cached token in slot last_loc[i] (-1: empty prefix); the new slots go to
+    /// out[0 .. extend_num_tokens), request after request.
+    template <class PrefixLens, class SeqLens, class LastLoc, class Out>
+    void alloc_extend(const PrefixLens &prefix_lens, const SeqLens &seq_lens,
+                      const LastLoc &last_loc, std::size_t extend_num_tokens, Out &&out) {
+        detail::require_lengths(prefix_lens);
+        detail::require_lengths(seq_lens);
+        require_index<detail::element_t<LastLoc>>("last_loc");
+        require_index<detail::element_t<Out>>("out");
+        const std::size_t batch = std::size(seq_lens);
+        require_batch(std::size(prefix_lens) == batch && std::size(last_loc) == batch,
+                      "kvp_pool_alloc_extend", "prefix_lens, seq_lens and last_loc");
+        check(kvp_pool_alloc_extend(get(), std::data(prefix_lens), std::data(seq_lens),
+                                    std::data(last_loc), batch, extend_num_tokens,
+                                    std::data(out), std::size(out)),
+              "kvp_pool_alloc_extend");
+    }
+    /// As above, returning a vector of sum(seq_lens - prefix_lens) slots.
+    template <class PrefixLens, class SeqLens, class LastLoc>
+    std::vector<detail::element_t<LastLoc>> alloc_extend(const PrefixLens &prefix_lens,
+                                                         const SeqLens &seq_lens,
+                                                         const LastLoc &last_loc) {
+        detail::require_lengths(prefix_lens);
+        detail::require_lengths(seq_lens);
+        int64_t total = 0;
+        for (std::size_t i = 0; i < std::size(seq_lens) && i < std::size(prefix_lens); ++i)
+            total += std::data(seq_lens)[i] - std::data(prefix_lens)[i];
+        std::vector<detail::element_t<LastLoc>> out(total > 0 ? static_cast<std::size_t>(total)
+                                                              : 0);
+        alloc_extend(prefix_lens, seq_lens, last_loc, out.size(), out);
+        return out;
+    }
+
+    /// Decode step: one slot per request; seq_lens[i] counts the new token, last_loc[i] is
+    /// the slot of the previous last token. Slots go to out[0 .. batch).
+    template <class Lens, class LastLoc, class Out>
+    void alloc_decode(const Lens &seq_lens, const LastLoc &last_loc, Out &&out) {
+        detail::require_lengths(seq_lens);
+        require_index<detail::element_t<LastLoc>>("last_loc");
+        require_index<detail::element_t<Out>>("out");
+        const std::size_t batch = std::size(seq_lens);
+        require_batch(std::size(last_loc) == batch, "kvp_pool_alloc_decode",
+                      "seq_lens and last_loc");
+        check(kvp_pool_alloc_decode(get(), std::data(seq_lens), std::data(last_loc), batch,
+                                    std::data(out), std::size(out)),
+              "kvp_pool_alloc_decode");
+    }
+    template <class Lens, class LastLoc>
+    std::vector<detail::element_t<LastLoc>> alloc_decode(const Lens &seq_lens,
+                                                         const LastLoc &last_loc) {
+        std::vector<detail::element_t<LastLoc>> out(std::size(seq_lens));
+        alloc_decode(seq_lens, last_loc, out);
+        return out;
+    }
+
+    // ---- frees ----
+
+    /// Frees slots by index (a paged pool frees each index's page).
+    template <class Indices>
+    void free_indices(const Indices &indices) {
+        require_index<detail::element_t<Indices>>("indices");
+        check(kvp_pool_free_indices(get(), std::data(indices), std::size(indices)),
+              "kvp_pool_free_indices");
+    }
+    /// Frees exactly these pages, in this order.
+    template <class PageIds>
+    void free_pages(const PageIds &page_ids) {
+        require_index<detail::element_t<PageIds>>("page_ids");
+        check(kvp_pool_free_pages(get(), std::data(page_ids), std::size(page_ids)),
+              "kvp_pool_free_pages");
+    }
+    /// Frees the pages holding row[start_pos .. start_pos + len).
+    template <class Row>
+    void free_segment(const Row &row, std::size_t start_pos, std::size_t len) {
+        require_index<detail::element_t<Row>>("row");
+        check(kvp_pool_free_segment(get(), std::data(row), std::size(row), start_pos, len),
+              "kvp_pool_free_segment");
+    }
+
+    void free_group_begin() { check(kvp_pool_free_group_begin(get()), "kvp_pool_free_group_begin"); }
+    void free_group_end() { check(kvp_pool_free_group_end(get()), "kvp_pool_free_group_end"); }
+
+    /// Scope guard for a free group: begins it, and end() (or the destructor) ends it.
+    class free_group_guard {
+    public:
+        explicit free_group_guard(pool &p) : pool_(&p) { p.free_group_begin(); }
+        free_group_guard(const free_group_guard &) = delete;
+        free_group_guard &operator=(const free_group_guard &) = delete;
+        /// Ends the group (throws on failure); the destructor then does nothing.
+        void end() {
+            pool *p = std::exchange(pool_, nullptr);
+            if (p != nullptr) p->free_group_end();
+        }
+        /// Ends the group if end() was not called; a failure there cannot be reported.
+        ~free_group_guard() {
+            if (pool_ != nullptr) (void)kvp_pool_free_group_end(pool_->get());
+        }
+
+    private:
+        pool *pool_;
+    };
+    [[nodiscard]] free_group_guard free_group() { return free_group_guard(*this); }
+
+    void merge_and_sort_free() {
+        check(kvp_pool_merge_and_sort_free(get()), "kvp_pool_merge_and_sort_free");
+    }
+    void clear() { check(kvp_pool_clear(get()), "kvp_pool_clear"); }
+
+    // ---- snapshots ----
+
+    snapshot backup_state() const {
+        kvp_snapshot *raw = nullptr;
+        check(kvp_pool_backup_state(get(), &raw), "kvp_pool_backup_state");
+        return snapshot::adopt(raw);
+    }
+    void restore_state(const snapshot &saved) {
+        check(kvp_pool_restore_state(get(), saved.get()), "kvp_pool_restore_state");
+    }
+
+private:
+    explicit pool(kvp_pool *raw) : owner(raw) {
+        kvp_pool_info facts{};
+        check(kvp_pool_get_info(raw, &facts), "kvp_pool_get_info");
+        index_type_ = static_cast<kvp_index_type>(facts.index_type);
+        page_size_ = facts.page_size;
+    }
+
+    template <class Index>
+    void require_index(const char *what) const {
+        constexpr kvp_index_type type = detail::index_type_of<Index>();
+        if (type != index_type_) {
+            throw error(KVP_STATUS_INVALID_ARGUMENT, "kvpool::pool",
+                        std::string(what) + " holds " + detail::index_type_name(type) +
+                            " but the pool's index type is " +
+                            detail::index_type_name(index_type_));
+        }
+    }
+
+    static void require_batch(bool ok, const char *call, const char *what) {
+        if (!ok) {
+            throw error(KVP_STATUS_INVALID_LENGTHS, call,
+                        std::string(what) + " need one entry per request");
+        }
+    }
+
+    kvp_index_type index_type_ = KVP_INDEX_TYPE_I64;
+    uint32_t page_size_ = 0;
+};
+
+// ---- scheduler ---------------------------------------------------------------------------
+
+/// One step's plan, viewing the scheduler's arrays: valid until the scheduler's next step()
+/// or its destruction. Copy what you need to keep.
+struct step_plan {
+    kvp_step_kind kind = KVP_STEP_KIND_IDLE;
+    bool batch_is_full = false;
+    double new_token_ratio = 0.0;
+    span<const kvp_prefill_entry> prefill;  // chunk continuations first
+    span<const uint64_t> decode;            // ids, each grows by one token
+    span<const kvp_evicted> retracted;      // free their KV; they wait again
+    span<const kvp_evicted> preempted;      // free their KV; they wait again
+    span<const kvp_evicted> aborted;        // free their KV; they are gone
+
+    explicit step_plan(const kvp_step_plan &c)
+        : kind(static_cast<kvp_step_kind>(c.kind)),
+          batch_is_full(c.batch_is_full),
+          new_token_ratio(c.new_token_ratio),
+          prefill(c.prefill, c.num_prefill),
+          decode(c.decode, c.num_decode),
+          retracted(c.retracted, c.num_retracted),
+          preempted(c.preempted, c.num_preempted),
+          aborted(c.aborted, c.num_aborted) {}
+};
+
+/// The continuous-batching scheduler (kvp_scheduler).
+class scheduler : public detail::owner<kvp_scheduler> {
+public:
+    /// Detached: `config.capacity` and `config.page_size` must be set, and step() takes the
+    /// pool's free tokens from the caller.
+    explicit scheduler(const kvp_scheduler_config &config) : scheduler(config, nullptr) {}
+    /// Attached to `kv`: capacity and page size come from the pool, step() reads its free
+    /// size, and the scheduler keeps the native pool alive until it is destroyed.
+    scheduler(const kvp_scheduler_config &config, const pool &kv) : scheduler(config, kv.get()) {}
+
+    static scheduler adopt(kvp_scheduler *raw) {
+        if (raw == nullptr)
+            throw error(KVP_STATUS_NULL_ARGUMENT, "kvpool::scheduler::adopt", "NULL scheduler");
+        check_abi_version();
+        return scheduler(raw);
+    }
+
+    /// Queues a request; `result.queued == false` means it can never fit (fail it).
+    kvp_submit_result submit(const kvp_request &request, span<const uint64_t> prefix_path = {}) {
+        kvp_submit_result out{};
+        check(kvp_scheduler_submit(get(), &request, prefix_path.data(), prefix_path.size(), &out),
+              "kvp_scheduler_submit");
+        return out;
+    }
+    /// Refreshes a waiting request's cached prefix; an empty path keeps the previous one.
+    void update_prefix(uint64_t id, uint64_t prefix_len, uint64_t prefix_evictable,
+                       span<const uint64_t> prefix_path = {}) {
+        check(kvp_scheduler_update_prefix(get(), id, prefix_len, prefix_evictable,
+                                          prefix_path.data(), prefix_path.size()),
+              "kvp_scheduler_update_prefix");
+    }
+    /// Plans the next step (`available` is ignored when attached to a pool).
+    step_plan step(uint64_t available = 0, uint64_t evictable = 0, bool allow_prefill = true) {
+        kvp_step_plan out{};
+        check(kvp_scheduler_step(get(), available, evictable, allow_prefill, &out),
+              "kvp_scheduler_step");
+        return step_plan(out);
+    }
+    /// A running request finished; returns the KV tokens it held (for the engine to free).
+    uint64_t finish(uint64_t id) {
+        uint64_t kv_len = 0;
+        check(kvp_scheduler_finish(get(), id, &kv_len), "kvp_scheduler_finish");
+        return kv_len;
+    }
+    /// Drops a request in any phase; returns the KV tokens it held.
+    uint64_t abort(uint64_t id) {
+        uint64_t kv_len = 0;
+        check(kvp_scheduler_abort(get(), id, &kv_len), "kvp_scheduler_abort");
+        return kv_len;
+    }
+    kvp_request_state request(uint64_t id) const {
+        kvp_request_state out{};
+        check(kvp_scheduler_get_request(get(), id, &out), "kvp_scheduler_get_request");
+        return out;
+    }
+    kvp_scheduler_stats stats() const {
+        kvp_scheduler_stats out{};
+        check(kvp_scheduler_get_stats(get(), &out), "kvp_scheduler_get_stats");
+        return out;
+    }
+
+private:
+    explicit scheduler(kvp_scheduler *raw) noexcept : owner(raw) {}
+    scheduler(const kvp_scheduler_config &config, const kvp_pool *kv) {
+        check_abi_version();
+        kvp_scheduler *raw = nullptr;
+        check(kvp_scheduler_new(&config, kv, &raw), "kvp_scheduler_new");
+        *this = scheduler(raw);
+    }
+};
+
+// ---- admission for engines with their own loop -------------------------------------------
+
+/// One prefill pass's admission budget (kvp_adder).
+class adder : public detail::owner<kvp_adder> {
+public:
+    adder(const kvp_adder_config &config, uint64_t available, uint64_t evictable,
+          span<const kvp_running_request> running = {}, uint64_t chunked_in_flight = 0) {
+        check_abi_version();
+        kvp_adder *raw = nullptr;
+        check(kvp_adder_new(&config, available, evictable, running.data(), running.size(),
+                            chunked_in_flight, &raw),
+              "kvp_adder_new");
+        *this = adder(raw);
+    }
+    static adder adopt(kvp_adder *raw) {
+        if (raw == nullptr) throw error(KVP_STATUS_NULL_ARGUMENT, "kvpool::adder::adopt", "NULL adder");
+        check_abi_version();
+        return adder(raw);
+    }
+
+    kvp_admission add_one_req(const kvp_candidate &candidate) {
+        kvp_admission out{};
+        check(kvp_adder_add_one_req(get(), &candidate, &out), "kvp_adder_add_one_req");
+        return out;
+    }
+    kvp_admission add_chunked_req(uint64_t prefix_len, uint64_t remaining,
+                                  uint64_t max_new_tokens) {
+        kvp_admission out{};
+        check(kvp_adder_add_chunked_req(get(), prefix_len, remaining, max_new_tokens, &out),
+              "kvp_adder_add_chunked_req");
+        return out;
+    }
+    kvp_budget budget() const {
+        kvp_budget out{};
+        check(kvp_adder_get_budget(get(), &out), "kvp_adder_get_budget");
+        return out;
+    }
+
+private:
+    explicit adder(kvp_adder *raw) noexcept : owner(raw) {}
+};
+
+/// Data-parallel prefill negotiation (kvp_delayer).
+class delayer : public detail::owner<kvp_delayer> {
+public:
+    explicit delayer(const kvp_delayer_config &config) {
+        check_abi_version();
+        kvp_delayer *raw = nullptr;
+        check(kvp_delayer_new(&config, &raw), "kvp_delayer_new");
+        *this = delayer(raw);
+    }
+    static delayer adopt(kvp_delayer *raw) {
+        if (raw == nullptr)
+            throw error(KVP_STATUS_NULL_ARGUMENT, "kvpool::delayer::adopt", "NULL delayer");
+        check_abi_version();
+        return delayer(raw);
+    }
+
+    kvp_rank_info local_info(bool prefillable, double token_usage, uint64_t running_bs,
+                             uint64_t waiting_len, bool timed_out = false) const {
+        kvp_rank_info out{};
+        check(kvp_delayer_local_info(get(), prefillable, token_usage, running_bs, waiting_len,
+                                     timed_out, &out),
+              "kvp_delayer_local_info");
+        return out;
+    }
+    /// The verdict for this pass from every rank's info; prefill unless KVP_DELAY_VERDICT_DELAY.
+    kvp_delay_verdict negotiate(span<const kvp_rank_info> ranks) {
+        uint32_t out = 0;
+        check(kvp_delayer_negotiate(get(), ranks.data(), ranks.size(), &out),
+              "kvp_delayer_negotiate");
+        return static_cast<kvp_delay_verdict>(out);
+    }
+    void record_prefill(uint64_t batch_size) {
+        check(kvp_delayer_record_prefill(get(), batch_size), "kvp_delayer_record_prefill");
+    }
+
+private:
+    explicit delayer(kvp_delayer *raw) noexcept : owner(raw) {}
+};
+
+}  // namespace kvpool
+
+#endif  // KVPOOL_HPP
