@@ -25,7 +25,7 @@
 
 #if __cplusplus < 201703L && !(defined(_MSVC_LANG) && _MSVC_LANG >= 201703L)
 #error "kvpool.hpp needs C++17 (kvpool.h alone works from C99 and C++11)"
-#endif
+#else
 
 #include "kvpool.h"
 
@@ -139,6 +139,14 @@ void require_lengths(const C &) {
                   "length arrays (prefix_lens, seq_lens) hold int64_t");
 }
 
+// `raw`, checked for X::adopt: not NULL, and from a library of this header's ABI.
+template <class T>
+T *adoptable(T *raw, const char *call) {
+    if (raw == nullptr) throw error(KVP_STATUS_NULL_ARGUMENT, call, "NULL handle");
+    check_abi_version();
+    return raw;
+}
+
 // One deleter for every handle type: kvp_*_free accepts NULL.
 struct deleter {
     void operator()(kvp_pool *p) const noexcept { kvp_pool_free(p); }
@@ -171,8 +179,11 @@ private:
 /// A copy of a pool's allocator state (pool::backup_state), restorable any number of times.
 class snapshot : public detail::owner<kvp_snapshot> {
 public:
-    /// Takes ownership of `raw` (from kvp_pool_backup_state).
-    static snapshot adopt(kvp_snapshot *raw) noexcept { return snapshot(raw); }
+    /// Takes ownership of `raw` (from kvp_pool_backup_state); throws, without taking it, if
+    /// it is NULL.
+    static snapshot adopt(kvp_snapshot *raw) {
+        return snapshot(detail::adoptable(raw, "kvpool::snapshot::adopt"));
+    }
 
 private:
     using owner::owner;
@@ -201,11 +212,7 @@ public:
     }
 
     /// Takes ownership of `raw` (from kvp_pool_new); throws, without taking it, if it is NULL.
-    static pool adopt(kvp_pool *raw) {
-        if (raw == nullptr) throw error(KVP_STATUS_NULL_ARGUMENT, "kvpool::pool::adopt", "NULL pool");
-        check_abi_version();
-        return pool(raw);
-    }
+    static pool adopt(kvp_pool *raw) { return pool(detail::adoptable(raw, "kvpool::pool::adopt")); }
 
     // ---- queries ----
 
@@ -324,8 +331,12 @@ public:
               "kvp_pool_free_segment");
     }
 
-    void free_group_begin() { check(kvp_pool_free_group_begin(get()), "kvp_pool_free_group_begin"); }
-    void free_group_end() { check(kvp_pool_free_group_end(get()), "kvp_pool_free_group_end"); }
+    void free_group_begin() {
+        check(kvp_pool_free_group_begin(get()), "kvp_pool_free_group_begin");
+    }
+    void free_group_end() {
+        check(kvp_pool_free_group_end(get()), "kvp_pool_free_group_end");
+    }
 
     /// Scope guard for a free group: begins it, and end() (or the destructor) ends it.
     class free_group_guard {
@@ -429,11 +440,9 @@ public:
     /// size, and the scheduler keeps the native pool alive until it is destroyed.
     scheduler(const kvp_scheduler_config &config, const pool &kv) : scheduler(config, kv.get()) {}
 
+    /// Takes ownership of `raw` (from kvp_scheduler_new); throws, without taking it, if NULL.
     static scheduler adopt(kvp_scheduler *raw) {
-        if (raw == nullptr)
-            throw error(KVP_STATUS_NULL_ARGUMENT, "kvpool::scheduler::adopt", "NULL scheduler");
-        check_abi_version();
-        return scheduler(raw);
+        return scheduler(detail::adoptable(raw, "kvpool::scheduler::adopt"));
     }
 
     /// Queues a request; `result.queued == false` means it can never fit (fail it).
@@ -504,10 +513,9 @@ public:
               "kvp_adder_new");
         *this = adder(raw);
     }
+    /// Takes ownership of `raw` (from kvp_adder_new); throws, without taking it, if NULL.
     static adder adopt(kvp_adder *raw) {
-        if (raw == nullptr) throw error(KVP_STATUS_NULL_ARGUMENT, "kvpool::adder::adopt", "NULL adder");
-        check_abi_version();
-        return adder(raw);
+        return adder(detail::adoptable(raw, "kvpool::adder::adopt"));
     }
 
     kvp_admission add_one_req(const kvp_candidate &candidate) {
@@ -541,11 +549,9 @@ public:
         check(kvp_delayer_new(&config, &raw), "kvp_delayer_new");
         *this = delayer(raw);
     }
+    /// Takes ownership of `raw` (from kvp_delayer_new); throws, without taking it, if NULL.
     static delayer adopt(kvp_delayer *raw) {
-        if (raw == nullptr)
-            throw error(KVP_STATUS_NULL_ARGUMENT, "kvpool::delayer::adopt", "NULL delayer");
-        check_abi_version();
-        return delayer(raw);
+        return delayer(detail::adoptable(raw, "kvpool::delayer::adopt"));
     }
 
     kvp_rank_info local_info(bool prefillable, double token_usage, uint64_t running_bs,
@@ -573,4 +579,5 @@ private:
 
 }  // namespace kvpool
 
+#endif  // C++17
 #endif  // KVPOOL_HPP

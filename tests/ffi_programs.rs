@@ -1,8 +1,9 @@
 //! Builds and runs the C99 and C++17 tests of the C ABI (`tests/c/abi_test.c`,
-//! `tests/c/scheduler_test.c`, `tests/cpp/abi_test.cpp`) and the C++ example
-//! `cpp-examples/serving_loop.cpp` against the library built with `--features testing`, and
-//! checks that `include/kvpool.h` compiles cleanly (twice included, strict warnings) as C
-//! and C++.
+//! `tests/c/scheduler_test.c`, `tests/cpp/abi_test.cpp`), the C++17 tests of the RAII
+//! wrappers (`tests/cpp/kvpool_hpp_test.cpp`, `include/kvpool.hpp`) and the consumer
+//! programs of `cpp-examples/` against the library built with `--features testing`; checks
+//! that `include/kvpool.h` compiles cleanly (twice included, strict warnings) as C and C++,
+//! and that the library exports exactly the header's functions and `abi/kvpool.symbols`.
 
 mod support;
 
@@ -42,6 +43,16 @@ fn run_to_completion(cmd: &mut Command, what: &str) -> Output {
 /// Compiles `source` into an executable linked against the testing cdylib; with `testing`,
 /// `-DKVP_TESTING` makes the test-only declarations visible.
 fn build_program(lang: Lang, source: &str, name: &str, testing: bool) -> PathBuf {
+    let defines = if testing {
+        vec!["-DKVP_TESTING".to_string()]
+    } else {
+        vec![]
+    };
+    build_program_with(lang, source, name, &defines)
+}
+
+/// `build_program` with extra compiler arguments (`-D...`).
+fn build_program_with(lang: Lang, source: &str, name: &str, extra: &[String]) -> PathBuf {
     let lib = support::testing_cdylib();
     let lib_dir = lib.parent().unwrap();
     let exe = support::scratch_dir(name).join(name);
@@ -50,10 +61,8 @@ fn build_program(lang: Lang, source: &str, name: &str, testing: bool) -> PathBuf
         Lang::Cpp => "c++17",
     };
     let mut cmd = compiler(lang, std);
-    if testing {
-        cmd.arg("-DKVP_TESTING");
-    }
-    cmd.arg(support::manifest_dir().join(source))
+    cmd.args(extra)
+        .arg(support::manifest_dir().join(source))
         .arg("-o")
         .arg(&exe)
         .arg("-L")
@@ -103,6 +112,42 @@ fn c99_abi_test() {
 fn cpp17_abi_test() {
     let exe = build_program(Lang::Cpp, "tests/cpp/abi_test.cpp", "abi_test_cpp", true);
     run_program(&exe, "abi_test (C++): all ");
+}
+
+/// The header-only RAII wrappers (`include/kvpool.hpp`), test-only parts included. The same
+/// program runs under ctest in the consumer project (scripts/check-install.sh).
+#[test]
+fn cpp17_kvpool_hpp_test() {
+    let exe = build_program(
+        Lang::Cpp,
+        "tests/cpp/kvpool_hpp_test.cpp",
+        "kvpool_hpp_test",
+        true,
+    );
+    run_program(&exe, "kvpool_hpp_test (C++): all ");
+}
+
+/// The consumer project's C check: the header's version macros, the loaded library's
+/// `kvp_version()` / `kvp_abi_version()` and Cargo.toml's version (standing in for the CMake
+/// package's, which comes from Cargo.toml) agree.
+#[test]
+fn c99_version_check() {
+    let define = format!("-DKVPOOL_PACKAGE_VERSION=\"{}\"", env!("CARGO_PKG_VERSION"));
+    let exe = build_program_with(
+        Lang::C,
+        "cpp-examples/version_check.c",
+        "version_check",
+        &[define],
+    );
+    let output = run_to_completion(&mut Command::new(&exe), "version_check");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.lines().last() == Some("version_check: OK"),
+        "{}",
+        support::describe_output(&output)
+    );
+    assert!(stdout.contains(&format!("package {}", env!("CARGO_PKG_VERSION"))));
+    let _ = std::fs::remove_dir_all(exe.parent().unwrap());
 }
 
 /// An engine loop in C99 over an attached scheduler and a paged pool: every allocation
@@ -209,6 +254,46 @@ fn header_compiles_twice_included_as_c_and_cpp() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// `include/kvpool.hpp` compiles cleanly twice included as C++17 and C++20, and an older
+/// standard gets only its `#error` naming C++17 from it, not a cascade of errors.
+#[test]
+fn cpp_wrapper_header_compiles_twice_included() {
+    let dir = support::scratch_dir("hpp_header");
+    let source = dir.join("double_include_hpp.cpp");
+    std::fs::write(
+        &source,
+        "#include \"kvpool.hpp\"\n#include \"kvpool.hpp\"\n#ifndef KVPOOL_HPP\n#error guard\n#endif\n\
+         int kvp_hpp_check();\nint kvp_hpp_check() {\n    \
+         kvpool::pool pool = kvpool::pool::create<int32_t>(64, 4);\n    \
+         return static_cast<int>(pool.alloc<int32_t>(4).size());\n}\n",
+    )
+    .unwrap();
+    for (std, compiles) in [("c++14", false), ("c++17", true), ("c++20", true)] {
+        let mut cmd = compiler(Lang::Cpp, std);
+        cmd.arg("-c")
+            .arg(&source)
+            .arg("-o")
+            .arg(dir.join(format!("hpp_{std}.o")));
+        let output = run_to_completion(&mut cmd, "the compiler");
+        assert_eq!(
+            output.status.success(),
+            compiles,
+            "kvpool.hpp with -std={std}\n{}",
+            support::describe_output(&output)
+        );
+        if !compiles {
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(stderr.contains("kvpool.hpp needs C++17"), "{stderr}");
+            let in_header = stderr
+                .lines()
+                .filter(|line| line.contains("kvpool.hpp:") && line.contains("error:"))
+                .count();
+            assert_eq!(in_header, 1, "{stderr}");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `KVP_NODISCARD` makes an ignored status a warning (an error under -Werror), in C through
 /// the GNU attribute and in C++17 through `[[nodiscard]]`; the positive control (the same
 /// call, its status used) compiles.
@@ -244,13 +329,10 @@ fn ignored_status_is_diagnosed() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Every `kvp_*` function the testing library exports is declared in the header, and every
-/// function the header declares is exported.
-#[test]
-fn exported_symbols_match_header() {
-    let lib = support::testing_cdylib();
+/// Every dynamic symbol `lib` defines (`nm -D --defined-only`), sorted.
+fn exported_symbols(lib: &Path) -> Vec<String> {
     let output = run_to_completion(
-        Command::new("nm").args(["-D", "--defined-only"]).arg(&lib),
+        Command::new("nm").args(["-D", "--defined-only"]).arg(lib),
         "nm",
     );
     assert!(
@@ -261,10 +343,19 @@ fn exported_symbols_match_header() {
     let mut exported: Vec<String> = String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter_map(|line| line.split_whitespace().last())
-        .filter(|name| name.starts_with("kvp_"))
         .map(str::to_string)
         .collect();
     exported.sort();
+    exported
+}
+
+/// Every `kvp_*` function the testing library exports is declared in the header, and every
+/// function the header declares is exported.
+#[test]
+fn exported_symbols_match_header() {
+    let lib = support::testing_cdylib();
+    let mut exported = exported_symbols(&lib);
+    exported.retain(|name| name.starts_with("kvp_"));
 
     let header = std::fs::read_to_string(support::manifest_dir().join("include/kvpool.h"))
         .expect("read include/kvpool.h");
@@ -273,6 +364,31 @@ fn exported_symbols_match_header() {
     declared.dedup();
     assert!(declared.len() >= 20, "parsed only {declared:?}");
     assert_eq!(exported, declared);
+}
+
+/// The library exports exactly the committed list `abi/kvpool.symbols` (plus, in this
+/// testing build, the `kvp_testing_*` functions). CI also checks the release build with
+/// `scripts/check-symbols.sh`.
+#[test]
+fn exported_symbols_match_abi_list() {
+    let list = std::fs::read_to_string(support::manifest_dir().join("abi/kvpool.symbols"))
+        .expect("read abi/kvpool.symbols");
+    let listed: Vec<&str> = list
+        .lines()
+        .filter(|line| !line.starts_with('#') && !line.is_empty())
+        .collect();
+    let mut sorted = listed.clone();
+    sorted.sort_unstable();
+    assert_eq!(listed, sorted, "abi/kvpool.symbols is not sorted");
+    let exported: Vec<String> = exported_symbols(&support::testing_cdylib())
+        .into_iter()
+        .filter(|name| !name.starts_with("kvp_testing_"))
+        .collect();
+    assert_eq!(
+        exported, listed,
+        "the exports differ from abi/kvpool.symbols; if the ABI change is intended, run \
+         scripts/check-symbols.sh --update"
+    );
 }
 
 /// Names `kvp_*` followed by `(` outside comments: the header's function declarations.
@@ -338,4 +454,41 @@ fn readme_c_example() {
         .find(|s| s.starts_with("alloc_extend: "))
         .expect("README quotes the example's output");
     assert_eq!(stderr.trim_end(), promised);
+}
+
+/// The README's C++ quickstart compiles as written (C++17, strict warnings), runs, and
+/// prints what the README says it prints.
+#[test]
+fn readme_cpp_example() {
+    let readme = std::fs::read_to_string(support::manifest_dir().join("README.md")).unwrap();
+    let start = readme.find("```cpp\n").expect("README has a C++ example") + "```cpp\n".len();
+    let code = &readme[start..start + readme[start..].find("```").unwrap()];
+    assert!(
+        code.contains("int main"),
+        "the first C++ block is the complete example"
+    );
+    let source = support::scratch_dir("readme_cpp_source").join("readme_example.cpp");
+    std::fs::write(&source, code).unwrap();
+    let exe = build_program(
+        Lang::Cpp,
+        source.to_str().unwrap(),
+        "readme_cpp_example",
+        false,
+    );
+    let output = run_to_completion(&mut Command::new(&exe), "the README C++ example");
+    assert!(
+        output.status.success(),
+        "{}",
+        support::describe_output(&output)
+    );
+    let promised = readme
+        .split('`')
+        .find(|s| s.starts_with("kvp_pool_free_indices: "))
+        .expect("README quotes the C++ example's output");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        [promised, "1048576 slots free"]
+    );
+    assert!(readme.contains("and `1048576 slots free`"));
 }

@@ -1,6 +1,7 @@
-//! Runs the Python ctypes tests of the C ABI (`tests/python/test_kvpool.py`, standard
-//! library only) against the library built with `--features testing`. Without `python3`
-//! this test fails: the Python binding is a supported way to use kvpool.
+//! Runs the Python tests (`tests/python/test_kvpool.py`, standard library only; its PyTorch
+//! tests run only where torch is installed) of the ctypes package `python/kvpool` against
+//! the library built with `--features testing`. Without `python3` this test fails: the
+//! Python binding is a supported way to use kvpool.
 
 mod support;
 

@@ -1,4 +1,5 @@
-"""Python ctypes tests of kvpool's C ABI (standard library only).
+"""Python tests of kvpool's C ABI through the ctypes package python/kvpool (standard
+library only; the PyTorch tests run where torch is installed and are skipped elsewhere).
 
 Run by `cargo test` (tests/python_ctypes.rs) as
 
@@ -18,16 +19,26 @@ import gc
 import os
 import random
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 import threading
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+ROOT = os.path.normpath(os.path.join(HERE, os.pardir, os.pardir))
+PYTHON_DIR = os.path.join(ROOT, "python")
+sys.path.insert(0, PYTHON_DIR)
 
-import kvpool_ctypes as kvp  # noqa: E402
+import kvpool as kvp  # noqa: E402
 
-HEADER = os.path.normpath(os.path.join(HERE, os.pardir, os.pardir, "include", "kvpool.h"))
+try:
+    import torch
+except (ImportError, OSError):  # not installed, or installed without its native libraries
+    torch = None
+
+HEADER = os.path.join(ROOT, "include", "kvpool.h")
 
 LIB = None
 
@@ -40,7 +51,7 @@ def setUpModule():
     path = os.environ.get("KVPOOL_LIB")
     if not path:
         raise RuntimeError("set KVPOOL_LIB to the path of libkvpool.so (built --features testing)")
-    LIB = kvp.Library(path)
+    LIB = kvp.load(path)  # the handle classes use the same one (kvp.load() reads KVPOOL_LIB)
     if not LIB.has_testing:
         raise RuntimeError(f"{path} was not built with --features testing")
 
@@ -170,22 +181,22 @@ class KvpTestCase(unittest.TestCase):
         return err
 
     def pool(self, size, page_size=1, **kwargs):
-        pool = kvp.Pool(LIB, size, page_size, **kwargs)
+        pool = kvp.Pool(size, page_size, **kwargs)
         self.addCleanup(pool.close)
         return pool
 
     def scheduler(self, pool=None, **config):
-        sched = kvp.Scheduler(LIB, pool=pool, **config)
+        sched = kvp.Scheduler(pool=pool, **config)
         self.addCleanup(sched.close)
         return sched
 
     def adder(self, available, evictable=0, running=(), chunked_in_flight=0, **config):
-        adder = kvp.Adder(LIB, available, evictable, running, chunked_in_flight, **config)
+        adder = kvp.Adder(available, evictable, running, chunked_in_flight, **config)
         self.addCleanup(adder.close)
         return adder
 
     def delayer(self, **config):
-        delayer = kvp.Delayer(LIB, **config)
+        delayer = kvp.Delayer(**config)
         self.addCleanup(delayer.close)
         return delayer
 
@@ -262,6 +273,7 @@ class TestHeaderAndBinding(KvpTestCase):
                                      macros["KVP_VERSION_PATCH"])
         self.assertEqual(LIB.version(), expected)
         self.assertEqual(LIB.abi_version(), int(macros["KVP_ABI_VERSION"]))
+        self.assertEqual(kvp.ABI_VERSION, int(macros["KVP_ABI_VERSION"]))
 
     def test_status_str(self):
         texts = set()
@@ -533,7 +545,7 @@ class TestInt32Pool(KvpTestCase):
         self.assertKvpError("INDEX_OUT_OF_RANGE", pool.free_indices, [2**40])
 
     def test_int32_needs_a_small_pool(self):
-        self.assertKvpError("INVALID_ARGUMENT", kvp.Pool, LIB, 2**31, 1,
+        self.assertKvpError("INVALID_ARGUMENT", kvp.Pool, 2**31, 1,
                             index_type=kvp.INDEX_TYPE_I32)
 
 
@@ -577,7 +589,7 @@ class TestErrorsAndConfig(KvpTestCase):
         ]
         for status, kwargs, needle in cases:
             with self.subTest(**kwargs):
-                self.assertKvpError(status, kvp.Pool, LIB, message=needle, **kwargs)
+                self.assertKvpError(status, kvp.Pool, message=needle, **kwargs)
 
     def test_null_arguments_through_the_raw_functions(self):
         pool = self.pool(16, 4)
@@ -618,7 +630,7 @@ class TestErrorsAndConfig(KvpTestCase):
         self.assertEqual(buf.raw[:6], full.encode()[:4] + b"\0X")
 
     def test_closed_objects_refuse_use(self):
-        pool = kvp.Pool(LIB, 8)
+        pool = kvp.Pool(8)
         snap = pool.backup_state()
         pool.close()
         with self.assertRaises(ValueError):
@@ -644,7 +656,7 @@ class TestOwnership(KvpTestCase):
     def test_pool_and_snapshot_are_freed_exactly_once(self):
         pool_frees = self.counting("kvp_pool_free")
         snap_frees = self.counting("kvp_snapshot_free")
-        pool = kvp.Pool(LIB, 16, 4)
+        pool = kvp.Pool(16, 4)
         handle = pool.handle
         with pool.backup_state() as snap:
             snap_handle = snap.handle
@@ -658,7 +670,7 @@ class TestOwnership(KvpTestCase):
 
     def test_collected_pool_is_freed(self):
         pool_frees = self.counting("kvp_pool_free")
-        pool = kvp.Pool(LIB, 16, 4)
+        pool = kvp.Pool(16, 4)
         handle = pool.handle
         del pool
         import gc
@@ -673,7 +685,7 @@ class TestPanicBoundary(KvpTestCase):
         self.assertEqual(self.pool(8).alloc(2), [1, 2])  # still working
 
     def test_poisoned_pool(self):
-        pool = kvp.Pool(LIB, 64, 4)
+        pool = kvp.Pool(64, 4)
         healthy = self.pool(64, 4)
         pool.alloc(4)
         snap = pool.backup_state()
@@ -884,9 +896,9 @@ class TestSchedulerConfig(KvpTestCase):
         ]
         for status, kwargs, needle in cases:
             with self.subTest(**{k: str(v) for k, v in kwargs.items()}):
-                self.assertKvpError(status, kvp.Scheduler, LIB, message=needle, **kwargs)
+                self.assertKvpError(status, kvp.Scheduler, message=needle, **kwargs)
         with self.assertRaises(TypeError):
-            kvp.Scheduler(LIB, capacity=64, chunk_size=5)  # a typo is not ignored
+            kvp.Scheduler(capacity=64, chunk_size=5)  # a typo is not ignored
 
     def test_new_null_arguments_leave_out_alone(self):
         out = ctypes.c_void_p(0x1234)
@@ -922,7 +934,7 @@ class TestSchedulerConfig(KvpTestCase):
         self.assertKvpError("PANIC", pool.testing_poison)
         self.assertKvpError("POISONED", sched.step, message="poisoned")
         self.assertEqual(sched.stats().steps, 0)
-        self.assertKvpError("POISONED", kvp.Scheduler, LIB, pool=pool)
+        self.assertKvpError("POISONED", kvp.Scheduler, pool=pool)
 
 
 class TestScheduler(KvpTestCase):
@@ -1320,7 +1332,7 @@ class TestSchedulerWithPool(KvpTestCase):
         self.assertEqual(sched.stats().finished + len(engine.aborted), 4)
 
     def test_scheduler_keeps_the_pool_alive_after_pool_free(self):
-        pool = kvp.Pool(LIB, 64, 1)
+        pool = kvp.Pool(64, 1)
         pool.alloc(48)  # 16 tokens stay free
         sched = self.scheduler(pool)
         pool.close()  # the caller's reference is gone; the scheduler's keeps the pool
@@ -1347,10 +1359,10 @@ class TestSchedulerWithPool(KvpTestCase):
 
         gc.collect()
         base = rss_mib()
-        pool = kvp.Pool(LIB, 1 << 24, 1)  # 16 Mi pages: tens of MiB of allocator state
+        pool = kvp.Pool(1 << 24, 1)  # 16 Mi pages: tens of MiB of allocator state
         grown = rss_mib()
         self.assertGreater(grown - base, 32, "the pool's memory is not resident")
-        sched = kvp.Scheduler(LIB, pool=pool)
+        sched = kvp.Scheduler(pool=pool)
         pool.close()
         self.assertGreater(rss_mib() - base, 32, "the pool was freed while attached")
         self.assertEqual(sched.step(available=0).kind, kvp.STEP_KIND_IDLE)
@@ -1496,7 +1508,7 @@ class TestAdder(KvpTestCase):
                                (dict(max_chunked_requests=0), "max_chunked_requests"),
                                (dict(new_token_ratio=float("inf")), "new_token_ratio")]:
             with self.subTest(**{k: str(v) for k, v in kwargs.items()}):
-                self.assertKvpError("INVALID_ARGUMENT", kvp.Adder, LIB, 1000, message=needle,
+                self.assertKvpError("INVALID_ARGUMENT", kvp.Adder, 1000, message=needle,
                                     **kwargs)
         config = kvp.AdderConfig.sglang_defaults(1)
         out = ctypes.c_void_p(0x1234)
@@ -1596,7 +1608,7 @@ class TestDelayer(KvpTestCase):
         self.assertEqual(d.local_info(True, 0.9, 60, 100).max_prefill_bs, 2)
 
     def test_bad_inputs(self):
-        self.assertKvpError("INVALID_ARGUMENT", kvp.Delayer, LIB, max_delay_passes=0,
+        self.assertKvpError("INVALID_ARGUMENT", kvp.Delayer, max_delay_passes=0,
                             message="max_delay_passes")
         out = ctypes.c_void_p(0x1234)
         self.assertEqual(LIB.kvp_delayer_new(None, ctypes.byref(out)),
@@ -1640,9 +1652,9 @@ class TestAdmissionOwnership(KvpTestCase):
 
     def test_admission_objects_are_freed_exactly_once(self):
         for name, make in [
-            ("kvp_scheduler_free", lambda: kvp.Scheduler(LIB, capacity=64)),
-            ("kvp_adder_free", lambda: kvp.Adder(LIB, 100)),
-            ("kvp_delayer_free", lambda: kvp.Delayer(LIB)),
+            ("kvp_scheduler_free", lambda: kvp.Scheduler(capacity=64)),
+            ("kvp_adder_free", lambda: kvp.Adder(100)),
+            ("kvp_delayer_free", lambda: kvp.Delayer()),
         ]:
             with self.subTest(free=name):
                 frees = self.counting(name)
@@ -1667,6 +1679,173 @@ class TestAdmissionOwnership(KvpTestCase):
         err = self.assertKvpError("INVALID_ARGUMENT", sched.finish, 12345)
         self.assertIn("12345", err.message)
         self.assertIn(err.message, str(err))
+
+
+class TestPackage(KvpTestCase):
+    """python/kvpool as a package: importable with nothing built, the library found by an
+    explicit path, $KVPOOL_LIB, next to the package or in the source tree's target/release."""
+
+    def run_python(self, code, package_parent, env_lib=None):
+        env = {k: v for k, v in os.environ.items() if k not in ("KVPOOL_LIB", "PYTHONPATH")}
+        env["PYTHONPATH"] = package_parent
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        if env_lib is not None:
+            env["KVPOOL_LIB"] = env_lib
+        done = subprocess.run([sys.executable, "-c", code], env=env, cwd=package_parent,
+                              capture_output=True, text=True, timeout=120)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        return done.stdout.strip()
+
+    def copy_package(self):
+        """A copy of python/kvpool in a fresh directory (no library anywhere near it)."""
+        parent = tempfile.mkdtemp(prefix="kvpool-py-")
+        self.addCleanup(shutil.rmtree, parent)
+        shutil.copytree(os.path.join(PYTHON_DIR, "kvpool"), os.path.join(parent, "kvpool"),
+                        ignore=shutil.ignore_patterns("__pycache__", "*.so*"))
+        return parent
+
+    def test_handle_classes_use_the_default_library(self):
+        self.assertIs(kvp.load(), LIB)
+        self.assertIs(kvp.load(LIB.path), LIB)
+        pool = self.pool(8)
+        self.assertIs(pool._lib, LIB)
+        self.assertIs(self.scheduler(pool)._lib, LIB)
+        self.assertIs(self.pool(8, lib=LIB)._lib, LIB)
+
+    def test_import_needs_nothing_built(self):
+        parent = self.copy_package()
+        out = self.run_python(
+            "import sys, kvpool\n"
+            "assert 'torch' not in sys.modules\n"
+            "try:\n"
+            "    kvpool.load()\n"
+            "except FileNotFoundError as e:\n"
+            "    print(e)\n", parent)
+        self.assertIn("libkvpool.so not found", out)
+        self.assertIn("KVPOOL_LIB", out)
+        out = self.run_python(
+            "import kvpool\n"
+            "try:\n"
+            "    kvpool.Pool(8)\n"
+            "except FileNotFoundError as e:\n"
+            "    print(e)\n", parent, env_lib=os.path.join(parent, "missing.so"))
+        self.assertEqual(out, f"KVPOOL_LIB={os.path.join(parent, 'missing.so')}: no such file")
+
+    def test_library_search_order(self):
+        parent = self.copy_package()
+        code = ("import kvpool\n"
+                "pool = kvpool.Pool(8)\n"
+                "print(pool._lib.path, pool.alloc(2))\n")
+        # an explicit path, without KVPOOL_LIB
+        out = self.run_python(f"import kvpool\nprint(kvpool.load({LIB.path!r}).path)", parent)
+        self.assertEqual(out, LIB.path)
+        # $KVPOOL_LIB
+        self.assertEqual(self.run_python(code, parent, env_lib=LIB.path), f"{LIB.path} [1, 2]")
+        # target/release of the source tree holding the package (<tree>/python/kvpool)
+        tree = tempfile.mkdtemp(prefix="kvpool-tree-")
+        self.addCleanup(shutil.rmtree, tree)
+        shutil.copytree(os.path.join(parent, "kvpool"), os.path.join(tree, "python", "kvpool"))
+        os.makedirs(os.path.join(tree, "target", "release"))
+        built = os.path.join(tree, "target", "release", "libkvpool.so")
+        shutil.copy(LIB.path, built)
+        self.assertEqual(self.run_python(code, os.path.join(tree, "python")), f"{built} [1, 2]")
+        # next to the package (preferred over target/release)
+        beside = os.path.join(tree, "python", "kvpool", "libkvpool.so")
+        shutil.copy(LIB.path, beside)
+        self.assertEqual(self.run_python(code, os.path.join(tree, "python")), f"{beside} [1, 2]")
+
+    def test_readme_quickstart(self):
+        """The README's Python quickstart runs as written and does what its comments say."""
+        with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+            readme = f.read()
+        code = readme.split("```python\n", 1)[1].split("```", 1)[0]
+        printed = []
+        namespace = {"print": lambda *args: printed.append(" ".join(map(str, args)))}
+        exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - our own README
+        self.assertEqual(printed, ["KVP_STATUS_DOUBLE_FREE indices[1] = 16 appears more than "
+                                   "once in this call"])
+        self.assertTrue(printed[0].startswith(
+            re.search(r"# (KVP_STATUS_DOUBLE_FREE .*) \.\.\.", code).group(1)))
+        self.assertEqual(len(namespace["slots"]), 150)
+        self.assertEqual(namespace["plan"].prefill, [(1, 0, 4096, True)])
+        self.assertTrue(namespace["pool"].closed)
+
+    def test_library_of_another_abi_is_refused(self):
+        saved = kvp.ABI_VERSION
+        kvp.ABI_VERSION = saved + 1
+        try:
+            with self.assertRaises(RuntimeError) as ctx:
+                kvp.Library(LIB.path)
+        finally:
+            kvp.ABI_VERSION = saved
+        self.assertIn(f"ABI version {saved}", str(ctx.exception))
+
+
+@unittest.skipIf(torch is None, "PyTorch is not installed")
+class TestTorch(KvpTestCase):
+    """Tensors as index and length buffers (host tensors: the CUDA backend does not exist
+    yet)."""
+
+    def i64(self, values):
+        return torch.tensor(values, dtype=torch.int64)
+
+    def test_tensors_in_tensors_out(self):
+        pool = self.pool(64, 4)
+        slots = pool.alloc_extend(self.i64([0]), self.i64([2]), self.i64([-1]))
+        self.assertIsInstance(slots, torch.Tensor)
+        self.assertEqual(slots.dtype, torch.int64)
+        self.assertEqual(slots.tolist(), [4, 5])
+        # lists and tensors mix; a tensor anywhere gives a tensor back
+        self.assertEqual(pool.alloc_extend([2], self.i64([11]), slots[-1:]).tolist(),
+                         list(range(6, 15)))
+        self.assertEqual(pool.alloc_decode(self.i64([12]), self.i64([14])).tolist(), [15])
+        self.assertEqual(pool.alloc(4), [16, 17, 18, 19])  # lists in, list out
+        pool.free_indices(self.i64([16]))
+        pool.free_pages(self.i64([2, 1]))
+        self.assertEqual(pool.available_size(), 60)
+
+    def test_out_tensor_and_int32_rows(self):
+        pool = self.pool(64, 4, index_type=kvp.INDEX_TYPE_I32)
+        out = torch.full((8,), -7, dtype=torch.int32)  # a preallocated out_cache_loc
+        got = pool.alloc_extend(self.i64([0, 0]), self.i64([3, 2]),
+                                torch.tensor([-1, -1], dtype=torch.int32), out=out)
+        self.assertEqual(got.data_ptr(), out.data_ptr())  # a view of out, no copy
+        self.assertEqual(out.tolist(), [4, 5, 6, 8, 9, -7, -7, -7])
+        self.assertEqual(pool.alloc(4, out=out).tolist(), [12, 13, 14, 15])
+        # free a request's row straight out of a 2-D req_to_token table
+        req_to_token = torch.zeros((2, 16), dtype=torch.int32)
+        req_to_token[1, :3] = torch.tensor([4, 5, 6], dtype=torch.int32)
+        pool.free_segment(req_to_token[1, :3], 0, 3)
+        self.assertEqual(pool.available_size(), 64 - 8)
+
+    def test_bad_tensors_are_refused_before_the_call(self):
+        pool = self.pool(64, 4)
+        pool.alloc(8)
+        before = pool.stats().as_dict()
+        cases = [
+            (TypeError, "torch.int64", pool.free_indices,
+             (torch.tensor([4], dtype=torch.int32),)),
+            (TypeError, "torch.int64", pool.alloc_decode,
+             (torch.tensor([1], dtype=torch.int32), [-1])),
+            (ValueError, "contiguous", pool.free_indices, (self.i64([4, 0, 5, 0])[::2],)),
+            (ValueError, "1-D", pool.free_pages, (self.i64([[1]]),)),
+            (ValueError, "CUDA backend is not implemented", pool.free_indices,
+             (torch.empty(2, dtype=torch.int64, device="meta"),)),
+            (TypeError, "torch.int64", pool.alloc,
+             (4,), {"out": torch.empty(4, dtype=torch.int32)}),
+            (TypeError, "tensor", pool.alloc, (4,), {"out": [0, 0, 0, 0]}),
+        ]
+        if torch.cuda.is_available():
+            cases.append((ValueError, "must be on the CPU", pool.free_indices,
+                          (self.i64([4]).cuda(),)))
+        for case in cases:
+            error, needle, call, args = case[:4]
+            kwargs = case[4] if len(case) > 4 else {}
+            with self.subTest(call=call.__name__, needle=needle):
+                with self.assertRaises(error) as ctx:
+                    call(*args, **kwargs)
+                self.assertIn(needle, str(ctx.exception))
+        self.assertEqual(pool.stats().as_dict(), before)  # nothing reached the library
 
 
 if __name__ == "__main__":

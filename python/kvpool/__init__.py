@@ -1,11 +1,15 @@
-"""A small ctypes binding of kvpool's C ABI (include/kvpool.h), used by the Python tests.
+"""kvpool from Python: a ctypes binding of kvpool's C ABI (include/kvpool.h).
 
-Standard library only. The library is loaded from an explicit path (never found through
-LD_LIBRARY_PATH), and every exported ``kvp_*`` function gets its ``argtypes`` and
-``restype`` from ``SIGNATURES``, which tests/python/test_kvpool.py checks against the header.
+Standard library only, and importing it needs nothing built. The shared library is loaded
+on first use from an absolute path (never searched through LD_LIBRARY_PATH), the first of:
+the path given to ``kvpool.load(path)`` (or ``Library(path)``, or ``lib=`` of a handle
+class), ``$KVPOOL_LIB``, a ``libkvpool.so`` next to this package, and
+``target/release/libkvpool.so`` of the source tree holding it (``cargo build --release``).
+Every ``kvp_*`` function gets the ``argtypes`` and ``restype`` of ``SIGNATURES``, which
+tests/python/test_kvpool.py checks against the header.
 
-    lib = Library("/path/to/libkvpool.so")
-    with Pool(lib, size=64, page_size=4) as pool:
+    import kvpool
+    with kvpool.Pool(64, page_size=4) as pool:
         slots = pool.alloc_extend([0], [2], [-1])   # [4, 5]
 
 The admission objects have classes too: ``Scheduler`` (kvp_scheduler, the
@@ -13,14 +17,22 @@ continuous-batching step; ``step()`` returns a plain ``StepPlan`` copied out of 
 library's arrays), ``Adder`` (kvp_adder, one prefill pass's budget) and ``Delayer``
 (kvp_delayer, DP-rank prefill negotiation):
 
-    with Pool(lib, size=4096, page_size=16) as pool, Scheduler(lib, pool=pool) as sched:
+    with kvpool.Pool(4096, page_size=16) as pool, kvpool.Scheduler(pool) as sched:
         sched.submit(1, input_len=100, max_new_tokens=20)
-        plan = sched.step()    # plan.prefill == [PrefillEntry(id=1, prefix_len=0, ...)]
+        plan = sched.step()    # plan.prefill == [PrefillEntryT(id=1, prefix_len=0, ...)]
 
 Failures raise ``KvpError`` (status number, status name, the library's description of the
 status and the thread's ``kvp_last_error_message``). Pools, snapshots, schedulers, adders
 and delayers are freed exactly once: by ``close()``, by leaving a ``with`` block, or (as a
 fallback) when collected.
+
+PyTorch: wherever a pool method takes a list of indices or lengths it also takes a 1-D,
+contiguous tensor (lengths ``torch.int64``; indices the pool's index dtype, ``torch.int64``
+or ``torch.int32``), passed by ``data_ptr()`` without a copy. A call given a tensor returns
+a tensor; ``out=`` takes a preallocated one (SGLang's ``out_cache_loc``) and returns the
+written prefix of it. Host (CPU) tensors only: kvpool's CUDA backend does not exist yet, so
+a CUDA tensor is refused with ``ValueError`` instead of being read as a host pointer. This
+module never imports torch itself; it recognizes tensors once the caller has.
 """
 
 import collections
@@ -28,9 +40,11 @@ import contextlib
 import ctypes
 import dataclasses
 import os
+import sys
 import threading
 
 __all__ = [
+    "ABI_VERSION",
     "BACKEND_CUDA",
     "BACKEND_HOST",
     "INDEX_TYPE_I32",
@@ -45,6 +59,8 @@ __all__ = [
     "STATUS_NAMES",
     "Snapshot",
     "TESTING_FUNCTIONS",
+    "find_library",
+    "load",
     # admission
     "ADD_RESULT_NAMES",
     "Adder",
@@ -71,6 +87,9 @@ __all__ = [
     "StepPlan",
     "SubmitResult",
 ]
+
+# KVP_ABI_VERSION of the header this binding mirrors; a library with another ABI is refused.
+ABI_VERSION = 1
 
 # ---- enums ---------------------------------------------------------------------------------
 
@@ -564,15 +583,50 @@ class KvpError(Exception):
         super().__init__(f"{name} ({status}: {description}): {message}")
 
 
+def find_library():
+    """The path ``load()`` uses when given none: ``$KVPOOL_LIB``, else ``libkvpool.so`` next
+    to this package, else ``target/release/libkvpool.so`` of the source tree holding it."""
+    env = os.environ.get("KVPOOL_LIB")
+    if env:
+        if not os.path.isfile(env):
+            raise FileNotFoundError(f"KVPOOL_LIB={env}: no such file")
+        return os.path.abspath(env)
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [os.path.join(here, "libkvpool.so"),
+                  os.path.join(here, os.pardir, os.pardir, "target", "release", "libkvpool.so")]
+    for path in candidates:
+        if os.path.isfile(path):
+            return os.path.normpath(path)
+    raise FileNotFoundError(
+        "libkvpool.so not found: pass its path to kvpool.load(path), set KVPOOL_LIB, or build "
+        "it with `cargo build --release` (looked for " +
+        " and ".join(os.path.normpath(c) for c in candidates) + ")")
+
+
+_loaded = {}
+_loaded_lock = threading.Lock()
+
+
+def load(path=None):
+    """The ``Library`` at ``path`` (default: ``find_library()``), loaded once per path. The
+    handle classes use ``load()`` when given no ``lib``."""
+    path = find_library() if path is None else os.path.abspath(os.fspath(path))
+    with _loaded_lock:
+        if path not in _loaded:
+            _loaded[path] = Library(path)
+        return _loaded[path]
+
+
 class Library:
     """The loaded shared library, with every function's signature set.
 
-    The functions are attributes: ``lib.kvp_pool_alloc(...)``.
+    The functions are attributes: ``lib.kvp_pool_alloc(...)``. ``path`` defaults to
+    ``find_library()``; ``load()`` caches one instance per path.
     """
 
-    def __init__(self, path):
+    def __init__(self, path=None):
         # An absolute path: dlopen must not search LD_LIBRARY_PATH or the system paths.
-        path = os.path.abspath(os.fspath(path))
+        path = find_library() if path is None else os.path.abspath(os.fspath(path))
         self.path = path
         self._cdll = ctypes.CDLL(path)
         self.has_testing = True
@@ -587,6 +641,9 @@ class Library:
             fn.restype = restype
             fn.argtypes = argtypes
             setattr(self, name, fn)
+        if self.kvp_abi_version() != ABI_VERSION:
+            raise RuntimeError(f"{path} has ABI version {self.kvp_abi_version()}; this binding "
+                               f"is for ABI version {ABI_VERSION}")
 
     def function(self, name):
         """The configured ctypes function `name` (as loaded, bypassing any override)."""
@@ -670,22 +727,56 @@ class Snapshot(_Owner):
     _free_name = "kvp_snapshot_free"
 
 
+def _tensor_module(value):
+    """torch, if ``value`` is a torch tensor (torch is never imported here: a caller that
+    has tensors has imported it already), else None."""
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and isinstance(value, torch.Tensor) else None
+
+
+def _tensor_pointer(tensor, dtype_name, what):
+    """(data pointer, element count) of a tensor the library may read or write directly.
+
+    Host pools only read and write host memory, so device tensors are refused. When the
+    CUDA backend lands, a CUDA pool will take tensors on its device here (and its calls a
+    stream, e.g. ``torch.cuda.current_stream().cuda_stream``)."""
+    torch = sys.modules["torch"]
+    if tensor.device.type != "cpu":
+        raise ValueError(f"{what} is on {tensor.device}: kvpool's CUDA backend is not "
+                         "implemented yet, so tensors must be on the CPU")
+    if tensor.dtype != getattr(torch, dtype_name):
+        raise TypeError(f"{what} has dtype {tensor.dtype}; it must be torch.{dtype_name}")
+    if tensor.dim() != 1:
+        raise ValueError(f"{what} must be 1-D, not of shape {tuple(tensor.shape)}")
+    if not tensor.is_contiguous():
+        raise ValueError(f"{what} must be contiguous")
+    return tensor.data_ptr(), tensor.numel()
+
+
+def _total(values):
+    return int(values.sum()) if _tensor_module(values) else sum(int(v) for v in values)
+
+
 class Pool(_Owner):
-    """A kvpool slot allocator. Index lists are Python ints; buffers passed to the library
-    have the pool's index type (int64, or int32 for ``index_type=INDEX_TYPE_I32``)."""
+    """A kvpool slot allocator: ``Pool(size, page_size=1, ...)``. Index and length arguments
+    are sequences of ints or tensors (see the module's docs); results are lists of ints, or
+    tensors when a tensor went in. Buffers passed to the library have the pool's index type
+    (int64, or int32 for ``index_type=INDEX_TYPE_I32``)."""
 
     _free_name = "kvp_pool_free"
 
     def __init__(
         self,
-        lib,
         size,
         page_size=1,
         index_type=INDEX_TYPE_I64,
         need_sort=False,
         backend=BACKEND_HOST,
         device=0,
+        *,
+        lib=None,
     ):
+        lib = load() if lib is None else lib
         config = lib.config_default()
         config.size = size
         config.page_size = page_size
@@ -698,28 +789,48 @@ class Pool(_Owner):
         super().__init__(lib, handle.value)
         self.index_type = index_type
         self.index_ctype = ctypes.c_int32 if index_type == INDEX_TYPE_I32 else ctypes.c_int64
+        self.index_dtype = "int32" if index_type == INDEX_TYPE_I32 else "int64"  # torch's name
         self.page_size = page_size
 
     # ---- buffers ----
 
-    def _indices(self, values):
-        """A ctypes array of the pool's index type holding `values` (range-checked: ctypes
-        would silently wrap an int that does not fit)."""
+    def _indices(self, values, what):
+        """(buffer, length) for an index argument: a tensor's memory, or a ctypes array of
+        the pool's index type holding ``values`` (range-checked: ctypes would silently wrap
+        an int that does not fit)."""
+        if _tensor_module(values):
+            pointer, n = _tensor_pointer(values, self.index_dtype, what)
+            return ctypes.c_void_p(pointer), n
         values = [int(v) for v in values]
         bits = 8 * ctypes.sizeof(self.index_ctype)
         low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
         for i, v in enumerate(values):
             if not low <= v <= high:
                 raise OverflowError(f"element {i} = {v} does not fit {self.index_ctype.__name__}")
-        return (self.index_ctype * len(values))(*values)
-
-    def _out(self, n):
-        return (self.index_ctype * n)()
+        return (self.index_ctype * len(values))(*values), len(values)
 
     @staticmethod
-    def _lengths(values):
+    def _lengths(values, what):
+        """(int64_t pointer, length) for a length argument (prefix_lens, seq_lens)."""
+        if _tensor_module(values):
+            pointer, n = _tensor_pointer(values, "int64", what)
+            return ctypes.cast(pointer, ctypes.POINTER(ctypes.c_int64)), n
         values = [int(v) for v in values]
-        return (ctypes.c_int64 * len(values))(*values)
+        return (ctypes.c_int64 * len(values))(*values), len(values)
+
+    def _out(self, n, out, torch):
+        """(buffer, length, result) for an output: ``out`` if given (a tensor), else a new
+        tensor when ``torch`` (a tensor went in), else a ctypes array. ``result(k)`` turns the
+        first k elements into the return value."""
+        if out is None and torch is not None:
+            out = torch.empty(n, dtype=getattr(torch, self.index_dtype))
+        if out is None:
+            buf = (self.index_ctype * n)()
+            return buf, n, lambda k: list(buf[:k])
+        if not _tensor_module(out):
+            raise TypeError("out must be a torch tensor")
+        pointer, length = _tensor_pointer(out, self.index_dtype, "out")
+        return ctypes.c_void_p(pointer), length, lambda k: out[:k]
 
     def _call(self, name, *args):
         self._lib.check(getattr(self._lib, name)(self.handle, *args))
@@ -742,60 +853,52 @@ class Pool(_Owner):
         return stats
 
     # ---- allocation ----
+    # ``out_len`` shortens the output buffer (to test BUFFER_TOO_SMALL); ``out`` is a
+    # preallocated tensor to write into.
 
-    def alloc(self, num_tokens, out_len=None):
-        out = self._out(num_tokens if out_len is None else out_len)
-        self._call("kvp_pool_alloc", num_tokens, out, len(out))
-        return list(out[:num_tokens])
+    def alloc(self, num_tokens, out_len=None, out=None):
+        buf, n, result = self._out(num_tokens if out_len is None else out_len, out, None)
+        self._call("kvp_pool_alloc", num_tokens, buf, n)
+        return result(num_tokens)
 
     def alloc_extend(self, prefix_lens, seq_lens, last_loc, extend_num_tokens=None,
-                     out_len=None):
+                     out_len=None, out=None):
         if extend_num_tokens is None:
-            extend_num_tokens = sum(int(s) - int(p) for p, s in zip(prefix_lens, seq_lens))
-        batch = len(seq_lens)
-        if len(prefix_lens) != batch or len(last_loc) != batch:
+            extend_num_tokens = _total(seq_lens) - _total(prefix_lens)
+        prefix_buf, batch = self._lengths(prefix_lens, "prefix_lens")
+        seq_buf, seq_n = self._lengths(seq_lens, "seq_lens")
+        last_buf, last_n = self._indices(last_loc, "last_loc")
+        if batch != seq_n or batch != last_n:
             raise ValueError("prefix_lens, seq_lens and last_loc need one entry per request")
-        out = self._out(max(extend_num_tokens, 0) if out_len is None else out_len)
-        self._call(
-            "kvp_pool_alloc_extend",
-            self._lengths(prefix_lens),
-            self._lengths(seq_lens),
-            self._indices(last_loc),
-            batch,
-            extend_num_tokens,
-            out,
-            len(out),
-        )
-        return list(out[:extend_num_tokens])
+        torch = _tensor_module(prefix_lens) or _tensor_module(seq_lens) or \
+            _tensor_module(last_loc)
+        n = max(extend_num_tokens, 0) if out_len is None else out_len
+        buf, n, result = self._out(n, out, torch)
+        self._call("kvp_pool_alloc_extend", prefix_buf, seq_buf, last_buf, batch,
+                   extend_num_tokens, buf, n)
+        return result(extend_num_tokens)
 
-    def alloc_decode(self, seq_lens, last_loc, out_len=None):
-        batch = len(seq_lens)
-        if len(last_loc) != batch:
+    def alloc_decode(self, seq_lens, last_loc, out_len=None, out=None):
+        seq_buf, batch = self._lengths(seq_lens, "seq_lens")
+        last_buf, last_n = self._indices(last_loc, "last_loc")
+        if batch != last_n:
             raise ValueError("seq_lens and last_loc need one entry per request")
-        out = self._out(batch if out_len is None else out_len)
-        self._call(
-            "kvp_pool_alloc_decode",
-            self._lengths(seq_lens),
-            self._indices(last_loc),
-            batch,
-            out,
-            len(out),
-        )
-        return list(out[:batch])
+        torch = _tensor_module(seq_lens) or _tensor_module(last_loc)
+        buf, n, result = self._out(batch if out_len is None else out_len, out, torch)
+        self._call("kvp_pool_alloc_decode", seq_buf, last_buf, batch, buf, n)
+        return result(batch)
 
     # ---- frees ----
 
     def free_indices(self, indices):
-        buf = self._indices(indices)
-        self._call("kvp_pool_free_indices", buf, len(buf))
+        self._call("kvp_pool_free_indices", *self._indices(indices, "indices"))
 
     def free_pages(self, page_ids):
-        buf = self._indices(page_ids)
-        self._call("kvp_pool_free_pages", buf, len(buf))
+        self._call("kvp_pool_free_pages", *self._indices(page_ids, "page_ids"))
 
     def free_segment(self, row, start_pos, length):
-        buf = self._indices(row)
-        self._call("kvp_pool_free_segment", buf, len(buf), start_pos, length)
+        """Frees the pages of ``row[start_pos:start_pos + length]`` (a req_to_token row)."""
+        self._call("kvp_pool_free_segment", *self._indices(row, "row"), start_pos, length)
 
     def free_group_begin(self):
         self._call("kvp_pool_free_group_begin")
@@ -908,7 +1011,7 @@ def _u64_path(path):
 
 
 class Scheduler(_Owner):
-    """A kvp_scheduler. ``Scheduler(lib, pool=pool, chunked_prefill_size=4096, ...)`` starts
+    """A kvp_scheduler. ``Scheduler(pool, chunked_prefill_size=4096, ...)`` starts
     from ``kvp_scheduler_config_default()`` and sets the given fields. With a pool it is
     attached: capacity and page size come from the pool, ``step()`` reads its available size
     (the ``available`` argument is ignored) and the native pool stays alive until the
@@ -917,7 +1020,9 @@ class Scheduler(_Owner):
 
     _free_name = "kvp_scheduler_free"
 
-    def __init__(self, lib, pool=None, config=None, **overrides):
+    def __init__(self, pool=None, config=None, *, lib=None, **overrides):
+        if lib is None:
+            lib = load() if pool is None else pool._lib
         if config is None:
             config = lib.kvp_scheduler_config_default()
         _configure(config, overrides)
@@ -986,8 +1091,9 @@ class Adder(_Owner):
 
     _free_name = "kvp_adder_free"
 
-    def __init__(self, lib, available, evictable=0, running=(), chunked_in_flight=0,
-                 config=None, **overrides):
+    def __init__(self, available, evictable=0, running=(), chunked_in_flight=0, config=None,
+                 *, lib=None, **overrides):
+        lib = load() if lib is None else lib
         if config is None:
             config = AdderConfig.sglang_defaults(overrides.get("page_size", 1))
         _configure(config, overrides)
@@ -1029,7 +1135,8 @@ class Delayer(_Owner):
 
     _free_name = "kvp_delayer_free"
 
-    def __init__(self, lib, **overrides):
+    def __init__(self, *, lib=None, **overrides):
+        lib = load() if lib is None else lib
         config = DelayerConfig(max_delay_passes=30, token_usage_low_watermark=-1.0,
                                max_running_requests=0, queue_min_ratio=-1.0,
                                prefill_max_requests=0)

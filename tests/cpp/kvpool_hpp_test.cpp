@@ -1,0 +1,520 @@
+// C++17 tests of include/kvpool.hpp, the header-only RAII layer over kvpool.h.
+//
+// Built and run by `cargo test` (tests/ffi_programs.rs, against the library built with
+// `--features testing`, with -DKVP_TESTING) and by ctest in the consumer project
+// cpp-examples/ (against an installed kvpool, without the test-only parts).
+// Expected indices follow from the header, as in tests/cpp/abi_test.cpp.
+//
+// Exit status 0 and the final "all N checks passed" line mean success.
+#include "kvpool.hpp"
+
+#include <array>
+#include <atomic>
+#include <cstdio>
+#include <functional>
+#include <initializer_list>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+// ---- a tiny check framework (thread-safe) -------------------------------------------------
+
+std::atomic<int> g_checks{0};
+std::atomic<int> g_failures{0};
+std::mutex g_report_mutex;
+
+void check(bool ok, const char *file, int line, const std::string &what) {
+    g_checks++;
+    if (!ok) {
+        g_failures++;
+        std::lock_guard<std::mutex> lock(g_report_mutex);
+        std::fprintf(stderr, "FAIL %s:%d: %s\n", file, line, what.c_str());
+    }
+}
+
+template <class T>
+std::string join(const std::vector<T> &v) {
+    std::string s;
+    for (T x : v) s += " " + std::to_string(x);
+    return s;
+}
+
+template <class T>
+void check_vec(const std::vector<T> &got, std::initializer_list<long long> want,
+               const char *file, int line, const char *expr) {
+    std::vector<T> w;
+    for (long long x : want) w.push_back(static_cast<T>(x));
+    check(got == w, file, line, std::string(expr) + ":" + join(got) + " !=" + join(w));
+}
+
+template <class A, class B>
+void check_eq(const A &got, const B &want, const char *file, int line, const char *expr) {
+    check(got == want, file, line, std::string(expr) + ": got " + std::to_string(got));
+}
+
+// `body` throws a kvpool::error with `status` whose message contains `needle`.
+void check_throws(const std::function<void()> &body, kvp_status status, const std::string &needle,
+                  const char *file, int line, const char *expr) {
+    try {
+        body();
+        check(false, file, line, std::string(expr) + " did not throw");
+    } catch (const kvpool::error &e) {
+        check(e.status() == status, file, line,
+              std::string(expr) + " threw status " + std::to_string(e.status()) + ": " + e.what());
+        check(e.message().find(needle) != std::string::npos, file, line,
+              std::string(expr) + ": message \"" + e.message() + "\" lacks \"" + needle + "\"");
+        check(std::string(e.what()).find(e.message()) != std::string::npos, file, line,
+              std::string(expr) + ": what() lacks the message");
+    }
+}
+
+#define CHECK(cond) check(static_cast<bool>(cond), __FILE__, __LINE__, #cond)
+#define CHECK_EQ(got, want) check_eq((got), (want), __FILE__, __LINE__, #got " == " #want)
+#define CHECK_VEC(got, ...) check_vec((got), {__VA_ARGS__}, __FILE__, __LINE__, #got)
+#define CHECK_THROWS(status, needle, ...)                                              \
+    check_throws([&] { __VA_ARGS__; }, KVP_STATUS_##status, (needle), __FILE__, __LINE__, \
+                 #__VA_ARGS__)
+
+// ---- tests --------------------------------------------------------------------------------
+
+void test_types() {
+    // Handles are move-only.
+    static_assert(!std::is_copy_constructible_v<kvpool::pool>);
+    static_assert(!std::is_copy_assignable_v<kvpool::pool>);
+    static_assert(std::is_nothrow_move_constructible_v<kvpool::pool>);
+    static_assert(std::is_nothrow_move_assignable_v<kvpool::scheduler>);
+    static_assert(!std::is_copy_constructible_v<kvpool::snapshot>);
+    static_assert(!std::is_copy_constructible_v<kvpool::scheduler>);
+    static_assert(!std::is_copy_constructible_v<kvpool::adder>);
+    static_assert(!std::is_copy_constructible_v<kvpool::delayer>);
+    static_assert(std::is_base_of_v<std::runtime_error, kvpool::error>);
+    // A span converts from containers of the same or a less qualified element type.
+    static_assert(std::is_convertible_v<std::vector<uint64_t> &, kvpool::span<const uint64_t>>);
+    static_assert(!std::is_convertible_v<std::vector<int64_t> &, kvpool::span<const uint64_t>>);
+    static_assert(!std::is_convertible_v<const std::vector<uint64_t> &, kvpool::span<uint64_t>>);
+    std::array<uint64_t, 3> a{1, 2, 3};
+    kvpool::span<const uint64_t> s = a;
+    CHECK_EQ(s.size(), 3u);
+    CHECK_EQ(s[2], 3u);
+    CHECK(!s.empty() && kvpool::span<int>().empty());
+}
+
+void test_version() {
+    kvpool::check_abi_version();
+    CHECK_EQ(kvpool::abi_version(), static_cast<uint32_t>(KVP_ABI_VERSION));
+    CHECK(kvpool::version() == std::to_string(KVP_VERSION_MAJOR) + "." +
+                                   std::to_string(KVP_VERSION_MINOR) + "." +
+                                   std::to_string(KVP_VERSION_PATCH));
+}
+
+void test_errors() {
+    kvp_pool_config config = kvp_pool_config_default();  // size 0: invalid
+    CHECK_THROWS(INVALID_ARGUMENT, "size", kvpool::pool{config});
+    config.size = 10;
+    config.page_size = 4;
+    CHECK_THROWS(UNALIGNED, "page_size", kvpool::pool{config});
+    config.size = 64;
+    config.backend = KVP_BACKEND_CUDA;
+    CHECK_THROWS(UNSUPPORTED, "CUDA", kvpool::pool{config});
+    try {
+        kvpool::check(KVP_STATUS_OUT_OF_SLOTS, "my_call");
+        CHECK(false);
+    } catch (const kvpool::error &e) {
+        CHECK_EQ(e.status(), KVP_STATUS_OUT_OF_SLOTS);
+        CHECK(std::string(e.what()).rfind("my_call: ", 0) == 0);
+        CHECK(std::string(e.what()).find(kvp_status_str(KVP_STATUS_OUT_OF_SLOTS)) !=
+              std::string::npos);
+    }
+    kvpool::check(KVP_STATUS_OK, "no throw");
+}
+
+void test_token_pool() {
+    auto pool = kvpool::pool::create(8);
+    CHECK_EQ(pool.page_size(), 1u);
+    CHECK_EQ(pool.index_type(), KVP_INDEX_TYPE_I64);
+    CHECK_VEC(pool.alloc(3), 1, 2, 3);
+    pool.free_indices(std::vector<int64_t>{2, 1});
+    CHECK_EQ(pool.available_size(), 7u);
+    CHECK_VEC(pool.alloc(6), 4, 5, 6, 7, 8, 2);
+    CHECK_THROWS(OUT_OF_SLOTS, "", pool.alloc(2));
+    CHECK_EQ(pool.available_size(), 1u);
+    CHECK_VEC(pool.alloc(1), 1);
+    CHECK(pool.alloc(0).empty());
+    CHECK_THROWS(DOUBLE_FREE, "indices[1]", pool.free_indices(std::vector<int64_t>{3, 3}));
+    pool.clear();
+    CHECK_EQ(pool.available_size(), 8u);
+}
+
+void test_paged_pool() {
+    auto pool = kvpool::pool::create(64, 4);
+    const kvp_pool_info info = pool.info();
+    CHECK_EQ(info.kv_rows, 68u);
+    CHECK_EQ(info.num_pages, 16u);
+    CHECK_EQ(info.device, -1);
+    std::vector<int64_t> prefix{0}, seq{2}, last{-1};
+    CHECK_VEC(pool.alloc_extend(prefix, seq, last), 4, 5);
+    CHECK_VEC(pool.alloc_extend(std::vector<int64_t>{2}, std::array<int64_t, 1>{11},
+                                std::vector<int64_t>{5}),
+              6, 7, 8, 9, 10, 11, 12, 13, 14);
+    CHECK_EQ(pool.available_size(), 52u);
+    // Into a caller buffer (pointer + size), as into a preallocated out_cache_loc.
+    int64_t out[10];
+    for (int64_t &x : out) x = -7;
+    const int64_t p2[] = {0, 0}, s2[] = {3, 5}, l2[] = {-1, -1};
+    pool.alloc_extend(p2, s2, l2, 8, kvpool::span<int64_t>(out, 8));
+    CHECK_VEC(std::vector<int64_t>(out, out + 10), 16, 17, 18, 20, 21, 22, 23, 24, -7, -7);
+    CHECK_EQ(pool.available_size(), 40u);
+    // decode: request of 3 tokens at 16 17 18 grows into 19; a new one takes a fresh page
+    CHECK_VEC(pool.alloc_decode(std::vector<int64_t>{4, 1}, std::vector<int64_t>{18, -1}), 19,
+              28);
+    // a too-small output buffer and bad lengths are the library's errors
+    std::vector<int64_t> small(3);
+    CHECK_THROWS(BUFFER_TOO_SMALL, "",
+                 pool.alloc_extend(prefix, std::vector<int64_t>{4}, last, 4, small));
+    CHECK_THROWS(UNALIGNED, "page_size", pool.alloc(6));
+    CHECK_THROWS(LAST_LOC_MISMATCH, "last_loc[0]",
+                 pool.alloc_extend(std::vector<int64_t>{1}, std::vector<int64_t>{2},
+                                   std::vector<int64_t>{5}));
+    // mismatched batch sizes are caught before the call
+    const uint64_t calls = pool.stats().alloc_extend_calls;
+    CHECK_THROWS(INVALID_LENGTHS, "one entry per request",
+                 pool.alloc_extend(std::vector<int64_t>{0, 0}, seq, last));
+    CHECK_EQ(pool.stats().alloc_extend_calls, calls);
+    // frees by page and by row segment
+    pool.free_pages(std::vector<int64_t>{7});
+    CHECK_THROWS(DOUBLE_FREE, "page_ids[0]", pool.free_pages(std::vector<int64_t>{7}));
+    std::vector<int64_t> row{4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
+    CHECK_THROWS(UNALIGNED, "", pool.free_segment(row, 2, 4));
+    pool.free_segment(row, 0, row.size());
+    CHECK_EQ(pool.available_size(), 36u + 4 + 12);
+}
+
+void test_index_types() {
+    auto pool = kvpool::pool::create<int32_t>(64, 4);
+    CHECK_EQ(pool.index_type(), KVP_INDEX_TYPE_I32);
+    CHECK_EQ(pool.info().index_type, static_cast<uint32_t>(KVP_INDEX_TYPE_I32));
+    std::vector<int32_t> row = pool.alloc_extend(std::vector<int64_t>{0}, std::vector<int64_t>{2},
+                                                 std::vector<int32_t>{-1});
+    CHECK_VEC(row, 4, 5);
+    CHECK_VEC(pool.alloc<int32_t>(4), 8, 9, 10, 11);
+    // an int64 buffer on an int32 pool is refused before the call, naming both types
+    const kvp_pool_stats before = pool.stats();
+    CHECK_THROWS(INVALID_ARGUMENT, "out holds int64_t but the pool's index type is int32_t",
+                 pool.alloc<int64_t>(4));
+    CHECK_THROWS(INVALID_ARGUMENT, "indices holds int64_t",
+                 pool.free_indices(std::vector<int64_t>{4}));
+    CHECK_THROWS(INVALID_ARGUMENT, "last_loc holds int64_t",
+                 pool.alloc_decode(std::vector<int64_t>{3}, std::vector<int64_t>{5}));
+    const kvp_pool_stats after = pool.stats();
+    CHECK_EQ(after.alloc_calls, before.alloc_calls);
+    CHECK_EQ(after.free_calls, before.free_calls);
+    CHECK_EQ(after.rejected_calls, before.rejected_calls);
+    pool.free_indices(row);
+    pool.free_pages(std::array<int32_t, 1>{2});
+    CHECK_EQ(pool.available_size(), 64u);
+    // and the other way round
+    auto pool64 = kvpool::pool::create(64, 4);
+    CHECK_THROWS(INVALID_ARGUMENT, "row holds int32_t but the pool's index type is int64_t",
+                 pool64.free_segment(std::vector<int32_t>{4}, 0, 1));
+    // a config that asks for int32 gives an int32 pool through the config constructor too
+    kvp_pool_config config = kvp_pool_config_default();
+    config.size = 16;
+    config.index_type = KVP_INDEX_TYPE_I32;
+    kvpool::pool from_config(config);
+    CHECK_EQ(from_config.index_type(), KVP_INDEX_TYPE_I32);
+    CHECK_THROWS(INVALID_ARGUMENT, "index type is int32_t", from_config.alloc(1));
+}
+
+void test_free_group_guard() {
+    auto pool = kvpool::pool::create(32, 4);
+    pool.alloc(24);  // pages 1..6
+    {
+        auto group = pool.free_group();
+        CHECK(pool.info().in_free_group);
+        CHECK_THROWS(INVALID_STATE, "", pool.free_group_begin());
+        pool.free_indices(std::vector<int64_t>{24});
+        pool.free_pages(std::vector<int64_t>{4, 1});
+        CHECK_EQ(pool.available_size(), 8u);
+        group.end();
+        CHECK(!pool.info().in_free_group);
+        CHECK_EQ(pool.available_size(), 20u);
+    }
+    // the destructor ends a group left open by an exception
+    try {
+        auto group = pool.free_group();
+        pool.free_indices(std::vector<int64_t>{8});
+        pool.free_indices(std::vector<int64_t>{8});  // DOUBLE_FREE: throws
+        CHECK(false);
+    } catch (const kvpool::error &e) {
+        CHECK_EQ(e.status(), KVP_STATUS_DOUBLE_FREE);
+    }
+    CHECK(!pool.info().in_free_group);
+    CHECK_EQ(pool.available_size(), 24u);
+    CHECK_THROWS(INVALID_STATE, "", pool.free_group_end());
+}
+
+void test_snapshots_and_moves() {
+    auto pool = kvpool::pool::create(64, 4);
+    pool.alloc(8);
+    kvpool::snapshot snap = pool.backup_state();
+    CHECK(static_cast<bool>(snap));
+    CHECK_VEC(pool.alloc(4), 12, 13, 14, 15);
+    pool.restore_state(snap);
+    CHECK_EQ(pool.available_size(), 56u);
+    CHECK_VEC(pool.alloc(4), 12, 13, 14, 15);
+    pool.restore_state(snap);  // not consumed
+    CHECK_EQ(pool.stats().restores, 2u);
+    auto other = kvpool::pool::create(64, 4);
+    CHECK_THROWS(FOREIGN_SNAPSHOT, "", other.restore_state(snap));
+
+    // moves transfer ownership; a moved-from handle is NULL and its calls throw
+    kvp_pool *raw = pool.get();
+    kvpool::pool moved = std::move(pool);
+    CHECK(moved.get() == raw);
+    CHECK(!pool);  // NOLINT(bugprone-use-after-move): tested on purpose
+    CHECK_THROWS(NULL_ARGUMENT, "", pool.available_size());
+    CHECK_EQ(moved.available_size(), 56u);
+    other = std::move(moved);  // frees other's pool, takes this one
+    CHECK(other.get() == raw);
+    // release / adopt round trip
+    kvp_pool *released = other.release();
+    CHECK(released == raw && !other);
+    kvpool::pool adopted = kvpool::pool::adopt(released);
+    CHECK_EQ(adopted.available_size(), 56u);
+    CHECK_EQ(adopted.page_size(), 4u);
+    CHECK_THROWS(NULL_ARGUMENT, "NULL", kvpool::pool::adopt(nullptr));
+    kvp_snapshot *raw_snap = snap.release();
+    kvpool::snapshot readopted = kvpool::snapshot::adopt(raw_snap);
+    adopted.restore_state(readopted);
+    CHECK_EQ(adopted.stats().restores, 3u);
+}
+
+void test_scheduler() {
+    auto pool = kvpool::pool::create(1000000);
+    kvp_scheduler_config config = kvp_scheduler_config_default();
+    config.chunked_prefill_size = 4096;
+    kvpool::scheduler sched(config, pool);
+    kvp_request request{};
+    request.id = 9;
+    request.input_len = 10000;
+    request.max_new_tokens = 10;
+    CHECK(sched.submit(request).queued);
+    CHECK_THROWS(INVALID_STATE, "", sched.submit(request));  // id already live
+    CHECK_EQ(sched.request(9).phase, static_cast<uint32_t>(KVP_PHASE_WAITING));
+    // The seed article's example: chunks of 4096, 4096 and 1808 tokens, then decode.
+    std::vector<int64_t> row;
+    const uint64_t chunks[][2] = {{0, 4096}, {4096, 4096}, {8192, 1808}};
+    for (const auto &chunk : chunks) {
+        kvpool::step_plan plan = sched.step();
+        CHECK_EQ(plan.kind, KVP_STEP_KIND_PREFILL);
+        CHECK_EQ(plan.prefill.size(), 1u);
+        CHECK(plan.decode.empty() && plan.retracted.empty() && plan.aborted.empty());
+        const kvp_prefill_entry &e = plan.prefill[0];
+        CHECK_EQ(e.id, 9u);
+        CHECK_EQ(e.prefix_len, chunk[0]);
+        CHECK_EQ(e.extend_len, chunk[1]);
+        const std::vector<int64_t> prefix{static_cast<int64_t>(e.prefix_len)};
+        const std::vector<int64_t> seq{prefix[0] + static_cast<int64_t>(e.extend_len)};
+        std::vector<int64_t> slots =
+            pool.alloc_extend(prefix, seq, std::vector<int64_t>{row.empty() ? -1 : row.back()});
+        row.insert(row.end(), slots.begin(), slots.end());
+    }
+    CHECK_EQ(row.size(), 10000u);
+    CHECK_EQ(row.back(), 10000);
+    for (int k = 1; k < 10; ++k) {
+        kvpool::step_plan plan = sched.step();
+        CHECK_EQ(plan.kind, KVP_STEP_KIND_DECODE);
+        CHECK(plan.decode.size() == 1 && plan.decode[0] == 9);
+        const std::vector<int64_t> seq{static_cast<int64_t>(row.size()) + 1};
+        std::vector<int64_t> slot = pool.alloc_decode(seq, std::vector<int64_t>{row.back()});
+        row.push_back(slot[0]);
+    }
+    const kvp_request_state state = sched.request(9);
+    CHECK_EQ(state.kv_len, row.size());
+    CHECK_EQ(state.output_len, 10u);
+    CHECK_EQ(sched.finish(9), row.size());
+    pool.free_indices(row);
+    CHECK_THROWS(INVALID_ARGUMENT, "9", sched.request(9));
+    CHECK_THROWS(INVALID_ARGUMENT, "12345", sched.finish(12345));
+    CHECK_EQ(sched.step().kind, KVP_STEP_KIND_IDLE);
+    const kvp_scheduler_stats stats = sched.stats();
+    CHECK_EQ(stats.steps, 13u);
+    CHECK_EQ(stats.chunks, 3u);
+    CHECK_EQ(stats.finished, 1u);
+    CHECK_EQ(pool.available_size(), 1000000u);
+}
+
+void test_detached_scheduler() {
+    kvp_scheduler_config config = kvp_scheduler_config_default();
+    CHECK_THROWS(INVALID_ARGUMENT, "capacity", kvpool::scheduler{config});
+    config.capacity = 10000;
+    config.page_size = 16;
+    kvpool::scheduler sched(config);
+    kvp_request request{};
+    request.id = 1;
+    request.input_len = 9000;
+    request.max_new_tokens = 2000;
+    const kvp_submit_result unfit = sched.submit(request);
+    CHECK(!unfit.queued);
+    CHECK_EQ(unfit.needed, 11016u);
+    CHECK_EQ(unfit.capacity, 10000u);
+    request.input_len = 100;
+    const std::vector<uint64_t> path{1, 2, 3};
+    CHECK(sched.submit(request, path).queued);
+    sched.update_prefix(1, 16, 0);
+    CHECK_THROWS(INVALID_ARGUMENT, "", sched.update_prefix(77, 0, 0));
+    kvpool::step_plan plan = sched.step(10000);
+    CHECK_EQ(plan.kind, KVP_STEP_KIND_PREFILL);
+    CHECK(plan.prefill.size() == 1 && plan.prefill[0].prefix_len == 16);
+    CHECK_EQ(sched.abort(1), 16u + 84u);
+    CHECK_EQ(sched.stats().unfittable, 1u);
+}
+
+void test_adder() {
+    kvp_adder_config config{};
+    config.page_size = 1;
+    config.max_prefill_tokens = 16384;
+    config.chunked_prefill_size = 4096;
+    config.clip_max_new_tokens = 4096;
+    config.max_chunked_requests = 1;
+    config.new_token_ratio = 0.7;
+    kvpool::adder adder(config, 200000, 0);
+    kvp_candidate candidate{};
+    candidate.input_len = 10000;
+    candidate.max_new_tokens = 128;
+    const kvp_admission first = adder.add_one_req(candidate);
+    CHECK(first.admitted && first.chunked);
+    CHECK_EQ(first.extend_len, 4096u);
+    CHECK_EQ(first.next, static_cast<uint32_t>(KVP_ADD_RESULT_OTHER));
+    const kvp_budget budget = adder.budget();
+    CHECK_EQ(budget.rem_total_tokens, 200000.0 - 4097);
+    CHECK_EQ(budget.rem_input_tokens, 16384 - 4096);
+    // the next pass continues the chunk; running requests reserve their expected output
+    const std::vector<kvp_running_request> running{{10, 100, 1100, false}};
+    kvpool::adder next(config, 200000 - 4096, 0, running, 1);
+    const kvp_admission cont = next.add_chunked_req(4096, 10000 - 4096, 128);
+    CHECK(cont.admitted && cont.chunked);
+    CHECK_EQ(cont.extend_len, 4096u);
+    candidate.prefix_len = 20000;  // longer than the input
+    CHECK_THROWS(INVALID_LENGTHS, "prefix_len", next.add_one_req(candidate));
+    config.page_size = 0;
+    CHECK_THROWS(INVALID_ARGUMENT, "page_size", kvpool::adder(config, 100, 0));
+}
+
+void test_delayer() {
+    kvp_delayer_config config{};
+    config.max_delay_passes = 3;
+    config.token_usage_low_watermark = -1.0;
+    config.queue_min_ratio = -1.0;
+    kvpool::delayer delayer(config);
+    kvp_rank_info ready{}, idle{};
+    ready.prefillable = true;
+    const std::array<kvp_rank_info, 2> all{ready, ready}, none{idle, idle}, mixed{ready, idle};
+    CHECK_EQ(delayer.negotiate(all), KVP_DELAY_VERDICT_NO_WAIT);
+    CHECK_EQ(delayer.negotiate(none), KVP_DELAY_VERDICT_NONE_READY);
+    CHECK_EQ(delayer.negotiate(mixed), KVP_DELAY_VERDICT_DELAY);
+    CHECK_EQ(delayer.negotiate(mixed), KVP_DELAY_VERDICT_DELAY);
+    CHECK_EQ(delayer.negotiate(mixed), KVP_DELAY_VERDICT_WAIT_TIMEOUT);
+    CHECK_THROWS(INVALID_ARGUMENT, "num_ranks", delayer.negotiate({}));
+    delayer.record_prefill(5);
+    const kvp_rank_info info = delayer.local_info(true, 0.5, 4, 10);
+    CHECK(info.prefillable && !info.force_allow && !info.timed_out);
+    CHECK_EQ(info.max_prefill_bs, 5u);
+    config.max_delay_passes = 0;
+    CHECK_THROWS(INVALID_ARGUMENT, "max_delay_passes", kvpool::delayer{config});
+}
+
+// Several threads share one pool through const and non-const methods (internally locked).
+void test_threads() {
+    auto pool = kvpool::pool::create(4096, 16);
+    std::mutex held_mutex;
+    std::set<int64_t> held;
+    std::atomic<int> duplicates{0};
+    auto worker = [&](int t) {
+        for (int i = 0; i < 200; ++i) {
+            const int64_t n = 1 + (i * 7 + t) % 40;
+            std::vector<int64_t> row = pool.alloc_extend(std::vector<int64_t>{0},
+                                                         std::vector<int64_t>{n},
+                                                         std::vector<int64_t>{-1});
+            {
+                std::lock_guard<std::mutex> lock(held_mutex);
+                for (int64_t s : row)
+                    if (!held.insert(s).second) duplicates++;
+            }
+            (void)pool.available_size();
+            {
+                std::lock_guard<std::mutex> lock(held_mutex);
+                for (int64_t s : row) held.erase(s);
+            }
+            pool.free_segment(row, 0, row.size());
+        }
+    };
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) threads.emplace_back(worker, t);
+    for (std::thread &th : threads) th.join();
+    CHECK_EQ(duplicates.load(), 0);
+    CHECK_EQ(pool.available_size(), 4096u);
+    const kvp_pool_stats stats = pool.stats();
+    CHECK_EQ(stats.alloc_extend_calls, 800u);
+    CHECK_EQ(stats.pages_in_use, 0u);
+}
+
+#ifdef KVP_TESTING
+// The test-only exports of a `--features testing` build, through kvpool::check.
+void test_panic_and_poison() {
+    CHECK_THROWS(PANIC, "internal panic: kvp_testing_panic",
+                 kvpool::check(kvp_testing_panic(), "kvp_testing_panic"));
+    auto pool = kvpool::pool::create(64, 4);
+    CHECK_THROWS(PANIC, "", kvpool::check(kvp_testing_poison_pool(pool.get()), "poison"));
+    CHECK_THROWS(POISONED, "poisoned", pool.alloc(4));
+    CHECK_THROWS(POISONED, "poisoned", pool.info());
+}
+#endif
+
+}  // namespace
+
+int main() {
+    struct Test {
+        const char *name;
+        void (*run)();
+    };
+    const Test tests[] = {
+        {"types", test_types},
+        {"version", test_version},
+        {"errors", test_errors},
+        {"token_pool", test_token_pool},
+        {"paged_pool", test_paged_pool},
+        {"index_types", test_index_types},
+        {"free_group_guard", test_free_group_guard},
+        {"snapshots_and_moves", test_snapshots_and_moves},
+        {"scheduler", test_scheduler},
+        {"detached_scheduler", test_detached_scheduler},
+        {"adder", test_adder},
+        {"delayer", test_delayer},
+        {"threads", test_threads},
+#ifdef KVP_TESTING
+        {"panic_and_poison", test_panic_and_poison},
+#endif
+    };
+    for (const Test &t : tests) {
+        const int before = g_failures.load();
+        try {
+            t.run();
+        } catch (const std::exception &e) {
+            check(false, __FILE__, __LINE__, std::string(t.name) + " threw: " + e.what());
+        }
+        std::printf("%-24s %s\n", t.name, g_failures.load() == before ? "ok" : "FAILED");
+    }
+    if (g_failures.load() != 0) {
+        std::printf("kvpool_hpp_test (C++): %d of %d checks FAILED\n", g_failures.load(),
+                    g_checks.load());
+        return 1;
+    }
+    std::printf("kvpool_hpp_test (C++): all %d checks passed\n", g_checks.load());
+    return 0;
+}
