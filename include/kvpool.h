@@ -13,8 +13,9 @@
  *    `kvp_*_free`; `kvp_*_free(NULL)` is a no-op.
  *  - Threads. Every handle may be used from several threads at once (calls are serialized
  *    by an internal lock); its `_free` must not race with other calls on it.
- *  - Panics. No Rust panic ever unwinds into the caller: it becomes KVP_STATUS_PANIC, and a
- *    pool that panicked while locked returns KVP_STATUS_POISONED from then on.
+ *  - Panics. No Rust panic ever unwinds into the caller: it becomes KVP_STATUS_PANIC, and an
+ *    object (pool, scheduler, adder, delayer) that panicked while locked returns
+ *    KVP_STATUS_POISONED from then on.
  *  - Index buffers. Buffers of slot indices (`void *out`, `last_loc`, `indices`, `page_ids`,
  *    `row`) hold elements of the pool's index type: int64_t by default, int32_t for a pool
  *    created with KVP_INDEX_TYPE_I32. Lengths count elements. Length arrays (`prefix_lens`,
@@ -156,7 +157,8 @@ enum kvp_status {
    */
   KVP_STATUS_FOREIGN_SNAPSHOT = 41,
   /**
-   * The pool was poisoned by an earlier internal panic and refuses further calls.
+   * The object (pool, scheduler, adder or delayer) was poisoned by an earlier internal
+   * panic and refuses further calls; free it.
    */
   KVP_STATUS_POISONED = 42,
   /**
@@ -476,7 +478,8 @@ struct kvp_scheduler;
 struct kvp_snapshot;
 
 /**
- * Per-pass constants of an adder. Sizes in tokens; 0 means "none" where noted.
+ * Per-pass constants of an adder. Sizes in tokens; 0 means "none" where noted. Start from
+ * `kvp_adder_config_default()`.
  */
 struct kvp_adder_config {
   /**
@@ -624,7 +627,8 @@ struct kvp_budget {
 };
 
 /**
- * Delayer tunables; 0 (or a negative fraction) disables an optional condition.
+ * Delayer tunables; 0 (or a negative fraction) disables an optional condition. Start from
+ * `kvp_delayer_config_default()`.
  */
 struct kvp_delayer_config {
   /**
@@ -1175,6 +1179,13 @@ extern "C" {
 #endif // __cplusplus
 
 /**
+ * Returns SGLang's defaults for one pass: `page_size` 1, `max_prefill_tokens` 16384,
+ * chunked prefill 8192, no mixed decode rows, clip 4096, no truncation alignment, no
+ * request cap, one chunked request in flight, ratio 0.7, prefix cache enabled.
+ */
+struct kvp_adder_config kvp_adder_config_default(void);
+
+/**
  * Starts a prefill pass: `available` free pool tokens, `evictable` prefix-cache tokens,
  * the running requests (`num_running` entries; NULL when 0) and the number of chunked
  * requests in flight. Ownership: inputs are read during the call; `*out_adder` is owned
@@ -1241,6 +1252,11 @@ enum kvp_status kvp_adder_add_chunked_req(struct kvp_adder *adder,
 KVP_NODISCARD
 enum kvp_status kvp_adder_get_budget(const struct kvp_adder *adder,
                                      struct kvp_budget *out_budget);
+
+/**
+ * Returns SGLang's defaults: 30 passes, no low watermark, no slot or queue condition.
+ */
+struct kvp_delayer_config kvp_delayer_config_default(void);
 
 /**
  * Creates a delayer. Fails with `KVP_STATUS_NULL_ARGUMENT` or

@@ -537,6 +537,7 @@ SIGNATURES = {
     ),
     "kvp_scheduler_get_stats": (_status, [_handle, ctypes.POINTER(SchedulerStats)]),
     # kvp_adder
+    "kvp_adder_config_default": (AdderConfig, []),
     "kvp_adder_new": (
         _status,
         [ctypes.POINTER(AdderConfig), ctypes.c_uint64, ctypes.c_uint64,
@@ -554,6 +555,7 @@ SIGNATURES = {
     ),
     "kvp_adder_get_budget": (_status, [_handle, ctypes.POINTER(Budget)]),
     # kvp_delayer
+    "kvp_delayer_config_default": (DelayerConfig, []),
     "kvp_delayer_new": (_status, [ctypes.POINTER(DelayerConfig), ctypes.POINTER(_handle)]),
     "kvp_delayer_free": (None, [_handle]),
     "kvp_delayer_local_info": (

@@ -32,7 +32,8 @@ pub enum kvp_add_result {
     Other = 2,
 }
 
-/// Per-pass constants of an adder. Sizes in tokens; 0 means "none" where noted.
+/// Per-pass constants of an adder. Sizes in tokens; 0 means "none" where noted. Start from
+/// `kvp_adder_config_default()`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct kvp_adder_config {
@@ -120,6 +121,26 @@ pub struct kvp_budget {
     pub rem_chunk_tokens: i64,
     /// One of `kvp_add_result`: SGLang's `budget_state()`.
     pub state: u32,
+}
+
+/// Returns SGLang's defaults for one pass: `page_size` 1, `max_prefill_tokens` 16384,
+/// chunked prefill 8192, no mixed decode rows, clip 4096, no truncation alignment, no
+/// request cap, one chunked request in flight, ratio 0.7, prefix cache enabled.
+#[no_mangle]
+pub extern "C" fn kvp_adder_config_default() -> kvp_adder_config {
+    let d = AdderConfig::sglang_defaults(1);
+    kvp_adder_config {
+        page_size: d.page_size,
+        max_prefill_tokens: d.max_prefill_tokens,
+        chunked_prefill_size: d.chunked_prefill_size.unwrap_or(0),
+        num_mixed_decode_tokens: d.num_mixed_decode_tokens,
+        clip_max_new_tokens: d.clip_max_new_tokens,
+        truncation_align_size: 0,
+        prefill_max_requests: 0,
+        max_chunked_requests: d.max_chunked_requests as u64,
+        new_token_ratio: d.new_token_ratio,
+        prefix_cache_disabled: d.prefix_cache_disabled,
+    }
 }
 
 fn result_code(r: AddResult) -> u32 {

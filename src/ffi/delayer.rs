@@ -37,7 +37,8 @@ pub enum kvp_delay_verdict {
     Delay = 5,
 }
 
-/// Delayer tunables; 0 (or a negative fraction) disables an optional condition.
+/// Delayer tunables; 0 (or a negative fraction) disables an optional condition. Start from
+/// `kvp_delayer_config_default()`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct kvp_delayer_config {
@@ -70,6 +71,18 @@ pub struct kvp_rank_info {
     pub max_prefill_bs: u64,
     /// Waiting-queue length.
     pub waiting_len: u64,
+}
+
+/// Returns SGLang's defaults: 30 passes, no low watermark, no slot or queue condition.
+#[no_mangle]
+pub extern "C" fn kvp_delayer_config_default() -> kvp_delayer_config {
+    kvp_delayer_config {
+        max_delay_passes: DelayerConfig::default().max_delay_passes,
+        token_usage_low_watermark: -1.0,
+        max_running_requests: 0,
+        queue_min_ratio: -1.0,
+        prefill_max_requests: 0,
+    }
 }
 
 fn positive(x: f64) -> Option<f64> {

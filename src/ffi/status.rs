@@ -44,7 +44,8 @@ pub enum kvp_status {
     InvalidState = 40,
     /// The snapshot belongs to a different pool.
     ForeignSnapshot = 41,
-    /// The pool was poisoned by an earlier internal panic and refuses further calls.
+    /// The object (pool, scheduler, adder or delayer) was poisoned by an earlier internal
+    /// panic and refuses further calls; free it.
     Poisoned = 42,
     /// The feature is not available in this build (e.g. the CUDA backend).
     Unsupported = 50,
@@ -89,7 +90,7 @@ fn describe(status: i32) -> &'static [u8] {
         20 => b"out of free slots\0",
         40 => b"not allowed in the current state\0",
         41 => b"snapshot belongs to a different pool\0",
-        42 => b"pool poisoned by an earlier internal panic\0",
+        42 => b"object poisoned by an earlier internal panic\0",
         50 => b"unsupported in this build\0",
         100 => b"internal panic caught at the ABI boundary\0",
         _ => b"unknown status\0",

@@ -136,6 +136,8 @@ C_TO_CTYPES = {
     "uint32_t *": ctypes.POINTER(ctypes.c_uint32),
     "const uint64_t *": ctypes.POINTER(ctypes.c_uint64),
     "struct kvp_scheduler_config": kvp.SchedulerConfig,
+    "struct kvp_adder_config": kvp.AdderConfig,
+    "struct kvp_delayer_config": kvp.DelayerConfig,
     "const struct kvp_scheduler_config *": ctypes.POINTER(kvp.SchedulerConfig),
     "struct kvp_scheduler *": ctypes.c_void_p,
     "const struct kvp_scheduler *": ctypes.c_void_p,
@@ -705,6 +707,17 @@ class TestPanicBoundary(KvpTestCase):
         self.assertEqual(healthy.alloc(4), [4, 5, 6, 7])
         pool.close()  # a poisoned pool is still freed normally
         self.assertTrue(pool.closed)
+
+
+class TestConfigDefaults(KvpTestCase):
+    def test_adder_and_delayer_defaults_are_sglangs(self):
+        a = LIB.kvp_adder_config_default()
+        self.assertEqual((a.page_size, a.max_prefill_tokens, a.chunked_prefill_size,
+                          a.clip_max_new_tokens, a.max_chunked_requests), (1, 16384, 8192, 4096, 1))
+        self.assertAlmostEqual(a.new_token_ratio, 0.7)
+        d = LIB.kvp_delayer_config_default()
+        self.assertEqual((d.max_delay_passes, d.max_running_requests), (30, 0))
+        self.assertLess(d.token_usage_low_watermark, 0)
 
 
 class TestRefusedCalls(KvpTestCase):
