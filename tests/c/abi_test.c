@@ -18,50 +18,13 @@
 #include <stdio.h>
 #include <string.h>
 
-/* ---- a tiny check framework ------------------------------------------------------------ */
+/* ---- checks: the shared ones (check.h) and those only this program needs ---------- */
 
-static int g_checks = 0;
-static int g_failures = 0;
-static const char *g_test = "";
+#include "check.h"
 
 static void last_error(char *buf, size_t len) {
     size_t n = kvp_last_error_message(buf, len);
     (void)n;
-}
-
-static void fail_at(const char *file, int line) {
-    g_failures++;
-    fprintf(stderr, "FAIL [%s] %s:%d: ", g_test, file, line);
-}
-
-static void check_impl(bool ok, const char *file, int line, const char *expr) {
-    g_checks++;
-    if (!ok) {
-        fail_at(file, line);
-        fprintf(stderr, "%s\n", expr);
-    }
-}
-
-static void check_eq_impl(long long got, long long want, const char *file, int line,
-                          const char *got_expr, const char *want_expr) {
-    g_checks++;
-    if (got != want) {
-        fail_at(file, line);
-        fprintf(stderr, "%s == %s: got %lld, want %lld\n", got_expr, want_expr, got, want);
-    }
-}
-
-static void check_status_impl(enum kvp_status got, enum kvp_status want, const char *file,
-                              int line, const char *call) {
-    g_checks++;
-    if (got != want) {
-        char msg[512];
-        last_error(msg, sizeof msg);
-        fail_at(file, line);
-        fprintf(stderr, "%s returned %d (%s), want %d (%s); last error: \"%s\"\n", call,
-                (int)got, kvp_status_str((int32_t)got), (int)want,
-                kvp_status_str((int32_t)want), got != KVP_STATUS_OK ? msg : "");
-    }
 }
 
 static void check_str_impl(const char *got, const char *want, const char *file, int line,
@@ -116,10 +79,6 @@ static void check_i32s_impl(const int32_t *got, const int32_t *want, size_t n,
     }
 }
 
-#define CHECK(cond) check_impl((cond) ? true : false, __FILE__, __LINE__, #cond)
-#define CHECK_EQ(got, want) \
-    check_eq_impl((long long)(got), (long long)(want), __FILE__, __LINE__, #got, #want)
-#define CHECK_STATUS(call, want) check_status_impl((call), (want), __FILE__, __LINE__, #call)
 #define CHECK_STR(got, want) check_str_impl((got), (want), __FILE__, __LINE__, #got)
 #define CHECK_MSG(needle) check_msg_impl((needle), __FILE__, __LINE__)
 #define COUNT(a) (sizeof(a) / sizeof((a)[0]))
