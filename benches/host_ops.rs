@@ -30,12 +30,16 @@
 //!
 //! Run: `cargo bench --bench host_ops` (full), `cargo bench --bench host_ops -- --quick` or
 //! `KVPOOL_BENCH_QUICK=1 cargo bench --bench host_ops` (few repetitions, a smoke run).
-//! The markdown tables go to stdout, progress to stderr.
+//! The markdown tables go to stdout, progress to stderr. The sampling, statistics and
+//! machine-facts code is shared with `benches/scheduler.rs` (`benches/support/mod.rs`).
+
+mod support;
 
 use std::hint::black_box;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use kvpool::{Pool, PoolConfig};
+use support::{cell_ns, load_average, print_machine, sample, timed, timer_floor, Mode, Summary};
 
 const BATCH_SIZES: [usize; 6] = [1, 4, 16, 64, 256, 1024];
 const PAGE_SIZES: [usize; 3] = [1, 16, 64];
@@ -44,94 +48,6 @@ const PAGE_SIZES: [usize; 3] = [1, 16, 64];
 const POOL_TOKENS: usize = 1 << 21;
 /// New tokens per request in an extend batch (SGLang's reference numbers use 512).
 const EXTEND_TOKENS: usize = 512;
-
-// ---- sampling ---------------------------------------------------------------------------
-
-/// How many repetitions to run.
-struct Mode {
-    quick: bool,
-    warmup: usize,
-    max_samples: usize,
-    min_samples: usize,
-    /// A case stops adding samples after this long once it has `min_samples`.
-    budget: Duration,
-}
-
-impl Mode {
-    fn from_args_and_env() -> Self {
-        let quick = std::env::args().any(|a| a == "--quick")
-            || std::env::var("KVPOOL_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
-        if quick {
-            Self {
-                quick,
-                warmup: 3,
-                max_samples: 30,
-                min_samples: 10,
-                budget: Duration::from_millis(20),
-            }
-        } else {
-            Self {
-                quick,
-                warmup: 50,
-                max_samples: 2000,
-                min_samples: 101,
-                budget: Duration::from_millis(400),
-            }
-        }
-    }
-}
-
-/// Order statistics of one case's per-call times, in nanoseconds.
-#[derive(Clone, Copy, Debug)]
-struct Summary {
-    p10: u64,
-    p50: u64,
-    p90: u64,
-    samples: usize,
-}
-
-impl Summary {
-    fn of(mut ns: Vec<u64>) -> Self {
-        ns.sort_unstable();
-        let at = |p: usize| ns[(ns.len() - 1) * p / 100];
-        Self {
-            p10: at(10),
-            p50: at(50),
-            p90: at(90),
-            samples: ns.len(),
-        }
-    }
-}
-
-/// Runs `rep(i)` for the warm-up, then collects its `K` timings per repetition until the
-/// sample count or the time budget is reached.
-fn sample<const K: usize>(mode: &Mode, mut rep: impl FnMut(usize) -> [u64; K]) -> [Summary; K] {
-    for i in 0..mode.warmup {
-        rep(i);
-    }
-    let mut lanes: [Vec<u64>; K] = std::array::from_fn(|_| Vec::with_capacity(mode.max_samples));
-    let start = Instant::now();
-    let mut i = mode.warmup;
-    loop {
-        let n = lanes[0].len();
-        if n >= mode.max_samples || (n >= mode.min_samples && start.elapsed() > mode.budget) {
-            break;
-        }
-        for (lane, ns) in lanes.iter_mut().zip(rep(i)) {
-            lane.push(ns);
-        }
-        i += 1;
-    }
-    lanes.map(Summary::of)
-}
-
-/// Times one call of `f`; the result is returned (and kept alive) for checking afterwards.
-#[inline(always)]
-fn timed<R>(f: impl FnOnce() -> R) -> (u64, R) {
-    let start = Instant::now();
-    let result = black_box(f());
-    (start.elapsed().as_nanos() as u64, result)
-}
 
 // ---- inputs -----------------------------------------------------------------------------
 
@@ -436,60 +352,7 @@ impl<'m> Bench<'m> {
     }
 }
 
-// ---- machine facts ----------------------------------------------------------------------
-
-fn read(path: &str) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
-/// The first value of `field` in /proc/cpuinfo.
-fn cpuinfo(field: &str) -> String {
-    read("/proc/cpuinfo")
-        .lines()
-        .filter_map(|l| l.split_once(':'))
-        .find(|(key, _)| key.trim() == field)
-        .map_or_else(|| "unknown".into(), |(_, value)| value.trim().to_string())
-}
-
-fn cpu_model() -> String {
-    format!(
-        "{} (family {}, model {}, {} MHz)",
-        cpuinfo("model name"),
-        cpuinfo("cpu family"),
-        cpuinfo("model"),
-        cpuinfo("cpu MHz"),
-    )
-}
-
-fn logical_cpus() -> usize {
-    read("/proc/cpuinfo")
-        .lines()
-        .filter(|l| l.starts_with("processor"))
-        .count()
-}
-
-/// Today's UTC date as `YYYY-MM-DD` (civil-from-days, proleptic Gregorian).
-fn utc_date() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let z = (secs / 86_400) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
-}
-
-/// Median cost of an empty timed region: included in every figure below.
-fn timer_floor(mode: &Mode) -> Summary {
-    let [floor] = sample(mode, |_| [timed(|| ()).0]);
-    floor
-}
+// ---- clock ------------------------------------------------------------------------------
 
 /// Smallest nonzero difference between back-to-back clock readings (resolution plus the
 /// cost of one reading): no figure is finer than this.
@@ -509,33 +372,10 @@ fn clock_step() -> u64 {
 
 // ---- report -----------------------------------------------------------------------------
 
-fn print_header(mode: &Mode, floor: Summary) {
+fn print_header(mode: &Mode, floor: Summary, load_at_start: &str) {
     println!("## Host backend: per-call latency\n");
-    println!("- date (UTC): {}", utc_date());
-    println!(
-        "- CPU: {}; {} logical CPUs, available_parallelism {}",
-        cpu_model(),
-        logical_cpus(),
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-    );
-    println!(
-        "- kernel {}, clocksource {}, load average at start {}",
-        read("/proc/sys/kernel/osrelease").trim(),
-        read("/sys/devices/system/clocksource/clocksource0/current_clocksource").trim(),
-        read("/proc/loadavg")
-            .split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" "),
-    );
-    println!(
-        "- mode: {} (warm-up {}, then up to {} samples per case, at least {}, {} ms budget)",
-        if mode.quick { "quick" } else { "full" },
-        mode.warmup,
-        mode.max_samples,
-        mode.min_samples,
-        mode.budget.as_millis(),
-    );
+    print_machine(&format!("load average at start {load_at_start}"));
+    println!("{}", mode.header_line(""));
     println!(
         "- pool: {POOL_TOKENS} token slots, free list shuffled at start; indices i64; \
          extend: {EXTEND_TOKENS} new tokens per request"
@@ -547,10 +387,6 @@ fn print_header(mode: &Mode, floor: Summary) {
         floor.p90,
         clock_step(),
     );
-}
-
-fn cell(s: &Summary) -> String {
-    format!("{} [{}–{}]", s.p50, s.p10, s.p90)
 }
 
 fn print_latency_tables(rows: &[Row]) {
@@ -569,12 +405,12 @@ fn print_latency_tables(rows: &[Row]) {
             println!(
                 "| {} | {} | {} | {} | {} | {} | {} |",
                 r.bs,
-                cell(&r.alloc),
-                cell(&r.extend[FULL]),
-                cell(&r.decode[FULL]),
-                cell(&r.free[FULL]),
-                cell(&r.free_segment),
-                cell(&r.free_pages),
+                cell_ns(&r.alloc),
+                cell_ns(&r.extend[FULL]),
+                cell_ns(&r.decode[FULL]),
+                cell_ns(&r.free[FULL]),
+                cell_ns(&r.free_segment),
+                cell_ns(&r.free_pages),
             );
         }
         println!();
@@ -634,6 +470,7 @@ fn fewest_samples(rows: &[Row]) -> usize {
 
 fn main() {
     let mode = Mode::from_args_and_env();
+    let load_at_start = load_average();
     let floor = timer_floor(&mode);
     let mut rows = Vec::new();
     for ps in PAGE_SIZES {
@@ -643,7 +480,7 @@ fn main() {
             rows.push(bench.row(bs));
         }
     }
-    print_header(&mode, floor);
+    print_header(&mode, floor, &load_at_start);
     print_latency_tables(&rows);
     print_validation_table(&rows);
     println!("Fewest samples behind any cell: {}.", fewest_samples(&rows));

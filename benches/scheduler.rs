@@ -3,7 +3,7 @@
 //!
 //! What is measured: the wall time of one call, taken with [`Instant`] around that call
 //! alone. Each cell is the median (with p10 and p90) of many individually timed calls after
-//! a warm-up, as in `benches/host_ops.rs`.
+//! a warm-up, with the harness shared with `benches/host_ops.rs` (`benches/support/mod.rs`).
 //!
 //! Why: the design brief's target is a scheduler step with 1,024 waiting and 256 running
 //! requests in at most 50 µs of host time (SGLang's Python scheduler takes milliseconds).
@@ -43,13 +43,15 @@
 //! cases whose description contains "retracts" and "warm" (for `perf record`). The markdown
 //! tables go to stdout, progress to stderr.
 
+mod support;
+
 use std::hint::black_box;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kvpool::admission::{
     AdderConfig, Candidate, Policy, PrefillAdder, RequestSpec, RunningRequest, Scheduler,
     SchedulerConfig, StepKind, StepPlan,
 };
+use support::{cell_ns, load_average, print_machine, sample, timed, timer_floor, Mode, Summary};
 
 /// Token slots of the pool the scheduler budgets for.
 const CAPACITY: u64 = 1 << 20;
@@ -73,118 +75,36 @@ const FLUSH_BYTES: usize = 64 << 20;
 /// Calls per sample in the `add_one_req` cases (the first is timed alone, the rest together).
 const ADDER_CALLS: usize = 32;
 
-// ---- sampling (as in host_ops.rs) -------------------------------------------------------
+// ---- case selection ---------------------------------------------------------------------
 
-/// How many repetitions to run.
-struct Mode {
-    quick: bool,
-    warmup: usize,
-    max_samples: usize,
-    min_samples: usize,
-    /// A case stops adding samples after this long (untimed setup included) once it has
-    /// `min_samples`.
-    budget: Duration,
-    /// `--only GROUP[:TEXT]`: one group, and within it the cases whose description
-    /// contains TEXT.
-    only: Option<(String, Option<String>)>,
-}
+/// `--only GROUP[:TEXT]`: one group, and within it the cases whose description contains
+/// every comma-separated part of TEXT.
+struct Only(Option<(String, Option<String>)>);
 
-impl Mode {
-    fn from_args_and_env() -> Self {
+impl Only {
+    fn from_args() -> Self {
         let args: Vec<String> = std::env::args().collect();
-        let quick = args.iter().any(|a| a == "--quick")
-            || std::env::var("KVPOOL_BENCH_QUICK").is_ok_and(|v| !v.is_empty() && v != "0");
-        let only = args
-            .iter()
-            .position(|a| a == "--only")
-            .and_then(|i| args.get(i + 1).cloned())
-            .map(|o| match o.split_once(':') {
-                Some((group, case)) => (group.to_string(), Some(case.to_string())),
-                None => (o, None),
-            });
-        if quick {
-            Self {
-                quick,
-                warmup: 3,
-                max_samples: 30,
-                min_samples: 10,
-                budget: Duration::from_millis(20),
-                only,
-            }
-        } else {
-            Self {
-                quick,
-                warmup: 50,
-                max_samples: 2000,
-                min_samples: 101,
-                budget: Duration::from_millis(400),
-                only,
-            }
-        }
+        Self(
+            args.iter()
+                .position(|a| a == "--only")
+                .and_then(|i| args.get(i + 1).cloned())
+                .map(|o| match o.split_once(':') {
+                    Some((group, case)) => (group.to_string(), Some(case.to_string())),
+                    None => (o, None),
+                }),
+        )
     }
 
     fn runs(&self, group: &str) -> bool {
-        self.only.as_ref().is_none_or(|(g, _)| g == group)
+        self.0.as_ref().is_none_or(|(g, _)| g == group)
     }
 
     fn runs_case(&self, description: &str) -> bool {
-        self.only
+        self.0
             .as_ref()
             .and_then(|(_, case)| case.as_deref())
             .is_none_or(|case| case.split(',').all(|part| description.contains(part)))
     }
-}
-
-/// Order statistics of one case's per-call times, in nanoseconds.
-#[derive(Clone, Copy, Debug)]
-struct Summary {
-    p10: u64,
-    p50: u64,
-    p90: u64,
-    samples: usize,
-}
-
-impl Summary {
-    fn of(mut ns: Vec<u64>) -> Self {
-        ns.sort_unstable();
-        let at = |p: usize| ns[(ns.len() - 1) * p / 100];
-        Self {
-            p10: at(10),
-            p50: at(50),
-            p90: at(90),
-            samples: ns.len(),
-        }
-    }
-}
-
-/// Runs `rep(i)` for the warm-up, then collects its `K` timings per repetition until the
-/// sample count or the time budget is reached.
-fn sample<const K: usize>(mode: &Mode, mut rep: impl FnMut(usize) -> [u64; K]) -> [Summary; K] {
-    for i in 0..mode.warmup {
-        rep(i);
-    }
-    let mut lanes: [Vec<u64>; K] = std::array::from_fn(|_| Vec::with_capacity(mode.max_samples));
-    let start = Instant::now();
-    let mut i = mode.warmup;
-    loop {
-        let n = lanes[0].len();
-        if n >= mode.max_samples || (n >= mode.min_samples && start.elapsed() > mode.budget) {
-            break;
-        }
-        for (lane, ns) in lanes.iter_mut().zip(rep(i)) {
-            lane.push(ns);
-        }
-        i += 1;
-    }
-    lanes.map(Summary::of)
-}
-
-/// Times one call of `f`; the result is returned (and dropped by the caller, untimed).
-#[inline(always)]
-fn timed<R>(f: impl FnOnce() -> R) -> (u64, R) {
-    let start = Instant::now();
-    let result = black_box(f());
-    (start.elapsed().as_nanos() as u64, result)
 }
 
 // ---- workload ---------------------------------------------------------------------------
@@ -488,7 +408,7 @@ enum Start {
     BatchFull,
 }
 
-fn bench_steps(mode: &Mode, w: &Workload) -> Vec<StepRow> {
+fn bench_steps(mode: &Mode, only: &Only, w: &Workload) -> Vec<StepRow> {
     let ample = w.ample();
     let prepare = |start: Start| {
         let mut s = build(config(Policy::Fcfs), w, WAITING);
@@ -502,7 +422,7 @@ fn bench_steps(mode: &Mode, w: &Workload) -> Vec<StepRow> {
     let run = |name, how, start: Start, available: u64, allow_prefill| {
         eprintln!("scheduler: {name}; {how}");
         let (warm, shape) = bench_step(mode, || prepare(start), available, allow_prefill);
-        let cold = mode.runs_case(&format!("{name}; {how}; cold")).then(|| {
+        let cold = only.runs_case(&format!("{name}; {how}; cold")).then(|| {
             eprintln!("scheduler: {name}; {how}; cold");
             let cold_prepare = || {
                 let s = prepare(start);
@@ -567,7 +487,7 @@ fn bench_steps(mode: &Mode, w: &Workload) -> Vec<StepRow> {
     ];
     let mut rows: Vec<StepRow> = cases
         .into_iter()
-        .filter(|(name, how, ..)| mode.runs_case(&format!("{name}; {how}; warm; cold")))
+        .filter(|(name, how, ..)| only.runs_case(&format!("{name}; {how}; warm; cold")))
         .map(|(name, how, start, available, allow_prefill)| {
             let available = if available == u64::MAX {
                 room_admitting(w, 3)
@@ -581,7 +501,7 @@ fn bench_steps(mode: &Mode, w: &Workload) -> Vec<StepRow> {
         "prefill, stops on chunk budget",
         "steady-state loop (finish + submit refill)",
     );
-    if mode.runs_case(&format!("{name}; {how}; warm")) {
+    if only.runs_case(&format!("{name}; {how}; warm")) {
         eprintln!("scheduler: {name}; {how}");
         let (warm, shape) = bench_steady(mode, w);
         rows.push(StepRow {
@@ -766,69 +686,6 @@ fn bench_adder(mode: &Mode, w: &Workload) -> (Vec<AdderRow>, Vec<(usize, Summary
     (rows, new)
 }
 
-// ---- machine facts (as in host_ops.rs) --------------------------------------------------
-
-fn read(path: &str) -> String {
-    std::fs::read_to_string(path).unwrap_or_default()
-}
-
-/// The first value of `field` in /proc/cpuinfo.
-fn cpuinfo(field: &str) -> String {
-    read("/proc/cpuinfo")
-        .lines()
-        .filter_map(|l| l.split_once(':'))
-        .find(|(key, _)| key.trim() == field)
-        .map_or_else(|| "unknown".into(), |(_, value)| value.trim().to_string())
-}
-
-fn cpu_model() -> String {
-    format!(
-        "{} (family {}, model {}, {} MHz)",
-        cpuinfo("model name"),
-        cpuinfo("cpu family"),
-        cpuinfo("model"),
-        cpuinfo("cpu MHz"),
-    )
-}
-
-fn logical_cpus() -> usize {
-    read("/proc/cpuinfo")
-        .lines()
-        .filter(|l| l.starts_with("processor"))
-        .count()
-}
-
-fn load_average() -> String {
-    read("/proc/loadavg")
-        .split_whitespace()
-        .take(3)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// Today's UTC date as `YYYY-MM-DD` (civil-from-days, proleptic Gregorian).
-fn utc_date() -> String {
-    let secs = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let z = (secs / 86_400) as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
-}
-
-/// Median cost of an empty timed region: included in every figure below.
-fn timer_floor(mode: &Mode) -> Summary {
-    let [floor] = sample(mode, |_| [timed(|| ()).0]);
-    floor
-}
-
 // ---- report -----------------------------------------------------------------------------
 
 fn us(ns: u64) -> String {
@@ -839,35 +696,13 @@ fn cell_us(s: &Summary) -> String {
     format!("{} [{}–{}]", us(s.p50), us(s.p10), us(s.p90))
 }
 
-fn cell_ns(s: &Summary) -> String {
-    format!("{} [{}–{}]", s.p50, s.p10, s.p90)
-}
-
 fn print_header(mode: &Mode, floor: Summary, w: &Workload, load_at_start: &str) {
     println!("## Scheduler (host): per-step latency\n");
-    println!("- date (UTC): {}", utc_date());
-    println!(
-        "- CPU: {}; {} logical CPUs, available_parallelism {}",
-        cpu_model(),
-        logical_cpus(),
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
-    );
-    println!(
-        "- kernel {}, clocksource {}, load average at start {}, at end {}",
-        read("/proc/sys/kernel/osrelease").trim(),
-        read("/sys/devices/system/clocksource/clocksource0/current_clocksource").trim(),
-        load_at_start,
-        load_average(),
-    );
-    println!(
-        "- mode: {} (warm-up {}, then up to {} samples per case, at least {}, {} ms budget \
-         with untimed setup)",
-        if mode.quick { "quick" } else { "full" },
-        mode.warmup,
-        mode.max_samples,
-        mode.min_samples,
-        mode.budget.as_millis(),
-    );
+    print_machine(&format!(
+        "load average at start {load_at_start}, at end {}",
+        load_average()
+    ));
+    println!("{}", mode.header_line(" with untimed setup"));
     println!(
         "- scheduler: SGLang defaults on a {CAPACITY}-token pool, page size {PAGE_SIZE}; \
          {RUNNING} running requests holding {} tokens (free with them in it: {})",
@@ -1009,12 +844,13 @@ fn print_adder(rows: &[AdderRow], new: &[(usize, Summary)]) {
 
 fn main() {
     let mode = Mode::from_args_and_env();
+    let only = Only::from_args();
     let load_at_start = load_average();
     let floor = timer_floor(&mode);
     let w = Workload::new();
-    let steps = mode.runs("step").then(|| bench_steps(&mode, &w));
-    let scaling = mode.runs("scaling").then(|| bench_scaling(&mode, &w));
-    let adder = mode.runs("adder").then(|| bench_adder(&mode, &w));
+    let steps = only.runs("step").then(|| bench_steps(&mode, &only, &w));
+    let scaling = only.runs("scaling").then(|| bench_scaling(&mode, &w));
+    let adder = only.runs("adder").then(|| bench_adder(&mode, &w));
 
     print_header(&mode, floor, &w, &load_at_start);
     let mut fewest = usize::MAX;
