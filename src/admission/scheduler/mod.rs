@@ -645,17 +645,12 @@ impl Scheduler {
 
     /// Moves a running (or chunking) request back to the queue: its KV is to be freed. A
     /// request whose output has grown so much that it can no longer be re-admitted even
-    /// alone is dropped instead (`false`), rather than blocking the queue forever.
+    /// alone is dropped instead (`false`), rather than blocking the queue forever. The
+    /// caller drops the slot from the running or chunking list ([`Self::compact`]).
     fn requeue(&mut self, slot: u32) -> (Evicted, bool) {
         let r = &mut self.requests[slot];
         let evicted = Evicted::of(r);
-        let list = if r.phase == Phase::Running {
-            &mut self.running
-        } else {
-            &mut self.chunking
-        };
         r.retract();
-        list.retain(|&x| x != slot);
         if self.admission_need(&self.requests[slot].spec) >= self.config.capacity {
             self.requests.remove(slot);
             self.stats.aborts += 1;
@@ -663,6 +658,15 @@ impl Scheduler {
         }
         self.waiting.push(slot);
         (evicted, true)
+    }
+
+    /// Drops requests that left the running or chunking phase from those lists, keeping
+    /// their order (one pass, however many were evicted).
+    fn compact(&mut self) {
+        let requests = &self.requests;
+        let phase = |slot: u32| requests.get(slot).map(|r| r.phase);
+        self.running.retain(|&s| phase(s) == Some(Phase::Running));
+        self.chunking.retain(|&s| phase(s) == Some(Phase::Chunking));
     }
 
     /// Requeues (or, if it can never fit again, aborts) the request in `slot`, reporting it
@@ -728,6 +732,7 @@ impl Scheduler {
             adder.budget_mut().release_running(offset, freed);
             self.stats.preemptions += 1;
         }
+        self.compact();
         self.batch_is_full = false;
         true
     }
@@ -741,6 +746,7 @@ impl Scheduler {
         };
         if self.chunking.len() > 1 {
             self.evict(slot, |p| &mut p.retracted, plan);
+            self.compact();
             self.stats.retractions += 1;
         } else {
             plan.aborted.push(Evicted::of(&self.requests[slot]));
@@ -802,6 +808,7 @@ impl Scheduler {
             room += self.evict(slot, |p| &mut p.retracted, plan);
             self.stats.retractions += 1;
         }
+        self.compact();
         if need > room {
             let (_, slot, _) = order.pop().expect("one left");
             plan.aborted.push(Evicted::of(&self.requests[slot]));

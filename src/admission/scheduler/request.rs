@@ -117,6 +117,11 @@ impl Registry {
         req
     }
 
+    /// The request in `slot`, if the slot is live.
+    pub fn get(&self, slot: u32) -> Option<&Request> {
+        self.slots.get(slot as usize).and_then(Option::as_ref)
+    }
+
     /// Whether no request is live.
     pub fn is_empty(&self) -> bool {
         self.by_id.is_empty()
