@@ -429,66 +429,62 @@ fn is_ident(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b == b'_'
 }
 
-/// The README's C example compiles as written, runs, and reports the error it promises.
-#[test]
-fn readme_c_example() {
+/// Builds and runs the README's first ```` ```lang ```` block (a complete program, with
+/// strict warnings); returns the README and the program's output.
+fn run_readme_example(lang: Lang) -> (String, Output) {
+    let (fence, ext) = match lang {
+        Lang::C => ("```c\n", "c"),
+        Lang::Cpp => ("```cpp\n", "cpp"),
+    };
     let readme = std::fs::read_to_string(support::manifest_dir().join("README.md")).unwrap();
-    let start = readme.find("```c\n").expect("README has a C example") + "```c\n".len();
+    let start = readme.find(fence).expect("README has the example") + fence.len();
     let code = &readme[start..start + readme[start..].find("```").unwrap()];
     assert!(
         code.contains("int main"),
-        "the first C block is the complete example"
+        "the first {ext} block is the complete example"
     );
-    let source = support::scratch_dir("readme_source").join("readme_example.c");
+    let source =
+        support::scratch_dir(&format!("readme_{ext}_source")).join(format!("readme_example.{ext}"));
     std::fs::write(&source, code).unwrap();
-    let exe = build_program(Lang::C, source.to_str().unwrap(), "readme_example", false);
+    let name = format!("readme_{ext}_example");
+    let exe = build_program(lang, source.to_str().unwrap(), &name, false);
     let output = run_to_completion(&mut Command::new(&exe), "the README example");
-    let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
         output.status.success(),
         "{}",
         support::describe_output(&output)
     );
-    let promised = readme
+    (readme, output)
+}
+
+/// The text the README quotes (between backquotes) that starts with `prefix`.
+fn quoted<'a>(readme: &'a str, prefix: &str) -> &'a str {
+    readme
         .split('`')
-        .find(|s| s.starts_with("alloc_extend: "))
-        .expect("README quotes the example's output");
-    assert_eq!(stderr.trim_end(), promised);
+        .find(|s| s.starts_with(prefix))
+        .unwrap_or_else(|| panic!("README quotes an output starting with {prefix:?}"))
+}
+
+/// The README's C example compiles as written, runs, and reports the error it promises.
+#[test]
+fn readme_c_example() {
+    let (readme, output) = run_readme_example(Lang::C);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(stderr.trim_end(), quoted(&readme, "alloc_extend: "));
 }
 
 /// The README's C++ quickstart compiles as written (C++17, strict warnings), runs, and
 /// prints what the README says it prints.
 #[test]
 fn readme_cpp_example() {
-    let readme = std::fs::read_to_string(support::manifest_dir().join("README.md")).unwrap();
-    let start = readme.find("```cpp\n").expect("README has a C++ example") + "```cpp\n".len();
-    let code = &readme[start..start + readme[start..].find("```").unwrap()];
-    assert!(
-        code.contains("int main"),
-        "the first C++ block is the complete example"
-    );
-    let source = support::scratch_dir("readme_cpp_source").join("readme_example.cpp");
-    std::fs::write(&source, code).unwrap();
-    let exe = build_program(
-        Lang::Cpp,
-        source.to_str().unwrap(),
-        "readme_cpp_example",
-        false,
-    );
-    let output = run_to_completion(&mut Command::new(&exe), "the README C++ example");
-    assert!(
-        output.status.success(),
-        "{}",
-        support::describe_output(&output)
-    );
-    let promised = readme
-        .split('`')
-        .find(|s| s.starts_with("kvp_pool_free_indices: "))
-        .expect("README quotes the C++ example's output");
+    let (readme, output) = run_readme_example(Lang::Cpp);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(
         stdout.lines().collect::<Vec<_>>(),
-        [promised, "1048576 slots free"]
+        [
+            quoted(&readme, "kvp_pool_free_indices: "),
+            "1048576 slots free"
+        ]
     );
     assert!(readme.contains("and `1048576 slots free`"));
 }
