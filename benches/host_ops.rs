@@ -468,6 +468,51 @@ fn fewest_samples(rows: &[Row]) -> usize {
         .unwrap_or(0)
 }
 
+/// `backup_state` and `restore_state` on a half-used pool: both copy the free list and
+/// the page-state map, so they cost O(num_pages), not O(1) as in SGLang 0.5.12 (which kept
+/// references to immutable tensors).
+fn print_snapshot_table(mode: &Mode) {
+    println!("### Snapshots: `backup_state` / `restore_state`, µs: median [p10–p90]");
+    println!();
+    println!("Pool of {POOL_TOKENS} token slots, half of its pages allocated.");
+    println!();
+    println!("| page_size | pages | backup_state | restore_state |");
+    println!("|---:|---:|---|---|");
+    for ps in PAGE_SIZES {
+        let mut pool = Pool::new(PoolConfig {
+            size: POOL_TOKENS as u64,
+            page_size: ps as u32,
+            ..PoolConfig::default()
+        })
+        .unwrap();
+        let mut held = vec![0i64; POOL_TOKENS / 2];
+        pool.alloc(POOL_TOKENS / 2, &mut held).unwrap();
+        let snapshot = pool.backup_state().unwrap();
+        let [backup, restore] = sample(mode, |_| {
+            let (backup, copy) = timed(|| pool.backup_state().unwrap());
+            drop(copy);
+            let (restore, result) = timed(|| pool.restore_state(&snapshot));
+            result.unwrap();
+            [backup, restore]
+        });
+        let us = |s: &Summary| {
+            format!(
+                "{:.1} [{:.1}–{:.1}]",
+                s.p50 as f64 / 1e3,
+                s.p10 as f64 / 1e3,
+                s.p90 as f64 / 1e3
+            )
+        };
+        println!(
+            "| {ps} | {} | {} | {} |",
+            pool.num_pages(),
+            us(&backup),
+            us(&restore)
+        );
+    }
+    println!();
+}
+
 fn main() {
     let mode = Mode::from_args_and_env();
     let load_at_start = load_average();
@@ -484,4 +529,6 @@ fn main() {
     print_latency_tables(&rows);
     print_validation_table(&rows);
     println!("Fewest samples behind any cell: {}.", fewest_samples(&rows));
+    println!();
+    print_snapshot_table(&mode);
 }

@@ -1735,7 +1735,8 @@ enum kvp_status kvp_scheduler_get_stats(const struct kvp_scheduler *scheduler,
 
 /**
  * Copies the pool's allocator state into a new snapshot written to `*out_snapshot`.
- * Costs O(num_pages) time and memory. Fails with `KVP_STATUS_INVALID_STATE` while a free
+ * Costs O(num_pages) time and memory (5 bytes a page: about 8 µs for 131,072 pages,
+ * 180 µs for a 2M-slot token pool; BENCHMARKS.md); restoring costs the same. Fails with `KVP_STATUS_INVALID_STATE` while a free
  * group is open; `*out_snapshot` is unmodified on failure.
  *
  * # Safety
