@@ -642,22 +642,25 @@ class TestErrorsAndConfig(KvpTestCase):
             snap.handle  # noqa: B018
 
 
+def count_calls(test, name):
+    """Wraps the library function `name` for the rest of `test`; returns the list of handles
+    it is called with."""
+    calls = []
+    original = LIB.function(name)
+
+    def wrapper(handle):
+        calls.append(handle)
+        original(handle)
+
+    setattr(LIB, name, wrapper)
+    test.addCleanup(setattr, LIB, name, original)
+    return calls
+
+
 class TestOwnership(KvpTestCase):
-    def counting(self, name):
-        calls = []
-        original = LIB.function(name)
-
-        def wrapper(handle):
-            calls.append(handle)
-            original(handle)
-
-        setattr(LIB, name, wrapper)
-        self.addCleanup(setattr, LIB, name, original)
-        return calls
-
     def test_pool_and_snapshot_are_freed_exactly_once(self):
-        pool_frees = self.counting("kvp_pool_free")
-        snap_frees = self.counting("kvp_snapshot_free")
+        pool_frees = count_calls(self, "kvp_pool_free")
+        snap_frees = count_calls(self, "kvp_snapshot_free")
         pool = kvp.Pool(16, 4)
         handle = pool.handle
         with pool.backup_state() as snap:
@@ -671,7 +674,7 @@ class TestOwnership(KvpTestCase):
         self.assertEqual(pool_frees, [handle])
 
     def test_collected_pool_is_freed(self):
-        pool_frees = self.counting("kvp_pool_free")
+        pool_frees = count_calls(self, "kvp_pool_free")
         pool = kvp.Pool(16, 4)
         handle = pool.handle
         del pool
@@ -1651,18 +1654,6 @@ class TestDelayer(KvpTestCase):
 
 
 class TestAdmissionOwnership(KvpTestCase):
-    def counting(self, name):
-        calls = []
-        original = LIB.function(name)
-
-        def wrapper(handle):
-            calls.append(handle)
-            original(handle)
-
-        setattr(LIB, name, wrapper)
-        self.addCleanup(setattr, LIB, name, original)
-        return calls
-
     def test_admission_objects_are_freed_exactly_once(self):
         for name, make in [
             ("kvp_scheduler_free", lambda: kvp.Scheduler(capacity=64)),
@@ -1670,7 +1661,7 @@ class TestAdmissionOwnership(KvpTestCase):
             ("kvp_delayer_free", lambda: kvp.Delayer()),
         ]:
             with self.subTest(free=name):
-                frees = self.counting(name)
+                frees = count_calls(self, name)
                 obj = make()
                 handle = obj.handle
                 with obj:

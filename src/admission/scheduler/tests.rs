@@ -496,10 +496,10 @@ fn finishing_a_request_clears_batch_is_full() {
     assert_eq!(plan.prefill.iter().map(|e| e.id).collect::<Vec<_>>(), [2]);
 }
 
-#[test]
-fn retraction_counts_only_a_requests_own_pages_as_freed() {
+/// Two running requests of 48 tokens, each behind a 32-token cached prefix (a shared
+/// system prompt), both ending on a page boundary (page size 16).
+fn two_requests_behind_a_cached_prefix() -> Scheduler {
     let mut s = scheduler(100_000, 16, |_| {});
-    // Both requests start with a 32-token cached prefix (shared system prompt).
     for id in 0..2 {
         s.submit(RequestSpec {
             prefix_len: 32,
@@ -508,8 +508,14 @@ fn retraction_counts_only_a_requests_own_pages_as_freed() {
         .unwrap();
     }
     s.step(100_000, 0, true);
-    // Each holds 48 tokens, 16 of them its own; both end on a page boundary and need a
-    // page each. 16 free tokens: retracting request 1 frees its one own page (not 3).
+    s
+}
+
+#[test]
+fn retraction_counts_only_a_requests_own_pages_as_freed() {
+    // Each holds 48 tokens, 16 of them its own, and needs a page for its next token.
+    // 16 free tokens: retracting request 1 frees its one own page (not 3).
+    let mut s = two_requests_behind_a_cached_prefix();
     let plan = s.step(16, 0, true);
     assert_eq!(
         plan.retracted,
@@ -520,16 +526,8 @@ fn retraction_counts_only_a_requests_own_pages_as_freed() {
         }]
     );
     assert_eq!(plan.decode, [0]);
-    // With no free memory the own page is not enough for the last one: it is aborted.
-    let mut s = scheduler(100_000, 16, |_| {});
-    for id in 0..2 {
-        s.submit(RequestSpec {
-            prefix_len: 32,
-            ..spec(id, 48, 100)
-        })
-        .unwrap();
-    }
-    s.step(100_000, 0, true);
+    // No free memory: retracting one frees exactly the page the other needs.
+    let mut s = two_requests_behind_a_cached_prefix();
     let plan = s.step(0, 0, true);
     assert_eq!(plan.retracted.len(), 1);
     assert!(plan.decode.len() == 1 && plan.aborted.is_empty());
