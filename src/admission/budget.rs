@@ -189,6 +189,26 @@ impl PrefillBudget {
     }
 }
 
+/// SGLang's mixed-chunk test setup: 8 decode rows mixed in, each running request with 50
+/// tokens left at ratio 1, `max_prefill_tokens` 200, chunk 64, page size 1.
+#[cfg(test)]
+pub(crate) fn mixed_chunk_scenario() -> (AdderConfig, [RunningRequest; 8]) {
+    let config = AdderConfig {
+        max_prefill_tokens: 200,
+        chunked_prefill_size: Some(64),
+        num_mixed_decode_tokens: 8,
+        new_token_ratio: 1.0,
+        ..AdderConfig::sglang_defaults(1)
+    };
+    let running = [RunningRequest {
+        input_len: 10,
+        output_len: 0,
+        max_new_tokens: 50,
+        ignore_eos: false,
+    }; 8];
+    (config, running)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,19 +217,7 @@ mod tests {
     fn mixed_chunk_budgets_match_sglang_test() {
         // 8 decode rows mixed in, each with 50 tokens left at ratio 1:
         // rem_input 200 -> 192, rem_chunk 64 -> 56, total offset 8 + 8×50 = 408, current 8.
-        let config = AdderConfig {
-            max_prefill_tokens: 200,
-            chunked_prefill_size: Some(64),
-            num_mixed_decode_tokens: 8,
-            new_token_ratio: 1.0,
-            ..AdderConfig::sglang_defaults(1)
-        };
-        let running = [RunningRequest {
-            input_len: 10,
-            output_len: 0,
-            max_new_tokens: 50,
-            ignore_eos: false,
-        }; 8];
+        let (config, running) = mixed_chunk_scenario();
         let b = PrefillBudget::new(&config, 10_000, 0, &running);
         assert_eq!(b.rem_input_tokens(), 192);
         assert_eq!(b.rem_chunk_tokens(), Some(56));

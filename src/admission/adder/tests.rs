@@ -141,19 +141,7 @@ fn own_cached_prefix_is_not_room_for_the_request() {
 #[test]
 fn mixed_chunk_prefill_exhausts_the_chunk() {
     // SGLang's test: 8 decode rows mixed in; a 56-token prefill uses the whole chunk.
-    let cfg = AdderConfig {
-        max_prefill_tokens: 200,
-        chunked_prefill_size: Some(64),
-        num_mixed_decode_tokens: 8,
-        new_token_ratio: 1.0,
-        ..AdderConfig::sglang_defaults(1)
-    };
-    let running = [RunningRequest {
-        input_len: 10,
-        output_len: 0,
-        max_new_tokens: 50,
-        ignore_eos: false,
-    }; 8];
+    let (cfg, running) = crate::admission::budget::mixed_chunk_scenario();
     let mut adder = PrefillAdder::new(cfg, 10_000, 0, &running, 0);
     let out = adder.add_one_req(&prompt(56, 10));
     assert_eq!(out.extend_len, Some(56));
