@@ -6,17 +6,19 @@
 //!   operation from host-side lengths and counts, and asks its storage to carry it out.
 //! - [`host`]: the host-memory backend — free list, page-state map and the index math
 //!   executed on the CPU.
+//! - [`cuda`]: the CUDA backend — the same pools in device memory, every operation a kernel
+//!   on the caller's stream (`kernels/`), no device synchronization.
 //! - [`ffi`]: the C ABI (`include/kvpool.h`). The only module with `#[no_mangle]` items and
 //!   raw pointers; everything it does is a thin translation onto [`pool`]. Rust code should
 //!   use [`pool`] directly.
 //!
-//! Seams for later work: a CUDA backend slots in beside [`host`] (device-resident free list,
-//! kernels in `kernels/`), and admission (`PrefillAdder`, scheduler step) reads
-//! [`pool::Pool::available_size`].
+//! - [`admission`]: prefill admission and the scheduler step; it reads a pool's available
+//!   size and never touches indices.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 pub mod admission;
+pub mod cuda;
 pub mod host;
 pub mod pool;
 

@@ -9,6 +9,7 @@ mod adder;
 mod boundary;
 mod buffers;
 mod delayer;
+mod device;
 mod handle;
 mod last_error;
 mod pool;
@@ -21,6 +22,7 @@ mod version;
 
 pub use adder::*;
 pub use delayer::*;
+pub use device::*;
 pub use last_error::kvp_last_error_message;
 pub use pool::*;
 pub use scheduler::*;

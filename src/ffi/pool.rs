@@ -6,7 +6,10 @@ use super::boundary::{fail, ffi_boundary, status_of};
 use super::buffers::{input, input_indices, output_indices};
 use super::handle::{into_raw, release, with_raw, Guarded};
 use super::status::kvp_status;
-use crate::pool::{BackendKind, IndexType, Pool, PoolConfig, PoolOp, PoolStats, SlotIndex};
+use crate::cuda::DevicePool;
+use crate::pool::{
+    BackendKind, IndexType, Pool, PoolConfig, PoolError, PoolInfo, PoolOp, PoolStats, SlotIndex,
+};
 
 /// A KV-cache slot allocator (SGLang's `TokenToKVPoolAllocator` when `page_size == 1`,
 /// `PagedTokenToKVPoolAllocator` otherwise). It hands out integer slot indices into KV
@@ -36,10 +39,12 @@ pub enum kvp_index_type {
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum kvp_backend {
-    /// Host memory; every call completes before it returns.
+    /// Host memory; every call completes before it returns. Use the plain calls
+    /// (`kvp_pool_alloc_extend`, ...).
     Host = 0,
-    /// CUDA device `kvp_pool_config.device`. Not available yet: `kvp_pool_new` returns
-    /// `KVP_STATUS_UNSUPPORTED`.
+    /// CUDA device `kvp_pool_config.device` (its primary context): free list and page map in
+    /// device memory, every operation a kernel on the caller's stream. Use the `*_async`
+    /// calls; needs only the NVIDIA driver (sm_80 or newer), no CUDA toolkit.
     Cuda = 1,
 }
 
@@ -147,15 +152,92 @@ impl From<PoolStats> for kvp_pool_stats {
     }
 }
 
-/// What a `kvp_pool *` points to.
-pub(crate) type PoolHandle = Guarded<Pool>;
+/// A pool of either backend: what a `kvp_pool *` points to.
+#[derive(Debug)]
+pub(crate) enum PoolObject {
+    /// Host backend: the plain calls.
+    Host(Pool),
+    /// CUDA backend: the `*_async` calls.
+    Device(DevicePool),
+}
 
-/// Runs `body` on the pool behind `pool`, under its lock and the panic boundary.
+impl PoolObject {
+    pub fn info(&self) -> PoolInfo {
+        match self {
+            Self::Host(pool) => pool.info(),
+            Self::Device(pool) => pool.info(),
+        }
+    }
+
+    pub fn size(&self) -> u64 {
+        self.info().size
+    }
+
+    pub fn page_size(&self) -> u32 {
+        self.info().page_size
+    }
+
+    /// Free slots; for a device pool the host's lower bound (see `kvp_pool_available_size`).
+    pub fn available_size(&mut self) -> u64 {
+        match self {
+            Self::Host(pool) => pool.available_size(),
+            Self::Device(pool) => pool.available_size_bound().0,
+        }
+    }
+
+    pub fn stats(&self) -> PoolStats {
+        match self {
+            Self::Host(pool) => pool.stats(),
+            Self::Device(pool) => pool.stats(),
+        }
+    }
+
+    pub fn free_group_begin(&mut self) -> Result<(), PoolError> {
+        match self {
+            Self::Host(pool) => pool.free_group_begin(),
+            Self::Device(pool) => pool.free_group_begin(),
+        }
+    }
+}
+
+/// What a `kvp_pool *` points to.
+pub(crate) type PoolHandle = Guarded<PoolObject>;
+
+/// Runs `body` on the pool behind `pool`, of either backend, under its lock and the panic
+/// boundary.
+pub(crate) fn with_any_pool(
+    pool: *const kvp_pool,
+    body: impl FnOnce(&mut PoolObject) -> kvp_status,
+) -> kvp_status {
+    with_raw::<PoolObject, kvp_pool>(pool, "pool", body)
+}
+
+/// Runs `body` on a host pool; a device pool fails with `KVP_STATUS_WRONG_BACKEND`.
 pub(crate) fn with_pool(
     pool: *const kvp_pool,
     body: impl FnOnce(&mut Pool) -> kvp_status,
 ) -> kvp_status {
-    with_raw::<Pool, kvp_pool>(pool, "pool", body)
+    with_any_pool(pool, |object| match object {
+        PoolObject::Host(pool) => body(pool),
+        PoolObject::Device(_) => fail(
+            kvp_status::WrongBackend,
+            "this is a device pool (KVP_BACKEND_CUDA): use the *_async call on a stream",
+        ),
+    })
+}
+
+/// Runs `body` on a device pool; a host pool fails with `KVP_STATUS_WRONG_BACKEND`.
+pub(crate) fn with_device_pool(
+    pool: *const kvp_pool,
+    body: impl FnOnce(&mut DevicePool) -> kvp_status,
+) -> kvp_status {
+    with_any_pool(pool, |object| match object {
+        PoolObject::Device(pool) => body(pool),
+        PoolObject::Host(_) => fail(
+            kvp_status::WrongBackend,
+            "this is a host pool (KVP_BACKEND_HOST): use the call without _async",
+        ),
+    })
 }
 
 /// Calls `$f::<T>($args)` with `T` the pool's index type.
@@ -240,10 +322,14 @@ fn pool_config(c: &kvp_pool_config) -> Result<PoolConfig, kvp_status> {
 /// Ownership: `config` is only read during the call. On success `*out_pool` receives a pool
 /// owned by the caller, to be released with `kvp_pool_free`.
 ///
+/// A CUDA pool (`backend = KVP_BACKEND_CUDA`) retains device `config->device`'s primary
+/// context, allocates its device memory (about 28 bytes per page plus one bit per slot) and
+/// loads the kernels; this call, unlike the pool's operations, may synchronize the device.
+///
 /// Fails with `KVP_STATUS_NULL_ARGUMENT`, `KVP_STATUS_INVALID_ARGUMENT` (page_size 0, size
 /// 0, unknown enum value, slots that do not fit the index type), `KVP_STATUS_UNALIGNED`
-/// (size not a multiple of page_size) or `KVP_STATUS_UNSUPPORTED` (CUDA backend);
-/// `*out_pool` is unmodified on failure.
+/// (size not a multiple of page_size), `KVP_STATUS_CUDA_UNAVAILABLE` (no NVIDIA driver, no
+/// such device) or `KVP_STATUS_CUDA_ERROR`; `*out_pool` is unmodified on failure.
 ///
 /// # Safety
 /// `config` must be NULL or point to a valid config; `out_pool` must be NULL or writable.
@@ -262,7 +348,11 @@ pub unsafe extern "C" fn kvp_pool_new(
             return fail(kvp_status::NullArgument, "out_pool is NULL");
         }
         let config = tri!(pool_config(config));
-        let pool = match Pool::new(config) {
+        let pool = match config.backend {
+            BackendKind::Host => Pool::new(config).map(PoolObject::Host),
+            BackendKind::Cuda { .. } => DevicePool::new(config).map(PoolObject::Device),
+        };
+        let pool = match pool {
             Ok(pool) => pool,
             Err(err) => return status_of(Err(err)),
         };
@@ -283,7 +373,7 @@ pub unsafe extern "C" fn kvp_pool_new(
 #[no_mangle]
 pub unsafe extern "C" fn kvp_pool_free(pool: *mut kvp_pool) {
     // SAFETY: forwarded caller contract.
-    unsafe { release::<Pool, kvp_pool>(pool) }
+    unsafe { release::<PoolObject, kvp_pool>(pool) }
 }
 
 /// Writes static facts about the pool (size, page size, KV rows, padding slot, ...) to
@@ -298,7 +388,7 @@ pub unsafe extern "C" fn kvp_pool_get_info(
     pool: *const kvp_pool,
     out_info: *mut kvp_pool_info,
 ) -> kvp_status {
-    with_pool(pool, |pool| {
+    with_any_pool(pool, |pool| {
         if out_info.is_null() {
             return fail(kvp_status::NullArgument, "out_info is NULL");
         }
@@ -329,8 +419,13 @@ pub unsafe extern "C" fn kvp_pool_get_info(
 }
 
 /// Writes the number of free token slots to `*out_tokens`: free pages plus staged
-/// (not yet merged) pages, times `page_size` — SGLang's `available_size()`. Exact, never an
-/// estimate; pages freed inside an open free group are not counted until the group ends.
+/// (not yet merged) pages, times `page_size` — SGLang's `available_size()`. Pages freed
+/// inside an open free group are not counted until the group ends.
+///
+/// Host pool: exact. Device pool: exact, except that the pages of a paged
+/// `kvp_pool_free_indices_async` still in flight on the stream are not counted yet (a lower
+/// bound); they count as soon as the stream has passed that free, without any
+/// synchronization. `kvp_pool_available_size_bound` also says whether the value is exact.
 ///
 /// # Safety
 /// `pool` must be a live pool or NULL; `out_tokens` writable or NULL.
@@ -340,7 +435,7 @@ pub unsafe extern "C" fn kvp_pool_available_size(
     pool: *const kvp_pool,
     out_tokens: *mut u64,
 ) -> kvp_status {
-    with_pool(pool, |pool| {
+    with_any_pool(pool, |pool| {
         if out_tokens.is_null() {
             return fail(kvp_status::NullArgument, "out_tokens is NULL");
         }
@@ -360,7 +455,7 @@ pub unsafe extern "C" fn kvp_pool_get_stats(
     pool: *const kvp_pool,
     out_stats: *mut kvp_pool_stats,
 ) -> kvp_status {
-    with_pool(pool, |pool| {
+    with_any_pool(pool, |pool| {
         if out_stats.is_null() {
             return fail(kvp_status::NullArgument, "out_stats is NULL");
         }
@@ -673,14 +768,15 @@ pub unsafe extern "C" fn kvp_pool_free_segment(
 /// Opens a free group: frees until `kvp_pool_free_group_end` are validated at once but
 /// return to the pool together at the end (SGLang's `free_group_begin`, used to batch a
 /// scheduler step's frees). Groups do not nest: a second begin fails with
-/// `KVP_STATUS_INVALID_STATE`.
+/// `KVP_STATUS_INVALID_STATE`. Both backends (a device pool's group ends with
+/// `kvp_pool_free_group_end_async`); enqueues nothing.
 ///
 /// # Safety
 /// `pool` must be a live pool or NULL.
 #[no_mangle]
 #[must_use]
 pub unsafe extern "C" fn kvp_pool_free_group_begin(pool: *mut kvp_pool) -> kvp_status {
-    with_pool(pool, |pool| status_of(pool.free_group_begin()))
+    with_any_pool(pool, |pool| status_of(pool.free_group_begin()))
 }
 
 /// Closes the free group and returns its pages to the pool. Paged pool: first the pages

@@ -5,13 +5,13 @@ use std::sync::Arc;
 use super::boundary::{fail, ffi_boundary, status_of};
 use super::buffers::input;
 use super::handle::{into_raw, release, share, with_raw, Guarded};
-use super::pool::{kvp_pool, PoolHandle};
+use super::pool::{kvp_pool, PoolHandle, PoolObject};
 use super::status::kvp_status;
 use crate::admission::{
     ChunkSizePredictor, Phase, Policy, PriorityConfig, RatioConfig, RequestSpec, RetractionPolicy,
     Scheduler, SchedulerConfig, StepKind, StepPlan, SubmitOutcome,
 };
-use crate::pool::{ErrorKind, Pool, PoolError};
+use crate::pool::{ErrorKind, PoolError};
 
 /// The continuous-batching scheduler: owns the waiting queue, the in-flight chunked
 /// requests and the running set of request descriptors the engine submits, and plans each
@@ -346,7 +346,7 @@ fn nonzero(x: u64) -> Option<u64> {
 
 fn scheduler_config(
     c: &kvp_scheduler_config,
-    pool: Option<&Pool>,
+    pool: Option<&PoolObject>,
 ) -> Result<SchedulerConfig, PoolError> {
     let invalid = |m: String| PoolError::new(ErrorKind::InvalidArgument, m);
     let (capacity, page_size) = match pool {
@@ -453,7 +453,7 @@ pub unsafe extern "C" fn kvp_scheduler_new(
             return fail(kvp_status::NullArgument, "out_scheduler is NULL");
         }
         // SAFETY: caller contract: NULL or a live pool.
-        let pool = (!pool.is_null()).then(|| unsafe { share::<Pool, kvp_pool>(pool) });
+        let pool = (!pool.is_null()).then(|| unsafe { share::<PoolObject, kvp_pool>(pool) });
         let mut built = None;
         let status = match &pool {
             Some(handle) => handle.with(|p| {

@@ -3,10 +3,21 @@
 use super::boundary::{fail, ffi_boundary, status_of};
 use super::pool::{kvp_pool, with_pool};
 use super::status::kvp_status;
+use crate::cuda::DeviceSnapshot;
 use crate::pool::Snapshot;
 
+/// What a `kvp_snapshot *` points to.
+#[derive(Debug)]
+pub(crate) enum SnapshotObject {
+    /// From `kvp_pool_backup_state`.
+    Host(Snapshot),
+    /// From `kvp_pool_backup_state_async`.
+    Device(DeviceSnapshot),
+}
+
 /// A copy of a pool's allocator state (free list, staged frees, page states), made by
-/// `kvp_pool_backup_state` and applied by `kvp_pool_restore_state` (SGLang 0.5.12's
+/// `kvp_pool_backup_state` (`_async` for a device pool, whose snapshot lives in device
+/// memory) and applied by `kvp_pool_restore_state` (`_async`) (SGLang 0.5.12's
 /// `backup_state`/`restore_state`, e.g. to roll back speculative-decoding draft slots).
 ///
 /// Owned by the caller; release with `kvp_snapshot_free`. Immutable once made, so it may be
@@ -34,8 +45,9 @@ pub unsafe extern "C" fn kvp_pool_backup_state(
         }
         match pool.backup_state() {
             Ok(snapshot) => {
+                let object = Box::new(SnapshotObject::Host(snapshot));
                 // SAFETY: non-NULL and writable (caller contract).
-                unsafe { *out_snapshot = Box::into_raw(Box::new(snapshot)).cast() };
+                unsafe { *out_snapshot = Box::into_raw(object).cast() };
                 kvp_status::Ok
             }
             Err(err) => status_of(Err(err)),
@@ -58,14 +70,21 @@ pub unsafe extern "C" fn kvp_pool_restore_state(
 ) -> kvp_status {
     with_pool(pool, |pool| {
         // SAFETY: NULL or a live snapshot from `kvp_pool_backup_state` (caller contract).
-        let Some(snapshot) = (unsafe { snapshot.cast::<Snapshot>().as_ref() }) else {
+        let Some(snapshot) = (unsafe { snapshot.cast::<SnapshotObject>().as_ref() }) else {
             return fail(kvp_status::NullArgument, "snapshot is NULL");
+        };
+        let SnapshotObject::Host(snapshot) = snapshot else {
+            return fail(
+                kvp_status::ForeignSnapshot,
+                "the snapshot was taken from a device pool",
+            );
         };
         status_of(pool.restore_state(snapshot))
     })
 }
 
-/// Releases a snapshot. `snapshot` may be NULL (no-op).
+/// Releases a snapshot. `snapshot` may be NULL (no-op). A device snapshot's buffer goes
+/// back to its pool for reuse (or is freed with the pool); this never synchronizes.
 ///
 /// # Safety
 /// `snapshot` must be NULL or a snapshot not yet freed, not used afterwards.
@@ -74,7 +93,7 @@ pub unsafe extern "C" fn kvp_snapshot_free(snapshot: *mut kvp_snapshot) {
     ffi_boundary(|| {
         if !snapshot.is_null() {
             // SAFETY: created by `Box::into_raw` in `kvp_pool_backup_state`; freed once.
-            drop(unsafe { Box::from_raw(snapshot.cast::<Snapshot>()) });
+            drop(unsafe { Box::from_raw(snapshot.cast::<SnapshotObject>()) });
         }
     })
 }

@@ -47,8 +47,26 @@ pub enum kvp_status {
     /// The object (pool, scheduler, adder or delayer) was poisoned by an earlier internal
     /// panic and refuses further calls; free it.
     Poisoned = 42,
-    /// The feature is not available in this build (e.g. the CUDA backend).
+    /// A host call (`kvp_pool_alloc`, ...) on a device pool, or a device call (`*_async`) on a
+    /// host pool.
+    WrongBackend = 43,
+    /// The feature is not available in this build or on this pool.
     Unsupported = 50,
+    /// No NVIDIA driver (`libcuda.so.1`) could be loaded, or the CUDA device does not exist.
+    /// Never a crash: the library loads the driver only when a device pool is created.
+    CudaUnavailable = 60,
+    /// A CUDA driver call failed; the message names the call and its `CUresult`.
+    CudaError = 61,
+    /// The stream passed to an `*_async` call belongs to another device or context than the
+    /// pool (which uses its device's primary context).
+    WrongStream = 62,
+    /// A kernel of this pool found invalid input that only the device could see (double
+    /// free, an index outside the pool, page 0, a `last_loc` in a free page, two requests
+    /// extending one page). The call that met it changed nothing; it and every later call
+    /// until recovery wrote the padding slot 0 to their outputs. The pool refuses work until
+    /// `kvp_pool_clear_async` or `kvp_pool_restore_state_async`; the message names the call,
+    /// the element and its value.
+    DeviceFault = 63,
     /// An internal panic was caught at the ABI boundary; nothing unwound into the caller.
     Panic = 100,
 }
@@ -69,6 +87,11 @@ impl From<ErrorKind> for kvp_status {
             ErrorKind::InvalidState => Self::InvalidState,
             ErrorKind::ForeignSnapshot => Self::ForeignSnapshot,
             ErrorKind::Unsupported => Self::Unsupported,
+            ErrorKind::WrongBackend => Self::WrongBackend,
+            ErrorKind::CudaUnavailable => Self::CudaUnavailable,
+            ErrorKind::CudaError => Self::CudaError,
+            ErrorKind::WrongStream => Self::WrongStream,
+            ErrorKind::DeviceFault => Self::DeviceFault,
         }
     }
 }
@@ -91,7 +114,12 @@ fn describe(status: i32) -> &'static [u8] {
         40 => b"not allowed in the current state\0",
         41 => b"snapshot belongs to a different pool\0",
         42 => b"object poisoned by an earlier internal panic\0",
+        43 => b"wrong backend for this call\0",
         50 => b"unsupported in this build\0",
+        60 => b"CUDA driver or device unavailable\0",
+        61 => b"CUDA driver call failed\0",
+        62 => b"stream belongs to another device or context\0",
+        63 => b"device detected invalid input; pool faulted\0",
         100 => b"internal panic caught at the ABI boundary\0",
         _ => b"unknown status\0",
     }
@@ -126,7 +154,12 @@ mod tests {
             kvp_status::InvalidState,
             kvp_status::ForeignSnapshot,
             kvp_status::Poisoned,
+            kvp_status::WrongBackend,
             kvp_status::Unsupported,
+            kvp_status::CudaUnavailable,
+            kvp_status::CudaError,
+            kvp_status::WrongStream,
+            kvp_status::DeviceFault,
             kvp_status::Panic,
         ];
         let texts: std::collections::HashSet<_> = all.iter().map(|&s| describe(s as i32)).collect();

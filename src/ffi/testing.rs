@@ -1,7 +1,7 @@
 //! Test-only exports (feature `testing`): prove the panic boundary from C and Python.
 
 use super::boundary::ffi_boundary;
-use super::pool::{kvp_pool, with_pool};
+use super::pool::{kvp_pool, with_any_pool};
 use super::status::kvp_status;
 
 /// Panics inside the ABI boundary; must return `KVP_STATUS_PANIC` with the message
@@ -20,5 +20,5 @@ pub extern "C" fn kvp_testing_panic() -> kvp_status {
 #[no_mangle]
 #[must_use]
 pub unsafe extern "C" fn kvp_testing_poison_pool(pool: *mut kvp_pool) -> kvp_status {
-    with_pool(pool, |_| panic!("kvp_testing_poison_pool"))
+    with_any_pool(pool, |_| panic!("kvp_testing_poison_pool"))
 }

@@ -31,6 +31,17 @@ pub enum ErrorKind {
     ForeignSnapshot,
     /// The requested feature is not available in this build.
     Unsupported,
+    /// A host-backend call on a device pool, or a device (`_async`) call on a host pool.
+    WrongBackend,
+    /// No NVIDIA driver (`libcuda`) could be loaded, or the device does not exist.
+    CudaUnavailable,
+    /// A CUDA driver call failed; the message names the `CUresult`.
+    CudaError,
+    /// The stream belongs to another device or context than the pool.
+    WrongStream,
+    /// A kernel found invalid input (double free, foreign index, page 0, bad `last_loc`);
+    /// the device pool refuses work until it is cleared or restored.
+    DeviceFault,
 }
 
 /// A failed pool operation. The pool is unchanged after any error (all-or-nothing).

@@ -72,7 +72,7 @@ impl Pool {
         if let BackendKind::Cuda { .. } = config.backend {
             return fail(
                 ErrorKind::Unsupported,
-                "the CUDA backend is not available in this build; use the host backend",
+                "Pool is the host backend; a CUDA pool is kvpool::cuda::DevicePool (or kvp_pool_new from C)",
             );
         }
         Ok(Self {

@@ -1,0 +1,127 @@
+// Device-side layout of a kvpool pool. Mirrored field for field by `src/cuda/layout.rs`:
+// change both together (the Rust side asserts the sizes).
+#pragma once
+#include <stdint.h>
+
+namespace kvp {
+
+// One byte of meaning per page, in the low bits of a 32-bit word; the high bits carry the
+// tag of the operation that last changed the page, so a kernel can tell "allocated by me,
+// in this very call" from "allocated earlier" without a grid-wide barrier.
+enum PageKind : uint32_t {
+  KIND_RESERVED = 0,     // page 0, the padding sink
+  KIND_FREE = 1,         // in the free ring
+  KIND_STAGED = 2,       // released under need_sort, waiting for a merge
+  KIND_ALLOCATED = 3,    // handed out
+  KIND_PENDING_ORD = 4,  // freed by page id / segment inside an open free group
+  KIND_PENDING_IDX = 5,  // freed by token index inside an open free group (paged pool)
+  KIND_CLAIMED = 6,      // claimed by the free call in progress (transient)
+};
+constexpr uint32_t KIND_BITS = 3;
+constexpr uint32_t KIND_MASK = (1u << KIND_BITS) - 1;
+
+__host__ __device__ inline uint32_t page_word(uint32_t kind, uint32_t tag) {
+  return (tag << KIND_BITS) | kind;
+}
+__host__ __device__ inline uint32_t kind_of(uint32_t word) { return word & KIND_MASK; }
+__host__ __device__ inline uint32_t tag_of(uint32_t word) { return word >> KIND_BITS; }
+
+// The free list's shape. Kept twice (`Header::cursor[2]`): a kernel reads cursor[in] and
+// writes cursor[in ^ 1]; the host flips `in` after every launch. Multi-block kernels can then
+// update the shape without a grid-wide barrier: nobody reads what is being written.
+struct Cursor {
+  uint32_t head;           // ring position of the next page to hand out
+  uint32_t free_len;       // pages in the ring from head on
+  uint32_t staged_len;     // pages in `staged`
+  uint32_t group_idx_len;  // pages in `group_idx` (open free group, freed by token index)
+  uint32_t group_ord_len;  // pages in `group_ord` (open free group, freed by page/segment)
+  uint32_t pad[3];
+};
+
+// Device-memory header in front of the arrays.
+struct Header {
+  Cursor cursor[2];
+  uint32_t fault;                // sticky: non-zero once a kernel found invalid input
+  uint32_t ticket;               // last-block-done counter of multi-block kernels
+  unsigned long long op_error;   // smallest (position << 8 | code) found by the current call
+  uint32_t sort_count;           // distinct pages claimed by the current free call
+  uint32_t pad[3];
+};
+
+// Host memory mapped into the device (cuMemHostAlloc DEVICEMAP): what the host reads
+// without synchronizing. Every field is written with single 8-byte stores.
+struct HostRecord {
+  // The first fault: written once per fault (the call's seq last, after a system fence).
+  unsigned long long fault_seq;
+  unsigned long long fault_code;  // ErrorCode | (op << 32)
+  long long fault_position;
+  long long fault_value;
+  // Counts as of call `seq`, each packed (seq << 32 | count): consistent when the four
+  // seqs agree. Written only when the host asked (it is waiting for an exact count).
+  unsigned long long mirror_free;
+  unsigned long long mirror_staged;
+  unsigned long long mirror_group_idx;
+  unsigned long long mirror_group_ord;
+};
+
+// What kernels report: the low 8 bits of `op_error` and `fault_code`.
+enum ErrorCode : uint32_t {
+  ERR_NONE = 0,
+  ERR_RESERVED = 1,          // slot/page 0 or a slot in page 0
+  ERR_OUT_OF_RANGE = 2,      // outside the pool
+  ERR_ALREADY_FREE = 3,      // page free or staged
+  ERR_TWICE_IN_CALL = 4,     // the same index/page twice in one call
+  ERR_PENDING = 5,           // page already freed in the open free group
+  ERR_NOT_ALLOCATED = 6,     // last_loc in a page that is not allocated
+  ERR_LAST_LOC = 7,          // (last_loc + 1) % page_size != prefix % page_size
+  ERR_LAST_LOC_EMPTY = 8,    // empty prefix but last_loc != -1
+  ERR_SHARED_PAGE = 9,       // two requests extend one page
+  ERR_UNALIGNED = 10,        // segment page head not page-aligned
+  ERR_NOT_CONTIGUOUS = 11,   // segment page's tokens not consecutive
+  ERR_SHORTAGE = 12,         // the device free list is shorter than the host believed
+};
+
+// Which call a fault came from (`fault_code >> 32`).
+enum OpKind : uint32_t {
+  OP_ALLOC = 1,
+  OP_ALLOC_EXTEND = 2,
+  OP_ALLOC_DECODE = 3,
+  OP_FREE_INDICES = 4,
+  OP_FREE_PAGES = 5,
+  OP_FREE_SEGMENT = 6,
+  OP_GROUP_END = 7,
+  OP_MERGE = 8,
+};
+
+// Everything a kernel needs to find the pool; passed by value.
+struct View {
+  Header *header;
+  uint32_t *ring;        // num_pages page ids, circular
+  uint32_t *staged;      // num_pages
+  uint32_t *state;       // num_pages + 1 page words
+  uint32_t *claim;       // num_pages + 1: tag of the call whose request extends the page
+  uint32_t *group_idx;   // num_pages
+  uint32_t *group_ord;   // num_pages
+  uint32_t *scratch;     // num_pages: pages collected by a free call
+  uint32_t *slot_marks;  // (kv_rows + 31) / 32 bits, all zero between calls
+  HostRecord *record;    // device pointer of the mapped host record
+  unsigned long long size;  // usable slots
+  uint32_t page_size;
+  uint32_t num_pages;
+  uint32_t need_sort;
+  uint32_t pad;
+};
+
+// Per-call facts from the host.
+struct Call {
+  uint32_t tag;     // marks page words; unique per call until the host re-tags, never 0
+  uint32_t in;      // which cursor to read
+  uint32_t flags;   // CALL_*
+  uint32_t op;      // OpKind, for the fault record
+  uint32_t seq;     // the host's call counter (wraps, never 0): names the call to the host
+  uint32_t pad;
+};
+constexpr uint32_t CALL_MIRROR = 1;    // write the counts to the host record
+constexpr uint32_t CALL_IN_GROUP = 2;  // a free group is open: frees become pending
+
+}  // namespace kvp

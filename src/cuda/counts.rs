@@ -1,0 +1,264 @@
+//! What the host knows about a device pool's free list without asking the device.
+//!
+//! Every count is host-known except one: a paged pool's free by token index frees as many
+//! pages as there are distinct pages among the indices, which only the kernel finds out.
+//! Until the stream passes such a free, its pages are not counted (the counts are a lower
+//! bound); the kernels of that and every later call publish the device's counts in mapped
+//! host memory, and the host rebuilds exact counts from the newest of them plus the calls
+//! it enqueued since — no synchronization anywhere.
+
+use std::collections::VecDeque;
+
+/// Pages in each place of the free list.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub free: u64,
+    pub staged: u64,
+    pub group_idx: u64,
+    pub group_ord: u64,
+}
+
+impl Counts {
+    /// Pages free, staged or freed inside the open group.
+    pub fn total(&self) -> u64 {
+        self.free + self.staged + self.group_idx + self.group_ord
+    }
+}
+
+/// Where a free sends its pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Dest {
+    Free,
+    Staged,
+    GroupIdx,
+    GroupOrd,
+}
+
+/// One enqueued call, as far as the counts are concerned.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Step {
+    /// Pages taken from the free list.
+    Take(u64),
+    /// Pages released to `dest`; `None` when only the device knows how many.
+    Release { dest: Dest, pages: Option<u64> },
+    /// The free group's pages go to `dest`.
+    GroupEnd { dest: Dest },
+    /// Staged pages join the free list.
+    Merge,
+    /// The counts become these (clear, restore); `exact` false for a snapshot taken while a
+    /// count was unknown.
+    Set { counts: Counts, exact: bool },
+    /// Nothing changes (a backup).
+    Keep,
+}
+
+impl Step {
+    fn is_unknown(&self) -> bool {
+        matches!(
+            self,
+            Step::Release { pages: None, .. } | Step::Set { exact: false, .. }
+        )
+    }
+
+    fn apply(&self, c: &mut Counts) {
+        match *self {
+            Step::Take(pages) => c.free -= pages,
+            Step::Release { dest, pages } => *slot(c, dest) += pages.unwrap_or(0),
+            Step::GroupEnd { dest } => {
+                let pages = c.group_idx + c.group_ord;
+                c.group_idx = 0;
+                c.group_ord = 0;
+                *slot(c, dest) += pages;
+            }
+            Step::Merge => {
+                c.free += c.staged;
+                c.staged = 0;
+            }
+            Step::Set { counts, .. } => *c = counts,
+            Step::Keep => {}
+        }
+    }
+}
+
+fn slot(c: &mut Counts, dest: Dest) -> &mut u64 {
+    match dest {
+        Dest::Free => &mut c.free,
+        Dest::Staged => &mut c.staged,
+        Dest::GroupIdx => &mut c.group_idx,
+        Dest::GroupOrd => &mut c.group_ord,
+    }
+}
+
+/// `a` is `b` or later in the wrapping sequence of calls.
+pub(crate) fn seq_at_or_after(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) >= 0
+}
+
+/// Lower bounds of the counts (exact while [`Accounting::is_exact`]), and the calls since
+/// the oldest unknown count.
+#[derive(Debug, Default)]
+pub(crate) struct Accounting {
+    counts: Counts,
+    /// Calls from the first one with an unknown count on; empty when exact.
+    log: VecDeque<(u32, Step)>,
+}
+
+impl Accounting {
+    /// Exact counts `counts`.
+    #[cfg(test)]
+    pub fn new(counts: Counts) -> Self {
+        Self {
+            counts,
+            log: VecDeque::new(),
+        }
+    }
+
+    /// The counts (lower bounds unless exact).
+    pub fn counts(&self) -> Counts {
+        self.counts
+    }
+
+    /// Whether every count is known.
+    pub fn is_exact(&self) -> bool {
+        self.log.is_empty()
+    }
+
+    /// Whether call `seq` doing `step` must publish its counts (the host is, or will be,
+    /// waiting for them).
+    pub fn wants_mirror(&self, step: &Step) -> bool {
+        !self.is_exact() || step.is_unknown()
+    }
+
+    /// Accounts for call `seq`.
+    pub fn record(&mut self, seq: u32, step: Step) {
+        step.apply(&mut self.counts);
+        if matches!(step, Step::Set { exact: true, .. }) {
+            self.log.clear();
+        } else if !self.log.is_empty() || step.is_unknown() {
+            self.log.push_back((seq, step));
+        }
+    }
+
+    /// Folds in the device's counts as of call `seq` (from the mapped record). Returns the
+    /// pages the exact counts add to the lower bounds.
+    pub fn catch_up(&mut self, seq: u32, device: Counts) -> u64 {
+        let Some(&(first, _)) = self.log.front() else {
+            return 0;
+        };
+        if !seq_at_or_after(seq, first) {
+            return 0; // published before the oldest unknown call: says nothing new
+        }
+        while self
+            .log
+            .front()
+            .is_some_and(|&(s, _)| seq_at_or_after(seq, s))
+        {
+            self.log.pop_front();
+        }
+        let before = self.counts.total();
+        let mut counts = device;
+        for (_, step) in &self.log {
+            step.apply(&mut counts);
+        }
+        self.counts = counts;
+        if !self.log.iter().any(|(_, step)| step.is_unknown()) {
+            self.log.clear();
+        }
+        self.counts.total().saturating_sub(before)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(free: u64, staged: u64) -> Counts {
+        Counts {
+            free,
+            staged,
+            ..Counts::default()
+        }
+    }
+
+    #[test]
+    fn known_steps_stay_exact() {
+        let mut a = Accounting::new(counts(10, 0));
+        a.record(1, Step::Take(4));
+        a.record(
+            2,
+            Step::Release {
+                dest: Dest::Staged,
+                pages: Some(3),
+            },
+        );
+        a.record(3, Step::Merge);
+        assert!(a.is_exact());
+        assert_eq!(a.counts(), counts(9, 0));
+    }
+
+    #[test]
+    fn an_unknown_free_is_a_lower_bound_until_the_device_reports() {
+        let mut a = Accounting::new(counts(10, 0));
+        a.record(1, Step::Take(6));
+        a.record(
+            2,
+            Step::Release {
+                dest: Dest::Free,
+                pages: None,
+            },
+        );
+        assert!(!a.is_exact());
+        assert_eq!(a.counts().free, 4);
+        a.record(3, Step::Take(1));
+        // A record from before the unknown free teaches nothing.
+        assert_eq!(a.catch_up(1, counts(4, 0)), 0);
+        assert!(!a.is_exact());
+        // The device after call 2 had 7 free (the free released 3 pages); call 3 took one.
+        assert_eq!(a.catch_up(2, counts(7, 0)), 3);
+        assert!(a.is_exact());
+        assert_eq!(a.counts().free, 6);
+    }
+
+    #[test]
+    fn a_later_unknown_keeps_the_bound() {
+        let mut a = Accounting::new(counts(10, 0));
+        a.record(
+            1,
+            Step::Release {
+                dest: Dest::Staged,
+                pages: None,
+            },
+        );
+        a.record(
+            2,
+            Step::Release {
+                dest: Dest::Staged,
+                pages: None,
+            },
+        );
+        a.record(3, Step::Merge);
+        a.catch_up(1, counts(10, 2));
+        assert!(!a.is_exact());
+        assert_eq!(a.counts(), counts(12, 0));
+        a.catch_up(3, counts(15, 0));
+        assert!(a.is_exact());
+        assert_eq!(a.counts(), counts(15, 0));
+    }
+
+    #[test]
+    fn sequence_numbers_wrap() {
+        assert!(seq_at_or_after(2, u32::MAX));
+        assert!(!seq_at_or_after(u32::MAX, 2));
+        let mut a = Accounting::new(counts(4, 0));
+        a.record(
+            u32::MAX,
+            Step::Release {
+                dest: Dest::Free,
+                pages: None,
+            },
+        );
+        a.record(1, Step::Take(1));
+        assert_eq!(a.catch_up(u32::MAX, counts(6, 0)), 2);
+        assert_eq!(a.counts().free, 5);
+    }
+}

@@ -1,0 +1,138 @@
+//! The CUDA driver, loaded on first use: initialisation, the device's primary context, and
+//! driver errors as [`PoolError`]s.
+//!
+//! `libcuda` is opened with `dlopen` only when a device pool is created, so the library
+//! links and runs on machines without a driver; there every device call fails with
+//! [`ErrorKind::CudaUnavailable`] instead of cudarc's loader panicking.
+
+use std::sync::OnceLock;
+
+use cudarc::driver::sys::{self, CUcontext, CUdevice, CUresult, CUstream};
+
+use crate::pool::{ErrorKind, PoolError};
+
+/// `Ok` for `CUDA_SUCCESS`, otherwise a [`ErrorKind::CudaError`] naming `call`.
+pub(crate) fn check(result: CUresult, call: &str) -> Result<(), PoolError> {
+    if result == CUresult::CUDA_SUCCESS {
+        Ok(())
+    } else {
+        Err(PoolError::new(
+            ErrorKind::CudaError,
+            format!("{call} failed with {result:?}"),
+        ))
+    }
+}
+
+/// Loads `libcuda` and runs `cuInit` once per process.
+pub(crate) fn init() -> Result<(), PoolError> {
+    static INIT: OnceLock<Result<(), PoolError>> = OnceLock::new();
+    INIT.get_or_init(|| {
+        // SAFETY: only tries to open the library.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(PoolError::new(
+                ErrorKind::CudaUnavailable,
+                "the NVIDIA driver library (libcuda.so.1) could not be loaded",
+            ));
+        }
+        // SAFETY: the library is present; cuInit may be called any number of times.
+        match unsafe { sys::cuInit(0) } {
+            CUresult::CUDA_SUCCESS => Ok(()),
+            other => Err(PoolError::new(
+                ErrorKind::CudaUnavailable,
+                format!("cuInit failed with {other:?}: no usable CUDA device or driver"),
+            )),
+        }
+    })
+    .clone()
+}
+
+/// A retained primary context of one device (the context PyTorch and the CUDA runtime use).
+#[derive(Debug)]
+pub(crate) struct PrimaryContext {
+    device: CUdevice,
+    ctx: CUcontext,
+}
+
+// SAFETY: a context handle is thread-agnostic; every use binds it to the calling thread.
+unsafe impl Send for PrimaryContext {}
+// SAFETY: as above; the handle is never mutated.
+unsafe impl Sync for PrimaryContext {}
+
+impl PrimaryContext {
+    /// Retains the primary context of device `ordinal` and makes it current.
+    pub fn retain(ordinal: i32) -> Result<Self, PoolError> {
+        init()?;
+        let mut count = 0;
+        // SAFETY: the driver is initialised; out-pointers are valid.
+        check(
+            unsafe { sys::cuDeviceGetCount(&mut count) },
+            "cuDeviceGetCount",
+        )?;
+        if ordinal < 0 || ordinal >= count {
+            return Err(PoolError::new(
+                ErrorKind::CudaUnavailable,
+                format!("CUDA device {ordinal} does not exist ({count} devices)"),
+            ));
+        }
+        let mut device = 0;
+        // SAFETY: as above.
+        check(
+            unsafe { sys::cuDeviceGet(&mut device, ordinal) },
+            "cuDeviceGet",
+        )?;
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: as above.
+        check(
+            unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, device) },
+            "cuDevicePrimaryCtxRetain",
+        )?;
+        let context = Self { device, ctx };
+        context.bind()?;
+        Ok(context)
+    }
+
+    /// Makes the context current on the calling thread (a no-op when it already is).
+    pub fn bind(&self) -> Result<(), PoolError> {
+        let mut current = std::ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        check(
+            unsafe { sys::cuCtxGetCurrent(&mut current) },
+            "cuCtxGetCurrent",
+        )?;
+        if current != self.ctx {
+            // SAFETY: `self.ctx` is retained.
+            check(unsafe { sys::cuCtxSetCurrent(self.ctx) }, "cuCtxSetCurrent")?;
+        }
+        Ok(())
+    }
+
+    /// Fails with [`ErrorKind::WrongStream`] unless `stream` belongs to this context. The
+    /// context must be current (NULL and the per-thread default streams resolve to it).
+    pub fn check_stream(&self, stream: CUstream) -> Result<(), PoolError> {
+        let mut owner = std::ptr::null_mut();
+        // SAFETY: the caller vouches that `stream` is a live stream handle (or a default-stream
+        // constant); the out-pointer is valid.
+        let result = unsafe { sys::cuStreamGetCtx(stream, &mut owner) };
+        if result != CUresult::CUDA_SUCCESS {
+            return Err(PoolError::new(
+                ErrorKind::WrongStream,
+                format!("cuStreamGetCtx rejected the stream ({result:?})"),
+            ));
+        }
+        if owner != self.ctx {
+            return Err(PoolError::new(
+                ErrorKind::WrongStream,
+                "the stream belongs to another device or context than the pool, which uses \
+                 its device's primary context",
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PrimaryContext {
+    fn drop(&mut self) {
+        // SAFETY: retained in `retain`, released once. Nothing to do about a failure here.
+        unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.device) };
+    }
+}

@@ -1,0 +1,131 @@
+//! The kernels of `kernels/pool.cu`, embedded as a fatbin (sm_80 and sm_90 machine code plus
+//! compute_90 PTX, built by `scripts/build-kernels.sh` with a pinned nvcc) and loaded into
+//! the pool's context by name. No CUDA toolkit is needed to build or run the library.
+
+use std::ffi::{c_void, CStr};
+
+use cudarc::driver::sys::{self, CUfunction, CUmodule, CUstream};
+
+use super::driver::check;
+use crate::pool::{IndexType, PoolError};
+
+/// The fatbin built from `kernels/pool.cu` (`kernels/pool.fatbin.sha256` records its
+/// sources; CI fails when they disagree).
+static FATBIN: &[u8] = include_bytes!("../../kernels/pool.fatbin");
+
+/// Entry points with one instantiation per index type.
+#[derive(Debug)]
+pub(crate) struct Typed {
+    pub alloc: CUfunction,
+    pub extend: CUfunction,
+    pub free_known: CUfunction,
+    pub free_slots_paged: CUfunction,
+}
+
+/// The module and its entry points, loaded into one context.
+#[derive(Debug)]
+pub(crate) struct Kernels {
+    module: CUmodule,
+    pub typed: Typed,
+    pub group_end: CUfunction,
+    pub merge: CUfunction,
+    pub reset: CUfunction,
+    pub retag: CUfunction,
+    pub backup: CUfunction,
+    pub restore: CUfunction,
+}
+
+impl Kernels {
+    /// Loads the module into the current context, with the entry points of `index_type`.
+    pub fn load(index_type: IndexType) -> Result<Self, PoolError> {
+        // The driver reads the image during the call only; copy it to an aligned buffer.
+        let mut image = vec![0u64; FATBIN.len().div_ceil(8)];
+        // SAFETY: `image` has at least `FATBIN.len()` bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                FATBIN.as_ptr(),
+                image.as_mut_ptr().cast::<u8>(),
+                FATBIN.len(),
+            )
+        };
+        let mut module = std::ptr::null_mut();
+        // SAFETY: a valid fatbin image; the pool's context is current.
+        check(
+            unsafe { sys::cuModuleLoadData(&mut module, image.as_ptr().cast::<c_void>()) },
+            "cuModuleLoadData (the embedded kernels: is the GPU older than sm_80?)",
+        )?;
+        let get = |name: &CStr| -> Result<CUfunction, PoolError> {
+            let mut function = std::ptr::null_mut();
+            // SAFETY: `module` is loaded; `name` is NUL-terminated.
+            check(
+                unsafe { sys::cuModuleGetFunction(&mut function, module, name.as_ptr()) },
+                "cuModuleGetFunction",
+            )?;
+            Ok(function)
+        };
+        let typed = match index_type {
+            IndexType::I64 => Typed {
+                alloc: get(c"kvp_alloc_i64")?,
+                extend: get(c"kvp_extend_i64")?,
+                free_known: get(c"kvp_free_known_i64")?,
+                free_slots_paged: get(c"kvp_free_slots_paged_i64")?,
+            },
+            IndexType::I32 => Typed {
+                alloc: get(c"kvp_alloc_i32")?,
+                extend: get(c"kvp_extend_i32")?,
+                free_known: get(c"kvp_free_known_i32")?,
+                free_slots_paged: get(c"kvp_free_slots_paged_i32")?,
+            },
+        };
+        Ok(Self {
+            module,
+            typed,
+            group_end: get(c"kvp_group_end")?,
+            merge: get(c"kvp_merge")?,
+            reset: get(c"kvp_reset")?,
+            retag: get(c"kvp_retag")?,
+            backup: get(c"kvp_backup")?,
+            restore: get(c"kvp_restore")?,
+        })
+    }
+}
+
+impl Drop for Kernels {
+    fn drop(&mut self) {
+        // SAFETY: loaded in `load`, unloaded once (the pool binds its context first).
+        unsafe { sys::cuModuleUnload(self.module) };
+    }
+}
+
+/// Enqueues `function<<<grid, block, 0, stream>>>(args...)`. Returns as soon as the launch
+/// is queued.
+///
+/// # Safety
+/// `args` must match the kernel's parameters, each pointing to a live value of its type.
+pub(crate) unsafe fn launch(
+    function: CUfunction,
+    grid: u32,
+    block: u32,
+    stream: CUstream,
+    args: &mut [*mut c_void],
+) -> Result<(), PoolError> {
+    // SAFETY: forwarded contract; the pool's context is current.
+    check(
+        unsafe {
+            sys::cuLaunchKernel(
+                function,
+                grid,
+                1,
+                1,
+                block,
+                1,
+                1,
+                0,
+                stream,
+                args.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        },
+        "cuLaunchKernel",
+    )
+}

@@ -1,0 +1,305 @@
+//! The device-side layout of a pool, field for field as in `kernels/pool_state.cuh`, and
+//! the meaning of what kernels report.
+
+use std::ffi::c_void;
+
+use crate::pool::ErrorKind;
+
+/// The free list's shape (`kvp::Cursor`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Cursor {
+    pub head: u32,
+    pub free_len: u32,
+    pub staged_len: u32,
+    pub group_idx_len: u32,
+    pub group_ord_len: u32,
+    pub pad: [u32; 3],
+}
+
+/// `kvp::Header`: the device memory in front of the arrays.
+#[repr(C)]
+pub(crate) struct Header {
+    pub cursor: [Cursor; 2],
+    pub fault: u32,
+    pub ticket: u32,
+    pub op_error: u64,
+    pub sort_count: u32,
+    pub pad: [u32; 3],
+}
+
+/// `kvp::HostRecord`: host memory the kernels write through its device mapping.
+#[repr(C)]
+pub(crate) struct HostRecord {
+    pub fault_seq: u64,
+    pub fault_code: u64,
+    pub fault_position: i64,
+    pub fault_value: i64,
+    pub mirror: [u64; 4],
+}
+
+/// `kvp::View`: where a kernel finds the pool (passed by value).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct View {
+    pub header: u64,
+    pub ring: u64,
+    pub staged: u64,
+    pub state: u64,
+    pub claim: u64,
+    pub group_idx: u64,
+    pub group_ord: u64,
+    pub scratch: u64,
+    pub slot_marks: u64,
+    pub record: u64,
+    pub size: u64,
+    pub page_size: u32,
+    pub num_pages: u32,
+    pub need_sort: u32,
+    pub pad: u32,
+}
+
+/// `kvp::Call`: per-launch facts.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Call {
+    pub tag: u32,
+    pub input: u32,
+    pub flags: u32,
+    pub op: u32,
+    pub seq: u32,
+    pub pad: u32,
+}
+
+/// Ask the kernel to publish its counts (`CALL_MIRROR`).
+pub(crate) const CALL_MIRROR: u32 = 1;
+/// A free group is open (`CALL_IN_GROUP`).
+pub(crate) const CALL_IN_GROUP: u32 = 2;
+
+/// Page-word tags have 29 bits; the pool re-tags before reaching this.
+pub(crate) const TAG_LIMIT: u32 = (1 << 29) - 1;
+
+/// `kvp::FreeMode`.
+pub(crate) const FREE_PAGE_IDS: u32 = 0;
+pub(crate) const FREE_SLOTS: u32 = 1;
+pub(crate) const FREE_SEGMENT: u32 = 2;
+
+/// Offsets of the arrays in a pool's device block, all 4-byte words after the header.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Arrays {
+    pub ring: usize,
+    pub staged: usize,
+    pub state: usize,
+    pub claim: usize,
+    pub group_idx: usize,
+    pub group_ord: usize,
+    pub scratch: usize,
+    pub slot_marks: usize,
+    pub bytes: usize,
+}
+
+impl Arrays {
+    /// Byte offsets for a pool of `num_pages` pages and `kv_rows` slots.
+    pub fn new(num_pages: u32, kv_rows: u64) -> Self {
+        let n = num_pages as usize * 4;
+        let ring = std::mem::size_of::<Header>();
+        let staged = ring + n;
+        let state = staged + n;
+        let claim = state + n + 4;
+        let group_idx = claim + n + 4;
+        let group_ord = group_idx + n;
+        let scratch = group_ord + n;
+        let slot_marks = scratch + n;
+        let bytes = slot_marks + kv_rows.div_ceil(32) as usize * 4;
+        Self {
+            ring,
+            staged,
+            state,
+            claim,
+            group_idx,
+            group_ord,
+            scratch,
+            slot_marks,
+            bytes,
+        }
+    }
+}
+
+/// Bytes of a snapshot: a cursor, then the ring, staged and state words.
+pub(crate) fn snapshot_bytes(num_pages: u32) -> usize {
+    std::mem::size_of::<Cursor>() + (3 * num_pages as usize + 1) * 4
+}
+
+/// `kvp::OpKind`: which call a fault came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum DeviceOp {
+    /// `alloc`
+    Alloc = 1,
+    /// `alloc_extend`
+    AllocExtend = 2,
+    /// `alloc_decode`
+    AllocDecode = 3,
+    /// `free` by index
+    FreeIndices = 4,
+    /// `free_pages`
+    FreePages = 5,
+    /// `free_segment`
+    FreeSegment = 6,
+    /// `free_group_end`
+    GroupEnd = 7,
+    /// `merge_and_sort_free`
+    Merge = 8,
+}
+
+impl DeviceOp {
+    fn from_raw(raw: u32) -> Option<Self> {
+        Some(match raw {
+            1 => Self::Alloc,
+            2 => Self::AllocExtend,
+            3 => Self::AllocDecode,
+            4 => Self::FreeIndices,
+            5 => Self::FreePages,
+            6 => Self::FreeSegment,
+            7 => Self::GroupEnd,
+            8 => Self::Merge,
+            _ => return None,
+        })
+    }
+
+    /// The call's name as in the C ABI.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Alloc => "kvp_pool_alloc_async",
+            Self::AllocExtend => "kvp_pool_alloc_extend_async",
+            Self::AllocDecode => "kvp_pool_alloc_decode_async",
+            Self::FreeIndices => "kvp_pool_free_indices_async",
+            Self::FreePages => "kvp_pool_free_pages_async",
+            Self::FreeSegment => "kvp_pool_free_segment_async",
+            Self::GroupEnd => "kvp_pool_free_group_end_async",
+            Self::Merge => "kvp_pool_merge_and_sort_free_async",
+        }
+    }
+
+    /// The name of the call's checked input array.
+    fn element(self) -> &'static str {
+        match self {
+            Self::AllocExtend | Self::AllocDecode => "last_loc",
+            Self::FreeIndices => "indices",
+            Self::FreePages => "page_ids",
+            Self::FreeSegment => "row",
+            Self::Alloc | Self::GroupEnd | Self::Merge => "state",
+        }
+    }
+}
+
+/// A fault a kernel recorded: which call, what was wrong, and with which element.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceFault {
+    /// The call that met the invalid input.
+    pub op: Option<DeviceOp>,
+    /// What the host backend would have reported for the same input.
+    pub kind: ErrorKind,
+    /// Position of the offending element in its array.
+    pub position: i64,
+    /// The offending element's value.
+    pub value: i64,
+    /// Human-readable description.
+    pub message: String,
+}
+
+impl DeviceFault {
+    /// Decodes a fault record's fields.
+    pub(crate) fn decode(code: u64, position: i64, value: i64) -> Self {
+        let op = DeviceOp::from_raw((code >> 32) as u32);
+        let what = op.map_or("a kernel", DeviceOp::name);
+        let element = format!(
+            "{}[{position}] = {value}",
+            op.map_or("element", DeviceOp::element)
+        );
+        let (kind, text) = match code & 0xff {
+            1 => (ErrorKind::ReservedSlot, format!("{element} lies in page 0, the padding page")),
+            2 => (ErrorKind::IndexOutOfRange, format!("{element} is outside the pool")),
+            3 => (ErrorKind::DoubleFree, format!("{element}: its page is already free")),
+            4 => (ErrorKind::DoubleFree, format!("{element} appears more than once in the call")),
+            5 => (
+                ErrorKind::DoubleFree,
+                format!("{element}: its page was already freed in the open free group"),
+            ),
+            6 => (
+                ErrorKind::NotAllocated,
+                format!("{element} lies in a page that is not allocated"),
+            ),
+            7 => (
+                ErrorKind::LastLocMismatch,
+                format!("{element} does not end the request's prefix ((last_loc + 1) % page_size != prefix % page_size)"),
+            ),
+            8 => (
+                ErrorKind::LastLocMismatch,
+                format!("{element} but the prefix is empty, so it must be -1"),
+            ),
+            9 => (
+                ErrorKind::LastLocMismatch,
+                format!("{element}: another request of the batch extends the same page"),
+            ),
+            10 => (
+                ErrorKind::Unaligned,
+                format!("{element} is not the first slot of its page"),
+            ),
+            11 => (
+                ErrorKind::InvalidArgument,
+                format!("{element} breaks its page: a page's slots must be consecutive in the row"),
+            ),
+            12 => (
+                ErrorKind::InvalidState,
+                format!("the device free list held {value} pages, fewer than the host counted (internal error)"),
+            ),
+            _ => (ErrorKind::InvalidState, format!("unknown fault code {code:#x}")),
+        };
+        Self {
+            op,
+            kind,
+            position,
+            value,
+            message: format!("{what}: {text} (detected on the device; the call changed nothing)"),
+        }
+    }
+}
+
+/// A kernel argument: the address of a value that lives until the launch returns.
+pub(crate) fn arg<T>(value: &T) -> *mut c_void {
+    (value as *const T).cast_mut().cast()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_match_the_cuda_header() {
+        assert_eq!(std::mem::size_of::<Cursor>(), 32);
+        assert_eq!(std::mem::size_of::<Header>(), 96);
+        assert_eq!(std::mem::size_of::<HostRecord>(), 64);
+        assert_eq!(std::mem::size_of::<View>(), 104);
+        assert_eq!(std::mem::size_of::<Call>(), 24);
+    }
+
+    #[test]
+    fn fault_codes_name_the_element_and_the_host_kind() {
+        let fault = DeviceFault::decode(3 | (4 << 32), 7, 1234);
+        assert_eq!(fault.op, Some(DeviceOp::FreeIndices));
+        assert_eq!(fault.kind, ErrorKind::DoubleFree);
+        assert!(
+            fault.message.contains("indices[7] = 1234"),
+            "{}",
+            fault.message
+        );
+        let fault = DeviceFault::decode(9 | (2 << 32), 3, 40);
+        assert_eq!(fault.kind, ErrorKind::LastLocMismatch);
+        assert!(
+            fault.message.contains("last_loc[3] = 40"),
+            "{}",
+            fault.message
+        );
+    }
+}

@@ -1,0 +1,95 @@
+//! Device memory and host memory mapped into the device, owned by a pool.
+
+use std::ffi::c_void;
+
+use cudarc::driver::sys::{self, CUdeviceptr};
+
+use super::driver::check;
+use crate::pool::PoolError;
+
+/// A `cuMemAlloc` block, freed on drop. Its context must be current when it is dropped.
+#[derive(Debug)]
+pub(crate) struct DeviceMemory {
+    ptr: CUdeviceptr,
+    bytes: usize,
+}
+
+impl DeviceMemory {
+    /// Allocates `bytes` (at least 1) and fills them with zeros (synchronously: only at pool
+    /// creation and for snapshot buffers the pool keeps for reuse).
+    pub fn zeroed(bytes: usize) -> Result<Self, PoolError> {
+        let bytes = bytes.max(1);
+        let mut ptr = 0;
+        // SAFETY: valid out-pointer; the pool's context is current.
+        check(unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) }, "cuMemAlloc")?;
+        let memory = Self { ptr, bytes };
+        // SAFETY: `ptr` holds `bytes` bytes.
+        check(unsafe { sys::cuMemsetD8_v2(ptr, 0, bytes) }, "cuMemsetD8")?;
+        Ok(memory)
+    }
+
+    /// Device address of byte `offset`.
+    pub fn at(&self, offset: usize) -> CUdeviceptr {
+        debug_assert!(offset <= self.bytes);
+        self.ptr + offset as u64
+    }
+
+    /// Size in bytes.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for DeviceMemory {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `cuMemAlloc`, freed once.
+        unsafe { sys::cuMemFree_v2(self.ptr) };
+    }
+}
+
+/// Page-locked host memory mapped into the device's address space: kernels write it, the
+/// host reads it with volatile loads, and nobody synchronizes.
+#[derive(Debug)]
+pub(crate) struct MappedHost {
+    host: *mut c_void,
+    device: CUdeviceptr,
+}
+
+impl MappedHost {
+    /// Allocates `bytes` of zeroed mapped memory.
+    pub fn zeroed(bytes: usize) -> Result<Self, PoolError> {
+        let mut host = std::ptr::null_mut();
+        let flags = sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE;
+        // SAFETY: valid out-pointer; the pool's context is current.
+        check(
+            unsafe { sys::cuMemHostAlloc(&mut host, bytes, flags) },
+            "cuMemHostAlloc",
+        )?;
+        // SAFETY: `host` holds `bytes` writable bytes.
+        unsafe { std::ptr::write_bytes(host.cast::<u8>(), 0, bytes) };
+        let mut mapped = Self { host, device: 0 };
+        // SAFETY: `host` is a DEVICEMAP allocation.
+        check(
+            unsafe { sys::cuMemHostGetDevicePointer_v2(&mut mapped.device, host, 0) },
+            "cuMemHostGetDevicePointer",
+        )?;
+        Ok(mapped)
+    }
+
+    /// The host address.
+    pub fn host(&self) -> *mut c_void {
+        self.host
+    }
+
+    /// The address kernels use.
+    pub fn device(&self) -> CUdeviceptr {
+        self.device
+    }
+}
+
+impl Drop for MappedHost {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `cuMemHostAlloc`, freed once.
+        unsafe { sys::cuMemFreeHost(self.host) };
+    }
+}

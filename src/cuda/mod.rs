@@ -1,0 +1,24 @@
+//! The CUDA backend: [`DevicePool`] keeps a pool's free list, staged frees, page-state map
+//! and snapshots in device memory and runs every operation as a kernel on the caller's
+//! stream (kernels in `kernels/pool.cu`).
+//!
+//! Layering: [`driver`] loads `libcuda` on first use and holds the device's primary
+//! context; [`kernels`] embeds and launches the kernels; [`layout`] mirrors the device data
+//! structures; [`counts`] keeps the host's free-page counts (exact, or a lower bound while a
+//! paged free by index is in flight); [`pool`] ties them to the allocator semantics shared
+//! with the host backend (`crate::pool::plan`).
+
+pub(crate) mod counts;
+pub(crate) mod driver;
+pub(crate) mod kernels;
+pub(crate) mod layout;
+pub(crate) mod memory;
+mod pool;
+
+pub use layout::{DeviceFault, DeviceOp};
+pub use pool::{DevicePool, DeviceSnapshot};
+
+/// Whether the NVIDIA driver can be loaded and initialised (tests use it to skip visibly).
+pub fn driver_available() -> bool {
+    driver::init().is_ok()
+}

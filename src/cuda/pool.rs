@@ -1,0 +1,1126 @@
+//! [`DevicePool`]: a pool whose free list, page states and index math live on a CUDA device.
+//!
+//! The host validates what it can see (lengths, counts, output sizes, shortage) with the
+//! same planning code as the host backend, then enqueues one kernel (two when a shortage
+//! triggers SGLang's merge of staged frees) on the caller's stream and returns. It never
+//! synchronizes and never reads device memory: what only the device can check (the indices
+//! themselves) the kernels check, and they report through host-mapped memory.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use cudarc::driver::sys::{CUdeviceptr, CUfunction, CUstream};
+use parking_lot::Mutex;
+
+use super::counts::{Accounting, Counts, Dest, Step};
+use super::driver::PrimaryContext;
+use super::kernels::{launch, Kernels};
+use super::layout::{
+    arg, snapshot_bytes, Arrays, Call, DeviceFault, DeviceOp, HostRecord, View, CALL_IN_GROUP,
+    CALL_MIRROR, FREE_PAGE_IDS, FREE_SEGMENT, FREE_SLOTS, TAG_LIMIT,
+};
+use super::memory::{DeviceMemory, MappedHost};
+use crate::pool::config::Layout;
+use crate::pool::error::fail;
+use crate::pool::{plan, BackendKind, ErrorKind, PoolConfig, PoolError, PoolInfo, PoolStats};
+
+static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1 << 48);
+
+/// Threads per block of the multi-block kernels (`kvp::EXTEND_BLOCK`, `__launch_bounds__`).
+const BLOCK: u32 = 256;
+/// Threads of the single-block free kernels (`kvp::FREE_BLOCK`).
+const FREE_BLOCK: u32 = 1024;
+/// Blocks an `alloc` spreads over at most.
+const ALLOC_MAX_BLOCKS: u64 = 1024;
+/// An extend aims at about this many blocks (two per SM of an H100/H200).
+const EXTEND_TARGET_BLOCKS: u64 = 264;
+
+/// Snapshot buffers of a pool, kept for reuse so that backups need no `cuMemAlloc` (which
+/// may synchronize) once warm. Freed when the pool and all its snapshots are gone.
+#[derive(Debug)]
+struct SnapshotBuffers {
+    context: Arc<PrimaryContext>,
+    spare: Mutex<Vec<DeviceMemory>>,
+}
+
+impl Drop for SnapshotBuffers {
+    fn drop(&mut self) {
+        let _ = self.context.bind();
+        self.spare.lock().clear();
+    }
+}
+
+/// A device pool's saved state: a device buffer filled on the stream by
+/// [`DevicePool::backup_state`].
+#[derive(Debug)]
+pub struct DeviceSnapshot {
+    pool_id: u64,
+    buffer: Option<DeviceMemory>,
+    counts: Counts,
+    exact: bool,
+    buffers: Arc<SnapshotBuffers>,
+}
+
+impl Drop for DeviceSnapshot {
+    fn drop(&mut self) {
+        // Back to the pool's spares: the buffer may still be read by a restore in flight,
+        // and the next backup that reuses it is ordered after that on the pool's stream.
+        if let Some(buffer) = self.buffer.take() {
+            self.buffers.spare.lock().push(buffer);
+        }
+    }
+}
+
+/// A KV-cache slot allocator on a CUDA device: SGLang's token and paged pools, with every
+/// operation enqueued on the caller's stream.
+///
+/// All calls on one pool must be ordered on the device (one stream, or streams ordered with
+/// events); device buffers passed in must stay alive until the stream passes the call.
+#[derive(Debug)]
+pub struct DevicePool {
+    id: u64,
+    config: PoolConfig,
+    layout: Layout,
+    kernels: Kernels,
+    memory: DeviceMemory,
+    record: MappedHost,
+    buffers: Arc<SnapshotBuffers>,
+    view: View,
+    /// Which cursor the next kernel reads.
+    parity: u32,
+    tag: u32,
+    seq: u32,
+    counts: Accounting,
+    group_open: bool,
+    stats: PoolStats,
+    /// The call of the last clear or restore: faults of earlier calls no longer block.
+    recovered_at: u32,
+    /// The fault most recently reported by [`check_device`](Self::check_device).
+    reported_fault: u64,
+    context: Arc<PrimaryContext>,
+}
+
+// SAFETY: the raw driver handles (module, functions, mapped pointer) are usable from any
+// thread once the pool's context is current, which every method makes sure of; the pool is
+// only ever used by one thread at a time (`&mut self`, or the C handle's lock).
+unsafe impl Send for DevicePool {}
+// SAFETY: as above; `&DevicePool` methods only read host fields and the mapped record.
+unsafe impl Sync for DevicePool {}
+// SAFETY: the snapshot's buffer is only touched on drop (moved into a locked list).
+unsafe impl Send for DeviceSnapshot {}
+// SAFETY: shared access reads only plain fields.
+unsafe impl Sync for DeviceSnapshot {}
+
+impl DevicePool {
+    /// Creates a pool on device `config.backend`'s ordinal with every page free. Allocates
+    /// device and mapped memory and loads the kernels; this (unlike every later call) may
+    /// synchronize the device.
+    pub fn new(config: PoolConfig) -> Result<Self, PoolError> {
+        let layout = Layout::new(&config)?;
+        let BackendKind::Cuda { ordinal } = config.backend else {
+            return fail(
+                ErrorKind::WrongBackend,
+                "DevicePool needs a CUDA backend config",
+            );
+        };
+        let context = Arc::new(PrimaryContext::retain(ordinal)?);
+        let kernels = Kernels::load(config.index_type)?;
+        let arrays = Arrays::new(layout.num_pages, layout.kv_rows());
+        let memory = DeviceMemory::zeroed(arrays.bytes)?;
+        let record = MappedHost::zeroed(std::mem::size_of::<HostRecord>())?;
+        let view = View {
+            header: memory.at(0),
+            ring: memory.at(arrays.ring),
+            staged: memory.at(arrays.staged),
+            state: memory.at(arrays.state),
+            claim: memory.at(arrays.claim),
+            group_idx: memory.at(arrays.group_idx),
+            group_ord: memory.at(arrays.group_ord),
+            scratch: memory.at(arrays.scratch),
+            slot_marks: memory.at(arrays.slot_marks),
+            record: record.device(),
+            size: layout.size,
+            page_size: layout.page_size,
+            num_pages: layout.num_pages,
+            need_sort: u32::from(config.need_sort),
+            pad: 0,
+        };
+        let buffers = Arc::new(SnapshotBuffers {
+            context: Arc::clone(&context),
+            spare: Mutex::new(Vec::new()),
+        });
+        let mut pool = Self {
+            id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
+            config,
+            layout,
+            kernels,
+            memory,
+            record,
+            buffers,
+            view,
+            parity: 0,
+            tag: 0,
+            seq: 0,
+            counts: Accounting::default(),
+            group_open: false,
+            stats: PoolStats::default(),
+            recovered_at: 0,
+            reported_fault: 0,
+            context,
+        };
+        // The initial state is a reset on the legacy default stream, waited for here.
+        pool.enqueue_reset(std::ptr::null_mut())?;
+        // SAFETY: plain driver call; creation is allowed to synchronize.
+        super::driver::check(
+            unsafe { cudarc::driver::sys::cuCtxSynchronize() },
+            "cuCtxSynchronize",
+        )?;
+        Ok(pool)
+    }
+
+    // ---- facts ------------------------------------------------------------------------
+
+    /// The configuration the pool was created with.
+    pub fn config(&self) -> &PoolConfig {
+        &self.config
+    }
+
+    /// Static facts about the pool.
+    pub fn info(&self) -> PoolInfo {
+        PoolInfo {
+            size: self.layout.size,
+            page_size: self.layout.page_size,
+            num_pages: self.layout.num_pages,
+            kv_rows: self.layout.kv_rows(),
+            padding_slot: 0,
+            need_sort: self.config.need_sort,
+            index_type: self.config.index_type,
+            backend: self.config.backend,
+            in_free_group: self.group_open,
+        }
+    }
+
+    /// Usable token slots.
+    pub fn size(&self) -> u64 {
+        self.layout.size
+    }
+
+    /// Tokens per page.
+    pub fn page_size(&self) -> u32 {
+        self.layout.page_size
+    }
+
+    /// Free token slots (free plus staged pages): exact, unless a paged free by index is
+    /// still in flight, whose pages count once the stream has passed it. Reads the mapped
+    /// record; never synchronizes.
+    pub fn available_size_bound(&mut self) -> (u64, bool) {
+        self.catch_up();
+        let c = self.counts.counts();
+        (
+            (c.free + c.staged) * u64::from(self.layout.page_size),
+            self.counts.is_exact(),
+        )
+    }
+
+    /// [`available_size_bound`](Self::available_size_bound) without the exactness flag and
+    /// without reading the record (for `&self` callers such as the scheduler).
+    pub fn available_size(&self) -> u64 {
+        let c = self.counts.counts();
+        (c.free + c.staged) * u64::from(self.layout.page_size)
+    }
+
+    /// The counters, with `pages_in_use` current (an upper bound while a count is unknown).
+    pub fn stats(&self) -> PoolStats {
+        PoolStats {
+            pages_in_use: u64::from(self.layout.num_pages) - self.free_or_staged(),
+            ..self.stats
+        }
+    }
+
+    fn free_or_staged(&self) -> u64 {
+        let c = self.counts.counts();
+        c.free + c.staged
+    }
+
+    /// The device pointer of the pool's device block and its length (tests read it back).
+    pub fn device_block(&self) -> (CUdeviceptr, usize) {
+        (self.memory.at(0), self.memory.bytes())
+    }
+
+    // ---- faults -------------------------------------------------------------------------
+
+    fn read_record(&self, field: usize) -> u64 {
+        let base = self.record.host().cast::<u64>();
+        // SAFETY: the record holds 8 u64 fields; volatile because the device writes them.
+        unsafe { std::ptr::read_volatile(base.add(field)) }
+    }
+
+    /// The fault the device recorded, if any (with the call number it came from).
+    fn recorded_fault(&self) -> Option<(u32, DeviceFault)> {
+        let seq = self.read_record(0);
+        if seq == 0 {
+            return None;
+        }
+        let fault = DeviceFault::decode(
+            self.read_record(1),
+            self.read_record(2) as i64,
+            self.read_record(3) as i64,
+        );
+        Some((seq as u32, fault))
+    }
+
+    /// A fault that still blocks the pool: recorded by a call after the last recovery.
+    fn blocking_fault(&self) -> Option<DeviceFault> {
+        let (seq, fault) = self.recorded_fault()?;
+        (seq != self.recovered_at && super::counts::seq_at_or_after(seq, self.recovered_at))
+            .then_some(fault)
+    }
+
+    /// Reports a fault the device detected: `Err(DeviceFault)` while the pool is faulted,
+    /// and once for a fault from before the last clear/restore. Never synchronizes, so a
+    /// fault in a call the stream has not reached yet is not seen yet.
+    pub fn check_device(&mut self) -> Result<(), PoolError> {
+        if let Some(fault) = self.blocking_fault() {
+            return fail(ErrorKind::DeviceFault, fault.message);
+        }
+        if let Some((seq, fault)) = self.recorded_fault() {
+            if u64::from(seq) != self.reported_fault {
+                self.reported_fault = u64::from(seq);
+                return fail(
+                    ErrorKind::DeviceFault,
+                    format!("{} (the pool was cleared or restored since)", fault.message),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// The fault blocking the pool, decoded (tests compare it with the host backend).
+    pub fn fault(&self) -> Option<DeviceFault> {
+        self.blocking_fault()
+    }
+
+    // ---- the common path of every call ---------------------------------------------------
+
+    /// Folds the device's published counts into the host's lower bounds.
+    fn catch_up(&mut self) {
+        if self.counts.is_exact() {
+            return;
+        }
+        let words = [4, 5, 6, 7].map(|i| self.read_record(i));
+        let seq = (words[0] >> 32) as u32;
+        if words.iter().any(|w| (w >> 32) as u32 != seq) || seq == 0 {
+            return; // torn: a kernel is writing it right now
+        }
+        let count = |w: u64| w & 0xffff_ffff;
+        let freed = self.counts.catch_up(
+            seq,
+            Counts {
+                free: count(words[0]),
+                staged: count(words[1]),
+                group_idx: count(words[2]),
+                group_ord: count(words[3]),
+            },
+        );
+        self.stats.pages_freed += freed;
+        self.stats.tokens_freed += freed * u64::from(self.layout.page_size);
+    }
+
+    /// Makes the context current, checks the stream, refuses work while faulted.
+    fn enter(&mut self, stream: CUstream, recovering: bool) -> Result<(), PoolError> {
+        self.context.bind()?;
+        self.context.check_stream(stream)?;
+        if !recovering {
+            if let Some(fault) = self.blocking_fault() {
+                return fail(
+                    ErrorKind::DeviceFault,
+                    format!(
+                        "the pool is faulted and refuses work until kvp_pool_clear_async or \
+                         kvp_pool_restore_state_async: {}",
+                        fault.message
+                    ),
+                );
+            }
+        }
+        self.catch_up();
+        Ok(())
+    }
+
+    /// The next call's number and tag (re-tagging the device first when tags run out).
+    fn next_call(&mut self, op: u32, step: &Step, stream: CUstream) -> Result<Call, PoolError> {
+        if self.tag >= TAG_LIMIT {
+            self.retag(stream)?;
+        }
+        self.tag += 1;
+        self.seq = self.seq.wrapping_add(1);
+        if self.seq == 0 {
+            self.seq = 1;
+        }
+        let mut flags = 0;
+        if self.counts.wants_mirror(step) {
+            flags |= CALL_MIRROR;
+        }
+        if self.group_open {
+            flags |= CALL_IN_GROUP;
+        }
+        Ok(Call {
+            tag: self.tag,
+            input: self.parity,
+            flags,
+            op,
+            seq: self.seq,
+            pad: 0,
+        })
+    }
+
+    /// Enqueues one kernel of a call and accounts for it.
+    ///
+    /// # Safety
+    /// `extra` must match `function`'s parameters after `(View, Call)`.
+    unsafe fn run(
+        &mut self,
+        function: CUfunction,
+        grid: u32,
+        block: u32,
+        op: u32,
+        step: Step,
+        stream: CUstream,
+        extra: &[*mut c_void],
+    ) -> Result<(), PoolError> {
+        let call = self.next_call(op, &step, stream)?;
+        let view = self.view;
+        let mut args = Vec::with_capacity(2 + extra.len());
+        args.push(arg(&view));
+        args.push(arg(&call));
+        args.extend_from_slice(extra);
+        // SAFETY: forwarded contract.
+        unsafe { launch(function, grid, block, stream, &mut args) }?;
+        self.parity ^= 1;
+        self.counts.record(call.seq, step);
+        Ok(())
+    }
+
+    fn retag(&mut self, stream: CUstream) -> Result<(), PoolError> {
+        let view = self.view;
+        let grid = self.grid_over(u64::from(self.layout.num_pages) + 1);
+        // SAFETY: `kvp_retag(View)`.
+        unsafe { launch(self.kernels.retag, grid, BLOCK, stream, &mut [arg(&view)]) }?;
+        self.tag = 0;
+        Ok(())
+    }
+
+    fn grid_over(&self, items: u64) -> u32 {
+        items.div_ceil(u64::from(BLOCK)).clamp(1, ALLOC_MAX_BLOCKS) as u32
+    }
+
+    fn enqueue_reset(&mut self, stream: CUstream) -> Result<(), PoolError> {
+        let counts = Counts {
+            free: u64::from(self.layout.num_pages),
+            ..Counts::default()
+        };
+        let grid = self.grid_over(u64::from(self.layout.num_pages) + 1);
+        // SAFETY: `kvp_reset(View, Call)`.
+        unsafe {
+            self.run(
+                self.kernels.reset,
+                grid,
+                BLOCK,
+                0,
+                Step::Set {
+                    counts,
+                    exact: true,
+                },
+                stream,
+                &[],
+            )
+        }?;
+        self.recovered_at = self.seq;
+        self.group_open = false;
+        Ok(())
+    }
+
+    fn record_outcome(&mut self, result: Result<(), PoolError>) -> Result<(), PoolError> {
+        match &result {
+            Ok(()) => {
+                let in_use = self.stats().pages_in_use;
+                self.stats.pages_in_use_peak = self.stats.pages_in_use_peak.max(in_use);
+            }
+            Err(err) if err.kind() == ErrorKind::OutOfSlots => self.stats.failed_allocations += 1,
+            Err(_) => self.stats.rejected_calls += 1,
+        }
+        result
+    }
+
+    /// SGLang's per-call merge rule, then the shortage check (against the lower bound).
+    fn ensure_pages(
+        &mut self,
+        trigger: u64,
+        needed: u64,
+        what: &str,
+        stream: CUstream,
+    ) -> Result<(), PoolError> {
+        let c = self.counts.counts();
+        let may_have_staged = c.staged > 0 || (self.config.need_sort && !self.counts.is_exact());
+        if trigger > c.free && may_have_staged {
+            self.enqueue_merge(stream)?;
+        }
+        let free = self.counts.counts().free;
+        if needed > free {
+            let note = if self.counts.is_exact() {
+                ""
+            } else {
+                " (a lower bound: a paged free by index is still in flight on the stream)"
+            };
+            return fail(
+                ErrorKind::OutOfSlots,
+                format!("{what} needs {needed} free pages but only {free} are available{note}"),
+            );
+        }
+        Ok(())
+    }
+
+    fn enqueue_merge(&mut self, stream: CUstream) -> Result<(), PoolError> {
+        if self.counts.counts().staged > 0 {
+            self.stats.merges += 1;
+        }
+        // SAFETY: `kvp_merge(View, Call)`.
+        unsafe {
+            self.run(
+                self.kernels.merge,
+                1,
+                FREE_BLOCK,
+                DeviceOp::Merge as u32,
+                Step::Merge,
+                stream,
+                &[],
+            )
+        }
+    }
+
+    fn count_allocation(&mut self, tokens: u64, pages: u64) {
+        self.stats.tokens_allocated += tokens;
+        self.stats.pages_allocated += pages;
+    }
+
+    fn check_output(out_len: usize, needed: u64) -> Result<(), PoolError> {
+        if (out_len as u64) < needed {
+            return fail(
+                ErrorKind::BufferTooSmall,
+                format!("the output buffer holds {out_len} indices but {needed} are needed"),
+            );
+        }
+        Ok(())
+    }
+
+    // ---- allocation ---------------------------------------------------------------------
+
+    /// Enqueues `alloc(n)`: `n` slots (whole pages on a paged pool) into device buffer
+    /// `out[..n]`, which holds `out_len` indices of the pool's index type.
+    ///
+    /// # Safety
+    /// `out` must be device memory of the pool's device holding `out_len` indices, alive
+    /// until the stream passes the call; `stream` a live stream (or NULL).
+    pub unsafe fn alloc(
+        &mut self,
+        n: usize,
+        out: CUdeviceptr,
+        out_len: usize,
+        stream: CUstream,
+    ) -> Result<(), PoolError> {
+        self.stats.alloc_calls += 1;
+        // SAFETY: forwarded contract.
+        let result = unsafe { self.alloc_inner(n, out, out_len, stream) };
+        self.record_outcome(result)
+    }
+
+    unsafe fn alloc_inner(
+        &mut self,
+        n: usize,
+        out: CUdeviceptr,
+        out_len: usize,
+        stream: CUstream,
+    ) -> Result<(), PoolError> {
+        self.enter(stream, false)?;
+        let ps = self.layout.page_size as usize;
+        if n % ps != 0 {
+            return fail(
+                ErrorKind::Unaligned,
+                format!("alloc of {n} tokens is not a multiple of page_size {ps}"),
+            );
+        }
+        Self::check_output(out_len, n as u64)?;
+        let pages = (n / ps) as u64;
+        self.ensure_pages(pages, pages, "alloc", stream)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let grid = self.grid_over(n as u64);
+        // SAFETY: `kvp_alloc_*(View, Call, u64 pages, Index *out)`.
+        unsafe {
+            self.run(
+                self.kernels.typed.alloc,
+                grid,
+                BLOCK,
+                DeviceOp::Alloc as u32,
+                Step::Take(pages),
+                stream,
+                &[arg(&pages), arg(&out)],
+            )
+        }?;
+        self.count_allocation(n as u64, pages);
+        Ok(())
+    }
+
+    /// Enqueues `alloc_extend` (see [`crate::Pool::alloc_extend`] for the index math). The
+    /// `*_host` slices are the host copies of the device arrays `prefix_lens` / `seq_lens`
+    /// (SGLang's `*_lens_cpu`); the host plans from them, the kernel reads the device ones.
+    ///
+    /// # Safety
+    /// Device pointers must hold `batch` (`out`: `out_len`) elements and stay alive until
+    /// the stream passes the call; the device lengths must equal the host copies.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn alloc_extend(
+        &mut self,
+        prefix_lens_host: &[i64],
+        seq_lens_host: &[i64],
+        prefix_lens: CUdeviceptr,
+        seq_lens: CUdeviceptr,
+        last_loc: CUdeviceptr,
+        extend_num_tokens: u64,
+        out: CUdeviceptr,
+        out_len: usize,
+        stream: CUstream,
+    ) -> Result<(), PoolError> {
+        self.stats.alloc_extend_calls += 1;
+        let result = (|| {
+            self.enter(stream, false)?;
+            let batch = seq_lens_host.len();
+            let plan = plan::plan_extend(
+                &self.layout,
+                prefix_lens_host,
+                seq_lens_host,
+                extend_num_tokens,
+            )?;
+            Self::check_output(out_len, plan.tokens)?;
+            let ps = u64::from(self.layout.page_size);
+            let trigger = if self.layout.is_paged() {
+                extend_num_tokens / ps + batch as u64 + 1
+            } else {
+                plan.new_pages
+            };
+            self.ensure_pages(trigger, plan.new_pages, "alloc_extend", stream)?;
+            if batch == 0 {
+                return Ok(());
+            }
+            let per_block = (batch as u64)
+                .div_ceil(EXTEND_TARGET_BLOCKS)
+                .min(u64::from(BLOCK));
+            // SAFETY: forwarded contract.
+            unsafe {
+                self.launch_extend(
+                    prefix_lens,
+                    seq_lens,
+                    last_loc,
+                    batch,
+                    per_block,
+                    false,
+                    plan.tokens,
+                    plan.new_pages,
+                    out,
+                    stream,
+                )
+            }?;
+            self.count_allocation(plan.tokens, plan.new_pages);
+            Ok(())
+        })();
+        self.record_outcome(result)
+    }
+
+    /// Enqueues `alloc_decode` (see [`crate::Pool::alloc_decode`]).
+    ///
+    /// # Safety
+    /// As for [`alloc_extend`](Self::alloc_extend).
+    pub unsafe fn alloc_decode(
+        &mut self,
+        seq_lens_host: &[i64],
+        seq_lens: CUdeviceptr,
+        last_loc: CUdeviceptr,
+        out: CUdeviceptr,
+        out_len: usize,
+        stream: CUstream,
+    ) -> Result<(), PoolError> {
+        self.stats.alloc_decode_calls += 1;
+        let result = (|| {
+            self.enter(stream, false)?;
+            let batch = seq_lens_host.len();
+            let new_pages = plan::plan_decode(&self.layout, seq_lens_host)?;
+            Self::check_output(out_len, batch as u64)?;
+            self.ensure_pages(batch as u64, new_pages, "alloc_decode", stream)?;
+            if batch == 0 {
+                return Ok(());
+            }
+            // SAFETY: forwarded contract (the prefix pointer is unused in decode mode).
+            unsafe {
+                self.launch_extend(
+                    seq_lens,
+                    seq_lens,
+                    last_loc,
+                    batch,
+                    u64::from(BLOCK),
+                    true,
+                    batch as u64,
+                    new_pages,
+                    out,
+                    stream,
+                )
+            }?;
+            self.count_allocation(batch as u64, new_pages);
+            Ok(())
+        })();
+        self.record_outcome(result)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn launch_extend(
+        &mut self,
+        prefix_lens: CUdeviceptr,
+        seq_lens: CUdeviceptr,
+        last_loc: CUdeviceptr,
+        batch: usize,
+        per_block: u64,
+        decode: bool,
+        tokens: u64,
+        pages: u64,
+        out: CUdeviceptr,
+        stream: CUstream,
+    ) -> Result<(), PoolError> {
+        let batch32 = u32::try_from(batch).map_err(|_| {
+            PoolError::new(ErrorKind::InvalidLengths, "batch_size exceeds 2^32 - 1")
+        })?;
+        let per_block = per_block.max(1) as u32;
+        let grid = batch32.div_ceil(per_block);
+        let decode = u32::from(decode);
+        let op = if decode == 1 {
+            DeviceOp::AllocDecode
+        } else {
+            DeviceOp::AllocExtend
+        };
+        // SAFETY: `kvp_extend_*(View, Call, const i64 *prefix, const i64 *seq, const Index
+        // *last_loc, u32 batch, u32 per_block, u32 decode, u64 tokens, u64 pages, Index *out)`.
+        unsafe {
+            self.run(
+                self.kernels.typed.extend,
+                grid,
+                BLOCK,
+                op as u32,
+                Step::Take(pages),
+                stream,
+                &[
+                    arg(&prefix_lens),
+                    arg(&seq_lens),
+                    arg(&last_loc),
+                    arg(&batch32),
+                    arg(&per_block),
+                    arg(&decode),
+                    arg(&tokens),
+                    arg(&pages),
+                    arg(&out),
+                ],
+            )
+        }
+    }
+
+    // ---- frees ----------------------------------------------------------------------------
+
+    fn known_dest(&self) -> Dest {
+        if self.group_open {
+            Dest::GroupOrd
+        } else if self.config.need_sort {
+            Dest::Staged
+        } else {
+            Dest::Free
+        }
+    }
+
+    fn record_free(&mut self, pages: Option<u64>) {
+        if let Some(pages) = pages {
+            if !self.group_open {
+                self.stats.pages_freed += pages;
+                self.stats.tokens_freed += pages * u64::from(self.layout.page_size);
+            }
+        }
+    }
+
+    /// Enqueues a free by slot index (see [`crate::Pool::free`]). On a paged pool the
+    /// number of distinct pages is found by the kernel: until the stream passes the call,
+    /// [`available_size_bound`](Self::available_size_bound) does not count them.
+    ///
+    /// # Safety
+    /// `indices` must be device memory holding `len` indices, alive until the stream passes
+    /// the call.
+    pub unsafe fn free(
+        &mut self,
+        indices: CUdeviceptr,
+        len: usize,
+        stream: CUstream,
+    ) -> Result<(), PoolError> {
+        self.stats.free_calls += 1;
+        let result = (|| {
+            self.enter(stream, false)?;
+            if len == 0 {
+                return Ok(());
+            }
+            if len as u64 > self.layout.size {
+                return fail(
+                    ErrorKind::DoubleFree,
+                    format!(
+                        "{len} indices but the pool has {} slots: some index repeats",
+                        self.layout.size
+                    ),
+                );
+            }
+            let len64 = len as u64;
+            if self.layout.is_paged() {
+                let dest = if self.group_open {
+                    Dest::GroupIdx
+                } else {
+                    self.known_dest()
+                };
+                // SAFETY: `kvp_free_slots_paged_*(View, Call, const Index *, u64 len)`.
+                unsafe {
+                    self.run(
+                        self.kernels.typed.free_slots_paged,
+                        1,
+                        FREE_BLOCK,
+                        DeviceOp::FreeIndices as u32,
+                        Step::Release { dest, pages: None },
+                        stream,
+                        &[arg(&indices), arg(&len64)],
+                    )
+                }
+            } else {
+                // SAFETY: forwarded contract.
+                unsafe {
+                    self.free_known(
+                        indices,
+                        FREE_SLOTS,
+                        len64,
+                        0,
+                        len64,
+                        DeviceOp::FreeIndices,
+                        stream,
+                    )
+                }
+            }
+        })();
+        self.record_outcome(result)
+    }
+
+    /// Enqueues a free of exactly these pages, in order (see [`crate::Pool::free_pages`]).
+    ///
+    /// # Safety
+    /// `page_ids` must be device memory holding `len` indices, alive until the stream
+    /// passes the call.
+    pub unsafe fn free_pages(
+        &mut self,
+        page_ids: CUdeviceptr,
+        len: usize,
+        stream: CUstream,
+    ) -> Result<(), PoolError> {
+        self.stats.free_calls += 1;
+        let result = (|| {
+            self.enter(stream, false)?;
+            if len == 0 {
+                return Ok(());
+            }
+            if len as u64 > u64::from(self.layout.num_pages) {
+                return fail(
+                    ErrorKind::DoubleFree,
+                    format!(
+                        "{len} page ids but the pool has {} pages: some page repeats",
+                        self.layout.num_pages
+                    ),
+                );
+            }
+            let len64 = len as u64;
+            // SAFETY: forwarded contract.
+            unsafe {
+                self.free_known(
+                    page_ids,
+                    FREE_PAGE_IDS,
+                    len64,
+                    0,
+                    len64,
+                    DeviceOp::FreePages,
+                    stream,
+                )
+            }
+        })();
+        self.record_outcome(result)
+    }
+
+    /// Enqueues a free of the pages of `row[start_pos .. start_pos + len]` (see
+    /// [`crate::Pool::free_segment`]). The page count is known on the host: no lower bound.
+    ///
+    /// # Safety
+    /// `row` must be device memory holding `row_len` indices, alive until the stream passes
+    /// the call.
+    pub unsafe fn free_segment(
+        &mut self,
+        row: CUdeviceptr,
+        row_len: usize,
+        start_pos: usize,
+        len: usize,
+        stream: CUstream,
+    ) -> Result<(), PoolError> {
+        self.stats.free_calls += 1;
+        let result = (|| {
+            self.enter(stream, false)?;
+            if start_pos.checked_add(len).is_none_or(|end| end > row_len) {
+                return fail(
+                    ErrorKind::BufferTooSmall,
+                    format!("segment {start_pos}..{start_pos}+{len} lies outside the row of {row_len} slots"),
+                );
+            }
+            let ps = self.layout.page_size as usize;
+            if self.layout.is_paged() && start_pos % ps != 0 {
+                return fail(
+                    ErrorKind::Unaligned,
+                    format!("start_pos {start_pos} is not a multiple of page_size {ps}"),
+                );
+            }
+            if len == 0 {
+                return Ok(());
+            }
+            let pages = len.div_ceil(ps) as u64;
+            if pages > u64::from(self.layout.num_pages) {
+                return fail(
+                    ErrorKind::DoubleFree,
+                    format!(
+                        "the segment spans {pages} pages but the pool has {}",
+                        self.layout.num_pages
+                    ),
+                );
+            }
+            let mode = if self.layout.is_paged() {
+                FREE_SEGMENT
+            } else {
+                FREE_SLOTS
+            };
+            // SAFETY: forwarded contract.
+            unsafe {
+                self.free_known(
+                    row,
+                    mode,
+                    len as u64,
+                    start_pos as u64,
+                    pages,
+                    DeviceOp::FreeSegment,
+                    stream,
+                )
+            }
+        })();
+        self.record_outcome(result)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn free_known(
+        &mut self,
+        src: CUdeviceptr,
+        mode: u32,
+        len: u64,
+        start: u64,
+        pages: u64,
+        op: DeviceOp,
+        stream: CUstream,
+    ) -> Result<(), PoolError> {
+        let dest = self.known_dest();
+        let count = pages as u32;
+        // SAFETY: `kvp_free_known_*(View, Call, const Index *src, u32 mode, u64 len, u64 start,
+        // u32 count)`.
+        unsafe {
+            self.run(
+                self.kernels.typed.free_known,
+                1,
+                FREE_BLOCK,
+                op as u32,
+                Step::Release {
+                    dest,
+                    pages: Some(pages),
+                },
+                stream,
+                &[arg(&src), arg(&mode), arg(&len), arg(&start), arg(&count)],
+            )
+        }?;
+        self.record_free(Some(pages));
+        Ok(())
+    }
+
+    /// Opens a free group (host-only: no device work).
+    pub fn free_group_begin(&mut self) -> Result<(), PoolError> {
+        let result = if self.group_open {
+            fail(
+                ErrorKind::InvalidState,
+                "a free group is already open; free groups do not nest",
+            )
+        } else {
+            self.group_open = true;
+            Ok(())
+        };
+        self.record_outcome(result)
+    }
+
+    /// Enqueues the end of the free group: pages freed by index (one ascending block), then
+    /// those freed by page id or segment, in call order.
+    pub fn free_group_end(&mut self, stream: CUstream) -> Result<(), PoolError> {
+        let result = (|| {
+            self.enter(stream, false)?;
+            if !self.group_open {
+                return fail(
+                    ErrorKind::InvalidState,
+                    "free_group_end without an open free group",
+                );
+            }
+            let c = self.counts.counts();
+            let known = c.group_idx + c.group_ord;
+            self.group_open = false;
+            let dest = self.known_dest();
+            // SAFETY: `kvp_group_end(View, Call)`.
+            let launched = unsafe {
+                self.run(
+                    self.kernels.group_end,
+                    1,
+                    FREE_BLOCK,
+                    DeviceOp::GroupEnd as u32,
+                    Step::GroupEnd { dest },
+                    stream,
+                    &[],
+                )
+            };
+            if launched.is_err() {
+                self.group_open = true;
+            }
+            launched?;
+            self.record_free(Some(known));
+            Ok(())
+        })();
+        self.record_outcome(result)
+    }
+
+    /// Enqueues SGLang's `merge_and_sort_free` (no launch when nothing can be staged).
+    pub fn merge_and_sort_free(&mut self, stream: CUstream) -> Result<(), PoolError> {
+        self.enter(stream, false)?;
+        let c = self.counts.counts();
+        if c.staged > 0 || (self.config.need_sort && !self.counts.is_exact()) {
+            self.enqueue_merge(stream)?;
+        }
+        Ok(())
+    }
+
+    /// Enqueues a reset: every page free in order, staged frees and an open group dropped,
+    /// and a device fault cleared.
+    pub fn clear(&mut self, stream: CUstream) -> Result<(), PoolError> {
+        self.enter(stream, true)?;
+        self.enqueue_reset(stream)
+    }
+
+    // ---- snapshots --------------------------------------------------------------------------
+
+    /// Enqueues a copy of the allocator state into a snapshot buffer (device memory; reused
+    /// from dropped snapshots of this pool when possible, so only the first backups
+    /// allocate).
+    pub fn backup_state(&mut self, stream: CUstream) -> Result<DeviceSnapshot, PoolError> {
+        self.enter(stream, false)?;
+        if self.group_open {
+            return fail(
+                ErrorKind::InvalidState,
+                "cannot back up the state while a free group is open",
+            );
+        }
+        let bytes = snapshot_bytes(self.layout.num_pages);
+        let spare = self.buffers.spare.lock().pop();
+        let buffer = match spare {
+            Some(buffer) => buffer,
+            None => DeviceMemory::zeroed(bytes)?,
+        };
+        let target = buffer.at(0);
+        let counts = self.counts.counts();
+        let exact = self.counts.is_exact();
+        let grid = self.grid_over(3 * u64::from(self.layout.num_pages) + 1);
+        // SAFETY: `kvp_backup(View, Call, u32 *snapshot)`; `buffer` holds `bytes`.
+        let launched = unsafe {
+            self.run(
+                self.kernels.backup,
+                grid,
+                BLOCK,
+                0,
+                Step::Keep,
+                stream,
+                &[arg(&target)],
+            )
+        };
+        if let Err(err) = launched {
+            self.buffers.spare.lock().push(buffer);
+            return Err(err);
+        }
+        Ok(DeviceSnapshot {
+            pool_id: self.id,
+            buffer: Some(buffer),
+            counts,
+            exact,
+            buffers: Arc::clone(&self.buffers),
+        })
+    }
+
+    /// Enqueues a restore of `snapshot` (of this pool); also clears a device fault.
+    pub fn restore_state(
+        &mut self,
+        snapshot: &DeviceSnapshot,
+        stream: CUstream,
+    ) -> Result<(), PoolError> {
+        let result = (|| {
+            self.enter(stream, true)?;
+            if snapshot.pool_id != self.id {
+                return fail(
+                    ErrorKind::ForeignSnapshot,
+                    "the snapshot was taken from a different pool",
+                );
+            }
+            if self.group_open {
+                return fail(
+                    ErrorKind::InvalidState,
+                    "cannot restore a snapshot while a free group is open",
+                );
+            }
+            let source = snapshot.buffer.as_ref().map_or(0, |b| b.at(0));
+            let grid = self.grid_over(3 * u64::from(self.layout.num_pages) + 1);
+            // SAFETY: `kvp_restore(View, Call, u32 *snapshot)`.
+            unsafe {
+                self.run(
+                    self.kernels.restore,
+                    grid,
+                    BLOCK,
+                    0,
+                    Step::Set {
+                        counts: snapshot.counts,
+                        exact: snapshot.exact,
+                    },
+                    stream,
+                    &[arg(&source)],
+                )
+            }?;
+            self.recovered_at = self.seq;
+            self.stats.restores += 1;
+            Ok(())
+        })();
+        self.record_outcome(result)
+    }
+}
+
+impl Drop for DevicePool {
+    fn drop(&mut self) {
+        // Module, memory and mapped record are released in the pool's context.
+        let _ = self.context.bind();
+    }
+}
