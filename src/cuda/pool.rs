@@ -51,6 +51,30 @@ impl Drop for SnapshotBuffers {
     }
 }
 
+/// Byte offsets of a device pool's state in its device block (see
+/// [`DevicePool::debug_layout`]). The current cursor is eight `u32`: head, free length,
+/// staged length, group lengths (by index, by order), padding; the ring holds `num_pages`
+/// page ids (the free list is `free length` of them from `head`, wrapping), `staged` the
+/// staged pages, `state` one word per page (`word & 7`: 0 reserved, 1 free, 2 staged,
+/// 3 allocated, 4/5 freed in an open group).
+#[derive(Clone, Copy, Debug)]
+pub struct DebugLayout {
+    /// Device address of the block.
+    pub block: u64,
+    /// Its size in bytes.
+    pub block_bytes: usize,
+    /// Offset of the cursor the next call reads (complete once the stream is idle).
+    pub cursor: usize,
+    /// Offset of the ring.
+    pub ring: usize,
+    /// Offset of the staged pages.
+    pub staged: usize,
+    /// Offset of the page words.
+    pub state: usize,
+    /// Pages of the pool.
+    pub num_pages: u32,
+}
+
 /// A device pool's saved state: a device buffer filled on the stream by
 /// [`DevicePool::backup_state`].
 #[derive(Debug)]
@@ -243,9 +267,27 @@ impl DevicePool {
         c.free + c.staged
     }
 
-    /// The device pointer of the pool's device block and its length (tests read it back).
-    pub fn device_block(&self) -> (CUdeviceptr, usize) {
-        (self.memory.at(0), self.memory.bytes())
+    /// Where the pool's state lives on the device, for tests and debuggers that read it
+    /// back themselves (kvpool never reads device memory from the host).
+    pub fn debug_layout(&self) -> DebugLayout {
+        let arrays = Arrays::new(self.layout.num_pages, self.layout.kv_rows());
+        let cursor_size = std::mem::size_of::<super::layout::Cursor>();
+        DebugLayout {
+            block: self.memory.at(0),
+            block_bytes: self.memory.bytes(),
+            cursor: self.parity as usize * cursor_size,
+            ring: arrays.ring,
+            staged: arrays.staged,
+            state: arrays.state,
+            num_pages: self.layout.num_pages,
+        }
+    }
+
+    /// Moves the page-word tag counter to `tag` (at most the limit), so tests can cross
+    /// the re-tagging that otherwise happens once every 2^29 calls.
+    #[doc(hidden)]
+    pub fn debug_jump_tag(&mut self, tag: u32) {
+        self.tag = tag.min(TAG_LIMIT);
     }
 
     // ---- faults -------------------------------------------------------------------------

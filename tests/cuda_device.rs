@@ -1,0 +1,293 @@
+//! Device-pool behaviour that is not index math: creation without a driver, the backend
+//! checks at the C ABI, foreign streams, counts while a free is in flight, and the proof
+//! that no call waits for the GPU. The GPU tests are `#[ignore]`d on CPU machines (run them
+//! with `cargo test --release --test cuda_device -- --ignored`).
+
+mod gpu;
+
+use std::ptr::{null, null_mut};
+use std::time::{Duration, Instant};
+
+use kvpool::cuda::DevicePool;
+use kvpool::ffi::*;
+use kvpool::{BackendKind, ErrorKind, IndexType, Pool, PoolConfig};
+
+use gpu::{DevBuf, Event, Gpu, Spinner};
+
+fn config(backend: BackendKind, ps: u32) -> PoolConfig {
+    PoolConfig {
+        size: 4096 * u64::from(ps),
+        page_size: ps,
+        need_sort: false,
+        index_type: IndexType::I64,
+        backend,
+    }
+}
+
+const CUDA0: BackendKind = BackendKind::Cuda { ordinal: 0 };
+
+#[test]
+fn creating_a_device_pool_needs_a_driver_and_never_crashes() {
+    match gpu::unavailable() {
+        Some(_) => {
+            let err = DevicePool::new(config(CUDA0, 16)).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::CudaUnavailable, "{err}");
+            // The same through the C ABI.
+            let mut c = kvp_pool_config_default();
+            c.size = 1024;
+            c.backend = kvp_backend::Cuda as u32;
+            let mut pool = null_mut();
+            // SAFETY: valid pointers.
+            let status = unsafe { kvp_pool_new(&c, &mut pool) };
+            assert_eq!(status, kvp_status::CudaUnavailable);
+            assert!(pool.is_null());
+        }
+        None => {
+            let pool = DevicePool::new(config(CUDA0, 16)).unwrap();
+            assert_eq!(pool.available_size(), 4096 * 16);
+            let err = DevicePool::new(config(BackendKind::Cuda { ordinal: 999 }, 16)).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::CudaUnavailable, "{err}");
+        }
+    }
+}
+
+#[test]
+fn async_calls_on_a_host_pool_are_refused() {
+    let mut c = kvp_pool_config_default();
+    c.size = 1024;
+    c.page_size = 16;
+    let mut pool = null_mut();
+    // SAFETY: valid pointers throughout; NULL device pointers with length 0 are allowed.
+    unsafe {
+        assert_eq!(kvp_pool_new(&c, &mut pool), kvp_status::Ok);
+        assert_eq!(
+            kvp_pool_alloc_async(pool, 0, null_mut(), 0, null_mut()),
+            kvp_status::WrongBackend
+        );
+        assert_eq!(
+            kvp_pool_free_indices_async(pool, null(), 0, null_mut()),
+            kvp_status::WrongBackend
+        );
+        assert_eq!(kvp_pool_check_device(pool), kvp_status::WrongBackend);
+        let mut available = 0;
+        assert_eq!(
+            kvp_pool_available_size(pool, &mut available),
+            kvp_status::Ok
+        );
+        assert_eq!(available, 1024);
+        kvp_pool_free(pool);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn host_calls_on_a_device_pool_are_refused() {
+    let mut c = kvp_pool_config_default();
+    c.size = 1024;
+    c.backend = kvp_backend::Cuda as u32;
+    let mut pool = null_mut();
+    let mut out = [0i64; 4];
+    // SAFETY: valid pointers.
+    unsafe {
+        assert_eq!(kvp_pool_new(&c, &mut pool), kvp_status::Ok);
+        assert_eq!(
+            kvp_pool_alloc(pool, 4, out.as_mut_ptr().cast(), 4),
+            kvp_status::WrongBackend
+        );
+        let mut info = kvp_pool_info::default();
+        assert_eq!(kvp_pool_get_info(pool, &mut info), kvp_status::Ok);
+        assert_eq!(info.backend, kvp_backend::Cuda as u32);
+        assert_eq!(info.device, 0);
+        assert_eq!(kvp_pool_check_device(pool), kvp_status::Ok);
+        kvp_pool_free(pool);
+    }
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_stream_of_another_context_is_rejected() {
+    let gpu = Gpu::new(false);
+    let mut pool = DevicePool::new(config(CUDA0, 16)).unwrap();
+    let out = DevBuf::new(16 * 8);
+    // A stream of a second (non-primary) context on the same device.
+    let mut device = 0;
+    let mut other = null_mut();
+    let mut stream = null_mut();
+    use cudarc::driver::sys;
+    // SAFETY: plain driver calls with valid out-pointers.
+    unsafe {
+        assert_eq!(
+            sys::cuDeviceGet(&mut device, 0),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        let mut params: sys::CUctxCreateParams = std::mem::zeroed();
+        let created = sys::cuCtxCreate_v4(&mut other, &mut params, 0, device);
+        assert_eq!(created, sys::CUresult::CUDA_SUCCESS);
+        assert_eq!(
+            sys::cuStreamCreate(&mut stream, 1),
+            sys::CUresult::CUDA_SUCCESS
+        );
+    }
+    // SAFETY: `out` holds 16 indices.
+    let err = unsafe { pool.alloc(16, out.ptr, 16, stream) }.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::WrongStream, "{err}");
+    assert_eq!(
+        pool.available_size(),
+        4096 * 16,
+        "a refused call changes nothing"
+    );
+    // SAFETY: created above.
+    unsafe {
+        sys::cuStreamDestroy_v2(stream);
+        sys::cuCtxDestroy_v2(other);
+    }
+    // The pool's own stream still works.
+    // SAFETY: as above.
+    unsafe { pool.alloc(16, out.ptr, 16, gpu.stream) }.unwrap();
+    gpu.sync();
+    assert_eq!(out.download::<i64>(16), (16..32).collect::<Vec<i64>>());
+}
+
+/// Every device call returns while a one-second kernel is still running on the stream:
+/// none of them waits for the GPU. Afterwards the results are checked against a host pool.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn no_call_waits_for_the_stream() {
+    let gpu = Gpu::new(false);
+    let spinner = Spinner::new();
+    for ps in [1u32, 16] {
+        let mut device = DevicePool::new(PoolConfig {
+            need_sort: ps == 16,
+            ..config(CUDA0, ps)
+        })
+        .unwrap();
+        let mut host = Pool::new(PoolConfig {
+            need_sort: ps == 16,
+            ..config(BackendKind::Host, ps)
+        })
+        .unwrap();
+        let p = i64::from(ps);
+        let prefix = [0i64, 0];
+        let seq = [3 * p, p + 1];
+        let last = [-1i64, -1];
+        let page_ids = DevBuf::new(8);
+        page_ids.upload(&[6i64]); // alloc's first page: extend takes 1..=5 (ps 16) or slots 1..=5
+        let (a, b, c, out, out2, out3) = (
+            DevBuf::new(64),
+            DevBuf::new(64),
+            DevBuf::new(64),
+            DevBuf::new(8 * 4096),
+            DevBuf::new(8 * 4096),
+            DevBuf::new(8 * 4096),
+        );
+        a.upload(&prefix);
+        b.upload(&seq);
+        c.upload(&last);
+        let total = (seq[0] + seq[1]) as u64;
+
+        spinner.launch(gpu.stream, 1_000_000_000);
+        let spin_done = Event::record(gpu.stream);
+        let started = Instant::now();
+        // SAFETY: buffers sized above, alive until the end of the test (after a sync).
+        unsafe {
+            device
+                .alloc_extend(
+                    &prefix, &seq, a.ptr, b.ptr, c.ptr, total, out.ptr, 4096, gpu.stream,
+                )
+                .unwrap();
+            device
+                .alloc(4 * ps as usize, out2.ptr, 4096, gpu.stream)
+                .unwrap();
+            let snapshot = device.backup_state(gpu.stream).unwrap();
+            device.free_group_begin().unwrap();
+            device.free(out2.ptr, 4 * ps as usize, gpu.stream).unwrap();
+            device.free_group_end(gpu.stream).unwrap();
+            device.merge_and_sort_free(gpu.stream).unwrap();
+            device.restore_state(&snapshot, gpu.stream).unwrap();
+            device
+                .free_segment(out.ptr, total as usize, 0, 3 * ps as usize, gpu.stream)
+                .unwrap();
+            device.free_pages(page_ids.ptr, 1, gpu.stream).unwrap();
+            device.check_device().unwrap();
+            let _ = device.available_size_bound();
+            device.clear(gpu.stream).unwrap();
+            device
+                .alloc(2 * ps as usize, out3.ptr, 4096, gpu.stream)
+                .unwrap();
+        }
+        let elapsed = started.elapsed();
+        assert!(
+            !spin_done.done(),
+            "the one-second kernel finished before the kvpool calls returned: something waited"
+        );
+        assert!(
+            elapsed < Duration::from_millis(500),
+            "kvpool calls took {elapsed:?}"
+        );
+        eprintln!(
+            "page_size {ps}: 13 device calls returned in {elapsed:?} while the stream was busy"
+        );
+        gpu.sync();
+        device.check_device().unwrap();
+        // After the clear, the last alloc got the first pages, like a fresh host pool.
+        let mut expected = vec![0i64; 2 * ps as usize];
+        host.alloc(2 * ps as usize, &mut expected).unwrap();
+        assert_eq!(out3.download::<i64>(2 * ps as usize), expected);
+    }
+}
+
+/// A paged free by index is counted once the stream has passed it, with no sync by kvpool.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_paged_free_by_index_counts_once_the_stream_passes_it() {
+    let gpu = Gpu::new(false);
+    let spinner = Spinner::new();
+    let mut device = DevicePool::new(config(CUDA0, 16)).unwrap();
+    let out = DevBuf::new(8 * 64);
+    // SAFETY: `out` holds 64 indices.
+    unsafe { device.alloc(64, out.ptr, 64, gpu.stream) }.unwrap();
+    assert_eq!(device.available_size_bound(), (4092 * 16, true));
+    spinner.launch(gpu.stream, 300_000_000);
+    // SAFETY: as above.
+    unsafe { device.free(out.ptr, 64, gpu.stream) }.unwrap();
+    let (bound, exact) = device.available_size_bound();
+    assert_eq!(
+        (bound, exact),
+        (4092 * 16, false),
+        "in flight: a lower bound"
+    );
+    gpu.sync();
+    assert_eq!(device.available_size_bound(), (4096 * 16, true));
+}
+
+/// A double free found by the kernel: the call itself succeeds (it was enqueued), the next
+/// call and `check_device` report it, nothing changed, and `clear` recovers.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_device_detected_double_free_faults_the_pool_until_cleared() {
+    let gpu = Gpu::new(false);
+    let mut device = DevicePool::new(config(CUDA0, 16)).unwrap();
+    let out = DevBuf::new(8 * 64);
+    // SAFETY: `out` holds 64 indices.
+    unsafe {
+        device.alloc(32, out.ptr, 64, gpu.stream).unwrap();
+        device.free(out.ptr, 32, gpu.stream).unwrap();
+        device.free(out.ptr, 32, gpu.stream).unwrap(); // the double free: enqueued fine
+    }
+    gpu.sync();
+    let err = device.check_device().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::DeviceFault);
+    assert!(err.message().contains("already free"), "{err}");
+    assert_eq!(device.fault().unwrap().kind, ErrorKind::DoubleFree);
+    // Later calls are refused; the free list is intact (the first free went through).
+    // SAFETY: as above.
+    let refused = unsafe { device.alloc(16, out.ptr, 64, gpu.stream) }.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::DeviceFault);
+    assert_eq!(device.available_size_bound(), (4096 * 16, true));
+    device.clear(gpu.stream).unwrap();
+    gpu.sync();
+    // SAFETY: as above.
+    unsafe { device.alloc(16, out.ptr, 64, gpu.stream) }.unwrap();
+    gpu.sync();
+    assert_eq!(out.download::<i64>(16), (16..32).collect::<Vec<i64>>());
+}

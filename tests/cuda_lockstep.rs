@@ -1,0 +1,620 @@
+//! The CUDA backend against the host backend, in lockstep: long random sequences of every
+//! pool operation (page sizes 1, 16 and 64; `need_sort` on and off; int64 and int32
+//! indices; batches of 1 to 1024 requests; free groups, snapshots, explicit merges, clears,
+//! and bad inputs that only the device can see) run on a `DevicePool` and a host `Pool`.
+//! After every operation the statuses, every output index and the available size must
+//! agree; every 64 operations and at the end, the whole free list (ring from its head, then
+//! the staged pages) is read back from the device and compared with the host's.
+//!
+//! Needs a CUDA GPU: `#[ignore]`d by default, so `cargo test` on a CPU machine lists it as
+//! ignored. Run with `cargo test --release --test cuda_lockstep -- --ignored`
+//! (`KVPOOL_LOCKSTEP_OPS` operations per configuration, default 9000).
+
+mod gpu;
+
+use kvpool::cuda::DevicePool;
+use kvpool::{BackendKind, ErrorKind, IndexType, Pool, PoolConfig, PoolError};
+
+use gpu::{DevBuf, Gpu};
+
+/// splitmix64.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+fn kind<T>(r: Result<T, PoolError>) -> Result<T, ErrorKind> {
+    r.map_err(|e| e.kind())
+}
+
+/// Device scratch buffers, reused by every call (the test synchronizes after each).
+struct Buffers {
+    a: DevBuf,
+    b: DevBuf,
+    c: DevBuf,
+    out: DevBuf,
+}
+
+struct Saved {
+    host: kvpool::Snapshot,
+    device: kvpool::cuda::DeviceSnapshot,
+    rows: Vec<Vec<i64>>,
+    blocks: Vec<Vec<i64>>,
+}
+
+struct Run {
+    gpu: Gpu,
+    host: Pool,
+    device: DevicePool,
+    bufs: Buffers,
+    rng: Rng,
+    ps: u64,
+    i32: bool,
+    rows: Vec<Vec<i64>>,
+    blocks: Vec<Vec<i64>>,
+    saved: Option<Saved>,
+    in_group: bool,
+    ops: u64,
+    faults: u64,
+}
+
+/// Calls a generic host-pool method whose first argument is an index slice, with indices
+/// of the pool's type.
+macro_rules! host_call {
+    ($run:expr, $method:ident, $idx:expr $(, $rest:expr)*) => {{
+        if $run.i32 {
+            $run.host.$method(&to32(&$idx) $(, $rest)*)
+        } else {
+            $run.host.$method(&$idx[..] $(, $rest)*)
+        }
+    }};
+}
+
+fn to32(v: &[i64]) -> Vec<i32> {
+    v.iter().map(|&x| x as i32).collect()
+}
+
+impl Run {
+    fn new(ps: u64, need_sort: bool, i32: bool, seed: u64) -> Self {
+        let gpu = Gpu::new(true);
+        let num_pages: u64 = if ps == 1 { 32768 } else { 8192 };
+        let config = |backend| PoolConfig {
+            size: num_pages * ps,
+            page_size: ps as u32,
+            need_sort,
+            index_type: if i32 { IndexType::I32 } else { IndexType::I64 },
+            backend,
+        };
+        let host = Pool::new(config(BackendKind::Host)).unwrap();
+        let device = DevicePool::new(config(BackendKind::Cuda { ordinal: 0 })).unwrap();
+        let cap = (num_pages * ps) as usize * 8 + 64;
+        let bufs = Buffers {
+            a: DevBuf::new(cap),
+            b: DevBuf::new(cap),
+            c: DevBuf::new(cap),
+            out: DevBuf::new(cap),
+        };
+        Self {
+            gpu,
+            host,
+            device,
+            bufs,
+            rng: Rng(seed),
+            ps,
+            i32,
+            rows: Vec::new(),
+            blocks: Vec::new(),
+            saved: None,
+            in_group: false,
+            ops: 0,
+            faults: 0,
+        }
+    }
+
+    fn upload_indices(&self, buf: &DevBuf, v: &[i64]) {
+        if self.i32 {
+            buf.upload(&to32(v));
+        } else {
+            buf.upload(v);
+        }
+    }
+
+    fn download_out(&self, n: usize) -> Vec<i64> {
+        if self.i32 {
+            self.bufs
+                .out
+                .download::<i32>(n)
+                .into_iter()
+                .map(i64::from)
+                .collect()
+        } else {
+            self.bufs.out.download::<i64>(n)
+        }
+    }
+
+    /// After a device call: synchronize, then the statuses must agree, and a device fault
+    /// must be the host's error kind (then the device is restored to before the call).
+    fn settle(
+        &mut self,
+        what: &str,
+        host: Result<(), ErrorKind>,
+        device: Result<(), ErrorKind>,
+        before: Option<kvpool::cuda::DeviceSnapshot>,
+    ) -> bool {
+        self.gpu.sync();
+        let fault = self.device.fault();
+        match (host, device, fault) {
+            (Ok(()), Ok(()), None) => true,
+            (Err(h), Err(d), None) => {
+                assert_eq!(
+                    h, d,
+                    "op {} {what}: host and device refused differently",
+                    self.ops
+                );
+                false
+            }
+            (Err(h), Ok(()), Some(fault)) => {
+                assert_eq!(
+                    fault.kind, h,
+                    "op {} {what}: device fault {fault:?}",
+                    self.ops
+                );
+                assert_eq!(
+                    kind(self.device.check_device()),
+                    Err(ErrorKind::DeviceFault),
+                    "op {} {what}",
+                    self.ops
+                );
+                let before = before.expect("bad inputs are only generated with a backup");
+                self.device.restore_state(&before, self.gpu.stream).unwrap();
+                self.gpu.sync();
+                assert!(self.device.fault().is_none());
+                // The stale fault is reported once more, then the pool is healthy.
+                assert_eq!(
+                    kind(self.device.check_device()),
+                    Err(ErrorKind::DeviceFault)
+                );
+                assert_eq!(kind(self.device.check_device()), Ok(()));
+                self.faults += 1;
+                false
+            }
+            other => panic!(
+                "op {} {what}: host/device/fault disagree: {other:?}",
+                self.ops
+            ),
+        }
+    }
+
+    fn check_available(&mut self) {
+        let (device, exact) = self.device.available_size_bound();
+        assert!(
+            exact,
+            "op {}: counts still inexact after synchronizing",
+            self.ops
+        );
+        assert_eq!(
+            device,
+            self.host.available_size(),
+            "op {}: available size",
+            self.ops
+        );
+    }
+
+    /// The device's free list (ring from head, then staged) against the host's census.
+    fn check_census(&mut self) {
+        self.gpu.sync();
+        let layout = self.device.debug_layout();
+        let cursor: Vec<u32> = gpu::read_device(layout.block + layout.cursor as u64, 8);
+        let (head, free_len, staged_len) =
+            (cursor[0] as usize, cursor[1] as usize, cursor[2] as usize);
+        let n = layout.num_pages as usize;
+        let ring: Vec<u32> = gpu::read_device(layout.block + layout.ring as u64, n);
+        let staged: Vec<u32> = gpu::read_device(layout.block + layout.staged as u64, staged_len);
+        let mut census: Vec<u32> = (0..free_len).map(|k| ring[(head + k) % n]).collect();
+        census.extend(staged);
+        assert_eq!(
+            census,
+            self.host.free_page_census(),
+            "op {}: free list",
+            self.ops
+        );
+    }
+
+    fn pick_distinct(&mut self, max: usize) -> Vec<usize> {
+        let live: Vec<usize> = (0..self.rows.len())
+            .filter(|&i| !self.rows[i].is_empty())
+            .collect();
+        let mut chosen = Vec::new();
+        for &i in &live {
+            if chosen.len() >= max {
+                break;
+            }
+            if self.rng.chance(50) {
+                chosen.push(i);
+            }
+        }
+        chosen
+    }
+
+    fn batch_size(&mut self) -> usize {
+        match self.rng.below(10) {
+            0 => 1 + self.rng.below(1024) as usize,
+            1..=3 => 1 + self.rng.below(128) as usize,
+            _ => 1 + self.rng.below(16) as usize,
+        }
+    }
+
+    fn extend(&mut self) {
+        let bs = self.batch_size();
+        let mut continuing = self.pick_distinct(bs);
+        continuing.truncate(bs);
+        let mut prefix = Vec::new();
+        let mut last = Vec::new();
+        let mut targets = Vec::new();
+        for &i in &continuing {
+            prefix.push(self.rows[i].len() as i64);
+            last.push(*self.rows[i].last().unwrap());
+            targets.push(Some(i));
+        }
+        while targets.len() < bs {
+            prefix.push(0);
+            last.push(-1);
+            targets.push(None);
+        }
+        let long = bs <= 4 && self.rng.chance(20);
+        let seq: Vec<i64> = prefix
+            .iter()
+            .map(|&p| p + 1 + self.rng.below(if long { 512 } else { 3 * self.ps }) as i64)
+            .collect();
+        let total: u64 = seq.iter().zip(&prefix).map(|(s, p)| (s - p) as u64).sum();
+        // A bad last_loc, only the device can see: a slot of a free page. Only where the
+        // batch surely fits (the host checks last_loc before the shortage, the device after).
+        let fits = self.host.available_size() >= total + (bs as u64 + 1) * self.ps;
+        let bad = self.rng.chance(2) && !continuing.is_empty() && fits && !self.in_group;
+        if bad {
+            let free_page = self.host.free_page_census()[0] as i64;
+            last[0] = free_page * self.ps as i64 + (prefix[0] - 1).rem_euclid(self.ps as i64);
+        }
+        let before = bad.then(|| self.device.backup_state(self.gpu.stream).unwrap());
+        let mut host_out = vec![0i64; total as usize];
+        let h = if self.i32 {
+            let mut o = vec![0i32; total as usize];
+            let r = self
+                .host
+                .alloc_extend(&prefix, &seq, &to32(&last), total, &mut o);
+            host_out = o.into_iter().map(i64::from).collect();
+            r
+        } else {
+            self.host
+                .alloc_extend(&prefix, &seq, &last, total, &mut host_out)
+        };
+        self.bufs.a.upload(&prefix);
+        self.bufs.b.upload(&seq);
+        self.upload_indices(&self.bufs.c, &last);
+        // SAFETY: buffers sized for the pool; the test synchronizes before reusing them.
+        let d = unsafe {
+            self.device.alloc_extend(
+                &prefix,
+                &seq,
+                self.bufs.a.ptr,
+                self.bufs.b.ptr,
+                self.bufs.c.ptr,
+                total,
+                self.bufs.out.ptr,
+                total as usize,
+                self.gpu.stream,
+            )
+        };
+        let ok = self.settle("alloc_extend", kind(h), kind(d), before);
+        if bad && !ok {
+            assert!(
+                self.download_out(total as usize).iter().all(|&x| x == 0),
+                "faulted outputs must be slot 0"
+            );
+        }
+        if ok {
+            assert_eq!(
+                self.download_out(total as usize),
+                host_out,
+                "op {}: alloc_extend",
+                self.ops
+            );
+            let mut pos = 0;
+            for (k, target) in targets.iter().enumerate() {
+                let n = (seq[k] - prefix[k]) as usize;
+                let slots = host_out[pos..pos + n].to_vec();
+                pos += n;
+                match target {
+                    Some(i) => self.rows[*i].extend(slots),
+                    None => self.rows.push(slots),
+                }
+            }
+        }
+    }
+
+    fn decode(&mut self) {
+        let bs = self.batch_size();
+        let chosen = self.pick_distinct(bs);
+        if chosen.is_empty() {
+            return;
+        }
+        let seq: Vec<i64> = chosen
+            .iter()
+            .map(|&i| self.rows[i].len() as i64 + 1)
+            .collect();
+        let last: Vec<i64> = chosen
+            .iter()
+            .map(|&i| *self.rows[i].last().unwrap())
+            .collect();
+        let n = chosen.len();
+        let mut host_out = vec![0i64; n];
+        let h = if self.i32 {
+            let mut o = vec![0i32; n];
+            let r = self.host.alloc_decode(&seq, &to32(&last), &mut o);
+            host_out = o.into_iter().map(i64::from).collect();
+            r
+        } else {
+            self.host.alloc_decode(&seq, &last, &mut host_out)
+        };
+        self.bufs.b.upload(&seq);
+        self.upload_indices(&self.bufs.c, &last);
+        // SAFETY: as in `extend`.
+        let d = unsafe {
+            self.device.alloc_decode(
+                &seq,
+                self.bufs.b.ptr,
+                self.bufs.c.ptr,
+                self.bufs.out.ptr,
+                n,
+                self.gpu.stream,
+            )
+        };
+        if self.settle("alloc_decode", kind(h), kind(d), None) {
+            assert_eq!(
+                self.download_out(n),
+                host_out,
+                "op {}: alloc_decode",
+                self.ops
+            );
+            for (k, &i) in chosen.iter().enumerate() {
+                self.rows[i].push(host_out[k]);
+            }
+        }
+    }
+
+    fn alloc(&mut self) {
+        let n = (self.ps * (1 + self.rng.below(8))) as usize;
+        let mut host_out = vec![0i64; n];
+        let h = if self.i32 {
+            let mut o = vec![0i32; n];
+            let r = self.host.alloc(n, &mut o);
+            host_out = o.into_iter().map(i64::from).collect();
+            r
+        } else {
+            self.host.alloc(n, &mut host_out)
+        };
+        // SAFETY: as in `extend`.
+        let d = unsafe { self.device.alloc(n, self.bufs.out.ptr, n, self.gpu.stream) };
+        if self.settle("alloc", kind(h), kind(d), None) {
+            assert_eq!(self.download_out(n), host_out, "op {}: alloc", self.ops);
+            self.blocks.push(host_out);
+        }
+    }
+
+    /// Frees one request or block, in one of the three ways; sometimes a bad free.
+    fn free(&mut self) {
+        let from_rows = !self.rows.is_empty() && (self.blocks.is_empty() || self.rng.chance(80));
+        if !from_rows && self.blocks.is_empty() {
+            return;
+        }
+        let mut slots = if from_rows {
+            let i = self.rng.below(self.rows.len() as u64) as usize;
+            self.rows.swap_remove(i)
+        } else {
+            let i = self.rng.below(self.blocks.len() as u64) as usize;
+            self.blocks.swap_remove(i)
+        };
+        if slots.is_empty() {
+            return;
+        }
+        let bad = self.rng.chance(2) && !self.in_group;
+        let way = self.rng.below(3);
+        if way == 0 {
+            if self.ps == 1 && self.rng.chance(50) {
+                // Token pools keep the caller's order: shuffle it.
+                for k in (1..slots.len()).rev() {
+                    let j = self.rng.below(k as u64 + 1) as usize;
+                    slots.swap(k, j);
+                }
+            }
+            let mut indices = slots.clone();
+            if bad {
+                indices.push(indices[0]); // the same slot twice
+            }
+            let before = bad.then(|| self.device.backup_state(self.gpu.stream).unwrap());
+            let h = host_call!(self, free, indices);
+            self.upload_indices(&self.bufs.a, &indices);
+            // SAFETY: as in `extend`.
+            let d = unsafe {
+                self.device
+                    .free(self.bufs.a.ptr, indices.len(), self.gpu.stream)
+            };
+            if !self.settle("free", kind(h), kind(d), before) {
+                self.rows.push(slots);
+            }
+        } else if way == 1 {
+            let ps = self.ps as usize;
+            let mut pages: Vec<i64> = slots
+                .iter()
+                .step_by(ps)
+                .map(|&s| s / self.ps as i64)
+                .collect();
+            if bad {
+                pages.push(pages[0]);
+            }
+            let before = bad.then(|| self.device.backup_state(self.gpu.stream).unwrap());
+            let h = host_call!(self, free_pages, pages);
+            self.upload_indices(&self.bufs.a, &pages);
+            // SAFETY: as in `extend`.
+            let d = unsafe {
+                self.device
+                    .free_pages(self.bufs.a.ptr, pages.len(), self.gpu.stream)
+            };
+            if !self.settle("free_pages", kind(h), kind(d), before) {
+                self.rows.push(slots);
+            }
+        } else {
+            // A tail segment from a page boundary: the request keeps its head.
+            let ps = self.ps as usize;
+            let pages = slots.len().div_ceil(ps);
+            let start = self.rng.below(pages as u64) as usize * ps;
+            let mut row = slots.clone();
+            if bad {
+                row[start] = 0; // the padding slot
+            }
+            let len = row.len() - start;
+            let before = bad.then(|| self.device.backup_state(self.gpu.stream).unwrap());
+            let h = host_call!(self, free_segment, row, start, len);
+            self.upload_indices(&self.bufs.a, &row);
+            // SAFETY: as in `extend`.
+            let d = unsafe {
+                self.device
+                    .free_segment(self.bufs.a.ptr, row.len(), start, len, self.gpu.stream)
+            };
+            if self.settle("free_segment", kind(h), kind(d), before) {
+                slots.truncate(start);
+            }
+            if !slots.is_empty() {
+                self.rows.push(slots);
+            }
+        }
+    }
+
+    fn group(&mut self) {
+        if self.in_group {
+            let h = self.host.free_group_end();
+            let d = self.device.free_group_end(self.gpu.stream);
+            self.settle("free_group_end", kind(h), kind(d), None);
+            self.in_group = false;
+        } else {
+            let h = self.host.free_group_begin();
+            let d = self.device.free_group_begin();
+            self.settle("free_group_begin", kind(h), kind(d), None);
+            self.in_group = true;
+        }
+    }
+
+    fn snapshot(&mut self) {
+        if self.in_group {
+            return;
+        }
+        match self.saved.take() {
+            Some(saved) if self.rng.chance(60) => {
+                let h = self.host.restore_state(&saved.host);
+                let d = self.device.restore_state(&saved.device, self.gpu.stream);
+                self.settle("restore_state", kind(h), kind(d), None);
+                self.rows = saved.rows.clone();
+                self.blocks = saved.blocks.clone();
+                self.saved = Some(saved);
+            }
+            _ => {
+                let host = self.host.backup_state().unwrap();
+                let device = self.device.backup_state(self.gpu.stream).unwrap();
+                self.saved = Some(Saved {
+                    host,
+                    device,
+                    rows: self.rows.clone(),
+                    blocks: self.blocks.clone(),
+                });
+            }
+        }
+    }
+
+    fn step(&mut self) {
+        self.ops += 1;
+        let short = self.host.available_size() < self.host.size() / 4;
+        match self.rng.below(100) {
+            0..=24 if !short => self.extend(),
+            0..=24 => self.free(),
+            25..=49 => self.decode(),
+            50..=74 => self.free(),
+            75..=79 => self.alloc(),
+            80..=86 => self.group(),
+            87..=91 => self.snapshot(),
+            92..=95 => {
+                self.host.merge_and_sort_free();
+                self.device.merge_and_sort_free(self.gpu.stream).unwrap();
+                self.gpu.sync();
+            }
+            96 if self.rng.chance(20) => {
+                self.host.clear();
+                self.device.clear(self.gpu.stream).unwrap();
+                self.gpu.sync();
+                self.rows.clear();
+                self.blocks.clear();
+                self.in_group = false;
+            }
+            _ => self.extend(),
+        }
+        self.check_available();
+        if self.ops % 64 == 0 {
+            self.check_census();
+        }
+    }
+}
+
+fn ops_per_config() -> u64 {
+    std::env::var("KVPOOL_LOCKSTEP_OPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(9000)
+}
+
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn device_pool_matches_host_pool_op_for_op() {
+    if let Some(why) = gpu::unavailable() {
+        panic!("--ignored GPU test run without a GPU: {why}");
+    }
+    let mut total = 0;
+    let mut faults = 0;
+    let mut seed = 1;
+    for ps in [1, 16, 64] {
+        for need_sort in [false, true] {
+            for i32 in [false, true] {
+                let mut run = Run::new(ps, need_sort, i32, seed);
+                // Cross the page-word re-tagging (every 2^29 calls) early in the run.
+                run.device.debug_jump_tag((1 << 29) - 200);
+                seed += 1;
+                for _ in 0..ops_per_config() {
+                    run.step();
+                }
+                run.check_census();
+                eprintln!(
+                    "page_size {ps:>2} need_sort {need_sort:<5} int32 {i32:<5}: {} ops, {} device faults detected and recovered, {} stats {:?}",
+                    run.ops,
+                    run.faults,
+                    if run.device.stats() == run.host.stats() { "equal" } else { "differ" },
+                    run.device.stats().pages_in_use,
+                );
+                total += run.ops;
+                faults += run.faults;
+            }
+        }
+    }
+    eprintln!("lockstep: {total} operations compared, {faults} device-detected faults");
+    assert!(faults > 0, "the bad-input paths were never exercised");
+}

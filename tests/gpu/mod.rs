@@ -1,0 +1,264 @@
+//! A minimal CUDA harness for the GPU tests: the device's primary context, a stream,
+//! device buffers with blocking copies, and a hand-written PTX kernel that spins for a given
+//! time (so the tests need the NVIDIA driver only, no toolkit). Tests may synchronize
+//! freely; the library under test may not.
+#![allow(dead_code)]
+
+use std::ffi::c_void;
+
+use cudarc::driver::sys::{self, CUdeviceptr, CUresult, CUstream};
+
+/// Why a GPU test cannot run here, or `None` when a driver and a device are present.
+pub fn unavailable() -> Option<String> {
+    if !kvpool::cuda::driver_available() {
+        return Some("no NVIDIA driver or CUDA device".into());
+    }
+    None
+}
+
+fn ok(result: CUresult, what: &str) {
+    assert_eq!(result, CUresult::CUDA_SUCCESS, "{what} failed");
+}
+
+/// Primary context of device 0 (current on the calling thread) and one stream.
+pub struct Gpu {
+    pub stream: CUstream,
+    device: sys::CUdevice,
+}
+
+impl Gpu {
+    /// `blocking`: a stream that synchronizes with the legacy default stream (so blocking
+    /// `cuMemcpy` calls order with it).
+    pub fn new(blocking: bool) -> Self {
+        // SAFETY: plain driver calls with valid out-pointers.
+        unsafe {
+            ok(sys::cuInit(0), "cuInit");
+            let mut device = 0;
+            ok(sys::cuDeviceGet(&mut device, 0), "cuDeviceGet");
+            let mut ctx = std::ptr::null_mut();
+            ok(sys::cuDevicePrimaryCtxRetain(&mut ctx, device), "retain");
+            ok(sys::cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+            let mut stream = std::ptr::null_mut();
+            let flags = if blocking { 0 } else { 1 }; // CU_STREAM_NON_BLOCKING = 1
+            ok(sys::cuStreamCreate(&mut stream, flags), "cuStreamCreate");
+            Self { stream, device }
+        }
+    }
+
+    pub fn sync(&self) {
+        // SAFETY: live stream.
+        ok(
+            unsafe { sys::cuStreamSynchronize(self.stream) },
+            "cuStreamSynchronize",
+        );
+    }
+
+    /// Device count.
+    pub fn devices() -> i32 {
+        let mut n = 0;
+        // SAFETY: valid out-pointer.
+        ok(unsafe { sys::cuDeviceGetCount(&mut n) }, "cuDeviceGetCount");
+        n
+    }
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        // SAFETY: created in `new`.
+        unsafe {
+            sys::cuStreamSynchronize(self.stream);
+            sys::cuStreamDestroy_v2(self.stream);
+            sys::cuDevicePrimaryCtxRelease_v2(self.device);
+        }
+    }
+}
+
+/// A device buffer of `bytes` bytes.
+pub struct DevBuf {
+    pub ptr: CUdeviceptr,
+    pub bytes: usize,
+}
+
+impl DevBuf {
+    pub fn new(bytes: usize) -> Self {
+        let mut ptr = 0;
+        // SAFETY: valid out-pointer.
+        ok(
+            unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes.max(8)) },
+            "cuMemAlloc",
+        );
+        Self {
+            ptr,
+            bytes: bytes.max(8),
+        }
+    }
+
+    /// Copies `data` to the start of the buffer (blocking; the caller has synchronized).
+    pub fn upload<T: Copy>(&self, data: &[T]) {
+        let bytes = std::mem::size_of_val(data);
+        assert!(
+            bytes <= self.bytes,
+            "upload of {bytes} bytes into {}",
+            self.bytes
+        );
+        if bytes > 0 {
+            // SAFETY: `data` is `bytes` readable bytes; the buffer holds at least that.
+            ok(
+                unsafe { sys::cuMemcpyHtoD_v2(self.ptr, data.as_ptr().cast::<c_void>(), bytes) },
+                "cuMemcpyHtoD",
+            );
+        }
+    }
+
+    /// Reads `n` elements from byte `offset` (blocking).
+    pub fn download_at<T: Copy + Default>(&self, offset: usize, n: usize) -> Vec<T> {
+        let mut out = vec![T::default(); n];
+        let bytes = std::mem::size_of_val(out.as_slice());
+        if bytes > 0 {
+            // SAFETY: `out` has `bytes` writable bytes; the range lies inside the buffer.
+            ok(
+                unsafe {
+                    sys::cuMemcpyDtoH_v2(
+                        out.as_mut_ptr().cast::<c_void>(),
+                        self.ptr + offset as u64,
+                        bytes,
+                    )
+                },
+                "cuMemcpyDtoH",
+            );
+        }
+        out
+    }
+
+    pub fn download<T: Copy + Default>(&self, n: usize) -> Vec<T> {
+        self.download_at(0, n)
+    }
+}
+
+impl Drop for DevBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `new`.
+        unsafe { sys::cuMemFree_v2(self.ptr) };
+    }
+}
+
+/// Reads `n` `T`s at device address `addr` (blocking).
+pub fn read_device<T: Copy + Default>(addr: u64, n: usize) -> Vec<T> {
+    let mut out = vec![T::default(); n];
+    let bytes = std::mem::size_of_val(out.as_slice());
+    if bytes > 0 {
+        // SAFETY: the caller names a readable device range.
+        ok(
+            unsafe { sys::cuMemcpyDtoH_v2(out.as_mut_ptr().cast::<c_void>(), addr, bytes) },
+            "cuMemcpyDtoH",
+        );
+    }
+    out
+}
+
+/// A kernel that spins on the global timer for `ns` nanoseconds: hand-written PTX, JIT
+/// compiled by the driver.
+pub struct Spinner {
+    module: sys::CUmodule,
+    function: sys::CUfunction,
+}
+
+const SPIN_PTX: &str = "
+.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry kvp_test_spin(.param .u64 ns)
+{
+  .reg .u64 %r<5>;
+  .reg .pred %p;
+  ld.param.u64 %r1, [ns];
+  mov.u64 %r2, %globaltimer;
+SPIN:
+  mov.u64 %r3, %globaltimer;
+  sub.u64 %r4, %r3, %r2;
+  setp.lt.u64 %p, %r4, %r1;
+  @%p bra SPIN;
+  ret;
+}
+\0";
+
+impl Spinner {
+    pub fn new() -> Self {
+        let mut module = std::ptr::null_mut();
+        let mut function = std::ptr::null_mut();
+        // SAFETY: NUL-terminated PTX; valid out-pointers.
+        unsafe {
+            ok(
+                sys::cuModuleLoadData(&mut module, SPIN_PTX.as_ptr().cast::<c_void>()),
+                "cuModuleLoadData(spin PTX)",
+            );
+            ok(
+                sys::cuModuleGetFunction(&mut function, module, c"kvp_test_spin".as_ptr()),
+                "cuModuleGetFunction",
+            );
+        }
+        Self { module, function }
+    }
+
+    /// Enqueues a one-thread kernel that runs for `ns` nanoseconds.
+    pub fn launch(&self, stream: CUstream, ns: u64) {
+        let mut arg: *mut c_void = (&ns as *const u64).cast_mut().cast();
+        // SAFETY: one u64 parameter, pointing at a live value during the call.
+        ok(
+            unsafe {
+                sys::cuLaunchKernel(
+                    self.function,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    0,
+                    stream,
+                    &mut arg,
+                    std::ptr::null_mut(),
+                )
+            },
+            "cuLaunchKernel(spin)",
+        );
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        // SAFETY: loaded in `new`.
+        unsafe { sys::cuModuleUnload(self.module) };
+    }
+}
+
+/// A recorded event: `done()` polls it without waiting.
+pub struct Event(sys::CUevent);
+
+impl Event {
+    pub fn record(stream: CUstream) -> Self {
+        let mut event = std::ptr::null_mut();
+        // SAFETY: valid out-pointer; live stream.
+        unsafe {
+            ok(sys::cuEventCreate(&mut event, 0), "cuEventCreate");
+            ok(sys::cuEventRecord(event, stream), "cuEventRecord");
+        }
+        Self(event)
+    }
+
+    pub fn done(&self) -> bool {
+        // SAFETY: live event.
+        match unsafe { sys::cuEventQuery(self.0) } {
+            CUresult::CUDA_SUCCESS => true,
+            CUresult::CUDA_ERROR_NOT_READY => false,
+            other => panic!("cuEventQuery: {other:?}"),
+        }
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: created in `record`.
+        unsafe { sys::cuEventDestroy_v2(self.0) };
+    }
+}
