@@ -24,8 +24,15 @@
  *    refused for its buffers still counts in kvp_pool_get_stats (calls, rejected_calls).
  *  - Slot 0 is the padding slot and page 0 the padding page: never allocated, never freed.
  *    KV buffers need `size + page_size` rows (kvp_pool_info.kv_rows).
- *  - Backends. This version has the host backend: every call completes before it returns.
- *    The CUDA backend is reserved (KVP_BACKEND_CUDA, KVP_STATUS_UNSUPPORTED for now).
+ *  - Backends. A host pool (KVP_BACKEND_HOST) runs every call on the calling thread and is
+ *    done when it returns. A device pool (KVP_BACKEND_CUDA) keeps its state in GPU memory:
+ *    use the `*_async` calls, which take device pointers and a stream (`struct CUstream_st *`,
+ *    i.e. a cudaStream_t / CUstream / torch's `cuda_stream`, always the last parameter),
+ *    enqueue kernels and return without ever synchronizing. Device buffers must stay alive
+ *    until the stream passes the call; all calls on one pool must be ordered on the device
+ *    (one stream, or streams ordered by events). What only the device can check (the
+ *    indices themselves) faults the pool: see KVP_STATUS_DEVICE_FAULT. The library needs
+ *    only the NVIDIA driver at run time (loaded on first use), never the CUDA toolkit.
  *
  * Objects: kvp_pool (slot allocation), kvp_snapshot (its saved state), kvp_scheduler (the
  * continuous-batching step over request descriptors), kvp_adder (one prefill pass's
@@ -162,9 +169,37 @@ enum kvp_status {
    */
   KVP_STATUS_POISONED = 42,
   /**
-   * The feature is not available in this build (e.g. the CUDA backend).
+   * A host call (`kvp_pool_alloc`, ...) on a device pool, or a device call (`*_async`) on a
+   * host pool.
+   */
+  KVP_STATUS_WRONG_BACKEND = 43,
+  /**
+   * The feature is not available in this build or on this pool.
    */
   KVP_STATUS_UNSUPPORTED = 50,
+  /**
+   * No NVIDIA driver (`libcuda.so.1`) could be loaded, or the CUDA device does not exist.
+   * Never a crash: the library loads the driver only when a device pool is created.
+   */
+  KVP_STATUS_CUDA_UNAVAILABLE = 60,
+  /**
+   * A CUDA driver call failed; the message names the call and its `CUresult`.
+   */
+  KVP_STATUS_CUDA_ERROR = 61,
+  /**
+   * The stream passed to an `*_async` call belongs to another device or context than the
+   * pool (which uses its device's primary context).
+   */
+  KVP_STATUS_WRONG_STREAM = 62,
+  /**
+   * A kernel of this pool found invalid input that only the device could see (double
+   * free, an index outside the pool, page 0, a `last_loc` in a free page, two requests
+   * extending one page). The call that met it changed nothing; it and every later call
+   * until recovery wrote the padding slot 0 to their outputs. The pool refuses work until
+   * `kvp_pool_clear_async` or `kvp_pool_restore_state_async`; the message names the call,
+   * the element and its value.
+   */
+  KVP_STATUS_DEVICE_FAULT = 63,
   /**
    * An internal panic was caught at the ABI boundary; nothing unwound into the caller.
    */
@@ -206,12 +241,14 @@ enum kvp_backend
 #endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
  {
   /**
-   * Host memory; every call completes before it returns.
+   * Host memory; every call completes before it returns. Use the plain calls
+   * (`kvp_pool_alloc_extend`, ...).
    */
   KVP_BACKEND_HOST = 0,
   /**
-   * CUDA device `kvp_pool_config.device`. Not available yet: `kvp_pool_new` returns
-   * `KVP_STATUS_UNSUPPORTED`.
+   * CUDA device `kvp_pool_config.device` (its primary context): free list and page map in
+   * device memory, every operation a kernel on the caller's stream. Use the `*_async`
+   * calls; needs only the NVIDIA driver (sm_80 or newer), no CUDA toolkit.
    */
   KVP_BACKEND_CUDA = 1,
 };
@@ -414,6 +451,12 @@ typedef uint32_t kvp_delay_verdict;
 #endif // __cplusplus
 
 /**
+ * A CUDA stream (`cudaStream_t` and `CUstream` are pointers to it, so either converts
+ * without a cast). Declared, never defined, by kvpool.
+ */
+struct CUstream_st;
+
+/**
  * One prefill pass's admission budget (SGLang's `PrefillAdder`): offer the in-flight
  * chunked request first (`kvp_adder_add_chunked_req`), then waiting requests in policy
  * order (`kvp_adder_add_one_req`) until the verdict is not `KVP_ADD_RESULT_CONTINUE`.
@@ -469,7 +512,8 @@ struct kvp_scheduler;
 
 /**
  * A copy of a pool's allocator state (free list, staged frees, page states), made by
- * `kvp_pool_backup_state` and applied by `kvp_pool_restore_state` (SGLang 0.5.12's
+ * `kvp_pool_backup_state` (`_async` for a device pool, whose snapshot lives in device
+ * memory) and applied by `kvp_pool_restore_state` (`_async`) (SGLang 0.5.12's
  * `backup_state`/`restore_state`, e.g. to roll back speculative-decoding draft slots).
  *
  * Owned by the caller; release with `kvp_snapshot_free`. Immutable once made, so it may be
@@ -1317,6 +1361,240 @@ enum kvp_status kvp_delayer_record_prefill(struct kvp_delayer *delayer,
                                            uint64_t batch_size);
 
 /**
+ * Enqueues `alloc(num_tokens)` on `stream`: `num_tokens` slots into `out[0 .. num_tokens)`
+ * (device). Semantics of `kvp_pool_alloc`: a paged pool needs `num_tokens % page_size == 0`
+ * and returns whole pages.
+ *
+ * Checked on the host, before anything is enqueued (failure enqueues nothing and changes
+ * nothing): alignment, `out_len`, shortage (`KVP_STATUS_OUT_OF_SLOTS`). Enqueues one kernel
+ * (two when the shortage check merges staged frees, as SGLang does). `out` must stay alive
+ * until the stream passes the call.
+ *
+ * # Safety
+ * `pool` a live pool or NULL; `out` device memory of the pool's device for `out_len`
+ * indices; `stream` a live stream of the pool's device's primary context, or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_alloc_async(struct kvp_pool *pool,
+                                     size_t num_tokens,
+                                     void *out,
+                                     size_t out_len,
+                                     struct CUstream_st *stream);
+
+/**
+ * Enqueues `alloc_extend` on `stream`: the KV slots of a prefill/extend batch into
+ * `out[0 .. extend_num_tokens)` (device), with exactly the indices of
+ * `kvp_pool_alloc_extend` (SGLang's three-part index math, new pages in batch order).
+ *
+ * `prefix_lens_host` / `seq_lens_host` are host copies of the device arrays `prefix_lens`
+ * / `seq_lens` (SGLang's `*_lens_cpu`): the host validates the lengths and counts the new
+ * pages from them, so no device value is ever read back; the two must agree. The kernel
+ * reads `prefix_lens`, `seq_lens` and `last_loc` (device) and writes `out` (device).
+ *
+ * Checked on the host before anything is enqueued: lengths (`KVP_STATUS_INVALID_LENGTHS`),
+ * `out_len` (`KVP_STATUS_BUFFER_TOO_SMALL`), shortage (`KVP_STATUS_OUT_OF_SLOTS`), NULLs,
+ * alignment, the stream (`KVP_STATUS_WRONG_STREAM`). Checked by the kernel: each
+ * `last_loc` (allocated, consistent with its prefix, no page extended twice). A kernel that
+ * finds a bad one changes nothing, writes the padding slot 0 to all of `out`, and faults the
+ * pool: the next call (or `kvp_pool_check_device`) returns `KVP_STATUS_DEVICE_FAULT`.
+ *
+ * Enqueues one kernel (plus a merge when `need_sort` frees must be merged first). All five
+ * device buffers must stay alive until the stream passes the call; the host arrays are read
+ * during the call only. O(batch) per block; any batch size without recompiling.
+ *
+ * # Safety
+ * Host arrays valid for `batch_size` elements; device arrays of the pool's device valid for
+ * `batch_size` (`out`: `out_len`) elements; `stream` as for `kvp_pool_alloc_async`.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_alloc_extend_async(struct kvp_pool *pool,
+                                            const int64_t *prefix_lens_host,
+                                            const int64_t *seq_lens_host,
+                                            const int64_t *prefix_lens,
+                                            const int64_t *seq_lens,
+                                            const void *last_loc,
+                                            size_t batch_size,
+                                            size_t extend_num_tokens,
+                                            void *out,
+                                            size_t out_len,
+                                            struct CUstream_st *stream);
+
+/**
+ * Enqueues `alloc_decode` on `stream`: one slot per request into `out[0 .. batch_size)`
+ * (device), the indices of `kvp_pool_alloc_decode`. `seq_lens_host` is the host copy of
+ * `seq_lens` (device). Checks and faults as for `kvp_pool_alloc_extend_async`; enqueues one
+ * kernel. `seq_lens`, `last_loc` and `out` must stay alive until the stream passes the call.
+ *
+ * # Safety
+ * As for `kvp_pool_alloc_extend_async`.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_alloc_decode_async(struct kvp_pool *pool,
+                                            const int64_t *seq_lens_host,
+                                            const int64_t *seq_lens,
+                                            const void *last_loc,
+                                            size_t batch_size,
+                                            void *out,
+                                            size_t out_len,
+                                            struct CUstream_st *stream);
+
+/**
+ * Enqueues a free by slot index (`kvp_pool_free_indices` semantics) of `indices[0 .. len)`
+ * (device). Token pool: slots return to the tail in order. Paged pool: the distinct pages
+ * are found and sorted on the device (no `torch.unique`, no sync) and return to the front.
+ *
+ * Counting: on a paged pool the number of distinct pages is known only to the kernel;
+ * until the stream has passed this call, `kvp_pool_available_size` does not count them (a
+ * lower bound; `kvp_pool_available_size_bound` says so) — they count at the first call
+ * after that, with no synchronization. Prefer `kvp_pool_free_segment_async` where a
+ * request's row is at hand: its count is exact at once.
+ *
+ * Checked by the kernel: each index allocated, in range, not slot/page 0, not twice.
+ * A bad one: nothing is freed and the pool faults (`KVP_STATUS_DEVICE_FAULT` from the next
+ * call). `indices` must stay alive until the stream passes the call. One kernel.
+ *
+ * # Safety
+ * `indices` device memory of the pool's device valid for `len` indices; `stream` as for
+ * `kvp_pool_alloc_async`.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_free_indices_async(struct kvp_pool *pool,
+                                            const void *indices,
+                                            size_t len,
+                                            struct CUstream_st *stream);
+
+/**
+ * Enqueues a free of exactly the pages `page_ids[0 .. len)` (device), in order
+ * (`kvp_pool_free_pages` semantics). The count is exact at once. The kernel checks each
+ * page (allocated, in range, not page 0, listed once); a bad one frees nothing and faults
+ * the pool. `page_ids` must stay alive until the stream passes the call. One kernel.
+ *
+ * # Safety
+ * As for `kvp_pool_free_indices_async`.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_free_pages_async(struct kvp_pool *pool,
+                                          const void *page_ids,
+                                          size_t len,
+                                          struct CUstream_st *stream);
+
+/**
+ * Enqueues a free of the pages of `row[start_pos .. start_pos + len)` (device: one
+ * request's `req_to_token` row), `kvp_pool_free_segment` semantics. The page count is
+ * known on the host, so `kvp_pool_available_size` is exact at once. Host checks:
+ * `start_pos + len <= row_len` (`KVP_STATUS_BUFFER_TOO_SMALL`), paged `start_pos %
+ * page_size == 0` (`KVP_STATUS_UNALIGNED`). Kernel checks: each page allocated, its slots
+ * consecutive and page-aligned in the row; a bad one frees nothing and faults the pool.
+ * `row` must stay alive until the stream passes the call. One kernel.
+ *
+ * # Safety
+ * `row` device memory valid for `row_len` indices; `stream` as for
+ * `kvp_pool_alloc_async`.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_free_segment_async(struct kvp_pool *pool,
+                                            const void *row,
+                                            size_t row_len,
+                                            size_t start_pos,
+                                            size_t len,
+                                            struct CUstream_st *stream);
+
+/**
+ * Enqueues the end of a free group opened by `kvp_pool_free_group_begin`: its pages return
+ * to the pool (paged: those freed by index as one ascending block, then those freed by
+ * page id or segment in call order). `KVP_STATUS_INVALID_STATE` without an open group.
+ * One kernel.
+ *
+ * # Safety
+ * `pool` a live pool or NULL; `stream` as for `kvp_pool_alloc_async`.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_free_group_end_async(struct kvp_pool *pool,
+                                              struct CUstream_st *stream);
+
+/**
+ * Enqueues SGLang's `merge_and_sort_free`: staged frees join the free list, which becomes
+ * ascending. Enqueues nothing when nothing can be staged. One kernel.
+ *
+ * # Safety
+ * As for `kvp_pool_free_group_end_async`.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_merge_and_sort_free_async(struct kvp_pool *pool,
+                                                   struct CUstream_st *stream);
+
+/**
+ * Enqueues a reset: every slot free (pages `1 .. num_pages` in order), staged frees and an
+ * open free group dropped, and a device fault cleared (the way out of
+ * `KVP_STATUS_DEVICE_FAULT`). One kernel.
+ *
+ * # Safety
+ * As for `kvp_pool_free_group_end_async`.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_clear_async(struct kvp_pool *pool,
+                                     struct CUstream_st *stream);
+
+/**
+ * Enqueues a copy of the allocator state (free ring, staged frees, page map: 12 bytes a
+ * page, device to device) into a new snapshot written to `*out_snapshot`. The snapshot's
+ * device buffer comes from the pool's spares (buffers of freed snapshots) when there is
+ * one, else from `cuMemAlloc`. Fails with `KVP_STATUS_INVALID_STATE` while a free group is
+ * open. Release with `kvp_snapshot_free` (its buffer goes back to the pool's spares; no
+ * synchronization). One kernel.
+ *
+ * # Safety
+ * `pool` a live pool or NULL; `out_snapshot` writable or NULL; `stream` as for
+ * `kvp_pool_alloc_async`.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_backup_state_async(struct kvp_pool *pool,
+                                            struct kvp_snapshot **out_snapshot,
+                                            struct CUstream_st *stream);
+
+/**
+ * Enqueues a restore of `snapshot` (taken from this pool by `kvp_pool_backup_state_async`):
+ * slots allocated since are free again, slots freed since allocated again; also clears a
+ * device fault. The snapshot stays usable, and may be freed right after this call (its
+ * buffer goes to the pool's spares and is reused only in stream order, after the restore
+ * has read it). Fails with `KVP_STATUS_FOREIGN_SNAPSHOT` or
+ * `KVP_STATUS_INVALID_STATE` (free group open). One kernel.
+ *
+ * # Safety
+ * `pool` a live pool or NULL; `snapshot` a live snapshot or NULL; `stream` as for
+ * `kvp_pool_alloc_async`.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_restore_state_async(struct kvp_pool *pool,
+                                             const struct kvp_snapshot *snapshot,
+                                             struct CUstream_st *stream);
+
+/**
+ * Reports what the device found, without synchronizing: `KVP_STATUS_OK`, or
+ * `KVP_STATUS_DEVICE_FAULT` with a message naming the call, the element and its value —
+ * while the pool is faulted, and once more for a fault from before the last clear/restore.
+ * A fault in a call the stream has not reached yet is not visible yet: synchronize the
+ * stream first to check everything enqueued so far.
+ *
+ * # Safety
+ * `pool` a live pool or NULL.
+ */
+KVP_NODISCARD enum kvp_status kvp_pool_check_device(struct kvp_pool *pool);
+
+/**
+ * Writes the free token slots to `*out_tokens` and whether that number is exact to
+ * `*out_exact` (false while a paged `kvp_pool_free_indices_async` is in flight: then it is
+ * a lower bound, exact again once the stream has passed that free). Never synchronizes.
+ *
+ * # Safety
+ * `pool` a live pool or NULL; the out-pointers writable or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_available_size_bound(struct kvp_pool *pool,
+                                              uint64_t *out_tokens,
+                                              bool *out_exact);
+
+/**
  * Copies this thread's last error message into `buf` (at most `buf_len - 1` bytes plus a
  * NUL) and returns the message's full length in bytes, without the NUL. Call it with
  * `buf = NULL, buf_len = 0` to learn the size.
@@ -1342,10 +1620,14 @@ struct kvp_pool_config kvp_pool_config_default(void);
  * Ownership: `config` is only read during the call. On success `*out_pool` receives a pool
  * owned by the caller, to be released with `kvp_pool_free`.
  *
+ * A CUDA pool (`backend = KVP_BACKEND_CUDA`) retains device `config->device`'s primary
+ * context, allocates its device memory (about 28 bytes per page plus one bit per slot) and
+ * loads the kernels; this call, unlike the pool's operations, may synchronize the device.
+ *
  * Fails with `KVP_STATUS_NULL_ARGUMENT`, `KVP_STATUS_INVALID_ARGUMENT` (page_size 0, size
  * 0, unknown enum value, slots that do not fit the index type), `KVP_STATUS_UNALIGNED`
- * (size not a multiple of page_size) or `KVP_STATUS_UNSUPPORTED` (CUDA backend);
- * `*out_pool` is unmodified on failure.
+ * (size not a multiple of page_size), `KVP_STATUS_CUDA_UNAVAILABLE` (no NVIDIA driver, no
+ * such device) or `KVP_STATUS_CUDA_ERROR`; `*out_pool` is unmodified on failure.
  *
  * # Safety
  * `config` must be NULL or point to a valid config; `out_pool` must be NULL or writable.
@@ -1380,8 +1662,13 @@ enum kvp_status kvp_pool_get_info(const struct kvp_pool *pool,
 
 /**
  * Writes the number of free token slots to `*out_tokens`: free pages plus staged
- * (not yet merged) pages, times `page_size` — SGLang's `available_size()`. Exact, never an
- * estimate; pages freed inside an open free group are not counted until the group ends.
+ * (not yet merged) pages, times `page_size` — SGLang's `available_size()`. Pages freed
+ * inside an open free group are not counted until the group ends.
+ *
+ * Host pool: exact. Device pool: exact, except that the pages of a paged
+ * `kvp_pool_free_indices_async` still in flight on the stream are not counted yet (a lower
+ * bound); they count as soon as the stream has passed that free, without any
+ * synchronization. `kvp_pool_available_size_bound` also says whether the value is exact.
  *
  * # Safety
  * `pool` must be a live pool or NULL; `out_tokens` writable or NULL.
@@ -1551,7 +1838,8 @@ enum kvp_status kvp_pool_free_segment(struct kvp_pool *pool,
  * Opens a free group: frees until `kvp_pool_free_group_end` are validated at once but
  * return to the pool together at the end (SGLang's `free_group_begin`, used to batch a
  * scheduler step's frees). Groups do not nest: a second begin fails with
- * `KVP_STATUS_INVALID_STATE`.
+ * `KVP_STATUS_INVALID_STATE`. Both backends (a device pool's group ends with
+ * `kvp_pool_free_group_end_async`); enqueues nothing.
  *
  * # Safety
  * `pool` must be a live pool or NULL.
@@ -1760,7 +2048,8 @@ enum kvp_status kvp_pool_restore_state(struct kvp_pool *pool,
                                        const struct kvp_snapshot *snapshot);
 
 /**
- * Releases a snapshot. `snapshot` may be NULL (no-op).
+ * Releases a snapshot. `snapshot` may be NULL (no-op). A device snapshot's buffer goes
+ * back to its pool for reuse (or is freed with the pool); this never synchronizes.
  *
  * # Safety
  * `snapshot` must be NULL or a snapshot not yet freed, not used afterwards.

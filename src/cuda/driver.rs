@@ -31,7 +31,7 @@ pub(crate) fn init() -> Result<(), PoolError> {
         if !unsafe { sys::is_culib_present() } {
             return Err(PoolError::new(
                 ErrorKind::CudaUnavailable,
-                "the NVIDIA driver library (libcuda.so.1) could not be loaded",
+                "CUDA backend: the NVIDIA driver library (libcuda.so.1) could not be loaded",
             ));
         }
         // SAFETY: the library is present; cuInit may be called any number of times.
@@ -39,7 +39,7 @@ pub(crate) fn init() -> Result<(), PoolError> {
             CUresult::CUDA_SUCCESS => Ok(()),
             other => Err(PoolError::new(
                 ErrorKind::CudaUnavailable,
-                format!("cuInit failed with {other:?}: no usable CUDA device or driver"),
+                format!("CUDA backend: cuInit failed with {other:?}: no usable device or driver"),
             )),
         }
     })

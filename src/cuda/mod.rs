@@ -16,7 +16,7 @@ pub(crate) mod memory;
 mod pool;
 
 pub use layout::{DeviceFault, DeviceOp};
-pub use pool::{DevicePool, DeviceSnapshot};
+pub use pool::{DebugLayout, DevicePool, DeviceSnapshot};
 
 /// Whether the NVIDIA driver can be loaded and initialised (tests use it to skip visibly).
 pub fn driver_available() -> bool {

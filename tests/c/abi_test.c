@@ -188,9 +188,11 @@ static void test_status_str(void) {
         KVP_STATUS_INDEX_OUT_OF_RANGE, KVP_STATUS_RESERVED_SLOT, KVP_STATUS_DOUBLE_FREE,
         KVP_STATUS_NOT_ALLOCATED, KVP_STATUS_LAST_LOC_MISMATCH, KVP_STATUS_OUT_OF_SLOTS,
         KVP_STATUS_INVALID_STATE, KVP_STATUS_FOREIGN_SNAPSHOT, KVP_STATUS_POISONED,
-        KVP_STATUS_UNSUPPORTED,  KVP_STATUS_PANIC,
+        KVP_STATUS_WRONG_BACKEND, KVP_STATUS_UNSUPPORTED, KVP_STATUS_CUDA_UNAVAILABLE,
+        KVP_STATUS_CUDA_ERROR, KVP_STATUS_WRONG_STREAM, KVP_STATUS_DEVICE_FAULT,
+        KVP_STATUS_PANIC,
     };
-    static const int32_t unknown[] = {-1, 11, 19, 21, 39, 43, 51, 60, 99, 101, 12345,
+    static const int32_t unknown[] = {-1, 11, 19, 21, 39, 44, 51, 59, 64, 99, 101, 12345,
                                       INT32_MIN, INT32_MAX};
     size_t i, j;
     /* The status numbers are ABI: fixed forever. */
@@ -209,7 +211,12 @@ static void test_status_str(void) {
     CHECK_EQ(KVP_STATUS_INVALID_STATE, 40);
     CHECK_EQ(KVP_STATUS_FOREIGN_SNAPSHOT, 41);
     CHECK_EQ(KVP_STATUS_POISONED, 42);
+    CHECK_EQ(KVP_STATUS_WRONG_BACKEND, 43);
     CHECK_EQ(KVP_STATUS_UNSUPPORTED, 50);
+    CHECK_EQ(KVP_STATUS_CUDA_UNAVAILABLE, 60);
+    CHECK_EQ(KVP_STATUS_CUDA_ERROR, 61);
+    CHECK_EQ(KVP_STATUS_WRONG_STREAM, 62);
+    CHECK_EQ(KVP_STATUS_DEVICE_FAULT, 63);
     CHECK_EQ(KVP_STATUS_PANIC, 100);
 
     for (i = 0; i < COUNT(known); i++) {
@@ -285,7 +292,8 @@ static void test_bad_config(void) {
     cfg.size = 64;
     cfg.page_size = 4;
     cfg.backend = KVP_BACKEND_CUDA;
-    expect_bad_config(cfg, KVP_STATUS_UNSUPPORTED, "CUDA", __LINE__);
+    cfg.device = 999; /* no such device, with or without a driver: never a crash */
+    expect_bad_config(cfg, KVP_STATUS_CUDA_UNAVAILABLE, "CUDA", __LINE__);
 
     /* int32 indices need size + page_size <= INT32_MAX + 1. */
     cfg = kvp_pool_config_default();

@@ -245,8 +245,11 @@ void test_status_str() {
         KVP_STATUS_INDEX_OUT_OF_RANGE, KVP_STATUS_RESERVED_SLOT, KVP_STATUS_DOUBLE_FREE,
         KVP_STATUS_NOT_ALLOCATED, KVP_STATUS_LAST_LOC_MISMATCH, KVP_STATUS_OUT_OF_SLOTS,
         KVP_STATUS_INVALID_STATE, KVP_STATUS_FOREIGN_SNAPSHOT,  KVP_STATUS_POISONED,
-        KVP_STATUS_UNSUPPORTED,  KVP_STATUS_PANIC};
-    const std::vector<long long> numbers = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 40, 41, 42, 50, 100};
+        KVP_STATUS_WRONG_BACKEND, KVP_STATUS_UNSUPPORTED,    KVP_STATUS_CUDA_UNAVAILABLE,
+        KVP_STATUS_CUDA_ERROR,   KVP_STATUS_WRONG_STREAM,    KVP_STATUS_DEVICE_FAULT,
+        KVP_STATUS_PANIC};
+    const std::vector<long long> numbers = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 20,
+                                            40, 41, 42, 43, 50, 60, 61, 62, 63, 100};
     std::set<std::string> texts;
     for (size_t i = 0; i < known.size(); i++) {
         CHECK_EQ(known[i], numbers[i]);
@@ -257,7 +260,7 @@ void test_status_str() {
         texts.insert(s);
     }
     CHECK_EQ(texts.size(), known.size());  // every status has its own text
-    for (int32_t n : {-1, 11, 19, 21, 43, 60, 99, 101, 4242, std::numeric_limits<int32_t>::min(),
+    for (int32_t n : {-1, 11, 19, 21, 44, 59, 64, 99, 101, 4242, std::numeric_limits<int32_t>::min(),
                       std::numeric_limits<int32_t>::max()})
         CHECK(std::string(kvp_status_str(n)) == "unknown status");
 }
@@ -285,7 +288,7 @@ void test_config() {
         {10, 4, KVP_INDEX_TYPE_I64, KVP_BACKEND_HOST, KVP_STATUS_UNALIGNED, "page_size"},
         {64, 1, 2, KVP_BACKEND_HOST, KVP_STATUS_INVALID_ARGUMENT, "index_type"},
         {64, 1, KVP_INDEX_TYPE_I64, 9, KVP_STATUS_INVALID_ARGUMENT, "backend"},
-        {64, 4, KVP_INDEX_TYPE_I64, KVP_BACKEND_CUDA, KVP_STATUS_UNSUPPORTED, "CUDA"},
+        {64, 4, KVP_INDEX_TYPE_I64, KVP_BACKEND_CUDA, KVP_STATUS_CUDA_UNAVAILABLE, "CUDA"},
         {uint64_t{1} << 31, 1, KVP_INDEX_TYPE_I32, KVP_BACKEND_HOST, KVP_STATUS_INVALID_ARGUMENT,
          "index type"},
     };
@@ -295,6 +298,7 @@ void test_config() {
         cfg.page_size = c.page_size;
         cfg.index_type = c.index_type;
         cfg.backend = c.backend;
+        cfg.device = 999;  // the CUDA case: no such device, with or without a driver
         kvp_pool *out = sentinel;
         CHECK_STATUS(kvp_pool_new(&cfg, &out), c.want);
         CHECK(out == sentinel);

@@ -120,7 +120,8 @@ void test_errors() {
     CHECK_THROWS(UNALIGNED, "page_size", kvpool::pool{config});
     config.size = 64;
     config.backend = KVP_BACKEND_CUDA;
-    CHECK_THROWS(UNSUPPORTED, "CUDA", kvpool::pool{config});
+    config.device = 999;  // no such device, with or without a driver
+    CHECK_THROWS(CUDA_UNAVAILABLE, "CUDA", kvpool::pool{config});
     try {
         kvpool::check(KVP_STATUS_OUT_OF_SLOTS, "my_call");
         CHECK(false);

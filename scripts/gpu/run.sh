@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The GPU check, run on the GPU machine from the repository root after scripts/gpu/pack.sh
+# (needs the NVIDIA driver, nvcc, compute-sanitizer, python3 with PyTorch and Triton; no
+# Rust, no network). Logs go to $OUT (default ./gpu-out).
+#
+#   scripts/gpu/run.sh [tests] [sanitize] [python] [example] [bench] ...   (default: all)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+export KVPOOL_LIB=$PWD/gpu-artifacts/lib/libkvpool.so
+export LD_LIBRARY_PATH=$PWD/gpu-artifacts/lib:${LD_LIBRARY_PATH:-}
+export PYTHONUNBUFFERED=1
+BIN=gpu-artifacts/bin
+steps=("$@")
+[[ ${#steps[@]} -eq 0 ]] && steps=(tests sanitize python example bench)
+failed=()
+
+run() { # name, command...
+    local name=$1; shift
+    echo "=== $name: $*"
+    local start=$SECONDS
+    if "$@" > "$OUT/$name.log" 2>&1; then
+        echo "=== $name: ok ($((SECONDS - start)) s)"
+    else
+        echo "=== $name: FAILED ($((SECONDS - start)) s)"; failed+=("$name")
+    fi
+    tail -n 25 "$OUT/$name.log"
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+
+for step in "${steps[@]}"; do
+    case $step in
+    tests)
+        run device "$BIN/cuda_device" --ignored --test-threads=1 --nocapture
+        run lockstep "$BIN/cuda_lockstep" --ignored --nocapture
+        ;;
+    sanitize)
+        for tool in memcheck racecheck; do
+            KVPOOL_LOCKSTEP_OPS=${SANITIZE_OPS:-150} run "sanitize-$tool" \
+                "$SANITIZER" --tool "$tool" --error-exitcode 9 "$BIN/cuda_lockstep" --ignored --nocapture
+        done
+        run sanitize-memcheck-device "$SANITIZER" --tool memcheck --error-exitcode 9 \
+            "$BIN/cuda_device" --ignored --test-threads=1 --skip no_call_waits
+        ;;
+    python)
+        run python-cuda python3 tests/python/test_cuda.py -v
+        ;;
+    example)
+        run example-build "$NVCC" -O2 -std=c++17 -arch=sm_90 -Iinclude cpp-examples/cuda_batch.cu \
+            -Lgpu-artifacts/lib -lkvpool -Xlinker -rpath -Xlinker "$PWD/gpu-artifacts/lib" -o "$OUT/cuda_batch"
+        run example "$OUT/cuda_batch"
+        ;;
+    bench)
+        run bench-build "$NVCC" -O2 -std=c++17 -arch=sm_90 -Iinclude bench-gpu/kvpool_bench.cu \
+            -Lgpu-artifacts/lib -lkvpool -lcuda -Xlinker -rpath -Xlinker "$PWD/gpu-artifacts/lib" -o "$OUT/kvpool_bench"
+        run bench-cpp "$OUT/kvpool_bench" --csv "$OUT/bench_cpp.csv" ${BENCH_ARGS:-}
+        run bench-python python3 bench-gpu/baseline_bench.py --lib "$KVPOOL_LIB" --csv "$OUT/bench_python.csv" ${BENCH_ARGS:-}
+        ;;
+    *) echo "unknown step $step"; failed+=("$step") ;;
+    esac
+done
+
+if [[ ${#failed[@]} -gt 0 ]]; then
+    echo "GPU check FAILED: ${failed[*]}"
+    exit 1
+fi
+echo "GPU check passed: ${steps[*]}"
