@@ -40,7 +40,7 @@ for step in "${steps[@]}"; do
         ;;
     sanitize)
         for tool in memcheck racecheck; do
-            KVPOOL_LOCKSTEP_OPS=${SANITIZE_OPS:-150} run "sanitize-$tool" \
+            KVPOOL_LOCKSTEP_OPS=${SANITIZE_OPS:-600} run "sanitize-$tool" \
                 "$SANITIZER" --tool "$tool" --error-exitcode 9 "$BIN/cuda_lockstep" --ignored --nocapture
         done
         run sanitize-memcheck-device "$SANITIZER" --tool memcheck --error-exitcode 9 \
