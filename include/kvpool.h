@@ -33,6 +33,9 @@
  *    (one stream, or streams ordered by events). What only the device can check (the
  *    indices themselves) faults the pool: see KVP_STATUS_DEVICE_FAULT. The library needs
  *    only the NVIDIA driver at run time (loaded on first use), never the CUDA toolkit.
+ *    An `*_async` call may be recorded by stream capture, but a graph holding it must not
+ *    be replayed as a substitute for calling again: the pool's host-side counts advance
+ *    per call, not per replay.
  *
  * Objects: kvp_pool (slot allocation), kvp_snapshot (its saved state), kvp_scheduler (the
  * continuous-batching step over request descriptors), kvp_adder (one prefill pass's
@@ -1621,7 +1624,7 @@ struct kvp_pool_config kvp_pool_config_default(void);
  * owned by the caller, to be released with `kvp_pool_free`.
  *
  * A CUDA pool (`backend = KVP_BACKEND_CUDA`) retains device `config->device`'s primary
- * context, allocates its device memory (about 28 bytes per page plus one bit per slot) and
+ * context, allocates its device memory (32 bytes per page plus 4 per slot, once) and
  * loads the kernels; this call, unlike the pool's operations, may synchronize the device.
  *
  * Fails with `KVP_STATUS_NULL_ARGUMENT`, `KVP_STATUS_INVALID_ARGUMENT` (page_size 0, size

@@ -15,9 +15,18 @@
 //  - Threads. As in C: calls on one handle are serialized by its internal lock, so a
 //    const or non-const method may run on several threads at once; destroying, moving or
 //    assigning a wrapper must not race with other use of it.
-//  - Backends. Host only for now; CUDA entry points (streams, device buffers) will be added
-//    next to the host ones when the CUDA backend lands (KVP_BACKEND_CUDA returns
-//    KVP_STATUS_UNSUPPORTED today).
+//  - Backends. A host pool (pool::create) is driven by the host methods above; a device pool
+//    (pool::create_cuda, on CUDA device N's primary context) by the *_async methods, which
+//    take device buffers (kvpool::device_span: a device pointer and an element count, built
+//    explicitly so a host container cannot be passed by mistake), host copies of the lengths
+//    (read during the call only) and a kvpool::stream_t (cudaStream_t / CUstream; nullptr is
+//    the legacy default stream). They enqueue kernels and return without synchronizing:
+//    device buffers must stay allocated (inputs unchanged, outputs unread) until the stream
+//    passes the call, and all calls on one pool must be ordered on the device (one stream, or
+//    streams ordered with events). Invalid indices are found on the device and reported
+//    later, by check_device() and every later call (KVP_STATUS_DEVICE_FAULT), until
+//    clear_async() or restore_state_async(). A host call on a device pool, or an _async call
+//    on a host pool, throws KVP_STATUS_WRONG_BACKEND. This header includes no CUDA header.
 //
 // Every constructor checks that the loaded library has this header's ABI version.
 #ifndef KVPOOL_HPP
@@ -39,7 +48,13 @@
 #include <utility>
 #include <vector>
 
+// The CUDA runtime's cudaStream_t and the driver's CUstream are both `CUstream_st *`.
+struct CUstream_st;
+
 namespace kvpool {
+
+/// A CUDA stream (cudaStream_t, CUstream; nullptr: the legacy default stream).
+using stream_t = CUstream_st *;
 
 // ---- errors ------------------------------------------------------------------------------
 
@@ -114,6 +129,38 @@ private:
     T *data_ = nullptr;
     std::size_t size_ = 0;
 };
+
+/// A buffer in device memory (cudaMalloc, a CUDA tensor's data_ptr(), ...): a pointer and an
+/// element count, never dereferenced on the host. Only built explicitly (or with
+/// kvpool::device(ptr, n)), so a host container is never taken for a device buffer.
+template <class T>
+class device_span {
+public:
+    constexpr device_span() noexcept = default;
+    constexpr device_span(T *data, std::size_t size) noexcept : data_(data), size_(size) {}
+    /// device_span<const T> from device_span<T>.
+    template <class U, class = std::enable_if_t<std::is_convertible_v<U (*)[], T (*)[]>>>
+    constexpr device_span(device_span<U> other) noexcept  // NOLINT(google-explicit-constructor)
+        : data_(other.data()), size_(other.size()) {}
+
+    constexpr T *data() const noexcept { return data_; }
+    constexpr std::size_t size() const noexcept { return size_; }
+    constexpr bool empty() const noexcept { return size_ == 0; }
+    /// Elements [offset, offset + count) (pointer arithmetic only).
+    constexpr device_span subspan(std::size_t offset, std::size_t count) const noexcept {
+        return device_span(data_ + offset, count);
+    }
+
+private:
+    T *data_ = nullptr;
+    std::size_t size_ = 0;
+};
+
+/// device_span<T> of `size` elements at device pointer `data`.
+template <class T>
+constexpr device_span<T> device(T *data, std::size_t size) noexcept {
+    return device_span<T>(data, size);
+}
 
 namespace detail {
 
@@ -211,6 +258,22 @@ public:
         return pool(config);
     }
 
+    /// A device pool on CUDA device `device` (its primary context, the one the CUDA runtime
+    /// and PyTorch use): `size` slots in pages of `page_size`, indices of type `Index`.
+    /// Throws KVP_STATUS_CUDA_UNAVAILABLE without a driver or without that device.
+    template <class Index = int64_t>
+    static pool create_cuda(int32_t device, uint64_t size, uint32_t page_size = 1,
+                            bool need_sort = false) {
+        kvp_pool_config config = kvp_pool_config_default();
+        config.size = size;
+        config.page_size = page_size;
+        config.index_type = detail::index_type_of<Index>();
+        config.need_sort = need_sort;
+        config.backend = KVP_BACKEND_CUDA;
+        config.device = device;
+        return pool(config);
+    }
+
     /// Takes ownership of `raw` (from kvp_pool_new); throws, without taking it, if it is NULL.
     static pool adopt(kvp_pool *raw) { return pool(detail::adoptable(raw, "kvpool::pool::adopt")); }
 
@@ -223,8 +286,13 @@ public:
     }
     kvp_index_type index_type() const noexcept { return index_type_; }
     uint32_t page_size() const noexcept { return page_size_; }
+    /// True for a device pool (KVP_BACKEND_CUDA).
+    bool is_device() const noexcept { return device_ >= 0; }
+    /// The CUDA device ordinal of a device pool, -1 for a host pool.
+    int32_t device() const noexcept { return device_; }
 
-    /// Free token slots (SGLang's available_size()).
+    /// Free token slots (SGLang's available_size()); a lower bound on a device pool while a
+    /// paged free by index is in flight (see available_size_bound()).
     uint64_t available_size() const {
         uint64_t out = 0;
         check(kvp_pool_available_size(get(), &out), "kvp_pool_available_size");
@@ -338,26 +406,46 @@ public:
         check(kvp_pool_free_group_end(get()), "kvp_pool_free_group_end");
     }
 
-    /// Scope guard for a free group: begins it, and end() (or the destructor) ends it.
+    /// Scope guard for a free group: begins it, and end() (or the destructor) ends it — with
+    /// free_group_end(), or for free_group_async(stream) with free_group_end_async(stream).
     class free_group_guard {
     public:
         explicit free_group_guard(pool &p) : pool_(&p) { p.free_group_begin(); }
+        free_group_guard(pool &p, stream_t stream) : pool_(&p), stream_(stream), async_(true) {
+            p.free_group_begin();
+        }
         free_group_guard(const free_group_guard &) = delete;
         free_group_guard &operator=(const free_group_guard &) = delete;
         /// Ends the group (throws on failure); the destructor then does nothing.
         void end() {
             pool *p = std::exchange(pool_, nullptr);
-            if (p != nullptr) p->free_group_end();
+            if (p == nullptr) return;
+            if (async_) {
+                p->free_group_end_async(stream_);
+            } else {
+                p->free_group_end();
+            }
         }
         /// Ends the group if end() was not called; a failure there cannot be reported.
         ~free_group_guard() {
-            if (pool_ != nullptr) (void)kvp_pool_free_group_end(pool_->get());
+            if (pool_ == nullptr) return;
+            if (async_) {
+                (void)kvp_pool_free_group_end_async(pool_->get(), stream_);
+            } else {
+                (void)kvp_pool_free_group_end(pool_->get());
+            }
         }
 
     private:
         pool *pool_;
+        stream_t stream_ = nullptr;
+        bool async_ = false;
     };
     [[nodiscard]] free_group_guard free_group() { return free_group_guard(*this); }
+    /// A free group of a device pool, ended on `stream`.
+    [[nodiscard]] free_group_guard free_group_async(stream_t stream) {
+        return free_group_guard(*this, stream);
+    }
 
     void merge_and_sort_free() {
         check(kvp_pool_merge_and_sort_free(get()), "kvp_pool_merge_and_sort_free");
@@ -375,12 +463,163 @@ public:
         check(kvp_pool_restore_state(get(), saved.get()), "kvp_pool_restore_state");
     }
 
+    // ---- device pools (KVP_BACKEND_CUDA) ----
+    //
+    // Each call enqueues on `stream` and returns without synchronizing. Host arrays
+    // (`*_host`) are read during the call only; device_spans must stay allocated — inputs
+    // unchanged, outputs not read — until the stream passes the call. Outputs are written in
+    // the same order as by the host calls of the same name.
+
+    /// Allocates `num_tokens` slots into out[0 .. num_tokens) (device).
+    template <class Out>
+    void alloc_async(std::size_t num_tokens, device_span<Out> out, stream_t stream) {
+        require_device_out<Out>("out");
+        check(kvp_pool_alloc_async(get(), num_tokens, out.data(), out.size(), stream),
+              "kvp_pool_alloc_async");
+    }
+
+    /// Prefill/extend batch on the device: as alloc_extend, with the lengths twice — on the
+    /// host (`prefix_lens_host`, `seq_lens_host`: kvpool plans and checks the allocation from
+    /// them, so the shortage check needs no synchronization) and on the device
+    /// (`prefix_lens`, `seq_lens`, with `last_loc`, read by the kernels). The new slots go to
+    /// out[0 .. extend_num_tokens).
+    template <class PrefixLensHost, class SeqLensHost, class LastLoc, class Out>
+    void alloc_extend_async(const PrefixLensHost &prefix_lens_host,
+                            const SeqLensHost &seq_lens_host,
+                            device_span<const int64_t> prefix_lens,
+                            device_span<const int64_t> seq_lens, device_span<LastLoc> last_loc,
+                            std::size_t extend_num_tokens, device_span<Out> out,
+                            stream_t stream) {
+        detail::require_lengths(prefix_lens_host);
+        detail::require_lengths(seq_lens_host);
+        require_index<std::remove_const_t<LastLoc>>("last_loc");
+        require_device_out<Out>("out");
+        const std::size_t batch = std::size(seq_lens_host);
+        require_batch(std::size(prefix_lens_host) == batch && prefix_lens.size() == batch &&
+                          seq_lens.size() == batch && last_loc.size() == batch,
+                      "kvp_pool_alloc_extend_async",
+                      "prefix_lens, seq_lens, last_loc and the host copies");
+        check(kvp_pool_alloc_extend_async(get(), std::data(prefix_lens_host),
+                                          std::data(seq_lens_host), prefix_lens.data(),
+                                          seq_lens.data(), last_loc.data(), batch,
+                                          extend_num_tokens, out.data(), out.size(), stream),
+              "kvp_pool_alloc_extend_async");
+    }
+    /// As above, with extend_num_tokens = sum(seq_lens_host - prefix_lens_host).
+    template <class PrefixLensHost, class SeqLensHost, class LastLoc, class Out>
+    void alloc_extend_async(const PrefixLensHost &prefix_lens_host,
+                            const SeqLensHost &seq_lens_host,
+                            device_span<const int64_t> prefix_lens,
+                            device_span<const int64_t> seq_lens, device_span<LastLoc> last_loc,
+                            device_span<Out> out, stream_t stream) {
+        detail::require_lengths(prefix_lens_host);
+        detail::require_lengths(seq_lens_host);
+        int64_t total = 0;
+        for (std::size_t i = 0; i < std::size(seq_lens_host) && i < std::size(prefix_lens_host);
+             ++i)
+            total += std::data(seq_lens_host)[i] - std::data(prefix_lens_host)[i];
+        // a negative total reaches the library as a huge count: KVP_STATUS_INVALID_LENGTHS
+        alloc_extend_async(prefix_lens_host, seq_lens_host, prefix_lens, seq_lens, last_loc,
+                           static_cast<std::size_t>(total), out, stream);
+    }
+
+    /// Decode step on the device: one slot per request into out[0 .. batch); `seq_lens_host`
+    /// is the host copy of `seq_lens` (both count the new token).
+    template <class SeqLensHost, class LastLoc, class Out>
+    void alloc_decode_async(const SeqLensHost &seq_lens_host, device_span<const int64_t> seq_lens,
+                            device_span<LastLoc> last_loc, device_span<Out> out,
+                            stream_t stream) {
+        detail::require_lengths(seq_lens_host);
+        require_index<std::remove_const_t<LastLoc>>("last_loc");
+        require_device_out<Out>("out");
+        const std::size_t batch = std::size(seq_lens_host);
+        require_batch(seq_lens.size() == batch && last_loc.size() == batch,
+                      "kvp_pool_alloc_decode_async", "seq_lens, last_loc and seq_lens_host");
+        check(kvp_pool_alloc_decode_async(get(), std::data(seq_lens_host), seq_lens.data(),
+                                          last_loc.data(), batch, out.data(), out.size(),
+                                          stream),
+              "kvp_pool_alloc_decode_async");
+    }
+
+    /// Frees slots by index (device); a paged pool frees each index's page.
+    template <class Index>
+    void free_indices_async(device_span<Index> indices, stream_t stream) {
+        require_index<std::remove_const_t<Index>>("indices");
+        check(kvp_pool_free_indices_async(get(), indices.data(), indices.size(), stream),
+              "kvp_pool_free_indices_async");
+    }
+    /// Frees exactly these pages (device), in this order.
+    template <class Index>
+    void free_pages_async(device_span<Index> page_ids, stream_t stream) {
+        require_index<std::remove_const_t<Index>>("page_ids");
+        check(kvp_pool_free_pages_async(get(), page_ids.data(), page_ids.size(), stream),
+              "kvp_pool_free_pages_async");
+    }
+    /// Frees the pages holding row[start_pos .. start_pos + len); `row` is a request's slot
+    /// row in device memory (its req_to_token row).
+    template <class Index>
+    void free_segment_async(device_span<Index> row, std::size_t start_pos, std::size_t len,
+                            stream_t stream) {
+        require_index<std::remove_const_t<Index>>("row");
+        check(kvp_pool_free_segment_async(get(), row.data(), row.size(), start_pos, len, stream),
+              "kvp_pool_free_segment_async");
+    }
+    /// Ends the free group (opened by free_group_begin()) on the device.
+    void free_group_end_async(stream_t stream) {
+        check(kvp_pool_free_group_end_async(get(), stream), "kvp_pool_free_group_end_async");
+    }
+    void merge_and_sort_free_async(stream_t stream) {
+        check(kvp_pool_merge_and_sort_free_async(get(), stream),
+              "kvp_pool_merge_and_sort_free_async");
+    }
+    /// Frees every slot; also recovers a pool with a device fault.
+    void clear_async(stream_t stream) {
+        check(kvp_pool_clear_async(get(), stream), "kvp_pool_clear_async");
+    }
+
+    /// The pool's state as the stream reaches this call (copied on the device).
+    snapshot backup_state_async(stream_t stream) {
+        kvp_snapshot *raw = nullptr;
+        check(kvp_pool_backup_state_async(get(), &raw, stream), "kvp_pool_backup_state_async");
+        return snapshot::adopt(raw);
+    }
+    /// Returns to `saved`; also recovers a pool with a device fault.
+    void restore_state_async(const snapshot &saved, stream_t stream) {
+        check(kvp_pool_restore_state_async(get(), saved.get(), stream),
+              "kvp_pool_restore_state_async");
+    }
+
+    /// Throws kvpool::error (KVP_STATUS_DEVICE_FAULT; the message names the call, the element
+    /// and its value) if a kernel has found invalid input. Polls without synchronizing: work
+    /// the stream has not reached yet is not judged.
+    void check_device() { check(kvp_pool_check_device(get()), "kvp_pool_check_device"); }
+
+    /// Free slots, and whether the count is exact: it is a lower bound while a paged free by
+    /// index is in flight (its pages count once the stream has passed it).
+    struct size_bound {
+        uint64_t available = 0;
+        bool exact = false;
+    };
+    size_bound available_size_bound() const {
+        size_bound out;
+        check(kvp_pool_available_size_bound(get(), &out.available, &out.exact),
+              "kvp_pool_available_size_bound");
+        return out;
+    }
+
 private:
     explicit pool(kvp_pool *raw) : owner(raw) {
         kvp_pool_info facts{};
         check(kvp_pool_get_info(raw, &facts), "kvp_pool_get_info");
         index_type_ = static_cast<kvp_index_type>(facts.index_type);
         page_size_ = facts.page_size;
+        device_ = facts.backend == KVP_BACKEND_CUDA ? facts.device : -1;
+    }
+
+    template <class Out>
+    void require_device_out(const char *what) const {
+        static_assert(!std::is_const_v<Out>, "an output buffer must be writable");
+        require_index<Out>(what);
     }
 
     template <class Index>
@@ -403,6 +642,7 @@ private:
 
     kvp_index_type index_type_ = KVP_INDEX_TYPE_I64;
     uint32_t page_size_ = 0;
+    int32_t device_ = -1;
 };
 
 // ---- scheduler ---------------------------------------------------------------------------

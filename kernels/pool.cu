@@ -67,8 +67,13 @@ __device__ inline void report(Header *h, unsigned long long position, uint32_t c
   atomicMin(&h->op_error, (position << 8) | code);
 }
 
-// True in the one block that finishes last; it then sees every other block's writes.
+// True in the one block that finishes last; it then sees every other block's writes. A
+// single-block grid needs only a barrier.
 __device__ bool last_block_done(Header *h) {
+  if (gridDim.x == 1) {
+    __syncthreads();
+    return true;
+  }
   __shared__ bool last;
   __threadfence();
   __syncthreads();
@@ -76,6 +81,14 @@ __device__ bool last_block_done(Header *h) {
   __syncthreads();
   if (last) __threadfence();
   return last;
+}
+
+// Thread 0 of the last block: the call's verdict (and the ticket back to 0 for the next).
+__device__ unsigned long long take_verdict(Header *h) {
+  const unsigned long long verdict = *(volatile unsigned long long *)&h->op_error;
+  h->op_error = NO_ERROR;
+  h->ticket = 0;
+  return verdict;
 }
 
 // Thread 0 only: publishes the counts of `c` for the host (see HostRecord).
@@ -101,6 +114,26 @@ __device__ void raise_fault(const View &v, const Call &call, unsigned long long 
   rec->fault_seq = call.seq;
 }
 
+// Thread 0 only: the call's new cursor, published.
+__device__ void commit(const View &v, const Call &call, const Cursor &next) {
+  v.header->cursor[call.in ^ 1] = next;
+  mirror_counts(v, call, next);
+}
+
+// Page arithmetic without 64-bit division when page_size is a power of two (the usual case:
+// a 64-bit divide costs on the order of a hundred instructions per token).
+__device__ inline unsigned long long div_ps(unsigned long long x, const View &v) {
+  return v.page_shift != NOT_POW2 ? x >> v.page_shift : x / v.page_size;
+}
+__device__ inline unsigned long long mod_ps(unsigned long long x, const View &v) {
+  return v.page_shift != NOT_POW2 ? x & (v.page_size - 1) : x % v.page_size;
+}
+// `head + k` around the ring, for `k < num_pages`.
+__device__ inline uint32_t ring_pos(uint32_t head, unsigned long long k, uint32_t n) {
+  const unsigned long long p = head + k;
+  return (uint32_t)(p >= n ? p - n : p);
+}
+
 __device__ inline uint32_t slot_error(long long slot, const View &v) {
   const long long max_slot = (long long)(v.size + v.page_size - 1);
   if (slot < 0 || slot > max_slot) return ERR_OUT_OF_RANGE;
@@ -108,16 +141,18 @@ __device__ inline uint32_t slot_error(long long slot, const View &v) {
   return ERR_NONE;
 }
 
-// Claims an allocated page for the free call `tag` (allocated -> claimed). Returns ERR_NONE,
-// or what is wrong with it; `sibling_ok` accepts a page this call already claimed.
-__device__ uint32_t claim_page(const View &v, uint32_t page, uint32_t tag, bool sibling_ok,
-                               bool *won) {
+// Takes an allocated page for the free call `tag`: allocated -> `target` kind (tagged).
+// Returns ERR_NONE or what is wrong with the page; `*won` says whether this thread took it.
+// A page this call already took is a second free of it in the call, unless `sibling_ok`
+// (a paged free by index names each page once per token).
+__device__ uint32_t take_page(const View &v, uint32_t page, uint32_t target, uint32_t tag,
+                              bool sibling_ok, bool *won) {
   *won = false;
   uint32_t old = v.state[page];
   for (;;) {
     const uint32_t kind = kind_of(old);
     if (kind == KIND_ALLOCATED) {
-      const uint32_t seen = atomicCAS(&v.state[page], old, page_word(KIND_CLAIMED, tag));
+      const uint32_t seen = atomicCAS(&v.state[page], old, page_word(target, tag));
       if (seen == old) {
         *won = true;
         return ERR_NONE;
@@ -125,7 +160,7 @@ __device__ uint32_t claim_page(const View &v, uint32_t page, uint32_t tag, bool 
       old = seen;
       continue;
     }
-    if (kind == KIND_CLAIMED && tag_of(old) == tag) return sibling_ok ? ERR_NONE : ERR_TWICE_IN_CALL;
+    if (tag_of(old) == tag && kind != KIND_RESERVED) return sibling_ok ? ERR_NONE : ERR_TWICE_IN_CALL;
     if (kind == KIND_PENDING_ORD || kind == KIND_PENDING_IDX) return ERR_PENDING;
     if (kind == KIND_RESERVED) return ERR_RESERVED;
     return ERR_ALREADY_FREE;
@@ -142,40 +177,35 @@ __device__ inline Dest release_dest(const View &v, const Call &call, bool by_ind
   return v.page_size > 1 ? DEST_FRONT : DEST_TAIL;
 }
 
-// Writes `count` pages (page(i) for i < count) to `dest`, setting their page words; every
-// thread of the block takes part. Returns the new cursor (meaningful in every thread).
-template <typename PageAt>
-__device__ Cursor release_pages(const View &v, const Call &call, Cursor c, Dest dest,
-                                uint32_t count, PageAt page_at) {
-  const uint32_t n = v.num_pages;
-  for (uint32_t i = threadIdx.x; i < count; i += blockDim.x) {
-    const uint32_t page = page_at(i);
-    switch (dest) {
-      case DEST_FRONT:
-        v.ring[(uint32_t)(((unsigned long long)c.head + n - count + i) % n)] = page;
-        v.state[page] = page_word(KIND_FREE, call.tag);
-        break;
-      case DEST_TAIL:
-        v.ring[(uint32_t)(((unsigned long long)c.head + c.free_len + i) % n)] = page;
-        v.state[page] = page_word(KIND_FREE, call.tag);
-        break;
-      case DEST_STAGED:
-        v.staged[c.staged_len + i] = page;
-        v.state[page] = page_word(KIND_STAGED, call.tag);
-        break;
-      case DEST_GROUP_ORD:
-        v.group_ord[c.group_ord_len + i] = page;
-        v.state[page] = page_word(KIND_PENDING_ORD, call.tag);
-        break;
-      case DEST_GROUP_IDX:
-        v.group_idx[c.group_idx_len + i] = page;
-        v.state[page] = page_word(KIND_PENDING_IDX, call.tag);
-        break;
-    }
-  }
+// The page kind a released page gets at `dest`.
+__device__ inline uint32_t dest_kind(Dest dest) {
   switch (dest) {
     case DEST_FRONT:
-      c.head = (uint32_t)(((unsigned long long)c.head + n - count) % n);
+    case DEST_TAIL: return KIND_FREE;
+    case DEST_STAGED: return KIND_STAGED;
+    case DEST_GROUP_ORD: return KIND_PENDING_ORD;
+    default: return KIND_PENDING_IDX;
+  }
+}
+
+// Writes page `i` of a release of `count` pages to its place at `dest` (given cursor `c`).
+__device__ inline void put_page(const View &v, const Cursor &c, Dest dest, uint32_t count,
+                                uint32_t i, uint32_t page) {
+  const uint32_t n = v.num_pages;
+  switch (dest) {
+    case DEST_FRONT: v.ring[ring_pos(c.head, (unsigned long long)n - count + i, n)] = page; break;
+    case DEST_TAIL: v.ring[ring_pos(c.head, (unsigned long long)c.free_len + i, n)] = page; break;
+    case DEST_STAGED: v.staged[c.staged_len + i] = page; break;
+    case DEST_GROUP_ORD: v.group_ord[c.group_ord_len + i] = page; break;
+    case DEST_GROUP_IDX: v.group_idx[c.group_idx_len + i] = page; break;
+  }
+}
+
+// The cursor after releasing `count` pages to `dest`.
+__device__ inline Cursor advance(Cursor c, Dest dest, uint32_t count, uint32_t n) {
+  switch (dest) {
+    case DEST_FRONT:
+      c.head = ring_pos(c.head, (unsigned long long)n - count, n);
       c.free_len += count;
       break;
     case DEST_TAIL: c.free_len += count; break;
@@ -184,6 +214,20 @@ __device__ Cursor release_pages(const View &v, const Call &call, Cursor c, Dest 
     case DEST_GROUP_IDX: c.group_idx_len += count; break;
   }
   return c;
+}
+
+// Releases `count` pages (page_at(i)) to `dest` with this block's threads, setting their
+// page words; returns the new cursor (in every thread).
+template <typename PageAt>
+__device__ Cursor release_pages(const View &v, const Call &call, Cursor c, Dest dest,
+                                uint32_t count, PageAt page_at) {
+  const uint32_t kind = dest_kind(dest);
+  for (uint32_t i = threadIdx.x; i < count; i += blockDim.x) {
+    const uint32_t page = page_at(i);
+    put_page(v, c, dest, count, i, page);
+    v.state[page] = page_word(kind, call.tag);
+  }
+  return advance(c, dest, count, v.num_pages);
 }
 
 // Sorts `count` distinct page ids ascending into `dst` (may equal `src`). Small sets: a
@@ -236,8 +280,8 @@ __device__ void sort_pages(const View &v, const uint32_t *src, uint32_t count, u
 template <typename Index>
 __device__ void alloc_pages(View v, Call call, unsigned long long pages, Index *out) {
   const Cursor c = v.header->cursor[call.in];
-  const uint32_t ps = v.page_size, n = v.num_pages;
-  const unsigned long long tokens = pages * ps;
+  const uint32_t n = v.num_pages;
+  const unsigned long long tokens = pages * v.page_size;
   const bool dead = v.header->fault != 0;
   const bool short_ = !dead && c.free_len < pages;
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
@@ -247,29 +291,24 @@ __device__ void alloc_pages(View v, Call call, unsigned long long pages, Index *
       out[t] = 0;
       continue;
     }
-    const unsigned long long k = t / ps;
-    const uint32_t page = v.ring[(uint32_t)((c.head + k) % n)];
-    if (t % ps == 0) v.state[page] = page_word(KIND_ALLOCATED, call.tag);
-    out[t] = (Index)((unsigned long long)page * ps + t % ps);
+    const unsigned long long in_page = mod_ps(t, v);
+    const uint32_t page = v.ring[ring_pos(c.head, div_ps(t, v), n)];
+    if (in_page == 0) v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+    out[t] = (Index)((unsigned long long)page * v.page_size + in_page);
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) {
     Cursor next = c;
     if (!dead && !short_) {
-      next.head = (uint32_t)((c.head + pages) % n);
+      next.head = ring_pos(c.head, pages, n);
       next.free_len = c.free_len - (uint32_t)pages;
     }
     if (short_) raise_fault(v, call, ERR_SHORTAGE, c.free_len);
-    v.header->cursor[call.in ^ 1] = next;
-    mirror_counts(v, call, next);
+    commit(v, call, next);
   }
 }
 
 constexpr int EXTEND_BLOCK = 256;
 constexpr int EXTEND_MAX_REQS = EXTEND_BLOCK;  // requests per block
-
-__device__ inline unsigned long long ceil_to(unsigned long long x, unsigned long long m) {
-  return (x + m - 1) / m * m;
-}
 
 // Per-request extend shape (see src/pool/plan.rs `ExtendShape`).
 struct Shape {
@@ -279,14 +318,35 @@ struct Shape {
 };
 
 __device__ inline Shape shape_of(unsigned long long prefix, unsigned long long seq,
-                                 unsigned long long ps) {
+                                 const View &v) {
   Shape s;
   s.tokens = seq - prefix;
-  const unsigned long long filled = ceil_to(prefix, ps);
+  const unsigned long long prefix_pages = div_ps(prefix + v.page_size - 1, v);
+  const unsigned long long filled = prefix_pages * v.page_size;
   s.part1 = (seq < filled ? seq : filled) - prefix;
-  s.new_pages = (ceil_to(seq, ps) - filled) / ps;
-  if (seq < filled) s.new_pages = 0;
+  const unsigned long long seq_pages = div_ps(seq + v.page_size - 1, v);
+  s.new_pages = seq_pages > prefix_pages ? seq_pages - prefix_pages : 0;
   return s;
+}
+
+// Checks request `i`'s last_loc: ERR_NONE or what is wrong. A request that writes into its
+// prefix's page claims it, so two requests of the batch cannot extend one page.
+__device__ uint32_t check_last_loc(const View &v, const Call &call, uint32_t i, long long ll,
+                                   unsigned long long prefix, bool extends_page) {
+  if (prefix == 0) return ll == -1 ? ERR_NONE : ERR_LAST_LOC_EMPTY;
+  const uint32_t err = slot_error(ll, v);
+  if (err != ERR_NONE) return err;
+  const uint32_t page = (uint32_t)div_ps((unsigned long long)ll, v);
+  const uint32_t word = v.state[page];
+  // A page this very call allocates was free before it: not the prefix's page.
+  if (kind_of(word) != KIND_ALLOCATED || tag_of(word) == call.tag) return ERR_NOT_ALLOCATED;
+  if (mod_ps((unsigned long long)ll + 1, v) != mod_ps(prefix, v)) return ERR_LAST_LOC;
+  if (extends_page) {
+    const unsigned long long mine = ((unsigned long long)call.tag << 32) | (i + 1u);
+    const unsigned long long old = atomicExch(&v.claim[page], mine);
+    if ((old >> 32) == call.tag && old != mine) return ERR_SHARED_PAGE;
+  }
+  return ERR_NONE;
 }
 
 // alloc_extend (decode = 0) and alloc_decode (decode = 1: prefix = seq - 1, one token each).
@@ -303,7 +363,6 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   __shared__ long long last[EXTEND_MAX_REQS];
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
-  const unsigned long long ps = v.page_size;
   const uint32_t n = v.num_pages;
   const bool dead = h->fault != 0;
   const bool short_ = !dead && c.free_len < total_pages;
@@ -314,48 +373,35 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
     return decode ? (unsigned long long)(seq_lens[i] - 1) : (unsigned long long)prefix_lens[i];
   };
 
+  // This block's requests: loaded first, so their loads overlap the reduction below.
+  const uint32_t r = threadIdx.x;
+  Shape s{0, 0, 0};
+  unsigned long long prefix = 0;
+  long long ll = -1;
+  if (r < mine) {
+    prefix = prefix_of(first + r);
+    s = shape_of(prefix, (unsigned long long)seq_lens[first + r], v);
+    ll = (long long)last_loc[first + r];
+  }
+
   // Tokens and new pages of every request before this block's.
   unsigned long long tok_before = 0, pages_before = 0;
   for (uint32_t i = threadIdx.x; i < first; i += EXTEND_BLOCK) {
-    const Shape s = shape_of(prefix_of(i), (unsigned long long)seq_lens[i], ps);
-    tok_before += s.tokens;
-    pages_before += s.new_pages;
+    const Shape q = shape_of(prefix_of(i), (unsigned long long)seq_lens[i], v);
+    tok_before += q.tokens;
+    pages_before += q.new_pages;
   }
   tok_before = block_sum<EXTEND_BLOCK>(tok_before);
   pages_before = block_sum<EXTEND_BLOCK>(pages_before);
 
-  // This block's requests: shapes, offsets, and the last_loc checks.
-  Shape s{0, 0, 0};
-  const uint32_t r = threadIdx.x;
-  if (r < mine) {
-    const uint32_t i = first + r;
-    const unsigned long long prefix = prefix_of(i);
-    s = shape_of(prefix, (unsigned long long)seq_lens[i], ps);
-    const long long ll = (long long)last_loc[i];
-    last[r] = ll;
-    part1[r] = s.part1;
-    uint32_t err = ERR_NONE;
-    if (prefix == 0) {
-      if (ll != -1) err = ERR_LAST_LOC_EMPTY;
-    } else if ((err = slot_error(ll, v)) == ERR_NONE) {
-      const uint32_t page = (uint32_t)((unsigned long long)ll / ps);
-      const uint32_t word = v.state[page];
-      if (kind_of(word) != KIND_ALLOCATED || tag_of(word) == call.tag) {
-        err = ERR_NOT_ALLOCATED;
-      } else if (((unsigned long long)ll + 1) % ps != prefix % ps) {
-        err = ERR_LAST_LOC;
-      } else if (s.part1 > 0 && atomicExch(&v.claim[page], call.tag) == call.tag) {
-        err = ERR_SHARED_PAGE;
-      }
-    }
-    if (err != ERR_NONE && !dead) report(h, i, err);
-  }
   unsigned long long my_tokens, my_pages_total;
   const unsigned long long tok_rank = block_exclusive_scan<EXTEND_BLOCK>(s.tokens, &my_tokens);
   const unsigned long long page_rank = block_exclusive_scan<EXTEND_BLOCK>(s.new_pages, &my_pages_total);
   if (r < mine) {
     tok_off[r] = tok_rank;
     page_off[r] = page_rank;
+    part1[r] = s.part1;
+    last[r] = ll;
   }
   if (r == 0) tok_off[mine] = my_tokens;
   __syncthreads();
@@ -374,32 +420,38 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
         slot = (Index)(last[lo] + 1 + (long long)k);
       } else {
         const unsigned long long j = k - part1[lo];
-        const unsigned long long rank = pages_before + page_off[lo] + j / ps;
-        const uint32_t page = v.ring[(uint32_t)((c.head + rank) % n)];
-        if (j % ps == 0) v.state[page] = page_word(KIND_ALLOCATED, call.tag);
-        slot = (Index)((unsigned long long)page * ps + j % ps);
+        const unsigned long long in_page = mod_ps(j, v);
+        const uint32_t page = v.ring[ring_pos(c.head, pages_before + page_off[lo] + div_ps(j, v), n)];
+        if (in_page == 0) v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+        slot = (Index)((unsigned long long)page * v.page_size + in_page);
       }
     }
     out[tok_before + t] = slot;
   }
 
+  // The last_loc checks, after the writes (they only decide the verdict).
+  if (r < mine && !dead) {
+    const uint32_t err = check_last_loc(v, call, first + r, ll, prefix, s.part1 > 0);
+    if (err != ERR_NONE) report(h, first + r, err);
+  }
+
   if (!last_block_done(h)) return;
   __shared__ unsigned long long verdict;
-  if (threadIdx.x == 0) verdict = *(volatile unsigned long long *)&h->op_error;
+  if (threadIdx.x == 0) verdict = take_verdict(h);
   __syncthreads();
   const bool failed = !dead && (short_ || verdict != NO_ERROR);
   if (failed) {
     // Undo: the new pages go back to free, every output becomes the padding slot.
     if (!short_) {
       for (unsigned long long k = threadIdx.x; k < total_pages; k += EXTEND_BLOCK)
-        v.state[v.ring[(uint32_t)((c.head + k) % n)]] = page_word(KIND_FREE, 0);
+        v.state[v.ring[ring_pos(c.head, k, n)]] = page_word(KIND_FREE, 0);
     }
     for (unsigned long long t = threadIdx.x; t < total_tokens; t += EXTEND_BLOCK) out[t] = 0;
   }
   if (threadIdx.x == 0) {
     Cursor next = c;
     if (!dead && !failed) {
-      next.head = (uint32_t)((c.head + total_pages) % n);
+      next.head = ring_pos(c.head, total_pages, n);
       next.free_len = c.free_len - (uint32_t)total_pages;
     }
     if (failed) {
@@ -407,10 +459,7 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
       const long long value = short_ ? (long long)c.free_len : (long long)last_loc[verdict >> 8];
       raise_fault(v, call, key, value);
     }
-    h->cursor[call.in ^ 1] = next;
-    mirror_counts(v, call, next);
-    h->op_error = NO_ERROR;
-    h->ticket = 0;
+    commit(v, call, next);
   }
 }
 
@@ -424,22 +473,22 @@ enum FreeMode : uint32_t {
   FREE_SEGMENT = 2,     // paged pool: the pages of row[start, start + len)
 };
 
-// Frees whose page count the host knows: page ids, token-pool slots, segments. One block;
-// `count` pages. Pages go to the destination in the order given.
+// Frees whose page count the host knows: page ids, token-pool slots, segments; element `i`
+// names page `i` of the release. Any number of blocks: each page goes straight from
+// allocated to its final kind with a compare-and-swap and is written to its place; the last
+// block commits the cursor, or undoes every page the call took if any element was bad.
 template <typename Index>
 __device__ void free_known(View v, Call call, const Index *src, uint32_t mode,
                            unsigned long long len, unsigned long long start, uint32_t count) {
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
+  const bool dead = h->fault != 0;
+  const Dest dest = release_dest(v, call, false);
+  const uint32_t kind = dest_kind(dest);
   const unsigned long long ps = v.page_size;
-  if (h->fault != 0) {
-    if (threadIdx.x == 0) {
-      h->cursor[call.in ^ 1] = c;
-      mirror_counts(v, call, c);
-    }
-    return;
-  }
-  for (uint32_t i = threadIdx.x; i < count; i += FREE_BLOCK) {
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+       i < count && !dead; i += stride) {
     unsigned long long pos = start + i;
     long long value = 0;
     uint32_t err = ERR_NONE, page = 0;
@@ -452,10 +501,10 @@ __device__ void free_known(View v, Call call, const Index *src, uint32_t mode,
       value = (long long)src[pos];
       if ((err = slot_error(value, v)) == ERR_NONE) page = (uint32_t)value;
     } else {
-      pos = start + (unsigned long long)i * ps;
+      pos = start + i * ps;
       value = (long long)src[pos];
       if ((err = slot_error(value, v)) == ERR_NONE) {
-        if ((unsigned long long)value % ps != 0) {
+        if (mod_ps((unsigned long long)value, v) != 0) {
           err = ERR_UNALIGNED;
         } else {
           const unsigned long long end = min(ps, start + len - pos);
@@ -466,122 +515,103 @@ __device__ void free_known(View v, Call call, const Index *src, uint32_t mode,
               break;
             }
           }
-          if (err == ERR_NONE) page = (uint32_t)((unsigned long long)value / ps);
+          if (err == ERR_NONE) page = (uint32_t)div_ps((unsigned long long)value, v);
         }
       }
     }
-    if (err == ERR_NONE) {
-      bool won;
-      err = claim_page(v, page, call.tag, false, &won);
-      if (!won) page = 0;
-    }
-    v.scratch[i] = page;  // 0: nothing claimed for this element
+    bool won = false;
+    if (err == ERR_NONE) err = take_page(v, page, kind, call.tag, false, &won);
+    if (won) put_page(v, c, dest, count, (uint32_t)i, page);
+    v.scratch[i] = won ? page : 0;
     if (err != ERR_NONE) report(h, pos, err);
   }
+  if (!last_block_done(h)) return;
+  __shared__ unsigned long long verdict;
+  if (threadIdx.x == 0) verdict = take_verdict(h);
   __syncthreads();
-  const unsigned long long verdict = *(volatile unsigned long long *)&h->op_error;
-  __syncthreads();
+  if (dead) {
+    if (threadIdx.x == 0) commit(v, call, c);
+    return;
+  }
   if (verdict != NO_ERROR) {
-    for (uint32_t i = threadIdx.x; i < count; i += FREE_BLOCK) {
+    const uint32_t taken = page_word(kind, call.tag);
+    for (uint32_t i = threadIdx.x; i < count; i += blockDim.x) {
       const uint32_t page = v.scratch[i];
-      if (page != 0) v.state[page] = page_word(KIND_ALLOCATED, 0);
+      if (page != 0 && v.state[page] == taken) v.state[page] = page_word(KIND_ALLOCATED, 0);
     }
     if (threadIdx.x == 0) {
       raise_fault(v, call, verdict, (long long)src[verdict >> 8]);
-      h->cursor[call.in ^ 1] = c;
-      mirror_counts(v, call, c);
-      h->op_error = NO_ERROR;
+      commit(v, call, c);
     }
     return;
   }
-  const Dest dest = release_dest(v, call, false);
-  const Cursor next = release_pages(v, call, c, dest, count,
-                                    [&](uint32_t i) { return v.scratch[i]; });
-  if (threadIdx.x == 0) {
-    h->cursor[call.in ^ 1] = next;
-    mirror_counts(v, call, next);
-  }
+  if (threadIdx.x == 0) commit(v, call, advance(c, dest, count, v.num_pages));
 }
 
 // Paged pool, free by token index: every index frees its page; the distinct pages are
-// released in ascending order (SGLang's unique(indices // page_size)). How many there are
-// only the device knows; the host learns it from the mirrored counts.
+// released in ascending order (SGLang's unique(indices // page_size)). Any number of blocks
+// claim the pages; the last block sorts and releases them. How many there are only the
+// device knows; the host learns it from the mirrored counts.
 template <typename Index>
 __device__ void free_slots_paged(View v, Call call, const Index *indices, unsigned long long len) {
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
-  const unsigned long long ps = v.page_size;
-  __shared__ uint32_t distinct;
-  if (threadIdx.x == 0) distinct = 0;
-  if (h->fault != 0) {
-    if (threadIdx.x == 0) {
-      h->cursor[call.in ^ 1] = c;
-      mirror_counts(v, call, c);
-    }
-    return;
-  }
-  __syncthreads();
-  for (unsigned long long i = threadIdx.x; i < len; i += FREE_BLOCK) {
+  const bool dead = h->fault != 0;
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+       i < len && !dead; i += stride) {
     const long long value = (long long)indices[i];
     uint32_t err = slot_error(value, v);
     if (err == ERR_NONE) {
       const unsigned long long slot = (unsigned long long)value;
-      const uint32_t bit = 1u << (slot & 31);
-      if (atomicOr(&v.slot_marks[slot >> 5], bit) & bit) {
+      if (atomicExch(&v.slot_tags[slot], call.tag) == call.tag) {
         err = ERR_TWICE_IN_CALL;
       } else {
         bool won;
-        const uint32_t page = (uint32_t)(slot / ps);
-        err = claim_page(v, page, call.tag, true, &won);
-        if (won) v.scratch[atomicAdd(&distinct, 1u)] = page;
+        const uint32_t page = (uint32_t)div_ps(slot, v);
+        err = take_page(v, page, KIND_CLAIMED, call.tag, true, &won);
+        if (won) v.scratch[atomicAdd(&h->sort_count, 1u)] = page;
       }
     }
     if (err != ERR_NONE) report(h, i, err);
   }
-  __syncthreads();
-  for (unsigned long long i = threadIdx.x; i < len; i += FREE_BLOCK) {
-    const long long value = (long long)indices[i];
-    if (slot_error(value, v) == ERR_NONE) {
-      const unsigned long long slot = (unsigned long long)value;
-      atomicAnd(&v.slot_marks[slot >> 5], ~(1u << (slot & 31)));
-    }
+  if (!last_block_done(h)) return;
+  __shared__ unsigned long long verdict;
+  __shared__ uint32_t count;
+  if (threadIdx.x == 0) {
+    verdict = take_verdict(h);
+    count = *(volatile uint32_t *)&h->sort_count;
+    h->sort_count = 0;
   }
-  const unsigned long long verdict = *(volatile unsigned long long *)&h->op_error;
-  const uint32_t count = distinct;
   __syncthreads();
+  if (dead) {
+    if (threadIdx.x == 0) commit(v, call, c);
+    return;
+  }
   if (verdict != NO_ERROR) {
-    for (uint32_t i = threadIdx.x; i < count; i += FREE_BLOCK)
+    for (uint32_t i = threadIdx.x; i < count; i += blockDim.x)
       v.state[v.scratch[i]] = page_word(KIND_ALLOCATED, 0);
     if (threadIdx.x == 0) {
       raise_fault(v, call, verdict, (long long)indices[verdict >> 8]);
-      h->cursor[call.in ^ 1] = c;
-      mirror_counts(v, call, c);
-      h->op_error = NO_ERROR;
+      commit(v, call, c);
     }
     return;
   }
   const uint32_t claimed = page_word(KIND_CLAIMED, call.tag);
   sort_pages<FREE_BLOCK>(v, v.scratch, count, v.scratch,
                          [&](uint32_t word) { return word == claimed; });
-  const Dest dest = release_dest(v, call, true);
-  const Cursor next = release_pages(v, call, c, dest, count,
+  const Cursor next = release_pages(v, call, c, release_dest(v, call, true), count,
                                     [&](uint32_t i) { return v.scratch[i]; });
-  if (threadIdx.x == 0) {
-    h->cursor[call.in ^ 1] = next;
-    mirror_counts(v, call, next);
-  }
+  if (threadIdx.x == 0) commit(v, call, next);
 }
 
 // Closes a free group: first the pages freed by index (one ascending block), then those
-// freed by page id or segment, in call order.
+// freed by page id or segment, in call order. One block.
 __device__ void group_end(View v, Call call) {
   Header *h = v.header;
-  Cursor c = h->cursor[call.in];
+  const Cursor c = h->cursor[call.in];
   if (h->fault != 0) {
-    if (threadIdx.x == 0) {
-      h->cursor[call.in ^ 1] = c;
-      mirror_counts(v, call, c);
-    }
+    if (threadIdx.x == 0) commit(v, call, c);
     return;
   }
   const uint32_t by_index = c.group_idx_len, in_order = c.group_ord_len;
@@ -591,19 +621,16 @@ __device__ void group_end(View v, Call call) {
   plain.flags &= ~CALL_IN_GROUP;
   const Dest dest = release_dest(v, plain, true);
   // Two releases in a row; a release to the front must see the cursor the first one left.
-  Cursor mid = release_pages(v, plain, c, dest, by_index, [&](uint32_t i) { return v.group_idx[i]; });
+  const Cursor mid = release_pages(v, plain, c, dest, by_index, [&](uint32_t i) { return v.group_idx[i]; });
   __syncthreads();
   Cursor next = release_pages(v, plain, mid, dest, in_order, [&](uint32_t i) { return v.group_ord[i]; });
   next.group_idx_len = 0;
   next.group_ord_len = 0;
-  if (threadIdx.x == 0) {
-    h->cursor[call.in ^ 1] = next;
-    mirror_counts(v, call, next);
-  }
+  if (threadIdx.x == 0) commit(v, call, next);
 }
 
 // free = sort(free ++ staged): a scan of the page map yields every free or staged page in
-// ascending order; the ring restarts at position 0.
+// ascending order; the ring restarts at position 0. One block.
 __device__ void merge(View v, Call call) {
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
@@ -626,10 +653,7 @@ __device__ void merge(View v, Call call) {
     next.free_len = c.free_len + c.staged_len;
     next.staged_len = 0;
   }
-  if (threadIdx.x == 0) {
-    h->cursor[call.in ^ 1] = next;
-    mirror_counts(v, call, next);
-  }
+  if (threadIdx.x == 0) commit(v, call, next);
 }
 
 // ---- whole-pool state ---------------------------------------------------------------------
@@ -646,22 +670,24 @@ __device__ void reset(View v, Call call) {
   if (first == 0) {
     Cursor next{};
     next.free_len = v.num_pages;
-    v.header->cursor[call.in ^ 1] = next;
     v.header->fault = 0;
     v.header->ticket = 0;
     v.header->op_error = NO_ERROR;
-    mirror_counts(v, call, next);
+    v.header->sort_count = 0;
+    commit(v, call, next);
   }
 }
 
-// Clears the tags of every page word and claim, so tags can start again at 1.
+// Clears the tags of every page word, claim and slot, so tags can start again at 1.
 __device__ void retag(View v) {
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-  for (unsigned long long p = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
-       p <= v.num_pages; p += stride) {
+  const unsigned long long first = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+  for (unsigned long long p = first; p <= v.num_pages; p += stride) {
     v.state[p] &= KIND_MASK;
     v.claim[p] = 0;
   }
+  for (unsigned long long slot = first; slot < v.size + v.page_size; slot += stride)
+    v.slot_tags[slot] = 0;
 }
 
 // Snapshot layout: Cursor, then ring, staged and state words.
@@ -686,13 +712,13 @@ __device__ void copy_state(View v, Call call, uint32_t *snap, bool restore) {
     Cursor *saved = reinterpret_cast<Cursor *>(snap);
     const Cursor next = restore ? *saved : v.header->cursor[call.in];
     if (!restore) *saved = next;
-    v.header->cursor[call.in ^ 1] = next;
     if (restore) {
       v.header->fault = 0;
       v.header->op_error = NO_ERROR;
       v.header->ticket = 0;
+      v.header->sort_count = 0;
     }
-    mirror_counts(v, call, next);
+    commit(v, call, next);
   }
 }
 

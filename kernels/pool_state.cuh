@@ -15,7 +15,7 @@ enum PageKind : uint32_t {
   KIND_ALLOCATED = 3,    // handed out
   KIND_PENDING_ORD = 4,  // freed by page id / segment inside an open free group
   KIND_PENDING_IDX = 5,  // freed by token index inside an open free group (paged pool)
-  KIND_CLAIMED = 6,      // claimed by the free call in progress (transient)
+  KIND_CLAIMED = 6,      // claimed by the paged free by index in progress (transient)
 };
 constexpr uint32_t KIND_BITS = 3;
 constexpr uint32_t KIND_MASK = (1u << KIND_BITS) - 1;
@@ -44,7 +44,7 @@ struct Header {
   uint32_t fault;                // sticky: non-zero once a kernel found invalid input
   uint32_t ticket;               // last-block-done counter of multi-block kernels
   unsigned long long op_error;   // smallest (position << 8 | code) found by the current call
-  uint32_t sort_count;           // distinct pages claimed by the current free call
+  uint32_t sort_count;           // distinct pages claimed by the current free by index
   uint32_t pad[3];
 };
 
@@ -99,18 +99,21 @@ struct View {
   uint32_t *ring;        // num_pages page ids, circular
   uint32_t *staged;      // num_pages
   uint32_t *state;       // num_pages + 1 page words
-  uint32_t *claim;       // num_pages + 1: tag of the call whose request extends the page
+  unsigned long long *claim;  // num_pages + 1: (tag << 32 | request + 1) of the request
+                              // that extends the page (per request, so a graph replay of
+                              // the same call is not mistaken for a second request)
   uint32_t *group_idx;   // num_pages
   uint32_t *group_ord;   // num_pages
   uint32_t *scratch;     // num_pages: pages collected by a free call
-  uint32_t *slot_marks;  // (kv_rows + 31) / 32 bits, all zero between calls
+  uint32_t *slot_tags;   // kv_rows: tag of the free call that last named the slot
   HostRecord *record;    // device pointer of the mapped host record
   unsigned long long size;  // usable slots
   uint32_t page_size;
   uint32_t num_pages;
   uint32_t need_sort;
-  uint32_t pad;
+  uint32_t page_shift;   // log2(page_size), or NOT_POW2: shifts instead of 64-bit division
 };
+constexpr uint32_t NOT_POW2 = 0xffffffffu;
 
 // Per-call facts from the host.
 struct Call {

@@ -284,7 +284,7 @@ fn a_device_detected_double_free_faults_the_pool_until_cleared() {
     let refused = unsafe { device.alloc(16, out.ptr, 64, gpu.stream) }.unwrap_err();
     assert_eq!(refused.kind(), ErrorKind::DeviceFault);
     assert_eq!(device.available_size_bound(), (4096 * 16, true));
-    device.clear(gpu.stream).unwrap();
+    unsafe { device.clear(gpu.stream) }.unwrap();
     gpu.sync();
     // SAFETY: as above.
     unsafe { device.alloc(16, out.ptr, 64, gpu.stream) }.unwrap();

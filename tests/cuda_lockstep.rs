@@ -179,7 +179,7 @@ impl Run {
                     self.ops
                 );
                 let before = before.expect("bad inputs are only generated with a backup");
-                self.device.restore_state(&before, self.gpu.stream).unwrap();
+                unsafe { self.device.restore_state(&before, self.gpu.stream) }.unwrap();
                 self.gpu.sync();
                 assert!(self.device.fault().is_none());
                 // The stale fault is reported once more, then the pool is healthy.
@@ -288,7 +288,7 @@ impl Run {
             let free_page = self.host.free_page_census()[0] as i64;
             last[0] = free_page * self.ps as i64 + (prefix[0] - 1).rem_euclid(self.ps as i64);
         }
-        let before = bad.then(|| self.device.backup_state(self.gpu.stream).unwrap());
+        let before = bad.then(|| unsafe { self.device.backup_state(self.gpu.stream) }.unwrap());
         let mut host_out = vec![0i64; total as usize];
         let h = if self.i32 {
             let mut o = vec![0i32; total as usize];
@@ -444,7 +444,7 @@ impl Run {
             if bad {
                 indices.push(indices[0]); // the same slot twice
             }
-            let before = bad.then(|| self.device.backup_state(self.gpu.stream).unwrap());
+            let before = bad.then(|| unsafe { self.device.backup_state(self.gpu.stream) }.unwrap());
             let h = host_call!(self, free, indices);
             self.upload_indices(&self.bufs.a, &indices);
             // SAFETY: as in `extend`.
@@ -465,7 +465,7 @@ impl Run {
             if bad {
                 pages.push(pages[0]);
             }
-            let before = bad.then(|| self.device.backup_state(self.gpu.stream).unwrap());
+            let before = bad.then(|| unsafe { self.device.backup_state(self.gpu.stream) }.unwrap());
             let h = host_call!(self, free_pages, pages);
             self.upload_indices(&self.bufs.a, &pages);
             // SAFETY: as in `extend`.
@@ -486,7 +486,7 @@ impl Run {
                 row[start] = 0; // the padding slot
             }
             let len = row.len() - start;
-            let before = bad.then(|| self.device.backup_state(self.gpu.stream).unwrap());
+            let before = bad.then(|| unsafe { self.device.backup_state(self.gpu.stream) }.unwrap());
             let h = host_call!(self, free_segment, row, start, len);
             self.upload_indices(&self.bufs.a, &row);
             // SAFETY: as in `extend`.
@@ -506,7 +506,7 @@ impl Run {
     fn group(&mut self) {
         if self.in_group {
             let h = self.host.free_group_end();
-            let d = self.device.free_group_end(self.gpu.stream);
+            let d = unsafe { self.device.free_group_end(self.gpu.stream) };
             self.settle("free_group_end", kind(h), kind(d), None);
             self.in_group = false;
         } else {
@@ -524,7 +524,7 @@ impl Run {
         match self.saved.take() {
             Some(saved) if self.rng.chance(60) => {
                 let h = self.host.restore_state(&saved.host);
-                let d = self.device.restore_state(&saved.device, self.gpu.stream);
+                let d = unsafe { self.device.restore_state(&saved.device, self.gpu.stream) };
                 self.settle("restore_state", kind(h), kind(d), None);
                 self.rows = saved.rows.clone();
                 self.blocks = saved.blocks.clone();
@@ -532,7 +532,7 @@ impl Run {
             }
             _ => {
                 let host = self.host.backup_state().unwrap();
-                let device = self.device.backup_state(self.gpu.stream).unwrap();
+                let device = unsafe { self.device.backup_state(self.gpu.stream) }.unwrap();
                 self.saved = Some(Saved {
                     host,
                     device,
@@ -556,12 +556,12 @@ impl Run {
             87..=91 => self.snapshot(),
             92..=95 => {
                 self.host.merge_and_sort_free();
-                self.device.merge_and_sort_free(self.gpu.stream).unwrap();
+                unsafe { self.device.merge_and_sort_free(self.gpu.stream) }.unwrap();
                 self.gpu.sync();
             }
             96 if self.rng.chance(20) => {
                 self.host.clear();
-                self.device.clear(self.gpu.stream).unwrap();
+                unsafe { self.device.clear(self.gpu.stream) }.unwrap();
                 self.gpu.sync();
                 self.rows.clear();
                 self.blocks.clear();

@@ -43,3 +43,29 @@ fn python_ctypes_tests() {
     );
     println!("{stderr}");
 }
+
+/// `tests/python/test_cuda.py` (PyTorch + a CUDA device): on a machine without them every
+/// test must report itself skipped, with the reason, rather than pass. On a GPU machine
+/// `scripts/gpu/run.sh python` runs it for real.
+#[test]
+fn python_cuda_tests_run_or_report_skipped() {
+    let lib = support::testing_cdylib();
+    let output = Command::new("python3")
+        .arg("tests/python/test_cuda.py")
+        .arg("-v")
+        .current_dir(support::manifest_dir())
+        .env("KVPOOL_LIB", &lib)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .expect("python3 runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "python3 tests/python/test_cuda.py failed\n{}",
+        support::describe_output(&output)
+    );
+    let skipped = stderr.lines().filter(|l| l.contains("skipped")).count();
+    let ran_ok = stderr.lines().any(|l| l.trim_end() == "OK");
+    assert!(skipped > 0 || ran_ok, "neither skipped nor run:\n{stderr}");
+    println!("{stderr}");
+}

@@ -26,13 +26,47 @@ status and the thread's ``kvp_last_error_message``). Pools, snapshots, scheduler
 and delayers are freed exactly once: by ``close()``, by leaving a ``with`` block, or (as a
 fallback) when collected.
 
-PyTorch: wherever a pool method takes a list of indices or lengths it also takes a 1-D,
-contiguous tensor (lengths ``torch.int64``; indices the pool's index dtype, ``torch.int64``
-or ``torch.int32``), passed by ``data_ptr()`` without a copy. A call given a tensor returns
-a tensor; ``out=`` takes a preallocated one (SGLang's ``out_cache_loc``) and returns the
-written prefix of it. Host (CPU) tensors only: kvpool's CUDA backend does not exist yet, so
-a CUDA tensor is refused with ``ValueError`` instead of being read as a host pointer. This
-module never imports torch itself; it recognizes tensors once the caller has.
+PyTorch: wherever a host pool method takes a list of indices or lengths it also takes a
+1-D, contiguous tensor (lengths ``torch.int64``; indices the pool's index dtype,
+``torch.int64`` or ``torch.int32``), passed by ``data_ptr()`` without a copy. A call given a
+tensor returns a tensor; ``out=`` takes a preallocated one (SGLang's ``out_cache_loc``) and
+returns the written prefix of it. Host pools read and write host memory only, so their
+methods take CPU tensors and refuse a CUDA tensor with ``ValueError`` (its pointer must never
+be read as a host pointer). This module never imports torch for host pools; it recognizes
+tensors once the caller has.
+
+Device pools (``Pool(size, page_size=16, backend="cuda", device=0)``; the library uses the
+device's primary context, the one PyTorch uses) keep their state in device memory and are
+driven by the ``*_async`` methods: ``alloc_async``, ``alloc_extend_async``,
+``alloc_decode_async``, ``free_async``, ``free_pages_async``, ``free_segment_async``,
+``free_group_end_async``, ``merge_and_sort_free_async``, ``clear_async``,
+``backup_state_async``, ``restore_state_async``; plus ``check_device()`` and
+``available_size_bound()``. They take CUDA tensors on the pool's device (by ``data_ptr()``;
+dtype, 1-D and contiguity checked before the call), enqueue kernels on ``stream`` and return
+without synchronizing; an output tensor (``out=``, else a new one allocated on that stream)
+holds its slots once the stream passes the call. ``stream=None`` is
+``torch.cuda.current_stream(device)``; an int (cudaStream_t / CUstream) or a
+``torch.cuda.Stream`` works too. The host copies of the lengths (``prefix_lens_host``,
+``seq_lens_host``: lists or CPU tensors, SGLang's ``*_lens_cpu``) are required arguments:
+kvpool plans and checks an allocation on the host, and taking them from the device tensors
+(``.tolist()``, ``.cpu()``) would wait for the stream. What the host can check (a
+shortage, bad lengths, a wrong stream) is reported by the call itself; an invalid index
+(double free, foreign index, page 0, bad ``last_loc``) is found by a kernel and reported
+later, by ``check_device()`` and every later call (KvpError DEVICE_FAULT), until
+``clear_async()`` or ``restore_state_async()``. Device tensors passed to a call must stay
+allocated until the stream passes it (a tensor allocated on that stream is safe to drop; one
+from another stream needs ``tensor.record_stream(stream)``), calls on one pool must be
+ordered on the device (one stream, or streams ordered with events), and a device pool or
+snapshot is best closed once its stream has passed every call on it.
+
+    import torch, kvpool
+    pool = kvpool.Pool(4096, page_size=16, backend="cuda", device=0)
+    dev = torch.device("cuda", 0)
+    prefix_cpu, seq_cpu = [0, 0], [20, 5]
+    out_cache_loc = pool.alloc_extend_async(
+        torch.tensor(prefix_cpu, device=dev), torch.tensor(seq_cpu, device=dev),
+        torch.tensor([-1, -1], device=dev),
+        prefix_lens_host=prefix_cpu, seq_lens_host=seq_cpu)   # 25 slots, written in order
 """
 
 import collections
@@ -109,7 +143,12 @@ STATUS_NAMES = {
     40: "KVP_STATUS_INVALID_STATE",
     41: "KVP_STATUS_FOREIGN_SNAPSHOT",
     42: "KVP_STATUS_POISONED",
+    43: "KVP_STATUS_WRONG_BACKEND",
     50: "KVP_STATUS_UNSUPPORTED",
+    60: "KVP_STATUS_CUDA_UNAVAILABLE",
+    61: "KVP_STATUS_CUDA_ERROR",
+    62: "KVP_STATUS_WRONG_STREAM",
+    63: "KVP_STATUS_DEVICE_FAULT",
     100: "KVP_STATUS_PANIC",
 }
 STATUS = {name[len("KVP_STATUS_"):]: number for number, name in STATUS_NAMES.items()}
@@ -463,6 +502,7 @@ _handle = ctypes.c_void_p  # struct kvp_pool *, kvp_snapshot *, kvp_scheduler *,
 _u64_p = ctypes.POINTER(ctypes.c_uint64)  # uint64_t * (outputs), const uint64_t * (paths)
 _buffer = ctypes.c_void_p  # index buffers of the pool's index type
 _i64_array = ctypes.POINTER(ctypes.c_int64)  # prefix_lens, seq_lens
+_stream = ctypes.c_void_p  # struct CUstream_st * (cudaStream_t, CUstream; NULL: legacy default)
 
 # name -> (restype, argtypes), for every function in include/kvpool.h.
 SIGNATURES = {
@@ -504,6 +544,48 @@ SIGNATURES = {
     "kvp_pool_backup_state": (_status, [_handle, ctypes.POINTER(_handle)]),
     "kvp_pool_restore_state": (_status, [_handle, _handle]),
     "kvp_snapshot_free": (None, [_handle]),
+    # device pools (KVP_BACKEND_CUDA): enqueued on a stream, device buffers
+    "kvp_pool_alloc_async": (
+        _status,
+        [_handle, ctypes.c_size_t, _buffer, ctypes.c_size_t, _stream],
+    ),
+    "kvp_pool_alloc_extend_async": (
+        _status,
+        [
+            _handle,
+            _i64_array,  # prefix_lens_host
+            _i64_array,  # seq_lens_host
+            _i64_array,  # prefix_lens (device)
+            _i64_array,  # seq_lens (device)
+            _buffer,  # last_loc (device)
+            ctypes.c_size_t,  # batch_size
+            ctypes.c_size_t,  # extend_num_tokens
+            _buffer,  # out (device)
+            ctypes.c_size_t,  # out_len
+            _stream,
+        ],
+    ),
+    "kvp_pool_alloc_decode_async": (
+        _status,
+        [_handle, _i64_array, _i64_array, _buffer, ctypes.c_size_t, _buffer, ctypes.c_size_t,
+         _stream],
+    ),
+    "kvp_pool_free_indices_async": (_status, [_handle, _buffer, ctypes.c_size_t, _stream]),
+    "kvp_pool_free_pages_async": (_status, [_handle, _buffer, ctypes.c_size_t, _stream]),
+    "kvp_pool_free_segment_async": (
+        _status,
+        [_handle, _buffer, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t, _stream],
+    ),
+    "kvp_pool_free_group_end_async": (_status, [_handle, _stream]),
+    "kvp_pool_merge_and_sort_free_async": (_status, [_handle, _stream]),
+    "kvp_pool_clear_async": (_status, [_handle, _stream]),
+    "kvp_pool_backup_state_async": (_status, [_handle, ctypes.POINTER(_handle), _stream]),
+    "kvp_pool_restore_state_async": (_status, [_handle, _handle, _stream]),
+    "kvp_pool_check_device": (_status, [_handle]),
+    "kvp_pool_available_size_bound": (
+        _status,
+        [_handle, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_bool)],
+    ),
     "kvp_status_str": (ctypes.c_char_p, [ctypes.c_int32]),
     "kvp_testing_panic": (_status, []),
     "kvp_testing_poison_pool": (_status, [_handle]),
@@ -666,9 +748,12 @@ class Library:
         """Raises KvpError unless `status` is KVP_STATUS_OK; must run right after the call,
         on the same thread (the message is per thread)."""
         if status != 0:
-            message = self.last_error_message()
-            name = STATUS_NAMES.get(status, f"KVP_STATUS_<unknown {status}>")
-            raise KvpError(status, name, self.status_str(status), message)
+            raise self.error(status, self.last_error_message())
+
+    def error(self, status, message):
+        """The KvpError for `status` with `message` (what ``check`` raises)."""
+        name = STATUS_NAMES.get(status, f"KVP_STATUS_<unknown {status}>")
+        return KvpError(status, name, self.status_str(status), message)
 
     # ---- library-level calls ----
 
@@ -736,16 +821,21 @@ def _tensor_module(value):
     return torch if torch is not None and isinstance(value, torch.Tensor) else None
 
 
-def _tensor_pointer(tensor, dtype_name, what):
+def _tensor_pointer(tensor, dtype_name, what, device=None):
     """(data pointer, element count) of a tensor the library may read or write directly.
 
-    Host pools only read and write host memory, so device tensors are refused. When the
-    CUDA backend lands, a CUDA pool will take tensors on its device here (and its calls a
-    stream, e.g. ``torch.cuda.current_stream().cuda_stream``)."""
+    ``device`` None: a host buffer, so the tensor must be on the CPU (a CUDA tensor's
+    pointer must never be read as a host pointer). ``device`` N: a device buffer of a pool on
+    CUDA device N, so the tensor must be on ``cuda:N``."""
     torch = sys.modules["torch"]
-    if tensor.device.type != "cpu":
-        raise ValueError(f"{what} is on {tensor.device}: kvpool's CUDA backend is not "
-                         "implemented yet, so tensors must be on the CPU")
+    if device is None:
+        if tensor.device.type != "cpu":
+            raise ValueError(f"{what} is on {tensor.device}, but this call reads host memory: "
+                             "it must be on the CPU (a CUDA pool takes tensors on its device "
+                             "in its *_async methods)")
+    elif tensor.device.type != "cuda" or tensor.device.index != device:
+        raise ValueError(f"{what} is on {tensor.device}: it must be on cuda:{device}, the "
+                         "pool's device")
     if tensor.dtype != getattr(torch, dtype_name):
         raise TypeError(f"{what} has dtype {tensor.dtype}; it must be torch.{dtype_name}")
     if tensor.dim() != 1:
@@ -753,6 +843,48 @@ def _tensor_pointer(tensor, dtype_name, what):
     if not tensor.is_contiguous():
         raise ValueError(f"{what} must be contiguous")
     return tensor.data_ptr(), tensor.numel()
+
+
+def _import_torch(why):
+    """torch (imported now if the caller has not yet), for device pools' defaults."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        try:
+            import torch  # noqa: PLC0415 - only device pools need it, and only here
+        except ImportError as e:
+            raise ImportError(f"{why} needs PyTorch, which is not installed") from e
+    return torch
+
+
+_BACKEND_NAMES = {"host": BACKEND_HOST, "cuda": BACKEND_CUDA}
+
+
+def _backend_number(backend):
+    """BACKEND_HOST / BACKEND_CUDA from ``"host"`` / ``"cuda"`` (numbers pass unchanged, so
+    the library judges an unknown one)."""
+    if isinstance(backend, str):
+        try:
+            return _BACKEND_NAMES[backend.lower()]
+        except KeyError:
+            raise ValueError(f"backend must be 'host' or 'cuda', not {backend!r}") from None
+    return int(backend)
+
+
+def _device_ordinal(device):
+    """A CUDA device ordinal from an int, ``"cuda"``/``"cuda:N"`` or a torch.device."""
+    if isinstance(device, int):
+        return device
+    kind = getattr(device, "type", None)
+    if kind is not None:  # torch.device
+        if kind != "cuda":
+            raise ValueError(f"device {device} is not a CUDA device")
+        return 0 if device.index is None else device.index
+    text = str(device)
+    if text == "cuda":
+        return 0
+    if text.startswith("cuda:") and text[5:].isdigit():
+        return int(text[5:])
+    raise ValueError(f"device must be a CUDA ordinal, 'cuda:N' or a torch.device, not {device!r}")
 
 
 def _total(values):
@@ -763,7 +895,15 @@ class Pool(_Owner):
     """A kvpool slot allocator: ``Pool(size, page_size=1, ...)``. Index and length arguments
     are sequences of ints or tensors (see the module's docs); results are lists of ints, or
     tensors when a tensor went in. Buffers passed to the library have the pool's index type
-    (int64, or int32 for ``index_type=INDEX_TYPE_I32``)."""
+    (int64, or int32 for ``index_type=INDEX_TYPE_I32``).
+
+    ``backend="cuda"`` (or ``BACKEND_CUDA``) with ``device=N`` makes a device pool on CUDA
+    device N: its state lives in device memory and it is driven by the ``*_async`` methods,
+    which take CUDA tensors and enqueue on a stream (see the module's docs). The host methods
+    (``alloc``, ``alloc_extend``, ``free_indices``, ...) raise ``KvpError`` WRONG_BACKEND on a
+    device pool, and the ``*_async`` ones on a host pool. ``info()``, ``stats()``,
+    ``available_size()`` (a lower bound on a device pool, see ``available_size_bound``),
+    ``free_group_begin()`` and ``close()`` serve both."""
 
     _free_name = "kvp_pool_free"
 
@@ -779,6 +919,9 @@ class Pool(_Owner):
         lib=None,
     ):
         lib = load() if lib is None else lib
+        backend = _backend_number(backend)
+        if backend == BACKEND_CUDA:
+            device = _device_ordinal(device)
         config = lib.config_default()
         config.size = size
         config.page_size = page_size
@@ -793,6 +936,14 @@ class Pool(_Owner):
         self.index_ctype = ctypes.c_int32 if index_type == INDEX_TYPE_I32 else ctypes.c_int64
         self.index_dtype = "int32" if index_type == INDEX_TYPE_I32 else "int64"  # torch's name
         self.page_size = page_size
+        self.backend = backend
+        # CUDA ordinal of a device pool, None for a host pool
+        self.device = device if backend == BACKEND_CUDA else None
+
+    @property
+    def is_device(self):
+        """True for a device (CUDA) pool."""
+        return self.backend == BACKEND_CUDA
 
     # ---- buffers ----
 
@@ -932,6 +1083,231 @@ class Pool(_Owner):
 
     def restore_state(self, snapshot):
         self._call("kvp_pool_restore_state", snapshot.handle)
+
+    # ---- device pools: buffers and streams ----
+
+    def _require_device(self, call):
+        """A host pool refuses the *_async calls that take device buffers here, before any
+        pointer is formed (the library would refuse them too)."""
+        if not self.is_device:
+            raise self._lib.error(STATUS["WRONG_BACKEND"],
+                                  f"{call} needs a device pool (backend='cuda'); this pool "
+                                  f"is a host pool: use {call[len('kvp_pool_'):-len('_async')]}"
+                                  "() with host buffers")
+
+    def _device_buffer(self, tensor, dtype_name, what):
+        """(data pointer, length) of a CUDA tensor on the pool's device."""
+        if not _tensor_module(tensor):
+            raise TypeError(f"{what} must be a torch tensor on cuda:{self.device} (device "
+                            f"memory), not {type(tensor).__name__}")
+        return _tensor_pointer(tensor, dtype_name, what, self.device)
+
+    def _device_indices(self, tensor, what):
+        pointer, n = self._device_buffer(tensor, self.index_dtype, what)
+        return ctypes.c_void_p(pointer), n
+
+    def _device_lengths(self, tensor, what):
+        pointer, n = self._device_buffer(tensor, "int64", what)
+        return ctypes.cast(pointer, _i64_array), n
+
+    def _host_lengths(self, values, what, call):
+        """The host copy of a length array: required, because reading it from the device
+        tensor (``.tolist()``, ``.cpu()``) would synchronize with the stream."""
+        if values is None:
+            raise TypeError(
+                f"{call} needs {what}_host: the host copy of {what} (a list or a CPU tensor; "
+                f"SGLang keeps it as {what}_cpu). kvpool sizes and plans the allocation on "
+                "the host, and copying the device tensor here would wait for the stream.")
+        return self._lengths(values, what + "_host")
+
+    def _stream_handle(self, stream):
+        """The CUstream handle to enqueue on: ``stream`` as an int (a cudaStream_t / CUstream
+        value; 0 is the legacy default stream), a torch.cuda.Stream (``.cuda_stream``), an
+        object with ``.ptr`` (CuPy) or a ctypes.c_void_p; None is the current PyTorch stream
+        of the pool's device."""
+        if stream is None and not self.is_device:
+            return None  # a host pool refuses every *_async call; no torch needed to say so
+        if stream is None:
+            torch = _import_torch("stream=None (the current PyTorch stream)")
+            return torch.cuda.current_stream(self.device).cuda_stream
+        if isinstance(stream, ctypes.c_void_p):
+            return stream.value or 0
+        if isinstance(stream, int):
+            return stream
+        for attribute in ("cuda_stream", "ptr"):
+            handle = getattr(stream, attribute, None)
+            if isinstance(handle, int):
+                return handle
+        raise TypeError("stream must be None, a torch.cuda.Stream, a CUstream handle (int) or "
+                        f"a ctypes.c_void_p, not {type(stream).__name__}")
+
+    def _device_out(self, n, out, stream, handle):
+        """(buffer, length, out) for a device output: ``out`` (a CUDA tensor of the pool's
+        index dtype), or a new one of ``n`` elements allocated on the call's stream
+        (``stream`` as given, ``handle`` its CUstream): PyTorch's caching allocator ties a
+        block to the stream it was allocated on, so the memory is not handed to other
+        streams while kvpool's kernels may still write it."""
+        if out is None:
+            torch = _import_torch("out=None")
+            device = torch.device("cuda", self.device)
+            if handle == torch.cuda.current_stream(self.device).cuda_stream:
+                scope = contextlib.nullcontext()
+            elif isinstance(stream, torch.cuda.Stream):
+                scope = torch.cuda.stream(stream)
+            else:
+                default = torch.cuda.default_stream(self.device)
+                target = (default if handle == default.cuda_stream
+                          else torch.cuda.ExternalStream(handle, device=device))
+                scope = torch.cuda.stream(target)
+            with scope:
+                out = torch.empty(max(n, 0), dtype=getattr(torch, self.index_dtype),
+                                  device=device)
+        pointer, length = self._device_indices(out, "out")
+        return pointer, length, out
+
+    # ---- device pools: allocation ----
+    # Every *_async call enqueues kernels on `stream` and returns without synchronizing; its
+    # output tensor is filled when the stream passes the call. Device tensors given to a call
+    # (inputs and out) must stay allocated until then: tensors allocated on that same stream
+    # are safe to drop (the caching allocator reuses their memory only in stream order);
+    # for a tensor from another stream call ``tensor.record_stream(stream)`` or keep it.
+
+    def alloc_async(self, num_tokens, out=None, *, stream=None):
+        """Allocates ``num_tokens`` slots (a multiple of page_size) into ``out`` on the device;
+        returns ``out[:num_tokens]`` (a new tensor when ``out`` is None)."""
+        self._require_device("kvp_pool_alloc_async")
+        handle = self._stream_handle(stream)
+        buf, n, out = self._device_out(num_tokens, out, stream, handle)
+        self._call("kvp_pool_alloc_async", num_tokens, buf, n, handle)
+        return out[:num_tokens]
+
+    def alloc_extend_async(self, prefix_lens, seq_lens, last_loc, out=None, *,
+                           prefix_lens_host=None, seq_lens_host=None, extend_num_tokens=None,
+                           stream=None):
+        """SGLang's ``alloc_extend`` on the device: ``prefix_lens``, ``seq_lens`` (int64) and
+        ``last_loc`` (index dtype) are CUDA tensors; ``prefix_lens_host`` and
+        ``seq_lens_host`` their host copies (lists or CPU tensors), required: kvpool plans
+        and checks the allocation on the host from them without waiting for the device.
+        ``extend_num_tokens`` defaults to ``sum(seq_lens_host) - sum(prefix_lens_host)``.
+        Returns ``out[:extend_num_tokens]``."""
+        call = "kvp_pool_alloc_extend_async"
+        self._require_device(call)
+        prefix_host, batch = self._host_lengths(prefix_lens_host, "prefix_lens", call)
+        seq_host, seq_host_n = self._host_lengths(seq_lens_host, "seq_lens", call)
+        prefix_buf, prefix_n = self._device_lengths(prefix_lens, "prefix_lens")
+        seq_buf, seq_n = self._device_lengths(seq_lens, "seq_lens")
+        last_buf, last_n = self._device_indices(last_loc, "last_loc")
+        if len({batch, seq_host_n, prefix_n, seq_n, last_n}) != 1:
+            raise ValueError("prefix_lens, seq_lens, last_loc and the host copies need one "
+                             "entry per request")
+        if extend_num_tokens is None:
+            extend_num_tokens = _total(seq_lens_host) - _total(prefix_lens_host)
+        handle = self._stream_handle(stream)
+        buf, n, out = self._device_out(extend_num_tokens, out, stream, handle)
+        self._call(call, prefix_host, seq_host, prefix_buf, seq_buf, last_buf, batch,
+                   extend_num_tokens, buf, n, handle)
+        return out[:extend_num_tokens]
+
+    def alloc_decode_async(self, seq_lens, last_loc, out=None, *, seq_lens_host=None,
+                           stream=None):
+        """SGLang's ``alloc_decode`` on the device: one slot per request. ``seq_lens``
+        (int64, counting the new token) and ``last_loc`` are CUDA tensors, ``seq_lens_host``
+        the host copy of ``seq_lens`` (required, as for ``alloc_extend_async``). Returns
+        ``out[:batch]``."""
+        call = "kvp_pool_alloc_decode_async"
+        self._require_device(call)
+        seq_host, batch = self._host_lengths(seq_lens_host, "seq_lens", call)
+        seq_buf, seq_n = self._device_lengths(seq_lens, "seq_lens")
+        last_buf, last_n = self._device_indices(last_loc, "last_loc")
+        if len({batch, seq_n, last_n}) != 1:
+            raise ValueError("seq_lens, last_loc and seq_lens_host need one entry per request")
+        handle = self._stream_handle(stream)
+        buf, n, out = self._device_out(batch, out, stream, handle)
+        self._call(call, seq_host, seq_buf, last_buf, batch, buf, n, handle)
+        return out[:batch]
+
+    # ---- device pools: frees ----
+    # An invalid index (double free, foreign index, page 0) is found by a kernel, after the
+    # call returned OK: it is reported by ``check_device()`` and by every later call
+    # (KvpError DEVICE_FAULT) until ``clear_async()`` or ``restore_state_async()``.
+
+    def free_async(self, indices, *, stream=None):
+        """SGLang's ``free``: frees slots by index (a paged pool frees each index's page).
+        ``indices`` is a CUDA tensor of the index dtype."""
+        call = "kvp_pool_free_indices_async"
+        self._require_device(call)
+        buf, n = self._device_indices(indices, "indices")
+        self._call(call, buf, n, self._stream_handle(stream))
+
+    free_indices_async = free_async
+
+    def free_pages_async(self, page_ids, *, stream=None):
+        """Frees exactly these pages (a CUDA tensor of the index dtype), in this order."""
+        call = "kvp_pool_free_pages_async"
+        self._require_device(call)
+        buf, n = self._device_indices(page_ids, "page_ids")
+        self._call(call, buf, n, self._stream_handle(stream))
+
+    def free_segment_async(self, row, start_pos, length, *, stream=None):
+        """Frees the pages of ``row[start_pos:start_pos + length]``; ``row`` is a request's
+        req_to_token row (a 1-D CUDA tensor of the index dtype, e.g. ``req_to_token[i]``)."""
+        call = "kvp_pool_free_segment_async"
+        self._require_device(call)
+        buf, n = self._device_indices(row, "row")
+        self._call(call, buf, n, start_pos, length, self._stream_handle(stream))
+
+    def free_group_end_async(self, stream=None):
+        """Closes the free group (opened with ``free_group_begin()``) on the device."""
+        self._call("kvp_pool_free_group_end_async", self._stream_handle(stream))
+
+    @contextlib.contextmanager
+    def free_group_async(self, stream=None):
+        """``with pool.free_group_async(stream): ...`` — begin, and end on ``stream`` even if
+        the body raises."""
+        self.free_group_begin()
+        try:
+            yield self
+        finally:
+            self.free_group_end_async(stream)
+
+    def merge_and_sort_free_async(self, stream=None):
+        self._call("kvp_pool_merge_and_sort_free_async", self._stream_handle(stream))
+
+    def clear_async(self, stream=None):
+        """Frees every slot; also clears a device fault."""
+        self._call("kvp_pool_clear_async", self._stream_handle(stream))
+
+    # ---- device pools: snapshots ----
+
+    def backup_state_async(self, stream=None):
+        """A ``Snapshot`` of the pool's state as the stream reaches this call (copied on the
+        device)."""
+        handle = ctypes.c_void_p()
+        self._call("kvp_pool_backup_state_async", ctypes.byref(handle),
+                   self._stream_handle(stream))
+        return Snapshot(self._lib, handle.value)
+
+    def restore_state_async(self, snapshot, stream=None):
+        """Returns the pool to ``snapshot``'s state; also clears a device fault."""
+        self._call("kvp_pool_restore_state_async", snapshot.handle, self._stream_handle(stream))
+
+    # ---- device pools: queries (no synchronization) ----
+
+    def check_device(self):
+        """Raises ``KvpError`` DEVICE_FAULT if a kernel has found invalid input (the message
+        names the operation, the element's position and its value); polls the device's fault
+        record without synchronizing, so a fault in work the stream has not reached yet is
+        not seen."""
+        self._call("kvp_pool_check_device")
+
+    def available_size_bound(self):
+        """``(free slots, exact)``: exact unless a paged free by index is still in flight on
+        the device, whose pages are counted once the stream has passed it (no synchronization
+        needed)."""
+        n = ctypes.c_uint64()
+        exact = ctypes.c_bool()
+        self._call("kvp_pool_available_size_bound", ctypes.byref(n), ctypes.byref(exact))
+        return n.value, bool(exact.value)
 
     # ---- testing builds only ----
 

@@ -50,14 +50,18 @@ pub(crate) struct View {
     pub group_idx: u64,
     pub group_ord: u64,
     pub scratch: u64,
-    pub slot_marks: u64,
+    pub slot_tags: u64,
     pub record: u64,
     pub size: u64,
     pub page_size: u32,
     pub num_pages: u32,
     pub need_sort: u32,
-    pub pad: u32,
+    /// `log2(page_size)`, or [`NOT_POW2`].
+    pub page_shift: u32,
 }
+
+/// `kvp::NOT_POW2`: the page size is not a power of two (kernels divide).
+pub(crate) const NOT_POW2: u32 = u32::MAX;
 
 /// `kvp::Call`: per-launch facts.
 #[repr(C)]
@@ -94,23 +98,29 @@ pub(crate) struct Arrays {
     pub group_idx: usize,
     pub group_ord: usize,
     pub scratch: usize,
-    pub slot_marks: usize,
+    pub slot_tags: usize,
     pub bytes: usize,
 }
 
+/// Each array starts on a 256-byte boundary (coalesced access, 8-byte atomics on `claim`).
+fn aligned(offset: usize) -> usize {
+    offset.next_multiple_of(256)
+}
+
 impl Arrays {
-    /// Byte offsets for a pool of `num_pages` pages and `kv_rows` slots.
+    /// Byte offsets for a pool of `num_pages` pages and `kv_rows` slots: 32 bytes a page
+    /// plus 4 a slot (the slot tags of a paged free by index).
     pub fn new(num_pages: u32, kv_rows: u64) -> Self {
-        let n = num_pages as usize * 4;
-        let ring = std::mem::size_of::<Header>();
-        let staged = ring + n;
-        let state = staged + n;
-        let claim = state + n + 4;
-        let group_idx = claim + n + 4;
-        let group_ord = group_idx + n;
-        let scratch = group_ord + n;
-        let slot_marks = scratch + n;
-        let bytes = slot_marks + kv_rows.div_ceil(32) as usize * 4;
+        let n = num_pages as usize;
+        let ring = aligned(std::mem::size_of::<Header>());
+        let staged = aligned(ring + 4 * n);
+        let state = aligned(staged + 4 * n);
+        let claim = aligned(state + 4 * (n + 1));
+        let group_idx = aligned(claim + 8 * (n + 1));
+        let group_ord = aligned(group_idx + 4 * n);
+        let scratch = aligned(group_ord + 4 * n);
+        let slot_tags = aligned(scratch + 4 * n);
+        let bytes = slot_tags + 4 * kv_rows as usize;
         Self {
             ring,
             staged,
@@ -119,7 +129,7 @@ impl Arrays {
             group_idx,
             group_ord,
             scratch,
-            slot_marks,
+            slot_tags,
             bytes,
         }
     }

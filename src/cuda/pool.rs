@@ -18,7 +18,7 @@ use super::driver::PrimaryContext;
 use super::kernels::{launch, Kernels};
 use super::layout::{
     arg, snapshot_bytes, Arrays, Call, DeviceFault, DeviceOp, HostRecord, View, CALL_IN_GROUP,
-    CALL_MIRROR, FREE_PAGE_IDS, FREE_SEGMENT, FREE_SLOTS, TAG_LIMIT,
+    CALL_MIRROR, FREE_PAGE_IDS, FREE_SEGMENT, FREE_SLOTS, NOT_POW2, TAG_LIMIT,
 };
 use super::memory::{DeviceMemory, MappedHost};
 use crate::pool::config::Layout;
@@ -33,8 +33,9 @@ const BLOCK: u32 = 256;
 const FREE_BLOCK: u32 = 1024;
 /// Blocks an `alloc` spreads over at most.
 const ALLOC_MAX_BLOCKS: u64 = 1024;
-/// An extend aims at about this many blocks (two per SM of an H100/H200).
-const EXTEND_TARGET_BLOCKS: u64 = 264;
+/// An extend aims at about this many blocks (two per SM of an H100/H200); frees use at most
+/// this many blocks of `FREE_BLOCK` threads.
+const TARGET_BLOCKS: u64 = 264;
 
 /// Snapshot buffers of a pool, kept for reuse so that backups need no `cuMemAlloc` (which
 /// may synchronize) once warm. Freed when the pool and all its snapshots are gone.
@@ -162,13 +163,17 @@ impl DevicePool {
             group_idx: memory.at(arrays.group_idx),
             group_ord: memory.at(arrays.group_ord),
             scratch: memory.at(arrays.scratch),
-            slot_marks: memory.at(arrays.slot_marks),
+            slot_tags: memory.at(arrays.slot_tags),
             record: record.device(),
             size: layout.size,
             page_size: layout.page_size,
             num_pages: layout.num_pages,
             need_sort: u32::from(config.need_sort),
-            pad: 0,
+            page_shift: if layout.page_size.is_power_of_two() {
+                layout.page_size.trailing_zeros()
+            } else {
+                NOT_POW2
+            },
         };
         let buffers = Arc::new(SnapshotBuffers {
             context: Arc::clone(&context),
@@ -420,6 +425,7 @@ impl DevicePool {
     ///
     /// # Safety
     /// `extra` must match `function`'s parameters after `(View, Call)`.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn run(
         &mut self,
         function: CUfunction,
@@ -655,9 +661,7 @@ impl DevicePool {
             if batch == 0 {
                 return Ok(());
             }
-            let per_block = (batch as u64)
-                .div_ceil(EXTEND_TARGET_BLOCKS)
-                .min(u64::from(BLOCK));
+            let per_block = (batch as u64).div_ceil(TARGET_BLOCKS).min(u64::from(BLOCK));
             // SAFETY: forwarded contract.
             unsafe {
                 self.launch_extend(
@@ -829,11 +833,12 @@ impl DevicePool {
                 } else {
                     self.known_dest()
                 };
+                let grid = free_grid(len64);
                 // SAFETY: `kvp_free_slots_paged_*(View, Call, const Index *, u64 len)`.
                 unsafe {
                     self.run(
                         self.kernels.typed.free_slots_paged,
-                        1,
+                        grid,
                         FREE_BLOCK,
                         DeviceOp::FreeIndices as u32,
                         Step::Release { dest, pages: None },
@@ -979,12 +984,13 @@ impl DevicePool {
     ) -> Result<(), PoolError> {
         let dest = self.known_dest();
         let count = pages as u32;
+        let grid = free_grid(pages);
         // SAFETY: `kvp_free_known_*(View, Call, const Index *src, u32 mode, u64 len, u64 start,
         // u32 count)`.
         unsafe {
             self.run(
                 self.kernels.typed.free_known,
-                1,
+                grid,
                 FREE_BLOCK,
                 op as u32,
                 Step::Release {
@@ -1015,7 +1021,10 @@ impl DevicePool {
 
     /// Enqueues the end of the free group: pages freed by index (one ascending block), then
     /// those freed by page id or segment, in call order.
-    pub fn free_group_end(&mut self, stream: CUstream) -> Result<(), PoolError> {
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of the pool's device (or NULL).
+    pub unsafe fn free_group_end(&mut self, stream: CUstream) -> Result<(), PoolError> {
         let result = (|| {
             self.enter(stream, false)?;
             if !self.group_open {
@@ -1051,7 +1060,10 @@ impl DevicePool {
     }
 
     /// Enqueues SGLang's `merge_and_sort_free` (no launch when nothing can be staged).
-    pub fn merge_and_sort_free(&mut self, stream: CUstream) -> Result<(), PoolError> {
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of the pool's device (or NULL).
+    pub unsafe fn merge_and_sort_free(&mut self, stream: CUstream) -> Result<(), PoolError> {
         self.enter(stream, false)?;
         let c = self.counts.counts();
         if c.staged > 0 || (self.config.need_sort && !self.counts.is_exact()) {
@@ -1062,7 +1074,10 @@ impl DevicePool {
 
     /// Enqueues a reset: every page free in order, staged frees and an open group dropped,
     /// and a device fault cleared.
-    pub fn clear(&mut self, stream: CUstream) -> Result<(), PoolError> {
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of the pool's device (or NULL).
+    pub unsafe fn clear(&mut self, stream: CUstream) -> Result<(), PoolError> {
         self.enter(stream, true)?;
         self.enqueue_reset(stream)
     }
@@ -1072,7 +1087,10 @@ impl DevicePool {
     /// Enqueues a copy of the allocator state into a snapshot buffer (device memory; reused
     /// from dropped snapshots of this pool when possible, so only the first backups
     /// allocate).
-    pub fn backup_state(&mut self, stream: CUstream) -> Result<DeviceSnapshot, PoolError> {
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of the pool's device (or NULL).
+    pub unsafe fn backup_state(&mut self, stream: CUstream) -> Result<DeviceSnapshot, PoolError> {
         self.enter(stream, false)?;
         if self.group_open {
             return fail(
@@ -1116,7 +1134,10 @@ impl DevicePool {
     }
 
     /// Enqueues a restore of `snapshot` (of this pool); also clears a device fault.
-    pub fn restore_state(
+    ///
+    /// # Safety
+    /// `stream` must be a live stream of the pool's device (or NULL).
+    pub unsafe fn restore_state(
         &mut self,
         snapshot: &DeviceSnapshot,
         stream: CUstream,
@@ -1158,6 +1179,13 @@ impl DevicePool {
         })();
         self.record_outcome(result)
     }
+}
+
+/// Blocks of a free kernel over `items` elements.
+fn free_grid(items: u64) -> u32 {
+    items
+        .div_ceil(u64::from(FREE_BLOCK))
+        .clamp(1, TARGET_BLOCKS) as u32
 }
 
 impl Drop for DevicePool {

@@ -326,7 +326,8 @@ pub unsafe extern "C" fn kvp_pool_free_group_end_async(
     stream: *mut CUstream_st,
 ) -> kvp_status {
     with_device_pool(pool, |pool| {
-        status_of(pool.free_group_end(stream_of(stream)))
+        // SAFETY: forwarded caller contract (a live stream or NULL).
+        status_of(unsafe { pool.free_group_end(stream_of(stream)) })
     })
 }
 
@@ -342,7 +343,8 @@ pub unsafe extern "C" fn kvp_pool_merge_and_sort_free_async(
     stream: *mut CUstream_st,
 ) -> kvp_status {
     with_device_pool(pool, |pool| {
-        status_of(pool.merge_and_sort_free(stream_of(stream)))
+        // SAFETY: forwarded caller contract.
+        status_of(unsafe { pool.merge_and_sort_free(stream_of(stream)) })
     })
 }
 
@@ -358,7 +360,10 @@ pub unsafe extern "C" fn kvp_pool_clear_async(
     pool: *mut kvp_pool,
     stream: *mut CUstream_st,
 ) -> kvp_status {
-    with_device_pool(pool, |pool| status_of(pool.clear(stream_of(stream))))
+    with_device_pool(pool, |pool| {
+        // SAFETY: forwarded caller contract.
+        status_of(unsafe { pool.clear(stream_of(stream)) })
+    })
 }
 
 /// Enqueues a copy of the allocator state (free ring, staged frees, page map: 12 bytes a
@@ -382,7 +387,8 @@ pub unsafe extern "C" fn kvp_pool_backup_state_async(
         if out_snapshot.is_null() {
             return fail(kvp_status::NullArgument, "out_snapshot is NULL");
         }
-        match pool.backup_state(stream_of(stream)) {
+        // SAFETY: forwarded caller contract.
+        match unsafe { pool.backup_state(stream_of(stream)) } {
             Ok(snapshot) => {
                 let object = Box::new(SnapshotObject::Device(snapshot));
                 // SAFETY: non-NULL and writable (caller contract).
@@ -422,7 +428,8 @@ pub unsafe extern "C" fn kvp_pool_restore_state_async(
                 "the snapshot was taken from a host pool",
             );
         };
-        status_of(pool.restore_state(snapshot, stream_of(stream)))
+        // SAFETY: forwarded caller contract.
+        status_of(unsafe { pool.restore_state(snapshot, stream_of(stream)) })
     })
 }
 

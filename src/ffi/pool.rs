@@ -323,7 +323,7 @@ fn pool_config(c: &kvp_pool_config) -> Result<PoolConfig, kvp_status> {
 /// owned by the caller, to be released with `kvp_pool_free`.
 ///
 /// A CUDA pool (`backend = KVP_BACKEND_CUDA`) retains device `config->device`'s primary
-/// context, allocates its device memory (about 28 bytes per page plus one bit per slot) and
+/// context, allocates its device memory (32 bytes per page plus 4 per slot, once) and
 /// loads the kernels; this call, unlike the pool's operations, may synchronize the device.
 ///
 /// Fails with `KVP_STATUS_NULL_ARGUMENT`, `KVP_STATUS_INVALID_ARGUMENT` (page_size 0, size

@@ -130,6 +130,9 @@ C_TO_CTYPES = {
     "const int64_t *": ctypes.POINTER(ctypes.c_int64),
     "void *": ctypes.c_void_p,
     "const void *": ctypes.c_void_p,
+    # device pools
+    "struct CUstream_st *": ctypes.c_void_p,
+    "bool *": ctypes.POINTER(ctypes.c_bool),
     # admission objects
     "int64_t": ctypes.c_int64,
     "double": ctypes.c_double,
@@ -285,7 +288,7 @@ class TestHeaderAndBinding(KvpTestCase):
             self.assertNotEqual(text, "unknown status")
             texts.add(text)
         self.assertEqual(len(texts), len(kvp.STATUS_NAMES))
-        for number in (-1, 11, 21, 43, 60, 99, 101, 2**31 - 1, -(2**31)):
+        for number in (-1, 11, 21, 44, 59, 64, 99, 101, 2**31 - 1, -(2**31)):
             self.assertEqual(LIB.status_str(number), "unknown status")
 
     def test_config_default(self):
@@ -587,11 +590,48 @@ class TestErrorsAndConfig(KvpTestCase):
             ("UNALIGNED", dict(size=10, page_size=4), "page_size"),
             ("INVALID_ARGUMENT", dict(size=64, index_type=2), "index_type"),
             ("INVALID_ARGUMENT", dict(size=64, backend=5), "backend"),
-            ("UNSUPPORTED", dict(size=64, page_size=4, backend=kvp.BACKEND_CUDA), "CUDA"),
+            # no driver, or a driver without device 999: the same status either way
+            ("CUDA_UNAVAILABLE", dict(size=64, page_size=4, backend=kvp.BACKEND_CUDA,
+                                      device=999), None),
         ]
         for status, kwargs, needle in cases:
             with self.subTest(**kwargs):
                 self.assertKvpError(status, kvp.Pool, message=needle, **kwargs)
+        with self.assertRaises(ValueError) as ctx:
+            kvp.Pool(64, backend="tpu")  # a backend name the binding does not know
+        self.assertIn("'host' or 'cuda'", str(ctx.exception))
+        self.assertKvpError("CUDA_UNAVAILABLE", kvp.Pool, 64, backend="cuda", device=999)
+
+    def test_device_calls_on_a_host_pool(self):
+        """The *_async calls are refused on a host pool with WRONG_BACKEND: by the library
+        (calls without buffers, stream NULL), or by the binding before it forms a pointer
+        (calls with device buffers). No torch and no GPU needed."""
+        pool = self.pool(64, 4, backend="host")
+        self.assertFalse(pool.is_device)
+        self.assertIsNone(pool.device)
+        pool.alloc(8)
+        for call, args in [
+            (pool.clear_async, ()),
+            (pool.merge_and_sort_free_async, ()),
+            (pool.backup_state_async, ()),
+        ]:
+            with self.subTest(call=call.__name__):
+                self.assertKvpError("WRONG_BACKEND", call, *args)
+        with pool.free_group():  # open, so that only the backend is wrong
+            self.assertKvpError("WRONG_BACKEND", pool.free_group_end_async)
+        with pool.backup_state() as snap:
+            self.assertKvpError("WRONG_BACKEND", pool.restore_state_async, snap)
+        for call, args, host_name in [
+            (pool.alloc_async, (4,), "alloc()"),
+            (pool.alloc_extend_async, ([0], [4], [-1]), "alloc_extend()"),
+            (pool.alloc_decode_async, ([5], [4]), "alloc_decode()"),
+            (pool.free_async, ([4],), "free_indices()"),
+            (pool.free_pages_async, ([1],), "free_pages()"),
+            (pool.free_segment_async, ([4, 5], 0, 2), "free_segment()"),
+        ]:
+            with self.subTest(call=call.__name__):
+                self.assertKvpError("WRONG_BACKEND", call, *args, message=host_name)
+        self.assertEqual(pool.available_size(), 56)  # nothing changed
 
     def test_null_arguments_through_the_raw_functions(self):
         pool = self.pool(16, 4)
@@ -1787,8 +1827,8 @@ class TestPackage(KvpTestCase):
 
 @unittest.skipIf(torch is None, "PyTorch is not installed")
 class TestTorch(KvpTestCase):
-    """Tensors as index and length buffers (host tensors: the CUDA backend does not exist
-    yet)."""
+    """Tensors as index and length buffers of host pools (CPU tensors only; device pools and
+    CUDA tensors: tests/python/test_cuda.py)."""
 
     def i64(self, values):
         return torch.tensor(values, dtype=torch.int64)
@@ -1833,7 +1873,7 @@ class TestTorch(KvpTestCase):
              (torch.tensor([1], dtype=torch.int32), [-1])),
             (ValueError, "contiguous", pool.free_indices, (self.i64([4, 0, 5, 0])[::2],)),
             (ValueError, "1-D", pool.free_pages, (self.i64([[1]]),)),
-            (ValueError, "CUDA backend is not implemented", pool.free_indices,
+            (ValueError, "must be on the CPU", pool.free_indices,
              (torch.empty(2, dtype=torch.int64, device="meta"),)),
             (TypeError, "torch.int64", pool.alloc,
              (4,), {"out": torch.empty(4, dtype=torch.int32)}),
