@@ -373,7 +373,7 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
     return decode ? (unsigned long long)(seq_lens[i] - 1) : (unsigned long long)prefix_lens[i];
   };
 
-  // This block's requests: loaded first, so their loads overlap the reduction below.
+  // This block's requests first, so their loads overlap the reduction below.
   const uint32_t r = threadIdx.x;
   Shape s{0, 0, 0};
   unsigned long long prefix = 0;
@@ -382,6 +382,12 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
     prefix = prefix_of(first + r);
     s = shape_of(prefix, (unsigned long long)seq_lens[first + r], v);
     ll = (long long)last_loc[first + r];
+    // The last_loc checks only decide the verdict, so they run first and their memory
+    // latency overlaps the scans. A page this call allocates meanwhile carries its tag.
+    if (!dead) {
+      const uint32_t err = check_last_loc(v, call, first + r, ll, prefix, s.part1 > 0);
+      if (err != ERR_NONE) report(h, first + r, err);
+    }
   }
 
   // Tokens and new pages of every request before this block's.
@@ -427,12 +433,6 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
       }
     }
     out[tok_before + t] = slot;
-  }
-
-  // The last_loc checks, after the writes (they only decide the verdict).
-  if (r < mine && !dead) {
-    const uint32_t err = check_last_loc(v, call, first + r, ll, prefix, s.part1 > 0);
-    if (err != ERR_NONE) report(h, first + r, err);
   }
 
   if (!last_block_done(h)) return;

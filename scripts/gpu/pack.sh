@@ -7,10 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 scripts/build-kernels.sh --verify
-cargo build --release
+cargo build --release --lib --example demo
 rm -rf gpu-artifacts/bin gpu-artifacts/lib
 mkdir -p gpu-artifacts/bin gpu-artifacts/lib
 cp target/release/libkvpool.so gpu-artifacts/lib/
+# Programs linked with -lkvpool record the SONAME; a copy, since links may not travel.
+cp target/release/libkvpool.so gpu-artifacts/lib/libkvpool.so.0.1
+cp target/release/examples/demo gpu-artifacts/bin/demo
 # The test binaries, by name (cargo prints their paths as JSON).
 cargo test --release --no-run --test cuda_lockstep --test cuda_device --message-format=json 2>/dev/null |
     python3 -c '

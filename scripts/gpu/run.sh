@@ -3,29 +3,30 @@
 # (needs the NVIDIA driver, nvcc, compute-sanitizer, python3 with PyTorch and Triton; no
 # Rust, no network). Logs go to $OUT (default ./gpu-out).
 #
-#   scripts/gpu/run.sh [tests] [sanitize] [python] [example] [bench] ...   (default: all)
+#   scripts/gpu/run.sh [tests] [sanitize] [python] [example] [demo] [bench] ...  (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
+LOGS=$(mktemp -d)
 mkdir -p "$OUT"
 export KVPOOL_LIB=$PWD/gpu-artifacts/lib/libkvpool.so
 export LD_LIBRARY_PATH=$PWD/gpu-artifacts/lib:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
 BIN=gpu-artifacts/bin
 steps=("$@")
-[[ ${#steps[@]} -eq 0 ]] && steps=(tests sanitize python example bench)
+[[ ${#steps[@]} -eq 0 ]] && steps=(tests sanitize python example demo bench)
 failed=()
 
 run() { # name, command...
     local name=$1; shift
     echo "=== $name: $*"
     local start=$SECONDS
-    if "$@" > "$OUT/$name.log" 2>&1; then
+    if "$@" > "$LOGS/$name.log" 2>&1; then
         echo "=== $name: ok ($((SECONDS - start)) s)"
     else
         echo "=== $name: FAILED ($((SECONDS - start)) s)"; failed+=("$name")
     fi
-    tail -n 25 "$OUT/$name.log"
+    tail -n "${TAIL_LINES:-25}" "$LOGS/$name.log"
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -51,19 +52,27 @@ for step in "${steps[@]}"; do
         ;;
     example)
         run example-build "$NVCC" -O2 -std=c++17 -arch=sm_90 -Iinclude cpp-examples/cuda_batch.cu \
-            -Lgpu-artifacts/lib -lkvpool -Xlinker -rpath -Xlinker "$PWD/gpu-artifacts/lib" -o "$OUT/cuda_batch"
-        run example "$OUT/cuda_batch"
+            -Lgpu-artifacts/lib -lkvpool -Xlinker -rpath -Xlinker "$PWD/gpu-artifacts/lib" -o "$LOGS/cuda_batch"
+        run example "$LOGS/cuda_batch"
+        run sanitize-example "$SANITIZER" --tool memcheck --error-exitcode 9 "$LOGS/cuda_batch"
+        ;;
+    demo)
+        run demo "$BIN/demo" --backend cuda
         ;;
     bench)
         run bench-build "$NVCC" -O2 -std=c++17 -arch=sm_90 -Iinclude bench-gpu/kvpool_bench.cu \
-            -Lgpu-artifacts/lib -lkvpool -lcuda -Xlinker -rpath -Xlinker "$PWD/gpu-artifacts/lib" -o "$OUT/kvpool_bench"
-        run bench-cpp "$OUT/kvpool_bench" --csv "$OUT/bench_cpp.csv" ${BENCH_ARGS:-}
+            -Lgpu-artifacts/lib -lkvpool -lcuda -Xlinker -rpath -Xlinker "$PWD/gpu-artifacts/lib" -o "$LOGS/kvpool_bench"
+        run bench-cpp "$LOGS/kvpool_bench" --csv "$OUT/bench_cpp.csv" ${BENCH_ARGS:-}
+        cp "$LOGS/bench-cpp.log" "$OUT/bench_cpp.md"
         run bench-python python3 bench-gpu/baseline_bench.py --lib "$KVPOOL_LIB" --csv "$OUT/bench_python.csv" ${BENCH_ARGS:-}
+        cp "$LOGS/bench-python.log" "$OUT/bench_python.md"
         ;;
     *) echo "unknown step $step"; failed+=("$step") ;;
     esac
 done
 
+# Every log, in one file (the device tool brings back at most eight).
+tar -czf "$OUT/logs.tar.gz" -C "$LOGS" --exclude cuda_batch --exclude kvpool_bench .
 if [[ ${#failed[@]} -gt 0 ]]; then
     echo "GPU check FAILED: ${failed[*]}"
     exit 1
