@@ -6,8 +6,13 @@
 //! ```text
 //! cargo run --release --example demo
 //! cargo run --release --example demo -- --page-size 1 --need-sort --mixed-chunk
+//! cargo run --release --example demo -- --backend cuda
 //! cargo run --release --example demo -- --help
 //! ```
+//!
+//! `--backend cuda` runs the same simulation with a `kvpool::cuda::DevicePool` on GPU 0,
+//! every call checked against a host pool (`demo/device.rs`); without a GPU and driver it
+//! says so and exits with status 2.
 //!
 //! The loop itself (what an engine copies) is `demo/engine.rs`. The run is deterministic
 //! for a given seed: no clock enters a decision (wall time appears only in the report). It
@@ -15,7 +20,10 @@
 
 mod demo {
     pub mod args;
+    pub mod cuda;
+    pub mod device;
     pub mod engine;
+    pub mod kv;
     pub mod ledger;
     pub mod metrics;
     pub mod rng;
@@ -30,7 +38,9 @@ use kvpool::admission::{Policy, PriorityConfig, Scheduler, SchedulerConfig, Sche
 use kvpool::{BackendKind, ErrorKind, Pool, PoolConfig, PoolStats};
 
 use demo::args::{self, Args, Backend, Command, PolicyName};
+use demo::device::DeviceKv;
 use demo::engine::{Engine, Failure};
+use demo::kv::KvPool;
 use demo::metrics::{sparkline, Metrics, Summary};
 use demo::workload::{self, WorkloadSpec};
 
@@ -56,20 +66,20 @@ fn main() -> ExitCode {
         Ok(pool) => pool,
         Err(code) => return code,
     };
-    let system_prompts = system_prompts(&args, &pool);
-    let scheduler = match create_scheduler(&args, &pool, &system_prompts) {
+    let system_prompts = system_prompts(&args, pool.as_ref());
+    let scheduler = match create_scheduler(&args, pool.as_ref(), &system_prompts) {
         Ok(scheduler) => scheduler,
         Err(code) => return code,
     };
     let spec = workload_spec(&args, &system_prompts);
     let requests = workload::generate(&spec, args.seed);
-    print_header(&args, &spec, &pool, scheduler.config());
+    print_header(&args, &spec, pool.as_ref(), scheduler.config());
 
     let started = Instant::now();
     let outcome = Engine::new(pool, scheduler, requests, &system_prompts).and_then(|mut engine| {
         run(&mut engine)?;
         engine.shutdown()?;
-        final_checks(&engine)?;
+        final_checks(&mut engine)?;
         Ok(engine)
     });
     let wall = started.elapsed();
@@ -85,26 +95,30 @@ fn main() -> ExitCode {
     }
 }
 
-/// Creates the pool the flags ask for. A backend this build lacks is reported as such
-/// (exit status 2): the demo never pretends a GPU ran.
-fn create_pool(args: &Args) -> Result<Pool, ExitCode> {
-    let backend = match args.backend {
-        Backend::Host => BackendKind::Host,
-        Backend::Cuda => BackendKind::Cuda { ordinal: 0 },
-    };
+/// Creates the pool the flags ask for: a host `Pool`, or a `DevicePool` on GPU 0 shadowed
+/// by a host pool. A GPU that cannot be used is reported as such (exit status 2): the demo
+/// never pretends a GPU ran.
+fn create_pool(args: &Args) -> Result<Box<dyn KvPool>, ExitCode> {
     let config = PoolConfig {
         size: args.size,
         page_size: args.page_size,
         need_sort: args.need_sort,
-        backend,
+        backend: BackendKind::Host,
         ..PoolConfig::default()
     };
-    Pool::new(config).map_err(|err| {
-        if err.kind() == ErrorKind::Unsupported {
-            eprintln!("error: cannot create a pool on backend {backend:?}: {err}");
-            eprintln!("(this build of kvpool has no CUDA backend; run with --backend host)");
-        } else {
-            eprintln!("error: invalid pool configuration: {err}");
+    let pool: Result<Box<dyn KvPool>, _> = match args.backend {
+        Backend::Host => Pool::new(config).map(|pool| Box::new(pool) as _),
+        Backend::Cuda => DeviceKv::new(config, 0).map(|pool| Box::new(pool) as _),
+    };
+    pool.map_err(|err| {
+        match err.kind() {
+            ErrorKind::CudaUnavailable | ErrorKind::CudaError => {
+                eprintln!("error: cannot create a pool on CUDA device 0: {err}");
+                eprintln!(
+                    "(--backend cuda needs an NVIDIA GPU and its driver; run with --backend host)"
+                );
+            }
+            _ => eprintln!("error: invalid pool configuration: {err}"),
         }
         ExitCode::from(2)
     })
@@ -112,7 +126,7 @@ fn create_pool(args: &Args) -> Result<Pool, ExitCode> {
 
 /// The shared system prompts: 512, 1024, 1536, ... tokens. Their KV is pinned for the
 /// whole run, whole pages only (a paged prefix cache matches whole pages).
-fn system_prompts(args: &Args, pool: &Pool) -> Vec<u32> {
+fn system_prompts(args: &Args, pool: &dyn KvPool) -> Vec<u32> {
     let ps = pool.page_size();
     (1..=args.shared_prefixes as u32)
         .map(|k| 512 * k / ps * ps)
@@ -123,7 +137,7 @@ fn system_prompts(args: &Args, pool: &Pool) -> Vec<u32> {
 /// capacity is what the pool has left once the system prompts are pinned.
 fn create_scheduler(
     args: &Args,
-    pool: &Pool,
+    pool: &dyn KvPool,
     system_prompts: &[u32],
 ) -> Result<Scheduler, ExitCode> {
     let pinned: u64 = system_prompts.iter().map(|&len| u64::from(len)).sum();
@@ -218,8 +232,10 @@ fn run(engine: &mut Engine) -> Result<(), Failure> {
 /// Checks that the run left nothing behind: every request finished, was refused as
 /// unfittable or was aborted; the scheduler is empty and its counters agree with what the
 /// engine saw; every slot is back, the books are empty and the free pages are exactly
-/// `1..=num_pages`; no allocation failed and no call was rejected.
-fn final_checks(engine: &Engine) -> Result<(), Failure> {
+/// `1..=num_pages`; no allocation failed and no call was rejected. A device pool is waited
+/// for first, then its free list is read back and compared with its host shadow's.
+fn final_checks(engine: &mut Engine) -> Result<(), Failure> {
+    let all_free = engine.pool_mut().check_all_free();
     let m = &engine.metrics;
     let s = engine.scheduler().stats();
     let pool = engine.pool();
@@ -300,14 +316,8 @@ fn final_checks(engine: &Engine) -> Result<(), Failure> {
             stats.rejected_calls
         ));
     }
-    let mut census = pool.free_page_census();
-    census.sort_unstable();
-    if !census.iter().copied().eq(1..=pool.num_pages()) {
-        failures.push(format!(
-            "the free pages are not exactly 1..={} ({} listed)",
-            pool.num_pages(),
-            census.len()
-        ));
+    if let Err(message) = all_free {
+        failures.push(message);
     }
     if failures.is_empty() {
         Ok(())
@@ -318,9 +328,13 @@ fn final_checks(engine: &Engine) -> Result<(), Failure> {
 
 // ---- report ---------------------------------------------------------------------------
 
-fn print_header(args: &Args, spec: &WorkloadSpec, pool: &Pool, config: &SchedulerConfig) {
+fn print_header(args: &Args, spec: &WorkloadSpec, pool: &dyn KvPool, config: &SchedulerConfig) {
     let info = pool.info();
-    println!("kvpool demo: a serving loop driven by kvpool's Scheduler on a host pool");
+    let backend = match info.backend {
+        BackendKind::Host => "a host pool".to_string(),
+        BackendKind::Cuda { ordinal } => format!("a CUDA device pool (GPU {ordinal})"),
+    };
+    println!("kvpool demo: a serving loop driven by kvpool's Scheduler on {backend}");
     println!(
         "  pool       {} token slots, page size {} ({} pages), kv_rows {}, need_sort {}",
         group(info.size),
@@ -479,6 +493,19 @@ fn print_report(engine: &Engine, wall: Duration) {
         1e6 * pool_secs / calls.max(1) as f64
     );
     println!();
+    println!("backend            {}", engine.pool().backend());
+    if let Some(l) = engine.pool().lockstep() {
+        println!(
+            "device: {} calls, every index identical to the host backend",
+            group(l.calls)
+        );
+        println!(
+            "  {} indices compared; after each of {} steps no device fault and the host backend's counts and stats; the free list read back identical at the end",
+            group(l.indices),
+            group(l.steps)
+        );
+        println!("  (the pool call times above include the copies, the waits for the stream and the host shadow)");
+    }
     println!(
         "slot stream digest {:#018x} (same seed and flags, same digest)",
         m.slot_digest

@@ -5,9 +5,10 @@ use std::str::FromStr;
 /// Which backend to create the pool on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
-    /// Host memory (the only backend of this build).
+    /// Host memory: a `kvpool::Pool` (the default).
     Host,
-    /// CUDA device 0 (expected to be refused with `Unsupported` by this build).
+    /// CUDA device 0: a `kvpool::cuda::DevicePool`, every call checked against a host pool
+    /// (needs an NVIDIA GPU and driver; refused with exit status 2 without them).
     Cuda,
 }
 
@@ -129,7 +130,9 @@ pool
   --page-size N         tokens per page; 1 gives a token pool      (default {})
   --size N              usable token slots of the pool             (default {})
   --need-sort           stage frees and merge them sorted (PD mode)
-  --backend host|cuda   pool backend; cuda is refused by this build (default host)
+  --backend host|cuda   host: a Pool in host memory; cuda: a DevicePool on
+                        GPU 0, every call checked against a host pool
+                        (needs an NVIDIA GPU and driver)           (default host)
 scheduler (kvpool::admission::SchedulerConfig; SGLang defaults otherwise)
   --chunk N|off         chunked_prefill_size (SGLang: 8192 on H200) (default {})
   --mixed-chunk         mix decode rows into prefill steps
@@ -153,7 +156,7 @@ workload
   -h, --help            print this text
 
 Exit status: 0 when the run completes and every check holds, 1 when a check fails,
-2 for a bad flag or configuration, or an unavailable backend.",
+2 for a bad flag or configuration, or --backend cuda without a usable GPU.",
         d.page_size,
         d.size,
         d.chunk.map_or("off".to_string(), |c| c.to_string()),

@@ -15,6 +15,9 @@
 //! against the scheduler's view (`Scheduler::request`) and every slot against an
 //! independent ledger, every step.
 //!
+//! The pool is a `super::kv::KvPool`: kvpool's host `Pool`, or with `--backend cuda` a
+//! `DevicePool` behind the same calls (`super::device`), so the loop is the same for both.
+//!
 //! The demo's prefix cache is the simplest one that exists: a few system prompts whose KV
 //! is computed once and pinned for the whole run. Requests that start with one share its
 //! pages (their rows begin with the same slots), so nothing is ever evictable.
@@ -25,8 +28,9 @@ use std::time::{Duration, Instant};
 use kvpool::admission::{
     Evicted, Phase, PrefillEntry, RequestSpec, Scheduler, StepKind, StepPlan, SubmitOutcome,
 };
-use kvpool::{Pool, PoolError};
+use kvpool::PoolError;
 
+use super::kv::KvPool;
 use super::ledger::Ledger;
 use super::metrics::Metrics;
 use super::workload::Arrival;
@@ -98,7 +102,8 @@ fn prefix_owner(k: usize) -> u32 {
 
 /// The engine: the pool, the scheduler, the requests' rows, and the books.
 pub struct Engine {
-    pool: Pool,
+    /// The host `Pool`, or a device pool behind the same calls (`--backend cuda`).
+    pool: Box<dyn KvPool>,
     scheduler: Scheduler,
     ledger: Ledger,
     /// The pinned system prompts' rows (empty for a prompt shorter than a page).
@@ -130,7 +135,7 @@ impl Engine {
     /// step). Computes and pins the system prompts first: each gets `len` rounded down to
     /// whole pages of KV (a paged prefix cache only matches whole pages).
     pub fn new(
-        mut pool: Pool,
+        mut pool: Box<dyn KvPool>,
         scheduler: Scheduler,
         arrivals: Vec<Arrival>,
         system_prompts: &[u32],
@@ -193,8 +198,13 @@ impl Engine {
     }
 
     /// The pool (for the report and the final checks).
-    pub fn pool(&self) -> &Pool {
-        &self.pool
+    pub fn pool(&self) -> &dyn KvPool {
+        self.pool.as_ref()
+    }
+
+    /// The pool, for the final checks that wait for a device.
+    pub fn pool_mut(&mut self) -> &mut dyn KvPool {
+        self.pool.as_mut()
     }
 
     /// The scheduler (for the report and the final checks).
@@ -264,6 +274,11 @@ impl Engine {
         // 6. Requests that produced their last token leave; their KV goes back.
         self.finish_done(&plan)?;
 
+        // A device backend waits for its stream here and checks itself against the host
+        // backend, so the books below see exact counts (the host pool has nothing to do).
+        self.pool
+            .end_step()
+            .map_err(|e| Failure(format!("step {}: {e}", self.step)))?;
         self.check_books()?;
         self.check_progress(&plan)?;
         self.step += 1;

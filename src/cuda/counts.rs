@@ -18,13 +18,6 @@ pub(crate) struct Counts {
     pub group_ord: u64,
 }
 
-impl Counts {
-    /// Pages free, staged or freed inside the open group.
-    pub fn total(&self) -> u64 {
-        self.free + self.staged + self.group_idx + self.group_ord
-    }
-}
-
 /// Where a free sends its pages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Dest {
@@ -140,7 +133,8 @@ impl Accounting {
     }
 
     /// Folds in the device's counts as of call `seq` (from the mapped record). Returns the
-    /// pages the exact counts add to the lower bounds.
+    /// free or staged pages the exact counts add to the lower bounds: pages returned to the
+    /// pool now (pages still in an open free group are counted when it ends).
     pub fn catch_up(&mut self, seq: u32, device: Counts) -> u64 {
         let Some(&(first, _)) = self.log.front() else {
             return 0;
@@ -155,7 +149,7 @@ impl Accounting {
         {
             self.log.pop_front();
         }
-        let before = self.counts.total();
+        let before = self.counts.free + self.counts.staged;
         let mut counts = device;
         for (_, step) in &self.log {
             step.apply(&mut counts);
@@ -164,7 +158,7 @@ impl Accounting {
         if !self.log.iter().any(|(_, step)| step.is_unknown()) {
             self.log.clear();
         }
-        self.counts.total().saturating_sub(before)
+        (self.counts.free + self.counts.staged).saturating_sub(before)
     }
 }
 
@@ -243,6 +237,26 @@ mod tests {
         a.catch_up(3, counts(15, 0));
         assert!(a.is_exact());
         assert_eq!(a.counts(), counts(15, 0));
+    }
+
+    #[test]
+    fn pages_learned_inside_an_open_group_are_not_counted_as_returned() {
+        let mut a = Accounting::new(counts(10, 0));
+        a.record(
+            1,
+            Step::Release {
+                dest: Dest::GroupIdx,
+                pages: None,
+            },
+        );
+        let device = Counts {
+            group_idx: 3,
+            ..counts(10, 0)
+        };
+        assert_eq!(a.catch_up(1, device), 0, "still in the group");
+        assert!(a.is_exact());
+        a.record(2, Step::GroupEnd { dest: Dest::Free });
+        assert_eq!(a.counts(), counts(13, 0));
     }
 
     #[test]

@@ -162,7 +162,9 @@ impl PageCount {
     fn new(page_size: u32) -> Self {
         Self {
             ps: u64::from(page_size),
-            shift: page_size.is_power_of_two().then(|| page_size.trailing_zeros()),
+            shift: page_size
+                .is_power_of_two()
+                .then(|| page_size.trailing_zeros()),
         }
     }
 
