@@ -63,13 +63,22 @@ __device__ unsigned long long block_exclusive_scan(unsigned long long x,
   return before + v - x;
 }
 
-__device__ inline void report(Header *h, unsigned long long position, uint32_t code) {
-  atomicMin(&h->op_error, (position << 8) | code);
+// Errors: each block keeps the smallest (position << 8 | code) it met in shared memory (no
+// global round trip on the common path); `conclude` combines the blocks.
+__device__ inline void report(unsigned long long *errors, unsigned long long position,
+                              uint32_t code) {
+  atomicMin(errors, (position << 8) | code);
 }
 
-// True in the one block that finishes last; it then sees every other block's writes. A
-// single-block grid needs only a barrier.
-__device__ bool last_block_done(Header *h) {
+__device__ inline void init_errors(unsigned long long *errors) {
+  if (threadIdx.x == 0) *errors = NO_ERROR;
+  __syncthreads();
+}
+
+// After a block's work: true in the one block that finishes last, which then sees every
+// other block's writes and finds the call's verdict (smallest error of any block, or
+// NO_ERROR) in `*errors`. A single-block grid needs only a barrier.
+__device__ bool conclude(Header *h, unsigned long long *errors) {
   if (gridDim.x == 1) {
     __syncthreads();
     return true;
@@ -77,18 +86,19 @@ __device__ bool last_block_done(Header *h) {
   __shared__ bool last;
   __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) last = atomicAdd(&h->ticket, 1u) == gridDim.x - 1;
+  if (threadIdx.x == 0) {
+    if (*errors != NO_ERROR) atomicMin(&h->op_error, *errors);
+    __threadfence();
+    last = atomicAdd(&h->ticket, 1u) == gridDim.x - 1;
+    if (last) {
+      __threadfence();
+      *errors = *(volatile unsigned long long *)&h->op_error;
+      h->op_error = NO_ERROR;  // ready for the next call
+      h->ticket = 0;
+    }
+  }
   __syncthreads();
-  if (last) __threadfence();
   return last;
-}
-
-// Thread 0 of the last block: the call's verdict (and the ticket back to 0 for the next).
-__device__ unsigned long long take_verdict(Header *h) {
-  const unsigned long long verdict = *(volatile unsigned long long *)&h->op_error;
-  h->op_error = NO_ERROR;
-  h->ticket = 0;
-  return verdict;
 }
 
 // Thread 0 only: publishes the counts of `c` for the host (see HostRecord).
@@ -307,8 +317,11 @@ __device__ void alloc_pages(View v, Call call, unsigned long long pages, Index *
   }
 }
 
-constexpr int EXTEND_BLOCK = 256;
-constexpr int EXTEND_MAX_REQS = EXTEND_BLOCK;  // requests per block
+// Extend kernels come in two widths: 256 threads (small batches: fewer warps to barrier) and
+// 1024 (large ones: enough warps per SM to hide the memory latency of the token loop). A
+// block owns at most as many requests as it has threads.
+constexpr int NARROW = 256;
+constexpr int WIDE = 1024;
 
 // Per-request extend shape (see src/pool/plan.rs `ExtendShape`).
 struct Shape {
@@ -352,15 +365,17 @@ __device__ uint32_t check_last_loc(const View &v, const Call &call, uint32_t i, 
 // alloc_extend (decode = 0) and alloc_decode (decode = 1: prefix = seq - 1, one token each).
 // Block b owns requests [b*per_block, (b+1)*per_block). The last block to finish commits the
 // cursor or, if any block found a bad last_loc, reverts the new pages and zeroes `out`.
-template <typename Index>
+template <int BLOCK, typename Index>
 __device__ void extend(View v, Call call, const long long *prefix_lens, const long long *seq_lens,
                        const Index *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,
                        unsigned long long total_tokens, unsigned long long total_pages,
                        Index *out) {
-  __shared__ unsigned long long tok_off[EXTEND_MAX_REQS + 1];
-  __shared__ unsigned long long page_off[EXTEND_MAX_REQS];
-  __shared__ unsigned long long part1[EXTEND_MAX_REQS];
-  __shared__ long long last[EXTEND_MAX_REQS];
+  __shared__ unsigned long long tok_off[BLOCK + 1];
+  __shared__ unsigned long long page_off[BLOCK];
+  __shared__ unsigned long long part1[BLOCK];
+  __shared__ long long last[BLOCK];
+  __shared__ unsigned long long errors;
+  init_errors(&errors);
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
   const uint32_t n = v.num_pages;
@@ -385,24 +400,27 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
     // The last_loc checks only decide the verdict, so they run first and their memory
     // latency overlaps the scans. A page this call allocates meanwhile carries its tag.
     if (!dead) {
-      const uint32_t err = check_last_loc(v, call, first + r, ll, prefix, s.part1 > 0);
-      if (err != ERR_NONE) report(h, first + r, err);
+      // A batch of one cannot extend a page twice: no claim needed.
+      const bool claim = s.part1 > 0 && batch > 1;
+      const uint32_t err = check_last_loc(v, call, first + r, ll, prefix, claim);
+      if (err != ERR_NONE) report(&errors, first + r, err);
     }
   }
 
   // Tokens and new pages of every request before this block's.
   unsigned long long tok_before = 0, pages_before = 0;
-  for (uint32_t i = threadIdx.x; i < first; i += EXTEND_BLOCK) {
+#pragma unroll 4
+  for (uint32_t i = threadIdx.x; i < first; i += BLOCK) {
     const Shape q = shape_of(prefix_of(i), (unsigned long long)seq_lens[i], v);
     tok_before += q.tokens;
     pages_before += q.new_pages;
   }
-  tok_before = block_sum<EXTEND_BLOCK>(tok_before);
-  pages_before = block_sum<EXTEND_BLOCK>(pages_before);
+  tok_before = block_sum<BLOCK>(tok_before);
+  pages_before = block_sum<BLOCK>(pages_before);
 
   unsigned long long my_tokens, my_pages_total;
-  const unsigned long long tok_rank = block_exclusive_scan<EXTEND_BLOCK>(s.tokens, &my_tokens);
-  const unsigned long long page_rank = block_exclusive_scan<EXTEND_BLOCK>(s.new_pages, &my_pages_total);
+  const unsigned long long tok_rank = block_exclusive_scan<BLOCK>(s.tokens, &my_tokens);
+  const unsigned long long page_rank = block_exclusive_scan<BLOCK>(s.new_pages, &my_pages_total);
   if (r < mine) {
     tok_off[r] = tok_rank;
     page_off[r] = page_rank;
@@ -413,7 +431,7 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   __syncthreads();
 
   // Write the block's tokens; the first token of each new page marks the page allocated.
-  for (unsigned long long t = threadIdx.x; t < my_tokens; t += EXTEND_BLOCK) {
+  for (unsigned long long t = threadIdx.x; t < my_tokens; t += BLOCK) {
     Index slot = 0;
     if (!dead && !short_) {
       uint32_t lo = 0, hi = mine;  // last request with tok_off <= t
@@ -435,18 +453,16 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
     out[tok_before + t] = slot;
   }
 
-  if (!last_block_done(h)) return;
-  __shared__ unsigned long long verdict;
-  if (threadIdx.x == 0) verdict = take_verdict(h);
-  __syncthreads();
+  if (!conclude(h, &errors)) return;
+  const unsigned long long verdict = errors;
   const bool failed = !dead && (short_ || verdict != NO_ERROR);
   if (failed) {
     // Undo: the new pages go back to free, every output becomes the padding slot.
     if (!short_) {
-      for (unsigned long long k = threadIdx.x; k < total_pages; k += EXTEND_BLOCK)
+      for (unsigned long long k = threadIdx.x; k < total_pages; k += BLOCK)
         v.state[v.ring[ring_pos(c.head, k, n)]] = page_word(KIND_FREE, 0);
     }
-    for (unsigned long long t = threadIdx.x; t < total_tokens; t += EXTEND_BLOCK) out[t] = 0;
+    for (unsigned long long t = threadIdx.x; t < total_tokens; t += BLOCK) out[t] = 0;
   }
   if (threadIdx.x == 0) {
     Cursor next = c;
@@ -480,6 +496,8 @@ enum FreeMode : uint32_t {
 template <typename Index>
 __device__ void free_known(View v, Call call, const Index *src, uint32_t mode,
                            unsigned long long len, unsigned long long start, uint32_t count) {
+  __shared__ unsigned long long errors;
+  init_errors(&errors);
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
   const bool dead = h->fault != 0;
@@ -523,12 +541,10 @@ __device__ void free_known(View v, Call call, const Index *src, uint32_t mode,
     if (err == ERR_NONE) err = take_page(v, page, kind, call.tag, false, &won);
     if (won) put_page(v, c, dest, count, (uint32_t)i, page);
     v.scratch[i] = won ? page : 0;
-    if (err != ERR_NONE) report(h, pos, err);
+    if (err != ERR_NONE) report(&errors, pos, err);
   }
-  if (!last_block_done(h)) return;
-  __shared__ unsigned long long verdict;
-  if (threadIdx.x == 0) verdict = take_verdict(h);
-  __syncthreads();
+  if (!conclude(h, &errors)) return;
+  const unsigned long long verdict = errors;
   if (dead) {
     if (threadIdx.x == 0) commit(v, call, c);
     return;
@@ -554,6 +570,8 @@ __device__ void free_known(View v, Call call, const Index *src, uint32_t mode,
 // device knows; the host learns it from the mirrored counts.
 template <typename Index>
 __device__ void free_slots_paged(View v, Call call, const Index *indices, unsigned long long len) {
+  __shared__ unsigned long long errors;
+  init_errors(&errors);
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
   const bool dead = h->fault != 0;
@@ -573,13 +591,12 @@ __device__ void free_slots_paged(View v, Call call, const Index *indices, unsign
         if (won) v.scratch[atomicAdd(&h->sort_count, 1u)] = page;
       }
     }
-    if (err != ERR_NONE) report(h, i, err);
+    if (err != ERR_NONE) report(&errors, i, err);
   }
-  if (!last_block_done(h)) return;
-  __shared__ unsigned long long verdict;
+  if (!conclude(h, &errors)) return;
+  const unsigned long long verdict = errors;
   __shared__ uint32_t count;
   if (threadIdx.x == 0) {
-    verdict = take_verdict(h);
     count = *(volatile uint32_t *)&h->sort_count;
     h->sort_count = 0;
   }
@@ -733,12 +750,19 @@ using namespace kvp;
       kvp_alloc_##SUFFIX(View v, Call call, unsigned long long pages, INDEX *out) {               \
     alloc_pages<INDEX>(v, call, pages, out);                                                      \
   }                                                                                               \
-  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_##SUFFIX(                 \
+  extern "C" __global__ void __launch_bounds__(NARROW) kvp_extend_##SUFFIX(                       \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend<INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, per_block, decode,             \
-                  total_tokens, total_pages, out);                                                \
+    extend<NARROW, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, per_block, decode,     \
+                          total_tokens, total_pages, out);                                        \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(WIDE) kvp_extend_wide_##SUFFIX(                    \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend<WIDE, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, per_block, decode,       \
+                        total_tokens, total_pages, out);                                          \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK) kvp_free_known_##SUFFIX(               \
       View v, Call call, const INDEX *src, uint32_t mode, unsigned long long len,                 \

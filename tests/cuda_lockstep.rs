@@ -8,7 +8,8 @@
 //!
 //! Needs a CUDA GPU: `#[ignore]`d by default, so `cargo test` on a CPU machine lists it as
 //! ignored. Run with `cargo test --release --test cuda_lockstep -- --ignored`
-//! (`KVPOOL_LOCKSTEP_OPS` operations per configuration, default 9000).
+//! (`KVPOOL_LOCKSTEP_OPS` operations per configuration, default 9000). The int32 runs use
+//! the wide extend kernel for every batch, the int64 runs the narrow one.
 
 mod gpu;
 
@@ -598,6 +599,8 @@ fn device_pool_matches_host_pool_op_for_op() {
                 let mut run = Run::new(ps, need_sort, i32, seed);
                 // Cross the page-word re-tagging (every 2^29 calls) early in the run.
                 run.device.debug_jump_tag((1 << 29) - 200);
+                // Both extend kernels: the wide one (1024 threads) for the int32 runs.
+                run.device.debug_extend_width(Some(i32));
                 seed += 1;
                 for _ in 0..ops_per_config() {
                     run.step();
