@@ -317,11 +317,10 @@ __device__ void alloc_pages(View v, Call call, unsigned long long pages, Index *
   }
 }
 
-// Extend kernels come in two widths: 256 threads (small batches: fewer warps to barrier) and
-// 1024 (large ones: enough warps per SM to hide the memory latency of the token loop). A
-// block owns at most as many requests as it has threads.
-constexpr int NARROW = 256;
-constexpr int WIDE = 1024;
+// Extend blocks: 256 threads, at most 256 requests each; their new pages are staged in
+// shared memory when at most STAGE_CAP (src/cuda/pool.rs sizes blocks for that).
+constexpr int EXTEND_BLOCK = 256;
+constexpr uint32_t STAGE_CAP = 4096;
 
 // Per-request extend shape (see src/pool/plan.rs `ExtendShape`).
 struct Shape {
@@ -430,10 +429,25 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   if (r == 0) tok_off[mine] = my_tokens;
   __syncthreads();
 
-  // Write the block's tokens; the first token of each new page marks the page allocated.
+  // The block's new pages are one run of the ring: stage them in shared memory with one
+  // coalesced pass (marking each allocated), so the token loop below makes no global loads.
+  // A block with more pages than fit (the host sizes blocks to avoid it) reads the ring.
+  __shared__ uint32_t pages[STAGE_CAP];
+  const bool live = !dead && !short_;
+  const bool staged = my_pages_total <= STAGE_CAP;
+  if (live) {
+    for (unsigned long long k = threadIdx.x; k < my_pages_total; k += BLOCK) {
+      const uint32_t page = v.ring[ring_pos(c.head, pages_before + k, n)];
+      v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+      if (staged) pages[k] = page;
+    }
+  }
+  __syncthreads();
+
+  // Write the block's tokens.
   for (unsigned long long t = threadIdx.x; t < my_tokens; t += BLOCK) {
     Index slot = 0;
-    if (!dead && !short_) {
+    if (live) {
       uint32_t lo = 0, hi = mine;  // last request with tok_off <= t
       while (hi - lo > 1) {
         const uint32_t mid = (lo + hi) / 2;
@@ -444,10 +458,10 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
         slot = (Index)(last[lo] + 1 + (long long)k);
       } else {
         const unsigned long long j = k - part1[lo];
-        const unsigned long long in_page = mod_ps(j, v);
-        const uint32_t page = v.ring[ring_pos(c.head, pages_before + page_off[lo] + div_ps(j, v), n)];
-        if (in_page == 0) v.state[page] = page_word(KIND_ALLOCATED, call.tag);
-        slot = (Index)((unsigned long long)page * v.page_size + in_page);
+        const unsigned long long rank = page_off[lo] + div_ps(j, v);
+        const uint32_t page =
+            staged ? pages[rank] : v.ring[ring_pos(c.head, pages_before + rank, n)];
+        slot = (Index)((unsigned long long)page * v.page_size + mod_ps(j, v));
       }
     }
     out[tok_before + t] = slot;
@@ -750,19 +764,12 @@ using namespace kvp;
       kvp_alloc_##SUFFIX(View v, Call call, unsigned long long pages, INDEX *out) {               \
     alloc_pages<INDEX>(v, call, pages, out);                                                      \
   }                                                                                               \
-  extern "C" __global__ void __launch_bounds__(NARROW) kvp_extend_##SUFFIX(                       \
+  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_##SUFFIX(                 \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend<NARROW, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, per_block, decode,     \
-                          total_tokens, total_pages, out);                                        \
-  }                                                                                               \
-  extern "C" __global__ void __launch_bounds__(WIDE) kvp_extend_wide_##SUFFIX(                    \
-      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
-      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
-      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend<WIDE, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, per_block, decode,       \
-                        total_tokens, total_pages, out);                                          \
+    extend<EXTEND_BLOCK, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, per_block,       \
+                                decode, total_tokens, total_pages, out);                          \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK) kvp_free_known_##SUFFIX(               \
       View v, Call call, const INDEX *src, uint32_t mode, unsigned long long len,                 \

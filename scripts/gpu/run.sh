@@ -4,6 +4,9 @@
 # Rust, no network). Logs go to $OUT (default ./gpu-out).
 #
 #   scripts/gpu/run.sh [tests] [sanitize] [python] [example] [demo] [bench] ...  (default: all)
+#
+# Environment: OUT (logs), SANITIZE_OPS (lockstep operations per configuration under the
+# sanitizers, default 600), BENCH_PYTHON=0 (C++ benchmark only), BENCH_ARGS, TAIL_LINES.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -64,8 +67,10 @@ for step in "${steps[@]}"; do
             -Lgpu-artifacts/lib -lkvpool -lcuda -Xlinker -rpath -Xlinker "$PWD/gpu-artifacts/lib" -o "$LOGS/kvpool_bench"
         run bench-cpp "$LOGS/kvpool_bench" --csv "$OUT/bench_cpp.csv" ${BENCH_ARGS:-}
         cp "$LOGS/bench-cpp.log" "$OUT/bench_cpp.md"
-        run bench-python python3 bench-gpu/baseline_bench.py --lib "$KVPOOL_LIB" --csv "$OUT/bench_python.csv" ${BENCH_ARGS:-}
-        cp "$LOGS/bench-python.log" "$OUT/bench_python.md"
+        if [[ "${BENCH_PYTHON:-1}" != 0 ]]; then
+            run bench-python python3 bench-gpu/baseline_bench.py --lib "$KVPOOL_LIB" --csv "$OUT/bench_python.csv" ${BENCH_ARGS:-}
+            cp "$LOGS/bench-python.log" "$OUT/bench_python.md"
+        fi
         ;;
     *) echo "unknown step $step"; failed+=("$step") ;;
     esac

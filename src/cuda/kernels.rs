@@ -17,10 +17,7 @@ static FATBIN: &[u8] = include_bytes!("../../kernels/pool.fatbin");
 #[derive(Debug)]
 pub(crate) struct Typed {
     pub alloc: CUfunction,
-    /// 256 threads a block.
     pub extend: CUfunction,
-    /// 1024 threads a block, for large batches.
-    pub extend_wide: CUfunction,
     pub free_known: CUfunction,
     pub free_slots_paged: CUfunction,
 }
@@ -70,14 +67,12 @@ impl Kernels {
             IndexType::I64 => Typed {
                 alloc: get(c"kvp_alloc_i64")?,
                 extend: get(c"kvp_extend_i64")?,
-                extend_wide: get(c"kvp_extend_wide_i64")?,
                 free_known: get(c"kvp_free_known_i64")?,
                 free_slots_paged: get(c"kvp_free_slots_paged_i64")?,
             },
             IndexType::I32 => Typed {
                 alloc: get(c"kvp_alloc_i32")?,
                 extend: get(c"kvp_extend_i32")?,
-                extend_wide: get(c"kvp_extend_wide_i32")?,
                 free_known: get(c"kvp_free_known_i32")?,
                 free_slots_paged: get(c"kvp_free_slots_paged_i32")?,
             },

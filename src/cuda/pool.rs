@@ -27,13 +27,10 @@ use crate::pool::{plan, BackendKind, ErrorKind, PoolConfig, PoolError, PoolInfo,
 
 static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1 << 48);
 
-/// Threads per block of the multi-block kernels (`kvp::NARROW`, `__launch_bounds__`).
+/// Threads per block of the multi-block kernels (`kvp::EXTEND_BLOCK`, `__launch_bounds__`).
 const BLOCK: u32 = 256;
-/// Threads per block of the wide extend kernel (`kvp::WIDE`).
-const WIDE_BLOCK: u32 = 1024;
-/// Extends with at least this many tokens, or more requests than the next constant, run wide.
-const WIDE_FROM_TOKENS: u64 = 1 << 17;
-const WIDE_FROM_BATCH: u64 = 1024;
+/// New pages an extend block stages in shared memory (`kvp::STAGE_CAP`).
+const STAGE_CAP: u64 = 4096;
 /// Threads of the single-block free kernels (`kvp::FREE_BLOCK`).
 const FREE_BLOCK: u32 = 1024;
 /// Blocks an `alloc` spreads over at most.
@@ -128,8 +125,6 @@ pub struct DevicePool {
     recovered_at: u32,
     /// The fault most recently reported by [`check_device`](Self::check_device).
     reported_fault: u64,
-    /// Tests: run every extend/decode with the wide (`Some(true)`) or narrow kernel.
-    force_wide: Option<bool>,
     context: Arc<PrimaryContext>,
 }
 
@@ -203,7 +198,6 @@ impl DevicePool {
             stats: PoolStats::default(),
             recovered_at: 0,
             reported_fault: 0,
-            force_wide: None,
             context,
         };
         // The initial state is a reset on the legacy default stream, waited for here.
@@ -301,13 +295,6 @@ impl DevicePool {
     #[doc(hidden)]
     pub fn debug_jump_tag(&mut self, tag: u32) {
         self.tag = tag.min(TAG_LIMIT);
-    }
-
-    /// Runs every extend and decode with the wide kernel (`Some(true)`), the narrow one
-    /// (`Some(false)`), or the one the batch calls for (`None`), so tests cover both.
-    #[doc(hidden)]
-    pub fn debug_extend_width(&mut self, wide: Option<bool>) {
-        self.force_wide = wide;
     }
 
     // ---- faults -------------------------------------------------------------------------
@@ -755,24 +742,15 @@ impl DevicePool {
         let batch32 = u32::try_from(batch).map_err(|_| {
             PoolError::new(ErrorKind::InvalidLengths, "batch_size exceeds 2^32 - 1")
         })?;
-        // Wide blocks for large batches (latency hiding in the token loop, fewer predecessor
-        // loads per thread); narrow ones keep small batches cheap. A block owns at most as
-        // many requests as it has threads; about TARGET_BLOCKS blocks share a large batch.
-        let wide = self
-            .force_wide
-            .unwrap_or(tokens >= WIDE_FROM_TOKENS || batch as u64 > WIDE_FROM_BATCH);
-        let (function, block) = if wide {
-            (self.kernels.typed.extend_wide, WIDE_BLOCK)
-        } else {
-            (self.kernels.typed.extend, BLOCK)
-        };
+        // About TARGET_BLOCKS blocks share a large batch, each with at most STAGE_CAP new
+        // pages on average so the kernel can stage them in shared memory.
         let per_block = if decode {
-            block
+            u64::from(BLOCK)
         } else {
-            (batch as u64)
-                .div_ceil(TARGET_BLOCKS)
-                .clamp(1, u64::from(block)) as u32
-        };
+            let by_blocks = (batch as u64).div_ceil(TARGET_BLOCKS);
+            let by_pages = STAGE_CAP * batch as u64 / pages.max(1);
+            by_blocks.min(by_pages).clamp(1, u64::from(BLOCK))
+        } as u32;
         let grid = batch32.div_ceil(per_block);
         let decode = u32::from(decode);
         let op = if decode == 1 {
@@ -784,9 +762,9 @@ impl DevicePool {
         // *last_loc, u32 batch, u32 per_block, u32 decode, u64 tokens, u64 pages, Index *out)`.
         unsafe {
             self.run(
-                function,
+                self.kernels.typed.extend,
                 grid,
-                block,
+                BLOCK,
                 op as u32,
                 Step::Take(pages),
                 stream,
