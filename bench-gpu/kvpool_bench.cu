@@ -1,0 +1,975 @@
+// kvpool_bench.cu: GPU benchmark of kvpool's CUDA backend, each figure next to the floor of
+// the machine it runs on (an empty kernel launch, an empty kernel in a CUDA graph, and device
+// copy bandwidth), as the design brief's targets are stated relative to those floors.
+//
+// Build (on the GPU machine; bench-gpu/README.md has the exact commands), from the repo root:
+//   nvcc -O2 -std=c++17 -arch=sm_90 bench-gpu/kvpool_bench.cu -Iinclude -L<libdir> -lkvpool
+//        -lcuda -Xlinker -rpath -Xlinker <libdir> -o kvpool_bench
+// Run:  ./kvpool_bench [--quick] [--csv PATH] [--device N] [--page-sizes L] [--batch-sizes L]
+//
+// What is timed (README.md has the rationale):
+//  - host time: one call at a time, steady_clock around the call alone, median and p90 after
+//    warm-up; the stream is drained outside the timed region every 64 calls so the launch
+//    queue never fills (a full queue would make cuLaunchKernel block and time the GPU);
+//  - device time of allocations: the call is captured into a CUDA graph once; 100 copies of
+//    that graph are chained as child nodes of one graph whose replays are timed with events
+//    (the same shape as the floor: 100 launches in one graph). Replaying re-runs the call's
+//    kernels with the same arguments; afterwards the pool must be unfaulted and the outputs
+//    the expected indices. A kernel that faults on a replay of its own call gets the events
+//    method below instead (a warning, and the row's method says so);
+//  - device time of frees: a replayed free would free the same slots twice, so frees are
+//    timed with events around the one call instead, queued behind a spinning kernel so the
+//    GPU runs it back to back with the events; the floor for those rows is an empty kernel
+//    timed the same way.
+// Every kvpool call is checked; the first output of every configuration is compared with
+// SGLang's index math computed here on the host, and every configuration ends with the pool
+// holding exactly what it should (kvp_pool_available_size_bound after a sync) and no device
+// fault (kvp_pool_check_device).
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cerrno>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kvpool.h"
+
+namespace {
+
+// ---- failures -------------------------------------------------------------------------
+
+[[noreturn]] void die(const char *fmt, ...) {
+  std::fflush(stdout);
+  va_list ap;
+  va_start(ap, fmt);
+  std::fputs("kvpool_bench: ", stderr);
+  std::vfprintf(stderr, fmt, ap);
+  std::fputc('\n', stderr);
+  va_end(ap);
+  std::exit(1);
+}
+
+#define CUDA_CHECK(expr)                                                                   \
+  do {                                                                                     \
+    const cudaError_t err_ = (expr);                                                       \
+    if (err_ != cudaSuccess)                                                               \
+      die("%s:%d: %s: %s (%s)", __FILE__, __LINE__, #expr, cudaGetErrorName(err_),         \
+          cudaGetErrorString(err_));                                                       \
+  } while (0)
+
+// The thread's last-error message belongs to the call that just failed, so it is read
+// before anything else can call into kvpool.
+std::string last_error_message() {
+  const size_t len = kvp_last_error_message(nullptr, 0);
+  std::string msg(len + 1, '\0');
+  kvp_last_error_message(&msg[0], msg.size());
+  msg.resize(len);
+  return msg;
+}
+
+[[noreturn]] void kvp_die(const char *expr, int status, const char *file, int line) {
+  const std::string msg = last_error_message();
+  die("%s:%d: %s returned %d (%s): %s", file, line, expr, status, kvp_status_str(status),
+      msg.c_str());
+}
+
+#define KVP_CHECK(expr)                                                                    \
+  do {                                                                                     \
+    const int status_ = static_cast<int>(expr);                                            \
+    if (status_ != 0) kvp_die(#expr, status_, __FILE__, __LINE__);                         \
+  } while (0)
+
+// ---- settings -------------------------------------------------------------------------
+
+constexpr int64_t kTokensPerRequest = 512;  // extend: new tokens per request (SGLang's figures)
+constexpr int64_t kMaxBatch = 4096;
+constexpr int64_t kMaxPageSize = 64;
+
+struct Settings {
+  bool quick = false;
+  std::string csv;
+  int device = 0;
+  std::vector<int64_t> page_sizes = {1, 16, 64};
+  std::vector<int64_t> batch_sizes = {1, 8, 64, 256, 1024, 4096};
+  // host timing
+  int warmup = 50;
+  int min_samples = 101;
+  int max_samples = 2000;
+  double cell_seconds = 0.5;  // a cell stops adding samples after this (untimed work included)
+  int sync_every = 64;
+  // graph replay timing
+  int graph_copies = 100;  // copies of the captured call in the timed graph
+  int graph_reps = 21;     // timed replays of that graph (median taken)
+  // event timing (frees)
+  int event_warmup = 10;
+  int event_cycles = 200;
+
+  void make_quick() {
+    quick = true;
+    warmup = 5;
+    min_samples = 30;
+    max_samples = 30;
+    cell_seconds = 0.05;
+    graph_copies = 20;
+    graph_reps = 3;
+    event_warmup = 2;
+    event_cycles = 10;
+  }
+};
+
+// ---- kernels of the harness -----------------------------------------------------------
+
+__global__ void empty_kernel() {}
+
+// Holds the stream busy so that what is queued behind it is in the queue before the GPU gets
+// to it: the events around it then time the GPU alone, not the host's launch latency.
+__global__ void spin_kernel(unsigned long long ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
+
+// Page ids of the decode outputs of the requests that started a new page, for giving
+// exactly those pages back (a free by index would also free the pages the other requests
+// continue).
+__global__ void new_page_ids(const int64_t *out, const int32_t *requests, int count,
+                             int64_t page_size, int64_t *pages) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < count) pages[i] = out[requests[i]] / page_size;
+}
+
+// ---- small utilities ------------------------------------------------------------------
+
+template <class T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(size_t len) : len_(len) {
+    CUDA_CHECK(cudaMalloc(&ptr_, std::max<size_t>(len, 1) * sizeof(T)));
+  }
+  ~DeviceArray() { cudaFree(ptr_); }
+  DeviceArray(const DeviceArray &) = delete;
+  DeviceArray &operator=(const DeviceArray &) = delete;
+
+  T *get() const { return ptr_; }
+  size_t len() const { return len_; }
+  void upload(const std::vector<T> &host) {
+    if (host.size() > len_) die("upload of %zu elements into %zu", host.size(), len_);
+    CUDA_CHECK(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download(cudaStream_t stream, size_t count) const {
+    std::vector<T> host(count);
+    CUDA_CHECK(cudaMemcpyAsync(host.data(), ptr_, count * sizeof(T), cudaMemcpyDeviceToHost,
+                               stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    return host;
+  }
+
+ private:
+  T *ptr_ = nullptr;
+  size_t len_;
+};
+
+class Event {
+ public:
+  Event() { CUDA_CHECK(cudaEventCreate(&e_)); }
+  ~Event() { cudaEventDestroy(e_); }
+  Event(const Event &) = delete;
+  Event &operator=(const Event &) = delete;
+  cudaEvent_t get() const { return e_; }
+  void record(cudaStream_t s) { CUDA_CHECK(cudaEventRecord(e_, s)); }
+  // Non-blocking: whether the stream has passed the event.
+  bool passed() const {
+    const cudaError_t err = cudaEventQuery(e_);
+    if (err == cudaSuccess) return true;
+    if (err == cudaErrorNotReady) return false;
+    CUDA_CHECK(err);
+    return false;
+  }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+double elapsed_us(const Event &a, const Event &b) {
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, a.get(), b.get()));
+  return static_cast<double>(ms) * 1000.0;
+}
+
+struct Stats {
+  double median = NAN;
+  double p90 = NAN;
+  size_t samples = 0;
+};
+
+Stats summarize(std::vector<double> v) {
+  Stats s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  s.p90 = v[static_cast<size_t>(std::ceil(0.9 * static_cast<double>(n))) - 1];
+  s.samples = n;
+  return s;
+}
+
+double mean(const std::vector<double> &v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? NAN : sum / static_cast<double>(v.size());
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+void sync(cudaStream_t s) { CUDA_CHECK(cudaStreamSynchronize(s)); }
+
+// ---- timing methods -------------------------------------------------------------------
+
+// Host time of `call`, one call at a time. `prepare` (untimed) runs before each call and
+// `after` (untimed) after it; both must leave the pool in a state the next `prepare` + `call`
+// accept. The clock reads are opaque calls, as are kvpool's, so neither moves across them.
+template <class Prepare, class Call, class After>
+Stats time_host(const Settings &cfg, cudaStream_t s, Prepare prepare, Call call, After after) {
+  using clock = std::chrono::steady_clock;
+  for (int i = 0; i < cfg.warmup; ++i) {
+    prepare();
+    call();
+    after();
+    if ((i + 1) % cfg.sync_every == 0) sync(s);
+  }
+  sync(s);
+  std::vector<double> samples;
+  samples.reserve(static_cast<size_t>(cfg.max_samples));
+  const auto start = clock::now();
+  while (static_cast<int>(samples.size()) < cfg.max_samples) {
+    if (static_cast<int>(samples.size()) >= cfg.min_samples &&
+        std::chrono::duration<double>(clock::now() - start).count() > cfg.cell_seconds)
+      break;
+    prepare();
+    const auto t0 = clock::now();
+    call();
+    const auto t1 = clock::now();
+    after();
+    samples.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    if (samples.size() % static_cast<size_t>(cfg.sync_every) == 0) sync(s);
+  }
+  sync(s);
+  return summarize(std::move(samples));
+}
+
+// Queues a spinning kernel, then `enqueue`, and reports whether the spinner was still running
+// when `enqueue` returned, i.e. whether everything was queued before the GPU reached it.
+template <class Enqueue>
+bool behind_spinner(cudaStream_t s, unsigned long long spin_ns, Enqueue enqueue) {
+  Event spun;
+  spin_kernel<<<1, 1, 0, s>>>(spin_ns);
+  CUDA_CHECK(cudaGetLastError());
+  spun.record(s);
+  enqueue();
+  return !spun.passed();
+}
+
+constexpr unsigned long long kMaxSpinNs = 200ull * 1000 * 1000;
+
+// Device time of one call per graph-unit replay: `unit` is replayed as `copies` chained child
+// graphs per launch, `reps` launches queued behind a spinner and timed one by one.
+// Returns the median time per call (`calls_per_unit` calls in each copy).
+double graph_device_us(const Settings &cfg, cudaStream_t s, cudaGraph_t unit, int copies,
+                       int calls_per_unit) {
+  cudaGraph_t graph = unit;
+  if (copies > 1) {
+    CUDA_CHECK(cudaGraphCreate(&graph, 0));
+    cudaGraphNode_t prev = nullptr;
+    for (int i = 0; i < copies; ++i) {
+      cudaGraphNode_t node;
+      CUDA_CHECK(cudaGraphAddChildGraphNode(&node, graph, prev ? &prev : nullptr, prev ? 1 : 0,
+                                            unit));
+      prev = node;
+    }
+  }
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 2; ++i) CUDA_CHECK(cudaGraphLaunch(exec, s));
+  sync(s);
+
+  const int reps = cfg.graph_reps;
+  std::vector<Event> begin(static_cast<size_t>(reps)), end(static_cast<size_t>(reps));
+  unsigned long long spin_ns = 1000ull * 1000;  // 1 ms, doubled until it covers the queueing
+  for (;;) {
+    const bool covered = behind_spinner(s, spin_ns, [&] {
+      for (int r = 0; r < reps; ++r) {
+        begin[r].record(s);
+        CUDA_CHECK(cudaGraphLaunch(exec, s));
+        end[r].record(s);
+      }
+    });
+    sync(s);
+    if (covered) break;
+    spin_ns *= 2;
+    if (spin_ns > kMaxSpinNs) die("graph replays could not be queued ahead of the GPU");
+  }
+  std::vector<double> per_call;
+  for (int r = 0; r < reps; ++r)
+    per_call.push_back(elapsed_us(begin[r], end[r]) / (copies * calls_per_unit));
+
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  if (graph != unit) CUDA_CHECK(cudaGraphDestroy(graph));
+  return summarize(std::move(per_call)).median;
+}
+
+template <class Enqueue>
+cudaGraph_t capture(cudaStream_t s, Enqueue enqueue) {
+  // Global mode: a call that does something not capturable (a synchronous copy, an
+  // allocation) fails loudly instead of being recorded wrongly.
+  CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  enqueue();
+  cudaGraph_t graph;
+  CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  size_t nodes = 0;
+  CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes));
+  if (nodes == 0) die("the captured call enqueued nothing");
+  return graph;
+}
+
+// Device time of `call` by events around it, `prepare` (untimed) queued just before and
+// `after` (untimed) run once the cycle is drained. Each cycle is queued behind a spinner and
+// synchronized (so a paged free by index has landed before the next cycle allocates).
+// Returns the mean: an event pair resolves about 0.5 us, the mean of many cycles is finer.
+template <class Prepare, class Call, class After>
+double event_device_us(const Settings &cfg, cudaStream_t s, Prepare prepare, Call call,
+                       After after) {
+  Event e0, e1;
+  std::vector<double> samples;
+  unsigned long long spin_ns = 100ull * 1000;
+  for (int c = 0; c < cfg.event_warmup + cfg.event_cycles;) {
+    const bool covered = behind_spinner(s, spin_ns, [&] {
+      prepare();
+      e0.record(s);
+      call();
+      e1.record(s);
+    });
+    sync(s);
+    after();
+    if (!covered) {  // the sample may contain host latency: drop it, spin longer
+      spin_ns *= 2;
+      if (spin_ns > kMaxSpinNs) die("a call could not be queued ahead of the GPU");
+      continue;
+    }
+    if (c >= cfg.event_warmup) samples.push_back(elapsed_us(e0, e1));
+    ++c;
+  }
+  return mean(samples);
+}
+
+// ---- floors ---------------------------------------------------------------------------
+
+struct Floors {
+  Stats host;              // empty kernel launch, host
+  double graph_us;         // empty kernel, 100 launches captured in one graph
+  double child_graph_us;   // empty kernel, 1 launch captured, 100 child copies (kvpool's way)
+  double event_us;         // empty kernel between events (frees' way)
+  double copy_bytes_per_us;  // D2D copy, bytes read + written per microsecond
+};
+
+Floors measure_floors(const Settings &cfg, cudaStream_t s) {
+  Floors f{};
+  auto launch = [&] {
+    empty_kernel<<<1, 1, 0, s>>>();
+  };
+  f.host = time_host(cfg, s, [] {}, [&] {
+    launch();
+  }, [] {});
+  CUDA_CHECK(cudaGetLastError());
+
+  cudaGraph_t hundred = capture(s, [&] {
+    for (int i = 0; i < 100; ++i) launch();
+  });
+  f.graph_us = graph_device_us(cfg, s, hundred, 1, 100);
+  CUDA_CHECK(cudaGraphDestroy(hundred));
+
+  cudaGraph_t one = capture(s, launch);
+  f.child_graph_us = graph_device_us(cfg, s, one, cfg.graph_copies, 1);
+  CUDA_CHECK(cudaGraphDestroy(one));
+
+  f.event_us = event_device_us(cfg, s, [] {}, launch, [] {});
+
+  const size_t bytes = size_t{256} << 20;
+  DeviceArray<char> src(bytes), dst(bytes);
+  CUDA_CHECK(cudaMemsetAsync(src.get(), 1, bytes, s));
+  const int copies = cfg.quick ? 3 : 10;
+  for (int i = 0; i < 3; ++i)
+    CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, s));
+  Event e0, e1;
+  e0.record(s);
+  for (int i = 0; i < copies; ++i)
+    CUDA_CHECK(cudaMemcpyAsync(dst.get(), src.get(), bytes, cudaMemcpyDeviceToDevice, s));
+  e1.record(s);
+  sync(s);
+  f.copy_bytes_per_us = 2.0 * static_cast<double>(bytes) * copies / elapsed_us(e0, e1);
+  return f;
+}
+
+// ---- the expected indices -------------------------------------------------------------
+
+// SGLang's index math on a pool fresh from a clear. Its free list is then pages
+// 1..num_pages (token pool: slots 1..size) and every allocation takes the next pages in
+// order, so until something is freed a counter stands in for the free list.
+struct FreshPoolModel {
+  int64_t page_size;
+  int64_t next_page = 1;
+
+  // Three parts per request: the rest of the prefix's last page (last_loc + 1, + 2, ...),
+  // then new pages taken in batch order, written from the page-aligned end of the prefix.
+  std::vector<int64_t> extend(const std::vector<int64_t> &prefix, const std::vector<int64_t> &seq,
+                              const std::vector<int64_t> &last_loc) {
+    const int64_t ps = page_size;
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < seq.size(); ++i) {
+      const int64_t prefix_end = ceil_div(prefix[i], ps) * ps;
+      const int64_t part1 = std::min(seq[i], prefix_end) - prefix[i];
+      for (int64_t k = 0; k < part1; ++k) out.push_back(last_loc[i] + 1 + k);
+      std::vector<int64_t> pages;
+      for (int64_t n = ceil_div(seq[i], ps) - ceil_div(prefix[i], ps); n > 0; --n)
+        pages.push_back(next_page++);
+      for (int64_t pos = prefix[i] + part1; pos < seq[i]; ++pos)
+        out.push_back(pages[static_cast<size_t>((pos - prefix_end) / ps)] * ps + pos % ps);
+    }
+    return out;
+  }
+
+  // A request whose new token starts a page gets the first slot of the next free page.
+  std::vector<int64_t> decode(const std::vector<int64_t> &seq,
+                              const std::vector<int64_t> &last_loc) {
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < seq.size(); ++i)
+      out.push_back((seq[i] - 1) % page_size == 0 ? next_page++ * page_size : last_loc[i] + 1);
+    return out;
+  }
+};
+
+void expect_equal(const std::vector<int64_t> &got, const std::vector<int64_t> &want,
+                  const std::string &what) {
+  if (got.size() != want.size())
+    die("%s: %zu indices, expected %zu", what.c_str(), got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i] != want[i])
+      die("%s: index %zu is %lld, expected %lld (SGLang's index math)", what.c_str(), i,
+          static_cast<long long>(got[i]), static_cast<long long>(want[i]));
+}
+
+// ---- the pool under test --------------------------------------------------------------
+
+// One batch of requests, host and device copies (kvpool takes both: the host lengths plan
+// the call, the device arrays feed the kernels).
+struct Batch {
+  std::vector<int64_t> prefix, seq, last_loc;
+  int64_t tokens = 0;  // sum(seq - prefix)
+  DeviceArray<int64_t> d_prefix, d_seq, d_last_loc;
+
+  Batch(std::vector<int64_t> prefix_, std::vector<int64_t> seq_, std::vector<int64_t> last_loc_)
+      : prefix(std::move(prefix_)), seq(std::move(seq_)), last_loc(std::move(last_loc_)),
+        d_prefix(seq.size()), d_seq(seq.size()), d_last_loc(seq.size()) {
+    for (size_t i = 0; i < seq.size(); ++i) tokens += seq[i] - prefix[i];
+    d_prefix.upload(prefix);
+    d_seq.upload(seq);
+    d_last_loc.upload(last_loc);
+  }
+  size_t size() const { return seq.size(); }
+};
+
+struct Pool {
+  kvp_pool *pool = nullptr;
+  int64_t page_size;
+  uint64_t size;
+  cudaStream_t s;
+
+  Pool(int device, int64_t ps, uint64_t size_, cudaStream_t stream)
+      : page_size(ps), size(size_), s(stream) {
+    kvp_pool_config config = kvp_pool_config_default();
+    config.size = size;
+    config.page_size = static_cast<uint32_t>(ps);
+    config.index_type = KVP_INDEX_TYPE_I64;
+    config.backend = KVP_BACKEND_CUDA;
+    config.device = device;
+    KVP_CHECK(kvp_pool_new(&config, &pool));
+  }
+  ~Pool() { kvp_pool_free(pool); }
+  Pool(const Pool &) = delete;
+  Pool &operator=(const Pool &) = delete;
+
+  void clear() { KVP_CHECK(kvp_pool_clear_async(pool, s)); }
+
+  void alloc_extend(const Batch &b, DeviceArray<int64_t> &out) {
+    KVP_CHECK(kvp_pool_alloc_extend_async(pool, b.prefix.data(), b.seq.data(), b.d_prefix.get(),
+                                          b.d_seq.get(), b.d_last_loc.get(), b.size(),
+                                          static_cast<size_t>(b.tokens), out.get(), out.len(), s));
+  }
+  void alloc_decode(const Batch &b, DeviceArray<int64_t> &out) {
+    KVP_CHECK(kvp_pool_alloc_decode_async(pool, b.seq.data(), b.d_seq.get(), b.d_last_loc.get(),
+                                          b.size(), out.get(), out.len(), s));
+  }
+  void free_indices(const DeviceArray<int64_t> &indices, size_t len) {
+    KVP_CHECK(kvp_pool_free_indices_async(pool, indices.get(), len, s));
+  }
+  void free_pages(const DeviceArray<int64_t> &pages, size_t len) {
+    KVP_CHECK(kvp_pool_free_pages_async(pool, pages.get(), len, s));
+  }
+  // The whole of `row[0, len)` as one segment: the extend outputs of requests with an empty
+  // prefix and page-multiple lengths, laid end to end, are a valid row (each page's slots
+  // consecutive, starting page-aligned).
+  void free_segment(const DeviceArray<int64_t> &row, size_t len) {
+    KVP_CHECK(kvp_pool_free_segment_async(pool, row.get(), len, 0, len, s));
+  }
+
+  // Drains the stream and checks that the device saw no invalid input and that exactly
+  // `held_tokens` slots are allocated.
+  void check_settled(uint64_t held_tokens, const std::string &what) {
+    sync(s);
+    KVP_CHECK(kvp_pool_check_device(pool));
+    uint64_t available = 0;
+    bool exact = false;
+    KVP_CHECK(kvp_pool_available_size_bound(pool, &available, &exact));
+    if (!exact)
+      std::fprintf(stderr, "warning: %s: available size still a bound after a sync (%llu)\n",
+                   what.c_str(), static_cast<unsigned long long>(available));
+    else if (available != size - held_tokens)
+      die("%s: %llu slots available, expected %llu", what.c_str(),
+          static_cast<unsigned long long>(available),
+          static_cast<unsigned long long>(size - held_tokens));
+  }
+};
+
+// ---- results --------------------------------------------------------------------------
+
+struct Row {
+  std::string op;
+  int64_t page_size, bs;
+  Stats host;
+  double device_us;
+  double floor_host_us, floor_device_us;
+  double bytes;
+  std::string device_method;
+};
+
+struct Context {
+  const Settings &cfg;
+  const Floors &floors;
+  Pool &pool;
+  std::vector<Row> &rows;
+};
+
+struct DeviceTime {
+  double us;
+  bool graph;          // graph replay, else events around one call
+  std::string method;  // for the table
+};
+
+void add_row(Context &c, const char *op, int64_t bs, Stats host, const DeviceTime &device,
+             double bytes) {
+  c.rows.push_back(Row{op, c.pool.page_size, bs, host, device.us, c.floors.host.median,
+                       device.graph ? c.floors.graph_us : c.floors.event_us, bytes,
+                       device.method});
+}
+
+// Device time of an allocation. `reset` enqueues what brings the pool to the state the call
+// expects (a clear and any setup); `call` enqueues the call, `undo` gives its slots back,
+// `verify` (after a drain) checks the pool and the outputs of the replayed call.
+// Graph replay first. Replaying re-runs the call's kernels with the same arguments; should
+// that fault the pool (a kernel that cannot tell a replay of its own call from a conflict),
+// the pool is cleared and the call is timed with events instead, and the row says so.
+template <class Reset, class Call, class Undo, class Verify>
+DeviceTime alloc_device_time(Context &c, const std::string &what, Reset reset, Call call,
+                             Undo undo, Verify verify) {
+  Pool &p = c.pool;
+  reset();
+  cudaGraph_t g = capture(p.s, call);
+  const double graph_us = graph_device_us(c.cfg, p.s, g, c.cfg.graph_copies, 1);
+  CUDA_CHECK(cudaGraphDestroy(g));
+  sync(p.s);
+  const int status = static_cast<int>(kvp_pool_check_device(p.pool));
+  if (status == 0) {
+    verify();
+    return DeviceTime{graph_us, true, "graph"};
+  }
+  if (status != KVP_STATUS_DEVICE_FAULT)
+    kvp_die("kvp_pool_check_device", status, __FILE__, __LINE__);
+  std::fprintf(stderr,
+               "warning: %s: replaying the captured call faulted the pool (%s); timed with "
+               "events instead\n",
+               what.c_str(), last_error_message().c_str());
+  reset();  // the clear in it recovers the pool
+  sync(p.s);
+  // The first check after a recovery reports the recovered fault once more (documented);
+  // the next one must be clean.
+  (void)kvp_pool_check_device(p.pool);
+  KVP_CHECK(kvp_pool_check_device(p.pool));
+  const double events_us = event_device_us(c.cfg, p.s, [] {}, call, undo);
+  return DeviceTime{events_us, false, "events (graph replay faulted)"};
+}
+
+std::string where(const char *op, int64_t ps, int64_t bs) {
+  return std::string(op) + " page_size " + std::to_string(ps) + " bs " + std::to_string(bs);
+}
+
+Batch extend_batch(int64_t bs) {
+  return Batch(std::vector<int64_t>(bs, 0), std::vector<int64_t>(bs, kTokensPerRequest),
+               std::vector<int64_t>(bs, -1));
+}
+
+// alloc_extend: bs requests with an empty prefix and 512 new tokens each.
+void bench_extend(Context &c, int64_t bs) {
+  Pool &p = c.pool;
+  const std::string what = where("alloc_extend", p.page_size, bs);
+  Batch b = extend_batch(bs);
+  DeviceArray<int64_t> out(static_cast<size_t>(b.tokens));
+  const auto expected = FreshPoolModel{p.page_size}.extend(b.prefix, b.seq, b.last_loc);
+
+  p.clear();
+  p.alloc_extend(b, out);
+  expect_equal(out.download(p.s, out.len()), expected, what);
+  p.free_segment(out, out.len());
+
+  const Stats host = time_host(c.cfg, p.s, [] {}, [&] { p.alloc_extend(b, out); },
+                               [&] { p.free_segment(out, out.len()); });
+  p.check_settled(0, what + " (host timing)");
+
+  const DeviceTime device = alloc_device_time(
+      c, what,
+      [&] {
+        p.clear();
+        CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, out.len() * sizeof(int64_t), p.s));
+      },
+      [&] { p.alloc_extend(b, out); }, [&] { p.free_segment(out, out.len()); },
+      [&] {
+        p.check_settled(static_cast<uint64_t>(b.tokens), what + " (graph replays)");
+        expect_equal(out.download(p.s, out.len()), expected, what + " after graph replays");
+      });
+  p.clear();
+
+  add_row(c, "alloc_extend", bs, host, device, 8.0 * b.tokens);
+}
+
+// alloc_decode on requests of 1..page_size tokens (set up by one extend), so request i's new
+// token starts a page iff i % page_size == page_size - 1: about bs / page_size requests take
+// a new page and the others continue theirs, as in a decode step of a running server. On the
+// token pool every request takes a slot.
+void bench_decode(Context &c, int64_t bs) {
+  Pool &p = c.pool;
+  const int64_t ps = p.page_size;
+  const std::string what = where("alloc_decode", ps, bs);
+
+  std::vector<int64_t> setup_len(bs);
+  uint64_t held = 0;
+  for (int64_t i = 0; i < bs; ++i) {
+    setup_len[i] = i % ps + 1;
+    held += static_cast<uint64_t>(ceil_div(setup_len[i], ps) * ps);
+  }
+  Batch setup(std::vector<int64_t>(bs, 0), setup_len, std::vector<int64_t>(bs, -1));
+  DeviceArray<int64_t> setup_out(static_cast<size_t>(setup.tokens));
+  FreshPoolModel model{ps};
+  const auto setup_expected = model.extend(setup.prefix, setup.seq, setup.last_loc);
+
+  p.clear();
+  p.alloc_extend(setup, setup_out);
+  const auto setup_slots = setup_out.download(p.s, setup_out.len());
+  expect_equal(setup_slots, setup_expected, what + " (setup extend)");
+
+  std::vector<int64_t> seq(bs), last_loc(bs);
+  std::vector<int32_t> starters;  // requests whose new token starts a page
+  int64_t offset = 0;
+  for (int64_t i = 0; i < bs; ++i) {
+    offset += setup_len[i];
+    seq[i] = setup_len[i] + 1;
+    last_loc[i] = setup_slots[static_cast<size_t>(offset - 1)];
+    if ((seq[i] - 1) % ps == 0) starters.push_back(static_cast<int32_t>(i));
+  }
+  Batch b(std::vector<int64_t>(bs, 0), seq, last_loc);
+  const auto expected = model.decode(b.seq, b.last_loc);
+  DeviceArray<int64_t> out(static_cast<size_t>(bs));
+  DeviceArray<int32_t> d_starters(starters.size());
+  d_starters.upload(starters);
+  DeviceArray<int64_t> pages(starters.size());
+  const int count = static_cast<int>(starters.size());
+
+  // Undo: the token pool frees the decode slots; a paged pool gives back exactly the new
+  // pages, in batch order, so the next step takes the same pages again.
+  auto undo = [&] {
+    if (ps == 1) {
+      p.free_indices(out, out.len());
+    } else if (count > 0) {
+      new_page_ids<<<(count + 255) / 256, 256, 0, p.s>>>(out.get(), d_starters.get(), count, ps,
+                                                          pages.get());
+      CUDA_CHECK(cudaGetLastError());
+      p.free_pages(pages, pages.len());
+    }
+  };
+
+  p.alloc_decode(b, out);
+  expect_equal(out.download(p.s, out.len()), expected, what);
+  undo();
+
+  const Stats host = time_host(c.cfg, p.s, [] {}, [&] { p.alloc_decode(b, out); }, undo);
+  p.check_settled(held, what + " (host timing)");
+
+  // Replays start from the state of the first call: a clear and the setup.
+  const DeviceTime device = alloc_device_time(
+      c, what,
+      [&] {
+        p.clear();
+        p.alloc_extend(setup, setup_out);
+        CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, out.len() * sizeof(int64_t), p.s));
+      },
+      [&] { p.alloc_decode(b, out); }, undo,
+      [&] {
+        p.check_settled(held + static_cast<uint64_t>(count * ps), what + " (graph replays)");
+        expect_equal(out.download(p.s, out.len()), expected, what + " after graph replays");
+      });
+  p.check_settled(held + (device.graph ? static_cast<uint64_t>(count * ps) : 0),
+                  what + " (device timing)");
+  p.clear();
+
+  add_row(c, "alloc_decode", bs, host, device, 8.0 * bs);
+}
+
+// Frees of one extend batch's indices (bs requests x 512 tokens): by index (SGLang's `free`,
+// which deduplicates pages on a paged pool) or as one row segment.
+void bench_free(Context &c, int64_t bs, bool by_index) {
+  Pool &p = c.pool;
+  const int64_t ps = p.page_size;
+  const char *op = by_index ? "free_indices" : "free_segment";
+  const std::string what = where(op, ps, bs);
+  Batch b = extend_batch(bs);
+  DeviceArray<int64_t> out(static_cast<size_t>(b.tokens));
+  // A paged free by index has a page count only the device knows; drain the stream after it
+  // so the next allocation sees the pages (without the drain the free list could look short
+  // while the free is in flight). Outside the timed region either way.
+  const bool drain_after = by_index && ps > 1;
+  auto call = [&] {
+    if (by_index)
+      p.free_indices(out, out.len());
+    else
+      p.free_segment(out, out.len());
+  };
+
+  // Check the free-list order: after the free, the same allocation must give the pages back
+  // (paged: freed pages return to the front, ascending for a free by index, in row order for
+  // a segment, i.e. 1, 2, ... either way); the token pool appends them at the tail, so the
+  // next allocation continues with fresh slots.
+  FreshPoolModel model{ps};
+  const auto first = model.extend(b.prefix, b.seq, b.last_loc);
+  if (ps > 1) model.next_page = 1;
+  const auto second = model.extend(b.prefix, b.seq, b.last_loc);
+  p.clear();
+  p.alloc_extend(b, out);
+  expect_equal(out.download(p.s, out.len()), first, what + " (alloc before the free)");
+  call();
+  sync(p.s);
+  p.alloc_extend(b, out);
+  expect_equal(out.download(p.s, out.len()), second, what + " (alloc after the free)");
+  p.free_segment(out, out.len());
+
+  // The allocation before each free is drained too, so the free is timed on an idle stream
+  // (as the Python baseline's free must be: its torch.unique synchronizes, and would otherwise
+  // be charged for the allocation's kernel).
+  const Stats host = time_host(
+      c.cfg, p.s,
+      [&] {
+        p.alloc_extend(b, out);
+        sync(p.s);
+      },
+      call, [&] {
+        if (drain_after) sync(p.s);
+      });
+  p.check_settled(0, what + " (host timing)");
+
+  const double device =
+      event_device_us(c.cfg, p.s, [&] { p.alloc_extend(b, out); }, call, [] {});
+  p.check_settled(0, what + " (event timing)");
+  p.clear();
+
+  add_row(c, op, bs, host, DeviceTime{device, false, "events"}, 8.0 * b.tokens);
+}
+
+// ---- output ---------------------------------------------------------------------------
+
+struct Derived {
+  double host_ratio, target, device_ratio;
+};
+
+Derived derive(const Row &r, const Floors &f) {
+  Derived d;
+  d.host_ratio = r.host.median / r.floor_host_us;
+  d.target = 1.5 * std::max(r.floor_device_us, r.bytes / f.copy_bytes_per_us);
+  d.device_ratio = r.device_us / d.target;
+  return d;
+}
+
+void print_table(const std::vector<Row> &rows, const Floors &f) {
+  std::printf(
+      "| op | page_size | bs | host median µs | host p90 µs | device µs | floor host µs | "
+      "floor device µs | host ratio | device target µs | device ratio | bytes "
+      "| device method |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n");
+  for (const Row &r : rows) {
+    const Derived d = derive(r, f);
+    std::printf("| %s | %lld | %lld | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f "
+                "| %s |\n",
+                r.op.c_str(), static_cast<long long>(r.page_size), static_cast<long long>(r.bs),
+                r.host.median, r.host.p90, r.device_us, r.floor_host_us, r.floor_device_us,
+                d.host_ratio, d.target, d.device_ratio, r.bytes, r.device_method.c_str());
+  }
+}
+
+void write_csv(const std::string &path, const std::vector<Row> &rows, const Floors &f) {
+  FILE *file = std::fopen(path.c_str(), "w");
+  if (!file) die("cannot write %s: %s", path.c_str(), std::strerror(errno));
+  std::fprintf(file,
+               "op,page_size,bs,host_median_us,host_p90_us,device_us,floor_host_us,"
+               "floor_device_us,host_ratio,device_target_us,device_ratio,bytes,device_method,"
+               "host_samples\n");
+  for (const Row &r : rows) {
+    const Derived d = derive(r, f);
+    std::fprintf(file, "%s,%lld,%lld,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.0f,%s,%zu\n",
+                 r.op.c_str(), static_cast<long long>(r.page_size), static_cast<long long>(r.bs),
+                 r.host.median, r.host.p90, r.device_us, r.floor_host_us, r.floor_device_us,
+                 d.host_ratio, d.target, d.device_ratio, r.bytes, r.device_method.c_str(),
+                 r.host.samples);
+  }
+  if (std::fclose(file) != 0) die("cannot write %s: %s", path.c_str(), std::strerror(errno));
+}
+
+void usage() {
+  std::puts(
+      "usage: kvpool_bench [--quick] [--csv PATH] [--device N] [--page-sizes LIST]\n"
+      "                    [--batch-sizes LIST]\n"
+      "  --quick             a short smoke run (few samples; numbers are not for reporting)\n"
+      "  --csv PATH          also write the table as CSV to PATH\n"
+      "  --device N          CUDA device ordinal (default 0)\n"
+      "  --page-sizes LIST   comma-separated subset of 1,16,64 (default all)\n"
+      "  --batch-sizes LIST  comma-separated subset of 1,8,64,256,1024,4096 (default all)");
+}
+
+// A comma-separated subset of `allowed` (the pool is sized for those values).
+std::vector<int64_t> parse_list(const std::string &text, const std::vector<int64_t> &allowed) {
+  std::vector<int64_t> values;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, comma - pos);
+    char *end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' ||
+        std::find(allowed.begin(), allowed.end(), v) == allowed.end())
+      die("'%s' is not one of the benchmarked values", item.c_str());
+    values.push_back(v);
+    pos = comma + 1;
+  }
+  return values;
+}
+
+Settings parse_args(int argc, char **argv) {
+  Settings cfg;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--quick") {
+      cfg.make_quick();
+    } else if (arg == "--csv" && i + 1 < argc) {
+      cfg.csv = argv[++i];
+    } else if (arg == "--device" && i + 1 < argc) {
+      cfg.device = std::atoi(argv[++i]);
+    } else if (arg == "--page-sizes" && i + 1 < argc) {
+      cfg.page_sizes = parse_list(argv[++i], Settings().page_sizes);
+    } else if (arg == "--batch-sizes" && i + 1 < argc) {
+      cfg.batch_sizes = parse_list(argv[++i], Settings().batch_sizes);
+    } else if (arg == "-h" || arg == "--help") {
+      usage();
+      std::exit(0);
+    } else {
+      usage();
+      die("unknown or incomplete argument: %s", arg.c_str());
+    }
+  }
+  return cfg;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  const Settings cfg = parse_args(argc, argv);
+
+  if (kvp_abi_version() != KVP_ABI_VERSION)
+    die("libkvpool ABI %u, header ABI %u: rebuild against the library's header",
+        kvp_abi_version(), static_cast<unsigned>(KVP_ABI_VERSION));
+  CUDA_CHECK(cudaSetDevice(cfg.device));
+  CUDA_CHECK(cudaFree(nullptr));  // create the primary context, which kvpool shares
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, cfg.device));
+  int driver = 0, runtime = 0;
+  CUDA_CHECK(cudaDriverGetVersion(&driver));
+  CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+
+  std::fprintf(stderr, "measuring floors...\n");
+  const Floors floors = measure_floors(cfg, stream);
+
+  // Room for the largest extend batch twice (4096 x 512 tokens) plus the decode setup and its
+  // new pages at the largest page size; a multiple of every page size.
+  const uint64_t pool_size = 2 * kMaxBatch * kTokensPerRequest + 2 * kMaxBatch * kMaxPageSize;
+
+  std::vector<Row> rows;
+  for (const int64_t ps : cfg.page_sizes) {
+    Pool pool(cfg.device, ps, pool_size, stream);
+    Context c{cfg, floors, pool, rows};
+    for (const int64_t bs : cfg.batch_sizes) {
+      std::fprintf(stderr, "page_size %lld bs %lld\n", static_cast<long long>(ps),
+                   static_cast<long long>(bs));
+      bench_extend(c, bs);
+      bench_decode(c, bs);
+      bench_free(c, bs, true);
+      bench_free(c, bs, false);
+    }
+  }
+  // Group the table by op, then page size, then batch size.
+  const std::vector<std::string> order = {"alloc_extend", "alloc_decode", "free_indices",
+                                          "free_segment"};
+  std::stable_sort(rows.begin(), rows.end(), [&](const Row &a, const Row &b) {
+    const auto ia = std::find(order.begin(), order.end(), a.op) - order.begin();
+    const auto ib = std::find(order.begin(), order.end(), b.op) - order.begin();
+    return ia < ib;
+  });
+
+  std::printf("# kvpool CUDA backend: %s%s\n\n", kvp_version(), cfg.quick ? " (quick run)" : "");
+  std::printf("- GPU: %s (sm_%d%d), driver %d, runtime %d; int64 indices; pool of %llu slots\n",
+              prop.name, prop.major, prop.minor, driver, runtime,
+              static_cast<unsigned long long>(pool_size));
+  std::printf("- empty kernel, host launch: median %.2f µs, p90 %.2f µs (%zu samples)\n",
+              floors.host.median, floors.host.p90, floors.host.samples);
+  std::printf("- empty kernel, device: %.3f µs per launch in a graph of 100 launches; "
+              "%.3f µs as %d child-graph copies of one launch; %.3f µs between events\n",
+              floors.graph_us, floors.child_graph_us, cfg.graph_copies, floors.event_us);
+  std::printf("- D2D copy bandwidth (read + written): %.1f GB/s\n",
+              floors.copy_bytes_per_us / 1000.0);
+  std::printf("- device target = 1.5 × max(floor device, bytes / copy bandwidth); bytes = "
+              "indices written (alloc) or read (free), 8 bytes each. Device method: graph = "
+              "the captured call replayed as %d child graphs per launch (floor: graph of 100 "
+              "launches); events = events around one call queued behind a spinner (floor: "
+              "empty kernel between events), for frees, and for an allocation whose graph "
+              "replay faulted the pool\n\n",
+              cfg.graph_copies);
+  print_table(rows, floors);
+  if (!cfg.csv.empty()) write_csv(cfg.csv, rows, floors);
+
+  CUDA_CHECK(cudaStreamDestroy(stream));
+  return 0;
+}
