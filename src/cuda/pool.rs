@@ -132,12 +132,8 @@ pub struct DevicePool {
 // thread once the pool's context is current, which every method makes sure of; the pool is
 // only ever used by one thread at a time (`&mut self`, or the C handle's lock).
 unsafe impl Send for DevicePool {}
-// SAFETY: as above; `&DevicePool` methods only read host fields and the mapped record.
-unsafe impl Sync for DevicePool {}
 // SAFETY: the snapshot's buffer is only touched on drop (moved into a locked list).
 unsafe impl Send for DeviceSnapshot {}
-// SAFETY: shared access reads only plain fields.
-unsafe impl Sync for DeviceSnapshot {}
 
 impl DevicePool {
     /// Creates a pool on device `config.backend`'s ordinal with every page free. Allocates

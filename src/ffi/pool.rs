@@ -367,6 +367,10 @@ pub unsafe extern "C" fn kvp_pool_new(
 /// snapshots stay valid objects (free them with `kvp_snapshot_free`) but can no longer be
 /// restored once the pool is gone.
 ///
+/// A device pool's memory is released when the last reference goes: its kernels must not
+/// be in flight any more (synchronize or order the stream first), and releasing device
+/// memory may synchronize the device — do it at shutdown, not in the serving loop.
+///
 /// # Safety
 /// `pool` must be NULL or a pool from `kvp_pool_new` not yet freed, and no other call may
 /// use it concurrently or afterwards.
