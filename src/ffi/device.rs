@@ -4,6 +4,7 @@
 use std::ffi::c_void;
 
 use super::boundary::{fail, status_of};
+use super::buffers::input;
 use super::pool::{kvp_pool, with_device_pool};
 use super::snapshot::{kvp_snapshot, SnapshotObject};
 use super::status::kvp_status;
@@ -21,31 +22,6 @@ fn stream_of(stream: *mut CUstream_st) -> cudarc::driver::sys::CUstream {
 
 fn device_ptr<T>(ptr: *const T) -> u64 {
     ptr as usize as u64
-}
-
-/// Reads a host array of `len` lengths; NULL only when `len == 0`.
-///
-/// # Safety
-/// `ptr` must be NULL or valid for `len` elements.
-unsafe fn host_lengths<'a>(
-    ptr: *const i64,
-    len: usize,
-    name: &str,
-) -> Result<&'a [i64], kvp_status> {
-    if len == 0 {
-        return Ok(&[]);
-    }
-    if ptr.is_null() {
-        return Err(fail(kvp_status::NullArgument, format!("{name} is NULL")));
-    }
-    if !ptr.is_aligned() {
-        return Err(fail(
-            kvp_status::InvalidArgument,
-            format!("{name} is not aligned for int64_t"),
-        ));
-    }
-    // SAFETY: non-NULL, aligned, valid for `len` elements (caller contract).
-    Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
 }
 
 /// Fails unless a device pointer is non-NULL (when `len > 0`) and aligned for the element.
@@ -72,15 +48,6 @@ fn index_align(pool: &DevicePool) -> usize {
         crate::pool::IndexType::I64 => 8,
         crate::pool::IndexType::I32 => 4,
     }
-}
-
-macro_rules! tri {
-    ($e:expr) => {
-        match $e {
-            Ok(value) => value,
-            Err(status) => return status,
-        }
-    };
 }
 
 /// Enqueues `alloc(num_tokens)` on `stream`: `num_tokens` slots into `out[0 .. num_tokens)`
@@ -152,10 +119,9 @@ pub unsafe extern "C" fn kvp_pool_alloc_extend_async(
 ) -> kvp_status {
     with_device_pool(pool, |pool| {
         // SAFETY: forwarded caller contract.
-        let prefix_host =
-            tri!(unsafe { host_lengths(prefix_lens_host, batch_size, "prefix_lens_host") });
+        let prefix_host = tri!(unsafe { input(prefix_lens_host, batch_size, "prefix_lens_host") });
         // SAFETY: as above.
-        let seq_host = tri!(unsafe { host_lengths(seq_lens_host, batch_size, "seq_lens_host") });
+        let seq_host = tri!(unsafe { input(seq_lens_host, batch_size, "seq_lens_host") });
         let align = index_align(pool);
         tri!(check_device_ptr(
             prefix_lens.cast(),
@@ -204,7 +170,7 @@ pub unsafe extern "C" fn kvp_pool_alloc_decode_async(
 ) -> kvp_status {
     with_device_pool(pool, |pool| {
         // SAFETY: forwarded caller contract.
-        let seq_host = tri!(unsafe { host_lengths(seq_lens_host, batch_size, "seq_lens_host") });
+        let seq_host = tri!(unsafe { input(seq_lens_host, batch_size, "seq_lens_host") });
         let align = index_align(pool);
         tri!(check_device_ptr(seq_lens.cast(), batch_size, 8, "seq_lens"));
         tri!(check_device_ptr(last_loc, batch_size, align, "last_loc"));

@@ -5,6 +5,16 @@
 //! written only on success; failure text goes to a per-thread last-error slot.
 #![allow(non_camel_case_types)]
 
+/// Unwraps a `Result<_, kvp_status>` inside a status-returning function.
+macro_rules! tri {
+    ($e:expr) => {
+        match $e {
+            Ok(value) => value,
+            Err(status) => return status,
+        }
+    };
+}
+
 mod adder;
 mod boundary;
 mod buffers;

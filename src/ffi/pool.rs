@@ -250,16 +250,6 @@ macro_rules! by_index_type {
     };
 }
 
-/// Unwraps a `Result<_, kvp_status>` inside a status-returning function.
-macro_rules! tri {
-    ($e:expr) => {
-        match $e {
-            Ok(value) => value,
-            Err(status) => return status,
-        }
-    };
-}
-
 /// Unwraps a buffer conversion of a pool call; a refused buffer still counts as a call.
 macro_rules! buffer {
     ($pool:expr, $op:expr, $e:expr) => {
