@@ -158,6 +158,11 @@ enum kvp_status {
    */
   KVP_STATUS_OUT_OF_SLOTS = 20,
   /**
+   * Host memory for the pool's bookkeeping (at `kvp_pool_new`) or for a snapshot could
+   * not be allocated. Reported instead of aborting the process; nothing was created.
+   */
+  KVP_STATUS_OUT_OF_MEMORY = 21,
+  /**
    * The call is not allowed now (nested free group, group end without begin, snapshot
    * while a group is open).
    */
@@ -1728,8 +1733,9 @@ enum kvp_status kvp_pool_alloc(struct kvp_pool *pool,
  *
  * Checked before anything is written: `0 <= prefix_lens[i] <= seq_lens[i] <= size`,
  * `extend_num_tokens == sum(seq_lens - prefix_lens)`, `out_len >= extend_num_tokens`,
- * `last_loc[i]` allocated with `(last_loc[i] + 1) % page_size == prefix_lens[i] % page_size`,
- * no two requests extending the same page, and enough free pages (exact count, computed
+ * `last_loc[i]` allocated with `(last_loc[i] + 1) % page_size == prefix_lens[i] % page_size`
+ * and the last slot its page has handed out (its fill point: see `kvp_pool_rewind`), no two
+ * requests extending the same page, and enough free pages (exact count, computed
  * from the host lengths). Failure statuses: `KVP_STATUS_INVALID_LENGTHS`,
  * `KVP_STATUS_BUFFER_TOO_SMALL`, `KVP_STATUS_LAST_LOC_MISMATCH`, `KVP_STATUS_NOT_ALLOCATED`,
  * `KVP_STATUS_INDEX_OUT_OF_RANGE`, `KVP_STATUS_RESERVED_SLOT`, `KVP_STATUS_OUT_OF_SLOTS`,
@@ -1762,8 +1768,8 @@ enum kvp_status kvp_pool_alloc_extend(struct kvp_pool *pool,
  * page (pages taken in batch order); the others get `last_loc[i] + 1`.
  *
  * Checked before anything is written: `1 <= seq_lens[i] <= size`, `out_len >= batch_size`,
- * `last_loc[i]` allocated with `(last_loc[i] + 2) % page_size == seq_lens[i] % page_size`,
- * no two requests writing into the same page, enough free pages. Failure statuses as for
+ * `last_loc[i]` allocated with `(last_loc[i] + 2) % page_size == seq_lens[i] % page_size`
+ * and its page's last handed-out slot, no two requests writing into the same page, enough free pages. Failure statuses as for
  * `kvp_pool_alloc_extend`; `out` is untouched and the pool unchanged.
  *
  * Buffers: `seq_lens` holds `batch_size` `int64_t`; `last_loc` `batch_size` and `out`
@@ -1840,6 +1846,35 @@ enum kvp_status kvp_pool_free_segment(struct kvp_pool *pool,
                                       size_t row_len,
                                       size_t start_pos,
                                       size_t len);
+
+/**
+ * Moves pages' fill points back, for speculative decoding that rejects draft tokens.
+ *
+ * Every allocated page remembers how many of its slots it has handed out (its *fill
+ * point*); `kvp_pool_alloc_extend` / `kvp_pool_alloc_decode` accept a `last_loc` only at
+ * that point, so a stale `last_loc` can never hand a slot out twice. After a verify step
+ * keeps a request's tokens up to slot `last_kept[i]`, this call makes that slot its page's
+ * last handed-out slot: the next allocation continuing from `last_kept[i]` gets the slots
+ * after it again. Pages that hold only rejected tokens are freed as usual
+ * (`kvp_pool_free_pages` / `kvp_pool_free_segment`). On a token pool (one slot a page) a
+ * valid rewind changes nothing. Engines that keep rejected slots and overwrite them (SGLang's
+ * spec v2, which continues from the allocated length) need no rewind.
+ *
+ * Checked: each `last_kept[i]` is an allocated slot (`KVP_STATUS_NOT_ALLOCATED`,
+ * `KVP_STATUS_INDEX_OUT_OF_RANGE`, `KVP_STATUS_RESERVED_SLOT`) at or before its page's fill
+ * point, and no page is named twice (`KVP_STATUS_LAST_LOC_MISMATCH`). Failure changes
+ * nothing. `len == 0` is a no-op. Allowed inside a free group.
+ *
+ * Buffers: `last_kept` holds `len` elements of the pool's index type; only used during the
+ * call.
+ *
+ * # Safety
+ * `last_kept` must be NULL or valid for `len` elements.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_rewind(struct kvp_pool *pool,
+                                const void *last_kept,
+                                size_t len);
 
 /**
  * Opens a free group: frees until `kvp_pool_free_group_end` are validated at once but

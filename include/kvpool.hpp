@@ -391,6 +391,14 @@ public:
         check(kvp_pool_free_pages(get(), std::data(page_ids), std::size(page_ids)),
               "kvp_pool_free_pages");
     }
+    /// Moves the pages of `last_kept` back to end at those slots (rejected speculative
+    /// tokens): the next continuation from `last_kept[i]` gets the slots after it again.
+    template <class Slots>
+    void rewind(const Slots &last_kept) {
+        require_index<detail::element_t<Slots>>("last_kept");
+        check(kvp_pool_rewind(get(), std::data(last_kept), std::size(last_kept)),
+              "kvp_pool_rewind");
+    }
     /// Frees the pages holding row[start_pos .. start_pos + len).
     template <class Row>
     void free_segment(const Row &row, std::size_t start_pos, std::size_t len) {

@@ -1,5 +1,5 @@
 //! Builds and runs the C99 and C++17 tests of the C ABI (`tests/c/abi_test.c`,
-//! `tests/c/scheduler_test.c`, `tests/cpp/abi_test.cpp`), the C++17 tests of the RAII
+//! `tests/c/scheduler_test.c`, `tests/c/pool_guard_test.c`, `tests/cpp/abi_test.cpp`), the C++17 tests of the RAII
 //! wrappers (`tests/cpp/kvpool_hpp_test.cpp`, `include/kvpool.hpp`) and the consumer
 //! programs of `cpp-examples/` against the library built with `--features testing`; checks
 //! that `include/kvpool.h` compiles cleanly (twice included, strict warnings) as C and C++,
@@ -161,6 +161,19 @@ fn c99_scheduler_engine_loop() {
         false,
     );
     run_program(&exe, "scheduler_test (C): all ");
+}
+
+/// Out-of-memory at pool creation is a status (in a child under an address-space limit),
+/// and stale continuations are refused by the pages' fill points; rewinds move them back.
+#[test]
+fn c99_pool_guards() {
+    let exe = build_program(
+        Lang::C,
+        "tests/c/pool_guard_test.c",
+        "pool_guard_test_c",
+        false,
+    );
+    run_program(&exe, "pool_guard_test (C): all ");
 }
 
 /// The C++17 example an engine author copies from builds with the strict warning set

@@ -7,7 +7,7 @@
 
 mod model;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use kvpool::{ErrorKind, Pool, PoolConfig, Snapshot};
 use model::Model;
@@ -279,6 +279,39 @@ impl Run {
         self.held.rows[r].truncate(start);
     }
 
+    /// Rejects a request's last tokens (speculative decoding): frees the pages that hold
+    /// only rejected tokens, rewinds the page of the last kept one.
+    fn rewind(&mut self) {
+        let Some(r) = self.pick_row() else { return };
+        let row = self.held.rows[r].clone();
+        if row.is_empty() {
+            return;
+        }
+        let kept = 1 + self.rng.below(row.len() as u64) as usize;
+        let cut = kept.div_ceil(self.ps as usize) * self.ps as usize;
+        if cut < row.len() {
+            let n = row.len() - cut;
+            let freed = self.both(
+                "free_segment (rejected pages)",
+                |p| unit(p.free_segment(&row, cut, n)),
+                |m| m.free_segment(&row, cut, n),
+            );
+            assert!(freed.is_ok(), "{freed:?} ({})", self.context());
+        }
+        let last_kept = [row[kept - 1]];
+        let result = self.both(
+            "rewind",
+            |p| unit(p.rewind(&last_kept)),
+            |m| m.rewind(&last_kept),
+        );
+        assert!(
+            result.is_ok(),
+            "valid rewind failed: {result:?} ({})",
+            self.context()
+        );
+        self.held.rows[r].truncate(kept);
+    }
+
     fn group(&mut self) {
         if self.model.in_group() {
             let r = self.both(
@@ -324,7 +357,7 @@ impl Run {
     fn bad_input(&mut self) {
         let before = (self.pool.available_size(), self.pool.free_page_census());
         let size = self.model.size;
-        let kind = match self.rng.below(10) {
+        let kind = match self.rng.below(12) {
             0 => {
                 // The same index twice in one call.
                 let Some(r) = self.pick_row() else { return };
@@ -433,6 +466,37 @@ impl Run {
                     |m| m.alloc(n).map(|_| ()),
                 )
             }
+            9 => {
+                // A stale last_loc: one slot before the request's last, in the same page
+                // (a continuation that would hand the request's last slot out again).
+                let Some(r) = self.pick_row() else { return };
+                let row = &self.held.rows[r];
+                let len = row.len();
+                if len < 2 || (len as u64 - 1) % self.ps == 0 {
+                    return;
+                }
+                let (prefix, seq, stale) = ([len as i64 - 1], [len as i64 + 1], [row[len - 2]]);
+                self.both(
+                    "alloc_extend (stale last_loc)",
+                    |p| unit(p.alloc_extend(&prefix, &seq, &stale, 2, &mut [0; 2])),
+                    |m| m.alloc_extend(&prefix, &seq, &stale, 2, 2).map(|_| ()),
+                )
+            }
+            10 => {
+                // A rewind that would move a page forward, past what it handed out.
+                let Some(r) = self.pick_row() else { return };
+                let row = &self.held.rows[r];
+                let Some(&last) = row.last() else { return };
+                if (last as u64 + 1) % self.ps == 0 {
+                    return;
+                }
+                let ahead = [last + 1];
+                self.both(
+                    "rewind (ahead of the fill point)",
+                    |p| unit(p.rewind(&ahead)),
+                    |m| m.rewind(&ahead),
+                )
+            }
             _ => {
                 // Freeing a page twice within one free group.
                 if !self.model.in_group() {
@@ -493,6 +557,18 @@ impl Run {
                 pages.insert(slot as u64 / self.ps);
             }
         }
+        // Each held page has handed out exactly the held slots in it, from its first on.
+        let mut held_in_page: HashMap<u64, u64> = HashMap::new();
+        for &slot in &slots {
+            *held_in_page.entry(slot as u64 / self.ps).or_default() += 1;
+        }
+        for (&page, &held) in &held_in_page {
+            assert_eq!(
+                u64::from(self.pool.storage().page_fill(page as u32)),
+                held,
+                "fill point of page {page} ({ctx})"
+            );
+        }
         let free: HashSet<u64> = self.model.census().into_iter().map(u64::from).collect();
         assert!(
             pages.is_disjoint(&free),
@@ -515,7 +591,8 @@ impl Run {
             0..=24 => self.extend(),
             25..=44 => self.decode(),
             45..=59 => self.finish(),
-            60..=64 => self.truncate(),
+            60..=62 => self.truncate(),
+            63..=64 => self.rewind(),
             65..=71 => self.alloc_block(),
             72..=77 => self.group(),
             78..=81 => self.snapshot(),

@@ -140,6 +140,7 @@ STATUS_NAMES = {
     9: "KVP_STATUS_NOT_ALLOCATED",
     10: "KVP_STATUS_LAST_LOC_MISMATCH",
     20: "KVP_STATUS_OUT_OF_SLOTS",
+    21: "KVP_STATUS_OUT_OF_MEMORY",
     40: "KVP_STATUS_INVALID_STATE",
     41: "KVP_STATUS_FOREIGN_SNAPSHOT",
     42: "KVP_STATUS_POISONED",
@@ -533,6 +534,7 @@ SIGNATURES = {
     ),
     "kvp_pool_free_indices": (_status, [_handle, _buffer, ctypes.c_size_t]),
     "kvp_pool_free_pages": (_status, [_handle, _buffer, ctypes.c_size_t]),
+    "kvp_pool_rewind": (_status, [_handle, _buffer, ctypes.c_size_t]),
     "kvp_pool_free_segment": (
         _status,
         [_handle, _buffer, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t],
@@ -1052,6 +1054,11 @@ class Pool(_Owner):
     def free_segment(self, row, start_pos, length):
         """Frees the pages of ``row[start_pos:start_pos + length]`` (a req_to_token row)."""
         self._call("kvp_pool_free_segment", *self._indices(row, "row"), start_pos, length)
+
+    def rewind(self, last_kept):
+        """Moves each ``last_kept`` slot's page back to end at it (rejected speculative
+        tokens): the next continuation from that slot gets the slots after it again."""
+        self._call("kvp_pool_rewind", *self._indices(last_kept, "last_kept"))
 
     def free_group_begin(self):
         self._call("kvp_pool_free_group_begin")

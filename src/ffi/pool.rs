@@ -543,8 +543,9 @@ unsafe fn alloc_extend_typed<I: SlotIndex>(
 ///
 /// Checked before anything is written: `0 <= prefix_lens[i] <= seq_lens[i] <= size`,
 /// `extend_num_tokens == sum(seq_lens - prefix_lens)`, `out_len >= extend_num_tokens`,
-/// `last_loc[i]` allocated with `(last_loc[i] + 1) % page_size == prefix_lens[i] % page_size`,
-/// no two requests extending the same page, and enough free pages (exact count, computed
+/// `last_loc[i]` allocated with `(last_loc[i] + 1) % page_size == prefix_lens[i] % page_size`
+/// and the last slot its page has handed out (its fill point: see `kvp_pool_rewind`), no two
+/// requests extending the same page, and enough free pages (exact count, computed
 /// from the host lengths). Failure statuses: `KVP_STATUS_INVALID_LENGTHS`,
 /// `KVP_STATUS_BUFFER_TOO_SMALL`, `KVP_STATUS_LAST_LOC_MISMATCH`, `KVP_STATUS_NOT_ALLOCATED`,
 /// `KVP_STATUS_INDEX_OUT_OF_RANGE`, `KVP_STATUS_RESERVED_SLOT`, `KVP_STATUS_OUT_OF_SLOTS`,
@@ -614,8 +615,8 @@ unsafe fn alloc_decode_typed<I: SlotIndex>(
 /// page (pages taken in batch order); the others get `last_loc[i] + 1`.
 ///
 /// Checked before anything is written: `1 <= seq_lens[i] <= size`, `out_len >= batch_size`,
-/// `last_loc[i]` allocated with `(last_loc[i] + 2) % page_size == seq_lens[i] % page_size`,
-/// no two requests writing into the same page, enough free pages. Failure statuses as for
+/// `last_loc[i]` allocated with `(last_loc[i] + 2) % page_size == seq_lens[i] % page_size`
+/// and its page's last handed-out slot, no two requests writing into the same page, enough free pages. Failure statuses as for
 /// `kvp_pool_alloc_extend`; `out` is untouched and the pool unchanged.
 ///
 /// Buffers: `seq_lens` holds `batch_size` `int64_t`; `last_loc` `batch_size` and `out`
@@ -756,6 +757,53 @@ pub unsafe extern "C" fn kvp_pool_free_segment(
     // SAFETY: forwarded caller contract.
     with_pool(pool, |pool| unsafe {
         by_index_type!(pool, free_segment_typed(row, row_len, start_pos, len))
+    })
+}
+
+unsafe fn rewind_typed<I: SlotIndex>(
+    pool: &mut Pool,
+    last_kept: *const c_void,
+    len: usize,
+) -> kvp_status {
+    // SAFETY: forwarded caller contract of `kvp_pool_rewind`.
+    let last_kept = buffer!(pool, PoolOp::Rewind, unsafe {
+        input_indices::<I>(last_kept, len, "last_kept")
+    });
+    status_of(pool.rewind(last_kept))
+}
+
+/// Moves pages' fill points back, for speculative decoding that rejects draft tokens.
+///
+/// Every allocated page remembers how many of its slots it has handed out (its *fill
+/// point*); `kvp_pool_alloc_extend` / `kvp_pool_alloc_decode` accept a `last_loc` only at
+/// that point, so a stale `last_loc` can never hand a slot out twice. After a verify step
+/// keeps a request's tokens up to slot `last_kept[i]`, this call makes that slot its page's
+/// last handed-out slot: the next allocation continuing from `last_kept[i]` gets the slots
+/// after it again. Pages that hold only rejected tokens are freed as usual
+/// (`kvp_pool_free_pages` / `kvp_pool_free_segment`). On a token pool (one slot a page) a
+/// valid rewind changes nothing. Engines that keep rejected slots and overwrite them (SGLang's
+/// spec v2, which continues from the allocated length) need no rewind.
+///
+/// Checked: each `last_kept[i]` is an allocated slot (`KVP_STATUS_NOT_ALLOCATED`,
+/// `KVP_STATUS_INDEX_OUT_OF_RANGE`, `KVP_STATUS_RESERVED_SLOT`) at or before its page's fill
+/// point, and no page is named twice (`KVP_STATUS_LAST_LOC_MISMATCH`). Failure changes
+/// nothing. `len == 0` is a no-op. Allowed inside a free group.
+///
+/// Buffers: `last_kept` holds `len` elements of the pool's index type; only used during the
+/// call.
+///
+/// # Safety
+/// `last_kept` must be NULL or valid for `len` elements.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_pool_rewind(
+    pool: *mut kvp_pool,
+    last_kept: *const c_void,
+    len: usize,
+) -> kvp_status {
+    // SAFETY: forwarded caller contract.
+    with_pool(pool, |pool| unsafe {
+        by_index_type!(pool, rewind_typed(last_kept, len))
     })
 }
 

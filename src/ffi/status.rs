@@ -39,6 +39,9 @@ pub enum kvp_status {
     /// Not enough free slots. Detected before anything is written; the pool is unchanged
     /// apart from merging staged frees (`need_sort`), which SGLang does too.
     OutOfSlots = 20,
+    /// Host memory for the pool's bookkeeping (at `kvp_pool_new`) or for a snapshot could
+    /// not be allocated. Reported instead of aborting the process; nothing was created.
+    OutOfMemory = 21,
     /// The call is not allowed now (nested free group, group end without begin, snapshot
     /// while a group is open).
     InvalidState = 40,
@@ -84,6 +87,7 @@ impl From<ErrorKind> for kvp_status {
             ErrorKind::NotAllocated => Self::NotAllocated,
             ErrorKind::LastLocMismatch => Self::LastLocMismatch,
             ErrorKind::OutOfSlots => Self::OutOfSlots,
+            ErrorKind::OutOfMemory => Self::OutOfMemory,
             ErrorKind::InvalidState => Self::InvalidState,
             ErrorKind::ForeignSnapshot => Self::ForeignSnapshot,
             ErrorKind::Unsupported => Self::Unsupported,
@@ -111,6 +115,7 @@ fn describe(status: i32) -> &'static [u8] {
         9 => b"index refers to a page that is not allocated\0",
         10 => b"last_loc inconsistent with the prefix\0",
         20 => b"out of free slots\0",
+        21 => b"out of host memory\0",
         40 => b"not allowed in the current state\0",
         41 => b"snapshot belongs to a different pool\0",
         42 => b"object poisoned by an earlier internal panic\0",
@@ -151,6 +156,7 @@ mod tests {
             kvp_status::NotAllocated,
             kvp_status::LastLocMismatch,
             kvp_status::OutOfSlots,
+            kvp_status::OutOfMemory,
             kvp_status::InvalidState,
             kvp_status::ForeignSnapshot,
             kvp_status::Poisoned,

@@ -2,6 +2,9 @@
 
 use std::collections::VecDeque;
 
+use super::memory;
+use crate::pool::error::PoolError;
+
 /// Which end freed pages go to. SGLang's token pool appends (least recently freed is reused
 /// first); its paged pool prepends (most recently freed is reused first).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -23,16 +26,43 @@ pub struct FreeList {
 }
 
 impl FreeList {
-    /// A full list `1..=num_pages` (page 0 is the padding sink).
-    pub fn new(num_pages: u32, order: ReuseOrder, need_sort: bool) -> Self {
+    /// A full list `1..=num_pages` (page 0 is the padding sink). Room for every page is
+    /// reserved up front (staged pages too, under `need_sort`), so later calls never allocate.
+    pub fn new(num_pages: u32, order: ReuseOrder, need_sort: bool) -> Result<Self, PoolError> {
+        let n = num_pages as usize;
+        let mut pages = VecDeque::new();
+        pages
+            .try_reserve_exact(n)
+            .map_err(|_| memory::exhausted("free list", n, 4))?;
+        let mut staged = Vec::new();
+        if need_sort {
+            staged
+                .try_reserve_exact(n)
+                .map_err(|_| memory::exhausted("staged free list", n, 4))?;
+        }
         let mut list = Self {
             order,
             need_sort,
-            pages: VecDeque::with_capacity(num_pages as usize),
-            staged: Vec::new(),
+            pages,
+            staged,
         };
         list.reset(num_pages);
-        list
+        Ok(list)
+    }
+
+    /// A copy, or an out-of-memory error (snapshots).
+    pub fn try_clone(&self) -> Result<Self, PoolError> {
+        let mut pages = VecDeque::new();
+        pages
+            .try_reserve_exact(self.pages.len())
+            .map_err(|_| memory::exhausted("snapshot of the free list", self.pages.len(), 4))?;
+        pages.extend(self.pages.iter().copied());
+        Ok(Self {
+            order: self.order,
+            need_sort: self.need_sort,
+            pages,
+            staged: memory::copied("snapshot of the staged frees", &self.staged)?,
+        })
     }
 
     /// Back to `1..=num_pages`, nothing staged.
@@ -97,6 +127,12 @@ impl FreeList {
         true
     }
 
+    /// Becomes a copy of `saved`, keeping this list's reserved capacity.
+    pub fn load(&mut self, saved: &Self) {
+        self.pages.clone_from(&saved.pages);
+        self.staged.clone_from(&saved.staged);
+    }
+
     /// The free pages in allocation order, then the staged ones (a census for tests).
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         self.pages.iter().chain(self.staged.iter()).copied()
@@ -113,7 +149,7 @@ mod tests {
 
     #[test]
     fn fifo_appends_in_call_order() {
-        let mut list = FreeList::new(4, ReuseOrder::Fifo, false);
+        let mut list = FreeList::new(4, ReuseOrder::Fifo, false).unwrap();
         let taken: Vec<u32> = (0..3).map(|_| list.take()).collect();
         assert_eq!(taken, [1, 2, 3]);
         list.release(&[3, 1]);
@@ -122,7 +158,7 @@ mod tests {
 
     #[test]
     fn lifo_prepends_each_batch_in_its_order() {
-        let mut list = FreeList::new(6, ReuseOrder::Lifo, false);
+        let mut list = FreeList::new(6, ReuseOrder::Lifo, false).unwrap();
         for _ in 0..4 {
             list.take();
         }
@@ -133,7 +169,7 @@ mod tests {
 
     #[test]
     fn staged_pages_count_and_merge_sorted() {
-        let mut list = FreeList::new(5, ReuseOrder::Lifo, true);
+        let mut list = FreeList::new(5, ReuseOrder::Lifo, true).unwrap();
         for _ in 0..4 {
             list.take();
         }

@@ -6,6 +6,7 @@
 //! pool's job, done from host-side lengths and counts so a device backend can share it.
 
 mod free_list;
+mod memory;
 mod page_map;
 
 pub use free_list::{FreeList, ReuseOrder};
@@ -16,11 +17,21 @@ use crate::pool::error::{fail, ErrorKind, PoolError};
 use crate::pool::plan::{decode_needs_page, ExtendShape};
 use crate::pool::SlotIndex;
 
-/// A copy of everything that defines which slots are free, for backup/restore.
-#[derive(Clone, Debug)]
+/// A copy of everything that defines which slots are free (and how far each allocated page
+/// is filled), for backup/restore.
+#[derive(Debug)]
 pub struct HostState {
     free: FreeList,
     map: PageMap,
+}
+
+impl HostState {
+    fn try_clone(&self) -> Result<Self, PoolError> {
+        Ok(Self {
+            free: self.free.try_clone()?,
+            map: self.map.try_clone()?,
+        })
+    }
 }
 
 /// Host-memory storage of one pool.
@@ -37,28 +48,31 @@ pub struct HostStorage {
 }
 
 impl HostStorage {
-    /// A storage with every page free.
-    pub(crate) fn new(layout: Layout, need_sort: bool) -> Self {
+    /// A storage with every page free, or [`ErrorKind::OutOfMemory`] when its bookkeeping
+    /// cannot be allocated (never an abort).
+    pub(crate) fn new(layout: Layout, need_sort: bool) -> Result<Self, PoolError> {
         let order = if layout.is_paged() {
             ReuseOrder::Lifo
         } else {
             ReuseOrder::Fifo
         };
         let slot_marks = if layout.is_paged() {
-            Marks::new(layout.kv_rows() as usize)
+            let rows = usize::try_from(layout.kv_rows())
+                .map_err(|_| memory::exhausted("scratch marks", usize::MAX, 1))?;
+            Marks::new(rows)?
         } else {
             Marks::default()
         };
-        Self {
+        Ok(Self {
             layout,
             state: HostState {
-                free: FreeList::new(layout.num_pages, order, need_sort),
-                map: PageMap::new(layout.num_pages),
+                free: FreeList::new(layout.num_pages, order, need_sort)?,
+                map: PageMap::new(layout.num_pages)?,
             },
-            page_marks: Marks::new(layout.num_pages as usize + 1),
+            page_marks: Marks::new(layout.num_pages as usize + 1)?,
             slot_marks,
             marked: Vec::new(),
-        }
+        })
     }
 
     /// Every page free, nothing staged.
@@ -96,14 +110,15 @@ impl HostStorage {
         self.state.map.get(page)
     }
 
-    /// A copy of the free list and page states.
-    pub fn save(&self) -> HostState {
-        self.state.clone()
+    /// A copy of the free list, page states and fill points, or an out-of-memory error.
+    pub fn save(&self) -> Result<HostState, PoolError> {
+        self.state.try_clone()
     }
 
-    /// Restores a copy made by [`save`](Self::save) on this storage.
+    /// Restores a copy made by [`save`](Self::save) on this storage (without allocating).
     pub fn load(&mut self, saved: &HostState) {
-        self.state.clone_from(saved);
+        self.state.free.load(&saved.free);
+        self.state.map.load(&saved.map);
     }
 
     /// Whether no scratch mark is left set (an invariant between calls).
@@ -124,7 +139,9 @@ impl HostStorage {
     pub fn alloc_pages<I: SlotIndex>(&mut self, pages: usize, out: &mut [I]) {
         let ps = self.layout.page_size as usize;
         for chunk in out[..pages * ps].chunks_exact_mut(ps) {
-            let base = u64::from(self.take_page()) * ps as u64;
+            let page = self.take_page();
+            self.state.map.set_fill(page, ps as u32);
+            let base = u64::from(page) * ps as u64;
             for (k, slot) in chunk.iter_mut().enumerate() {
                 *slot = I::from_slot(base + k as u64);
             }
@@ -148,12 +165,20 @@ impl HostStorage {
                 seq: seq_lens[i] as u64,
             };
             let part1 = shape.part1(ps);
+            if part1 > 0 {
+                let next = (last_loc[i].get() + 1) as u64;
+                self.state
+                    .map
+                    .set_fill((next / ps) as u32, (next % ps + part1) as u32);
+            }
             for k in 0..part1 {
                 out[pos] = I::from_slot((last_loc[i].get() + 1) as u64 + k);
                 pos += 1;
             }
             for _ in 0..shape.part2(ps) / ps {
-                let base = u64::from(self.take_page()) * ps;
+                let page = self.take_page();
+                self.state.map.set_fill(page, ps as u32);
+                let base = u64::from(page) * ps;
                 for k in 0..ps {
                     out[pos] = I::from_slot(base + k);
                     pos += 1;
@@ -161,7 +186,9 @@ impl HostStorage {
             }
             let part3 = shape.part3(ps);
             if part3 > 0 {
-                let base = u64::from(self.take_page()) * ps;
+                let page = self.take_page();
+                self.state.map.set_fill(page, part3 as u32);
+                let base = u64::from(page) * ps;
                 for k in 0..part3 {
                     out[pos] = I::from_slot(base + k);
                     pos += 1;
@@ -176,9 +203,15 @@ impl HostStorage {
         let ps = u64::from(self.layout.page_size);
         for i in 0..seq_lens.len() {
             out[i] = if decode_needs_page(seq_lens[i] as u64, ps) {
-                I::from_slot(u64::from(self.take_page()) * ps)
+                let page = self.take_page();
+                self.state.map.set_fill(page, 1);
+                I::from_slot(u64::from(page) * ps)
             } else {
-                I::from_slot((last_loc[i].get() + 1) as u64)
+                let slot = (last_loc[i].get() + 1) as u64;
+                self.state
+                    .map
+                    .set_fill((slot / ps) as u32, (slot % ps + 1) as u32);
+                I::from_slot(slot)
             };
         }
     }
@@ -255,8 +288,10 @@ impl HostStorage {
     }
 
     /// Validates one request's `last_loc` against its prefix: `-1` for an empty prefix,
-    /// otherwise an allocated slot with `(last_loc + 1) % ps == prefix % ps`. When the request
-    /// writes into that slot's page (`extends_page`), no other request of the batch may.
+    /// otherwise an allocated slot with `(last_loc + 1) % ps == prefix % ps` that is the last
+    /// slot its page has handed out (the page's fill point: a stale `last_loc`, or one into
+    /// another request's page, would hand out a slot twice). When the request writes into
+    /// that slot's page (`extends_page`), no other request of the batch may.
     fn check_last_loc(
         &mut self,
         i: usize,
@@ -292,6 +327,10 @@ impl HostStorage {
                 ),
             );
         }
+        let filled = u64::from(self.state.map.fill(page));
+        if slot % ps + 1 != filled {
+            return Err(self.fill_error(i, slot, page, filled));
+        }
         if extends_page {
             if !self.page_marks.insert(u64::from(page)) {
                 return fail(
@@ -302,6 +341,79 @@ impl HostStorage {
             self.marked.push(page);
         }
         Ok(())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn fill_error(&self, i: usize, slot: u64, page: u32, filled: u64) -> PoolError {
+        let ps = u64::from(self.layout.page_size);
+        PoolError::new(
+            ErrorKind::LastLocMismatch,
+            format!(
+                "last_loc[{i}] = {slot} is not where page {page} was left: its last handed-out \
+                 slot is {}, so a continuation must pass that slot (after rejecting tokens, \
+                 rewind the page first)",
+                u64::from(page) * ps + filled - 1
+            ),
+        )
+    }
+
+    /// Validates a rewind: each `last_kept[i]` an allocated slot at or before its page's fill
+    /// point, no page named twice. Changes nothing.
+    pub fn check_rewind<I: SlotIndex>(&mut self, last_kept: &[I]) -> Result<(), PoolError> {
+        let ps = u64::from(self.layout.page_size);
+        let result = last_kept.iter().enumerate().try_for_each(|(i, slot)| {
+            let what = || format!("last_kept[{i}]");
+            let slot = self.check_slot(&what, slot.get())?;
+            let page = (slot / ps) as u32;
+            if self.state.map.get(page) != PageState::Allocated {
+                return fail(
+                    ErrorKind::NotAllocated,
+                    format!("last_kept[{i}] = {slot} lies in page {page}, which is not allocated"),
+                );
+            }
+            let filled = u64::from(self.state.map.fill(page));
+            if slot % ps >= filled {
+                return fail(
+                    ErrorKind::LastLocMismatch,
+                    format!(
+                        "last_kept[{i}] = {slot} was never handed out: page {page} has handed out \
+                         its slots up to {} only; a rewind can only move back",
+                        u64::from(page) * ps + filled - 1
+                    ),
+                );
+            }
+            if !self.page_marks.insert(u64::from(page)) {
+                return fail(
+                    ErrorKind::LastLocMismatch,
+                    format!("last_kept[{i}] = {slot} rewinds page {page}, which an earlier element also rewinds"),
+                );
+            }
+            self.marked.push(page);
+            Ok(())
+        });
+        self.clear_page_marks();
+        result
+    }
+
+    /// Applies a validated rewind: each page's fill point moves back to just after
+    /// `last_kept[i]`. Returns the number of slots taken back.
+    pub fn rewind<I: SlotIndex>(&mut self, last_kept: &[I]) -> u64 {
+        let ps = u64::from(self.layout.page_size);
+        let mut released = 0;
+        for slot in last_kept {
+            let slot = slot.get() as u64;
+            let page = (slot / ps) as u32;
+            let kept = slot % ps + 1;
+            released += u64::from(self.state.map.fill(page)) - kept;
+            self.state.map.set_fill(page, kept as u32);
+        }
+        released
+    }
+
+    /// The fill point of `page` (tests and diagnostics; meaningful while it is allocated).
+    pub fn page_fill(&self, page: u32) -> u32 {
+        self.state.map.fill(page)
     }
 
     fn clear_page_marks(&mut self) {

@@ -1,4 +1,8 @@
-//! Per-page state (one byte a page) and scratch marks: what makes validation O(n) per call.
+//! Per-page state (one byte a page), each allocated page's fill point (four bytes a page),
+//! and scratch marks: what makes validation O(n) per call.
+
+use super::memory;
+use crate::pool::error::PoolError;
 
 /// Where a page is in its life cycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -16,18 +20,28 @@ pub enum PageState {
     Pending,
 }
 
-/// The state of every page, indexed by page id.
+/// The state of every page, indexed by page id, and the fill point of each allocated page.
+///
+/// The fill point is how many of a page's slots have been handed out (from its first slot
+/// on). A continuation (`last_loc`) must end exactly there, so a stale or foreign `last_loc`
+/// cannot make the pool hand out a slot it already handed out; only an explicit rewind
+/// moves it back. It is meaningful only while the page is allocated.
 #[derive(Clone, Debug)]
 pub struct PageMap {
     states: Vec<PageState>,
+    fill: Vec<u32>,
 }
 
 impl PageMap {
     /// Page 0 reserved, pages `1..=num_pages` free.
-    pub fn new(num_pages: u32) -> Self {
-        let mut map = Self { states: Vec::new() };
+    pub fn new(num_pages: u32) -> Result<Self, PoolError> {
+        let len = num_pages as usize + 1;
+        let mut map = Self {
+            states: memory::filled("page map", len, PageState::Free)?,
+            fill: memory::zeroed("page fill points", len)?,
+        };
         map.reset(num_pages);
-        map
+        Ok(map)
     }
 
     /// Back to all pages free.
@@ -35,6 +49,32 @@ impl PageMap {
         self.states.clear();
         self.states.resize(num_pages as usize + 1, PageState::Free);
         self.states[0] = PageState::Reserved;
+    }
+
+    /// A copy, or an out-of-memory error (snapshots).
+    pub fn try_clone(&self) -> Result<Self, PoolError> {
+        Ok(Self {
+            states: memory::copied("snapshot of the page map", &self.states)?,
+            fill: memory::copied("snapshot of the page fill points", &self.fill)?,
+        })
+    }
+
+    /// Becomes a copy of `saved` (same pool), without allocating.
+    pub fn load(&mut self, saved: &Self) {
+        self.states.copy_from_slice(&saved.states);
+        self.fill.copy_from_slice(&saved.fill);
+    }
+
+    /// Slots of allocated `page` handed out so far (its fill point).
+    #[inline]
+    pub fn fill(&self, page: u32) -> u32 {
+        self.fill[page as usize]
+    }
+
+    /// Sets the fill point of allocated `page`.
+    #[inline]
+    pub fn set_fill(&mut self, page: u32, fill: u32) {
+        self.fill[page as usize] = fill;
     }
 
     /// State of `page`, which the caller has range-checked.
@@ -65,10 +105,10 @@ pub struct Marks {
 
 impl Marks {
     /// Room for elements `0..len`.
-    pub fn new(len: usize) -> Self {
-        Self {
-            words: vec![0; len.div_ceil(64)],
-        }
+    pub fn new(len: usize) -> Result<Self, PoolError> {
+        Ok(Self {
+            words: memory::zeroed("scratch marks", len.div_ceil(64))?,
+        })
     }
 
     /// Sets the bit of `i`; returns `false` if it was already set.
@@ -98,7 +138,7 @@ mod tests {
 
     #[test]
     fn marks_detect_duplicates_and_clear() {
-        let mut marks = Marks::new(130);
+        let mut marks = Marks::new(130).unwrap();
         assert!(marks.insert(129));
         assert!(marks.insert(0));
         assert!(!marks.insert(129));
@@ -109,7 +149,7 @@ mod tests {
 
     #[test]
     fn page_zero_is_reserved() {
-        let map = PageMap::new(3);
+        let map = PageMap::new(3).unwrap();
         assert_eq!(map.get(0), PageState::Reserved);
         assert_eq!(map.count(PageState::Free), 3);
     }

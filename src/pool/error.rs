@@ -25,6 +25,8 @@ pub enum ErrorKind {
     LastLocMismatch,
     /// Not enough free slots; detected before anything was produced.
     OutOfSlots,
+    /// Host memory for the pool's bookkeeping (or a snapshot) could not be allocated.
+    OutOfMemory,
     /// The call is not allowed in the pool's current state (e.g. nested free group).
     InvalidState,
     /// A snapshot taken from a different pool was passed to `restore_state`.

@@ -79,7 +79,7 @@ impl Pool {
             id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
             config,
             layout,
-            storage: HostStorage::new(layout, config.need_sort),
+            storage: HostStorage::new(layout, config.need_sort)?,
             group: None,
             stats: PoolStats::default(),
             freed: Vec::new(),
@@ -154,14 +154,7 @@ impl Pool {
     /// Counts a call refused before it reached the pool (e.g. a NULL buffer at the C ABI),
     /// so the call and rejection counters cover every call.
     pub fn record_refused(&mut self, op: PoolOp) {
-        let calls = match op {
-            PoolOp::Alloc => &mut self.stats.alloc_calls,
-            PoolOp::AllocExtend => &mut self.stats.alloc_extend_calls,
-            PoolOp::AllocDecode => &mut self.stats.alloc_decode_calls,
-            PoolOp::Free => &mut self.stats.free_calls,
-        };
-        *calls += 1;
-        self.stats.rejected_calls += 1;
+        self.stats.record_refused(op);
     }
 
     /// Records the outcome of a call in the counters.
@@ -337,6 +330,25 @@ impl Pool {
         Ok(())
     }
 
+    /// Moves pages' fill points back (speculative decoding): after it, page `p` of
+    /// `last_kept[i]` has handed out only its slots up to `last_kept[i]`, and the next
+    /// `alloc_extend` / `alloc_decode` continuing from `last_kept[i]` gets the slots after it
+    /// again. Each element must be an allocated slot at or before its page's fill point, and
+    /// no page may be named twice. Pages holding only rejected tokens are freed as usual
+    /// (`free_pages`, `free_segment`); a token pool has nothing to rewind (its pages are one
+    /// slot), so there every valid slot is a no-op.
+    pub fn rewind<I: SlotIndex>(&mut self, last_kept: &[I]) -> Result<(), PoolError> {
+        let result = self.rewind_inner(last_kept);
+        self.record(result)
+    }
+
+    fn rewind_inner<I: SlotIndex>(&mut self, last_kept: &[I]) -> Result<(), PoolError> {
+        self.check_index_type::<I>()?;
+        self.storage.check_rewind(last_kept)?;
+        self.storage.rewind(last_kept);
+        Ok(())
+    }
+
     // ---- dry runs ---------------------------------------------------------------------
 
     /// Runs every check of [`alloc_extend`](Self::alloc_extend) except the shortage check,
@@ -508,7 +520,7 @@ impl Pool {
         }
         Ok(Snapshot {
             pool_id: self.id,
-            state: self.storage.save(),
+            state: self.storage.save()?,
         })
     }
 

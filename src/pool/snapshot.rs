@@ -3,9 +3,9 @@
 
 use crate::host::HostState;
 
-/// A copy of a pool's free list, staged frees and page states. Restoring it makes every
+/// A copy of a pool's free list, staged frees, page states and fill points. Restoring it makes every
 /// slot free or allocated exactly as it was at the backup; counters are not rolled back.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Snapshot {
     pub(crate) pool_id: u64,
     pub(crate) state: HostState,

@@ -11,6 +11,8 @@ pub enum PoolOp {
     AllocDecode,
     /// `free`, `free_pages`, `free_segment`.
     Free,
+    /// `rewind` (no call counter of its own; a refusal counts as a rejected call).
+    Rewind,
 }
 
 /// A pool's counters. Call and token counters only grow (also across `clear` and
@@ -45,4 +47,21 @@ pub struct PoolStats {
     pub merges: u64,
     /// Successful `restore_state` calls.
     pub restores: u64,
+}
+
+impl PoolStats {
+    /// Counts a call refused before it reached the pool: its call counter and a rejection.
+    pub(crate) fn record_refused(&mut self, op: PoolOp) {
+        let calls = match op {
+            PoolOp::Alloc => Some(&mut self.alloc_calls),
+            PoolOp::AllocExtend => Some(&mut self.alloc_extend_calls),
+            PoolOp::AllocDecode => Some(&mut self.alloc_decode_calls),
+            PoolOp::Free => Some(&mut self.free_calls),
+            PoolOp::Rewind => None,
+        };
+        if let Some(calls) = calls {
+            *calls += 1;
+        }
+        self.rejected_calls += 1;
+    }
 }

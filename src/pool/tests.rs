@@ -354,3 +354,118 @@ fn i32_indices_match_i64() {
         .unwrap();
     assert_eq!(w, n.map(i64::from));
 }
+
+/// Issue 13's reproducer: with page size 4, request A takes slot 4, request B continues the
+/// same page from A's slot and takes slot 5; A's stale continuation from slot 4 would take
+/// slot 5 again. The fill point refuses it, on extend and on decode.
+#[test]
+fn a_stale_last_loc_cannot_hand_a_slot_out_twice() {
+    let mut p = pool(64, 4, false);
+    let a = extend(&mut p, &[0], &[1], &[-1]);
+    assert_eq!(a, vec![4]);
+    let b = extend(&mut p, &[1], &[2], &[4]);
+    assert_eq!(b, vec![5]);
+    let before = p.free_page_census();
+    let err = p.alloc_decode(&[2], &[4i64], &mut [0]).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LastLocMismatch);
+    assert!(
+        err.message()
+            .contains("last_loc[0] = 4 is not where page 1 was left")
+            && err.message().contains("last handed-out slot is 5"),
+        "{}",
+        err.message()
+    );
+    let err = p
+        .alloc_extend(&[1], &[3], &[4i64], 2, &mut [0; 2])
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LastLocMismatch);
+    assert_eq!(p.free_page_census(), before);
+    // Continuing from the page's fill point is what the pool expects.
+    assert_eq!(decode(&mut p, &[3], &[5]), vec![6]);
+    assert_eq!(p.storage().page_fill(1), 3);
+}
+
+/// A full page may be named by any number of requests (a shared, page-aligned prefix),
+/// because nobody writes into it; a last_loc inside it is stale.
+#[test]
+fn full_pages_are_shared_and_partial_pages_are_not_reentered() {
+    let mut p = pool(64, 4, false);
+    let shared = extend(&mut p, &[0], &[4], &[-1]);
+    let two = extend(&mut p, &[4, 4], &[6, 5], &[shared[3], shared[3]]);
+    assert_eq!(two.len(), 3);
+    let err = p
+        .alloc_extend(&[3], &[5], &[shared[2]], 2, &mut [0i64; 2])
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LastLocMismatch);
+}
+
+/// Speculative decoding with page size 4, modelled on SGLang's EAGLE flow: a request with 6
+/// tokens drafts 3 more, the verifier keeps 1; the engine frees the page that holds only
+/// rejected tokens, rewinds the page of the last kept one, and the next draft continues from
+/// it. No live slot is ever handed out twice.
+#[test]
+fn speculative_rejection_rewinds_then_continues() {
+    let mut p = pool(64, 4, false);
+    let mut row = extend(&mut p, &[0], &[6], &[-1]); // prefill: a full page and 2 slots
+    let drafts = extend(&mut p, &[6], &[9], &[row[5]]); // 3 draft tokens
+    row.extend_from_slice(&drafts);
+    assert_eq!(p.storage().page_fill((row[8] / 4) as u32), 1);
+    // Verify: keep 1 draft token (row[6]); reject row[7] (same page) and row[8] (a page of
+    // its own).
+    let committed = 7;
+    let retry = p.alloc_extend(&[7], &[10], &[row[6]], 3, &mut [0i64; 3]);
+    assert_eq!(kind(retry), ErrorKind::LastLocMismatch, "no rewind yet");
+    p.free_segment(&row, 8, 1).unwrap();
+    p.rewind(&[row[committed - 1]]).unwrap();
+    row.truncate(committed);
+    let next = extend(&mut p, &[7], &[10], &[row[6]]);
+    assert_eq!(
+        next[0],
+        row[6] + 1,
+        "the rejected slot is handed out again, to its owner"
+    );
+    row.extend_from_slice(&next);
+    let mut live = row.clone();
+    live.sort_unstable();
+    live.dedup();
+    assert_eq!(live.len(), row.len(), "a live slot was handed out twice");
+    // The freed page's slot is stale now, and a rewind cannot move a page forward.
+    assert_eq!(kind(p.rewind(&[row[9] + 1])), ErrorKind::LastLocMismatch);
+    assert_eq!(
+        kind(p.rewind(&[row[6], row[7]])),
+        ErrorKind::LastLocMismatch
+    );
+    assert_eq!(kind(p.rewind(&[60i64])), ErrorKind::NotAllocated);
+    assert_eq!(kind(p.rewind(&[2i64])), ErrorKind::ReservedSlot);
+    let stats = p.stats();
+    assert_eq!(stats.rejected_calls, 5);
+}
+
+#[test]
+fn a_token_pool_rewind_is_a_checked_no_op() {
+    let mut p = pool(16, 1, false);
+    let row = extend(&mut p, &[0], &[3], &[-1]);
+    let census = p.free_page_census();
+    p.rewind(&row).unwrap();
+    assert_eq!(p.free_page_census(), census);
+    assert_eq!(
+        kind(p.rewind(&[row[0], row[0]])),
+        ErrorKind::LastLocMismatch
+    );
+    assert_eq!(kind(p.rewind(&[15i64])), ErrorKind::NotAllocated);
+}
+
+#[test]
+fn bookkeeping_that_cannot_be_allocated_is_a_status() {
+    // 2^52 slots in 2^31-slot pages: two million pages, but a bit per slot for the checks
+    // of a paged free (512 TiB) — more than a 47-bit address space holds, whatever the
+    // kernel's overcommit policy. (tests/c/pool_guard_test.c does 2^40 under a limit.)
+    let err = Pool::new(PoolConfig {
+        size: 1 << 52,
+        page_size: 1 << 31,
+        ..PoolConfig::default()
+    })
+    .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::OutOfMemory);
+    assert!(err.message().contains("scratch marks"), "{}", err.message());
+}

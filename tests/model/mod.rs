@@ -4,7 +4,7 @@
 //! states which inputs are invalid and with which error kind, so the randomized test can
 //! check that kvpool rejects exactly those and changes nothing.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 use kvpool::ErrorKind;
 
@@ -18,6 +18,9 @@ pub struct Model {
     free: VecDeque<u64>,
     staged: Vec<u64>,
     allocated: HashSet<u64>,
+    /// Slots handed out of each allocated page so far (its fill point): a continuation must
+    /// start right after the last of them.
+    fill: HashMap<u64, u64>,
     /// Open free group: (pages freed by index, pages freed by id/segment in order).
     group: Option<(Vec<u64>, Vec<u64>)>,
 }
@@ -31,6 +34,7 @@ impl Model {
             free: VecDeque::new(),
             staged: Vec::new(),
             allocated: HashSet::new(),
+            fill: HashMap::new(),
             group: None,
         };
         m.clear();
@@ -41,6 +45,7 @@ impl Model {
         self.free = (1..=self.size / self.ps).collect();
         self.staged.clear();
         self.allocated.clear();
+        self.fill.clear();
         self.group = None;
     }
 
@@ -65,6 +70,13 @@ impl Model {
             self.free.extend(self.staged.drain(..));
             self.free.make_contiguous().sort();
         }
+    }
+
+    /// Records that `slot` was handed out: its page is filled up to it.
+    fn hand_out(&mut self, slot: i64) -> i64 {
+        let slot_u = slot as u64;
+        self.fill.insert(slot_u / self.ps, slot_u % self.ps + 1);
+        slot
     }
 
     fn take(&mut self) -> u64 {
@@ -92,7 +104,9 @@ impl Model {
         let mut out = Vec::new();
         for _ in 0..pages {
             let page = self.take();
-            out.extend((0..self.ps).map(|k| (page * self.ps + k) as i64));
+            for k in 0..self.ps {
+                out.push(self.hand_out((page * self.ps + k) as i64));
+            }
         }
         Ok(out)
     }
@@ -141,6 +155,9 @@ impl Model {
             if (slot + 1) % self.ps != prefix[i] % self.ps {
                 return Err(ErrorKind::LastLocMismatch);
             }
+            if self.fill[&(slot / self.ps)] != slot % self.ps + 1 {
+                return Err(ErrorKind::LastLocMismatch);
+            }
             if writes[i] && !claimed.insert(slot / self.ps) {
                 return Err(ErrorKind::LastLocMismatch);
             }
@@ -181,15 +198,16 @@ impl Model {
         for i in 0..pre.len() {
             let mut page = 0;
             for t in pre[i]..seq[i] as u64 {
-                if t % ps == 0 {
+                let slot = if t % ps == 0 {
                     page = self.take();
-                    out.push((page * ps) as i64);
+                    (page * ps) as i64
                 } else if page == 0 {
                     // Still inside the prefix's last page.
-                    out.push(last_loc[i] + (t - pre[i]) as i64 + 1);
+                    last_loc[i] + (t - pre[i]) as i64 + 1
                 } else {
-                    out.push((page * ps + t % ps) as i64);
-                }
+                    (page * ps + t % ps) as i64
+                };
+                out.push(self.hand_out(slot));
             }
         }
         Ok(out)
@@ -210,13 +228,36 @@ impl Model {
         self.ensure(seq.len() as u64, needed)?;
         Ok((0..seq.len())
             .map(|i| {
-                if writes[i] {
+                let slot = if writes[i] {
                     last_loc[i] + 1
                 } else {
                     (self.take() * ps) as i64
-                }
+                };
+                self.hand_out(slot)
             })
             .collect())
+    }
+
+    /// Moves each `last_kept` slot's page back to end at it (speculative decoding).
+    pub fn rewind(&mut self, last_kept: &[i64]) -> Res<()> {
+        let mut pages = HashSet::new();
+        for &value in last_kept {
+            let slot = self.slot(value)?;
+            let page = slot / self.ps;
+            if !self.allocated.contains(&page) {
+                return Err(ErrorKind::NotAllocated);
+            }
+            if slot % self.ps >= self.fill[&page] {
+                return Err(ErrorKind::LastLocMismatch);
+            }
+            if !pages.insert(page) {
+                return Err(ErrorKind::LastLocMismatch);
+            }
+        }
+        for &slot in last_kept {
+            self.hand_out(slot);
+        }
+        Ok(())
     }
 
     fn freeable(&self, page: u64) -> Res<()> {

@@ -288,7 +288,7 @@ class TestHeaderAndBinding(KvpTestCase):
             self.assertNotEqual(text, "unknown status")
             texts.add(text)
         self.assertEqual(len(texts), len(kvp.STATUS_NAMES))
-        for number in (-1, 11, 21, 44, 59, 64, 99, 101, 2**31 - 1, -(2**31)):
+        for number in (-1, 11, 22, 44, 59, 64, 99, 101, 2**31 - 1, -(2**31)):
             self.assertEqual(LIB.status_str(number), "unknown status")
 
     def test_config_default(self):
@@ -361,6 +361,16 @@ class TestPagedPool(KvpTestCase):
         self.assertEqual(pool.alloc_decode([4], [6]), [7])  # fills page 1
         self.assertEqual(pool.alloc_decode([5, 1], [7, -1]), [8, 12])  # pages 2 and 3
         self.assertEqual(pool.available_size(), 52)
+
+    def test_stale_last_loc_refused_and_rewind(self):
+        pool = self.pool(64, 4)
+        self.assertEqual(pool.alloc_extend([0], [1], [-1]), [4])
+        self.assertEqual(pool.alloc_extend([1], [2], [4]), [5])  # continues page 1
+        self.assertKvpError("LAST_LOC_MISMATCH", pool.alloc_decode, [2], [4],
+                            message="is not where page 1 was left")
+        pool.rewind([4])  # slot 5 rejected: page 1 ends at slot 4 again
+        self.assertEqual(pool.alloc_decode([2], [4]), [5])
+        self.assertKvpError("LAST_LOC_MISMATCH", pool.rewind, [6], message="never handed out")
 
     def test_alloc_needs_page_multiples(self):
         pool = self.pool(32, 4)
