@@ -556,6 +556,13 @@ public:
         check(kvp_pool_free_indices_async(get(), indices.data(), indices.size(), stream),
               "kvp_pool_free_indices_async");
     }
+    /// Moves the pages of `last_kept` (device) back to end at those slots; see rewind().
+    template <class Index>
+    void rewind_async(device_span<Index> last_kept, stream_t stream) {
+        require_index<std::remove_const_t<Index>>("last_kept");
+        check(kvp_pool_rewind_async(get(), last_kept.data(), last_kept.size(), stream),
+              "kvp_pool_rewind_async");
+    }
     /// Frees exactly these pages (device), in this order.
     template <class Index>
     void free_pages_async(device_span<Index> page_ids, stream_t stream) {

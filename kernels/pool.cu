@@ -303,7 +303,10 @@ __device__ void alloc_pages(View v, Call call, unsigned long long pages, Index *
     }
     const unsigned long long in_page = mod_ps(t, v);
     const uint32_t page = v.ring[ring_pos(c.head, div_ps(t, v), n)];
-    if (in_page == 0) v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+    if (in_page == 0) {
+      v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+      v.fill[page] = v.page_size;
+    }
     out[t] = (Index)((unsigned long long)page * v.page_size + in_page);
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) {
@@ -341,8 +344,10 @@ __device__ inline Shape shape_of(unsigned long long prefix, unsigned long long s
   return s;
 }
 
-// Checks request `i`'s last_loc: ERR_NONE or what is wrong. A request that writes into its
-// prefix's page claims it, so two requests of the batch cannot extend one page.
+// Checks request `i`'s last_loc: ERR_NONE or what is wrong. It must be its page's last
+// handed-out slot (the fill point), so a stale last_loc cannot hand a slot out twice. A
+// request that writes into its prefix's page claims it, so two requests of the batch cannot
+// extend one page.
 __device__ uint32_t check_last_loc(const View &v, const Call &call, uint32_t i, long long ll,
                                    unsigned long long prefix, bool extends_page) {
   if (prefix == 0) return ll == -1 ? ERR_NONE : ERR_LAST_LOC_EMPTY;
@@ -353,6 +358,7 @@ __device__ uint32_t check_last_loc(const View &v, const Call &call, uint32_t i, 
   // A page this very call allocates was free before it: not the prefix's page.
   if (kind_of(word) != KIND_ALLOCATED || tag_of(word) == call.tag) return ERR_NOT_ALLOCATED;
   if (mod_ps((unsigned long long)ll + 1, v) != mod_ps(prefix, v)) return ERR_LAST_LOC;
+  if (v.fill[page] != mod_ps((unsigned long long)ll, v) + 1) return ERR_FILL;
   if (extends_page) {
     const unsigned long long mine = ((unsigned long long)call.tag << 32) | (i + 1u);
     const unsigned long long old = atomicExch(&v.claim[page], mine);
@@ -361,9 +367,24 @@ __device__ uint32_t check_last_loc(const View &v, const Call &call, uint32_t i, 
   return ERR_NONE;
 }
 
+// Whether request `i`'s device lengths are usable at all (0 <= prefix <= seq <= size). The
+// host validated its own copies; the device copies may disagree (a stale copy).
+__device__ inline bool lengths_sane(const View &v, long long prefix, long long seq) {
+  return prefix >= 0 && seq >= prefix && (unsigned long long)seq <= v.size;
+}
+
 // alloc_extend (decode = 0) and alloc_decode (decode = 1: prefix = seq - 1, one token each).
 // Block b owns requests [b*per_block, (b+1)*per_block). The last block to finish commits the
 // cursor or, if any block found a bad last_loc, reverts the new pages and zeroes `out`.
+//
+// `total_tokens` / `total_pages` are the host's plan from its copies of the lengths; the
+// kernel reads the device copies. No write ever passes out[total_tokens) and no page past the
+// planned run of the ring is taken: a request whose device lengths overrun the plan (or are
+// invalid), or device totals short of it, fault the call (ERR_LENGTHS naming the request).
+//
+// Fill points: new pages get theirs as their tokens are written (nobody else may look at a
+// page this call takes); a prefix page's fill point advances only once the verdict is known,
+// so every check of the call reads the fill points as they were before it.
 template <int BLOCK, typename Index>
 __device__ void extend(View v, Call call, const long long *prefix_lens, const long long *seq_lens,
                        const Index *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,
@@ -383,25 +404,34 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
 
   const uint32_t first = blockIdx.x * per_block;
   const uint32_t mine = first < batch ? min(per_block, batch - first) : 0;
-  auto prefix_of = [&](uint32_t i) -> unsigned long long {
-    return decode ? (unsigned long long)(seq_lens[i] - 1) : (unsigned long long)prefix_lens[i];
+  auto prefix_of = [&](uint32_t i) -> long long {
+    return decode ? seq_lens[i] - 1 : prefix_lens[i];
+  };
+  // Request i's shape from the device lengths; an empty one when they are unusable (the
+  // block that owns the request reports it).
+  auto device_shape = [&](uint32_t i, bool *sane) -> Shape {
+    const long long p = prefix_of(i), q = seq_lens[i];
+    *sane = lengths_sane(v, p, q);
+    return *sane ? shape_of((unsigned long long)p, (unsigned long long)q, v) : Shape{0, 0, 0};
   };
 
   // This block's requests first, so their loads overlap the reduction below.
   const uint32_t r = threadIdx.x;
   Shape s{0, 0, 0};
-  unsigned long long prefix = 0;
   long long ll = -1;
   if (r < mine) {
-    prefix = prefix_of(first + r);
-    s = shape_of(prefix, (unsigned long long)seq_lens[first + r], v);
+    bool sane;
+    s = device_shape(first + r, &sane);
     ll = (long long)last_loc[first + r];
-    // The last_loc checks only decide the verdict, so they run first and their memory
-    // latency overlaps the scans. A page this call allocates meanwhile carries its tag.
-    if (!dead) {
+    if (!sane) {
+      report(&errors, first + r, ERR_LENGTHS);
+    } else if (!dead) {
+      // The last_loc checks only decide the verdict, so they run first and their memory
+      // latency overlaps the scans. A page this call allocates meanwhile carries its tag.
       // A batch of one cannot extend a page twice: no claim needed.
       const bool claim = s.part1 > 0 && batch > 1;
-      const uint32_t err = check_last_loc(v, call, first + r, ll, prefix, claim);
+      const uint32_t err =
+          check_last_loc(v, call, first + r, ll, (unsigned long long)prefix_of(first + r), claim);
       if (err != ERR_NONE) report(&errors, first + r, err);
     }
   }
@@ -410,7 +440,8 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   unsigned long long tok_before = 0, pages_before = 0;
 #pragma unroll 4
   for (uint32_t i = threadIdx.x; i < first; i += BLOCK) {
-    const Shape q = shape_of(prefix_of(i), (unsigned long long)seq_lens[i], v);
+    bool sane;
+    const Shape q = device_shape(i, &sane);
     tok_before += q.tokens;
     pages_before += q.new_pages;
   }
@@ -425,15 +456,33 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
     page_off[r] = page_rank;
     part1[r] = s.part1;
     last[r] = ll;
+    // The first request whose device lengths run past the host's plan is named.
+    if (tok_before + tok_rank + s.tokens > total_tokens ||
+        pages_before + page_rank + s.new_pages > total_pages)
+      report(&errors, first + r, ERR_LENGTHS);
   }
-  if (r == 0) tok_off[mine] = my_tokens;
+  if (r == 0) {
+    tok_off[mine] = my_tokens;
+    // Device totals short of the plan: named by the batch's last request.
+    if (blockIdx.x == gridDim.x - 1 &&
+        (tok_before + my_tokens < total_tokens || pages_before + my_pages_total < total_pages))
+      report(&errors, batch - 1, ERR_LENGTHS);
+  }
   __syncthreads();
+
+  // Within the plan: this block's writes and pages lie inside out[0, total_tokens) and the
+  // planned run of the ring. Otherwise the call fails, and the block writes only zeros, and
+  // only inside the buffer.
+  const bool fits = tok_before + my_tokens <= total_tokens &&
+                    pages_before + my_pages_total <= total_pages;
+  const unsigned long long my_writes =
+      fits ? my_tokens : (tok_before < total_tokens ? total_tokens - tok_before : 0);
 
   // The block's new pages are one run of the ring: stage them in shared memory with one
   // coalesced pass (marking each allocated), so the token loop below makes no global loads.
   // A block with more pages than fit (the host sizes blocks to avoid it) reads the ring.
   __shared__ uint32_t pages[STAGE_CAP];
-  const bool live = !dead && !short_;
+  const bool live = !dead && !short_ && fits;
   const bool staged = my_pages_total <= STAGE_CAP;
   if (live) {
     for (unsigned long long k = threadIdx.x; k < my_pages_total; k += BLOCK) {
@@ -444,8 +493,8 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   }
   __syncthreads();
 
-  // Write the block's tokens.
-  for (unsigned long long t = threadIdx.x; t < my_tokens; t += BLOCK) {
+  // Write the block's tokens; the first token of each new page sets the page's fill point.
+  for (unsigned long long t = threadIdx.x; t < my_writes; t += BLOCK) {
     Index slot = 0;
     if (live) {
       uint32_t lo = 0, hi = mine;  // last request with tok_off <= t
@@ -461,12 +510,18 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
         const unsigned long long rank = page_off[lo] + div_ps(j, v);
         const uint32_t page =
             staged ? pages[rank] : v.ring[ring_pos(c.head, pages_before + rank, n)];
-        slot = (Index)((unsigned long long)page * v.page_size + mod_ps(j, v));
+        const unsigned long long in_page = mod_ps(j, v);
+        if (in_page == 0) {
+          const unsigned long long left = tok_off[lo + 1] - tok_off[lo] - part1[lo] - j;
+          v.fill[page] = (uint32_t)(left < v.page_size ? left : v.page_size);
+        }
+        slot = (Index)((unsigned long long)page * v.page_size + in_page);
       }
     }
     out[tok_before + t] = slot;
   }
 
+  const bool single = gridDim.x == 1;
   if (!conclude(h, &errors)) return;
   const unsigned long long verdict = errors;
   const bool failed = !dead && (short_ || verdict != NO_ERROR);
@@ -477,6 +532,27 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
         v.state[v.ring[ring_pos(c.head, k, n)]] = page_word(KIND_FREE, 0);
     }
     for (unsigned long long t = threadIdx.x; t < total_tokens; t += BLOCK) out[t] = 0;
+  } else if (dead) {
+    // Blocks wrote zeros where the device lengths put their tokens; the plan's whole output
+    // must be the padding slot, even where those disagree with it.
+    for (unsigned long long t = threadIdx.x; t < total_tokens; t += BLOCK) out[t] = 0;
+  } else {
+    // Committed: the prefix pages this call wrote into advance their fill points. One block
+    // holds every request itself; otherwise the last block walks the batch.
+    auto advance_fill = [&](long long prev, unsigned long long added) {
+      if (added == 0) return;
+      const unsigned long long slot = (unsigned long long)prev;
+      v.fill[div_ps(slot, v)] = (uint32_t)(mod_ps(slot, v) + 1 + added);
+    };
+    if (single) {
+      if (r < mine) advance_fill(ll, s.part1);
+    } else {
+      for (uint32_t i = threadIdx.x; i < batch; i += BLOCK) {
+        bool sane;
+        const Shape q = device_shape(i, &sane);
+        advance_fill((long long)last_loc[i], q.part1);
+      }
+    }
   }
   if (threadIdx.x == 0) {
     Cursor next = c;
@@ -486,10 +562,59 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
     }
     if (failed) {
       const unsigned long long key = short_ ? (unsigned long long)ERR_SHORTAGE : verdict;
-      const long long value = short_ ? (long long)c.free_len : (long long)last_loc[verdict >> 8];
+      const unsigned long long pos = verdict >> 8;
+      long long value = (long long)c.free_len;
+      if (!short_) value = (verdict & 0xff) == ERR_LENGTHS ? seq_lens[pos] : (long long)last_loc[pos];
       raise_fault(v, call, key, value);
     }
     commit(v, call, next);
+  }
+}
+
+// Rewind (speculative decoding): each last_kept[i] becomes its page's last handed-out slot.
+// Checked: an allocated slot at or before its page's fill point, each page once. One block;
+// fill points change only once the whole call is known to be valid.
+template <typename Index>
+__device__ void rewind(View v, Call call, const Index *last_kept, unsigned long long len) {
+  __shared__ unsigned long long errors;
+  init_errors(&errors);
+  Header *h = v.header;
+  const Cursor c = h->cursor[call.in];
+  const bool dead = h->fault != 0;
+  for (unsigned long long i = threadIdx.x; i < len && !dead; i += blockDim.x) {
+    const long long value = (long long)last_kept[i];
+    unsigned long long pos = i;
+    uint32_t err = slot_error(value, v);
+    if (err == ERR_NONE) {
+      const uint32_t page = (uint32_t)div_ps((unsigned long long)value, v);
+      if (kind_of(v.state[page]) != KIND_ALLOCATED) {
+        err = ERR_NOT_ALLOCATED;
+      } else if (mod_ps((unsigned long long)value, v) >= v.fill[page]) {
+        err = ERR_REWIND_AHEAD;
+      } else {
+        const unsigned long long mine = ((unsigned long long)call.tag << 32) | (i + 1);
+        const unsigned long long old = atomicExch(&v.claim[page], mine);
+        if ((old >> 32) == call.tag && old != mine) {
+          err = ERR_REWIND_TWICE;
+          // The later of the two names the repeat, as the host does.
+          const unsigned long long other = (old & 0xffffffffull) - 1;
+          pos = other > i ? other : i;
+        }
+      }
+    }
+    if (err != ERR_NONE) report(&errors, pos, err);
+  }
+  __syncthreads();
+  const unsigned long long verdict = errors;
+  if (!dead && verdict == NO_ERROR) {
+    for (unsigned long long i = threadIdx.x; i < len; i += blockDim.x) {
+      const unsigned long long slot = (unsigned long long)last_kept[i];
+      v.fill[div_ps(slot, v)] = (uint32_t)(mod_ps(slot, v) + 1);
+    }
+  }
+  if (threadIdx.x == 0) {
+    if (!dead && verdict != NO_ERROR) raise_fault(v, call, verdict, (long long)last_kept[verdict >> 8]);
+    commit(v, call, c);
   }
 }
 
@@ -721,19 +846,23 @@ __device__ void retag(View v) {
     v.slot_tags[slot] = 0;
 }
 
-// Snapshot layout: Cursor, then ring, staged and state words.
+// Snapshot layout: Cursor, then ring, staged, state words and fill points.
 __device__ void copy_state(View v, Call call, uint32_t *snap, bool restore) {
   const unsigned long long n = v.num_pages;
-  const unsigned long long words = 3 * n + 1;
+  const unsigned long long words = 4 * n + 2;
   uint32_t *arrays = snap + sizeof(Cursor) / sizeof(uint32_t);
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
   for (unsigned long long w = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; w < words;
        w += stride) {
-    uint32_t *live = w < n ? &v.ring[w] : w < 2 * n ? &v.staged[w - n] : &v.state[w - 2 * n];
+    const bool is_state = w >= 2 * n && w < 3 * n + 1;
+    uint32_t *live = w < n ? &v.ring[w]
+                     : w < 2 * n ? &v.staged[w - n]
+                     : is_state ? &v.state[w - 2 * n]
+                                : &v.fill[w - (3 * n + 1)];
     if (restore) {
       uint32_t word = arrays[w];
       // Tags of a restored page map may repeat later calls' tags: clear them.
-      if (w >= 2 * n) word &= KIND_MASK;
+      if (is_state) word &= KIND_MASK;
       *live = word;
     } else {
       arrays[w] = *live;
@@ -780,6 +909,10 @@ using namespace kvp;
       kvp_free_slots_paged_##SUFFIX(View v, Call call, const INDEX *indices,                      \
                                     unsigned long long len) {                                     \
     free_slots_paged<INDEX>(v, call, indices, len);                                               \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(FREE_BLOCK)                                        \
+      kvp_rewind_##SUFFIX(View v, Call call, const INDEX *last_kept, unsigned long long len) {    \
+    rewind<INDEX>(v, call, last_kept, len);                                                       \
   }
 
 KVP_INDEX_KERNELS(i64, long long)

@@ -79,6 +79,10 @@ enum ErrorCode : uint32_t {
   ERR_UNALIGNED = 10,        // segment page head not page-aligned
   ERR_NOT_CONTIGUOUS = 11,   // segment page's tokens not consecutive
   ERR_SHORTAGE = 12,         // the device free list is shorter than the host believed
+  ERR_FILL = 13,             // last_loc is not its page's last handed-out slot (stale)
+  ERR_LENGTHS = 14,          // the device lengths disagree with the host copies' plan
+  ERR_REWIND_AHEAD = 15,     // a rewind past the slots its page has handed out
+  ERR_REWIND_TWICE = 16,     // two elements of one rewind name the same page
 };
 
 // Which call a fault came from (`fault_code >> 32`).
@@ -91,6 +95,7 @@ enum OpKind : uint32_t {
   OP_FREE_SEGMENT = 6,
   OP_GROUP_END = 7,
   OP_MERGE = 8,
+  OP_REWIND = 9,
 };
 
 // Everything a kernel needs to find the pool; passed by value.
@@ -99,6 +104,8 @@ struct View {
   uint32_t *ring;        // num_pages page ids, circular
   uint32_t *staged;      // num_pages
   uint32_t *state;       // num_pages + 1 page words
+  uint32_t *fill;        // num_pages + 1: slots of each allocated page handed out so far;
+                         // a continuation (last_loc) must end exactly there
   unsigned long long *claim;  // num_pages + 1: (tag << 32 | request + 1) of the request
                               // that extends the page (per request, so a graph replay of
                               // the same call is not mistaken for a second request)

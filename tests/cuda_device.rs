@@ -291,3 +291,178 @@ fn a_device_detected_double_free_faults_the_pool_until_cleared() {
     gpu.sync();
     assert_eq!(out.download::<i64>(16), (16..32).collect::<Vec<i64>>());
 }
+
+/// Reads every page word of a device pool back (tests only) and counts allocated pages.
+fn allocated_pages_on_device(device: &DevicePool) -> usize {
+    let layout = device.debug_layout();
+    let words: Vec<u32> = gpu::read_device(
+        layout.block + layout.state as u64,
+        layout.num_pages as usize + 1,
+    );
+    words.iter().filter(|&&w| w & 7 == 3).count()
+}
+
+/// The kernel plans its writes from the device copies of the lengths, the host from its
+/// own: when the two disagree (a stale device copy), the call faults naming the request,
+/// writes only the padding slot and only inside `out[0 .. extend_num_tokens)`, and takes no
+/// page. Before the fix, a device copy larger than the host's wrote past `out`.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn device_lengths_that_disagree_with_the_host_fault_without_writing_out_of_bounds() {
+    const GUARD: usize = 4096;
+    let gpu = Gpu::new(false);
+    for ps in [1u32, 16] {
+        let mut device = DevicePool::new(config(CUDA0, ps)).unwrap();
+        let host_prefix = [0i64, 0, 0];
+        let host_seq = [5i64, 3, 4];
+        let total = 12usize;
+        // (device prefix, device seq, request the fault must name)
+        let cases: [([i64; 3], [i64; 3], i64); 4] = [
+            ([0, 0, 0], [5, 3000, 4], 1), // runs far past the plan
+            ([0, 0, 0], [5, 3, 9], 2),    // the last request overruns
+            ([0, 0, 0], [5, 1, 4], 2),    // totals short of the plan: the last request
+            ([0, 9, 0], [5, 3, 4], 1),    // seq < prefix on the device
+        ];
+        let prefix_d = DevBuf::new(8 * 3);
+        let seq_d = DevBuf::new(8 * 3);
+        let last_d = DevBuf::new(8 * 3);
+        let out = DevBuf::new(8 * (total + GUARD));
+        last_d.upload(&[-1i64; 3]);
+        for (prefix, seq, named) in cases {
+            out.upload(&vec![-7i64; total + GUARD]);
+            prefix_d.upload(&prefix);
+            seq_d.upload(&seq);
+            // SAFETY: the buffers hold what the call says; the test synchronizes after.
+            unsafe {
+                device
+                    .alloc_extend(
+                        &host_prefix,
+                        &host_seq,
+                        prefix_d.ptr,
+                        seq_d.ptr,
+                        last_d.ptr,
+                        total as u64,
+                        out.ptr,
+                        total,
+                        gpu.stream,
+                    )
+                    .unwrap();
+            }
+            gpu.sync();
+            let fault = device.fault().expect("the mismatch must fault the pool");
+            assert_eq!(fault.kind, ErrorKind::InvalidLengths, "{fault:?}");
+            assert_eq!(fault.position, named, "{fault:?}");
+            assert!(fault.message.contains("disagree"), "{}", fault.message);
+            let written: Vec<i64> = out.download(total + GUARD);
+            assert!(
+                written[..total].iter().all(|&x| x == 0),
+                "{:?}",
+                &written[..total]
+            );
+            assert!(
+                written[total..].iter().all(|&x| x == -7),
+                "page size {ps}: a write past out[{total}) for device seq {seq:?}"
+            );
+            assert_eq!(allocated_pages_on_device(&device), 0, "a page was taken");
+            unsafe { device.clear(gpu.stream) }.unwrap();
+            gpu.sync();
+            assert_eq!(kind_of(device.check_device()), Err(ErrorKind::DeviceFault));
+            assert_eq!(kind_of(device.check_device()), Ok(()));
+        }
+        // Decode: a device seq_len of 0 (prefix -1) is refused the same way.
+        let decode_seq = [1i64, 1];
+        seq_d.upload(&[1i64, 0]);
+        out.upload(&vec![-7i64; 2 + GUARD]);
+        // SAFETY: as above.
+        unsafe {
+            device
+                .alloc_decode(&decode_seq, seq_d.ptr, last_d.ptr, out.ptr, 2, gpu.stream)
+                .unwrap();
+        }
+        gpu.sync();
+        let fault = device.fault().expect("decode mismatch must fault");
+        assert_eq!((fault.kind, fault.position), (ErrorKind::InvalidLengths, 1));
+        let written: Vec<i64> = out.download(2 + GUARD);
+        assert!(written[..2].iter().all(|&x| x == 0));
+        assert!(written[2..].iter().all(|&x| x == -7));
+    }
+}
+
+fn kind_of(r: Result<(), kvpool::PoolError>) -> Result<(), ErrorKind> {
+    r.map_err(|e| e.kind())
+}
+
+/// Issue 13's reproducer on the device: a stale continuation faults the pool (the slot is
+/// not handed out twice), and a rewind lets the owner continue from its last kept slot.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_stale_last_loc_faults_and_a_rewind_reopens_the_page_on_the_device() {
+    let gpu = Gpu::new(false);
+    let mut device = DevicePool::new(PoolConfig {
+        size: 64,
+        page_size: 4,
+        ..config(CUDA0, 4)
+    })
+    .unwrap();
+    let (prefix_d, seq_d, last_d, out) = (
+        DevBuf::new(8),
+        DevBuf::new(8),
+        DevBuf::new(8),
+        DevBuf::new(64),
+    );
+    let extend = |device: &mut DevicePool, prefix: i64, seq: i64, last: i64| -> i64 {
+        prefix_d.upload(&[prefix]);
+        seq_d.upload(&[seq]);
+        last_d.upload(&[last]);
+        // SAFETY: one request, one token, buffers of 8 bytes; synchronized below.
+        unsafe {
+            device
+                .alloc_extend(
+                    &[prefix],
+                    &[seq],
+                    prefix_d.ptr,
+                    seq_d.ptr,
+                    last_d.ptr,
+                    1,
+                    out.ptr,
+                    1,
+                    gpu.stream,
+                )
+                .unwrap();
+        }
+        gpu.sync();
+        out.download::<i64>(1)[0]
+    };
+    assert_eq!(extend(&mut device, 0, 1, -1), 4); // A
+    assert_eq!(extend(&mut device, 1, 2, 4), 5); // B continues A's page
+    let before = unsafe { device.backup_state(gpu.stream) }.unwrap();
+    assert_eq!(
+        extend(&mut device, 1, 2, 4),
+        0,
+        "A's stale continuation gets the padding slot"
+    );
+    let fault = device.fault().expect("a stale last_loc must fault");
+    assert_eq!(fault.kind, ErrorKind::LastLocMismatch);
+    assert!(
+        fault.message.contains("last handed-out slot"),
+        "{}",
+        fault.message
+    );
+    unsafe { device.restore_state(&before, gpu.stream) }.unwrap();
+    gpu.sync();
+    let _ = device.check_device();
+    assert_eq!(kind_of(device.check_device()), Ok(()));
+    // Slot 5 rejected: rewind page 1 to slot 4; the next continuation from 4 gets 5 again.
+    last_d.upload(&[4i64]);
+    // SAFETY: one slot in `last_d`.
+    unsafe { device.rewind(last_d.ptr, 1, gpu.stream) }.unwrap();
+    gpu.sync();
+    assert!(device.fault().is_none());
+    assert_eq!(extend(&mut device, 1, 2, 4), 5);
+    // A rewind past the fill point faults and changes nothing.
+    last_d.upload(&[7i64]);
+    // SAFETY: as above.
+    unsafe { device.rewind(last_d.ptr, 1, gpu.stream) }.unwrap();
+    gpu.sync();
+    assert_eq!(device.fault().unwrap().kind, ErrorKind::LastLocMismatch);
+}

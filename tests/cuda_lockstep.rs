@@ -13,6 +13,7 @@
 mod gpu;
 
 use kvpool::cuda::DevicePool;
+use kvpool::host::PageState;
 use kvpool::{BackendKind, ErrorKind, IndexType, Pool, PoolConfig, PoolError};
 
 use gpu::{DevBuf, Gpu};
@@ -231,6 +232,19 @@ impl Run {
             "op {}: free list",
             self.ops
         );
+        // Every allocated page has handed out as many slots on the device as on the host.
+        let fill: Vec<u32> = gpu::read_device(layout.block + layout.fill as u64, n + 1);
+        let storage = self.host.storage();
+        for page in 1..=n as u32 {
+            if storage.page_state(page) == PageState::Allocated {
+                assert_eq!(
+                    fill[page as usize],
+                    storage.page_fill(page),
+                    "op {}: fill point of page {page}",
+                    self.ops
+                );
+            }
+        }
     }
 
     fn pick_distinct(&mut self, max: usize) -> Vec<usize> {
@@ -283,7 +297,7 @@ impl Run {
             (false, true) => 512,
             _ => 3 * self.ps,
         };
-        let seq: Vec<i64> = prefix
+        let mut seq: Vec<i64> = prefix
             .iter()
             .map(|&p| p + 1 + self.rng.below(max_new) as i64)
             .collect();
@@ -293,8 +307,19 @@ impl Run {
         let fits = self.host.available_size() >= total + (bs as u64 + 1) * self.ps;
         let bad = self.rng.chance(2) && !continuing.is_empty() && fits && !self.in_group;
         if bad {
-            let free_page = self.host.free_page_census()[0] as i64;
-            last[0] = free_page * self.ps as i64 + (prefix[0] - 1).rem_euclid(self.ps as i64);
+            let row = &self.rows[continuing[0]];
+            let len = row.len();
+            if len >= 2 && (len - 1) % self.ps as usize != 0 && self.rng.chance(50) {
+                // A stale continuation: from the slot before the row's last, same page
+                // (the same number of new tokens, so the totals hold).
+                prefix[0] = len as i64 - 1;
+                seq[0] -= 1;
+                last[0] = row[len - 2];
+            } else {
+                // A slot of a free page.
+                let free_page = self.host.free_page_census()[0] as i64;
+                last[0] = free_page * self.ps as i64 + (prefix[0] - 1).rem_euclid(self.ps as i64);
+            }
         }
         let before = bad.then(|| unsafe { self.device.backup_state(self.gpu.stream) }.unwrap());
         let mut host_out = vec![0i64; total as usize];
@@ -551,6 +576,58 @@ impl Run {
         }
     }
 
+    /// Speculative rejection: a row keeps a random prefix of its tokens; pages holding only
+    /// rejected ones are freed (free_segment), the page of the last kept one is rewound.
+    /// Now and then a bad rewind (past the fill point), which only the device can see.
+    fn rewind(&mut self) {
+        let live: Vec<usize> = (0..self.rows.len())
+            .filter(|&i| !self.rows[i].is_empty())
+            .collect();
+        if live.is_empty() {
+            return;
+        }
+        let i = live[self.rng.below(live.len() as u64) as usize];
+        let row = self.rows[i].clone();
+        let ps = self.ps as usize;
+        let last = *row.last().unwrap();
+        let bad = self.rng.chance(10) && !self.in_group && (last as usize + 1) % ps != 0;
+        if bad {
+            let ahead = vec![last + 1];
+            let before = Some(unsafe { self.device.backup_state(self.gpu.stream) }.unwrap());
+            let h = host_call!(self, rewind, ahead);
+            self.upload_indices(&self.bufs.a, &ahead);
+            // SAFETY: as in `extend`.
+            let d = unsafe { self.device.rewind(self.bufs.a.ptr, 1, self.gpu.stream) };
+            let ok = self.settle("rewind (ahead)", kind(h), kind(d), before);
+            assert!(
+                !ok,
+                "op {}: a rewind past the fill point was accepted",
+                self.ops
+            );
+            return;
+        }
+        let kept = 1 + self.rng.below(row.len() as u64) as usize;
+        let cut = kept.div_ceil(ps) * ps;
+        if cut < row.len() {
+            let n = row.len() - cut;
+            let h = host_call!(self, free_segment, row, cut, n);
+            self.upload_indices(&self.bufs.a, &row);
+            // SAFETY: as in `extend`.
+            let d = unsafe {
+                self.device
+                    .free_segment(self.bufs.a.ptr, row.len(), cut, n, self.gpu.stream)
+            };
+            assert!(self.settle("free_segment (rejected)", kind(h), kind(d), None));
+        }
+        let last_kept = vec![row[kept - 1]];
+        let h = host_call!(self, rewind, last_kept);
+        self.upload_indices(&self.bufs.b, &last_kept);
+        // SAFETY: as in `extend`.
+        let d = unsafe { self.device.rewind(self.bufs.b.ptr, 1, self.gpu.stream) };
+        assert!(self.settle("rewind", kind(h), kind(d), None));
+        self.rows[i].truncate(kept);
+    }
+
     fn step(&mut self) {
         self.ops += 1;
         let short = self.host.available_size() < self.host.size() / 4;
@@ -562,7 +639,8 @@ impl Run {
             75..=79 => self.alloc(),
             80..=86 => self.group(),
             87..=91 => self.snapshot(),
-            92..=95 => {
+            92..=93 => self.rewind(),
+            94..=95 => {
                 self.host.merge_and_sort_free();
                 unsafe { self.device.merge_and_sort_free(self.gpu.stream) }.unwrap();
                 self.gpu.sync();

@@ -574,6 +574,7 @@ SIGNATURES = {
     ),
     "kvp_pool_free_indices_async": (_status, [_handle, _buffer, ctypes.c_size_t, _stream]),
     "kvp_pool_free_pages_async": (_status, [_handle, _buffer, ctypes.c_size_t, _stream]),
+    "kvp_pool_rewind_async": (_status, [_handle, _buffer, ctypes.c_size_t, _stream]),
     "kvp_pool_free_segment_async": (
         _status,
         [_handle, _buffer, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_size_t, _stream],
@@ -1253,6 +1254,13 @@ class Pool(_Owner):
         call = "kvp_pool_free_pages_async"
         self._require_device(call)
         buf, n = self._device_indices(page_ids, "page_ids")
+        self._call(call, buf, n, self._stream_handle(stream))
+
+    def rewind_async(self, last_kept, *, stream=None):
+        """``rewind`` on the stream (a CUDA tensor of the index dtype)."""
+        call = "kvp_pool_rewind_async"
+        self._require_device(call)
+        buf, n = self._device_indices(last_kept, "last_kept")
         self._call(call, buf, n, self._stream_handle(stream))
 
     def free_segment_async(self, row, start_pos, length, *, stream=None):

@@ -6,7 +6,9 @@
 #   scripts/gpu/run.sh [tests] [sanitize] [python] [example] [demo] [bench] ...  (default: all)
 #
 # Environment: OUT (logs), SANITIZE_OPS (lockstep operations per configuration under the
-# sanitizers, default 600), BENCH_PYTHON=0 (C++ benchmark only), BENCH_ARGS, TAIL_LINES.
+# sanitizers, default 600), BENCH_PYTHON=0 (C++ benchmark only), BENCH_ARGS, TAIL_LINES,
+# BENCH_BEFORE_LIB (a folder with an earlier build's libkvpool.so.0.1: the C++ benchmark
+# runs against it too, right after, for before/after figures from one machine and run).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -67,6 +69,12 @@ for step in "${steps[@]}"; do
             -Lgpu-artifacts/lib -lkvpool -lcuda -Xlinker -rpath -Xlinker "$PWD/gpu-artifacts/lib" -o "$LOGS/kvpool_bench"
         run bench-cpp "$LOGS/kvpool_bench" --csv "$OUT/bench_cpp.csv" ${BENCH_ARGS:-}
         cp "$LOGS/bench-cpp.log" "$OUT/bench_cpp.md"
+        if [[ -n "${BENCH_BEFORE_LIB:-}" ]]; then
+            run bench-cpp-before env LD_LIBRARY_PATH="$BENCH_BEFORE_LIB" "$LOGS/kvpool_bench" \
+                --csv "$OUT/bench_cpp_before.csv" ${BENCH_ARGS:-}
+            LD_LIBRARY_PATH="$BENCH_BEFORE_LIB" ldd "$LOGS/kvpool_bench" | grep kvpool
+            cp "$LOGS/bench-cpp-before.log" "$OUT/bench_cpp_before.md"
+        fi
         if [[ "${BENCH_PYTHON:-1}" != 0 ]]; then
             run bench-python python3 bench-gpu/baseline_bench.py --lib "$KVPOOL_LIB" --csv "$OUT/bench_python.csv" ${BENCH_ARGS:-}
             cp "$LOGS/bench-python.log" "$OUT/bench_python.md"

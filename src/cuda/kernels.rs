@@ -20,6 +20,7 @@ pub(crate) struct Typed {
     pub extend: CUfunction,
     pub free_known: CUfunction,
     pub free_slots_paged: CUfunction,
+    pub rewind: CUfunction,
 }
 
 /// The module and its entry points, loaded into one context.
@@ -69,12 +70,14 @@ impl Kernels {
                 extend: get(c"kvp_extend_i64")?,
                 free_known: get(c"kvp_free_known_i64")?,
                 free_slots_paged: get(c"kvp_free_slots_paged_i64")?,
+                rewind: get(c"kvp_rewind_i64")?,
             },
             IndexType::I32 => Typed {
                 alloc: get(c"kvp_alloc_i32")?,
                 extend: get(c"kvp_extend_i32")?,
                 free_known: get(c"kvp_free_known_i32")?,
                 free_slots_paged: get(c"kvp_free_slots_paged_i32")?,
+                rewind: get(c"kvp_rewind_i32")?,
             },
         };
         Ok(Self {

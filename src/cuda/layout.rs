@@ -46,6 +46,7 @@ pub(crate) struct View {
     pub ring: u64,
     pub staged: u64,
     pub state: u64,
+    pub fill: u64,
     pub claim: u64,
     pub group_idx: u64,
     pub group_ord: u64,
@@ -94,6 +95,7 @@ pub(crate) struct Arrays {
     pub ring: usize,
     pub staged: usize,
     pub state: usize,
+    pub fill: usize,
     pub claim: usize,
     pub group_idx: usize,
     pub group_ord: usize,
@@ -108,14 +110,15 @@ fn aligned(offset: usize) -> usize {
 }
 
 impl Arrays {
-    /// Byte offsets for a pool of `num_pages` pages and `kv_rows` slots: 32 bytes a page
+    /// Byte offsets for a pool of `num_pages` pages and `kv_rows` slots: 36 bytes a page
     /// plus 4 a slot (the slot tags of a paged free by index).
     pub fn new(num_pages: u32, kv_rows: u64) -> Self {
         let n = num_pages as usize;
         let ring = aligned(std::mem::size_of::<Header>());
         let staged = aligned(ring + 4 * n);
         let state = aligned(staged + 4 * n);
-        let claim = aligned(state + 4 * (n + 1));
+        let fill = aligned(state + 4 * (n + 1));
+        let claim = aligned(fill + 4 * (n + 1));
         let group_idx = aligned(claim + 8 * (n + 1));
         let group_ord = aligned(group_idx + 4 * n);
         let scratch = aligned(group_ord + 4 * n);
@@ -125,6 +128,7 @@ impl Arrays {
             ring,
             staged,
             state,
+            fill,
             claim,
             group_idx,
             group_ord,
@@ -135,9 +139,14 @@ impl Arrays {
     }
 }
 
-/// Bytes of a snapshot: a cursor, then the ring, staged and state words.
+/// 4-byte words of a snapshot after its cursor: the ring, staged, state words and fill points.
+pub(crate) fn snapshot_words(num_pages: u32) -> u64 {
+    4 * u64::from(num_pages) + 2
+}
+
+/// Bytes of a snapshot: a cursor, then [`snapshot_words`] words.
 pub(crate) fn snapshot_bytes(num_pages: u32) -> usize {
-    std::mem::size_of::<Cursor>() + (3 * num_pages as usize + 1) * 4
+    std::mem::size_of::<Cursor>() + snapshot_words(num_pages) as usize * 4
 }
 
 /// `kvp::OpKind`: which call a fault came from.
@@ -160,6 +169,8 @@ pub enum DeviceOp {
     GroupEnd = 7,
     /// `merge_and_sort_free`
     Merge = 8,
+    /// `rewind`
+    Rewind = 9,
 }
 
 impl DeviceOp {
@@ -173,6 +184,7 @@ impl DeviceOp {
             6 => Self::FreeSegment,
             7 => Self::GroupEnd,
             8 => Self::Merge,
+            9 => Self::Rewind,
             _ => return None,
         })
     }
@@ -188,6 +200,7 @@ impl DeviceOp {
             Self::FreeSegment => "kvp_pool_free_segment_async",
             Self::GroupEnd => "kvp_pool_free_group_end_async",
             Self::Merge => "kvp_pool_merge_and_sort_free_async",
+            Self::Rewind => "kvp_pool_rewind_async",
         }
     }
 
@@ -198,6 +211,7 @@ impl DeviceOp {
             Self::FreeIndices => "indices",
             Self::FreePages => "page_ids",
             Self::FreeSegment => "row",
+            Self::Rewind => "last_kept",
             Self::Alloc | Self::GroupEnd | Self::Merge => "state",
         }
     }
@@ -264,6 +278,24 @@ impl DeviceFault {
                 ErrorKind::InvalidState,
                 format!("the device free list held {value} pages, fewer than the host counted (internal error)"),
             ),
+            13 => (
+                ErrorKind::LastLocMismatch,
+                format!("{element} is not its page's last handed-out slot (a stale or foreign continuation; rewind the page after rejecting tokens)"),
+            ),
+            14 => (
+                ErrorKind::InvalidLengths,
+                format!(
+                    "the device copies of the lengths disagree with the host copies the call was planned from, first at request {position} (device seq_lens[{position}] = {value}); nothing past the planned output was written"
+                ),
+            ),
+            15 => (
+                ErrorKind::LastLocMismatch,
+                format!("{element} was never handed out: a rewind can only move a page back"),
+            ),
+            16 => (
+                ErrorKind::LastLocMismatch,
+                format!("{element} rewinds a page that another element of the call also rewinds"),
+            ),
             _ => (ErrorKind::InvalidState, format!("unknown fault code {code:#x}")),
         };
         Self {
@@ -290,7 +322,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<Cursor>(), 32);
         assert_eq!(std::mem::size_of::<Header>(), 96);
         assert_eq!(std::mem::size_of::<HostRecord>(), 64);
-        assert_eq!(std::mem::size_of::<View>(), 104);
+        assert_eq!(std::mem::size_of::<View>(), 112);
         assert_eq!(std::mem::size_of::<Call>(), 24);
     }
 

@@ -17,8 +17,8 @@ use super::counts::{Accounting, Counts, Dest, Step};
 use super::driver::PrimaryContext;
 use super::kernels::{launch, Kernels};
 use super::layout::{
-    arg, snapshot_bytes, Arrays, Call, DeviceFault, DeviceOp, HostRecord, View, CALL_IN_GROUP,
-    CALL_MIRROR, FREE_PAGE_IDS, FREE_SEGMENT, FREE_SLOTS, NOT_POW2, TAG_LIMIT,
+    arg, snapshot_bytes, snapshot_words, Arrays, Call, DeviceFault, DeviceOp, HostRecord, View,
+    CALL_IN_GROUP, CALL_MIRROR, FREE_PAGE_IDS, FREE_SEGMENT, FREE_SLOTS, NOT_POW2, TAG_LIMIT,
 };
 use super::memory::{DeviceMemory, MappedHost};
 use crate::pool::config::Layout;
@@ -74,6 +74,8 @@ pub struct DebugLayout {
     pub staged: usize,
     /// Offset of the page words.
     pub state: usize,
+    /// Offset of the fill points (`u32` per page: slots of an allocated page handed out).
+    pub fill: usize,
     /// Pages of the pool.
     pub num_pages: u32,
 }
@@ -157,6 +159,7 @@ impl DevicePool {
             ring: memory.at(arrays.ring),
             staged: memory.at(arrays.staged),
             state: memory.at(arrays.state),
+            fill: memory.at(arrays.fill),
             claim: memory.at(arrays.claim),
             group_idx: memory.at(arrays.group_idx),
             group_ord: memory.at(arrays.group_ord),
@@ -282,6 +285,7 @@ impl DevicePool {
             ring: arrays.ring,
             staged: arrays.staged,
             state: arrays.state,
+            fill: arrays.fill,
             num_pages: self.layout.num_pages,
         }
     }
@@ -1007,6 +1011,49 @@ impl DevicePool {
         Ok(())
     }
 
+    /// Enqueues a rewind (see [`crate::Pool::rewind`]): each `last_kept[i]` becomes its
+    /// page's last handed-out slot. Counts do not change.
+    ///
+    /// # Safety
+    /// `last_kept` must be device memory holding `len` indices, alive until the stream
+    /// passes the call.
+    pub unsafe fn rewind(
+        &mut self,
+        last_kept: CUdeviceptr,
+        len: usize,
+        stream: CUstream,
+    ) -> Result<(), PoolError> {
+        let result = (|| {
+            self.enter(stream, false)?;
+            if len == 0 {
+                return Ok(());
+            }
+            if len as u64 > u64::from(self.layout.num_pages) {
+                return fail(
+                    ErrorKind::LastLocMismatch,
+                    format!(
+                        "{len} slots but the pool has {} pages: some page is rewound twice",
+                        self.layout.num_pages
+                    ),
+                );
+            }
+            let len64 = len as u64;
+            // SAFETY: `kvp_rewind_*(View, Call, const Index *last_kept, u64 len)`; one block.
+            unsafe {
+                self.run(
+                    self.kernels.typed.rewind,
+                    1,
+                    FREE_BLOCK,
+                    DeviceOp::Rewind as u32,
+                    Step::Keep,
+                    stream,
+                    &[arg(&last_kept), arg(&len64)],
+                )
+            }
+        })();
+        self.record_outcome(result)
+    }
+
     /// Opens a free group (host-only: no device work).
     pub fn free_group_begin(&mut self) -> Result<(), PoolError> {
         let result = if self.group_open {
@@ -1109,7 +1156,7 @@ impl DevicePool {
         let target = buffer.at(0);
         let counts = self.counts.counts();
         let exact = self.counts.is_exact();
-        let grid = self.grid_over(3 * u64::from(self.layout.num_pages) + 1);
+        let grid = self.grid_over(snapshot_words(self.layout.num_pages));
         // SAFETY: `kvp_backup(View, Call, u32 *snapshot)`; `buffer` holds `bytes`.
         let launched = unsafe {
             self.run(
@@ -1159,7 +1206,7 @@ impl DevicePool {
                 );
             }
             let source = snapshot.buffer.as_ref().map_or(0, |b| b.at(0));
-            let grid = self.grid_over(3 * u64::from(self.layout.num_pages) + 1);
+            let grid = self.grid_over(snapshot_words(self.layout.num_pages));
             // SAFETY: `kvp_restore(View, Call, u32 *snapshot)`.
             unsafe {
                 self.run(

@@ -90,9 +90,14 @@ pub unsafe extern "C" fn kvp_pool_alloc_async(
 /// Checked on the host before anything is enqueued: lengths (`KVP_STATUS_INVALID_LENGTHS`),
 /// `out_len` (`KVP_STATUS_BUFFER_TOO_SMALL`), shortage (`KVP_STATUS_OUT_OF_SLOTS`), NULLs,
 /// alignment, the stream (`KVP_STATUS_WRONG_STREAM`). Checked by the kernel: each
-/// `last_loc` (allocated, consistent with its prefix, no page extended twice). A kernel that
-/// finds a bad one changes nothing, writes the padding slot 0 to all of `out`, and faults the
-/// pool: the next call (or `kvp_pool_check_device`) returns `KVP_STATUS_DEVICE_FAULT`.
+/// `last_loc` (allocated, consistent with its prefix, its page's last handed-out slot — see
+/// `kvp_pool_rewind` — no page extended twice), and that the device lengths add up to the
+/// host plan (a stale device copy: the fault names the first request that runs past the
+/// plan, or the last request when the device totals fall short of it). The kernel never
+/// writes past `out[extend_num_tokens)` and never takes a page the host did not count,
+/// whatever the device lengths say. A kernel that finds a bad element changes nothing,
+/// writes the padding slot 0 to all of `out[0 .. extend_num_tokens)`, and faults the pool:
+/// the next call (or `kvp_pool_check_device`) returns `KVP_STATUS_DEVICE_FAULT`.
 ///
 /// Enqueues one kernel (plus a merge when `need_sort` frees must be merged first). All five
 /// device buffers must stay alive until the stream passes the call; the host arrays are read
@@ -218,6 +223,36 @@ pub unsafe extern "C" fn kvp_pool_free_indices_async(
         tri!(check_device_ptr(indices, len, index_align(pool), "indices"));
         // SAFETY: forwarded caller contract.
         status_of(unsafe { pool.free(device_ptr(indices), len, stream_of(stream)) })
+    })
+}
+
+/// Enqueues a rewind on `stream` (`kvp_pool_rewind` semantics): each `last_kept[i]` (device)
+/// becomes its page's last handed-out slot, so the next continuation from it gets the slots
+/// after it again (speculative decoding that rejected draft tokens). The host checks
+/// NULLs, alignment and the stream; the kernel checks each slot (allocated, at or before its
+/// page's fill point, each page once); a bad one changes nothing and faults the pool. Counts
+/// do not change. `last_kept` must stay alive until the stream passes the call. One kernel
+/// (one block).
+///
+/// # Safety
+/// As for `kvp_pool_free_indices_async`.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_pool_rewind_async(
+    pool: *mut kvp_pool,
+    last_kept: *const c_void,
+    len: usize,
+    stream: *mut CUstream_st,
+) -> kvp_status {
+    with_device_pool(pool, |pool| {
+        tri!(check_device_ptr(
+            last_kept,
+            len,
+            index_align(pool),
+            "last_kept"
+        ));
+        // SAFETY: forwarded caller contract.
+        status_of(unsafe { pool.rewind(device_ptr(last_kept), len, stream_of(stream)) })
     })
 }
 
