@@ -685,13 +685,15 @@ void bench_decode(Context &c, int64_t bs) {
   expect_equal(setup_slots, setup_expected, what + " (setup extend)");
 
   std::vector<int64_t> seq(bs), last_loc(bs);
-  std::vector<int32_t> starters;  // requests whose new token starts a page
+  std::vector<int32_t> starters;       // requests whose new token starts a page
+  std::vector<int64_t> continuing_at;  // last_loc of the others (they fill their page)
   int64_t offset = 0;
   for (int64_t i = 0; i < bs; ++i) {
     offset += setup_len[i];
     seq[i] = setup_len[i] + 1;
     last_loc[i] = setup_slots[static_cast<size_t>(offset - 1)];
     if ((seq[i] - 1) % ps == 0) starters.push_back(static_cast<int32_t>(i));
+    else continuing_at.push_back(last_loc[i]);
   }
   Batch b(std::vector<int64_t>(bs, 0), seq, last_loc);
   const auto expected = model.decode(b.seq, b.last_loc);
@@ -701,9 +703,18 @@ void bench_decode(Context &c, int64_t bs) {
   DeviceArray<int64_t> pages(starters.size());
   const int count = static_cast<int>(starters.size());
 
+  DeviceArray<int64_t> d_continuing(continuing_at.size());
+  d_continuing.upload(continuing_at);
+  // Each page remembers how far it is filled, so repeating the step needs the continuing
+  // requests' pages rewound (kvp_pool_rewind_async, as after rejected speculative tokens).
+  auto rewind = [&] {
+    if (!continuing_at.empty())
+      KVP_CHECK(kvp_pool_rewind_async(p.pool, d_continuing.get(), continuing_at.size(), p.s));
+  };
   // Undo: the token pool frees the decode slots; a paged pool gives back exactly the new
-  // pages, in batch order, so the next step takes the same pages again.
-  auto undo = [&] {
+  // pages, in batch order, so the next step takes the same pages again, and rewinds the
+  // pages the other requests continued.
+  auto free_new_pages = [&] {
     if (ps == 1) {
       p.free_indices(out, out.len());
     } else if (count > 0) {
@@ -713,6 +724,10 @@ void bench_decode(Context &c, int64_t bs) {
       p.free_pages(pages, pages.len());
     }
   };
+  auto undo = [&] {
+    free_new_pages();
+    rewind();
+  };
 
   p.alloc_decode(b, out);
   expect_equal(out.download(p.s, out.len()), expected, what);
@@ -721,21 +736,36 @@ void bench_decode(Context &c, int64_t bs) {
   const Stats host = time_host(c.cfg, p.s, [] {}, [&] { p.alloc_decode(b, out); }, undo);
   p.check_settled(held, what + " (host timing)");
 
-  // Replays start from the state of the first call: a clear and the setup.
-  const DeviceTime device = alloc_device_time(
-      c, what,
+  // Replays start from the state of the first call: a clear and the setup. A replayed
+  // step is the decode and the rewind that makes the next replay a valid continuation; the
+  // rewind alone, replayed the same way, is subtracted.
+  auto reset = [&] {
+    p.clear();
+    p.alloc_extend(setup, setup_out);
+    CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, out.len() * sizeof(int64_t), p.s));
+  };
+  DeviceTime device = alloc_device_time(
+      c, what, reset,
       [&] {
-        p.clear();
-        p.alloc_extend(setup, setup_out);
-        CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, out.len() * sizeof(int64_t), p.s));
+        p.alloc_decode(b, out);
+        rewind();
       },
-      [&] { p.alloc_decode(b, out); }, undo,
+      free_new_pages,
       [&] {
         p.check_settled(held + static_cast<uint64_t>(count * ps), what + " (graph replays)");
         expect_equal(out.download(p.s, out.len()), expected, what + " after graph replays");
       });
   p.check_settled(held + (device.graph ? static_cast<uint64_t>(count * ps) : 0),
                   what + " (device timing)");
+  if (!continuing_at.empty()) {
+    reset();
+    cudaGraph_t g = capture(p.s, rewind);
+    const double rewind_us = graph_device_us(c.cfg, p.s, g, c.cfg.graph_copies, 1);
+    CUDA_CHECK(cudaGraphDestroy(g));
+    p.check_settled(held, what + " (rewind replays)");
+    device.us -= rewind_us;
+    device.method += " less rewind";
+  }
   p.clear();
 
   add_row(c, "alloc_decode", bs, host, device, 8.0 * bs);

@@ -573,7 +573,9 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
 
 // Rewind (speculative decoding): each last_kept[i] becomes its page's last handed-out slot.
 // Checked: an allocated slot at or before its page's fill point, each page once. One block;
-// fill points change only once the whole call is known to be valid.
+// fill points change only once the whole call is known to be valid. The free list does not
+// change, so the kernel leaves both cursors alone (the host does not flip the parity after
+// it): a captured [alloc_decode, rewind] pair then replays to the same slots every time.
 template <typename Index>
 __device__ void rewind(View v, Call call, const Index *last_kept, unsigned long long len) {
   __shared__ unsigned long long errors;
@@ -614,7 +616,7 @@ __device__ void rewind(View v, Call call, const Index *last_kept, unsigned long 
   }
   if (threadIdx.x == 0) {
     if (!dead && verdict != NO_ERROR) raise_fault(v, call, verdict, (long long)last_kept[verdict >> 8]);
-    commit(v, call, c);
+    mirror_counts(v, call, c);
   }
 }
 

@@ -3,8 +3,18 @@
 # git-ignored gpu-artifacts/ (the GPU machine has no Rust): the release library and the
 # GPU test binaries. Then run scripts/gpu/run.sh on the GPU machine with gpu-artifacts/
 # carried along (the device tool: carry ["gpu-artifacts"]).
+#
+#   scripts/gpu/pack.sh [--before REV]
+#
+# --before REV also packs revision REV's library, header and C++ benchmark into
+# gpu-artifacts/before/ (built in a temporary worktree), for BENCH_BEFORE=gpu-artifacts/before
+# scripts/gpu/run.sh bench: before/after figures from one GPU run.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+BEFORE_REV=""
+if [[ "${1:-}" == "--before" ]]; then
+    BEFORE_REV=${2:?--before needs a revision}
+fi
 
 scripts/build-kernels.sh --verify
 cargo build --release --lib --example demo
@@ -29,3 +39,19 @@ for line in sys.stdin:
 strip --strip-debug gpu-artifacts/bin/* gpu-artifacts/lib/*
 ls -la gpu-artifacts/bin gpu-artifacts/lib
 du -sh gpu-artifacts/bin gpu-artifacts/lib
+
+if [[ -n "$BEFORE_REV" ]]; then
+    tree=$(mktemp -d)
+    git worktree add --quiet --detach "$tree" "$BEFORE_REV"
+    (cd "$tree" && CARGO_TARGET_DIR="$OLDPWD/target/before" cargo build --release --lib) ||
+        { git worktree remove --force "$tree"; exit 1; }
+    rm -rf gpu-artifacts/before
+    mkdir -p gpu-artifacts/before/lib gpu-artifacts/before/include
+    cp target/before/release/libkvpool.so gpu-artifacts/before/lib/libkvpool.so
+    cp target/before/release/libkvpool.so gpu-artifacts/before/lib/libkvpool.so.0.1
+    cp "$tree"/include/kvpool.h gpu-artifacts/before/include/
+    cp "$tree"/bench-gpu/kvpool_bench.cu gpu-artifacts/before/
+    strip --strip-debug gpu-artifacts/before/lib/*
+    git worktree remove --force "$tree"
+    echo "packed revision $BEFORE_REV into gpu-artifacts/before"
+fi

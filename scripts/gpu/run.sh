@@ -7,8 +7,9 @@
 #
 # Environment: OUT (logs), SANITIZE_OPS (lockstep operations per configuration under the
 # sanitizers, default 600), BENCH_PYTHON=0 (C++ benchmark only), BENCH_ARGS, TAIL_LINES,
-# BENCH_BEFORE_LIB (a folder with an earlier build's libkvpool.so.0.1: the C++ benchmark
-# runs against it too, right after, for before/after figures from one machine and run).
+# BENCH_BEFORE (gpu-artifacts/before, made by `scripts/gpu/pack.sh --before REV`: the C++
+# benchmark of that revision, built against its own header and library, runs right after
+# this one, for before/after figures from one machine and one run).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -69,10 +70,13 @@ for step in "${steps[@]}"; do
             -Lgpu-artifacts/lib -lkvpool -lcuda -Xlinker -rpath -Xlinker "$PWD/gpu-artifacts/lib" -o "$LOGS/kvpool_bench"
         run bench-cpp "$LOGS/kvpool_bench" --csv "$OUT/bench_cpp.csv" ${BENCH_ARGS:-}
         cp "$LOGS/bench-cpp.log" "$OUT/bench_cpp.md"
-        if [[ -n "${BENCH_BEFORE_LIB:-}" ]]; then
-            run bench-cpp-before env LD_LIBRARY_PATH="$BENCH_BEFORE_LIB" "$LOGS/kvpool_bench" \
+        if [[ -n "${BENCH_BEFORE:-}" ]]; then
+            BEFORE=$(cd "$BENCH_BEFORE" && pwd)
+            run bench-build-before "$NVCC" -O2 -std=c++17 -arch=sm_90 -I"$BEFORE/include" \
+                "$BEFORE/kvpool_bench.cu" -L"$BEFORE/lib" -lkvpool -lcuda -Xlinker -rpath \
+                -Xlinker "$BEFORE/lib" -o "$LOGS/kvpool_bench_before"
+            run bench-cpp-before env LD_LIBRARY_PATH="$BEFORE/lib" "$LOGS/kvpool_bench_before" \
                 --csv "$OUT/bench_cpp_before.csv" ${BENCH_ARGS:-}
-            LD_LIBRARY_PATH="$BENCH_BEFORE_LIB" ldd "$LOGS/kvpool_bench" | grep kvpool
             cp "$LOGS/bench-cpp-before.log" "$OUT/bench_cpp_before.md"
         fi
         if [[ "${BENCH_PYTHON:-1}" != 0 ]]; then
@@ -85,7 +89,7 @@ for step in "${steps[@]}"; do
 done
 
 # Every log, in one file (the device tool brings back at most eight).
-tar -czf "$OUT/logs.tar.gz" -C "$LOGS" --exclude cuda_batch --exclude kvpool_bench .
+tar -czf "$OUT/logs.tar.gz" -C "$LOGS" --exclude cuda_batch --exclude kvpool_bench --exclude kvpool_bench_before .
 if [[ ${#failed[@]} -gt 0 ]]; then
     echo "GPU check FAILED: ${failed[*]}"
     exit 1

@@ -43,6 +43,16 @@ pub(crate) enum Step {
     Set { counts: Counts, exact: bool },
     /// Nothing changes (a backup).
     Keep,
+    /// Nothing changes and the kernel leaves the free list's cursors alone (a rewind): the
+    /// host does not flip the cursor parity after it.
+    InPlace,
+}
+
+impl Step {
+    /// Whether the kernel writes the other cursor (then the next call must read that one).
+    pub(crate) fn moves_cursor(&self) -> bool {
+        !matches!(self, Step::InPlace)
+    }
 }
 
 impl Step {
@@ -68,7 +78,7 @@ impl Step {
                 c.staged = 0;
             }
             Step::Set { counts, .. } => *c = counts,
-            Step::Keep => {}
+            Step::Keep | Step::InPlace => {}
         }
     }
 }

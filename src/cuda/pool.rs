@@ -446,7 +446,9 @@ impl DevicePool {
         args.extend_from_slice(extra);
         // SAFETY: forwarded contract.
         unsafe { launch(function, grid, block, stream, &mut args) }?;
-        self.parity ^= 1;
+        if step.moves_cursor() {
+            self.parity ^= 1;
+        }
         self.counts.record(call.seq, step);
         Ok(())
     }
@@ -1045,7 +1047,7 @@ impl DevicePool {
                     1,
                     FREE_BLOCK,
                     DeviceOp::Rewind as u32,
-                    Step::Keep,
+                    Step::InPlace,
                     stream,
                     &[arg(&last_kept), arg(&len64)],
                 )
