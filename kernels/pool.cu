@@ -305,7 +305,7 @@ __device__ void alloc_pages(View v, Call call, unsigned long long pages, Index *
     const uint32_t page = v.ring[ring_pos(c.head, div_ps(t, v), n)];
     if (in_page == 0) {
       v.state[page] = page_word(KIND_ALLOCATED, call.tag);
-      v.fill[page] = v.page_size;
+      if (v.page_size > 1) v.fill[page] = fill_word(call.tag, v.page_size);
     }
     out[t] = (Index)((unsigned long long)page * v.page_size + in_page);
   }
@@ -345,24 +345,40 @@ __device__ inline Shape shape_of(unsigned long long prefix, unsigned long long s
 }
 
 // Checks request `i`'s last_loc: ERR_NONE or what is wrong. It must be its page's last
-// handed-out slot (the fill point), so a stale last_loc cannot hand a slot out twice. A
-// request that writes into its prefix's page claims it, so two requests of the batch cannot
-// extend one page.
+// handed-out slot (the fill point), so a stale last_loc cannot hand a slot out twice. A request
+// that writes `added` slots into its prefix's page (`added > 0`) advances the page's fill point
+// at once, tagged with the call and the old value kept in fill_prev (a failing call restores
+// it): a check of another request that then finds the call's own tag on the page knows two
+// requests of the call meet in one page. With `claim`, the request also claims the page, so
+// two requests extending it are caught whichever checks first. Token pools (one slot a page)
+// have nothing to track.
 __device__ uint32_t check_last_loc(const View &v, const Call &call, uint32_t i, long long ll,
-                                   unsigned long long prefix, bool extends_page) {
+                                   unsigned long long prefix, unsigned long long added,
+                                   bool claim) {
   if (prefix == 0) return ll == -1 ? ERR_NONE : ERR_LAST_LOC_EMPTY;
   const uint32_t err = slot_error(ll, v);
   if (err != ERR_NONE) return err;
   const uint32_t page = (uint32_t)div_ps((unsigned long long)ll, v);
+  const bool tracked = v.page_size > 1;
+  // Both loads at once: the fill word is needed unless the page word fails.
   const uint32_t word = v.state[page];
+  const unsigned long long filled = tracked ? v.fill[page] : 0;
   // A page this very call allocates was free before it: not the prefix's page.
   if (kind_of(word) != KIND_ALLOCATED || tag_of(word) == call.tag) return ERR_NOT_ALLOCATED;
+  const unsigned long long in_page = mod_ps((unsigned long long)ll, v);
   if (mod_ps((unsigned long long)ll + 1, v) != mod_ps(prefix, v)) return ERR_LAST_LOC;
-  if (v.fill[page] != mod_ps((unsigned long long)ll, v) + 1) return ERR_FILL;
-  if (extends_page) {
+  if (tracked) {
+    if (fill_tag(filled) == call.tag) return ERR_SHARED_PAGE;
+    if (fill_of(filled) != in_page + 1) return ERR_FILL;
+  }
+  if (claim) {
     const unsigned long long mine = ((unsigned long long)call.tag << 32) | (i + 1u);
     const unsigned long long old = atomicExch(&v.claim[page], mine);
     if ((old >> 32) == call.tag && old != mine) return ERR_SHARED_PAGE;
+  }
+  if (added > 0 && tracked) {
+    v.fill_prev[page] = fill_of(filled);
+    v.fill[page] = fill_word(call.tag, in_page + 1 + added);
   }
   return ERR_NONE;
 }
@@ -383,8 +399,8 @@ __device__ inline bool lengths_sane(const View &v, long long prefix, long long s
 // invalid), or device totals short of it, fault the call (ERR_LENGTHS naming the request).
 //
 // Fill points: new pages get theirs as their tokens are written (nobody else may look at a
-// page this call takes); a prefix page's fill point advances only once the verdict is known,
-// so every check of the call reads the fill points as they were before it.
+// page this call takes); a prefix page's advances in its request's check (see
+// check_last_loc) and is restored if the call fails.
 template <int BLOCK, typename Index>
 __device__ void extend(View v, Call call, const long long *prefix_lens, const long long *seq_lens,
                        const Index *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,
@@ -419,20 +435,19 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   const uint32_t r = threadIdx.x;
   Shape s{0, 0, 0};
   long long ll = -1;
+  bool sane = true;
   if (r < mine) {
-    bool sane;
     s = device_shape(first + r, &sane);
     ll = (long long)last_loc[first + r];
-    if (!sane) {
-      report(&errors, first + r, ERR_LENGTHS);
-    } else if (!dead) {
+    if (!dead) {
       // The last_loc checks only decide the verdict, so they run first and their memory
       // latency overlaps the scans. A page this call allocates meanwhile carries its tag.
-      // A batch of one cannot extend a page twice: no claim needed.
+      // A batch of one cannot extend a page twice: no claim needed. (Unusable lengths give
+      // an empty shape: no claim, no fill point moved; the call fails below.)
       const bool claim = s.part1 > 0 && batch > 1;
-      const uint32_t err =
-          check_last_loc(v, call, first + r, ll, (unsigned long long)prefix_of(first + r), claim);
-      if (err != ERR_NONE) report(&errors, first + r, err);
+      const uint32_t err = check_last_loc(v, call, first + r, ll,
+                                          (unsigned long long)prefix_of(first + r), s.part1, claim);
+      if (err != ERR_NONE && sane) report(&errors, first + r, err);
     }
   }
 
@@ -456,18 +471,8 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
     page_off[r] = page_rank;
     part1[r] = s.part1;
     last[r] = ll;
-    // The first request whose device lengths run past the host's plan is named.
-    if (tok_before + tok_rank + s.tokens > total_tokens ||
-        pages_before + page_rank + s.new_pages > total_pages)
-      report(&errors, first + r, ERR_LENGTHS);
   }
-  if (r == 0) {
-    tok_off[mine] = my_tokens;
-    // Device totals short of the plan: named by the batch's last request.
-    if (blockIdx.x == gridDim.x - 1 &&
-        (tok_before + my_tokens < total_tokens || pages_before + my_pages_total < total_pages))
-      report(&errors, batch - 1, ERR_LENGTHS);
-  }
+  if (r == 0) tok_off[mine] = my_tokens;
   __syncthreads();
 
   // Within the plan: this block's writes and pages lie inside out[0, total_tokens) and the
@@ -511,9 +516,9 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
         const uint32_t page =
             staged ? pages[rank] : v.ring[ring_pos(c.head, pages_before + rank, n)];
         const unsigned long long in_page = mod_ps(j, v);
-        if (in_page == 0) {
+        if (in_page == 0 && v.page_size > 1) {
           const unsigned long long left = tok_off[lo + 1] - tok_off[lo] - part1[lo] - j;
-          v.fill[page] = (uint32_t)(left < v.page_size ? left : v.page_size);
+          v.fill[page] = fill_word(call.tag, left < v.page_size ? left : v.page_size);
         }
         slot = (Index)((unsigned long long)page * v.page_size + in_page);
       }
@@ -521,38 +526,39 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
     out[tok_before + t] = slot;
   }
 
-  const bool single = gridDim.x == 1;
+  // Whether the device lengths agree with the plan only decides the verdict: checked after
+  // the writes (which the plan already bounds). Named: an unusable request, else the first
+  // request that runs past the plan, else (device totals short of it) the last request.
+  if (r < mine && (!sane || tok_before + tok_rank + s.tokens > total_tokens ||
+                   pages_before + page_rank + s.new_pages > total_pages))
+    report(&errors, first + r, ERR_LENGTHS);
+  if (r == 0 && blockIdx.x == gridDim.x - 1 &&
+      (tok_before + my_tokens < total_tokens || pages_before + my_pages_total < total_pages))
+    report(&errors, batch - 1, ERR_LENGTHS);
+
   if (!conclude(h, &errors)) return;
   const unsigned long long verdict = errors;
   const bool failed = !dead && (short_ || verdict != NO_ERROR);
   if (failed) {
-    // Undo: the new pages go back to free, every output becomes the padding slot.
+    // Undo: the new pages go back to free, the prefix pages this call advanced get their fill
+    // points back, every output becomes the padding slot.
     if (!short_) {
       for (unsigned long long k = threadIdx.x; k < total_pages; k += BLOCK)
         v.state[v.ring[ring_pos(c.head, k, n)]] = page_word(KIND_FREE, 0);
+    }
+    if (v.page_size > 1) {
+      for (uint32_t i = threadIdx.x; i < batch; i += BLOCK) {
+        const long long prev = (long long)last_loc[i];
+        if (slot_error(prev, v) != ERR_NONE) continue;
+        const uint32_t page = (uint32_t)div_ps((unsigned long long)prev, v);
+        if (fill_tag(v.fill[page]) == call.tag) v.fill[page] = fill_word(0, v.fill_prev[page]);
+      }
     }
     for (unsigned long long t = threadIdx.x; t < total_tokens; t += BLOCK) out[t] = 0;
   } else if (dead) {
     // Blocks wrote zeros where the device lengths put their tokens; the plan's whole output
     // must be the padding slot, even where those disagree with it.
     for (unsigned long long t = threadIdx.x; t < total_tokens; t += BLOCK) out[t] = 0;
-  } else {
-    // Committed: the prefix pages this call wrote into advance their fill points. One block
-    // holds every request itself; otherwise the last block walks the batch.
-    auto advance_fill = [&](long long prev, unsigned long long added) {
-      if (added == 0) return;
-      const unsigned long long slot = (unsigned long long)prev;
-      v.fill[div_ps(slot, v)] = (uint32_t)(mod_ps(slot, v) + 1 + added);
-    };
-    if (single) {
-      if (r < mine) advance_fill(ll, s.part1);
-    } else {
-      for (uint32_t i = threadIdx.x; i < batch; i += BLOCK) {
-        bool sane;
-        const Shape q = device_shape(i, &sane);
-        advance_fill((long long)last_loc[i], q.part1);
-      }
-    }
   }
   if (threadIdx.x == 0) {
     Cursor next = c;
@@ -591,7 +597,7 @@ __device__ void rewind(View v, Call call, const Index *last_kept, unsigned long 
       const uint32_t page = (uint32_t)div_ps((unsigned long long)value, v);
       if (kind_of(v.state[page]) != KIND_ALLOCATED) {
         err = ERR_NOT_ALLOCATED;
-      } else if (mod_ps((unsigned long long)value, v) >= v.fill[page]) {
+      } else if (v.page_size > 1 && mod_ps((unsigned long long)value, v) >= fill_of(v.fill[page])) {
         err = ERR_REWIND_AHEAD;
       } else {
         const unsigned long long mine = ((unsigned long long)call.tag << 32) | (i + 1);
@@ -608,10 +614,10 @@ __device__ void rewind(View v, Call call, const Index *last_kept, unsigned long 
   }
   __syncthreads();
   const unsigned long long verdict = errors;
-  if (!dead && verdict == NO_ERROR) {
+  if (!dead && verdict == NO_ERROR && v.page_size > 1) {
     for (unsigned long long i = threadIdx.x; i < len; i += blockDim.x) {
       const unsigned long long slot = (unsigned long long)last_kept[i];
-      v.fill[div_ps(slot, v)] = (uint32_t)(mod_ps(slot, v) + 1);
+      v.fill[div_ps(slot, v)] = fill_word(call.tag, mod_ps(slot, v) + 1);
     }
   }
   if (threadIdx.x == 0) {
@@ -843,28 +849,33 @@ __device__ void retag(View v) {
   for (unsigned long long p = first; p <= v.num_pages; p += stride) {
     v.state[p] &= KIND_MASK;
     v.claim[p] = 0;
+    v.fill[p] = fill_word(0, fill_of(v.fill[p]));
   }
   for (unsigned long long slot = first; slot < v.size + v.page_size; slot += stride)
     v.slot_tags[slot] = 0;
 }
 
-// Snapshot layout: Cursor, then ring, staged, state words and fill points.
+// Snapshot layout: Cursor, then ring, staged, state words and fill words (two each).
 __device__ void copy_state(View v, Call call, uint32_t *snap, bool restore) {
   const unsigned long long n = v.num_pages;
-  const unsigned long long words = 4 * n + 2;
+  const unsigned long long fill_at = 3 * n + 1;
+  const unsigned long long words = fill_at + 2 * (n + 1);
+  uint32_t *fill_halves = reinterpret_cast<uint32_t *>(v.fill);
   uint32_t *arrays = snap + sizeof(Cursor) / sizeof(uint32_t);
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
   for (unsigned long long w = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; w < words;
        w += stride) {
-    const bool is_state = w >= 2 * n && w < 3 * n + 1;
+    const bool is_state = w >= 2 * n && w < fill_at;
     uint32_t *live = w < n ? &v.ring[w]
                      : w < 2 * n ? &v.staged[w - n]
                      : is_state ? &v.state[w - 2 * n]
-                                : &v.fill[w - (3 * n + 1)];
+                                : &fill_halves[w - fill_at];
     if (restore) {
       uint32_t word = arrays[w];
-      // Tags of a restored page map may repeat later calls' tags: clear them.
+      // Tags of a restored page map may repeat later calls' tags: clear them (a fill word's
+      // tag is its high half).
       if (is_state) word &= KIND_MASK;
+      if (w >= fill_at && ((w - fill_at) & 1)) word = 0;
       *live = word;
     } else {
       arrays[w] = *live;

@@ -26,6 +26,16 @@ __host__ __device__ inline uint32_t page_word(uint32_t kind, uint32_t tag) {
 __host__ __device__ inline uint32_t kind_of(uint32_t word) { return word & KIND_MASK; }
 __host__ __device__ inline uint32_t tag_of(uint32_t word) { return word >> KIND_BITS; }
 
+// Fill words: the fill point in the low half, the tag of the call that set it in the high half
+// (so a check can tell "advanced by another request of this very call" without a barrier).
+__host__ __device__ inline unsigned long long fill_word(uint32_t tag, unsigned long long fill) {
+  return ((unsigned long long)tag << 32) | fill;
+}
+__host__ __device__ inline uint32_t fill_of(unsigned long long word) { return (uint32_t)word; }
+__host__ __device__ inline uint32_t fill_tag(unsigned long long word) {
+  return (uint32_t)(word >> 32);
+}
+
 // The free list's shape. Kept twice (`Header::cursor[2]`): a kernel reads cursor[in] and
 // writes cursor[in ^ 1]; the host flips `in` after every launch. Multi-block kernels can then
 // update the shape without a grid-wide barrier: nobody reads what is being written.
@@ -104,8 +114,11 @@ struct View {
   uint32_t *ring;        // num_pages page ids, circular
   uint32_t *staged;      // num_pages
   uint32_t *state;       // num_pages + 1 page words
-  uint32_t *fill;        // num_pages + 1: slots of each allocated page handed out so far;
-                         // a continuation (last_loc) must end exactly there
+  unsigned long long *fill;  // num_pages + 1: (tag << 32) | slots of the page handed out so
+                             // far (its fill point; a continuation must end exactly there),
+                             // tagged with the call that last set it. Paged pools only.
+  uint32_t *fill_prev;   // num_pages + 1: a prefix page's fill point before the current call
+                         // advanced it, to undo a call that fails
   unsigned long long *claim;  // num_pages + 1: (tag << 32 | request + 1) of the request
                               // that extends the page (per request, so a graph replay of
                               // the same call is not mistaken for a second request)

@@ -47,6 +47,7 @@ pub(crate) struct View {
     pub staged: u64,
     pub state: u64,
     pub fill: u64,
+    pub fill_prev: u64,
     pub claim: u64,
     pub group_idx: u64,
     pub group_ord: u64,
@@ -96,6 +97,7 @@ pub(crate) struct Arrays {
     pub staged: usize,
     pub state: usize,
     pub fill: usize,
+    pub fill_prev: usize,
     pub claim: usize,
     pub group_idx: usize,
     pub group_ord: usize,
@@ -110,7 +112,7 @@ fn aligned(offset: usize) -> usize {
 }
 
 impl Arrays {
-    /// Byte offsets for a pool of `num_pages` pages and `kv_rows` slots: 36 bytes a page
+    /// Byte offsets for a pool of `num_pages` pages and `kv_rows` slots: 44 bytes a page
     /// plus 4 a slot (the slot tags of a paged free by index).
     pub fn new(num_pages: u32, kv_rows: u64) -> Self {
         let n = num_pages as usize;
@@ -118,7 +120,8 @@ impl Arrays {
         let staged = aligned(ring + 4 * n);
         let state = aligned(staged + 4 * n);
         let fill = aligned(state + 4 * (n + 1));
-        let claim = aligned(fill + 4 * (n + 1));
+        let fill_prev = aligned(fill + 8 * (n + 1));
+        let claim = aligned(fill_prev + 4 * (n + 1));
         let group_idx = aligned(claim + 8 * (n + 1));
         let group_ord = aligned(group_idx + 4 * n);
         let scratch = aligned(group_ord + 4 * n);
@@ -129,6 +132,7 @@ impl Arrays {
             staged,
             state,
             fill,
+            fill_prev,
             claim,
             group_idx,
             group_ord,
@@ -139,9 +143,10 @@ impl Arrays {
     }
 }
 
-/// 4-byte words of a snapshot after its cursor: the ring, staged, state words and fill points.
+/// 4-byte words of a snapshot after its cursor: the ring, staged and state words, then the
+/// fill words (two halves each).
 pub(crate) fn snapshot_words(num_pages: u32) -> u64 {
-    4 * u64::from(num_pages) + 2
+    5 * u64::from(num_pages) + 3
 }
 
 /// Bytes of a snapshot: a cursor, then [`snapshot_words`] words.
@@ -322,7 +327,7 @@ mod tests {
         assert_eq!(std::mem::size_of::<Cursor>(), 32);
         assert_eq!(std::mem::size_of::<Header>(), 96);
         assert_eq!(std::mem::size_of::<HostRecord>(), 64);
-        assert_eq!(std::mem::size_of::<View>(), 112);
+        assert_eq!(std::mem::size_of::<View>(), 120);
         assert_eq!(std::mem::size_of::<Call>(), 24);
     }
 

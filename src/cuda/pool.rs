@@ -74,7 +74,8 @@ pub struct DebugLayout {
     pub staged: usize,
     /// Offset of the page words.
     pub state: usize,
-    /// Offset of the fill points (`u32` per page: slots of an allocated page handed out).
+    /// Offset of the fill words (`u64` per page; paged pools only): the low half is how many
+    /// slots of an allocated page were handed out, the high half the tag of the call that set it.
     pub fill: usize,
     /// Pages of the pool.
     pub num_pages: u32,
@@ -160,6 +161,7 @@ impl DevicePool {
             staged: memory.at(arrays.staged),
             state: memory.at(arrays.state),
             fill: memory.at(arrays.fill),
+            fill_prev: memory.at(arrays.fill_prev),
             claim: memory.at(arrays.claim),
             group_idx: memory.at(arrays.group_idx),
             group_ord: memory.at(arrays.group_ord),
