@@ -1009,7 +1009,7 @@ struct kvp_request {
    */
   uint64_t output_len;
   /**
-   * Priority (with `enable_priority`).
+   * Priority (with `enable_priority`); any value, `INT64_MIN` and `INT64_MAX` included.
    */
   int64_t priority;
   /**

@@ -130,7 +130,7 @@ pub struct kvp_request {
     pub max_new_tokens: u64,
     /// Tokens generated so far (0 for a new request).
     pub output_len: u64,
-    /// Priority (with `enable_priority`).
+    /// Priority (with `enable_priority`); any value, `INT64_MIN` and `INT64_MAX` included.
     pub priority: i64,
     /// Generates all `max_new_tokens` regardless of EOS.
     pub ignore_eos: bool,

@@ -774,7 +774,7 @@ impl Scheduler {
         });
         let mut victims = Vec::new();
         for cand in order {
-            if prio.rank(self.requests[cand].spec.priority) - rank <= threshold {
+            if prio.rank(self.requests[cand].spec.priority) - rank <= i128::from(threshold) {
                 break;
             }
             let offset = PrefillBudget::running_offset(&cfg, &self.running_view(cand));

@@ -658,3 +658,39 @@ fn configs_that_never_admit_are_refused_naming_the_field() {
         );
     }
 }
+
+#[test]
+fn extreme_priorities_order_and_preempt_without_wrapping() {
+    // High values first: the rank of i64::MIN is -i64::MIN = 2^63, which wrapped to
+    // i64::MIN (the best rank) before; rank differences up to 2^64 overflowed.
+    let mut s = scheduler(10_000, 1, |c| {
+        c.priority = Some(PriorityConfig {
+            low_values_first: false,
+            preemption_threshold: Some(10),
+        });
+        c.max_running_requests = Some(1);
+    });
+    s.submit(RequestSpec {
+        priority: i64::MIN,
+        ..spec(1, 100, 100)
+    })
+    .unwrap();
+    s.submit(RequestSpec {
+        priority: i64::MAX - 1,
+        ..spec(2, 100, 100)
+    })
+    .unwrap();
+    let plan = s.step(10_000, 0, true);
+    assert_eq!(plan.prefill.iter().map(|e| e.id).collect::<Vec<_>>(), [2]);
+    // The best priority preempts the worst one running.
+    s.finish(2).unwrap();
+    s.step(10_000, 0, true); // 1 runs
+    s.submit(RequestSpec {
+        priority: i64::MAX,
+        ..spec(3, 100, 100)
+    })
+    .unwrap();
+    let plan = s.step(9_000, 0, true);
+    assert_eq!(plan.preempted.iter().map(|e| e.id).collect::<Vec<_>>(), [1]);
+    assert_eq!(plan.prefill.iter().map(|e| e.id).collect::<Vec<_>>(), [3]);
+}
