@@ -162,11 +162,6 @@ impl PrefillAdder {
             .unwrap_or_else(|e| panic!("PrefillAdder::new: {}", e.message()))
     }
 
-    /// The configuration of this pass.
-    pub fn config(&self) -> &AdderConfig {
-        &self.config
-    }
-
     /// The budgets as they stand.
     pub fn budget(&self) -> &PrefillBudget {
         &self.budget
@@ -202,12 +197,20 @@ impl PrefillAdder {
         req: ChunkedCandidate,
     ) -> Result<ChunkedOutcome, PoolError> {
         req.check(self.config.page_size)?;
-        Ok(self.add_chunked_req(req))
+        Ok(self.continue_chunk(req))
     }
 
-    /// [`try_add_chunked_req`](Self::try_add_chunked_req) for a request within
-    /// `INT64_MAX` tokens (the scheduler's are within its capacity).
+    /// [`try_add_chunked_req`](Self::try_add_chunked_req) for a request known to be valid
+    /// (the scheduler's are within its capacity).
+    ///
+    /// # Panics
+    /// If [`ChunkedCandidate::check`] refuses it.
     pub fn add_chunked_req(&mut self, req: ChunkedCandidate) -> ChunkedOutcome {
+        self.try_add_chunked_req(req)
+            .unwrap_or_else(|e| panic!("PrefillAdder::add_chunked_req: {}", e.message()))
+    }
+
+    fn continue_chunk(&mut self, req: ChunkedCandidate) -> ChunkedOutcome {
         let rem_total = self.budget.rem_total_tokens().trunc() as i64;
         let chunk = self.budget.rem_chunk_tokens().unwrap_or(rem_total);
         let mut rem = chunk.min(rem_total);
