@@ -67,13 +67,13 @@
  * SGLang's default `CLIP_MAX_NEW_TOKENS`: the cap on a request's expected output when
  * reserving room for it (the stop condition still uses the real `max_new_tokens`).
  */
-#define CLIP_MAX_NEW_TOKENS 4096
+#define KVP_CLIP_MAX_NEW_TOKENS 4096
 
 /**
  * Decode steps of headroom a retraction estimate (and eviction) plans for
  * (`SGLANG_RETRACT_DECODE_STEPS`).
  */
-#define RETRACT_DECODE_STEPS 20
+#define KVP_RETRACT_DECODE_STEPS 20
 
 /**
  * Major version of the kvpool this header belongs to.
@@ -551,7 +551,7 @@ struct kvp_adder_config {
    */
   uint64_t num_mixed_decode_tokens;
   /**
-   * `CLIP_MAX_NEW_TOKENS` (4096).
+   * SGLang's `CLIP_MAX_NEW_TOKENS` (`KVP_CLIP_MAX_NEW_TOKENS`, 4096); must be positive.
    */
   uint64_t clip_max_new_tokens;
   /**
@@ -567,7 +567,7 @@ struct kvp_adder_config {
    */
   uint64_t max_chunked_requests;
   /**
-   * The current new-token ratio.
+   * The current new-token ratio; finite and positive.
    */
   double new_token_ratio;
   /**
@@ -893,7 +893,8 @@ struct kvp_scheduler_config {
    */
   uint64_t page_size;
   /**
-   * `max_prefill_tokens`: input-token budget of one prefill step (16384).
+   * `max_prefill_tokens`: input-token budget of one prefill step (16384); 1 to
+   * `INT64_MAX`.
    */
   uint64_t max_prefill_tokens;
   /**
@@ -901,7 +902,8 @@ struct kvp_scheduler_config {
    */
   uint64_t chunked_prefill_size;
   /**
-   * `CLIP_MAX_NEW_TOKENS` (4096): cap on expected output when reserving.
+   * SGLang's `CLIP_MAX_NEW_TOKENS` (`KVP_CLIP_MAX_NEW_TOKENS`, 4096): cap on expected
+   * output when reserving; must be positive.
    */
   uint64_t clip_max_new_tokens;
   /**
@@ -1012,7 +1014,7 @@ struct kvp_request {
    */
   uint64_t output_len;
   /**
-   * Priority (with `enable_priority`).
+   * Priority (with `enable_priority`); any value, `INT64_MIN` and `INT64_MAX` included.
    */
   int64_t priority;
   /**
@@ -1033,7 +1035,7 @@ struct kvp_submit_result {
   bool queued;
   /**
    * Tokens the request needs at admission: prompt + output so far + clipped remaining
-   * output + one page.
+   * output + one page; `UINT64_MAX` when that sum does not fit in 64 bits.
    */
   uint64_t needed;
   /**
@@ -1242,7 +1244,12 @@ struct kvp_adder_config kvp_adder_config_default(void);
  * the running requests (`num_running` entries; NULL when 0) and the number of chunked
  * requests in flight. Ownership: inputs are read during the call; `*out_adder` is owned
  * by the caller (`kvp_adder_free`). Fails with `KVP_STATUS_NULL_ARGUMENT` or
- * `KVP_STATUS_INVALID_ARGUMENT`; `*out_adder` is unmodified on failure.
+ * `KVP_STATUS_INVALID_ARGUMENT`, the message naming the field: `page_size`,
+ * `max_prefill_tokens` or `chunked_prefill_size` beyond `INT64_MAX`, `page_size`,
+ * `max_prefill_tokens`, `clip_max_new_tokens` or `max_chunked_requests` 0,
+ * `num_mixed_decode_tokens` beyond `INT64_MAX`, a `new_token_ratio` that is not finite
+ * and positive, or `available + evictable` beyond `INT64_MAX` tokens (it would wrap into
+ * a tiny budget); `*out_adder` is unmodified on failure.
  *
  * # Safety
  * Pointers valid for their stated lengths, or NULL.
@@ -1268,7 +1275,10 @@ void kvp_adder_free(struct kvp_adder *adder);
  * Offers a waiting request (SGLang's `add_one_req`): checks the total, input and chunk
  * budgets (locking the request's own cached prefix), admits it whole or as a page- and
  * tile-aligned first chunk, and writes the decision to `*out_admission`. A refused
- * request changes nothing.
+ * request changes nothing. Fails, changing nothing, with `KVP_STATUS_NULL_ARGUMENT` or
+ * `KVP_STATUS_INVALID_LENGTHS`: `prefix_len > input_len`, `prefix_evictable >
+ * prefix_len`, or an `input_len` that, rounded up to a page, exceeds `INT64_MAX` tokens
+ * (any `max_new_tokens` is fine: the budgets sum it exactly).
  *
  * # Safety
  * `candidate` and `out_admission` valid or NULL.
@@ -1283,7 +1293,9 @@ enum kvp_status kvp_adder_add_one_req(struct kvp_adder *adder,
  * still to go (SGLang's `add_chunked_req`; call it first in a pass). It progresses even
  * when the budget is spent, but never beyond what the free room holds (the rest of its
  * partial page plus whole free pages); `admitted` is false when that is nothing (it then
- * waits). `chunked` says tokens remain after this chunk.
+ * waits). `chunked` says tokens remain after this chunk. Fails, changing nothing, with
+ * `KVP_STATUS_NULL_ARGUMENT` or `KVP_STATUS_INVALID_LENGTHS` when `prefix_len +
+ * remaining`, rounded up to a page, exceeds `INT64_MAX` tokens.
  *
  * # Safety
  * `out_admission` writable or NULL.
@@ -1312,7 +1324,8 @@ struct kvp_delayer_config kvp_delayer_config_default(void);
 
 /**
  * Creates a delayer. Fails with `KVP_STATUS_NULL_ARGUMENT` or
- * `KVP_STATUS_INVALID_ARGUMENT` (`max_delay_passes` 0).
+ * `KVP_STATUS_INVALID_ARGUMENT`, the message naming the field (`max_delay_passes` 0, a
+ * NaN or infinite `token_usage_low_watermark` or `queue_min_ratio`).
  *
  * # Safety
  * `config`, `out_delayer` valid or NULL.
@@ -1331,6 +1344,8 @@ void kvp_delayer_free(struct kvp_delayer *delayer);
 
 /**
  * Computes this rank's contribution: `token_usage` is the pool's used fraction (0..1).
+ * Fails with `KVP_STATUS_NULL_ARGUMENT`, or `KVP_STATUS_INVALID_ARGUMENT` for a NaN or
+ * infinite `token_usage`.
  *
  * # Safety
  * `out_info` writable or NULL.
@@ -1958,9 +1973,14 @@ struct kvp_scheduler_config kvp_scheduler_config_default(void);
  *
  * Ownership: `config` is read during the call; `*out_scheduler` is owned by the caller
  * (`kvp_scheduler_free`). Fails with `KVP_STATUS_NULL_ARGUMENT` or
- * `KVP_STATUS_INVALID_ARGUMENT` (zero capacity or page size, unknown enum value, chunk
- * smaller than `truncation_align_size`, `max_chunked_requests` 0, bad ratio parameters);
- * `*out_scheduler` is unmodified on failure.
+ * `KVP_STATUS_INVALID_ARGUMENT`, the message naming the field: zero capacity or page
+ * size, a page size above the capacity, a capacity, `max_prefill_tokens` or
+ * `chunked_prefill_size` above `INT64_MAX`, `max_prefill_tokens` or
+ * `clip_max_new_tokens` 0 (nothing could ever be admitted), an unknown enum value, a chunk
+ * smaller than `truncation_align_size`, `max_chunked_requests` 0, a ratio parameter
+ * (`init_new_token_ratio`, `min_new_token_ratio_factor`, `schedule_conservativeness`)
+ * that is not finite and positive, zero decay steps, negative or non-finite dynamic-chunk
+ * coefficients; `*out_scheduler` is unmodified on failure.
  *
  * # Safety
  * `config` and `out_scheduler` must be NULL or valid; `pool` NULL or a live pool.
@@ -1983,10 +2003,12 @@ void kvp_scheduler_free(struct kvp_scheduler *scheduler);
  * request's last matched node) feeds the DFS-weight policy; pass NULL and 0 otherwise.
  *
  * `*out_result` says whether it was queued or can never fit the pool (then it is not
- * queued: fail it). Fails with `KVP_STATUS_INVALID_STATE` (id already live),
- * `KVP_STATUS_INVALID_LENGTHS` (`input_len` 0, `prefix_len` not less than the tokens to
- * fill, `prefix_evictable > prefix_len`) or `KVP_STATUS_NULL_ARGUMENT`; nothing is queued
- * and `*out_result` is unmodified on failure.
+ * queued: fail it); the need is computed without wrapping, so a huge `input_len` or
+ * `max_new_tokens` is reported unfittable (`needed` up to `UINT64_MAX`), never queued.
+ * Fails with `KVP_STATUS_INVALID_STATE` (id already live), `KVP_STATUS_INVALID_LENGTHS`
+ * (`input_len` 0, `input_len + output_len` beyond 64 bits, `prefix_len` not less than the
+ * tokens to fill, `prefix_evictable > prefix_len`) or `KVP_STATUS_NULL_ARGUMENT`; nothing
+ * is queued and `*out_result` is unmodified on failure.
  *
  * # Safety
  * `request` and `out_result` valid or NULL; `prefix_path` valid for `path_len` elements.
@@ -2026,6 +2048,10 @@ enum kvp_status kvp_scheduler_update_prefix(struct kvp_scheduler *scheduler,
  * it: the next step assumes the engine ran it. Every admitted prefill fits: the engine's
  * `kvp_pool_alloc_extend` for it cannot run short (given the evictable tokens really are
  * evictable). The plan's arrays stay valid until the next step or `kvp_scheduler_free`.
+ *
+ * Fails with `KVP_STATUS_NULL_ARGUMENT`, or `KVP_STATUS_INVALID_ARGUMENT` when
+ * `available + evictable` exceeds `INT64_MAX` tokens (no pool holds that many); then
+ * nothing changes: no step is counted and the previous plan's arrays stay as they were.
  *
  * # Safety
  * `out_plan` writable or NULL.

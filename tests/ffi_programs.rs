@@ -152,6 +152,8 @@ fn c99_version_check() {
 
 /// An engine loop in C99 over an attached scheduler and a paged pool: every allocation
 /// succeeds, every request's `kv_len` is its row, everything finishes, the pool refills.
+/// Then values whose arithmetic would wrap, and configurations that never admit, are
+/// refused with their status and message, changing nothing.
 #[test]
 fn c99_scheduler_engine_loop() {
     let exe = build_program(
@@ -402,6 +404,49 @@ fn exported_symbols_match_abi_list() {
         "the exports differ from abi/kvpool.symbols; if the ABI change is intended, run \
          scripts/check-symbols.sh --update"
     );
+}
+
+/// Every macro `include/kvpool.h` defines carries the `KVP_` prefix, except its include
+/// guard: C has one namespace, and an engine may well define `CLIP_MAX_NEW_TOKENS` itself.
+#[test]
+fn header_macros_are_prefixed() {
+    let header = std::fs::read_to_string(support::manifest_dir().join("include/kvpool.h"))
+        .expect("read include/kvpool.h");
+    assert_eq!(
+        defined_macros("#define CLIP 4096\n  #  define X(a) a\n#ifndef KVP_Y\n#defineZ\n"),
+        ["CLIP", "X"]
+    );
+    let defined = defined_macros(&header);
+    assert!(
+        defined.iter().any(|m| m == "KVP_CLIP_MAX_NEW_TOKENS")
+            && defined.iter().any(|m| m == "KVP_RETRACT_DECODE_STEPS")
+            && defined.iter().any(|m| m == "KVPOOL_H"),
+        "parsed {defined:?}"
+    );
+    let unprefixed: Vec<&String> = defined
+        .iter()
+        .filter(|m| !m.starts_with("KVP_") && m.as_str() != "KVPOOL_H")
+        .collect();
+    assert!(unprefixed.is_empty(), "unprefixed macros: {unprefixed:?}");
+}
+
+/// The names of the `#define`s of a header (`#` and `define` may be spaced).
+fn defined_macros(header: &str) -> Vec<String> {
+    header
+        .lines()
+        .filter_map(|line| line.trim_start().strip_prefix('#'))
+        .filter_map(|rest| rest.trim_start().strip_prefix("define"))
+        .filter(|rest| rest.starts_with([' ', '\t']))
+        .filter_map(|rest| {
+            let name: String = rest
+                .trim_start()
+                .bytes()
+                .take_while(|&b| is_ident(b))
+                .map(char::from)
+                .collect();
+            (!name.is_empty()).then_some(name)
+        })
+        .collect()
 }
 
 /// Names `kvp_*` followed by `(` outside comments: the header's function declarations.

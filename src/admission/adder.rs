@@ -5,7 +5,8 @@
 //! trace — SGLang 0.5.23's split, with 0.5.12's arithmetic.
 
 use super::budget::{AddResult, AdderConfig, PrefillBudget, RunningRequest};
-use super::ceil_paged;
+use super::tokens::{bad_lengths, ceil_paged, checked_ceil_paged, checked_sum, sum_f64};
+use crate::pool::PoolError;
 
 /// A waiting request offered to [`PrefillAdder::add_one_req`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -32,6 +33,25 @@ impl Candidate {
     pub fn extend_len(&self) -> u64 {
         self.input_len.saturating_sub(self.prefix_len)
     }
+
+    /// Refuses impossible lengths: a prefix longer than the request, an evictable part
+    /// longer than the prefix, or an `input_len` that, page-rounded, is beyond `INT64_MAX`
+    /// tokens (the budgets could not count it).
+    pub fn check(&self, page_size: u64) -> Result<(), PoolError> {
+        if self.prefix_len > self.input_len || self.prefix_evictable > self.prefix_len {
+            return Err(bad_lengths(format!(
+                "candidate prefix_len {} / prefix_evictable {} exceed input_len {}",
+                self.prefix_len, self.prefix_evictable, self.input_len
+            )));
+        }
+        if checked_ceil_paged(self.input_len, page_size).is_none() {
+            return Err(bad_lengths(format!(
+                "candidate input_len {} rounded up to a {page_size}-token page exceeds INT64_MAX tokens",
+                self.input_len
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// The in-flight chunked request offered to [`PrefillAdder::add_chunked_req`].
@@ -43,6 +63,22 @@ pub struct ChunkedCandidate {
     pub remaining: u64,
     /// The request's `max_new_tokens`.
     pub max_new_tokens: u64,
+}
+
+impl ChunkedCandidate {
+    /// Refuses a request whose length, `prefix_len + remaining` (also page-rounded), is
+    /// beyond `INT64_MAX` tokens.
+    pub fn check(&self, page_size: u64) -> Result<(), PoolError> {
+        let fits = checked_sum(self.prefix_len, self.remaining)
+            .and_then(|len| checked_ceil_paged(len, page_size));
+        if fits.is_none() {
+            return Err(bad_lengths(format!(
+                "chunked request prefix_len {} + remaining {} exceeds INT64_MAX tokens",
+                self.prefix_len, self.remaining
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// What [`PrefillAdder::add_chunked_req`] decided.
@@ -73,7 +109,7 @@ struct Selected {
     lock: u64,
     chunked: bool,
     /// Selected by the `ignore_eos` simulation, with this request's state in it (if any).
-    ignore_eos: Option<Option<(f64, u64)>>,
+    ignore_eos: Option<Option<(f64, f64)>>,
 }
 
 /// One prefill pass's admission state.
@@ -86,12 +122,35 @@ pub struct PrefillAdder {
     chunked_in_flight: usize,
     /// `(tokens_left, tokens_occupied)` of running + admitted requests, sorted by tokens
     /// left, for the `ignore_eos` future simulation; built on first use.
-    ignore_eos_states: Option<Vec<(f64, u64)>>,
+    ignore_eos_states: Option<Vec<(f64, f64)>>,
 }
 
 impl PrefillAdder {
     /// Starts a pass. `available` is the pool's free tokens, `evictable` the prefix cache's
-    /// evictable tokens, `carried_chunked` the chunked requests still in flight.
+    /// evictable tokens, `carried_chunked` the chunked requests still in flight. Refuses a
+    /// config that fails [`AdderConfig::check`] and `available + evictable` beyond
+    /// `INT64_MAX` tokens.
+    pub fn try_new(
+        config: AdderConfig,
+        available: u64,
+        evictable: u64,
+        running: &[RunningRequest],
+        carried_chunked: usize,
+    ) -> Result<Self, PoolError> {
+        Ok(Self {
+            budget: PrefillBudget::try_new(&config, available, evictable, running)?,
+            config,
+            running: running.to_vec(),
+            admitted: 0,
+            chunked_in_flight: carried_chunked,
+            ignore_eos_states: None,
+        })
+    }
+
+    /// [`try_new`](Self::try_new) for values known to be valid.
+    ///
+    /// # Panics
+    /// If `try_new` refuses them.
     pub fn new(
         config: AdderConfig,
         available: u64,
@@ -99,14 +158,8 @@ impl PrefillAdder {
         running: &[RunningRequest],
         carried_chunked: usize,
     ) -> Self {
-        Self {
-            budget: PrefillBudget::new(&config, available, evictable, running),
-            config,
-            running: running.to_vec(),
-            admitted: 0,
-            chunked_in_flight: carried_chunked,
-            ignore_eos_states: None,
-        }
+        Self::try_new(config, available, evictable, running, carried_chunked)
+            .unwrap_or_else(|e| panic!("PrefillAdder::new: {}", e.message()))
     }
 
     /// The budgets as they stand.
@@ -138,14 +191,34 @@ impl PrefillAdder {
     /// chunk, since stalling would hold the request's KV forever — but, unlike SGLang,
     /// never more than the free memory can hold now (SGLang would fail the allocation with
     /// "Prefill out of memory"). With not even a page free it waits (`extend_len == 0`).
+    /// Refuses (changing nothing) a request [`ChunkedCandidate::check`] refuses.
+    pub fn try_add_chunked_req(
+        &mut self,
+        req: ChunkedCandidate,
+    ) -> Result<ChunkedOutcome, PoolError> {
+        req.check(self.config.page_size)?;
+        Ok(self.continue_chunk(req))
+    }
+
+    /// [`try_add_chunked_req`](Self::try_add_chunked_req) for a request known to be valid
+    /// (the scheduler's are within its capacity).
+    ///
+    /// # Panics
+    /// If [`ChunkedCandidate::check`] refuses it.
     pub fn add_chunked_req(&mut self, req: ChunkedCandidate) -> ChunkedOutcome {
+        self.try_add_chunked_req(req)
+            .unwrap_or_else(|e| panic!("PrefillAdder::add_chunked_req: {}", e.message()))
+    }
+
+    fn continue_chunk(&mut self, req: ChunkedCandidate) -> ChunkedOutcome {
         let rem_total = self.budget.rem_total_tokens().trunc() as i64;
         let chunk = self.budget.rem_chunk_tokens().unwrap_or(rem_total);
         let mut rem = chunk.min(rem_total);
         if rem <= 0 {
             rem = chunk;
         }
-        let rem = rem.min(self.fits_after(req.prefix_len) as i64);
+        let fits = i64::try_from(self.fits_after(req.prefix_len)).unwrap_or(i64::MAX);
+        let rem = rem.min(fits);
         if rem <= 0 || req.remaining == 0 {
             return ChunkedOutcome {
                 extend_len: 0,
@@ -176,11 +249,27 @@ impl PrefillAdder {
     fn fits_after(&self, prefix: u64) -> u64 {
         let ps = self.config.page_size;
         let pages = self.budget.cur_rem_tokens().max(0) as u64 / ps;
-        ceil_paged(prefix, ps) + pages * ps - prefix
+        // Below `ps` plus at most the room: no overflow for a prefix within INT64_MAX.
+        (ceil_paged(prefix, ps) - prefix) + pages * ps
     }
 
-    /// Offers a waiting request. A refused request changes nothing.
+    /// Offers a waiting request. A refused request changes nothing; so does one
+    /// [`Candidate::check`] refuses (the error).
+    pub fn try_add_one_req(&mut self, req: &Candidate) -> Result<Admission, PoolError> {
+        req.check(self.config.page_size)?;
+        Ok(self.add_one_req_checked(req))
+    }
+
+    /// [`try_add_one_req`](Self::try_add_one_req) for a candidate known to be valid.
+    ///
+    /// # Panics
+    /// If [`Candidate::check`] refuses it.
     pub fn add_one_req(&mut self, req: &Candidate) -> Admission {
+        self.try_add_one_req(req)
+            .unwrap_or_else(|e| panic!("PrefillAdder::add_one_req: {}", e.message()))
+    }
+
+    fn add_one_req_checked(&mut self, req: &Candidate) -> Admission {
         match self.select(req) {
             Ok(selected) => {
                 self.commit(selected);
@@ -212,7 +301,7 @@ impl PrefillAdder {
         let ps = self.config.page_size;
         let extend = req.extend_len();
         let max_new = self.clip(req.max_new_tokens.saturating_sub(req.output_len));
-        let total = (extend + max_new + ps) as f64;
+        let total = sum_f64([extend, max_new, ps]);
         if total >= self.budget.rem_total_tokens() {
             return Err(AddResult::NoToken);
         }
@@ -300,7 +389,7 @@ impl PrefillAdder {
             if min_free <= bs {
                 return Err(AddResult::NoToken);
             }
-            freed += occupied as f64;
+            freed += occupied;
         }
         let whole = self
             .budget
@@ -327,11 +416,11 @@ impl PrefillAdder {
         })
     }
 
-    fn ignore_eos_states(&self) -> Vec<(f64, u64)> {
+    fn ignore_eos_states(&self) -> Vec<(f64, f64)> {
         if let Some(states) = &self.ignore_eos_states {
             return states.clone();
         }
-        let mut states: Vec<(f64, u64)> = self
+        let mut states: Vec<(f64, f64)> = self
             .running
             .iter()
             .filter_map(|r| {
@@ -366,20 +455,21 @@ impl PrefillAdder {
 }
 
 /// `(tokens_left, tokens_occupied)` of a request for the `ignore_eos` simulation, or `None`
-/// when it has nothing left to generate.
+/// when it has nothing left to generate. Both are floats, as the simulation sums them (the
+/// occupied tokens exactly, whatever the caller's lengths).
 fn ignore_eos_state(
     max_new: u64,
     output_len: u64,
     input_len: u64,
     ignore_eos: bool,
     ratio: f64,
-) -> Option<(f64, u64)> {
+) -> Option<(f64, f64)> {
     let ratio = if ignore_eos { 1.0 } else { ratio };
     let left = max_new as f64 * ratio - output_len as f64;
-    (left > 0.0).then_some((left, input_len + output_len))
+    (left > 0.0).then_some((left, sum_f64([input_len, output_len])))
 }
 
-fn insert_sorted(states: &mut Vec<(f64, u64)>, state: (f64, u64)) {
+fn insert_sorted(states: &mut Vec<(f64, f64)>, state: (f64, f64)) {
     let at = states.partition_point(|s| s.0 <= state.0);
     states.insert(at, state);
 }

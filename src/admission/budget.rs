@@ -6,7 +6,9 @@
 //! - `cur_rem = A + E − current_offset`, what this step's allocation needs;
 //! - `rem_input` and `rem_chunk` cap the prefill tokens of this pass.
 
-use super::{ceil_paged, CLIP_MAX_NEW_TOKENS};
+use super::tokens::{check_positive_tokens, invalid, room, sum_f64, MAX_TOKENS};
+use super::CLIP_MAX_NEW_TOKENS;
+use crate::pool::PoolError;
 
 /// Verdict for the next candidate (SGLang's `AddReqResult`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -63,6 +65,39 @@ impl AdderConfig {
             max_chunked_requests: 1,
         }
     }
+
+    /// Refuses a configuration the budget arithmetic cannot represent or that could never
+    /// admit anything; the error names the field. A `new_token_ratio` of 0 is accepted: the
+    /// scheduler's ratio is 0 after a retraction left nobody running (the C ABI's adder
+    /// refuses it from callers).
+    pub fn check(&self) -> Result<(), PoolError> {
+        check_positive_tokens("page_size", self.page_size)?;
+        check_positive_tokens("max_prefill_tokens", self.max_prefill_tokens)?;
+        if let Some(chunk) = self.chunked_prefill_size {
+            check_positive_tokens("chunked_prefill_size", chunk)?;
+        }
+        if self.num_mixed_decode_tokens > MAX_TOKENS {
+            return Err(invalid(format!(
+                "num_mixed_decode_tokens {} exceeds INT64_MAX",
+                self.num_mixed_decode_tokens
+            )));
+        }
+        if self.clip_max_new_tokens == 0 {
+            return Err(invalid(
+                "clip_max_new_tokens must be positive (0 reserves no room for any output)",
+            ));
+        }
+        if !(self.new_token_ratio.is_finite() && self.new_token_ratio >= 0.0) {
+            return Err(invalid(format!(
+                "new_token_ratio {} must be finite and non-negative",
+                self.new_token_ratio
+            )));
+        }
+        if self.max_chunked_requests == 0 {
+            return Err(invalid("max_chunked_requests must be at least 1"));
+        }
+        Ok(())
+    }
 }
 
 /// A request already decoding, as admission sees it.
@@ -92,26 +127,44 @@ pub struct PrefillBudget {
 
 impl PrefillBudget {
     /// Budgets for a pass given the pool's available tokens, the cache's evictable tokens
-    /// and the running requests.
+    /// and the running requests. Refuses a config that fails [`AdderConfig::check`] and a
+    /// room `available + evictable` beyond `INT64_MAX` tokens.
+    pub fn try_new(
+        config: &AdderConfig,
+        available: u64,
+        evictable: u64,
+        running: &[RunningRequest],
+    ) -> Result<Self, PoolError> {
+        config.check()?;
+        let room = room(available, evictable)? as i64;
+        // All three are at most INT64_MAX (checked): the differences fit.
+        let mixed = config.num_mixed_decode_tokens as i64;
+        let mut total_offset = mixed as f64;
+        for r in running {
+            total_offset += Self::running_offset(config, r);
+        }
+        Ok(Self {
+            page_size: config.page_size,
+            room,
+            total_offset,
+            current_offset: mixed,
+            rem_input: config.max_prefill_tokens as i64 - mixed,
+            rem_chunk: config.chunked_prefill_size.map(|c| c as i64 - mixed),
+        })
+    }
+
+    /// [`try_new`](Self::try_new) for values known to be valid.
+    ///
+    /// # Panics
+    /// If `try_new` refuses them.
     pub fn new(
         config: &AdderConfig,
         available: u64,
         evictable: u64,
         running: &[RunningRequest],
     ) -> Self {
-        let mixed = config.num_mixed_decode_tokens as i64;
-        let mut total_offset = mixed as f64;
-        for r in running {
-            total_offset += Self::running_offset(config, r);
-        }
-        Self {
-            page_size: config.page_size,
-            room: (available + evictable) as i64,
-            total_offset,
-            current_offset: mixed,
-            rem_input: config.max_prefill_tokens as i64 - mixed,
-            rem_chunk: config.chunked_prefill_size.map(|c| c as i64 - mixed),
-        }
+        Self::try_new(config, available, evictable, running)
+            .unwrap_or_else(|e| panic!("PrefillBudget::new: {}", e.message()))
     }
 
     /// What a running request reserves: `min(max_new − output, clip) × ratio` (ratio 1 for
@@ -160,33 +213,47 @@ impl PrefillBudget {
 
     /// SGLang's `_update_prefill_budget`: the extend is page-ceiled and one extra page is
     /// reserved for the request's partial page.
+    ///
+    /// `max_new_tokens` may be any value (an `ignore_eos` request reserves it unclipped):
+    /// the total offset is an exact float sum. The integer budgets saturate, which decides
+    /// the same: an offset past `INT64_MAX` already exceeds any room, a remaining budget
+    /// at `INT64_MIN` is as spent as below it.
     pub fn reserve(&mut self, extend_len: u64, max_new_tokens: u64) {
         let ps = self.page_size;
-        let ext = ceil_paged(extend_len, ps) as i64;
-        self.total_offset += (ext as u64 + max_new_tokens + ps) as f64;
-        self.current_offset += ext + ps as i64;
-        self.rem_input -= ext;
+        let ext = extend_len.div_ceil(ps).saturating_mul(ps);
+        self.total_offset += sum_f64([ext, max_new_tokens, ps]);
+        let ext = tokens_i64(ext);
+        self.current_offset = self
+            .current_offset
+            .saturating_add(ext.saturating_add(tokens_i64(ps)));
+        self.rem_input = self.rem_input.saturating_sub(ext);
         if let Some(chunk) = &mut self.rem_chunk {
-            *chunk -= ext;
+            *chunk = chunk.saturating_sub(ext);
         }
     }
 
     /// Locks `tokens` of a cached prefix: they stop counting as evictable room.
     pub fn lock_prefix(&mut self, tokens: u64) {
-        self.room -= tokens as i64;
+        self.room = self.room.saturating_sub(tokens_i64(tokens));
     }
 
     /// Undoes [`lock_prefix`](Self::lock_prefix) (a rejected candidate).
     pub fn unlock_prefix(&mut self, tokens: u64) {
-        self.room += tokens as i64;
+        self.room = self.room.saturating_add(tokens_i64(tokens));
     }
 
     /// Releases a preempted running request: its reservation, and its KV (`freed` tokens),
-    /// which the engine frees before allocating this step's prefill.
+    /// which the engine frees before allocating this step's prefill. The room saturates at
+    /// `INT64_MAX` (it can only undercount room no pool has).
     pub fn release_running(&mut self, offset: f64, freed: u64) {
         self.total_offset -= offset;
-        self.room += freed as i64;
+        self.room = self.room.saturating_add(tokens_i64(freed));
     }
+}
+
+/// A token count as the signed budgets hold it, saturating at `INT64_MAX`.
+fn tokens_i64(tokens: u64) -> i64 {
+    i64::try_from(tokens).unwrap_or(i64::MAX)
 }
 
 /// SGLang's mixed-chunk test setup: 8 decode rows mixed in, each running request with 50

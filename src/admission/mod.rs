@@ -12,6 +12,7 @@ mod delayer;
 mod dynamic_chunk;
 mod ratio;
 pub mod scheduler;
+mod tokens;
 
 pub use adder::{Admission, Candidate, ChunkedCandidate, ChunkedOutcome, PrefillAdder};
 pub use budget::{AddResult, AdderConfig, PrefillBudget, RunningRequest};
@@ -25,10 +26,7 @@ pub use scheduler::{
 
 /// SGLang's default `CLIP_MAX_NEW_TOKENS`: the cap on a request's expected output when
 /// reserving room for it (the stop condition still uses the real `max_new_tokens`).
+// In C: KVP_CLIP_MAX_NEW_TOKENS (cbindgen.toml renames it).
 pub const CLIP_MAX_NEW_TOKENS: u64 = 4096;
 
-/// `x` rounded up to a multiple of `ps`.
-#[inline]
-pub(crate) fn ceil_paged(x: u64, ps: u64) -> u64 {
-    x.div_ceil(ps) * ps
-}
+pub(crate) use tokens::ceil_paged;

@@ -2,8 +2,12 @@
 //! reserves. It starts conservative, decays with every successful decode step, jumps to an
 //! estimate after a retraction and resets when the server goes idle.
 
+use super::tokens::{check_positive_ratio, invalid};
+use crate::pool::PoolError;
+
 /// Decode steps of headroom a retraction estimate (and eviction) plans for
 /// (`SGLANG_RETRACT_DECODE_STEPS`).
+// In C: KVP_RETRACT_DECODE_STEPS (cbindgen.toml renames it).
 pub const RETRACT_DECODE_STEPS: u64 = 20;
 
 /// Tunables of [`NewTokenRatio`] (SGLang's environment defaults in `Default`).
@@ -27,6 +31,26 @@ impl Default for RatioConfig {
             decay_steps: 600,
             conservativeness: 1.0,
         }
+    }
+}
+
+impl RatioConfig {
+    /// Refuses non-positive or non-finite ratios and zero decay steps (the error names the
+    /// field): a ratio of 0, negative or NaN would reserve nothing, or garbage, for running
+    /// requests' outputs.
+    pub fn check(&self) -> Result<(), PoolError> {
+        check_positive_ratio("init_new_token_ratio", self.init)?;
+        check_positive_ratio("min_new_token_ratio_factor", self.min_factor)?;
+        if !(self.conservativeness.is_finite() && self.conservativeness > 0.0) {
+            return Err(invalid(format!(
+                "schedule_conservativeness {} must be finite and positive (it scales the new-token ratio)",
+                self.conservativeness
+            )));
+        }
+        if self.decay_steps == 0 {
+            return Err(invalid("new_token_ratio_decay_steps must be positive"));
+        }
+        Ok(())
     }
 }
 
@@ -85,15 +109,17 @@ impl NewTokenRatio {
     }
 
     /// SGLang's retraction estimate over the remaining requests:
-    /// `min(1, (Σ output_len + RETRACT_DECODE_STEPS × n) / (Σ max_new_tokens + 1))`.
+    /// `min(1, (Σ output_len + RETRACT_DECODE_STEPS × n) / (Σ max_new_tokens + 1))`, summed
+    /// exactly (in 128 bits: `max_new_tokens` may be any `u64`).
     pub fn retraction_estimate(remaining: impl IntoIterator<Item = (u64, u64)>) -> f64 {
-        let (mut outputs, mut max_new, mut n) = (0u64, 0u64, 0u64);
+        let (mut outputs, mut max_new, mut n) = (0u128, 0u128, 0u128);
         for (output_len, max_new_tokens) in remaining {
-            outputs += output_len;
-            max_new += max_new_tokens;
+            outputs += u128::from(output_len);
+            max_new += u128::from(max_new_tokens);
             n += 1;
         }
-        let estimate = (outputs + RETRACT_DECODE_STEPS * n) as f64 / (max_new + 1) as f64;
+        let steps = u128::from(RETRACT_DECODE_STEPS);
+        let estimate = (outputs + steps * n) as f64 / (max_new + 1) as f64;
         estimate.min(1.0)
     }
 }
@@ -159,5 +185,68 @@ mod tests {
         assert!(close(e, 48.0 / 151.0));
         assert!(close(NewTokenRatio::retraction_estimate([(500, 10)]), 1.0));
         assert!(close(NewTokenRatio::retraction_estimate([]), 0.0));
+    }
+
+    #[test]
+    fn retraction_estimate_does_not_wrap_on_huge_max_new_tokens() {
+        // Two "unbounded" requests: in u64, Σ max_new_tokens + 1 wraps to 2^64 - 1 (half
+        // the sum); summed exactly it is 2^65 - 1. With a third of 2, Σ wraps to 0 and the
+        // estimate would be 60 / 1, clamped to 1.
+        let e = NewTokenRatio::retraction_estimate([(5, u64::MAX), (3, u64::MAX)]);
+        let want = 48.0 / 2f64.powi(65);
+        assert!((e - want).abs() < want * 1e-9, "{e} != {want}");
+        let e = NewTokenRatio::retraction_estimate([(0, u64::MAX), (0, u64::MAX), (0, 2)]);
+        let want = 60.0 / 2f64.powi(65);
+        assert!((e - want).abs() < want * 1e-9, "{e} != {want}");
+    }
+
+    #[test]
+    fn check_refuses_non_positive_ratios_naming_the_field() {
+        assert!(RatioConfig::default().check().is_ok());
+        let cases = [
+            (
+                RatioConfig {
+                    init: 0.0,
+                    ..RatioConfig::default()
+                },
+                "init_new_token_ratio",
+            ),
+            (
+                RatioConfig {
+                    init: f64::NAN,
+                    ..RatioConfig::default()
+                },
+                "init_new_token_ratio",
+            ),
+            (
+                RatioConfig {
+                    min_factor: -0.1,
+                    ..RatioConfig::default()
+                },
+                "min_new_token_ratio_factor",
+            ),
+            (
+                RatioConfig {
+                    conservativeness: 0.0,
+                    ..RatioConfig::default()
+                },
+                "schedule_conservativeness",
+            ),
+            (
+                RatioConfig {
+                    decay_steps: 0,
+                    ..RatioConfig::default()
+                },
+                "new_token_ratio_decay_steps",
+            ),
+        ];
+        for (config, field) in cases {
+            let err = config.check().unwrap_err();
+            assert!(
+                err.message().starts_with(field),
+                "{field}: {}",
+                err.message()
+            );
+        }
     }
 }

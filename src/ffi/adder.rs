@@ -45,7 +45,7 @@ pub struct kvp_adder_config {
     pub chunked_prefill_size: u64,
     /// Decode rows mixed into this prefill (mixed chunk), charged to every budget.
     pub num_mixed_decode_tokens: u64,
-    /// `CLIP_MAX_NEW_TOKENS` (4096).
+    /// SGLang's `CLIP_MAX_NEW_TOKENS` (`KVP_CLIP_MAX_NEW_TOKENS`, 4096); must be positive.
     pub clip_max_new_tokens: u64,
     /// Chunks end on multiples of this; 0: none.
     pub truncation_align_size: u64,
@@ -53,7 +53,7 @@ pub struct kvp_adder_config {
     pub prefill_max_requests: u64,
     /// Chunked requests in flight at once (1 = SGLang).
     pub max_chunked_requests: u64,
-    /// The current new-token ratio.
+    /// The current new-token ratio; finite and positive.
     pub new_token_ratio: f64,
     /// No prefix cache (`ignore_eos` requests use SGLang's future simulation).
     pub prefix_cache_disabled: bool,
@@ -151,11 +151,16 @@ fn result_code(r: AddResult) -> u32 {
     }) as u32
 }
 
+/// The domain config, checked by `PrefillAdder::try_new`; a caller's ratio must also be
+/// positive (0 would reserve nothing for the running requests' outputs).
 fn adder_config(c: &kvp_adder_config) -> Result<AdderConfig, PoolError> {
-    if c.page_size == 0 || c.max_chunked_requests == 0 || !c.new_token_ratio.is_finite() {
+    if !(c.new_token_ratio.is_finite() && c.new_token_ratio > 0.0) {
         return Err(PoolError::new(
             ErrorKind::InvalidArgument,
-            "page_size and max_chunked_requests must be positive and new_token_ratio finite",
+            format!(
+                "new_token_ratio {} must be finite and positive",
+                c.new_token_ratio
+            ),
         ));
     }
     Ok(AdderConfig {
@@ -177,7 +182,12 @@ fn adder_config(c: &kvp_adder_config) -> Result<AdderConfig, PoolError> {
 /// the running requests (`num_running` entries; NULL when 0) and the number of chunked
 /// requests in flight. Ownership: inputs are read during the call; `*out_adder` is owned
 /// by the caller (`kvp_adder_free`). Fails with `KVP_STATUS_NULL_ARGUMENT` or
-/// `KVP_STATUS_INVALID_ARGUMENT`; `*out_adder` is unmodified on failure.
+/// `KVP_STATUS_INVALID_ARGUMENT`, the message naming the field: `page_size`,
+/// `max_prefill_tokens` or `chunked_prefill_size` beyond `INT64_MAX`, `page_size`,
+/// `max_prefill_tokens`, `clip_max_new_tokens` or `max_chunked_requests` 0,
+/// `num_mixed_decode_tokens` beyond `INT64_MAX`, a `new_token_ratio` that is not finite
+/// and positive, or `available + evictable` beyond `INT64_MAX` tokens (it would wrap into
+/// a tiny budget); `*out_adder` is unmodified on failure.
 ///
 /// # Safety
 /// Pointers valid for their stated lengths, or NULL.
@@ -218,13 +228,16 @@ pub unsafe extern "C" fn kvp_adder_new(
                 ignore_eos: r.ignore_eos,
             })
             .collect();
-        let adder = PrefillAdder::new(
+        let adder = match PrefillAdder::try_new(
             config,
             available,
             evictable,
             &running,
             chunked_in_flight as usize,
-        );
+        ) {
+            Ok(adder) => adder,
+            Err(error) => return status_of(Err(error)),
+        };
         // SAFETY: non-NULL and writable (caller contract).
         unsafe { *out_adder = into_raw(Guarded::new(adder)) };
         kvp_status::Ok
@@ -244,7 +257,10 @@ pub unsafe extern "C" fn kvp_adder_free(adder: *mut kvp_adder) {
 /// Offers a waiting request (SGLang's `add_one_req`): checks the total, input and chunk
 /// budgets (locking the request's own cached prefix), admits it whole or as a page- and
 /// tile-aligned first chunk, and writes the decision to `*out_admission`. A refused
-/// request changes nothing.
+/// request changes nothing. Fails, changing nothing, with `KVP_STATUS_NULL_ARGUMENT` or
+/// `KVP_STATUS_INVALID_LENGTHS`: `prefix_len > input_len`, `prefix_evictable >
+/// prefix_len`, or an `input_len` that, rounded up to a page, exceeds `INT64_MAX` tokens
+/// (any `max_new_tokens` is fine: the budgets sum it exactly).
 ///
 /// # Safety
 /// `candidate` and `out_admission` valid or NULL.
@@ -263,23 +279,17 @@ pub unsafe extern "C" fn kvp_adder_add_one_req(
         if out_admission.is_null() {
             return fail(kvp_status::NullArgument, "out_admission is NULL");
         }
-        if c.prefix_len > c.input_len || c.prefix_evictable > c.prefix_len {
-            return fail(
-                kvp_status::InvalidLengths,
-                format!(
-                    "candidate prefix_len {} / prefix_evictable {} exceed input_len {}",
-                    c.prefix_len, c.prefix_evictable, c.input_len
-                ),
-            );
-        }
-        let a = adder.add_one_req(&Candidate {
+        let a = match adder.try_add_one_req(&Candidate {
             input_len: c.input_len,
             prefix_len: c.prefix_len,
             prefix_evictable: c.prefix_evictable,
             max_new_tokens: c.max_new_tokens,
             output_len: c.output_len,
             ignore_eos: c.ignore_eos,
-        });
+        }) {
+            Ok(a) => a,
+            Err(error) => return status_of(Err(error)),
+        };
         // SAFETY: non-NULL and writable (caller contract).
         unsafe {
             *out_admission = kvp_admission {
@@ -297,7 +307,9 @@ pub unsafe extern "C" fn kvp_adder_add_one_req(
 /// still to go (SGLang's `add_chunked_req`; call it first in a pass). It progresses even
 /// when the budget is spent, but never beyond what the free room holds (the rest of its
 /// partial page plus whole free pages); `admitted` is false when that is nothing (it then
-/// waits). `chunked` says tokens remain after this chunk.
+/// waits). `chunked` says tokens remain after this chunk. Fails, changing nothing, with
+/// `KVP_STATUS_NULL_ARGUMENT` or `KVP_STATUS_INVALID_LENGTHS` when `prefix_len +
+/// remaining`, rounded up to a page, exceeds `INT64_MAX` tokens.
 ///
 /// # Safety
 /// `out_admission` writable or NULL.
@@ -314,11 +326,14 @@ pub unsafe extern "C" fn kvp_adder_add_chunked_req(
         if out_admission.is_null() {
             return fail(kvp_status::NullArgument, "out_admission is NULL");
         }
-        let out = adder.add_chunked_req(ChunkedCandidate {
+        let out = match adder.try_add_chunked_req(ChunkedCandidate {
             prefix_len,
             remaining,
             max_new_tokens,
-        });
+        }) {
+            Ok(out) => out,
+            Err(error) => return status_of(Err(error)),
+        };
         let next = result_code(adder.budget_state());
         // SAFETY: non-NULL and writable (caller contract).
         unsafe {

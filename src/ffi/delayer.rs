@@ -85,12 +85,18 @@ pub extern "C" fn kvp_delayer_config_default() -> kvp_delayer_config {
     }
 }
 
-fn positive(x: f64) -> Option<f64> {
-    (x.is_finite() && x >= 0.0).then_some(x)
+/// An optional fraction: negative is off; NaN and infinities are refused (a NaN would
+/// silently switch the condition off).
+fn optional_fraction(field: &str, x: f64) -> Result<Option<f64>, String> {
+    if !x.is_finite() {
+        return Err(format!("{field} {x} must be finite (negative: off)"));
+    }
+    Ok((x >= 0.0).then_some(x))
 }
 
 /// Creates a delayer. Fails with `KVP_STATUS_NULL_ARGUMENT` or
-/// `KVP_STATUS_INVALID_ARGUMENT` (`max_delay_passes` 0).
+/// `KVP_STATUS_INVALID_ARGUMENT`, the message naming the field (`max_delay_passes` 0, a
+/// NaN or infinite `token_usage_low_watermark` or `queue_min_ratio`).
 ///
 /// # Safety
 /// `config`, `out_delayer` valid or NULL.
@@ -114,11 +120,19 @@ pub unsafe extern "C" fn kvp_delayer_new(
                 "max_delay_passes must be positive",
             );
         }
+        let watermark = optional_fraction("token_usage_low_watermark", c.token_usage_low_watermark);
+        let queue_min_ratio = optional_fraction("queue_min_ratio", c.queue_min_ratio);
+        let (watermark, queue_min_ratio) = match (watermark, queue_min_ratio) {
+            (Ok(w), Ok(q)) => (w, q),
+            (Err(message), _) | (_, Err(message)) => {
+                return fail(kvp_status::InvalidArgument, message)
+            }
+        };
         let delayer = PrefillDelayer::new(DelayerConfig {
             max_delay_passes: c.max_delay_passes,
-            token_usage_low_watermark: positive(c.token_usage_low_watermark),
+            token_usage_low_watermark: watermark,
             max_running_requests: (c.max_running_requests != 0).then_some(c.max_running_requests),
-            queue_min_ratio: positive(c.queue_min_ratio),
+            queue_min_ratio,
             prefill_max_requests: (c.prefill_max_requests != 0).then_some(c.prefill_max_requests),
         });
         // SAFETY: non-NULL and writable (caller contract).
@@ -138,6 +152,8 @@ pub unsafe extern "C" fn kvp_delayer_free(delayer: *mut kvp_delayer) {
 }
 
 /// Computes this rank's contribution: `token_usage` is the pool's used fraction (0..1).
+/// Fails with `KVP_STATUS_NULL_ARGUMENT`, or `KVP_STATUS_INVALID_ARGUMENT` for a NaN or
+/// infinite `token_usage`.
 ///
 /// # Safety
 /// `out_info` writable or NULL.
@@ -155,6 +171,12 @@ pub unsafe extern "C" fn kvp_delayer_local_info(
     with_raw::<PrefillDelayer, kvp_delayer>(delayer, "delayer", |d| {
         if out_info.is_null() {
             return fail(kvp_status::NullArgument, "out_info is NULL");
+        }
+        if !token_usage.is_finite() {
+            return fail(
+                kvp_status::InvalidArgument,
+                format!("token_usage {token_usage} must be finite"),
+            );
         }
         let i = d.local_info(prefillable, token_usage, running_bs, waiting_len, timed_out);
         // SAFETY: non-NULL and writable (caller contract).

@@ -65,11 +65,13 @@ pub struct kvp_scheduler_config {
     pub capacity: u64,
     /// Tokens per page; taken from the pool when attached.
     pub page_size: u64,
-    /// `max_prefill_tokens`: input-token budget of one prefill step (16384).
+    /// `max_prefill_tokens`: input-token budget of one prefill step (16384); 1 to
+    /// `INT64_MAX`.
     pub max_prefill_tokens: u64,
     /// `chunked_prefill_size` (8192); 0 disables chunked prefill.
     pub chunked_prefill_size: u64,
-    /// `CLIP_MAX_NEW_TOKENS` (4096): cap on expected output when reserving.
+    /// SGLang's `CLIP_MAX_NEW_TOKENS` (`KVP_CLIP_MAX_NEW_TOKENS`, 4096): cap on expected
+    /// output when reserving; must be positive.
     pub clip_max_new_tokens: u64,
     /// Chunks end on multiples of this; 0: none.
     pub truncation_align_size: u64,
@@ -128,7 +130,7 @@ pub struct kvp_request {
     pub max_new_tokens: u64,
     /// Tokens generated so far (0 for a new request).
     pub output_len: u64,
-    /// Priority (with `enable_priority`).
+    /// Priority (with `enable_priority`); any value, `INT64_MIN` and `INT64_MAX` included.
     pub priority: i64,
     /// Generates all `max_new_tokens` regardless of EOS.
     pub ignore_eos: bool,
@@ -143,7 +145,7 @@ pub struct kvp_submit_result {
     /// letting it wait forever.
     pub queued: bool,
     /// Tokens the request needs at admission: prompt + output so far + clipped remaining
-    /// output + one page.
+    /// output + one page; `UINT64_MAX` when that sum does not fit in 64 bits.
     pub needed: u64,
     /// The pool's capacity.
     pub capacity: u64,
@@ -378,17 +380,15 @@ fn scheduler_config(
         decay_steps: c.new_token_ratio_decay_steps,
         conservativeness: c.schedule_conservativeness,
     };
-    let finite = [
-        ratio.init,
-        ratio.min_factor,
-        ratio.conservativeness,
-        c.dynamic_chunk_a,
-        c.dynamic_chunk_b,
-    ];
-    if finite.iter().any(|x| !x.is_finite() || *x < 0.0) || ratio.decay_steps == 0 {
-        return Err(invalid(
-            "new-token-ratio and dynamic-chunk parameters must be finite and non-negative, decay steps positive".into(),
-        ));
+    for (field, x) in [
+        ("dynamic_chunk_a", c.dynamic_chunk_a),
+        ("dynamic_chunk_b", c.dynamic_chunk_b),
+    ] {
+        if !(x.is_finite() && x >= 0.0) {
+            return Err(invalid(format!(
+                "{field} {x} must be finite and non-negative"
+            )));
+        }
     }
     let chunked_prefill_size = nonzero(c.chunked_prefill_size);
     let dynamic_chunking = (c.dynamic_chunk_a > 0.0).then_some(ChunkSizePredictor {
@@ -431,9 +431,14 @@ fn scheduler_config(
 ///
 /// Ownership: `config` is read during the call; `*out_scheduler` is owned by the caller
 /// (`kvp_scheduler_free`). Fails with `KVP_STATUS_NULL_ARGUMENT` or
-/// `KVP_STATUS_INVALID_ARGUMENT` (zero capacity or page size, unknown enum value, chunk
-/// smaller than `truncation_align_size`, `max_chunked_requests` 0, bad ratio parameters);
-/// `*out_scheduler` is unmodified on failure.
+/// `KVP_STATUS_INVALID_ARGUMENT`, the message naming the field: zero capacity or page
+/// size, a page size above the capacity, a capacity, `max_prefill_tokens` or
+/// `chunked_prefill_size` above `INT64_MAX`, `max_prefill_tokens` or
+/// `clip_max_new_tokens` 0 (nothing could ever be admitted), an unknown enum value, a chunk
+/// smaller than `truncation_align_size`, `max_chunked_requests` 0, a ratio parameter
+/// (`init_new_token_ratio`, `min_new_token_ratio_factor`, `schedule_conservativeness`)
+/// that is not finite and positive, zero decay steps, negative or non-finite dynamic-chunk
+/// coefficients; `*out_scheduler` is unmodified on failure.
 ///
 /// # Safety
 /// `config` and `out_scheduler` must be NULL or valid; `pool` NULL or a live pool.
@@ -501,10 +506,12 @@ pub unsafe extern "C" fn kvp_scheduler_free(scheduler: *mut kvp_scheduler) {
 /// request's last matched node) feeds the DFS-weight policy; pass NULL and 0 otherwise.
 ///
 /// `*out_result` says whether it was queued or can never fit the pool (then it is not
-/// queued: fail it). Fails with `KVP_STATUS_INVALID_STATE` (id already live),
-/// `KVP_STATUS_INVALID_LENGTHS` (`input_len` 0, `prefix_len` not less than the tokens to
-/// fill, `prefix_evictable > prefix_len`) or `KVP_STATUS_NULL_ARGUMENT`; nothing is queued
-/// and `*out_result` is unmodified on failure.
+/// queued: fail it); the need is computed without wrapping, so a huge `input_len` or
+/// `max_new_tokens` is reported unfittable (`needed` up to `UINT64_MAX`), never queued.
+/// Fails with `KVP_STATUS_INVALID_STATE` (id already live), `KVP_STATUS_INVALID_LENGTHS`
+/// (`input_len` 0, `input_len + output_len` beyond 64 bits, `prefix_len` not less than the
+/// tokens to fill, `prefix_evictable > prefix_len`) or `KVP_STATUS_NULL_ARGUMENT`; nothing
+/// is queued and `*out_result` is unmodified on failure.
 ///
 /// # Safety
 /// `request` and `out_result` valid or NULL; `prefix_path` valid for `path_len` elements.
@@ -649,6 +656,10 @@ fn publish(state: &mut SchedulerState, plan: &StepPlan) -> kvp_step_plan {
 /// `kvp_pool_alloc_extend` for it cannot run short (given the evictable tokens really are
 /// evictable). The plan's arrays stay valid until the next step or `kvp_scheduler_free`.
 ///
+/// Fails with `KVP_STATUS_NULL_ARGUMENT`, or `KVP_STATUS_INVALID_ARGUMENT` when
+/// `available + evictable` exceeds `INT64_MAX` tokens (no pool holds that many); then
+/// nothing changes: no step is counted and the previous plan's arrays stay as they were.
+///
 /// # Safety
 /// `out_plan` writable or NULL.
 #[no_mangle]
@@ -674,7 +685,13 @@ pub unsafe extern "C" fn kvp_scheduler_step(
                 return status;
             }
         }
-        let plan = state.scheduler.step(available, evictable, allow_prefill);
+        let plan = match state
+            .scheduler
+            .try_step(available, evictable, allow_prefill)
+        {
+            Ok(plan) => plan,
+            Err(error) => return err(error),
+        };
         let out = publish(state, &plan);
         // SAFETY: non-NULL and writable (caller contract).
         unsafe { *out_plan = out };

@@ -18,10 +18,18 @@
  * evicted request's kv_len is exactly its row; every request finishes; the pool is full
  * again at the end.
  *
+ * Then the hardening cases: values whose arithmetic would wrap (a request of UINT64_MAX
+ * tokens, near-overflow lengths, available + evictable beyond INT64_MAX, at a step and at
+ * adder creation) are refused with a status and a message, or reported unfittable, and
+ * leave the object as it was (its counters, budgets, and the plan of a following valid
+ * step equal a fresh object's); configurations that could never admit anything are
+ * refused at creation naming the field.
+ *
  * Exit status 0 and the final "all N checks passed" line mean success.
  */
 #include "kvpool.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -277,10 +285,342 @@ static void test_engine_loop(void) {
     for (i = 0; i < NUM_REQUESTS; i++) free(g_reqs[i].row);
 }
 
+/* ---- impossible values: refused with a status (or reported unfittable), object unchanged */
+
+/* Every public name of the header carries the KVP_ prefix: the SGLang constants too. */
+#if defined(CLIP_MAX_NEW_TOKENS) || defined(RETRACT_DECODE_STEPS)
+#error "kvpool.h defines an unprefixed macro"
+#endif
+
+static const uint64_t TWO_POW_63 = (uint64_t)1 << 63;
+
+/* The status is `want` and the last error message mentions `needle`. */
+static void check_refused(enum kvp_status got, enum kvp_status want, const char *needle,
+                          int line) {
+    char msg[512];
+    g_checks++;
+    if (got != want) {
+        fail_at(__FILE__, line);
+        fprintf(stderr, "status %d (%s), want %d (%s)\n", (int)got,
+                kvp_status_str((int32_t)got), (int)want, kvp_status_str((int32_t)want));
+        return;
+    }
+    msg[0] = '\0';
+    (void)kvp_last_error_message(msg, sizeof msg);
+    g_checks++;
+    if (strstr(msg, needle) == NULL) {
+        fail_at(__FILE__, line);
+        fprintf(stderr, "message \"%s\" does not mention \"%s\"\n", msg, needle);
+    }
+}
+#define CHECK_REFUSED(call, want, needle) check_refused((call), (want), (needle), __LINE__)
+
+static struct kvp_scheduler *unattached_scheduler(void) {
+    struct kvp_scheduler_config cfg = kvp_scheduler_config_default();
+    struct kvp_scheduler *sched = NULL;
+    cfg.capacity = 10000;
+    cfg.page_size = 16;
+    CHECK_OK(kvp_scheduler_new(&cfg, NULL, &sched));
+    return sched;
+}
+
+static struct kvp_request request(uint64_t id, uint64_t input_len, uint64_t max_new_tokens) {
+    struct kvp_request r;
+    memset(&r, 0, sizeof r);
+    r.id = id;
+    r.input_len = input_len;
+    r.max_new_tokens = max_new_tokens;
+    return r;
+}
+
+/* Two plans decide the same (what the engine reads of them). */
+static void check_same_plan(const struct kvp_step_plan *a, const struct kvp_step_plan *b) {
+    size_t i;
+    CHECK_EQ(a->kind, b->kind);
+    CHECK_EQ(a->batch_is_full, b->batch_is_full);
+    CHECK(a->new_token_ratio == b->new_token_ratio);
+    CHECK_EQ(a->num_prefill, b->num_prefill);
+    CHECK_EQ(a->num_decode, b->num_decode);
+    CHECK_EQ(a->num_retracted + a->num_preempted + a->num_aborted,
+             b->num_retracted + b->num_preempted + b->num_aborted);
+    for (i = 0; i < a->num_prefill && i < b->num_prefill; i++) {
+        CHECK_EQ(a->prefill[i].id, b->prefill[i].id);
+        CHECK_EQ(a->prefill[i].prefix_len, b->prefill[i].prefix_len);
+        CHECK_EQ(a->prefill[i].extend_len, b->prefill[i].extend_len);
+        CHECK_EQ(a->prefill[i].chunked, b->prefill[i].chunked);
+    }
+}
+
+/* Submits request 7 (100 tokens) to both and checks the next steps plan the same prefill. */
+static void check_same_next_step(struct kvp_scheduler *sched, struct kvp_scheduler *fresh) {
+    struct kvp_request r = request(7, 100, 10);
+    struct kvp_submit_result result;
+    struct kvp_step_plan plan, fresh_plan;
+    CHECK_OK(kvp_scheduler_submit(sched, &r, NULL, 0, &result));
+    CHECK(result.queued);
+    CHECK_OK(kvp_scheduler_submit(fresh, &r, NULL, 0, &result));
+    CHECK_OK(kvp_scheduler_step(sched, 10000, 0, true, &plan));
+    CHECK_OK(kvp_scheduler_step(fresh, 10000, 0, true, &fresh_plan));
+    check_same_plan(&plan, &fresh_plan);
+    CHECK_EQ(plan.kind, KVP_STEP_KIND_PREFILL);
+    CHECK_EQ(plan.num_prefill, 1);
+    if (plan.num_prefill == 1) CHECK_EQ(plan.prefill[0].extend_len, 100);
+}
+
+/* Before: input_len UINT64_MAX with max_new_tokens 1 needed UINT64_MAX + 1 + 16, which
+ * wrapped to 16: queued, then planned with extend_len 2^64 - 1; inputs just below it wrapped
+ * to tiny needs the same way. Now the need does not wrap: unfittable, not queued. */
+static void test_submit_need_overflow(void) {
+    struct kvp_scheduler *sched = unattached_scheduler();
+    struct kvp_scheduler *fresh = unattached_scheduler();
+    struct kvp_scheduler_stats stats;
+    struct kvp_submit_result result;
+    struct kvp_request r;
+    const uint64_t cases[][2] = {
+        {UINT64_MAX, 1}, {UINT64_MAX - 10, 20}, {UINT64_MAX - 15, 0}, {UINT64_MAX - 4000, 4096}};
+    size_t i;
+    if (sched == NULL || fresh == NULL) return;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        r = request(1, cases[i][0], cases[i][1]);
+        memset(&result, 0xAB, sizeof result);
+        CHECK_OK(kvp_scheduler_submit(sched, &r, NULL, 0, &result));
+        CHECK(!result.queued);
+        CHECK_EQ(result.needed, UINT64_MAX);
+        CHECK_EQ(result.capacity, 10000);
+    }
+    CHECK_OK(kvp_scheduler_get_stats(sched, &stats));
+    CHECK_EQ(stats.waiting, 0);
+    CHECK_EQ(stats.unfittable, 4);
+
+    /* input_len + output_len beyond 64 bits: the request is malformed. */
+    r = request(2, UINT64_MAX - 1, 10);
+    r.output_len = 2;
+    memset(&result, 0xAB, sizeof result);
+    CHECK_REFUSED(kvp_scheduler_submit(sched, &r, NULL, 0, &result),
+                  KVP_STATUS_INVALID_LENGTHS, "output_len 2");
+    CHECK_EQ(result.needed, 0xABABABABABABABABu); /* untouched */
+    CHECK_OK(kvp_scheduler_get_stats(sched, &stats));
+    CHECK_EQ(stats.waiting, 0);
+    CHECK_EQ(stats.unfittable, 4);
+
+    check_same_next_step(sched, fresh);
+    kvp_scheduler_free(fresh);
+    kvp_scheduler_free(sched);
+}
+
+/* Before: available + evictable wrapped (UINT64_MAX + 2: a budget of 1 token) or turned
+ * negative as a signed budget (2^63: "no memory"). Now refused, nothing counted. */
+static void test_step_room_overflow(void) {
+    struct kvp_scheduler *sched = unattached_scheduler();
+    struct kvp_scheduler *fresh = unattached_scheduler();
+    struct kvp_scheduler_stats stats;
+    struct kvp_step_plan plan;
+    struct kvp_pool_config pool_cfg = kvp_pool_config_default();
+    struct kvp_pool *pool = NULL;
+    struct kvp_scheduler_config cfg = kvp_scheduler_config_default();
+    struct kvp_scheduler *attached = NULL;
+    const uint64_t rooms[][2] = {{UINT64_MAX, 2}, {TWO_POW_63, 0}, {TWO_POW_63 - 1, 1}};
+    size_t i;
+    if (sched == NULL || fresh == NULL) return;
+    for (i = 0; i < sizeof rooms / sizeof rooms[0]; i++) {
+        memset(&plan, 0xAB, sizeof plan);
+        CHECK_REFUSED(kvp_scheduler_step(sched, rooms[i][0], rooms[i][1], true, &plan),
+                      KVP_STATUS_INVALID_ARGUMENT, "evictable");
+        CHECK_EQ(plan.kind, 0xABABABABu); /* untouched */
+    }
+    CHECK_OK(kvp_scheduler_get_stats(sched, &stats));
+    CHECK_EQ(stats.steps, 0);
+    check_same_next_step(sched, fresh);
+    /* The largest countable room is fine. */
+    CHECK_OK(kvp_scheduler_step(sched, TWO_POW_63 - 1, 0, true, &plan));
+
+    /* Attached: the pool's available size plus the caller's evictable tokens. */
+    pool_cfg.size = 4096;
+    pool_cfg.page_size = 16;
+    CHECK_OK(kvp_pool_new(&pool_cfg, &pool));
+    CHECK_OK(kvp_scheduler_new(&cfg, pool, &attached));
+    if (attached != NULL) {
+        CHECK_REFUSED(kvp_scheduler_step(attached, 0, UINT64_MAX - 100, true, &plan),
+                      KVP_STATUS_INVALID_ARGUMENT, "available 4096");
+        CHECK_OK(kvp_scheduler_get_stats(attached, &stats));
+        CHECK_EQ(stats.steps, 0);
+        CHECK_OK(kvp_scheduler_step(attached, 0, 0, true, &plan));
+        CHECK_EQ(plan.kind, KVP_STEP_KIND_IDLE);
+    }
+    kvp_scheduler_free(attached);
+    kvp_pool_free(pool);
+    kvp_scheduler_free(fresh);
+    kvp_scheduler_free(sched);
+}
+
+static void check_same_budget(const struct kvp_budget *a, const struct kvp_budget *b) {
+    CHECK(a->rem_total_tokens == b->rem_total_tokens);
+    CHECK_EQ(a->cur_rem_tokens, b->cur_rem_tokens);
+    CHECK_EQ(a->rem_input_tokens, b->rem_input_tokens);
+    CHECK_EQ(a->rem_chunk_tokens, b->rem_chunk_tokens);
+    CHECK_EQ(a->state, b->state);
+}
+
+/* Before: add_one_req(input_len = UINT64_MAX) was admitted (its need wrapped to 0 and its
+ * page-ceiled extend to -1); available + evictable wrapped at adder creation. */
+static void test_adder_overflow(void) {
+    struct kvp_adder_config cfg = kvp_adder_config_default();
+    struct kvp_adder *adder = NULL, *fresh = NULL;
+    struct kvp_adder *untouched = (struct kvp_adder *)&cfg;
+    struct kvp_budget before, after;
+    struct kvp_admission out, fresh_out;
+    struct kvp_candidate c;
+    const uint64_t rooms[][2] = {{UINT64_MAX, 2}, {TWO_POW_63, 0}, {TWO_POW_63 - 1, 1}};
+    size_t i;
+
+    for (i = 0; i < sizeof rooms / sizeof rooms[0]; i++) {
+        adder = untouched;
+        CHECK_REFUSED(kvp_adder_new(&cfg, rooms[i][0], rooms[i][1], NULL, 0, 0, &adder),
+                      KVP_STATUS_INVALID_ARGUMENT, "evictable");
+        CHECK(adder == untouched);
+    }
+    adder = NULL;
+    CHECK_OK(kvp_adder_new(&cfg, TWO_POW_63 - 1, 0, NULL, 0, 0, &adder));
+    kvp_adder_free(adder);
+
+    adder = NULL;
+    CHECK_OK(kvp_adder_new(&cfg, 100000, 0, NULL, 0, 0, &adder));
+    CHECK_OK(kvp_adder_new(&cfg, 100000, 0, NULL, 0, 0, &fresh));
+    if (adder == NULL || fresh == NULL) return;
+    CHECK_OK(kvp_adder_get_budget(adder, &before));
+
+    memset(&c, 0, sizeof c);
+    c.input_len = UINT64_MAX;
+    c.max_new_tokens = 1;
+    memset(&out, 0xAB, sizeof out);
+    CHECK_REFUSED(kvp_adder_add_one_req(adder, &c, &out), KVP_STATUS_INVALID_LENGTHS,
+                  "18446744073709551615");
+    CHECK_EQ(out.extend_len, 0xABABABABABABABABu); /* untouched */
+    CHECK_OK(kvp_adder_get_budget(adder, &after));
+    check_same_budget(&before, &after);
+
+    /* A chunk continuation whose length passes INT64_MAX. */
+    CHECK_REFUSED(kvp_adder_add_chunked_req(adder, UINT64_MAX - 10, 100, 1, &out),
+                  KVP_STATUS_INVALID_LENGTHS, "remaining 100");
+    CHECK_OK(kvp_adder_get_budget(adder, &after));
+    check_same_budget(&before, &after);
+
+    /* The largest countable request and an unbounded max_new_tokens: decided, not wrapped. */
+    c.input_len = TWO_POW_63 - 1;
+    c.max_new_tokens = UINT64_MAX;
+    CHECK_OK(kvp_adder_add_one_req(adder, &c, &out));
+    CHECK(!out.admitted);
+    CHECK_EQ(out.next, KVP_ADD_RESULT_NO_TOKEN);
+    CHECK_OK(kvp_adder_get_budget(adder, &after));
+    check_same_budget(&before, &after);
+
+    /* The next valid request is decided as on a fresh adder. */
+    c.input_len = 100;
+    c.max_new_tokens = 10;
+    CHECK_OK(kvp_adder_add_one_req(adder, &c, &out));
+    CHECK_OK(kvp_adder_add_one_req(fresh, &c, &fresh_out));
+    CHECK(out.admitted && fresh_out.admitted);
+    CHECK_EQ(out.extend_len, 100);
+    CHECK_EQ(out.extend_len, fresh_out.extend_len);
+    CHECK_EQ(out.next, fresh_out.next);
+    CHECK_OK(kvp_adder_get_budget(adder, &after));
+    CHECK_OK(kvp_adder_get_budget(fresh, &before));
+    check_same_budget(&before, &after);
+    kvp_adder_free(fresh);
+    kvp_adder_free(adder);
+}
+
+/* Configurations that could never admit anything (or whose numbers cannot be counted) are
+ * refused at creation, the message naming the field; the out-pointer is untouched. */
+static void test_refused_configs(void) {
+    struct kvp_scheduler_config base = kvp_scheduler_config_default();
+    struct kvp_adder_config abase = kvp_adder_config_default();
+    struct kvp_delayer_config dbase = kvp_delayer_config_default();
+    struct kvp_scheduler *sched;
+    struct kvp_adder *adder;
+    struct kvp_delayer *delayer;
+    void *untouched = &base;
+    int i;
+    base.capacity = 10000;
+    base.page_size = 16;
+    for (i = 0; i < 10; i++) {
+        struct kvp_scheduler_config cfg = base;
+        const char *field = "";
+        switch (i) {
+        case 0: cfg.max_prefill_tokens = 0; field = "max_prefill_tokens"; break;
+        case 1: cfg.max_prefill_tokens = UINT64_MAX; field = "max_prefill_tokens"; break;
+        case 2: cfg.clip_max_new_tokens = 0; field = "clip_max_new_tokens"; break;
+        case 3: cfg.init_new_token_ratio = 0.0; field = "init_new_token_ratio"; break;
+        case 4: cfg.init_new_token_ratio = NAN; field = "init_new_token_ratio"; break;
+        case 5: cfg.min_new_token_ratio_factor = -0.1; field = "min_new_token_ratio_factor"; break;
+        case 6: cfg.schedule_conservativeness = 0.0; field = "schedule_conservativeness"; break;
+        case 7: cfg.capacity = UINT64_MAX; field = "capacity"; break;
+        case 8: cfg.page_size = 16384; field = "page_size"; break;
+        default: cfg.chunked_prefill_size = TWO_POW_63; field = "chunked_prefill_size"; break;
+        }
+        sched = (struct kvp_scheduler *)untouched;
+        CHECK_REFUSED(kvp_scheduler_new(&cfg, NULL, &sched), KVP_STATUS_INVALID_ARGUMENT,
+                      field);
+        CHECK(sched == (struct kvp_scheduler *)untouched);
+    }
+    for (i = 0; i < 7; i++) {
+        struct kvp_adder_config cfg = abase;
+        const char *field = "";
+        switch (i) {
+        case 0: cfg.max_prefill_tokens = 0; field = "max_prefill_tokens"; break;
+        case 1: cfg.clip_max_new_tokens = 0; field = "clip_max_new_tokens"; break;
+        case 2: cfg.new_token_ratio = 0.0; field = "new_token_ratio"; break;
+        case 3: cfg.new_token_ratio = -1.0; field = "new_token_ratio"; break;
+        case 4: cfg.new_token_ratio = NAN; field = "new_token_ratio"; break;
+        case 5: cfg.page_size = TWO_POW_63; field = "page_size"; break;
+        default: cfg.num_mixed_decode_tokens = UINT64_MAX; field = "num_mixed_decode_tokens"; break;
+        }
+        adder = (struct kvp_adder *)untouched;
+        CHECK_REFUSED(kvp_adder_new(&cfg, 1000, 0, NULL, 0, 0, &adder),
+                      KVP_STATUS_INVALID_ARGUMENT, field);
+        CHECK(adder == (struct kvp_adder *)untouched);
+    }
+    for (i = 0; i < 3; i++) {
+        struct kvp_delayer_config cfg = dbase;
+        const char *field = "";
+        switch (i) {
+        case 0: cfg.token_usage_low_watermark = NAN; field = "token_usage_low_watermark"; break;
+        case 1: cfg.queue_min_ratio = INFINITY; field = "queue_min_ratio"; break;
+        default: cfg.max_delay_passes = 0; field = "max_delay_passes"; break;
+        }
+        delayer = (struct kvp_delayer *)untouched;
+        CHECK_REFUSED(kvp_delayer_new(&cfg, &delayer), KVP_STATUS_INVALID_ARGUMENT, field);
+        CHECK(delayer == (struct kvp_delayer *)untouched);
+    }
+    /* The defaults themselves are accepted. */
+    sched = NULL;
+    CHECK_OK(kvp_scheduler_new(&base, NULL, &sched));
+    kvp_scheduler_free(sched);
+    adder = NULL;
+    CHECK_OK(kvp_adder_new(&abase, 1000, 0, NULL, 0, 0, &adder));
+    kvp_adder_free(adder);
+    delayer = NULL;
+    CHECK_OK(kvp_delayer_new(&dbase, &delayer));
+    kvp_delayer_free(delayer);
+    /* The SGLang constants, prefixed. */
+    CHECK_EQ(KVP_CLIP_MAX_NEW_TOKENS, 4096);
+    CHECK_EQ(KVP_RETRACT_DECODE_STEPS, 20);
+    CHECK_EQ(base.clip_max_new_tokens, KVP_CLIP_MAX_NEW_TOKENS);
+}
+
+static void run(const char *name, void (*test)(void)) {
+    int before = g_failures;
+    g_test = name;
+    test();
+    printf("%-32s %s\n", name, g_failures == before ? "ok" : "FAILED");
+}
+
 int main(void) {
-    g_test = "engine_loop";
-    test_engine_loop();
-    printf("%-32s %s\n", g_test, g_failures == 0 ? "ok" : "FAILED");
+    run("engine_loop", test_engine_loop);
+    run("submit_need_overflow", test_submit_need_overflow);
+    run("step_room_overflow", test_step_room_overflow);
+    run("adder_overflow", test_adder_overflow);
+    run("refused_configs", test_refused_configs);
     if (g_failures != 0) {
         printf("scheduler_test (C): %d of %d checks FAILED\n", g_failures, g_checks);
         return 1;

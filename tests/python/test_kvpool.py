@@ -42,7 +42,7 @@ HEADER = os.path.join(ROOT, "include", "kvpool.h")
 
 LIB = None
 
-# SGLang's RETRACT_DECODE_STEPS (the header's RETRACT_DECODE_STEPS macro).
+# SGLang's RETRACT_DECODE_STEPS (the header's KVP_RETRACT_DECODE_STEPS macro).
 RETRACT_DECODE_STEPS = 20
 
 
@@ -268,8 +268,8 @@ class TestHeaderAndBinding(KvpTestCase):
 
     def test_constants_match_header(self):
         macros = dict(re.findall(r"#define (\w+) (\d+)", read_header()))
-        self.assertEqual(macros["CLIP_MAX_NEW_TOKENS"], "4096")
-        self.assertEqual(macros["RETRACT_DECODE_STEPS"], str(RETRACT_DECODE_STEPS))
+        self.assertEqual(macros["KVP_CLIP_MAX_NEW_TOKENS"], "4096")
+        self.assertEqual(macros["KVP_RETRACT_DECODE_STEPS"], str(RETRACT_DECODE_STEPS))
 
     def test_version_matches_header(self):
         macros = dict(re.findall(r"#define (KVP_\w+_VERSION\w*|KVP_VERSION_\w+) (\d+)",

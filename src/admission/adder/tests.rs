@@ -284,3 +284,163 @@ fn prefill_max_requests_caps_the_batch() {
     assert!(adder.add_one_req(&prompt(10, 1)).extend_len.is_some());
     assert_eq!(adder.add_one_req(&prompt(10, 1)).next, AddResult::Other);
 }
+
+// ---- impossible values: refused with an error, the adder unchanged --------------------
+
+use crate::pool::ErrorKind;
+
+#[test]
+fn a_candidate_of_u64_max_tokens_is_refused_not_admitted() {
+    // Before: extend + max_new + page wrapped to 0 and the page-ceiled extend to -1, so the
+    // request was admitted with extend_len 2^64 - 1.
+    let mut adder = PrefillAdder::new(config(1), 100_000, 0, &[], 0);
+    let before = adder.budget().clone();
+    let err = adder.try_add_one_req(&prompt(u64::MAX, 1)).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidLengths);
+    assert!(
+        err.message().contains("18446744073709551615"),
+        "{}",
+        err.message()
+    );
+    assert_eq!(adder.budget(), &before);
+    assert_eq!(adder.admitted(), 0);
+    // A page-rounded input past INT64_MAX is refused too.
+    let mut paged = PrefillAdder::new(config(16), 100_000, 0, &[], 0);
+    let err = paged
+        .try_add_one_req(&prompt(i64::MAX as u64, 1))
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidLengths);
+    // The next valid request is decided as on a fresh adder.
+    let out = adder.try_add_one_req(&prompt(100, 10)).unwrap();
+    assert_eq!(out.extend_len, Some(100));
+}
+
+#[test]
+fn the_largest_countable_candidate_is_simply_too_big() {
+    let mut adder = PrefillAdder::new(config(1), 100_000, 0, &[], 0);
+    let before = adder.budget().clone();
+    let out = adder
+        .try_add_one_req(&prompt(i64::MAX as u64, u64::MAX))
+        .unwrap();
+    assert_eq!((out.extend_len, out.next), (None, AddResult::NoToken));
+    assert_eq!(adder.budget(), &before);
+}
+
+#[test]
+fn an_unclipped_ignore_eos_reservation_does_not_wrap() {
+    // Without a prefix cache an ignore_eos request reserves its whole max_new_tokens.
+    let cfg = AdderConfig {
+        prefix_cache_disabled: true,
+        ..config(1)
+    };
+    let mut adder = PrefillAdder::new(cfg, 1000, 0, &[], 0);
+    let huge = Candidate {
+        input_len: 10,
+        max_new_tokens: u64::MAX,
+        ignore_eos: true,
+        ..Candidate::default()
+    };
+    let before = adder.budget().clone();
+    let out = adder.try_add_one_req(&huge).unwrap();
+    assert_eq!((out.extend_len, out.next), (None, AddResult::NoToken));
+    assert_eq!(adder.budget(), &before);
+}
+
+#[test]
+fn available_plus_evictable_past_int64_max_is_refused() {
+    // Before: u64::MAX + 2 wrapped to a budget of 1 token.
+    for (available, evictable) in [(u64::MAX, 2), (i64::MAX as u64, 1), (1 << 63, 0)] {
+        let err = PrefillAdder::try_new(config(1), available, evictable, &[], 0).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+        assert!(err.message().contains("evictable"), "{}", err.message());
+    }
+    let max = PrefillAdder::try_new(config(1), i64::MAX as u64, 0, &[], 0).unwrap();
+    assert_eq!(max.budget().cur_rem_tokens(), i64::MAX);
+}
+
+#[test]
+fn configs_that_never_admit_are_refused_naming_the_field() {
+    let cases = [
+        (
+            AdderConfig {
+                max_prefill_tokens: 0,
+                ..config(1)
+            },
+            "max_prefill_tokens",
+        ),
+        (
+            AdderConfig {
+                clip_max_new_tokens: 0,
+                ..config(1)
+            },
+            "clip_max_new_tokens",
+        ),
+        (
+            AdderConfig {
+                new_token_ratio: f64::NAN,
+                ..config(1)
+            },
+            "new_token_ratio",
+        ),
+        (
+            AdderConfig {
+                new_token_ratio: -0.5,
+                ..config(1)
+            },
+            "new_token_ratio",
+        ),
+        (
+            AdderConfig {
+                max_prefill_tokens: u64::MAX,
+                ..config(1)
+            },
+            "max_prefill_tokens",
+        ),
+        (
+            AdderConfig {
+                chunked_prefill_size: Some(1 << 63),
+                ..config(1)
+            },
+            "chunked_prefill_size",
+        ),
+        (
+            AdderConfig {
+                page_size: 0,
+                ..config(1)
+            },
+            "page_size",
+        ),
+    ];
+    for (cfg, field) in cases {
+        let err = PrefillAdder::try_new(cfg, 1000, 0, &[], 0).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{field}");
+        assert!(
+            err.message().starts_with(field),
+            "{field}: {}",
+            err.message()
+        );
+    }
+}
+
+#[test]
+fn a_chunk_continuation_past_int64_max_is_refused() {
+    let mut adder = PrefillAdder::new(config(16), 100_000, 0, &[], 1);
+    let before = adder.budget().clone();
+    let err = adder
+        .try_add_chunked_req(ChunkedCandidate {
+            prefix_len: u64::MAX - 10,
+            remaining: 100,
+            max_new_tokens: 1,
+        })
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidLengths);
+    assert_eq!(adder.budget(), &before);
+    let out = adder
+        .try_add_chunked_req(ChunkedCandidate {
+            prefix_len: 4096,
+            remaining: 100,
+            max_new_tokens: 1,
+        })
+        .unwrap();
+    assert_eq!((out.extend_len, out.truncated), (100, false));
+}

@@ -17,6 +17,7 @@ pub use request::{Phase, RequestSpec};
 
 use super::budget::{AddResult, AdderConfig, PrefillBudget, RunningRequest};
 use super::ratio::{NewTokenRatio, RatioConfig};
+use super::tokens::{bad_lengths, check_positive_tokens, invalid, room, sum_f64, MAX_TOKENS};
 use super::{ceil_paged, ChunkSizePredictor, PrefillAdder};
 use super::{Candidate, ChunkedCandidate, CLIP_MAX_NEW_TOKENS};
 use crate::pool::{ErrorKind, PoolError};
@@ -234,7 +235,10 @@ fn bad(kind: ErrorKind, message: impl Into<String>) -> PoolError {
 }
 
 impl Scheduler {
-    /// A scheduler with nothing queued.
+    /// A scheduler with nothing queued. Refuses (naming the field) a configuration whose
+    /// arithmetic cannot be represented or that could never admit anything: a zero or
+    /// beyond-`INT64_MAX` capacity, `max_prefill_tokens` or chunk size, a page larger than
+    /// the capacity, `clip_max_new_tokens` 0, non-positive or non-finite ratios.
     pub fn new(config: SchedulerConfig) -> Result<Self, PoolError> {
         if config.page_size == 0 || config.capacity == 0 {
             return Err(bad(
@@ -242,6 +246,25 @@ impl Scheduler {
                 "page_size and capacity must be positive",
             ));
         }
+        check_positive_tokens("capacity", config.capacity)?;
+        if config.page_size > config.capacity {
+            return Err(invalid(format!(
+                "page_size {} exceeds capacity {}: no request could ever fit",
+                config.page_size, config.capacity
+            )));
+        }
+        check_positive_tokens("max_prefill_tokens", config.max_prefill_tokens)?;
+        if let Some(chunk) = config.chunked_prefill_size.filter(|&c| c > MAX_TOKENS) {
+            return Err(invalid(format!(
+                "chunked_prefill_size {chunk} exceeds INT64_MAX"
+            )));
+        }
+        if config.clip_max_new_tokens == 0 {
+            return Err(invalid(
+                "clip_max_new_tokens must be positive (0 reserves no room for any output)",
+            ));
+        }
+        config.ratio.check()?;
         if config.chunked_prefill_size == Some(0) || config.truncation_align_size == Some(0) {
             return Err(bad(
                 ErrorKind::InvalidArgument,
@@ -306,14 +329,21 @@ impl Scheduler {
     /// Tokens a request needs at admission: fill + clipped remaining output + a page (with
     /// the prefix cache disabled, an `ignore_eos` request goes through the future
     /// simulation instead, which needs its page-ceiled fill + all its remaining output + 1).
-    /// A request needing the pool's whole capacity or more can never be admitted.
+    /// A request needing the pool's whole capacity or more can never be admitted. The sum
+    /// saturates at `u64::MAX` (a need beyond 64 bits is still "more than any pool").
     pub fn admission_need(&self, spec: &RequestSpec) -> u64 {
-        let fill = spec.input_len + spec.output_len;
+        let ps = self.config.page_size;
+        let fill = spec.input_len.saturating_add(spec.output_len);
         let left = spec.max_new_tokens.saturating_sub(spec.output_len);
         if spec.ignore_eos && self.config.prefix_cache_disabled {
-            return ceil_paged(fill, self.config.page_size) + left + 1;
+            return fill
+                .div_ceil(ps)
+                .saturating_mul(ps)
+                .saturating_add(left)
+                .saturating_add(1);
         }
-        fill + left.min(self.config.clip_max_new_tokens) + self.config.page_size
+        fill.saturating_add(left.min(self.config.clip_max_new_tokens))
+            .saturating_add(ps)
     }
 
     /// Queues a request. Ids must be unique among live requests; `input_len` must be
@@ -467,8 +497,34 @@ impl Scheduler {
 
     /// Plans the next step from the pool's free tokens and the prefix cache's evictable
     /// tokens. `allow_prefill = false` skips prefill this step (e.g. a PrefillDelayer
-    /// verdict negotiated across ranks).
+    /// verdict negotiated across ranks). Refuses, changing nothing, `available + evictable`
+    /// beyond `INT64_MAX` tokens (no pool holds that many).
+    pub fn try_step(
+        &mut self,
+        available: u64,
+        evictable: u64,
+        allow_prefill: bool,
+    ) -> Result<StepPlan, PoolError> {
+        let room = room(available, evictable)?;
+        Ok(self.step_within(available, evictable, room, allow_prefill))
+    }
+
+    /// [`try_step`](Self::try_step) for a room known to be within `INT64_MAX` tokens.
+    ///
+    /// # Panics
+    /// If `try_step` refuses it.
     pub fn step(&mut self, available: u64, evictable: u64, allow_prefill: bool) -> StepPlan {
+        self.try_step(available, evictable, allow_prefill)
+            .unwrap_or_else(|e| panic!("Scheduler::step: {}", e.message()))
+    }
+
+    fn step_within(
+        &mut self,
+        available: u64,
+        evictable: u64,
+        room: u64,
+        allow_prefill: bool,
+    ) -> StepPlan {
         self.stats.steps += 1;
         let mut plan = StepPlan::default();
         if self.requests.is_empty() {
@@ -478,7 +534,7 @@ impl Scheduler {
             plan.kind = StepKind::Prefill;
             self.stats.prefill_steps += 1;
         } else if !self.running.is_empty() {
-            self.decode(available + evictable, &mut plan);
+            self.decode(room, &mut plan);
             plan.kind = StepKind::Decode;
             self.stats.decode_steps += 1;
         } else if allow_prefill && !self.chunking.is_empty() {
@@ -615,7 +671,10 @@ impl Scheduler {
         // Mixed chunk: the running requests decode in the same step if their next
         // tokens fit what the prefill leaves (their rows were pre-charged).
         if mixed {
-            let room = adder.budget().cur_rem_tokens() + num_mixed as i64;
+            let room = adder
+                .budget()
+                .cur_rem_tokens()
+                .saturating_add(num_mixed as i64);
             if room >= 0 && self.decode_need(&self.running) <= room as u64 {
                 self.advance_decode(plan);
             }
@@ -699,9 +758,10 @@ impl Scheduler {
         };
         let req = &self.requests[slot];
         let cfg = self.adder_config(0);
-        let mut need = (req.fill_len - req.spec.prefix_len
-            + req.spec.max_new_tokens.min(cfg.clip_max_new_tokens)) as f64
-            - adder.budget().rem_total_tokens();
+        let mut need = sum_f64([
+            req.fill_len - req.spec.prefix_len,
+            req.spec.max_new_tokens.min(cfg.clip_max_new_tokens),
+        ]) - adder.budget().rem_total_tokens();
         let rank = prio.rank(req.spec.priority);
         let mut order = self.running.clone();
         let requests = &self.requests;
@@ -714,7 +774,7 @@ impl Scheduler {
         });
         let mut victims = Vec::new();
         for cand in order {
-            if prio.rank(self.requests[cand].spec.priority) - rank <= threshold {
+            if prio.rank(self.requests[cand].spec.priority) - rank <= i128::from(threshold) {
                 break;
             }
             let offset = PrefillBudget::running_offset(&cfg, &self.running_view(cand));
@@ -758,13 +818,16 @@ impl Scheduler {
     // ---- decode -----------------------------------------------------------------------
 
     /// Tokens the next decode step of `slots` needs: a page for each request whose KV ends
-    /// on a page boundary.
+    /// on a page boundary. It saturates: it is only compared with the room, which it then
+    /// exceeds either way.
     fn decode_need(&self, slots: &[u32]) -> u64 {
         let ps = self.config.page_size;
-        ps * slots
-            .iter()
-            .filter(|&&slot| self.requests[slot].kv_len % ps == 0)
-            .count() as u64
+        ps.saturating_mul(
+            slots
+                .iter()
+                .filter(|&&slot| self.requests[slot].kv_len % ps == 0)
+                .count() as u64,
+        )
     }
 
     fn decode(&mut self, room: u64, plan: &mut StepPlan) {
@@ -779,7 +842,7 @@ impl Scheduler {
     /// SGLang's `retract_decode`: retract in the policy's order until the rest can decode,
     /// keeping at least one request; abort that one if even it cannot; then set the ratio
     /// to the estimate over the requests that stay.
-    fn retract_for_decode(&mut self, mut room: u64, plan: &mut StepPlan) {
+    fn retract_for_decode(&mut self, room: u64, plan: &mut StepPlan) {
         let prio = self.config.priority;
         let by_priority = self.config.retraction == RetractionPolicy::Priority;
         let ps = self.config.page_size;
@@ -799,13 +862,15 @@ impl Scheduler {
             })
             .collect();
         order.sort_by_key(|o| std::cmp::Reverse(o.0));
-        let mut need = ps * order.iter().filter(|o| o.2).count() as u64;
+        // Exact (128-bit) need and room: the need shrinks as requests are retracted.
+        let (ps, mut room) = (u128::from(ps), u128::from(room));
+        let mut need = ps * order.iter().filter(|o| o.2).count() as u128;
         // The running batch shrinks: new requests may fit again (SGLang clears the flag).
         self.batch_is_full = false;
         while order.len() > 1 && need > room {
             let (_, slot, needs_page) = order.pop().expect("non-empty");
             need -= if needs_page { ps } else { 0 };
-            room += self.evict(slot, |p| &mut p.retracted, plan);
+            room += u128::from(self.evict(slot, |p| &mut p.retracted, plan));
             self.stats.retractions += 1;
         }
         self.compact();
@@ -835,7 +900,12 @@ impl Scheduler {
 }
 
 fn check_prefix(spec: &RequestSpec) -> Result<(), PoolError> {
-    let fill = spec.input_len + spec.output_len;
+    let Some(fill) = spec.input_len.checked_add(spec.output_len) else {
+        return Err(bad_lengths(format!(
+            "request {}: input_len {} + output_len {} overflows 64 bits",
+            spec.id, spec.input_len, spec.output_len
+        )));
+    };
     if spec.input_len == 0 {
         return Err(bad(
             ErrorKind::InvalidLengths,

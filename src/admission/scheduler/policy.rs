@@ -34,8 +34,10 @@ pub struct PriorityConfig {
 }
 
 impl PriorityConfig {
-    /// Sort key: smaller runs first.
-    pub(crate) fn rank(&self, priority: i64) -> i64 {
+    /// Sort key: smaller runs first. Widened to 128 bits: the caller's priority may be
+    /// `INT64_MIN`, whose negation, or a difference of two ranks, does not fit an `i64`.
+    pub(crate) fn rank(&self, priority: i64) -> i128 {
+        let priority = i128::from(priority);
         if self.low_values_first {
             priority
         } else {
@@ -72,7 +74,7 @@ pub(crate) fn order(
     let prio = |r: &Request| priority.map_or(0, |p| p.rank(r.spec.priority));
     // Each key is computed once per request (`sort_by_cached_key`): one map lookup each,
     // not two per comparison.
-    let by = |queue: &mut [u32], key: &dyn Fn(&Request) -> (i64, i64, u64)| {
+    let by = |queue: &mut [u32], key: &dyn Fn(&Request) -> (i128, i64, u64)| {
         queue.sort_by_cached_key(|&slot| key(&reqs[slot]));
     };
     match policy {

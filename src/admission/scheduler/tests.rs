@@ -532,3 +532,165 @@ fn retraction_counts_only_a_requests_own_pages_as_freed() {
     assert_eq!(plan.retracted.len(), 1);
     assert!(plan.decode.len() == 1 && plan.aborted.is_empty());
 }
+
+// ---- impossible values: refused or reported, the scheduler unchanged ------------------
+
+/// Queue counts, counters and the plan a following valid step makes: equal for two
+/// schedulers that differ only by refused calls.
+fn observe(s: &mut Scheduler) -> ((usize, usize, usize), SchedulerStats, StepPlan) {
+    let before = (s.counts(), s.stats());
+    let plan = s.step(10_000, 0, true);
+    (before.0, before.1, plan)
+}
+
+#[test]
+fn a_submission_whose_need_overflows_is_unfittable_not_queued() {
+    // Before: input_len u64::MAX with max_new 1 needed 2^64 - 1 + 1 + 16, which wrapped
+    // to 16 < capacity: queued, and planned with extend_len 2^64 - 1.
+    let mut s = scheduler(10_000, 16, |_| {});
+    let mut fresh = scheduler(10_000, 16, |_| {});
+    for (input_len, max_new) in [(u64::MAX, 1), (u64::MAX - 10, 20), (u64::MAX - 10, 0)] {
+        let out = s.submit(spec(1, input_len, max_new)).unwrap();
+        assert_eq!(
+            out,
+            SubmitOutcome::Unfittable {
+                needed: u64::MAX,
+                capacity: 10_000
+            },
+            "input_len {input_len}"
+        );
+    }
+    // Not queued; only the counter of refusals moved.
+    assert_eq!(s.counts(), (0, 0, 0));
+    assert_eq!(s.stats().unfittable, 3);
+    s.submit(spec(7, 100, 10)).unwrap();
+    fresh.submit(spec(7, 100, 10)).unwrap();
+    let (plan, fresh_plan) = (s.step(10_000, 0, true), fresh.step(10_000, 0, true));
+    assert_eq!(plan, fresh_plan);
+    assert_eq!(plan.prefill[0].extend_len, 100);
+}
+
+#[test]
+fn an_ignore_eos_need_that_overflows_is_unfittable() {
+    let mut s = scheduler(10_000, 16, |c| c.prefix_cache_disabled = true);
+    let out = s
+        .submit(RequestSpec {
+            ignore_eos: true,
+            ..spec(1, 100, u64::MAX)
+        })
+        .unwrap();
+    assert!(matches!(
+        out,
+        SubmitOutcome::Unfittable {
+            needed: u64::MAX,
+            ..
+        }
+    ));
+    assert_eq!(s.counts(), (0, 0, 0));
+}
+
+#[test]
+fn input_plus_output_past_64_bits_is_refused() {
+    let mut s = scheduler(10_000, 16, |_| {});
+    let mut fresh = scheduler(10_000, 16, |_| {});
+    let err = s
+        .submit(RequestSpec {
+            output_len: 2,
+            ..spec(1, u64::MAX - 1, 10)
+        })
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidLengths);
+    assert!(err.message().contains("output_len 2"), "{}", err.message());
+    assert_eq!(observe(&mut s), observe(&mut fresh));
+}
+
+#[test]
+fn a_room_past_int64_max_is_refused_and_changes_nothing() {
+    // Before: available + evictable wrapped (u64::MAX + 2 = 1 token of budget) or turned
+    // negative as an i64 (2^63: "no memory").
+    let mut s = scheduler(10_000, 16, |_| {});
+    let mut fresh = scheduler(10_000, 16, |_| {});
+    for sched in [&mut s, &mut fresh] {
+        sched.submit(spec(1, 100, 10)).unwrap();
+    }
+    for (available, evictable) in [(u64::MAX, 2), (1 << 63, 0), (i64::MAX as u64, 1)] {
+        let err = s.try_step(available, evictable, true).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+        assert!(err.message().contains("evictable"), "{}", err.message());
+    }
+    assert_eq!(observe(&mut s), observe(&mut fresh));
+    // The largest countable room is fine.
+    assert!(s.try_step(i64::MAX as u64, 0, true).is_ok());
+}
+
+#[test]
+fn configs_that_never_admit_are_refused_naming_the_field() {
+    type Edit = fn(&mut SchedulerConfig);
+    let cases: [(Edit, &str); 9] = [
+        (|c| c.max_prefill_tokens = 0, "max_prefill_tokens"),
+        (|c| c.max_prefill_tokens = u64::MAX, "max_prefill_tokens"),
+        (|c| c.clip_max_new_tokens = 0, "clip_max_new_tokens"),
+        (|c| c.capacity = u64::MAX, "capacity"),
+        (|c| c.page_size = 20_000, "page_size"),
+        (
+            |c| c.chunked_prefill_size = Some(1 << 63),
+            "chunked_prefill_size",
+        ),
+        (|c| c.ratio.init = 0.0, "init_new_token_ratio"),
+        (
+            |c| c.ratio.min_factor = f64::NAN,
+            "min_new_token_ratio_factor",
+        ),
+        (
+            |c| c.ratio.conservativeness = -1.0,
+            "schedule_conservativeness",
+        ),
+    ];
+    for (edit, field) in cases {
+        let mut config = SchedulerConfig::new(10_000, 16);
+        edit(&mut config);
+        let err = Scheduler::new(config).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument, "{field}");
+        assert!(
+            err.message().starts_with(field),
+            "{field}: {}",
+            err.message()
+        );
+    }
+}
+
+#[test]
+fn extreme_priorities_order_and_preempt_without_wrapping() {
+    // High values first: the rank of i64::MIN is -i64::MIN = 2^63, which wrapped to
+    // i64::MIN (the best rank) before; rank differences up to 2^64 overflowed.
+    let mut s = scheduler(10_000, 1, |c| {
+        c.priority = Some(PriorityConfig {
+            low_values_first: false,
+            preemption_threshold: Some(10),
+        });
+        c.max_running_requests = Some(1);
+    });
+    s.submit(RequestSpec {
+        priority: i64::MIN,
+        ..spec(1, 100, 100)
+    })
+    .unwrap();
+    s.submit(RequestSpec {
+        priority: i64::MAX - 1,
+        ..spec(2, 100, 100)
+    })
+    .unwrap();
+    let plan = s.step(10_000, 0, true);
+    assert_eq!(plan.prefill.iter().map(|e| e.id).collect::<Vec<_>>(), [2]);
+    // The best priority preempts the worst one running.
+    s.finish(2).unwrap();
+    s.step(10_000, 0, true); // 1 runs
+    s.submit(RequestSpec {
+        priority: i64::MAX,
+        ..spec(3, 100, 100)
+    })
+    .unwrap();
+    let plan = s.step(9_000, 0, true);
+    assert_eq!(plan.preempted.iter().map(|e| e.id).collect::<Vec<_>>(), [1]);
+    assert_eq!(plan.prefill.iter().map(|e| e.id).collect::<Vec<_>>(), [3]);
+}
