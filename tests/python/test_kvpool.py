@@ -1825,6 +1825,32 @@ class TestPackage(KvpTestCase):
         self.assertIn(f"ABI version {saved}", str(ctx.exception))
 
 
+class TestHandleKinds(KvpTestCase):
+    """A handle of the wrong kind is refused by the library (INVALID_ARGUMENT naming both
+    kinds), not read as another type."""
+
+    def test_wrong_kind_is_refused(self):
+        pool = self.pool(64, 4)
+        other = self.pool(64, 4)
+        adder = self.adder(100)
+        pool.alloc(8)
+        snap = pool.backup_state()
+        self.addCleanup(snap.close)
+        pool.alloc(4)
+        self.assertKvpError("INVALID_ARGUMENT", pool.restore_state, other,
+                            message="snapshot is not a kvp_snapshot handle: it is a kvp_pool")
+        self.assertKvpError("INVALID_ARGUMENT", kvp.Scheduler, adder,
+                            message="pool is not a kvp_pool handle: it is a kvp_adder")
+        n = ctypes.c_uint64(7)
+        self.assertEqual(LIB.kvp_pool_available_size(snap.handle, ctypes.byref(n)),
+                         kvp.STATUS["INVALID_ARGUMENT"])
+        self.assertIn("it is a kvp_snapshot handle", LIB.last_error_message())
+        self.assertEqual(n.value, 7)
+        self.assertEqual(pool.available_size(), 52)  # not restored
+        pool.restore_state(snap)
+        self.assertEqual(pool.available_size(), 56)
+
+
 def spy_calls(test, names):
     """Wraps the library functions `names` for the rest of `test`; returns the list of names
     called (any arguments)."""
