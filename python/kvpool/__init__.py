@@ -3,8 +3,11 @@
 Standard library only, and importing it needs nothing built. The shared library is loaded
 on first use from an absolute path (never searched through LD_LIBRARY_PATH), the first of:
 the path given to ``kvpool.load(path)`` (or ``Library(path)``, or ``lib=`` of a handle
-class), ``$KVPOOL_LIB``, a ``libkvpool.so`` next to this package, and
-``target/release/libkvpool.so`` of the source tree holding it (``cargo build --release``).
+class), ``$KVPOOL_LIB``, a ``libkvpool.so`` next to this package, and the newest release
+build of the source tree holding it: ``target/release/libkvpool.so`` (``cargo build
+--release``) or ``target/release/deps/libkvpool.so`` (where every release build of the crate
+writes its cdylib, e.g. ``cargo test --release`` and ``cargo run --release --example demo``,
+which do not copy it up to ``target/release``).
 Every ``kvp_*`` function gets the ``argtypes`` and ``restype`` of ``SIGNATURES``, which
 tests/python/test_kvpool.py checks against the header.
 
@@ -730,22 +733,31 @@ class KvpError(Exception):
 
 def find_library():
     """The path ``load()`` uses when given none: ``$KVPOOL_LIB``, else ``libkvpool.so`` next
-    to this package, else ``target/release/libkvpool.so`` of the source tree holding it."""
+    to this package, else the newer of ``target/release/libkvpool.so`` and
+    ``target/release/deps/libkvpool.so`` of the source tree holding it. (Cargo writes the
+    cdylib to ``deps/`` on every release build of the crate, including ``cargo test`` and
+    ``cargo run --example``, but copies it up to ``target/release`` only for ``cargo
+    build``; so after the README's commands only ``deps/`` has it, and after an edit and a
+    ``cargo test`` the copy in ``target/release`` is the older one.)"""
     env = os.environ.get("KVPOOL_LIB")
     if env:
         if not os.path.isfile(env):
             raise FileNotFoundError(f"KVPOOL_LIB={env}: no such file")
         return os.path.abspath(env)
     here = os.path.dirname(os.path.abspath(__file__))
-    candidates = [os.path.join(here, "libkvpool.so"),
-                  os.path.join(here, os.pardir, os.pardir, "target", "release", "libkvpool.so")]
-    for path in candidates:
-        if os.path.isfile(path):
-            return os.path.normpath(path)
+    beside = os.path.join(here, "libkvpool.so")
+    if os.path.isfile(beside):
+        return os.path.normpath(beside)
+    release = os.path.join(here, os.pardir, os.pardir, "target", "release")
+    built = [os.path.normpath(os.path.join(release, *parts))
+             for parts in (("libkvpool.so",), ("deps", "libkvpool.so"))]
+    found = [path for path in built if os.path.isfile(path)]
+    if found:
+        return max(found, key=os.path.getmtime)  # max keeps the first of equal times
     raise FileNotFoundError(
         "libkvpool.so not found: pass its path to kvpool.load(path), set KVPOOL_LIB, or build "
         "it with `cargo build --release` (looked for " +
-        " and ".join(os.path.normpath(c) for c in candidates) + ")")
+        ", ".join([os.path.normpath(beside)] + built) + ")")
 
 
 _loaded = {}

@@ -1727,7 +1727,8 @@ class TestAdmissionOwnership(KvpTestCase):
 
 class TestPackage(KvpTestCase):
     """python/kvpool as a package: importable with nothing built, the library found by an
-    explicit path, $KVPOOL_LIB, next to the package or in the source tree's target/release."""
+    explicit path, $KVPOOL_LIB, next to the package or in the source tree's target/release
+    (or target/release/deps)."""
 
     def run_python(self, code, package_parent, env_lib=None):
         env = {k: v for k, v in os.environ.items() if k not in ("KVPOOL_LIB", "PYTHONPATH")}
@@ -1793,6 +1794,17 @@ class TestPackage(KvpTestCase):
         built = os.path.join(tree, "target", "release", "libkvpool.so")
         shutil.copy(LIB.path, built)
         self.assertEqual(self.run_python(code, os.path.join(tree, "python")), f"{built} [1, 2]")
+        # target/release/deps, where `cargo test --release` and `cargo run --release
+        # --example demo` leave the cdylib (only `cargo build` copies it up): the newer wins
+        os.makedirs(os.path.join(tree, "target", "release", "deps"))
+        deps = os.path.join(tree, "target", "release", "deps", "libkvpool.so")
+        shutil.copy(LIB.path, deps)
+        os.utime(built, (1_000_000_000, 1_000_000_000))
+        self.assertEqual(self.run_python(code, os.path.join(tree, "python")), f"{deps} [1, 2]")
+        os.utime(deps, (900_000_000, 900_000_000))
+        self.assertEqual(self.run_python(code, os.path.join(tree, "python")), f"{built} [1, 2]")
+        os.remove(built)
+        self.assertEqual(self.run_python(code, os.path.join(tree, "python")), f"{deps} [1, 2]")
         # next to the package (preferred over target/release)
         beside = os.path.join(tree, "python", "kvpool", "libkvpool.so")
         shutil.copy(LIB.path, beside)
