@@ -13,6 +13,12 @@
  *    `kvp_*_free`; `kvp_*_free(NULL)` is a no-op.
  *  - Threads. Every handle may be used from several threads at once (calls are serialized
  *    by an internal lock); its `_free` must not race with other calls on it.
+ *  - Handle kinds. Every handle's memory starts with a tag naming its kind, checked by every
+ *    call, so a live handle of another kind (a kvp_scheduler passed as a kvp_pool, a
+ *    kvp_pool as a kvp_snapshot, ...) fails with KVP_STATUS_INVALID_ARGUMENT ("pool is not
+ *    a kvp_pool handle: it is a kvp_scheduler handle") and changes nothing; a `kvp_*_free`
+ *    given one frees nothing (and sets the last error message). A handle already freed, or
+ *    a pointer that is no handle at all, is still undefined behaviour.
  *  - Panics. No Rust panic ever unwinds into the caller: it becomes KVP_STATUS_PANIC, and an
  *    object (pool, scheduler, adder, delayer) that panicked while locked returns
  *    KVP_STATUS_POISONED from then on.
@@ -116,7 +122,8 @@ enum kvp_status {
    */
   KVP_STATUS_NULL_ARGUMENT = 1,
   /**
-   * An argument or configuration value is invalid in a way no other status describes.
+   * An argument or configuration value is invalid in a way no other status describes
+   * (including a handle of another kind, e.g. a scheduler passed as a pool).
    */
   KVP_STATUS_INVALID_ARGUMENT = 2,
   /**

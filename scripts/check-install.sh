@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Install-and-consume test (CI runs it; needs cmake >= 3.20, a C/C++ compiler, pkg-config):
 #   1. configure, build and `cmake --install` kvpool into a temporary prefix;
-#   2. check the layout: the real library file, the SONAME link (whose name is the SONAME
-#      recorded in the file), the dev link, both headers, the CMake package, pkg-config;
+#   2. check the layout: the real library file (without debug info), the SONAME link (whose
+#      name is the SONAME recorded in the file), the dev link, both headers, the CMake
+#      package, pkg-config;
 #   3. build cpp-examples/ against the prefix with find_package(kvpool 0.1 CONFIG) and run
 #      its programs under ctest; check that an incompatible version request is refused;
 #   4. MOVE the prefix and do 3 again from a fresh build directory (the package is
@@ -35,6 +36,11 @@ real=libkvpool.so.$version
 [ "$(readlink "$lib/$soname")" = "$real" ] || fail "lib/$soname does not link to $real"
 [ "$(readlink "$lib/libkvpool.so")" = "$soname" ] || fail "lib/libkvpool.so does not link to $soname"
 readelf -d "$lib/$real" | grep -qF "Library soname: [$soname]" || fail "the SONAME is not $soname"
+# Installed stripped (KVPOOL_INSTALL_STRIP, default ON); cargo's release build has debug info.
+if readelf -S --wide "$lib/$real" | grep -qF .debug_info; then
+  fail "lib/$real has debug info (.debug_info); it should be installed stripped"
+fi
+echo "lib/$real: no .debug_info, $(stat -c %s "$lib/$real") bytes"
 for f in include/kvpool.h include/kvpool.hpp lib/cmake/kvpool/kvpoolConfig.cmake \
   lib/cmake/kvpool/kvpoolConfigVersion.cmake lib/pkgconfig/kvpool.pc; do
   [ -f "$work/prefix/$f" ] || fail "$f is not installed"

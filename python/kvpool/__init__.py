@@ -3,8 +3,11 @@
 Standard library only, and importing it needs nothing built. The shared library is loaded
 on first use from an absolute path (never searched through LD_LIBRARY_PATH), the first of:
 the path given to ``kvpool.load(path)`` (or ``Library(path)``, or ``lib=`` of a handle
-class), ``$KVPOOL_LIB``, a ``libkvpool.so`` next to this package, and
-``target/release/libkvpool.so`` of the source tree holding it (``cargo build --release``).
+class), ``$KVPOOL_LIB``, a ``libkvpool.so`` next to this package, and the newest release
+build of the source tree holding it: ``target/release/libkvpool.so`` (``cargo build
+--release``) or ``target/release/deps/libkvpool.so`` (where every release build of the crate
+writes its cdylib, e.g. ``cargo test --release`` and ``cargo run --release --example demo``,
+which do not copy it up to ``target/release``).
 Every ``kvp_*`` function gets the ``argtypes`` and ``restype`` of ``SIGNATURES``, which
 tests/python/test_kvpool.py checks against the header.
 
@@ -22,7 +25,11 @@ library's arrays), ``Adder`` (kvp_adder, one prefill pass's budget) and ``Delaye
         plan = sched.step()    # plan.prefill == [PrefillEntryT(id=1, prefix_len=0, ...)]
 
 Failures raise ``KvpError`` (status number, status name, the library's description of the
-status and the thread's ``kvp_last_error_message``). Pools, snapshots, schedulers, adders
+status and the thread's ``kvp_last_error_message``). Every integer the package hands to C
+(arguments, struct fields, the elements of a list it converts) is first checked against its
+C type, where ctypes would silently wrap it: a value out of range raises ``OverflowError``
+naming the argument and the value, before any call (tensors go to C as they are, and the
+library checks their values). Pools, snapshots, schedulers, adders
 and delayers are freed exactly once: by ``close()``, by leaving a ``with`` block, or (as a
 fallback) when collected.
 
@@ -73,6 +80,7 @@ import collections
 import contextlib
 import ctypes
 import dataclasses
+import operator
 import os
 import sys
 import threading
@@ -219,6 +227,62 @@ STEP_KIND_NAMES = _names("kvp_step_kind", "KVP_STEP_KIND_")  # {1: "PREFILL", ..
 PHASE_NAMES = _names("kvp_phase", "KVP_PHASE_")
 ADD_RESULT_NAMES = _names("kvp_add_result", "KVP_ADD_RESULT_")
 DELAY_VERDICT_NAMES = _names("kvp_delay_verdict", "KVP_DELAY_VERDICT_")
+
+# ---- integer range checks ------------------------------------------------------------------
+# ctypes silently wraps an int that does not fit its C type (2**64 + 3 becomes 3, -1 becomes
+# UINT64_MAX), so every integer this package hands to C is checked against its C type first,
+# before any call: a bad value raises OverflowError naming the argument and changes nothing.
+
+_C_INT_BOUNDS = {
+    "int32_t": (-(1 << 31), (1 << 31) - 1),
+    "uint32_t": (0, (1 << 32) - 1),
+    "int64_t": (-(1 << 63), (1 << 63) - 1),
+    "uint64_t": (0, (1 << 64) - 1),
+    "size_t": (0, (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1),
+    "uintptr_t": (0, (1 << (8 * ctypes.sizeof(ctypes.c_void_p))) - 1),
+}
+
+
+def _out_of_range(what, value, c_type):
+    low, high = _C_INT_BOUNDS[c_type]
+    return OverflowError(f"{what} = {value} is out of range for {c_type} [{low}, {high}]")
+
+
+def _int(value, c_type, what):
+    """``value`` (anything with ``__index__``) as an int that fits the C integer type
+    ``c_type`` ("uint64_t", "size_t", ...); else OverflowError (TypeError for a non-integer)
+    naming ``what``."""
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what} must be an integer, not {type(value).__name__}") from None
+    low, high = _C_INT_BOUNDS[c_type]
+    if not low <= number <= high:
+        raise _out_of_range(what, number, c_type)
+    return number
+
+
+def _int_array(values, c_type, ctype, what):
+    """(ctypes array of ``ctype``, length) holding ``values`` converted element by element,
+    each checked against ``c_type`` (an error names ``what[i]``). min/max keep the check
+    off the per-element Python loop."""
+    values = [int(v) for v in values]
+    if values:
+        low, high = _C_INT_BOUNDS[c_type]
+        if min(values) < low or max(values) > high:
+            i, v = next((i, v) for i, v in enumerate(values) if not low <= v <= high)
+            raise _out_of_range(f"{what}[{i}]", v, c_type)
+    return (ctype * len(values))(*values), len(values)
+
+
+def _field_c_type(ctype):
+    """The C integer type name of a ctypes integer field type, None for other types (bool,
+    double, pointers)."""
+    code = getattr(ctype, "_type_", None)
+    if not isinstance(code, str) or code not in "bBhHiIlLqQ":
+        return None
+    return f"{'' if code.islower() else 'u'}int{8 * ctypes.sizeof(ctype)}_t"
+
 
 # ---- structs -------------------------------------------------------------------------------
 
@@ -408,10 +472,10 @@ class AdderConfig(_Struct):
     def sglang_defaults(cls, page_size=1):
         """SGLang's defaults (the header has no kvp_adder_config_default): max_prefill_tokens
         16384, chunked prefill 8192, clip 4096, ratio 0.7, one chunked request."""
-        return cls(page_size=page_size, max_prefill_tokens=16384, chunked_prefill_size=8192,
-                   num_mixed_decode_tokens=0, clip_max_new_tokens=4096,
-                   truncation_align_size=0, prefill_max_requests=0, max_chunked_requests=1,
-                   new_token_ratio=0.7, prefix_cache_disabled=False)
+        return _new(cls, page_size=page_size, max_prefill_tokens=16384,
+                    chunked_prefill_size=8192, num_mixed_decode_tokens=0,
+                    clip_max_new_tokens=4096, truncation_align_size=0, prefill_max_requests=0,
+                    max_chunked_requests=1, new_token_ratio=0.7, prefix_cache_disabled=False)
 
 
 class RunningRequest(_Struct):
@@ -672,22 +736,31 @@ class KvpError(Exception):
 
 def find_library():
     """The path ``load()`` uses when given none: ``$KVPOOL_LIB``, else ``libkvpool.so`` next
-    to this package, else ``target/release/libkvpool.so`` of the source tree holding it."""
+    to this package, else the newer of ``target/release/libkvpool.so`` and
+    ``target/release/deps/libkvpool.so`` of the source tree holding it. (Cargo writes the
+    cdylib to ``deps/`` on every release build of the crate, including ``cargo test`` and
+    ``cargo run --example``, but copies it up to ``target/release`` only for ``cargo
+    build``; so after the README's commands only ``deps/`` has it, and after an edit and a
+    ``cargo test`` the copy in ``target/release`` is the older one.)"""
     env = os.environ.get("KVPOOL_LIB")
     if env:
         if not os.path.isfile(env):
             raise FileNotFoundError(f"KVPOOL_LIB={env}: no such file")
         return os.path.abspath(env)
     here = os.path.dirname(os.path.abspath(__file__))
-    candidates = [os.path.join(here, "libkvpool.so"),
-                  os.path.join(here, os.pardir, os.pardir, "target", "release", "libkvpool.so")]
-    for path in candidates:
-        if os.path.isfile(path):
-            return os.path.normpath(path)
+    beside = os.path.join(here, "libkvpool.so")
+    if os.path.isfile(beside):
+        return os.path.normpath(beside)
+    release = os.path.join(here, os.pardir, os.pardir, "target", "release")
+    built = [os.path.normpath(os.path.join(release, *parts))
+             for parts in (("libkvpool.so",), ("deps", "libkvpool.so"))]
+    found = [path for path in built if os.path.isfile(path)]
+    if found:
+        return max(found, key=os.path.getmtime)  # max keeps the first of equal times
     raise FileNotFoundError(
         "libkvpool.so not found: pass its path to kvpool.load(path), set KVPOOL_LIB, or build "
         "it with `cargo build --release` (looked for " +
-        " and ".join(os.path.normpath(c) for c in candidates) + ")")
+        ", ".join([os.path.normpath(beside)] + built) + ")")
 
 
 _loaded = {}
@@ -894,6 +967,20 @@ def _total(values):
     return int(values.sum()) if _tensor_module(values) else sum(int(v) for v in values)
 
 
+def _extend_num_tokens(given, seq_lens, prefix_lens):
+    """``extend_num_tokens`` as a size_t: ``given``, range-checked, or by default
+    ``sum(seq_lens) - sum(prefix_lens)``. A negative default means some ``seq_len <
+    prefix_len``; it becomes 0 so that the library names that element (INVALID_LENGTHS)."""
+    if given is not None:
+        return _int(given, "size_t", "extend_num_tokens")
+    total = _total(seq_lens) - _total(prefix_lens)
+    return _int(max(total, 0), "size_t", "extend_num_tokens (sum(seq_lens) - sum(prefix_lens))")
+
+
+def _optional_size(value, what):
+    return None if value is None else _int(value, "size_t", what)
+
+
 class Pool(_Owner):
     """A kvpool slot allocator: ``Pool(size, page_size=1, ...)``. Index and length arguments
     are sequences of ints or tensors (see the module's docs); results are lists of ints, or
@@ -925,13 +1012,10 @@ class Pool(_Owner):
         backend = _backend_number(backend)
         if backend == BACKEND_CUDA:
             device = _device_ordinal(device)
-        config = lib.config_default()
-        config.size = size
-        config.page_size = page_size
-        config.index_type = index_type
-        config.need_sort = need_sort
-        config.backend = backend
-        config.device = device
+        config = _configure(lib.config_default(), dict(
+            size=size, page_size=page_size, index_type=index_type, need_sort=need_sort,
+            backend=backend, device=device))
+        size, page_size, index_type = config.size, config.page_size, config.index_type
         handle = ctypes.c_void_p()
         lib.check(lib.kvp_pool_new(ctypes.byref(config), ctypes.byref(handle)))
         super().__init__(lib, handle.value)
@@ -957,22 +1041,18 @@ class Pool(_Owner):
         if _tensor_module(values):
             pointer, n = _tensor_pointer(values, self.index_dtype, what)
             return ctypes.c_void_p(pointer), n
-        values = [int(v) for v in values]
-        bits = 8 * ctypes.sizeof(self.index_ctype)
-        low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-        for i, v in enumerate(values):
-            if not low <= v <= high:
-                raise OverflowError(f"element {i} = {v} does not fit {self.index_ctype.__name__}")
-        return (self.index_ctype * len(values))(*values), len(values)
+        c_type = "int32_t" if self.index_ctype is ctypes.c_int32 else "int64_t"
+        return _int_array(values, c_type, self.index_ctype, what)
 
     @staticmethod
     def _lengths(values, what):
-        """(int64_t pointer, length) for a length argument (prefix_lens, seq_lens)."""
+        """(int64_t pointer, length) for a length argument (prefix_lens, seq_lens); a list's
+        elements are range-checked, a tensor's are int64 already (the library checks the
+        values)."""
         if _tensor_module(values):
             pointer, n = _tensor_pointer(values, "int64", what)
             return ctypes.cast(pointer, ctypes.POINTER(ctypes.c_int64)), n
-        values = [int(v) for v in values]
-        return (ctypes.c_int64 * len(values))(*values), len(values)
+        return _int_array(values, "int64_t", ctypes.c_int64, what)
 
     def _out(self, n, out, torch):
         """(buffer, length, result) for an output: ``out`` if given (a tensor), else a new
@@ -1013,22 +1093,24 @@ class Pool(_Owner):
     # preallocated tensor to write into.
 
     def alloc(self, num_tokens, out_len=None, out=None):
+        num_tokens = _int(num_tokens, "size_t", "num_tokens")
+        out_len = _optional_size(out_len, "out_len")
         buf, n, result = self._out(num_tokens if out_len is None else out_len, out, None)
         self._call("kvp_pool_alloc", num_tokens, buf, n)
         return result(num_tokens)
 
     def alloc_extend(self, prefix_lens, seq_lens, last_loc, extend_num_tokens=None,
                      out_len=None, out=None):
-        if extend_num_tokens is None:
-            extend_num_tokens = _total(seq_lens) - _total(prefix_lens)
         prefix_buf, batch = self._lengths(prefix_lens, "prefix_lens")
         seq_buf, seq_n = self._lengths(seq_lens, "seq_lens")
         last_buf, last_n = self._indices(last_loc, "last_loc")
+        extend_num_tokens = _extend_num_tokens(extend_num_tokens, seq_lens, prefix_lens)
+        out_len = _optional_size(out_len, "out_len")
         if batch != seq_n or batch != last_n:
             raise ValueError("prefix_lens, seq_lens and last_loc need one entry per request")
         torch = _tensor_module(prefix_lens) or _tensor_module(seq_lens) or \
             _tensor_module(last_loc)
-        n = max(extend_num_tokens, 0) if out_len is None else out_len
+        n = extend_num_tokens if out_len is None else out_len
         buf, n, result = self._out(n, out, torch)
         self._call("kvp_pool_alloc_extend", prefix_buf, seq_buf, last_buf, batch,
                    extend_num_tokens, buf, n)
@@ -1037,6 +1119,7 @@ class Pool(_Owner):
     def alloc_decode(self, seq_lens, last_loc, out_len=None, out=None):
         seq_buf, batch = self._lengths(seq_lens, "seq_lens")
         last_buf, last_n = self._indices(last_loc, "last_loc")
+        out_len = _optional_size(out_len, "out_len")
         if batch != last_n:
             raise ValueError("seq_lens and last_loc need one entry per request")
         torch = _tensor_module(seq_lens) or _tensor_module(last_loc)
@@ -1054,6 +1137,8 @@ class Pool(_Owner):
 
     def free_segment(self, row, start_pos, length):
         """Frees the pages of ``row[start_pos:start_pos + length]`` (a req_to_token row)."""
+        start_pos = _int(start_pos, "size_t", "start_pos")
+        length = _int(length, "size_t", "length")
         self._call("kvp_pool_free_segment", *self._indices(row, "row"), start_pos, length)
 
     def rewind(self, last_kept):
@@ -1141,11 +1226,11 @@ class Pool(_Owner):
         if isinstance(stream, ctypes.c_void_p):
             return stream.value or 0
         if isinstance(stream, int):
-            return stream
+            return _int(stream, "uintptr_t", "stream")
         for attribute in ("cuda_stream", "ptr"):
             handle = getattr(stream, attribute, None)
             if isinstance(handle, int):
-                return handle
+                return _int(handle, "uintptr_t", f"stream.{attribute}")
         raise TypeError("stream must be None, a torch.cuda.Stream, a CUstream handle (int) or "
                         f"a ctypes.c_void_p, not {type(stream).__name__}")
 
@@ -1184,6 +1269,7 @@ class Pool(_Owner):
         """Allocates ``num_tokens`` slots (a multiple of page_size) into ``out`` on the device;
         returns ``out[:num_tokens]`` (a new tensor when ``out`` is None)."""
         self._require_device("kvp_pool_alloc_async")
+        num_tokens = _int(num_tokens, "size_t", "num_tokens")
         handle = self._stream_handle(stream)
         buf, n, out = self._device_out(num_tokens, out, stream, handle)
         self._call("kvp_pool_alloc_async", num_tokens, buf, n, handle)
@@ -1208,8 +1294,8 @@ class Pool(_Owner):
         if len({batch, seq_host_n, prefix_n, seq_n, last_n}) != 1:
             raise ValueError("prefix_lens, seq_lens, last_loc and the host copies need one "
                              "entry per request")
-        if extend_num_tokens is None:
-            extend_num_tokens = _total(seq_lens_host) - _total(prefix_lens_host)
+        extend_num_tokens = _extend_num_tokens(extend_num_tokens, seq_lens_host,
+                                               prefix_lens_host)
         handle = self._stream_handle(stream)
         buf, n, out = self._device_out(extend_num_tokens, out, stream, handle)
         self._call(call, prefix_host, seq_host, prefix_buf, seq_buf, last_buf, batch,
@@ -1268,6 +1354,8 @@ class Pool(_Owner):
         req_to_token row (a 1-D CUDA tensor of the index dtype, e.g. ``req_to_token[i]``)."""
         call = "kvp_pool_free_segment_async"
         self._require_device(call)
+        start_pos = _int(start_pos, "size_t", "start_pos")
+        length = _int(length, "size_t", "length")
         buf, n = self._device_indices(row, "row")
         self._call(call, buf, n, start_pos, length, self._stream_handle(stream))
 
@@ -1386,21 +1474,38 @@ class StepPlan:
 
 def _configure(struct, overrides):
     """Sets `overrides` on `struct`, refusing names it does not have (a typo must not be
-    silently ignored)."""
-    names = {name for name, _ in struct._fields_}
+    silently ignored) and integers that do not fit their field (ctypes would wrap them).
+    Every value is checked before any is set, so a refused call leaves `struct` as it was."""
+    fields = dict(struct._fields_)
+    checked = {}
     for key, value in overrides.items():
-        if key not in names:
+        if key not in fields:
             raise TypeError(f"{type(struct).__name__} has no field {key!r}")
+        c_type = _field_c_type(fields[key])
+        checked[key] = value if c_type is None else _int(value, c_type, key)
+    for key, value in checked.items():
         setattr(struct, key, value)
     return struct
+
+
+def _new(struct_type, *args, **kwargs):
+    """``struct_type(*args, **kwargs)`` with every integer field range-checked."""
+    names = [name for name, _ in struct_type._fields_]
+    if len(args) > len(names):
+        raise TypeError(f"{struct_type.__name__} takes at most {len(names)} fields")
+    overrides = dict(zip(names, args))
+    for key in kwargs:
+        if key in overrides:
+            raise TypeError(f"{struct_type.__name__} got {key!r} twice")
+    overrides.update(kwargs)
+    return _configure(struct_type(), overrides)
 
 
 def _u64_path(path):
     """(pointer, length) for an optional list of prefix-cache node ids."""
     if path is None:
         return None, 0
-    values = [int(v) for v in path]
-    return (ctypes.c_uint64 * len(values))(*values), len(values)
+    return _int_array(path, "uint64_t", ctypes.c_uint64, "prefix_path")
 
 
 class Scheduler(_Owner):
@@ -1432,9 +1537,9 @@ class Scheduler(_Owner):
     def submit(self, id, input_len, max_new_tokens, prefix_len=0, prefix_evictable=0,
                output_len=0, priority=0, ignore_eos=False, prefix_path=None):
         """Queues a request; returns the ``SubmitResult`` (``queued`` false: unfittable)."""
-        request = Request(id=id, input_len=input_len, prefix_len=prefix_len,
-                          prefix_evictable=prefix_evictable, max_new_tokens=max_new_tokens,
-                          output_len=output_len, priority=priority, ignore_eos=ignore_eos)
+        request = _new(Request, id=id, input_len=input_len, prefix_len=prefix_len,
+                       prefix_evictable=prefix_evictable, max_new_tokens=max_new_tokens,
+                       output_len=output_len, priority=priority, ignore_eos=ignore_eos)
         path, path_len = _u64_path(prefix_path)
         result = SubmitResult()
         self._call("kvp_scheduler_submit", ctypes.byref(request), path, path_len,
@@ -1442,12 +1547,17 @@ class Scheduler(_Owner):
         return result
 
     def update_prefix(self, id, prefix_len, prefix_evictable, prefix_path=None):
+        id = _int(id, "uint64_t", "id")
+        prefix_len = _int(prefix_len, "uint64_t", "prefix_len")
+        prefix_evictable = _int(prefix_evictable, "uint64_t", "prefix_evictable")
         path, path_len = _u64_path(prefix_path)
         self._call("kvp_scheduler_update_prefix", id, prefix_len, prefix_evictable, path,
                    path_len)
 
     def step(self, available=0, evictable=0, allow_prefill=True):
         """Plans the next step; returns a ``StepPlan`` holding copies of the plan's arrays."""
+        available = _int(available, "uint64_t", "available")
+        evictable = _int(evictable, "uint64_t", "evictable")
         c_plan = StepPlanC()
         self._call("kvp_scheduler_step", available, evictable, allow_prefill,
                    ctypes.byref(c_plan))
@@ -1456,18 +1566,19 @@ class Scheduler(_Owner):
     def finish(self, id):
         """A running request finished; returns the KV tokens it held (to free)."""
         kv_len = ctypes.c_uint64()
-        self._call("kvp_scheduler_finish", id, ctypes.byref(kv_len))
+        self._call("kvp_scheduler_finish", _int(id, "uint64_t", "id"), ctypes.byref(kv_len))
         return kv_len.value
 
     def abort(self, id):
         """Drops a request in any phase; returns the KV tokens it held (to free)."""
         kv_len = ctypes.c_uint64()
-        self._call("kvp_scheduler_abort", id, ctypes.byref(kv_len))
+        self._call("kvp_scheduler_abort", _int(id, "uint64_t", "id"), ctypes.byref(kv_len))
         return kv_len.value
 
     def request(self, id):
         state = RequestState()
-        self._call("kvp_scheduler_get_request", id, ctypes.byref(state))
+        self._call("kvp_scheduler_get_request", _int(id, "uint64_t", "id"),
+                   ctypes.byref(state))
         return state
 
     def stats(self):
@@ -1490,7 +1601,11 @@ class Adder(_Owner):
         if config is None:
             config = AdderConfig.sglang_defaults(overrides.get("page_size", 1))
         _configure(config, overrides)
-        rows = [r if isinstance(r, RunningRequest) else RunningRequest(*r) for r in running]
+        available = _int(available, "uint64_t", "available")
+        evictable = _int(evictable, "uint64_t", "evictable")
+        chunked_in_flight = _int(chunked_in_flight, "uint64_t", "chunked_in_flight")
+        rows = [r if isinstance(r, RunningRequest) else _new(RunningRequest, *r)
+                for r in running]
         array = (RunningRequest * len(rows))(*rows) if rows else None
         handle = ctypes.c_void_p()
         lib.check(lib.kvp_adder_new(ctypes.byref(config), available, evictable, array,
@@ -1503,14 +1618,17 @@ class Adder(_Owner):
 
     def add_one_req(self, input_len, max_new_tokens, prefix_len=0, prefix_evictable=0,
                     output_len=0, ignore_eos=False):
-        candidate = Candidate(input_len=input_len, prefix_len=prefix_len,
-                              prefix_evictable=prefix_evictable, max_new_tokens=max_new_tokens,
-                              output_len=output_len, ignore_eos=ignore_eos)
+        candidate = _new(Candidate, input_len=input_len, prefix_len=prefix_len,
+                         prefix_evictable=prefix_evictable, max_new_tokens=max_new_tokens,
+                         output_len=output_len, ignore_eos=ignore_eos)
         out = Admission()
         self._call("kvp_adder_add_one_req", ctypes.byref(candidate), ctypes.byref(out))
         return out
 
     def add_chunked_req(self, prefix_len, remaining, max_new_tokens):
+        prefix_len = _int(prefix_len, "uint64_t", "prefix_len")
+        remaining = _int(remaining, "uint64_t", "remaining")
+        max_new_tokens = _int(max_new_tokens, "uint64_t", "max_new_tokens")
         out = Admission()
         self._call("kvp_adder_add_chunked_req", prefix_len, remaining, max_new_tokens,
                    ctypes.byref(out))
@@ -1530,9 +1648,8 @@ class Delayer(_Owner):
 
     def __init__(self, *, lib=None, **overrides):
         lib = load() if lib is None else lib
-        config = DelayerConfig(max_delay_passes=30, token_usage_low_watermark=-1.0,
-                               max_running_requests=0, queue_min_ratio=-1.0,
-                               prefill_max_requests=0)
+        config = _new(DelayerConfig, max_delay_passes=30, token_usage_low_watermark=-1.0,
+                      max_running_requests=0, queue_min_ratio=-1.0, prefill_max_requests=0)
         _configure(config, overrides)
         handle = ctypes.c_void_p()
         lib.check(lib.kvp_delayer_new(ctypes.byref(config), ctypes.byref(handle)))
@@ -1543,6 +1660,8 @@ class Delayer(_Owner):
         self._lib.check(getattr(self._lib, name)(self.handle, *args))
 
     def local_info(self, prefillable, token_usage, running_bs, waiting_len, timed_out=False):
+        running_bs = _int(running_bs, "uint64_t", "running_bs")
+        waiting_len = _int(waiting_len, "uint64_t", "waiting_len")
         out = RankInfo()
         self._call("kvp_delayer_local_info", prefillable, token_usage, running_bs,
                    waiting_len, timed_out, ctypes.byref(out))
@@ -1556,4 +1675,4 @@ class Delayer(_Owner):
         return verdict.value
 
     def record_prefill(self, batch_size):
-        self._call("kvp_delayer_record_prefill", batch_size)
+        self._call("kvp_delayer_record_prefill", _int(batch_size, "uint64_t", "batch_size"))

@@ -5,6 +5,7 @@ use std::ffi::c_void;
 
 use super::boundary::{fail, status_of};
 use super::buffers::input;
+use super::handle::{boxed_into_raw, boxed_ref};
 use super::pool::{kvp_pool, with_device_pool};
 use super::snapshot::{kvp_snapshot, SnapshotObject};
 use super::status::kvp_status;
@@ -391,9 +392,8 @@ pub unsafe extern "C" fn kvp_pool_backup_state_async(
         // SAFETY: forwarded caller contract.
         match unsafe { pool.backup_state(stream_of(stream)) } {
             Ok(snapshot) => {
-                let object = Box::new(SnapshotObject::Device(snapshot));
                 // SAFETY: non-NULL and writable (caller contract).
-                unsafe { *out_snapshot = Box::into_raw(object).cast() };
+                unsafe { *out_snapshot = boxed_into_raw(SnapshotObject::Device(snapshot)) };
                 kvp_status::Ok
             }
             Err(err) => status_of(Err(err)),
@@ -419,10 +419,8 @@ pub unsafe extern "C" fn kvp_pool_restore_state_async(
     stream: *mut CUstream_st,
 ) -> kvp_status {
     with_device_pool(pool, |pool| {
-        // SAFETY: NULL or a live snapshot (caller contract).
-        let Some(snapshot) = (unsafe { snapshot.cast::<SnapshotObject>().as_ref() }) else {
-            return fail(kvp_status::NullArgument, "snapshot is NULL");
-        };
+        // SAFETY: NULL or a live handle (caller contract).
+        let snapshot = tri!(unsafe { boxed_ref::<SnapshotObject, _>(snapshot, "snapshot") });
         let SnapshotObject::Device(snapshot) = snapshot else {
             return fail(
                 kvp_status::ForeignSnapshot,

@@ -458,7 +458,10 @@ pub unsafe extern "C" fn kvp_scheduler_new(
             return fail(kvp_status::NullArgument, "out_scheduler is NULL");
         }
         // SAFETY: caller contract: NULL or a live pool.
-        let pool = (!pool.is_null()).then(|| unsafe { share::<PoolObject, kvp_pool>(pool) });
+        let pool = (!pool.is_null())
+            .then(|| unsafe { share::<PoolObject, kvp_pool>(pool, "pool") })
+            .transpose();
+        let pool = tri!(pool);
         let mut built = None;
         let status = match &pool {
             Some(handle) => handle.with(|p| {

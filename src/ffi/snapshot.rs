@@ -1,6 +1,7 @@
 //! `kvp_snapshot`: backup and rollback of a pool's allocator state.
 
-use super::boundary::{fail, ffi_boundary, status_of};
+use super::boundary::{fail, status_of};
+use super::handle::{boxed_into_raw, boxed_ref, boxed_release};
 use super::pool::{kvp_pool, with_pool};
 use super::status::kvp_status;
 use crate::cuda::DeviceSnapshot;
@@ -45,9 +46,8 @@ pub unsafe extern "C" fn kvp_pool_backup_state(
         }
         match pool.backup_state() {
             Ok(snapshot) => {
-                let object = Box::new(SnapshotObject::Host(snapshot));
                 // SAFETY: non-NULL and writable (caller contract).
-                unsafe { *out_snapshot = Box::into_raw(object).cast() };
+                unsafe { *out_snapshot = boxed_into_raw(SnapshotObject::Host(snapshot)) };
                 kvp_status::Ok
             }
             Err(err) => status_of(Err(err)),
@@ -69,10 +69,8 @@ pub unsafe extern "C" fn kvp_pool_restore_state(
     snapshot: *const kvp_snapshot,
 ) -> kvp_status {
     with_pool(pool, |pool| {
-        // SAFETY: NULL or a live snapshot from `kvp_pool_backup_state` (caller contract).
-        let Some(snapshot) = (unsafe { snapshot.cast::<SnapshotObject>().as_ref() }) else {
-            return fail(kvp_status::NullArgument, "snapshot is NULL");
-        };
+        // SAFETY: NULL or a live handle (caller contract).
+        let snapshot = tri!(unsafe { boxed_ref::<SnapshotObject, _>(snapshot, "snapshot") });
         let SnapshotObject::Host(snapshot) = snapshot else {
             return fail(
                 kvp_status::ForeignSnapshot,
@@ -90,10 +88,6 @@ pub unsafe extern "C" fn kvp_pool_restore_state(
 /// `snapshot` must be NULL or a snapshot not yet freed, not used afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn kvp_snapshot_free(snapshot: *mut kvp_snapshot) {
-    ffi_boundary(|| {
-        if !snapshot.is_null() {
-            // SAFETY: created by `Box::into_raw` in `kvp_pool_backup_state`; freed once.
-            drop(unsafe { Box::from_raw(snapshot.cast::<SnapshotObject>()) });
-        }
-    })
+    // SAFETY: forwarded caller contract.
+    unsafe { boxed_release::<SnapshotObject, kvp_snapshot>(snapshot) }
 }

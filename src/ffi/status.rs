@@ -17,7 +17,8 @@ pub enum kvp_status {
     Ok = 0,
     /// A required pointer argument was NULL.
     NullArgument = 1,
-    /// An argument or configuration value is invalid in a way no other status describes.
+    /// An argument or configuration value is invalid in a way no other status describes
+    /// (including a handle of another kind, e.g. a scheduler passed as a pool).
     InvalidArgument = 2,
     /// A length is negative, `seq_len < prefix_len`, longer than the pool, or a batch total
     /// disagrees with its parts.

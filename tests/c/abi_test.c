@@ -1193,6 +1193,126 @@ static void test_panic_boundary(void) {
     kvp_pool_free(healthy);
 }
 
+/* Every handle starts with a tag naming its kind: a handle of the wrong kind is refused with
+ * KVP_STATUS_INVALID_ARGUMENT naming both kinds, and nothing changes (a `_free` of the wrong
+ * kind frees nothing). */
+#define AS(type, handle) ((type *)(void *)(handle))
+static void test_wrong_handle_kinds(void) {
+    struct kvp_pool *pool = new_pool(64, 4);
+    struct kvp_pool *other = new_pool(64, 4);
+    struct kvp_scheduler_config sc = kvp_scheduler_config_default();
+    struct kvp_adder_config ac = kvp_adder_config_default();
+    struct kvp_delayer_config dc = kvp_delayer_config_default();
+    struct kvp_scheduler *sched = NULL, *sched_out = AS(struct kvp_scheduler, SENTINEL_POOL);
+    struct kvp_adder *adder = NULL;
+    struct kvp_delayer *delayer = NULL;
+    struct kvp_snapshot *snap = NULL, *snap_out = SENTINEL_SNAPSHOT;
+    struct kvp_scheduler_stats sched_stats, sched_stats_after;
+    struct kvp_budget budget, budget_after;
+    struct kvp_pool_stats st;
+    struct kvp_step_plan plan;
+    struct kvp_admission admission;
+    int64_t out[8], one = 1, four = 4;
+    uint64_t n = 12345;
+
+    ac.page_size = 4;
+    ac.max_prefill_tokens = 1024;
+    ac.chunked_prefill_size = 256;
+    ac.max_chunked_requests = 1;
+    ac.new_token_ratio = 0.5;
+    dc.max_delay_passes = 3;
+    CHECK_OK(kvp_scheduler_new(&sc, pool, &sched));
+    CHECK_OK(kvp_adder_new(&ac, 64, 0, NULL, 0, 0, &adder));
+    CHECK_OK(kvp_delayer_new(&dc, &delayer));
+    CHECK_OK(kvp_pool_alloc(pool, 8, out, 8));
+    CHECK_OK(kvp_pool_backup_state(pool, &snap));
+    CHECK_OK(kvp_pool_alloc(pool, 4, out, 8));
+    CHECK_OK(kvp_scheduler_get_stats(sched, &sched_stats));
+    CHECK_OK(kvp_adder_get_budget(adder, &budget));
+    st = stats_of(pool);
+    fill_i64(out, COUNT(out), SENTINEL);
+    admission.extend_len = 777;
+
+    /* a scheduler, an adder, a delayer or a snapshot passed as a pool */
+    CHECK_STATUS(kvp_pool_available_size(AS(struct kvp_pool, sched), &n),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("pool is not a kvp_pool handle: it is a kvp_scheduler handle");
+    CHECK_EQ(n, 12345);
+    CHECK_STATUS(kvp_pool_alloc(AS(struct kvp_pool, adder), 4, out, 8),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("it is a kvp_adder handle");
+    CHECK_STATUS(kvp_pool_free_indices(AS(struct kvp_pool, delayer), &four, 1),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("it is a kvp_delayer handle");
+    CHECK_STATUS(kvp_pool_alloc_extend(AS(struct kvp_pool, snap), &one, &four, &four, 1, 3,
+                                       out, 8),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("pool is not a kvp_pool handle: it is a kvp_snapshot handle");
+    CHECK(all_i64(out, COUNT(out), SENTINEL));
+    CHECK_STATUS(kvp_pool_backup_state(AS(struct kvp_pool, sched), &snap_out),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    CHECK(snap_out == SENTINEL_SNAPSHOT);
+    /* ... and as the pool a scheduler attaches to */
+    CHECK_STATUS(kvp_scheduler_new(&sc, AS(struct kvp_pool, adder), &sched_out),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("pool is not a kvp_pool handle: it is a kvp_adder handle");
+    CHECK(sched_out == AS(struct kvp_scheduler, SENTINEL_POOL));
+
+    /* a pool (or a scheduler) passed as a snapshot: the pool is not restored */
+    CHECK_STATUS(kvp_pool_restore_state(pool, AS(struct kvp_snapshot, other)),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("snapshot is not a kvp_snapshot handle: it is a kvp_pool handle");
+    CHECK_STATUS(kvp_pool_restore_state(pool, AS(struct kvp_snapshot, sched)),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("it is a kvp_scheduler handle");
+
+    /* a pool passed as a scheduler, an adder as a delayer and the other way round */
+    CHECK_STATUS(kvp_scheduler_step(AS(struct kvp_scheduler, pool), 0, 0, true, &plan),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("scheduler is not a kvp_scheduler handle: it is a kvp_pool handle");
+    CHECK_STATUS(kvp_scheduler_get_stats(AS(struct kvp_scheduler, delayer), &sched_stats_after),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(kvp_adder_get_budget(AS(struct kvp_adder, delayer), &budget_after),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("adder is not a kvp_adder handle: it is a kvp_delayer handle");
+    CHECK_STATUS(kvp_adder_add_chunked_req(AS(struct kvp_adder, sched), 0, 100, 10, &admission),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    CHECK_EQ(admission.extend_len, 777);
+    CHECK_STATUS(kvp_delayer_record_prefill(AS(struct kvp_delayer, adder), 3),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("delayer is not a kvp_delayer handle: it is a kvp_adder handle");
+
+    /* freeing a handle through another kind's `_free` frees nothing */
+    kvp_pool_free(AS(struct kvp_pool, sched));
+    CHECK_MSG("handle is not a kvp_pool handle: it is a kvp_scheduler handle");
+    kvp_snapshot_free(AS(struct kvp_snapshot, pool));
+    CHECK_MSG("handle is not a kvp_snapshot handle: it is a kvp_pool handle");
+    kvp_scheduler_free(AS(struct kvp_scheduler, snap));
+    kvp_adder_free(AS(struct kvp_adder, delayer));
+    kvp_delayer_free(AS(struct kvp_delayer, pool));
+
+    /* nothing changed, and every object still works */
+    CHECK_EQ(available(pool), 64 - 12);
+    CHECK_EQ(stats_of(pool).alloc_calls, st.alloc_calls);
+    CHECK_EQ(stats_of(pool).rejected_calls, st.rejected_calls);
+    CHECK_OK(kvp_scheduler_get_stats(sched, &sched_stats_after));
+    CHECK(memcmp(&sched_stats, &sched_stats_after, sizeof sched_stats) == 0);
+    CHECK_OK(kvp_adder_get_budget(adder, &budget_after));
+    CHECK(memcmp(&budget, &budget_after, sizeof budget) == 0);
+    CHECK_OK(kvp_delayer_record_prefill(delayer, 1));
+    CHECK_OK(kvp_scheduler_step(sched, 0, 0, true, &plan));
+    CHECK_OK(kvp_pool_restore_state(pool, snap));
+    CHECK_EQ(available(pool), 64 - 8);
+
+    kvp_snapshot_free(snap);
+    kvp_scheduler_free(sched);
+    kvp_adder_free(adder);
+    kvp_delayer_free(delayer);
+    kvp_pool_free(other);
+    kvp_pool_free(pool);
+}
+#undef AS
+
 int main(void) {
     struct {
         const char *name;
@@ -1216,6 +1336,7 @@ int main(void) {
         {"int32_pool", test_int32_pool},
         {"info_and_stats", test_info_and_stats},
         {"panic_boundary", test_panic_boundary},
+        {"wrong_handle_kinds", test_wrong_handle_kinds},
     };
     size_t i;
     for (i = 0; i < COUNT(tests); i++) {

@@ -1737,7 +1737,8 @@ class TestAdmissionOwnership(KvpTestCase):
 
 class TestPackage(KvpTestCase):
     """python/kvpool as a package: importable with nothing built, the library found by an
-    explicit path, $KVPOOL_LIB, next to the package or in the source tree's target/release."""
+    explicit path, $KVPOOL_LIB, next to the package or in the source tree's target/release
+    (or target/release/deps)."""
 
     def run_python(self, code, package_parent, env_lib=None):
         env = {k: v for k, v in os.environ.items() if k not in ("KVPOOL_LIB", "PYTHONPATH")}
@@ -1803,6 +1804,17 @@ class TestPackage(KvpTestCase):
         built = os.path.join(tree, "target", "release", "libkvpool.so")
         shutil.copy(LIB.path, built)
         self.assertEqual(self.run_python(code, os.path.join(tree, "python")), f"{built} [1, 2]")
+        # target/release/deps, where `cargo test --release` and `cargo run --release
+        # --example demo` leave the cdylib (only `cargo build` copies it up): the newer wins
+        os.makedirs(os.path.join(tree, "target", "release", "deps"))
+        deps = os.path.join(tree, "target", "release", "deps", "libkvpool.so")
+        shutil.copy(LIB.path, deps)
+        os.utime(built, (1_000_000_000, 1_000_000_000))
+        self.assertEqual(self.run_python(code, os.path.join(tree, "python")), f"{deps} [1, 2]")
+        os.utime(deps, (900_000_000, 900_000_000))
+        self.assertEqual(self.run_python(code, os.path.join(tree, "python")), f"{built} [1, 2]")
+        os.remove(built)
+        self.assertEqual(self.run_python(code, os.path.join(tree, "python")), f"{deps} [1, 2]")
         # next to the package (preferred over target/release)
         beside = os.path.join(tree, "python", "kvpool", "libkvpool.so")
         shutil.copy(LIB.path, beside)
@@ -1833,6 +1845,244 @@ class TestPackage(KvpTestCase):
         finally:
             kvp.ABI_VERSION = saved
         self.assertIn(f"ABI version {saved}", str(ctx.exception))
+
+
+class TestHandleKinds(KvpTestCase):
+    """A handle of the wrong kind is refused by the library (INVALID_ARGUMENT naming both
+    kinds), not read as another type."""
+
+    def test_wrong_kind_is_refused(self):
+        pool = self.pool(64, 4)
+        other = self.pool(64, 4)
+        adder = self.adder(100)
+        pool.alloc(8)
+        snap = pool.backup_state()
+        self.addCleanup(snap.close)
+        pool.alloc(4)
+        self.assertKvpError("INVALID_ARGUMENT", pool.restore_state, other,
+                            message="snapshot is not a kvp_snapshot handle: it is a kvp_pool")
+        self.assertKvpError("INVALID_ARGUMENT", kvp.Scheduler, adder,
+                            message="pool is not a kvp_pool handle: it is a kvp_adder")
+        n = ctypes.c_uint64(7)
+        self.assertEqual(LIB.kvp_pool_available_size(snap.handle, ctypes.byref(n)),
+                         kvp.STATUS["INVALID_ARGUMENT"])
+        self.assertIn("it is a kvp_snapshot handle", LIB.last_error_message())
+        self.assertEqual(n.value, 7)
+        self.assertEqual(pool.available_size(), 52)  # not restored
+        pool.restore_state(snap)
+        self.assertEqual(pool.available_size(), 56)
+
+
+def spy_calls(test, names):
+    """Wraps the library functions `names` for the rest of `test`; returns the list of names
+    called (any arguments)."""
+    calls = []
+    for name in names:
+        original = LIB.function(name)
+
+        def wrapper(*args, _name=name, _original=original):
+            calls.append(_name)
+            return _original(*args)
+
+        setattr(LIB, name, wrapper)
+        test.addCleanup(setattr, LIB, name, original)
+    return calls
+
+
+U64_MAX = 2**64 - 1
+
+
+class TestRangeChecks(KvpTestCase):
+    """Every integer the package hands to C is checked against its C type: ctypes would
+    silently wrap it (2**64 + 3 becomes 3, -1 becomes UINT64_MAX). A bad value raises
+    OverflowError naming the argument and the value, before any library call."""
+
+    def assertOutOfRange(self, needle, value, call, *args, **kwargs):
+        with self.assertRaises(OverflowError) as ctx:
+            call(*args, **kwargs)
+        text = str(ctx.exception)
+        self.assertIn(f"{needle} = {value} ", text)
+        self.assertIn("out of range", text)
+
+    def test_pool_arguments(self):
+        pool = self.pool(64, 4)
+        pool.alloc_extend([0], [6], [-1])  # 4..9
+        calls = spy_calls(self, [n for n in kvp.SIGNATURES if n.startswith("kvp_pool_")
+                                 and n not in ("kvp_pool_get_stats", "kvp_pool_available_size",
+                                               "kvp_pool_free")])
+        before = pool.stats().as_dict()
+        cases = [
+            # the issue's reproducer: seq_lens[0] would wrap to 3 and the call succeed
+            ("seq_lens[0]", 2**64 + 3, pool.alloc_extend, ([0], [2**64 + 3], [-1]),
+             dict(extend_num_tokens=3)),
+            ("prefix_lens[0]", 2**63, pool.alloc_extend, ([2**63], [2**63], [-1]), {}),
+            ("prefix_lens[1]", -2**63 - 1, pool.alloc_extend, ([0, -2**63 - 1], [1, 1],
+                                                               [-1, -1]), {}),
+            ("extend_num_tokens", -1, pool.alloc_extend, ([0], [1], [-1]),
+             dict(extend_num_tokens=-1)),
+            ("extend_num_tokens", 2**64, pool.alloc_extend, ([0], [1], [-1]),
+             dict(extend_num_tokens=2**64)),
+            ("out_len", -1, pool.alloc_extend, ([0], [1], [-1]), dict(out_len=-1)),
+            ("last_loc[0]", 2**63, pool.alloc_extend, ([1], [2], [2**63]), {}),
+            ("seq_lens[0]", 2**63, pool.alloc_decode, ([2**63], [9]), {}),
+            ("out_len", 2**64, pool.alloc_decode, ([7], [9]), dict(out_len=2**64)),
+            ("num_tokens", -4, pool.alloc, (-4,), {}),
+            ("num_tokens", 2**64 + 4, pool.alloc, (2**64 + 4,), {}),
+            ("out_len", -1, pool.alloc, (4,), dict(out_len=-1)),
+            ("indices[1]", -2**63 - 1, pool.free_indices, ([4, -2**63 - 1],), {}),
+            ("page_ids[0]", 2**64 + 1, pool.free_pages, ([2**64 + 1],), {}),
+            ("start_pos", -1, pool.free_segment, ([4, 5, 6, 7], -1, 4), {}),
+            ("length", 2**64 + 4, pool.free_segment, ([4, 5, 6, 7], 0, 2**64 + 4), {}),
+            ("row[0]", 2**63, pool.free_segment, ([2**63], 0, 1), {}),
+            # device calls take a stream handle: a pointer-sized unsigned int
+            ("stream", -1, pool.clear_async, (-1,), {}),
+            ("stream", 2**64, pool.merge_and_sort_free_async, (2**64,), {}),
+        ]
+        for needle, value, call, args, kwargs in cases:
+            with self.subTest(needle=needle, value=value):
+                self.assertOutOfRange(needle, value, call, *args, **kwargs)
+        self.assertEqual(calls, [])  # nothing reached the library
+        self.assertEqual(pool.stats().as_dict(), before)
+        self.assertEqual(pool.available_size(), 56)
+        # the bounds themselves are accepted and judged by the library
+        self.assertKvpError("BUFFER_TOO_SMALL", pool.alloc, U64_MAX - U64_MAX % 4, out_len=0,
+                            message=str(U64_MAX - U64_MAX % 4))
+        self.assertKvpError("INVALID_LENGTHS", pool.alloc_extend, [0], [2**63 - 1], [-1],
+                            out_len=0, message="seq_lens[0]")
+
+    def test_device_pool_arguments_are_checked_before_the_call(self):
+        """The *_async methods check their scalars first too (a host pool posing as a device
+        pool: had a call reached the library, it would say WRONG_BACKEND)."""
+        pool = self.pool(64, 4)
+        pool.backend = kvp.BACKEND_CUDA
+        calls = spy_calls(self, [n for n in kvp.SIGNATURES if n.endswith("_async")])
+        self.assertOutOfRange("num_tokens", -1, pool.alloc_async, -1, stream=0)
+        self.assertOutOfRange("start_pos", -2, pool.free_segment_async, None, -2, 1, stream=0)
+        self.assertOutOfRange("length", 2**64, pool.free_segment_async, None, 0, 2**64,
+                              stream=0)
+        self.assertOutOfRange("prefix_lens_host[0]", 2**63, pool.alloc_extend_async,
+                              None, None, None, prefix_lens_host=[2**63], seq_lens_host=[1],
+                              stream=0)
+        self.assertOutOfRange("seq_lens_host[0]", -2**63 - 1, pool.alloc_decode_async,
+                              None, None, seq_lens_host=[-2**63 - 1], stream=0)
+        self.assertEqual(calls, [])
+
+    def test_pool_config(self):
+        calls = spy_calls(self, ["kvp_pool_new"])
+        for kwargs, needle, value in [
+            (dict(size=2**64), "size", 2**64),
+            (dict(size=-64), "size", -64),
+            (dict(size=64, page_size=2**32 + 4), "page_size", 2**32 + 4),
+            (dict(size=64, page_size=-1), "page_size", -1),
+            (dict(size=64, index_type=2**32), "index_type", 2**32),
+            (dict(size=64, index_type=-1), "index_type", -1),
+            (dict(size=64, backend=2**32), "backend", 2**32),
+            (dict(size=64, device=2**31), "device", 2**31),
+            (dict(size=64, page_size=4, backend="cuda", device=-2**31 - 1), "device",
+             -2**31 - 1),
+        ]:
+            with self.subTest(**kwargs):
+                self.assertOutOfRange(needle, value, kvp.Pool, **kwargs)
+        self.assertEqual(calls, [])
+        with self.assertRaises(TypeError) as ctx:
+            kvp.Pool(64, page_size=4.0)  # not an integer: refused, not truncated
+        self.assertIn("page_size", str(ctx.exception))
+
+    def test_scheduler_arguments(self):
+        pool = self.pool(4096, 16)
+        sched = self.scheduler(pool)
+        sched.submit(1, 100, 10)
+        sched.step()  # 1 runs
+        sched.submit(2, 50, 10)  # 2 waits
+        states = {id: sched.request(id).as_dict() for id in (1, 2)}
+        stats = sched.stats().as_dict()
+        calls = spy_calls(self, [n for n in kvp.SIGNATURES if n.startswith("kvp_scheduler_")
+                                 and n not in ("kvp_scheduler_get_stats",
+                                               "kvp_scheduler_get_request",
+                                               "kvp_scheduler_free")])
+        cases = [
+            # the issue's reproducer: input_len=-1 would be queued as UINT64_MAX tokens
+            ("input_len", -1, sched.submit, (3,), dict(input_len=-1, max_new_tokens=10)),
+            ("id", 2**64, sched.submit, (2**64, 10, 10), {}),
+            ("max_new_tokens", -5, sched.submit, (3, 10, -5), {}),
+            ("prefix_len", -1, sched.submit, (3, 10, 10), dict(prefix_len=-1)),
+            ("prefix_evictable", 2**64, sched.submit, (3, 10, 10),
+             dict(prefix_evictable=2**64)),
+            ("output_len", -1, sched.submit, (3, 10, 10), dict(output_len=-1)),
+            ("priority", 2**63, sched.submit, (3, 10, 10), dict(priority=2**63)),
+            ("prefix_path[1]", -1, sched.submit, (3, 10, 10), dict(prefix_path=[7, -1])),
+            ("id", -1, sched.update_prefix, (-1, 0, 0), {}),
+            ("prefix_len", 2**64, sched.update_prefix, (2, 2**64, 0), {}),
+            ("prefix_evictable", -1, sched.update_prefix, (2, 0, -1), {}),
+            ("prefix_path[0]", 2**64, sched.update_prefix, (2, 0, 0), dict(prefix_path=[2**64])),
+            ("available", -1, sched.step, (-1,), {}),
+            ("evictable", 2**64, sched.step, (0, 2**64), {}),
+            ("id", 2**64 + 1, sched.finish, (2**64 + 1,), {}),  # would wrap to request 1
+            ("id", -1, sched.abort, (-1,), {}),
+            ("id", 2**64 + 2, sched.request, (2**64 + 2,), {}),
+        ]
+        for needle, value, call, args, kwargs in cases:
+            with self.subTest(call=call.__name__, needle=needle):
+                self.assertOutOfRange(needle, value, call, *args, **kwargs)
+        self.assertEqual(calls, [])
+        self.assertEqual({id: sched.request(id).as_dict() for id in (1, 2)}, states)
+        self.assertEqual(sched.stats().as_dict(), stats)
+        self.assertKvpError("INVALID_ARGUMENT", sched.request, 3)  # 3 was never queued
+
+    def test_scheduler_config(self):
+        calls = spy_calls(self, ["kvp_scheduler_new"])
+        for field, value in [("capacity", -1), ("chunked_prefill_size", 2**64),
+                             ("policy", 2**32), ("retraction", -1),
+                             ("preemption_threshold", -2**63 - 1),
+                             ("new_token_ratio_decay_steps", 2**32)]:
+            with self.subTest(field=field):
+                self.assertOutOfRange(field, value, kvp.Scheduler,
+                                      **{"capacity": 4096, field: value})
+        self.assertEqual(calls, [])
+        config = LIB.kvp_scheduler_config_default()
+        before = config.capacity, config.page_size
+        with self.assertRaises(OverflowError):  # checked before any field is set
+            kvp.Scheduler(config=config, page_size=16, capacity=-1)
+        self.assertEqual((config.capacity, config.page_size), before)
+
+    def test_adder_arguments(self):
+        calls = spy_calls(self, ["kvp_adder_new"])
+        for args, kwargs, needle, value in [
+            ((-1,), {}, "available", -1),
+            ((100, 2**64), {}, "evictable", 2**64),
+            ((100, 0, (), -1), {}, "chunked_in_flight", -1),
+            ((100, 0, [(10, 0, 5), (10, -1, 5)]), {}, "output_len", -1),
+            ((100,), dict(page_size=-16), "page_size", -16),
+            ((100,), dict(max_prefill_tokens=2**64), "max_prefill_tokens", 2**64),
+        ]:
+            with self.subTest(needle=needle):
+                self.assertOutOfRange(needle, value, kvp.Adder, *args, **kwargs)
+        self.assertEqual(calls, [])
+        self.assertOutOfRange("page_size", -1, kvp.AdderConfig.sglang_defaults, -1)
+        adder = self.adder(1000)
+        before = adder.budget().as_dict()
+        calls = spy_calls(self, ["kvp_adder_add_one_req", "kvp_adder_add_chunked_req"])
+        self.assertOutOfRange("input_len", -1, adder.add_one_req, -1, 10)
+        self.assertOutOfRange("max_new_tokens", 2**64, adder.add_one_req, 10, 2**64)
+        self.assertOutOfRange("prefix_len", -1, adder.add_chunked_req, -1, 10, 10)
+        self.assertOutOfRange("remaining", 2**64, adder.add_chunked_req, 0, 2**64, 10)
+        self.assertOutOfRange("max_new_tokens", -1, adder.add_chunked_req, 0, 10, -1)
+        self.assertEqual(calls, [])
+        self.assertEqual(adder.budget().as_dict(), before)
+
+    def test_delayer_arguments(self):
+        calls = spy_calls(self, ["kvp_delayer_new", "kvp_delayer_local_info",
+                                 "kvp_delayer_record_prefill"])
+        self.assertOutOfRange("max_delay_passes", 2**32, kvp.Delayer, max_delay_passes=2**32)
+        self.assertOutOfRange("max_running_requests", -1, kvp.Delayer,
+                              max_running_requests=-1)
+        self.assertEqual(calls, [])
+        d = self.delayer(max_delay_passes=2)
+        del calls[:]
+        self.assertOutOfRange("running_bs", -1, d.local_info, True, 0.5, -1, 0)
+        self.assertOutOfRange("waiting_len", 2**64, d.local_info, True, 0.5, 0, 2**64)
+        self.assertOutOfRange("batch_size", -1, d.record_prefill, -1)
+        self.assertEqual(calls, [])
 
 
 @unittest.skipIf(torch is None, "PyTorch is not installed")
