@@ -199,14 +199,22 @@ impl<'m> Bench<'m> {
         alloc
     }
 
+    /// Moves each slot's page back to end at it (untimed): a prefix held in whole pages
+    /// but ending inside its last one continues from there (the page's fill point).
+    fn rewind_to(&mut self, last_loc: &[i64]) {
+        let ends: Vec<i64> = last_loc.iter().copied().filter(|&l| l >= 0).collect();
+        self.pool.rewind(&ends).expect("untimed rewind");
+    }
+
     fn extend_batch(&mut self, bs: usize) -> ExtendBatch {
         let prefix: Vec<usize> = (0..bs).map(prefix_len).collect();
         let rows: Vec<Vec<i64>> = prefix.iter().map(|&p| self.alloc_row(p)).collect();
-        let last_loc = prefix
+        let last_loc: Vec<i64> = prefix
             .iter()
             .zip(&rows)
             .map(|(&p, row)| if p == 0 { -1 } else { row[p - 1] })
             .collect();
+        self.rewind_to(&last_loc);
         ExtendBatch {
             prefix_lens: prefix.iter().map(|&p| p as i64).collect(),
             seq_lens: prefix.iter().map(|&p| (p + EXTEND_TOKENS) as i64).collect(),
@@ -259,6 +267,7 @@ impl<'m> Bench<'m> {
             result.expect("alloc_extend");
             let pages = self.extend_new_pages(&batch, &out);
             self.pool.free_pages(&pages).expect("undo alloc_extend");
+            self.rewind_to(last);
             [check, full]
         });
         for row in &batch.rows {
@@ -291,6 +300,7 @@ impl<'m> Bench<'m> {
         let result = sample(self.mode, |i| {
             let step = &batch.steps[i % batch.steps.len()];
             let (seq, last) = (&step.seq_lens, &step.last_loc);
+            self.rewind_to(last);
             let (check, result) = timed(|| self.pool.check_decode(black_box(seq), black_box(last)));
             result.expect("check_decode");
             let (full, result) = timed(|| {
