@@ -42,6 +42,16 @@
  *    An `*_async` call may be recorded by stream capture, but a graph holding it must not
  *    be replayed as a substitute for calling again: the pool's host-side counts advance
  *    per call, not per replay.
+ *  - Thread state (device pools). A call on a device pool (and kvp_pool_new / kvp_pool_free
+ *    of one, and the free of its last snapshot or of a scheduler holding it) makes the
+ *    device's primary context current while it runs and makes the calling thread's own
+ *    current context (or none) current again before it returns. Host pools never touch
+ *    CUDA.
+ *  - Continuations. Every allocated page remembers how many of its slots it has handed out
+ *    (its fill point). A `last_loc` must be its page's last handed-out slot, so a stale or
+ *    foreign `last_loc` is refused (KVP_STATUS_LAST_LOC_MISMATCH; on a device pool, a
+ *    fault) instead of handing a slot out twice; kvp_pool_rewind moves a page back after
+ *    rejected speculative tokens.
  *
  * Objects: kvp_pool (slot allocation), kvp_snapshot (its saved state), kvp_scheduler (the
  * continuous-batching step over request descriptors), kvp_adder (one prefill pass's
@@ -213,6 +223,17 @@ enum kvp_status {
    * until recovery wrote the padding slot 0 to their outputs. The pool refuses work until
    * `kvp_pool_clear_async` or `kvp_pool_restore_state_async`; the message names the call,
    * the element and its value.
+   *
+   * What the engine must do: the faulting call and every call enqueued after it changed
+   * nothing — allocations wrote the padding slot 0 to all of their planned output
+   * (`out[0 .. num_tokens)`, `out[0 .. extend_num_tokens)`, `out[0 .. batch_size)`),
+   * frees freed nothing, rewinds moved nothing — so their outputs must not be used. Then
+   * either restore a snapshot taken before the faulting call
+   * (`kvp_pool_restore_state_async`: requests older than the snapshot keep their slots;
+   * only the calls made since must be redone — a snapshot per scheduler step makes that
+   * one step), or clear the pool (`kvp_pool_clear_async`: every slot free, every live
+   * request's KV dropped). The first call after the recovery reports the old fault once
+   * more; the next is clean.
    */
   KVP_STATUS_DEVICE_FAULT = 63,
   /**

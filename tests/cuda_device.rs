@@ -466,3 +466,83 @@ fn a_stale_last_loc_faults_and_a_rewind_reopens_the_page_on_the_device() {
     gpu.sync();
     assert_eq!(device.fault().unwrap().kind, ErrorKind::LastLocMismatch);
 }
+
+/// Every C call on a device pool — creation, an `*_async` call, a query, a free — leaves the
+/// calling thread's current context as it found it: an engine's own context, or none.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn c_calls_leave_the_callers_context_current() {
+    use cudarc::driver::sys;
+    let gpu = Gpu::new(false); // the primary context, current; `gpu.stream` belongs to it
+    let current = || {
+        let mut ctx = null_mut();
+        // SAFETY: valid out-pointer.
+        assert_eq!(
+            unsafe { sys::cuCtxGetCurrent(&mut ctx) },
+            sys::CUresult::CUDA_SUCCESS
+        );
+        ctx
+    };
+    let out = DevBuf::new(16 * 8);
+    let mut own = null_mut();
+    let mut device = 0;
+    // SAFETY: plain driver calls with valid out-pointers.
+    unsafe {
+        assert_eq!(
+            sys::cuDeviceGet(&mut device, 0),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        let mut params: sys::CUctxCreateParams = std::mem::zeroed();
+        assert_eq!(
+            sys::cuCtxCreate_v4(&mut own, &mut params, 0, device),
+            sys::CUresult::CUDA_SUCCESS
+        );
+    }
+    for engine_ctx in [own, null_mut()] {
+        // SAFETY: `own` is live; NULL unbinds.
+        unsafe { sys::cuCtxSetCurrent(engine_ctx) };
+        let mut cfg = kvp_pool_config_default();
+        cfg.size = 4096 * 16;
+        cfg.page_size = 16;
+        cfg.backend = kvp_backend::Cuda as u32;
+        let mut pool = null_mut();
+        // SAFETY: valid config and out-pointer; `out` holds 16 indices on the device; the
+        // stream is the primary context's.
+        unsafe {
+            assert_eq!(kvp_pool_new(&cfg, &mut pool), kvp_status::Ok);
+            assert_eq!(current(), engine_ctx, "kvp_pool_new changed the context");
+            let stream = gpu.stream.cast();
+            assert_eq!(
+                kvp_pool_alloc_async(pool, 16, out.ptr as *mut _, 16, stream),
+                kvp_status::Ok
+            );
+            assert_eq!(
+                current(),
+                engine_ctx,
+                "kvp_pool_alloc_async changed the context"
+            );
+            let mut available = 0;
+            let mut exact = false;
+            assert_eq!(
+                kvp_pool_available_size_bound(pool, &mut available, &mut exact),
+                kvp_status::Ok
+            );
+            assert_eq!(kvp_pool_check_device(pool), kvp_status::Ok);
+            assert_eq!(current(), engine_ctx, "a query changed the context");
+            let mut snapshot = null_mut();
+            assert_eq!(
+                kvp_pool_backup_state_async(pool, &mut snapshot, stream),
+                kvp_status::Ok
+            );
+            gpu.sync();
+            kvp_snapshot_free(snapshot);
+            kvp_pool_free(pool);
+            assert_eq!(current(), engine_ctx, "kvp_pool_free changed the context");
+        }
+    }
+    // SAFETY: created above, no longer current.
+    unsafe {
+        sys::cuCtxSetCurrent(null_mut());
+        sys::cuCtxDestroy_v2(own);
+    }
+}

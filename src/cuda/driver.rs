@@ -23,9 +23,11 @@ pub(crate) fn check(result: CUresult, call: &str) -> Result<(), PoolError> {
     }
 }
 
+/// Whether `libcuda` was loaded and initialised (no attempt is made here).
+static INIT: OnceLock<Result<(), PoolError>> = OnceLock::new();
+
 /// Loads `libcuda` and runs `cuInit` once per process.
 pub(crate) fn init() -> Result<(), PoolError> {
-    static INIT: OnceLock<Result<(), PoolError>> = OnceLock::new();
     INIT.get_or_init(|| {
         // SAFETY: only tries to open the library.
         if !unsafe { sys::is_culib_present() } {
@@ -44,6 +46,45 @@ pub(crate) fn init() -> Result<(), PoolError> {
         }
     })
     .clone()
+}
+
+/// The calling thread's current context, made current again when this is dropped: a C call
+/// on a device pool binds the pool's primary context while it runs and leaves the thread's
+/// context as it found it (an engine may have its own context current).
+pub(crate) struct RestoreContext {
+    previous: Option<CUcontext>,
+}
+
+impl RestoreContext {
+    /// Remembers the current context. Does nothing (and loads no driver) in a process that
+    /// never initialised the driver: host pools never touch CUDA.
+    pub fn save() -> Self {
+        if !matches!(INIT.get(), Some(Ok(()))) {
+            return Self { previous: None };
+        }
+        let mut current = std::ptr::null_mut();
+        // SAFETY: the driver is initialised; valid out-pointer.
+        let ok = unsafe { sys::cuCtxGetCurrent(&mut current) } == CUresult::CUDA_SUCCESS;
+        Self {
+            previous: ok.then_some(current),
+        }
+    }
+}
+
+impl Drop for RestoreContext {
+    fn drop(&mut self) {
+        let Some(previous) = self.previous else {
+            return;
+        };
+        let mut current = std::ptr::null_mut();
+        // SAFETY: the driver is initialised (`previous` was read); `previous` is the
+        // caller's context (or NULL, which unbinds), current when the call began.
+        unsafe {
+            if sys::cuCtxGetCurrent(&mut current) == CUresult::CUDA_SUCCESS && current != previous {
+                sys::cuCtxSetCurrent(previous);
+            }
+        }
+    }
 }
 
 /// A retained primary context of one device (the context PyTorch and the CUDA runtime use).

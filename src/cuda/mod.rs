@@ -15,6 +15,7 @@ pub(crate) mod layout;
 pub(crate) mod memory;
 mod pool;
 
+pub(crate) use driver::RestoreContext;
 pub use layout::{DeviceFault, DeviceOp};
 pub use pool::{DebugLayout, DevicePool, DeviceSnapshot};
 

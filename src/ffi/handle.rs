@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 use super::boundary::{fail, ffi_boundary, panic_message};
 use super::last_error;
 use super::status::kvp_status;
+use crate::cuda::RestoreContext;
 
 /// An object type behind C handles, with the tag its handles start with.
 pub(crate) trait HandleKind {
@@ -200,6 +201,9 @@ pub(crate) unsafe fn release<T: HandleKind, C>(ptr: *mut C) {
         return;
     }
     ffi_boundary(|| {
+        // Releasing a device pool (here or as the last owner, e.g. a scheduler) binds its
+        // context; the caller's is current again afterwards.
+        let _restore = RestoreContext::save();
         // SAFETY: a live handle (caller contract).
         if let Ok(handle) = unsafe { lookup::<T, C>(ptr, "handle") } {
             // SAFETY: created by `Arc::into_raw` in `into_raw`; released once (contract).
@@ -248,6 +252,8 @@ pub(crate) unsafe fn boxed_release<T: HandleKind, C>(ptr: *mut C) {
         return;
     }
     ffi_boundary(|| {
+        // The last device snapshot of a freed pool releases its buffers in the pool's context.
+        let _restore = RestoreContext::save();
         // SAFETY: a live handle (caller contract).
         if unsafe { boxed_ref::<T, C>(ptr, "handle") }.is_ok() {
             // SAFETY: created by `Box::into_raw` in `boxed_into_raw`; released once.

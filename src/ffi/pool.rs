@@ -6,7 +6,7 @@ use super::boundary::{fail, ffi_boundary, status_of};
 use super::buffers::{input, input_indices, output_indices};
 use super::handle::{into_raw, release, with_raw, Guarded};
 use super::status::kvp_status;
-use crate::cuda::DevicePool;
+use crate::cuda::{DevicePool, RestoreContext};
 use crate::pool::{
     BackendKind, IndexType, Pool, PoolConfig, PoolError, PoolInfo, PoolOp, PoolStats, SlotIndex,
 };
@@ -209,7 +209,12 @@ pub(crate) fn with_any_pool(
     pool: *const kvp_pool,
     body: impl FnOnce(&mut PoolObject) -> kvp_status,
 ) -> kvp_status {
-    with_raw::<PoolObject, kvp_pool>(pool, "pool", body)
+    with_raw::<PoolObject, kvp_pool>(pool, "pool", |object| {
+        // A call on a device pool binds its primary context while it runs; the thread's
+        // own context is current again when it returns.
+        let _restore = matches!(object, PoolObject::Device(_)).then(RestoreContext::save);
+        body(object)
+    })
 }
 
 /// Runs `body` on a host pool; a device pool fails with `KVP_STATUS_WRONG_BACKEND`.

@@ -70,6 +70,17 @@ pub enum kvp_status {
     /// until recovery wrote the padding slot 0 to their outputs. The pool refuses work until
     /// `kvp_pool_clear_async` or `kvp_pool_restore_state_async`; the message names the call,
     /// the element and its value.
+    ///
+    /// What the engine must do: the faulting call and every call enqueued after it changed
+    /// nothing — allocations wrote the padding slot 0 to all of their planned output
+    /// (`out[0 .. num_tokens)`, `out[0 .. extend_num_tokens)`, `out[0 .. batch_size)`),
+    /// frees freed nothing, rewinds moved nothing — so their outputs must not be used. Then
+    /// either restore a snapshot taken before the faulting call
+    /// (`kvp_pool_restore_state_async`: requests older than the snapshot keep their slots;
+    /// only the calls made since must be redone — a snapshot per scheduler step makes that
+    /// one step), or clear the pool (`kvp_pool_clear_async`: every slot free, every live
+    /// request's KV dropped). The first call after the recovery reports the old fault once
+    /// more; the next is clean.
     DeviceFault = 63,
     /// An internal panic was caught at the ABI boundary; nothing unwound into the caller.
     Panic = 100,
