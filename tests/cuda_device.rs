@@ -499,8 +499,15 @@ fn c_calls_leave_the_callers_context_current() {
         );
     }
     for engine_ctx in [own, null_mut()] {
-        // SAFETY: `own` is live; NULL unbinds.
-        unsafe { sys::cuCtxSetCurrent(engine_ctx) };
+        // SAFETY: `own` is live. Setting NULL pops the thread's context stack (cuCtxCreate
+        // pushed `own` above the primary): pop until no context is current.
+        unsafe {
+            sys::cuCtxSetCurrent(engine_ctx);
+            while engine_ctx.is_null() && !current().is_null() {
+                sys::cuCtxSetCurrent(null_mut());
+            }
+        }
+        assert_eq!(current(), engine_ctx);
         let mut cfg = kvp_pool_config_default();
         cfg.size = 4096 * 16;
         cfg.page_size = 16;

@@ -63,10 +63,13 @@ impl RestoreContext {
             return Self { previous: None };
         }
         let mut current = std::ptr::null_mut();
-        // SAFETY: the driver is initialised; valid out-pointer.
-        let ok = unsafe { sys::cuCtxGetCurrent(&mut current) } == CUresult::CUDA_SUCCESS;
+        // SAFETY: the driver is initialised; valid out-pointer. A thread with no context
+        // reads NULL (or an error, on some drivers): restoring then unbinds.
+        if unsafe { sys::cuCtxGetCurrent(&mut current) } != CUresult::CUDA_SUCCESS {
+            current = std::ptr::null_mut();
+        }
         Self {
-            previous: ok.then_some(current),
+            previous: Some(current),
         }
     }
 }

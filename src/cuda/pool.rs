@@ -14,7 +14,7 @@ use cudarc::driver::sys::{CUdeviceptr, CUfunction, CUstream};
 use parking_lot::Mutex;
 
 use super::counts::{Accounting, Counts, Dest, Step};
-use super::driver::{self, PrimaryContext, RestoreContext};
+use super::driver::PrimaryContext;
 use super::kernels::{launch, Kernels};
 use super::layout::{
     arg, snapshot_bytes, snapshot_words, Arrays, Call, DeviceFault, DeviceOp, HostRecord, View,
@@ -150,9 +150,6 @@ impl DevicePool {
                 "DevicePool needs a CUDA backend config",
             );
         };
-        driver::init()?;
-        // Creation binds the primary context; the caller's context is current again after.
-        let _restore = RestoreContext::save();
         let context = Arc::new(PrimaryContext::retain(ordinal)?);
         let kernels = Kernels::load(config.index_type)?;
         let arrays = Arrays::new(layout.num_pages, layout.kv_rows());

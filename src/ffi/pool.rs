@@ -345,7 +345,11 @@ pub unsafe extern "C" fn kvp_pool_new(
         let config = tri!(pool_config(config));
         let pool = match config.backend {
             BackendKind::Host => Pool::new(config).map(PoolObject::Host),
-            BackendKind::Cuda { .. } => DevicePool::new(config).map(PoolObject::Device),
+            BackendKind::Cuda { .. } => {
+                // Creation binds the primary context; the caller's is current again after.
+                let _restore = crate::cuda::driver_available().then(RestoreContext::save);
+                DevicePool::new(config).map(PoolObject::Device)
+            }
         };
         let pool = match pool {
             Ok(pool) => pool,
