@@ -25,9 +25,10 @@
 //! `int32` indices; operations cover `alloc`, `alloc_extend` (batches of new requests and
 //! continuations), `alloc_decode`, the three frees, truncation, rewinds after rejected
 //! draft tokens, free groups, snapshots and restores, merges, `clear`, and invalid inputs
-//! (duplicates, free pages, padding and out-of-range indices, stale and foreign
-//! `last_loc`s, rewinds ahead of the fill point, bad lengths and buffers, unaligned
-//! sizes, nested groups, foreign snapshots).
+//! (duplicates, free pages, padding and out-of-range indices, stale `last_loc`s and ones
+//! in pages the engine does not hold, two requests continuing one page, rewinds ahead of
+//! the fill point or in pages not held, bad lengths and buffers, unaligned sizes, nested
+//! groups, foreign snapshots, snapshots inside a group).
 //!
 //! `KVPOOL_SOAK_OPS` sets the number of pool calls (default 10^6 in release builds, 10^5
 //! in debug ones); `KVPOOL_SOAK_SEED` the first seed. The figure in BENCHMARKS.md came
@@ -37,7 +38,8 @@ use std::time::Instant;
 
 use kvpool::{ErrorKind, IndexType, Pool, PoolConfig, PoolError, SlotIndex, Snapshot};
 
-/// Pool calls per round (one fresh pool per round, configurations in turn).
+/// Pool calls per round (one fresh pool per round, configurations in turn); fewer when the
+/// whole run is shorter than `CONFIGS` such rounds.
 const ROUND_OPS: u64 = 200_000;
 /// Violations printed in full; later ones are only counted.
 const PRINTED: u64 = 20;
@@ -868,9 +870,12 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// One round: configuration `round % 16`, a fresh pool, `ops` calls.
+/// Configurations: page sizes 1/4/16/64 x `need_sort` off/on x int64/int32 indices.
+const CONFIGS: u64 = 16;
+
+/// One round: configuration `round % CONFIGS`, a fresh pool, `ops` calls.
 fn round(round: u64, seed: u64, ops: u64, check_every: u64) -> Outcome {
-    let config = round % 16;
+    let config = round % CONFIGS;
     let ps = [1u64, 4, 16, 64][(config % 4) as usize];
     let need_sort = config / 4 % 2 == 1;
     let num_pages = [2048u64, 1024, 512, 128][(config % 4) as usize];
@@ -894,8 +899,10 @@ fn soak_random_operations_keep_every_invariant() {
     let start = Instant::now();
     let (mut ops, mut violations, mut rounds) = (0u64, 0u64, 0u64);
     let mut total = Outcome::default();
+    // Short runs use shorter rounds, so that every configuration gets at least one.
+    let round_ops = ROUND_OPS.min(target.div_ceil(CONFIGS)).max(1);
     while ops < target {
-        let n = ROUND_OPS.min(target - ops);
+        let n = round_ops.min(target - ops);
         let r = round(rounds, seed.wrapping_add(rounds), n, check_every);
         ops += r.ops;
         violations += r.violations;
