@@ -589,9 +589,9 @@ fn print_stats(s: &PoolStats) {
         group(s.pages_in_use_peak)
     );
     println!(
-        "  tokens           allocated {}  freed {}",
+        "  slots            handed out {}  returned (whole pages) {}",
         group(s.tokens_allocated),
-        group(s.tokens_freed)
+        group(s.slots_freed)
     );
     println!(
         "  failures         failed allocations {}  rejected calls {}",

@@ -255,8 +255,9 @@ enum kvp_index_type
    */
   KVP_INDEX_TYPE_I64 = 0,
   /**
-   * `int32_t` (FlashInfer page tables, SGLang's `req_to_token`); needs `size + page_size
-   * <= INT32_MAX + 1`.
+   * `int32_t`: the same token slots (SGLang's `out_cache_loc` / `req_to_token` entries,
+   * never page ids), 32 bits wide, for int32 tables such as `req_to_token`; needs
+   * `size + page_size <= INT32_MAX + 1`.
    */
   KVP_INDEX_TYPE_I32 = 1,
 };
@@ -866,13 +867,19 @@ struct kvp_pool_stats {
    */
   uint64_t free_calls;
   /**
-   * Slot indices handed out.
+   * Slot indices handed out, one per token (a slot handed out again after a rewind
+   * counts again).
    */
   uint64_t tokens_allocated;
   /**
-   * Slots returned to the pool (`pages_freed * page_size`).
+   * Slot capacity returned to the pool: `pages_freed * page_size`, since a free returns
+   * whole pages. On a paged pool it exceeds `tokens_allocated` when pages were freed
+   * partly used (a 5-token request on 16-token pages frees 16 slots); to find a leak,
+   * compare pages: `pages_allocated - pages_freed` is `pages_in_use` until a
+   * `kvp_pool_clear` or `kvp_pool_restore_state`. Both backends count it from page
+   * counts (a device pool's fill points are on the device).
    */
-  uint64_t tokens_freed;
+  uint64_t slots_freed;
   /**
    * Pages taken from the free list.
    */

@@ -331,7 +331,7 @@ class PoolStats(_Struct):
             "alloc_decode_calls",
             "free_calls",
             "tokens_allocated",
-            "tokens_freed",
+            "slots_freed",
             "pages_allocated",
             "pages_freed",
             "pages_in_use",

@@ -375,7 +375,7 @@ impl DevicePool {
             },
         );
         self.stats.pages_freed += freed;
-        self.stats.tokens_freed += freed * u64::from(self.layout.page_size);
+        self.stats.slots_freed += freed * u64::from(self.layout.page_size);
     }
 
     /// Makes the context current, checks the stream, refuses work while faulted.
@@ -803,7 +803,7 @@ impl DevicePool {
         if let Some(pages) = pages {
             if !self.group_open {
                 self.stats.pages_freed += pages;
-                self.stats.tokens_freed += pages * u64::from(self.layout.page_size);
+                self.stats.slots_freed += pages * u64::from(self.layout.page_size);
             }
         }
     }

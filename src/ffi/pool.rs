@@ -30,8 +30,9 @@ pub struct kvp_pool {
 pub enum kvp_index_type {
     /// `int64_t` (default; SGLang's `out_cache_loc`).
     I64 = 0,
-    /// `int32_t` (FlashInfer page tables, SGLang's `req_to_token`); needs `size + page_size
-    /// <= INT32_MAX + 1`.
+    /// `int32_t`: the same token slots (SGLang's `out_cache_loc` / `req_to_token` entries,
+    /// never page ids), 32 bits wide, for int32 tables such as `req_to_token`; needs
+    /// `size + page_size <= INT32_MAX + 1`.
     I32 = 1,
 }
 
@@ -109,10 +110,16 @@ pub struct kvp_pool_stats {
     pub alloc_decode_calls: u64,
     /// `kvp_pool_free_indices`, `_free_pages` and `_free_segment` calls, failed ones included.
     pub free_calls: u64,
-    /// Slot indices handed out.
+    /// Slot indices handed out, one per token (a slot handed out again after a rewind
+    /// counts again).
     pub tokens_allocated: u64,
-    /// Slots returned to the pool (`pages_freed * page_size`).
-    pub tokens_freed: u64,
+    /// Slot capacity returned to the pool: `pages_freed * page_size`, since a free returns
+    /// whole pages. On a paged pool it exceeds `tokens_allocated` when pages were freed
+    /// partly used (a 5-token request on 16-token pages frees 16 slots); to find a leak,
+    /// compare pages: `pages_allocated - pages_freed` is `pages_in_use` until a
+    /// `kvp_pool_clear` or `kvp_pool_restore_state`. Both backends count it from page
+    /// counts (a device pool's fill points are on the device).
+    pub slots_freed: u64,
     /// Pages taken from the free list.
     pub pages_allocated: u64,
     /// Pages returned to the pool (at `kvp_pool_free_group_end` for frees inside a group).
@@ -139,7 +146,7 @@ impl From<PoolStats> for kvp_pool_stats {
             alloc_decode_calls: s.alloc_decode_calls,
             free_calls: s.free_calls,
             tokens_allocated: s.tokens_allocated,
-            tokens_freed: s.tokens_freed,
+            slots_freed: s.slots_freed,
             pages_allocated: s.pages_allocated,
             pages_freed: s.pages_freed,
             pages_in_use: s.pages_in_use,

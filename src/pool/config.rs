@@ -8,7 +8,8 @@ pub enum IndexType {
     /// `int64_t` indices (SGLang's `out_cache_loc`); the default.
     #[default]
     I64,
-    /// `int32_t` indices (FlashInfer page tables, SGLang's `req_to_token`).
+    /// `int32_t` token slot indices (the same slots, 32 bits wide, for int32 tables such as
+    /// SGLang's `req_to_token`; never page ids).
     I32,
 }
 

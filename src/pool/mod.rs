@@ -455,7 +455,7 @@ impl Pool {
         self.storage.release(pages, self.config.need_sort);
         let count = pages.len() as u64;
         self.stats.pages_freed += count;
-        self.stats.tokens_freed += count * u64::from(self.layout.page_size);
+        self.stats.slots_freed += count * u64::from(self.layout.page_size);
     }
 
     /// Opens a free group: later frees are validated immediately but return to the pool

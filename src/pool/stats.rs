@@ -27,10 +27,15 @@ pub struct PoolStats {
     pub alloc_decode_calls: u64,
     /// `free`, `free_pages` and `free_segment` calls, including failed ones.
     pub free_calls: u64,
-    /// Slot indices handed out.
+    /// Slot indices handed out, one per token (a slot handed out again after a rewind
+    /// counts again).
     pub tokens_allocated: u64,
-    /// Slots returned to the pool (`pages_freed * page_size`).
-    pub tokens_freed: u64,
+    /// Slot capacity returned to the pool: `pages_freed * page_size`, since a free returns
+    /// whole pages. It exceeds `tokens_allocated` when pages were freed partly used, so
+    /// compare pages (`pages_allocated`, `pages_freed`, `pages_in_use`) to find a leak; both
+    /// backends count it from page counts alone (a device pool cannot see its pages' fill
+    /// points without a synchronization).
+    pub slots_freed: u64,
     /// Pages taken from the free list.
     pub pages_allocated: u64,
     /// Pages returned to the pool (when a free group ends, for frees inside one).

@@ -329,7 +329,7 @@ fn stats_track_calls_pages_and_peak() {
         (1, 1, 1)
     );
     assert_eq!((s.tokens_allocated, s.pages_allocated), (21, 6));
-    assert_eq!((s.pages_freed, s.tokens_freed), (4, 16));
+    assert_eq!((s.pages_freed, s.slots_freed), (4, 16));
     assert_eq!((s.pages_in_use, s.pages_in_use_peak), (2, 6));
     p.clear();
     assert_eq!(p.stats().pages_in_use, 0);

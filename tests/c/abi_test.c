@@ -771,7 +771,7 @@ static void test_double_free(void) {
     CHECK_EQ(available(pool), 8);
     {
         struct kvp_pool_stats st = stats_of(pool);
-        CHECK_EQ(st.tokens_freed, 3);
+        CHECK_EQ(st.slots_freed, 3);
         CHECK_EQ(st.rejected_calls, 3);
         CHECK_EQ(st.free_calls, 5);
     }
@@ -1065,7 +1065,7 @@ static void test_info_and_stats(void) {
     CHECK_EQ(st.alloc_decode_calls, 0);
     CHECK_EQ(st.free_calls, 0);
     CHECK_EQ(st.tokens_allocated, 0);
-    CHECK_EQ(st.tokens_freed, 0);
+    CHECK_EQ(st.slots_freed, 0);
     CHECK_EQ(st.pages_allocated, 0);
     CHECK_EQ(st.pages_freed, 0);
     CHECK_EQ(st.pages_in_use, 0);
@@ -1103,7 +1103,7 @@ static void test_info_and_stats(void) {
     st = stats_of(pool);
     CHECK_EQ(st.free_calls, 3);
     CHECK_EQ(st.pages_freed, 2);
-    CHECK_EQ(st.tokens_freed, 8);
+    CHECK_EQ(st.slots_freed, 8);
     CHECK_EQ(st.pages_in_use, 1);
     CHECK_EQ(st.pages_in_use_peak, 3);
     CHECK_EQ(st.rejected_calls, 2);

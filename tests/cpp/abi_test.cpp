@@ -759,7 +759,7 @@ void test_info_and_stats() {
     CHECK_EQ(s.alloc_decode_calls, 0);
     CHECK_EQ(s.free_calls, 2);
     CHECK_EQ(s.tokens_allocated, 17);
-    CHECK_EQ(s.tokens_freed, 12);
+    CHECK_EQ(s.slots_freed, 12);
     CHECK_EQ(s.pages_allocated, 5);
     CHECK_EQ(s.pages_freed, 3);
     CHECK_EQ(s.pages_in_use, 2);
@@ -938,7 +938,7 @@ void test_threads() {
     CHECK_EQ(s.free_calls, calls + rejected.load());
     CHECK_EQ(s.rejected_calls, rejected.load());
     CHECK_EQ(s.tokens_allocated, tokens_token.load());
-    CHECK_EQ(s.tokens_freed, tokens_token.load());
+    CHECK_EQ(s.slots_freed, tokens_token.load());
     CHECK_EQ(s.pages_in_use, 0);
     CHECK(rejected.load() > 0);
 }

@@ -439,7 +439,7 @@ class TestPagedPool(KvpTestCase):
         after = pool.stats()
         self.assertEqual(pool.available_size(), 56)
         self.assertEqual(after.tokens_allocated, before.tokens_allocated)
-        self.assertEqual(after.tokens_freed, 0)
+        self.assertEqual(after.slots_freed, 0)
         self.assertEqual(after.failed_allocations, before.failed_allocations + 1)
         self.assertEqual(after.rejected_calls, before.rejected_calls + len(cases) - 1 + 4)
         # the request still continues in its page 2
@@ -586,7 +586,7 @@ class TestInfoAndStats(KvpTestCase):
             pool.restore_state(snap)
         self.assertEqual(pool.stats().as_dict(), {
             "alloc_calls": 3, "alloc_extend_calls": 1, "alloc_decode_calls": 1,
-            "free_calls": 2, "tokens_allocated": 18, "tokens_freed": 8,
+            "free_calls": 2, "tokens_allocated": 18, "slots_freed": 8,
             "pages_allocated": 5, "pages_freed": 2, "pages_in_use": 3,
             "pages_in_use_peak": 5, "failed_allocations": 1, "rejected_calls": 2,
             "merges": 0, "restores": 1})
