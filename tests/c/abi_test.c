@@ -1221,6 +1221,10 @@ static void test_wrong_handle_kinds(void) {
     ac.max_chunked_requests = 1;
     ac.new_token_ratio = 0.5;
     dc.max_delay_passes = 3;
+    /* Compared with memcmp below: kvp_budget has tail padding that a struct copy need not
+     * write, so both start zeroed. */
+    memset(&budget, 0, sizeof budget);
+    memset(&budget_after, 0, sizeof budget_after);
     CHECK_OK(kvp_scheduler_new(&sc, pool, &sched));
     CHECK_OK(kvp_adder_new(&ac, 64, 0, NULL, 0, 0, &adder));
     CHECK_OK(kvp_delayer_new(&dc, &delayer));
