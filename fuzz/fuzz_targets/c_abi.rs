@@ -429,7 +429,7 @@ impl Run {
     fn freed_pages(&mut self, census_before: u64) {
         let freed = self.census_len() - census_before;
         self.stats.pages_freed += freed;
-        self.stats.tokens_freed += freed * self.ps;
+        self.stats.slots_freed += freed * self.ps;
     }
 
     /// Checks a successful allocation's slots: none held already, none twice, none in page

@@ -173,6 +173,12 @@ void test_paged_pool() {
     // decode: request of 3 tokens at 16 17 18 grows into 19; a new one takes a fresh page
     CHECK_VEC(pool.alloc_decode(std::vector<int64_t>{4, 1}, std::vector<int64_t>{18, -1}), 19,
               28);
+    // a stale continuation (from 18, after 19 was handed out) is refused; a rewind to 18
+    // (token 19 rejected) lets the request continue from there again
+    CHECK_THROWS(LAST_LOC_MISMATCH, "is not where page 4 was left",
+                 pool.alloc_decode(std::vector<int64_t>{4}, std::vector<int64_t>{18}));
+    pool.rewind(std::vector<int64_t>{18});
+    CHECK_VEC(pool.alloc_decode(std::vector<int64_t>{4}, std::vector<int64_t>{18}), 19);
     // a too-small output buffer and bad lengths are the library's errors
     std::vector<int64_t> small(3);
     CHECK_THROWS(BUFFER_TOO_SMALL, "",
