@@ -11,31 +11,14 @@
 //! (`KVPOOL_LOCKSTEP_OPS` operations per configuration, default 9000).
 
 mod gpu;
+mod rng;
 
 use kvpool::cuda::DevicePool;
 use kvpool::host::PageState;
 use kvpool::{BackendKind, ErrorKind, IndexType, Pool, PoolConfig, PoolError};
 
 use gpu::{DevBuf, Gpu};
-
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
+use rng::Rng;
 
 fn kind<T>(r: Result<T, PoolError>) -> Result<T, ErrorKind> {
     r.map_err(|e| e.kind())

@@ -6,30 +6,13 @@
 //! nothing leaked, slot 0 never handed out, a failing call changes nothing.
 
 mod model;
+mod rng;
 
 use std::collections::{HashMap, HashSet};
 
 use kvpool::{ErrorKind, Pool, PoolConfig, Snapshot};
 use model::Model;
-
-/// splitmix64: deterministic, seedable, good enough for test inputs.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
+use rng::Rng;
 
 /// What the test's "engine" holds: each request's slot row, and raw `alloc` blocks.
 #[derive(Clone, Default)]

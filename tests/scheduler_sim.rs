@@ -32,6 +32,8 @@
 //! `-- --nocapture`). At the end of the file, minimal reproductions of scheduler bugs the
 //! simulation found.
 
+mod rng;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -42,29 +44,7 @@ use kvpool::admission::{
     RetractionPolicy, Scheduler, SchedulerConfig, StepKind, StepPlan, SubmitOutcome,
 };
 use kvpool::{Pool, PoolConfig};
-
-/// splitmix64: deterministic and seedable.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
+use rng::Rng;
 
 /// One simulated configuration.
 #[derive(Clone, Copy, Debug)]

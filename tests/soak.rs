@@ -34,34 +34,18 @@
 //! in debug ones); `KVPOOL_SOAK_SEED` the first seed. The figure in BENCHMARKS.md came
 //! from `KVPOOL_SOAK_OPS=100000000 cargo test --release --test soak -- --nocapture`.
 
+mod rng;
+
 use std::time::Instant;
 
 use kvpool::{ErrorKind, IndexType, Pool, PoolConfig, PoolError, SlotIndex, Snapshot};
+use rng::Rng;
 
 /// Pool calls per round (one fresh pool per round, configurations in turn); fewer when the
 /// whole run is shorter than `CONFIGS` such rounds.
 const ROUND_OPS: u64 = 200_000;
 /// Violations printed in full; later ones are only counted.
 const PRINTED: u64 = 20;
-
-/// splitmix64: deterministic, seedable, good enough for test inputs.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
 
 /// The engine's view of the pool, restored together with a snapshot.
 #[derive(Clone)]

@@ -28,6 +28,8 @@
 //! must serialize step and plan reading itself); they learn their requests' phases from
 //! `kvp_scheduler_get_request`.
 
+mod rng;
+
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
@@ -35,6 +37,7 @@ use std::time::{Duration, Instant};
 
 use kvpool::ffi::*;
 use kvpool::SlotIndex;
+use rng::Rng;
 
 const THREADS: u64 = 6;
 /// Calls per thread and configuration: about 1-3 s each in release builds on two cores.
@@ -45,25 +48,6 @@ const ITERATIONS: u64 = if cfg!(debug_assertions) {
 };
 /// Wall-time limit of one configuration (typically a few seconds on two cores).
 const LIMIT: Duration = Duration::from_secs(60);
-
-/// splitmix64: deterministic, seedable.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
 
 /// What the threads share: the handles, the ownership flags and the violation count.
 struct Shared {
