@@ -22,19 +22,6 @@ constexpr unsigned long long NO_ERROR = ~0ull;
 
 // ---- small block-wide building blocks ----------------------------------------------------
 
-template <int BLOCK>
-__device__ unsigned long long block_sum(unsigned long long x) {
-  __shared__ unsigned long long warp_sums[BLOCK / 32];
-  for (int o = 16; o > 0; o >>= 1) x += __shfl_down_sync(FULL, x, o);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) warp_sums[warp] = x;
-  __syncthreads();
-  unsigned long long total = 0;
-  for (int w = 0; w < BLOCK / 32; ++w) total += warp_sums[w];
-  __syncthreads();
-  return total;
-}
-
 // Exclusive prefix sum over the block; `total` gets the block's sum.
 template <int BLOCK>
 __device__ unsigned long long block_exclusive_scan(unsigned long long x,
@@ -61,6 +48,67 @@ __device__ unsigned long long block_exclusive_scan(unsigned long long x,
   *total = warp_sums[BLOCK / 32 - 1];
   __syncthreads();
   return before + v - x;
+}
+
+// Two running totals at once, with one barrier: each thread gets the exclusive prefix of
+// (a, b) over the block and the block's totals. Shared memory is used once (no reuse, so no
+// barrier after it); a one-warp block needs only shuffles and the barrier for its callers.
+struct Pair {
+  unsigned long long a, b;
+};
+
+__device__ inline Pair warp_inclusive_scan(Pair x) {
+  const int lane = threadIdx.x & 31;
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned long long ya = __shfl_up_sync(FULL, x.a, o);
+    const unsigned long long yb = __shfl_up_sync(FULL, x.b, o);
+    if (lane >= o) {
+      x.a += ya;
+      x.b += yb;
+    }
+  }
+  return x;
+}
+
+template <int BLOCK>
+__device__ Pair block_scan_pair(Pair x, Pair *total) {
+  __shared__ Pair warp_totals[BLOCK / 32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const Pair inclusive = warp_inclusive_scan(x);
+  if (lane == 31) warp_totals[warp] = inclusive;
+  __syncthreads();
+  Pair before{0, 0}, sum{0, 0};
+#pragma unroll
+  for (int w = 0; w < BLOCK / 32; ++w) {
+    const Pair t = warp_totals[w];
+    if (w < warp) {
+      before.a += t.a;
+      before.b += t.b;
+    }
+    sum.a += t.a;
+    sum.b += t.b;
+  }
+  *total = sum;
+  return Pair{before.a + inclusive.a - x.a, before.b + inclusive.b - x.b};
+}
+
+// The block's totals of (a, b), with one barrier (shared memory used once, as above).
+template <int BLOCK>
+__device__ Pair block_sum_pair(Pair x) {
+  __shared__ Pair warp_totals[BLOCK / 32];
+  for (int o = 16; o > 0; o >>= 1) {
+    x.a += __shfl_down_sync(FULL, x.a, o);
+    x.b += __shfl_down_sync(FULL, x.b, o);
+  }
+  if ((threadIdx.x & 31) == 0) warp_totals[threadIdx.x >> 5] = x;
+  __syncthreads();
+  Pair sum{0, 0};
+#pragma unroll
+  for (int w = 0; w < BLOCK / 32; ++w) {
+    sum.a += warp_totals[w].a;
+    sum.b += warp_totals[w].b;
+  }
+  return sum;
 }
 
 // Errors: each block keeps the smallest (position << 8 | code) it met in shared memory (no
@@ -411,7 +459,9 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   __shared__ unsigned long long part1[BLOCK];
   __shared__ long long last[BLOCK];
   __shared__ unsigned long long errors;
-  init_errors(&errors);
+  // Published by the first barrier below (in block_scan_pair or block_sum_pair); nothing
+  // reports before it.
+  if (threadIdx.x == 0) errors = NO_ERROR;
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
   const uint32_t n = v.num_pages;
@@ -439,38 +489,42 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   if (r < mine) {
     s = device_shape(first + r, &sane);
     ll = (long long)last_loc[first + r];
-    if (!dead) {
-      // The last_loc checks only decide the verdict, so they run first and their memory
-      // latency overlaps the scans. A page this call allocates meanwhile carries its tag.
-      // A batch of one cannot extend a page twice: no claim needed. (Unusable lengths give
-      // an empty shape: no claim, no fill point moved; the call fails below.)
-      const bool claim = s.part1 > 0 && batch > 1;
-      const uint32_t err = check_last_loc(v, call, first + r, ll,
-                                          (unsigned long long)prefix_of(first + r), s.part1, claim);
-      if (err != ERR_NONE && sane) report(&errors, first + r, err);
-    }
   }
 
-  // Tokens and new pages of every request before this block's.
-  unsigned long long tok_before = 0, pages_before = 0;
+  // Tokens and new pages of every request before this block's (none before block 0, which
+  // skips the reduction: the condition is the same for the whole block).
+  Pair before{0, 0};
+  if (first > 0) {
 #pragma unroll 4
-  for (uint32_t i = threadIdx.x; i < first; i += BLOCK) {
-    bool sane;
-    const Shape q = device_shape(i, &sane);
-    tok_before += q.tokens;
-    pages_before += q.new_pages;
+    for (uint32_t i = threadIdx.x; i < first; i += BLOCK) {
+      bool ok;
+      const Shape q = device_shape(i, &ok);
+      before.a += q.tokens;
+      before.b += q.new_pages;
+    }
+    before = block_sum_pair<BLOCK>(before);
   }
-  tok_before = block_sum<BLOCK>(tok_before);
-  pages_before = block_sum<BLOCK>(pages_before);
+  const unsigned long long tok_before = before.a, pages_before = before.b;
 
-  unsigned long long my_tokens, my_pages_total;
-  const unsigned long long tok_rank = block_exclusive_scan<BLOCK>(s.tokens, &my_tokens);
-  const unsigned long long page_rank = block_exclusive_scan<BLOCK>(s.new_pages, &my_pages_total);
+  Pair mine_total;
+  const Pair rank = block_scan_pair<BLOCK>(Pair{s.tokens, s.new_pages}, &mine_total);
+  const unsigned long long tok_rank = rank.a, page_rank = rank.b;
+  const unsigned long long my_tokens = mine_total.a, my_pages_total = mine_total.b;
   if (r < mine) {
     tok_off[r] = tok_rank;
     page_off[r] = page_rank;
     part1[r] = s.part1;
     last[r] = ll;
+    if (!dead) {
+      // The last_loc checks only decide the verdict. A page this call allocates meanwhile
+      // carries its tag. A batch of one cannot extend a page twice: no claim needed.
+      // (Unusable lengths give an empty shape: no claim, no fill point moved; the call fails
+      // below.)
+      const bool claim = s.part1 > 0 && batch > 1;
+      const uint32_t err = check_last_loc(v, call, first + r, ll,
+                                          (unsigned long long)prefix_of(first + r), s.part1, claim);
+      if (err != ERR_NONE && sane) report(&errors, first + r, err);
+    }
   }
   if (r == 0) tok_off[mine] = my_tokens;
   __syncthreads();
@@ -576,6 +630,12 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
     commit(v, call, next);
   }
 }
+
+}  // namespace kvp
+
+#include "extend_block.cuh"
+
+namespace kvp {
 
 // Rewind (speculative decoding): each last_kept[i] becomes its page's last handed-out slot.
 // Checked: an allocated slot at or before its page's fill point, each page once. One block;
@@ -912,6 +972,21 @@ using namespace kvp;
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
     extend<EXTEND_BLOCK, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, per_block,       \
                                 decode, total_tokens, total_pages, out);                          \
+  }                                                                                               \
+  /* One block: batch <= 32 / <= 256 (extend_block.cuh); the same parameters. */                  \
+  extern "C" __global__ void __launch_bounds__(32) kvp_extend_warp_##SUFFIX(                      \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend_block<32, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, decode,              \
+                            total_tokens, total_pages, out);                                      \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_block_##SUFFIX(           \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend_block<EXTEND_BLOCK, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, decode,    \
+                                      total_tokens, total_pages, out);                            \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK) kvp_free_known_##SUFFIX(               \
       View v, Call call, const INDEX *src, uint32_t mode, unsigned long long len,                 \

@@ -18,6 +18,10 @@ static FATBIN: &[u8] = include_bytes!("../../kernels/pool.fatbin");
 pub(crate) struct Typed {
     pub alloc: CUfunction,
     pub extend: CUfunction,
+    /// `alloc_extend` / `alloc_decode` of at most 32 requests in one warp.
+    pub extend_warp: CUfunction,
+    /// `alloc_extend` / `alloc_decode` of at most 256 requests in one block.
+    pub extend_block: CUfunction,
     pub free_known: CUfunction,
     pub free_slots_paged: CUfunction,
     pub rewind: CUfunction,
@@ -68,6 +72,8 @@ impl Kernels {
             IndexType::I64 => Typed {
                 alloc: get(c"kvp_alloc_i64")?,
                 extend: get(c"kvp_extend_i64")?,
+                extend_warp: get(c"kvp_extend_warp_i64")?,
+                extend_block: get(c"kvp_extend_block_i64")?,
                 free_known: get(c"kvp_free_known_i64")?,
                 free_slots_paged: get(c"kvp_free_slots_paged_i64")?,
                 rewind: get(c"kvp_rewind_i64")?,
@@ -75,6 +81,8 @@ impl Kernels {
             IndexType::I32 => Typed {
                 alloc: get(c"kvp_alloc_i32")?,
                 extend: get(c"kvp_extend_i32")?,
+                extend_warp: get(c"kvp_extend_warp_i32")?,
+                extend_block: get(c"kvp_extend_block_i32")?,
                 free_known: get(c"kvp_free_known_i32")?,
                 free_slots_paged: get(c"kvp_free_slots_paged_i32")?,
                 rewind: get(c"kvp_rewind_i32")?,

@@ -33,6 +33,14 @@ const BLOCK: u32 = 256;
 const STAGE_CAP: u64 = 4096;
 /// Threads of the single-block free kernels (`kvp::FREE_BLOCK`).
 const FREE_BLOCK: u32 = 1024;
+/// Requests the one-warp extend kernel takes (`kvp_extend_warp_*`), and the most tokens it
+/// writes (two a lane): beyond that, eight warps write faster than one.
+const WARP_BATCH: usize = 32;
+const WARP_TOKENS: u64 = 64;
+/// The most tokens a one-block extend writes (`kvp_extend_block_*`, up to `BLOCK` requests;
+/// four a thread); larger extends spread their writes over many blocks. A decode of up to
+/// `BLOCK` requests always takes one block.
+const BLOCK_TOKENS: u64 = 1024;
 /// Blocks an `alloc` spreads over at most.
 const ALLOC_MAX_BLOCKS: u64 = 1024;
 /// An extend aims at about this many blocks (two per SM of an H100/H200); frees use at most
@@ -746,29 +754,34 @@ impl DevicePool {
         let batch32 = u32::try_from(batch).map_err(|_| {
             PoolError::new(ErrorKind::InvalidLengths, "batch_size exceeds 2^32 - 1")
         })?;
-        // About TARGET_BLOCKS blocks share a large batch, each with at most STAGE_CAP new
-        // pages on average so the kernel can stage them in shared memory.
-        let per_block = if decode {
-            u64::from(BLOCK)
-        } else {
-            let by_blocks = (batch as u64).div_ceil(TARGET_BLOCKS);
-            let by_pages = STAGE_CAP * batch as u64 / pages.max(1);
-            by_blocks.min(by_pages).clamp(1, u64::from(BLOCK))
-        } as u32;
-        let grid = batch32.div_ceil(per_block);
+        let single = batch <= BLOCK as usize && (decode || tokens <= BLOCK_TOKENS);
+        let (function, grid, block, per_block) =
+            if single && batch <= WARP_BATCH && tokens <= WARP_TOKENS {
+                (self.kernels.typed.extend_warp, 1, 32, batch32)
+            } else if single {
+                (self.kernels.typed.extend_block, 1, BLOCK, batch32)
+            } else {
+                let per_block = Self::extend_per_block(batch, decode, pages);
+                (
+                    self.kernels.typed.extend,
+                    batch32.div_ceil(per_block),
+                    BLOCK,
+                    per_block,
+                )
+            };
         let decode = u32::from(decode);
         let op = if decode == 1 {
             DeviceOp::AllocDecode
         } else {
             DeviceOp::AllocExtend
         };
-        // SAFETY: `kvp_extend_*(View, Call, const i64 *prefix, const i64 *seq, const Index
+        // SAFETY: `kvp_extend*_*(View, Call, const i64 *prefix, const i64 *seq, const Index
         // *last_loc, u32 batch, u32 per_block, u32 decode, u64 tokens, u64 pages, Index *out)`.
         unsafe {
             self.run(
-                self.kernels.typed.extend,
+                function,
                 grid,
-                BLOCK,
+                block,
                 op as u32,
                 Step::Take(pages),
                 stream,
@@ -785,6 +798,19 @@ impl DevicePool {
                 ],
             )
         }
+    }
+
+    /// Requests per block of the multi-block extend kernel.
+    fn extend_per_block(batch: usize, decode: bool, pages: u64) -> u32 {
+        // About TARGET_BLOCKS blocks share a large batch, each with at most STAGE_CAP new
+        // pages on average so the kernel can stage them in shared memory.
+        (if decode {
+            u64::from(BLOCK)
+        } else {
+            let by_blocks = (batch as u64).div_ceil(TARGET_BLOCKS);
+            let by_pages = STAGE_CAP * batch as u64 / pages.max(1);
+            by_blocks.min(by_pages).clamp(1, u64::from(BLOCK))
+        }) as u32
     }
 
     // ---- frees ----------------------------------------------------------------------------

@@ -1,0 +1,227 @@
+// alloc_extend / alloc_decode of a small batch in one block: the calls engines make most
+// (a decode step, a prefill of a few requests). Included by pool.cu after `extend`, whose
+// helpers it shares.
+//
+// One request per thread (batch <= BLOCK). Unlike the multi-block kernel, nothing changes
+// before the verdict: the block validates every request against the plan, one barrier makes
+// the verdict known to all threads, and only then does the call either take effect (page
+// words, fill points, outputs, cursor) or write zeros and fault. So there is no grid ticket,
+// no undo pass and no fill_prev; two requests that continue one page are found in a
+// shared-memory table rather than with global claims. The dependent global round trips are:
+// the cursor and lengths; the ring's new pages together with the prefix pages' words; the
+// writes.
+
+namespace kvp {
+
+// Two requests of the batch must not continue one page. Each continuing request enters its
+// page in a shared-memory hash table whose entries keep (page << 32 | smallest request + 1)
+// (the same page, so atomicMin keeps the smallest request); after a barrier every request but
+// the smallest of its page is a repeat, and the verdict's smallest position names the second
+// one in batch order, as the host backend does.
+template <int BLOCK>
+struct PageTable {
+  static constexpr uint32_t SIZE = 2 * BLOCK;  // at most half full
+  unsigned long long entry[SIZE];
+
+  __device__ void clear() {
+    entry[threadIdx.x] = 0;
+    entry[threadIdx.x + BLOCK] = 0;
+  }
+
+  // Enters `page` for request `r`; returns the entry's position.
+  __device__ uint32_t enter(uint32_t page, uint32_t r) {
+    const unsigned long long key = ((unsigned long long)page << 32) | (r + 1u);
+    uint32_t pos = (page * 2654435761u) & (SIZE - 1);
+    for (;;) {
+      const unsigned long long old = atomicCAS(&entry[pos], 0ull, key);
+      if (old == 0) return pos;
+      if ((uint32_t)(old >> 32) == page) {
+        atomicMin(&entry[pos], key);
+        return pos;
+      }
+      pos = (pos + 1) & (SIZE - 1);
+    }
+  }
+
+  // After a barrier: whether request `r` is the first of its page.
+  __device__ bool first_of(uint32_t pos, uint32_t r) const {
+    return (uint32_t)entry[pos] == r + 1u;
+  }
+};
+
+template <int BLOCK, typename Index>
+__device__ void extend_block(View v, Call call, const long long *prefix_lens,
+                             const long long *seq_lens, const Index *last_loc, uint32_t batch,
+                             uint32_t decode, unsigned long long total_tokens,
+                             unsigned long long total_pages, Index *out) {
+  __shared__ unsigned long long tok_off[BLOCK + 1];
+  __shared__ unsigned long long page_off[BLOCK];
+  __shared__ unsigned long long part1[BLOCK];
+  __shared__ long long last[BLOCK];
+  __shared__ unsigned long long errors;
+  __shared__ PageTable<BLOCK> claims;
+  __shared__ uint32_t pages[STAGE_CAP];
+
+  const uint32_t r = threadIdx.x;
+  const bool mine = r < batch;
+  // Both published by the barrier in block_scan_pair.
+  if (r == 0) errors = NO_ERROR;
+  claims.clear();
+
+  Header *h = v.header;
+  const Cursor c = h->cursor[call.in];
+  const uint32_t n = v.num_pages;
+  const bool dead = h->fault != 0;
+  const bool short_ = !dead && c.free_len < total_pages;
+  const bool tracked = v.page_size > 1;
+
+  // Round trip 1: this thread's request.
+  long long prefix = 0, ll = -1;
+  bool sane = true;
+  Shape s{0, 0, 0};
+  if (mine) {
+    const long long q = seq_lens[r];
+    prefix = decode ? q - 1 : prefix_lens[r];
+    ll = (long long)last_loc[r];
+    sane = lengths_sane(v, prefix, q);
+    if (sane) s = shape_of((unsigned long long)prefix, (unsigned long long)q, v);
+  }
+  Pair total;
+  const Pair rank = block_scan_pair<BLOCK>(Pair{s.tokens, s.new_pages}, &total);
+  const unsigned long long tokens = total.a, new_pages = total.b;
+  if (mine) {
+    tok_off[r] = rank.a;
+    page_off[r] = rank.b;
+    part1[r] = s.part1;
+    last[r] = ll;
+  }
+  if (r == 0) tok_off[batch] = tokens;
+
+  // The plan bounds everything: the call takes effect only if the device lengths give exactly
+  // the host's totals (checked below), so writes never pass out[total_tokens) and no page
+  // beyond the planned run of the ring is taken.
+  const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
+  const bool staged = new_pages <= STAGE_CAP;
+
+  // Round trip 2: the prefix page's words (issued first), then the new pages from the ring.
+  const bool check = mine && !dead && sane && prefix > 0;
+  uint32_t err = ERR_NONE, prefix_page = 0, word = 0;
+  unsigned long long filled = 0;
+  if (mine && !dead && sane && prefix == 0 && ll != -1) err = ERR_LAST_LOC_EMPTY;
+  if (check && (err = slot_error(ll, v)) == ERR_NONE) {
+    prefix_page = (uint32_t)div_ps((unsigned long long)ll, v);
+    word = v.state[prefix_page];
+    if (tracked) filled = v.fill[prefix_page];
+  }
+  if (live && staged) {
+    // Several loads in flight per thread before any is used.
+    constexpr uint32_t BATCH = 8;
+    for (uint32_t base = r; base < new_pages; base += BATCH * BLOCK) {
+      uint32_t got[BATCH];
+#pragma unroll
+      for (uint32_t u = 0; u < BATCH; ++u) {
+        const uint32_t k = base + u * BLOCK;
+        got[u] = k < new_pages ? v.ring[ring_pos(c.head, k, n)] : 0;
+      }
+#pragma unroll
+      for (uint32_t u = 0; u < BATCH; ++u) {
+        const uint32_t k = base + u * BLOCK;
+        if (k < new_pages) pages[k] = got[u];
+      }
+    }
+  }
+
+  // The same rules as check_last_loc; a page another request of the call continues is found
+  // through the table. (A fill word tagged by this very call is a replay of a captured call
+  // whose previous run already moved the page on.)
+  int entry = -1;
+  const unsigned long long in_page = mod_ps((unsigned long long)ll, v);
+  if (check && err == ERR_NONE) {
+    if (kind_of(word) != KIND_ALLOCATED || tag_of(word) == call.tag) {
+      err = ERR_NOT_ALLOCATED;
+    } else if (mod_ps((unsigned long long)ll + 1, v) != mod_ps((unsigned long long)prefix, v)) {
+      err = ERR_LAST_LOC;
+    } else if (tracked && fill_tag(filled) == call.tag) {
+      err = ERR_SHARED_PAGE;
+    } else if (tracked && fill_of(filled) != in_page + 1) {
+      err = ERR_FILL;
+    } else if (s.part1 > 0 && batch > 1) {
+      entry = (int)claims.enter(prefix_page, r);
+    }
+  }
+  if (err != ERR_NONE) report(&errors, r, err);
+  // Device lengths against the plan: an unusable request, else the first request that runs
+  // past the plan, else (device totals short of it) the last request.
+  if (mine && (!sane || rank.a + s.tokens > total_tokens || rank.b + s.new_pages > total_pages))
+    report(&errors, r, ERR_LENGTHS);
+  if (r == 0 && (tokens < total_tokens || new_pages < total_pages))
+    report(&errors, batch - 1, ERR_LENGTHS);
+
+  // The verdict. Repeats of a page are known only once every request has entered its page.
+  if (__syncthreads_or(entry >= 0)) {
+    if (entry >= 0 && !claims.first_of((uint32_t)entry, r)) report(&errors, r, ERR_SHARED_PAGE);
+    __syncthreads();
+  }
+  const unsigned long long verdict = errors;
+  const bool failed = !dead && (short_ || verdict != NO_ERROR);
+
+  if (live && !failed) {
+    // Round trip 3: only writes. New pages become allocated; continued pages move their fill
+    // points; every token gets its slot, the first token of a new page setting its fill point.
+    for (uint32_t k = r; k < new_pages; k += BLOCK) {
+      const uint32_t page = staged ? pages[k] : v.ring[ring_pos(c.head, k, n)];
+      v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+    }
+    if (mine && tracked && s.part1 > 0)
+      v.fill[prefix_page] = fill_word(call.tag, in_page + 1 + s.part1);
+#pragma unroll 4
+    for (unsigned long long t = r; t < tokens; t += BLOCK) {
+      // A decode request has exactly one token (an unusable one failed the call).
+      uint32_t lo = decode ? (uint32_t)t : 0;
+      if (!decode) {
+        uint32_t hi = batch;  // last request with tok_off <= t
+        while (hi - lo > 1) {
+          const uint32_t mid = (lo + hi) / 2;
+          if (tok_off[mid] <= t) lo = mid; else hi = mid;
+        }
+      }
+      const unsigned long long k = t - tok_off[lo];
+      Index slot;
+      if (k < part1[lo]) {
+        slot = (Index)(last[lo] + 1 + (long long)k);
+      } else {
+        const unsigned long long j = k - part1[lo];
+        const unsigned long long at = page_off[lo] + div_ps(j, v);
+        const uint32_t page = staged ? pages[at] : v.ring[ring_pos(c.head, at, n)];
+        const unsigned long long pos = mod_ps(j, v);
+        if (pos == 0 && tracked) {
+          const unsigned long long left = tok_off[lo + 1] - tok_off[lo] - part1[lo] - j;
+          v.fill[page] = fill_word(call.tag, left < v.page_size ? left : v.page_size);
+        }
+        slot = (Index)((unsigned long long)page * v.page_size + pos);
+      }
+      out[t] = slot;
+    }
+  } else {
+    // Dead, short or failed: the plan's whole output is the padding slot.
+    for (unsigned long long t = r; t < total_tokens; t += BLOCK) out[t] = 0;
+  }
+
+  if (r == 0) {
+    Cursor next = c;
+    if (!dead && !failed) {
+      next.head = ring_pos(c.head, total_pages, n);
+      next.free_len = c.free_len - (uint32_t)total_pages;
+    }
+    if (failed) {
+      const unsigned long long key = short_ ? (unsigned long long)ERR_SHORTAGE : verdict;
+      const unsigned long long pos = verdict >> 8;
+      long long value = (long long)c.free_len;
+      if (!short_) value = (verdict & 0xff) == ERR_LENGTHS ? seq_lens[pos] : (long long)last_loc[pos];
+      raise_fault(v, call, key, value);
+    }
+    commit(v, call, next);
+  }
+}
+
+}  // namespace kvp
