@@ -2,7 +2,7 @@
 // (a decode step, a prefill of a few requests). Included by pool.cu after `extend`, whose
 // helpers it shares.
 //
-// One request per thread (batch <= BLOCK). Unlike the multi-block kernel, nothing changes
+// PER requests per thread (batch <= BLOCK * PER). Unlike the multi-block kernel, nothing changes
 // before the verdict: the block validates every request against the plan, one barrier makes
 // the verdict known to all threads, and only then does the call either take effect (page
 // words, fill points, outputs, cursor) or write zeros and fault. So there is no grid ticket,
@@ -18,15 +18,10 @@ namespace kvp {
 // (the same page, so atomicMin keeps the smallest request); after a barrier every request but
 // the smallest of its page is a repeat, and the verdict's smallest position names the second
 // one in batch order, as the host backend does.
-template <int BLOCK>
+template <int CAP>
 struct PageTable {
-  static constexpr uint32_t SIZE = 2 * BLOCK;  // at most half full
+  static constexpr uint32_t SIZE = 2 * CAP;  // at most half full
   unsigned long long entry[SIZE];
-
-  __device__ void clear() {
-    entry[threadIdx.x] = 0;
-    entry[threadIdx.x + BLOCK] = 0;
-  }
 
   // Enters `page` for request `r`; returns the entry's position.
   __device__ uint32_t enter(uint32_t page, uint32_t r) {
@@ -49,24 +44,26 @@ struct PageTable {
   }
 };
 
-template <int BLOCK, typename Index>
+template <int BLOCK, int PER, typename Index>
 __device__ void extend_block(View v, Call call, const long long *prefix_lens,
                              const long long *seq_lens, const Index *last_loc, uint32_t batch,
                              uint32_t decode, unsigned long long total_tokens,
                              unsigned long long total_pages, Index *out) {
-  __shared__ unsigned long long tok_off[BLOCK + 1];
-  __shared__ unsigned long long page_off[BLOCK];
-  __shared__ unsigned long long part1[BLOCK];
-  __shared__ long long last[BLOCK];
+  constexpr int CAP = BLOCK * PER;  // requests of the block
+  __shared__ unsigned long long tok_off[CAP + 1];
+  __shared__ unsigned long long page_off[CAP];
+  __shared__ unsigned long long part1[CAP];
+  __shared__ long long last[CAP];
   __shared__ unsigned long long errors;
-  __shared__ PageTable<BLOCK> claims;
+  __shared__ PageTable<CAP> claims;
   __shared__ uint32_t pages[STAGE_CAP];
 
+  // Thread r owns requests r*PER .. r*PER + PER - 1 (consecutive: one scan over the threads'
+  // totals orders them all).
   const uint32_t r = threadIdx.x;
-  const bool mine = r < batch;
   // Both published by the barrier in block_scan_pair.
   if (r == 0) errors = NO_ERROR;
-  claims.clear();
+  for (uint32_t e = r; e < PageTable<CAP>::SIZE; e += BLOCK) claims.entry[e] = 0;
 
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
@@ -75,25 +72,51 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
   const bool short_ = !dead && c.free_len < total_pages;
   const bool tracked = v.page_size > 1;
 
-  // Round trip 1: this thread's request.
-  long long prefix = 0, ll = -1;
-  bool sane = true;
-  Shape s{0, 0, 0};
-  if (mine) {
-    const long long q = seq_lens[r];
-    prefix = decode ? q - 1 : prefix_lens[r];
-    ll = (long long)last_loc[r];
-    sane = lengths_sane(v, prefix, q);
-    if (sane) s = shape_of((unsigned long long)prefix, (unsigned long long)q, v);
+  // Round trip 1: this thread's requests. Every load is unconditional (a thread past the
+  // batch reads the last request again and ignores it), so they are all in flight at once:
+  // a load under a branch is issued only once the previous one's value has been used.
+  long long prefix[PER], ll[PER];
+  bool sane[PER];
+  Shape s[PER];
+  long long seq[PER];
+#pragma unroll
+  for (int u = 0; u < PER; ++u) {
+    const uint32_t i = min(r * PER + u, batch - 1);
+    seq[u] = seq_lens[i];
+    ll[u] = (long long)last_loc[i];
+    prefix[u] = decode ? 0 : prefix_lens[i];
+  }
+  Pair own{0, 0};
+#pragma unroll
+  for (int u = 0; u < PER; ++u) {
+    const bool valid = r * PER + u < batch;
+    if (decode) prefix[u] = seq[u] - 1;
+    if (!valid) {
+      prefix[u] = 0;
+      ll[u] = -1;
+    }
+    sane[u] = !valid || lengths_sane(v, prefix[u], seq[u]);
+    s[u] = valid && sane[u] ? shape_of((unsigned long long)prefix[u], (unsigned long long)seq[u], v)
+                            : Shape{0, 0, 0};
+    own.a += s[u].tokens;
+    own.b += s[u].new_pages;
   }
   Pair total;
-  const Pair rank = block_scan_pair<BLOCK>(Pair{s.tokens, s.new_pages}, &total);
+  Pair rank = block_scan_pair<BLOCK>(own, &total);
   const unsigned long long tokens = total.a, new_pages = total.b;
-  if (mine) {
-    tok_off[r] = rank.a;
-    page_off[r] = rank.b;
-    part1[r] = s.part1;
-    last[r] = ll;
+  Pair at[PER];  // each request's offsets
+#pragma unroll
+  for (int u = 0; u < PER; ++u) {
+    const uint32_t i = r * PER + u;
+    at[u] = rank;
+    if (i < batch) {
+      tok_off[i] = rank.a;
+      page_off[i] = rank.b;
+      part1[i] = s[u].part1;
+      last[i] = ll[u];
+    }
+    rank.a += s[u].tokens;
+    rank.b += s[u].new_pages;
   }
   if (r == 0) tok_off[batch] = tokens;
 
@@ -103,19 +126,28 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
   const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
   const bool staged = new_pages <= STAGE_CAP;
 
-  // Round trip 2: the prefix page's words (issued first), then the new pages from the ring.
-  const bool check = mine && !dead && sane && prefix > 0;
-  uint32_t err = ERR_NONE, prefix_page = 0, word = 0;
-  unsigned long long filled = 0;
-  if (mine && !dead && sane && prefix == 0 && ll != -1) err = ERR_LAST_LOC_EMPTY;
-  if (check && (err = slot_error(ll, v)) == ERR_NONE) {
-    prefix_page = (uint32_t)div_ps((unsigned long long)ll, v);
-    word = v.state[prefix_page];
-    if (tracked) filled = v.fill[prefix_page];
+  // Round trip 2: the prefix pages' words (issued first, unconditionally: page 0 stands in
+  // for a request with nothing to check), then the new pages from the ring.
+  uint32_t err[PER], prefix_page[PER], word[PER];
+  unsigned long long filled[PER];
+  bool check[PER];
+#pragma unroll
+  for (int u = 0; u < PER; ++u) {
+    const uint32_t i = r * PER + u;
+    err[u] = ERR_NONE;
+    check[u] = i < batch && !dead && sane[u] && prefix[u] > 0;
+    if (i < batch && !dead && sane[u] && prefix[u] == 0 && ll[u] != -1) err[u] = ERR_LAST_LOC_EMPTY;
+    if (check[u]) err[u] = slot_error(ll[u], v);
+    prefix_page[u] = check[u] && err[u] == ERR_NONE ? (uint32_t)div_ps((unsigned long long)ll[u], v) : 0;
+  }
+#pragma unroll
+  for (int u = 0; u < PER; ++u) {
+    word[u] = v.state[prefix_page[u]];
+    filled[u] = tracked ? v.fill[prefix_page[u]] : 0;
   }
   if (live && staged) {
     // Several loads in flight per thread before any is used.
-    constexpr uint32_t BATCH = 8;
+    constexpr uint32_t BATCH = 4;
     for (uint32_t base = r; base < new_pages; base += BATCH * BLOCK) {
       uint32_t got[BATCH];
 #pragma unroll
@@ -134,32 +166,45 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
   // The same rules as check_last_loc; a page another request of the call continues is found
   // through the table. (A fill word tagged by this very call is a replay of a captured call
   // whose previous run already moved the page on.)
-  int entry = -1;
-  const unsigned long long in_page = mod_ps((unsigned long long)ll, v);
-  if (check && err == ERR_NONE) {
-    if (kind_of(word) != KIND_ALLOCATED || tag_of(word) == call.tag) {
-      err = ERR_NOT_ALLOCATED;
-    } else if (mod_ps((unsigned long long)ll + 1, v) != mod_ps((unsigned long long)prefix, v)) {
-      err = ERR_LAST_LOC;
-    } else if (tracked && fill_tag(filled) == call.tag) {
-      err = ERR_SHARED_PAGE;
-    } else if (tracked && fill_of(filled) != in_page + 1) {
-      err = ERR_FILL;
-    } else if (s.part1 > 0 && batch > 1) {
-      entry = (int)claims.enter(prefix_page, r);
+  int entry[PER];
+  bool any_entry = false;
+#pragma unroll
+  for (int u = 0; u < PER; ++u) {
+    const uint32_t i = r * PER + u;
+    entry[u] = -1;
+    const unsigned long long in_page = mod_ps((unsigned long long)ll[u], v);
+    if (check[u] && err[u] == ERR_NONE) {
+      if (kind_of(word[u]) != KIND_ALLOCATED || tag_of(word[u]) == call.tag) {
+        err[u] = ERR_NOT_ALLOCATED;
+      } else if (mod_ps((unsigned long long)ll[u] + 1, v) !=
+                 mod_ps((unsigned long long)prefix[u], v)) {
+        err[u] = ERR_LAST_LOC;
+      } else if (tracked && fill_tag(filled[u]) == call.tag) {
+        err[u] = ERR_SHARED_PAGE;
+      } else if (tracked && fill_of(filled[u]) != in_page + 1) {
+        err[u] = ERR_FILL;
+      } else if (s[u].part1 > 0 && batch > 1) {
+        entry[u] = (int)claims.enter(prefix_page[u], i);
+        any_entry = true;
+      }
     }
+    if (err[u] != ERR_NONE) report(&errors, i, err[u]);
+    // Device lengths against the plan: an unusable request, else the first request that runs
+    // past the plan, else (device totals short of it) the last request.
+    if (i < batch && (!sane[u] || at[u].a + s[u].tokens > total_tokens ||
+                      at[u].b + s[u].new_pages > total_pages))
+      report(&errors, i, ERR_LENGTHS);
   }
-  if (err != ERR_NONE) report(&errors, r, err);
-  // Device lengths against the plan: an unusable request, else the first request that runs
-  // past the plan, else (device totals short of it) the last request.
-  if (mine && (!sane || rank.a + s.tokens > total_tokens || rank.b + s.new_pages > total_pages))
-    report(&errors, r, ERR_LENGTHS);
   if (r == 0 && (tokens < total_tokens || new_pages < total_pages))
     report(&errors, batch - 1, ERR_LENGTHS);
 
   // The verdict. Repeats of a page are known only once every request has entered its page.
-  if (__syncthreads_or(entry >= 0)) {
-    if (entry >= 0 && !claims.first_of((uint32_t)entry, r)) report(&errors, r, ERR_SHARED_PAGE);
+  if (__syncthreads_or(any_entry)) {
+#pragma unroll
+    for (int u = 0; u < PER; ++u) {
+      if (entry[u] >= 0 && !claims.first_of((uint32_t)entry[u], r * PER + u))
+        report(&errors, r * PER + u, ERR_SHARED_PAGE);
+    }
     __syncthreads();
   }
   const unsigned long long verdict = errors;
@@ -172,9 +217,13 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
       const uint32_t page = staged ? pages[k] : v.ring[ring_pos(c.head, k, n)];
       v.state[page] = page_word(KIND_ALLOCATED, call.tag);
     }
-    if (mine && tracked && s.part1 > 0)
-      v.fill[prefix_page] = fill_word(call.tag, in_page + 1 + s.part1);
-#pragma unroll 4
+#pragma unroll
+    for (int u = 0; u < PER; ++u) {
+      if (tracked && s[u].part1 > 0) {
+        const unsigned long long in_page = mod_ps((unsigned long long)ll[u], v);
+        v.fill[prefix_page[u]] = fill_word(call.tag, in_page + 1 + s[u].part1);
+      }
+    }
     for (unsigned long long t = r; t < tokens; t += BLOCK) {
       // A decode request has exactly one token (an unusable one failed the call).
       uint32_t lo = decode ? (uint32_t)t : 0;
@@ -191,8 +240,8 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
         slot = (Index)(last[lo] + 1 + (long long)k);
       } else {
         const unsigned long long j = k - part1[lo];
-        const unsigned long long at = page_off[lo] + div_ps(j, v);
-        const uint32_t page = staged ? pages[at] : v.ring[ring_pos(c.head, at, n)];
+        const unsigned long long rank_ = page_off[lo] + div_ps(j, v);
+        const uint32_t page = staged ? pages[rank_] : v.ring[ring_pos(c.head, rank_, n)];
         const unsigned long long pos = mod_ps(j, v);
         if (pos == 0 && tracked) {
           const unsigned long long left = tok_off[lo + 1] - tok_off[lo] - part1[lo] - j;

@@ -180,11 +180,20 @@ __device__ void commit(const View &v, const Call &call, const Cursor &next) {
 
 // Page arithmetic without 64-bit division when page_size is a power of two (the usual case:
 // a 64-bit divide costs on the order of a hundred instructions per token).
+// The divisions are out of line: inlined at every call site, the 64-bit division code would
+// make the kernels several times larger, and a small batch's kernel time is largely the
+// fetching of its instructions.
+__device__ __noinline__ unsigned long long div_slow(unsigned long long x, unsigned long long d) {
+  return x / d;
+}
+__device__ __noinline__ unsigned long long mod_slow(unsigned long long x, unsigned long long d) {
+  return x % d;
+}
 __device__ inline unsigned long long div_ps(unsigned long long x, const View &v) {
-  return v.page_shift != NOT_POW2 ? x >> v.page_shift : x / v.page_size;
+  return v.page_shift != NOT_POW2 ? x >> v.page_shift : div_slow(x, v.page_size);
 }
 __device__ inline unsigned long long mod_ps(unsigned long long x, const View &v) {
-  return v.page_shift != NOT_POW2 ? x & (v.page_size - 1) : x % v.page_size;
+  return v.page_shift != NOT_POW2 ? x & (v.page_size - 1) : mod_slow(x, v.page_size);
 }
 // `head + k` around the ring, for `k < num_pages`.
 __device__ inline uint32_t ring_pos(uint32_t head, unsigned long long k, uint32_t n) {
@@ -973,20 +982,21 @@ using namespace kvp;
     extend<EXTEND_BLOCK, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, per_block,       \
                                 decode, total_tokens, total_pages, out);                          \
   }                                                                                               \
-  /* One block: batch <= 32 / <= 256 (extend_block.cuh); the same parameters. */                  \
+  /* One block, a request a thread: one warp (batch <= 32) or 256 threads (batch <= 256)       \
+     (extend_block.cuh); the same parameters. */                  \
   extern "C" __global__ void __launch_bounds__(32) kvp_extend_warp_##SUFFIX(                      \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_block<32, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, decode,              \
-                            total_tokens, total_pages, out);                                      \
+    extend_block<32, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, decode,           \
+                               total_tokens, total_pages, out);                                   \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_block_##SUFFIX(           \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_block<EXTEND_BLOCK, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, decode,    \
-                                      total_tokens, total_pages, out);                            \
+    extend_block<EXTEND_BLOCK, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, decode, \
+                                         total_tokens, total_pages, out);                         \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK) kvp_free_known_##SUFFIX(               \
       View v, Call call, const INDEX *src, uint32_t mode, unsigned long long len,                 \

@@ -33,13 +33,13 @@ const BLOCK: u32 = 256;
 const STAGE_CAP: u64 = 4096;
 /// Threads of the single-block free kernels (`kvp::FREE_BLOCK`).
 const FREE_BLOCK: u32 = 1024;
-/// Requests the one-warp extend kernel takes (`kvp_extend_warp_*`), and the most tokens it
-/// writes (two a lane): beyond that, eight warps write faster than one.
+/// The one-block kernels, a request a thread: one warp (`kvp_extend_warp_*`) for up to
+/// `WARP_BATCH` requests and `WARP_TOKENS` tokens (a decode of up to 32 requests), else 256
+/// threads (`kvp_extend_block_*`) for a decode of up to `BLOCK` requests or an extend of up to
+/// `BLOCK` requests and `BLOCK_TOKENS` tokens. Larger extends spread their writes over many
+/// blocks.
 const WARP_BATCH: usize = 32;
 const WARP_TOKENS: u64 = 64;
-/// The most tokens a one-block extend writes (`kvp_extend_block_*`, up to `BLOCK` requests;
-/// four a thread); larger extends spread their writes over many blocks. A decode of up to
-/// `BLOCK` requests always takes one block.
 const BLOCK_TOKENS: u64 = 1024;
 /// Blocks an `alloc` spreads over at most.
 const ALLOC_MAX_BLOCKS: u64 = 1024;
@@ -754,21 +754,19 @@ impl DevicePool {
         let batch32 = u32::try_from(batch).map_err(|_| {
             PoolError::new(ErrorKind::InvalidLengths, "batch_size exceeds 2^32 - 1")
         })?;
-        let single = batch <= BLOCK as usize && (decode || tokens <= BLOCK_TOKENS);
-        let (function, grid, block, per_block) =
-            if single && batch <= WARP_BATCH && tokens <= WARP_TOKENS {
-                (self.kernels.typed.extend_warp, 1, 32, batch32)
-            } else if single {
-                (self.kernels.typed.extend_block, 1, BLOCK, batch32)
-            } else {
-                let per_block = Self::extend_per_block(batch, decode, pages);
-                (
-                    self.kernels.typed.extend,
-                    batch32.div_ceil(per_block),
-                    BLOCK,
-                    per_block,
-                )
-            };
+        let (function, grid, block, per_block) = if batch <= WARP_BATCH && tokens <= WARP_TOKENS {
+            (self.kernels.typed.extend_warp, 1, 32, batch32)
+        } else if batch <= BLOCK as usize && (decode || tokens <= BLOCK_TOKENS) {
+            (self.kernels.typed.extend_block, 1, BLOCK, batch32)
+        } else {
+            let per_block = Self::extend_per_block(batch, decode, pages);
+            (
+                self.kernels.typed.extend,
+                batch32.div_ceil(per_block),
+                BLOCK,
+                per_block,
+            )
+        };
         let decode = u32::from(decode);
         let op = if decode == 1 {
             DeviceOp::AllocDecode
