@@ -720,7 +720,7 @@ SIGNATURES = {
     "kvp_delayer_record_prefill": (_status, [_handle, ctypes.c_uint64]),
     # state digests (tensor parallelism: ranks compare them)
     "kvp_pool_digest": (_status, [_handle, _u64_p]),
-    "kvp_pool_digest_async": (_status, [_handle, ctypes.c_void_p, _stream]),
+    "kvp_pool_digest_async": (_status, [_handle, _u64_p, _stream]),
     "kvp_scheduler_digest": (_status, [_handle, _u64_p]),
 }
 
@@ -1437,10 +1437,17 @@ class Pool(_Owner):
             raise self._lib.error(STATUS["WRONG_BACKEND"], "digest_async needs a device pool "
                                   "(backend='cuda'); this is a host pool: use digest()")
         handle = self._stream_handle(stream)
-        buf, n, out = self._device_out(1, out, stream, handle)
+        if out is None:
+            torch = _import_torch("out=None")
+            device = torch.device("cuda", self.device)
+            target = (torch.cuda.current_stream(self.device) if stream is None
+                      else torch.cuda.ExternalStream(handle, device=device))
+            with torch.cuda.stream(target):  # the block belongs to the call's stream
+                out = torch.empty(1, dtype=torch.int64, device=device)
+        pointer, n = self._device_buffer(out, "int64", "out")
         if n < 1:
             raise ValueError("out must hold one element")
-        self._call("kvp_pool_digest_async", buf, handle)
+        self._call("kvp_pool_digest_async", ctypes.cast(pointer, _u64_p), handle)
         return out[:1]
 
     # ---- testing builds only ----
