@@ -1,8 +1,8 @@
 //! State digests on the host: the pool digest against the definition's reference
 //! implementation (`kvpool::digest::pool_digest`, from the pool's free list, staged pages and
 //! page map), pinned values (so other implementations can check theirs), what the digest
-//! must and must not see, and tensor-parallel ranks in miniature: several engines (scheduler
-//! + pool) driven by the same seeded workload agree step after step, and one perturbed
+//! must and must not see, and tensor-parallel ranks in miniature: several engines (scheduler and
+//! pool) driven by the same seeded workload agree step after step, and one perturbed
 //! engine is caught at exactly the step it diverged. The device pool's digest is compared
 //! with the host's in tests/cuda_lockstep.rs and tests/cuda_multi_device.rs.
 
