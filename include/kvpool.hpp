@@ -622,6 +622,21 @@ public:
         return out;
     }
 
+    // ---- state digest (tensor parallelism: ranks compare it) ----
+
+    /// A host pool's state digest (kvp_pool_digest): equal on two pools of the same
+    /// configuration, of either backend, after the same operations.
+    uint64_t digest() const {
+        uint64_t out = 0;
+        check(kvp_pool_digest(get(), &out), "kvp_pool_digest");
+        return out;
+    }
+    /// Enqueues a device pool's state digest into `*out_device` (one uint64_t of device
+    /// memory) on `stream`, without synchronizing (kvp_pool_digest_async).
+    void digest_async(uint64_t *out_device, stream_t stream) {
+        check(kvp_pool_digest_async(get(), out_device, stream), "kvp_pool_digest_async");
+    }
+
 private:
     explicit pool(kvp_pool *raw) : owner(raw) {
         kvp_pool_info facts{};
@@ -741,6 +756,13 @@ public:
     kvp_scheduler_stats stats() const {
         kvp_scheduler_stats out{};
         check(kvp_scheduler_get_stats(get(), &out), "kvp_scheduler_get_stats");
+        return out;
+    }
+    /// The scheduler's state digest (kvp_scheduler_digest): equal on two schedulers of the
+    /// same configuration given the same calls.
+    uint64_t digest() const {
+        uint64_t out = 0;
+        check(kvp_scheduler_digest(get(), &out), "kvp_scheduler_digest");
         return out;
     }
 

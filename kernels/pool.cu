@@ -1032,3 +1032,6 @@ extern "C" __global__ void __launch_bounds__(256)
     kvp_restore(View v, Call call, uint32_t *snapshot) {
   copy_state(v, call, snapshot, true);
 }
+
+// ---- state digest (kernels/digest.cuh) -------------------------------------------------------
+#include "digest.cuh"

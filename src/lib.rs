@@ -12,6 +12,8 @@
 //!   raw pointers; everything it does is a thin translation onto [`pool`]. Rust code should
 //!   use [`pool`] directly.
 //!
+//! - [`digest`]: the state digests of pools and schedulers (tensor-parallel ranks compare
+//!   them to check that they agree).
 //! - [`admission`]: prefill admission and the scheduler step; it reads a pool's available
 //!   size and never touches indices.
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -19,6 +21,7 @@
 
 pub mod admission;
 pub mod cuda;
+pub mod digest;
 pub mod host;
 pub mod pool;
 

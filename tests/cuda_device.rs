@@ -171,6 +171,7 @@ fn no_call_waits_for_the_stream() {
         let seq = [3 * p, p + 1];
         let last = [-1i64, -1];
         let page_ids = DevBuf::new(8);
+        let digest = DevBuf::new(8);
         page_ids.upload(&[6i64]); // alloc's first page: extend takes 1..=5 (ps 16) or slots 1..=5
         let (a, b, c, out, out2, out3) = (
             DevBuf::new(64),
@@ -214,6 +215,7 @@ fn no_call_waits_for_the_stream() {
             device
                 .alloc(2 * ps as usize, out3.ptr, 4096, gpu.stream)
                 .unwrap();
+            device.digest_async(digest.ptr, gpu.stream).unwrap();
         }
         let elapsed = started.elapsed();
         assert!(
@@ -225,7 +227,7 @@ fn no_call_waits_for_the_stream() {
             "kvpool calls took {elapsed:?}"
         );
         eprintln!(
-            "page_size {ps}: 13 device calls returned in {elapsed:?} while the stream was busy"
+            "page_size {ps}: 14 device calls returned in {elapsed:?} while the stream was busy"
         );
         gpu.sync();
         device.check_device().unwrap();
@@ -233,6 +235,8 @@ fn no_call_waits_for_the_stream() {
         let mut expected = vec![0i64; 2 * ps as usize];
         host.alloc(2 * ps as usize, &mut expected).unwrap();
         assert_eq!(out3.download::<i64>(2 * ps as usize), expected);
+        // The digest enqueued last saw the state after that alloc: the host pool's.
+        assert_eq!(digest.download::<u64>(1)[0], host.digest(), "state digest");
     }
 }
 

@@ -4,7 +4,8 @@
 //! and bad inputs that only the device can see) run on a `DevicePool` and a host `Pool`.
 //! After every operation the statuses, every output index and the available size must
 //! agree; every 64 operations and at the end, the whole free list (ring from its head, then
-//! the staged pages) is read back from the device and compared with the host's.
+//! the staged pages) is read back from the device and compared with the host's, and the
+//! device pool's state digest (`digest_async`) must equal the host pool's (`digest`).
 //!
 //! Needs a CUDA GPU: `#[ignore]`d by default, so `cargo test` on a CPU machine lists it as
 //! ignored. Run with `cargo test --release --test cuda_lockstep -- --ignored`
@@ -30,6 +31,7 @@ struct Buffers {
     b: DevBuf,
     c: DevBuf,
     out: DevBuf,
+    digest: DevBuf,
 }
 
 struct Saved {
@@ -90,6 +92,7 @@ impl Run {
             b: DevBuf::new(cap),
             c: DevBuf::new(cap),
             out: DevBuf::new(cap),
+            digest: DevBuf::new(8),
         };
         Self {
             gpu,
@@ -197,8 +200,29 @@ impl Run {
         );
     }
 
-    /// The device's free list (ring from head, then staged) against the host's census.
+    /// The device pool's state digest (`digest_async`, one kernel) against the host pool's:
+    /// the same definition, so the same value in the same state.
+    fn check_digest(&mut self) {
+        // SAFETY: `digest` holds one u64 and outlives the synchronized call.
+        unsafe {
+            self.device
+                .digest_async(self.bufs.digest.ptr, self.gpu.stream)
+        }
+        .unwrap();
+        self.gpu.sync();
+        let device = self.bufs.digest.download::<u64>(1)[0];
+        assert_eq!(
+            device,
+            self.host.digest(),
+            "op {}: state digest (device {device:#x})",
+            self.ops
+        );
+    }
+
+    /// The device's free list (ring from head, then staged) against the host's census, and
+    /// the two pools' state digests.
     fn check_census(&mut self) {
+        self.check_digest();
         self.gpu.sync();
         let layout = self.device.debug_layout();
         let cursor: Vec<u32> = gpu::read_device(layout.block + layout.cursor as u64, 8);

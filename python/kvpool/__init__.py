@@ -101,6 +101,7 @@ __all__ = [
     "STATUS_NAMES",
     "Snapshot",
     "TESTING_FUNCTIONS",
+    "digest_value",
     "find_library",
     "load",
     # admission
@@ -717,6 +718,10 @@ SIGNATURES = {
         [_handle, ctypes.POINTER(RankInfo), ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint32)],
     ),
     "kvp_delayer_record_prefill": (_status, [_handle, ctypes.c_uint64]),
+    # state digests (tensor parallelism: ranks compare them)
+    "kvp_pool_digest": (_status, [_handle, _u64_p]),
+    "kvp_pool_digest_async": (_status, [_handle, _u64_p, _stream]),
+    "kvp_scheduler_digest": (_status, [_handle, _u64_p]),
 }
 
 # Exported only by a library built with `--features testing`.
@@ -1412,10 +1417,51 @@ class Pool(_Owner):
         self._call("kvp_pool_available_size_bound", ctypes.byref(n), ctypes.byref(exact))
         return n.value, bool(exact.value)
 
+    # ---- state digest (tensor parallelism) ----
+
+    def digest(self):
+        """The host pool's state digest (an int in ``0 .. 2**64``): equal on two pools of the
+        same configuration after the same operations, host or device (``kvp_pool_digest``
+        in kvpool.h defines it). A device pool raises WRONG_BACKEND: use ``digest_async``."""
+        out = ctypes.c_uint64()
+        self._call("kvp_pool_digest", ctypes.byref(out))
+        return out.value
+
+    def digest_async(self, out=None, *, stream=None):
+        """Enqueues the device pool's state digest on ``stream`` (default: the current PyTorch
+        stream of the pool's device) without synchronizing; returns ``out``, a 1-element
+        int64 CUDA tensor on the pool's device (a new one when None) that holds the digest's
+        64 bits once the stream has passed the call (``digest_value`` converts it to an
+        unsigned int). All-gather it on the same stream to compare ranks."""
+        if not self.is_device:
+            raise self._lib.error(STATUS["WRONG_BACKEND"], "digest_async needs a device pool "
+                                  "(backend='cuda'); this is a host pool: use digest()")
+        handle = self._stream_handle(stream)
+        if out is None:
+            torch = _import_torch("out=None")
+            device = torch.device("cuda", self.device)
+            target = (torch.cuda.current_stream(self.device) if stream is None
+                      else torch.cuda.ExternalStream(handle, device=device))
+            with torch.cuda.stream(target):  # the block belongs to the call's stream
+                out = torch.empty(1, dtype=torch.int64, device=device)
+        pointer, n = self._device_buffer(out, "int64", "out")
+        if n < 1:
+            raise ValueError("out must hold one element")
+        self._call("kvp_pool_digest_async", ctypes.cast(pointer, _u64_p), handle)
+        return out[:1]
+
     # ---- testing builds only ----
 
     def testing_poison(self):
         self._call("kvp_testing_poison_pool")
+
+
+def digest_value(value):
+    """A digest as an unsigned int: from an int, or from the (int64) tensor
+    ``Pool.digest_async`` fills (reading a CUDA tensor waits for its stream)."""
+    if not isinstance(value, int):
+        value = int(value.reshape(-1)[0].item())
+    return value & 0xFFFF_FFFF_FFFF_FFFF
 
 
 # ---- admission -----------------------------------------------------------------------------
@@ -1585,6 +1631,15 @@ class Scheduler(_Owner):
         stats = SchedulerStats()
         self._call("kvp_scheduler_get_stats", ctypes.byref(stats))
         return stats
+
+    # ---- state digest (tensor parallelism) ----
+
+    def digest(self):
+        """The scheduler's state digest (an int in ``0 .. 2**64``; ``kvp_scheduler_digest``):
+        equal on two schedulers of the same configuration given the same calls."""
+        out = ctypes.c_uint64()
+        self._call("kvp_scheduler_digest", ctypes.byref(out))
+        return out.value
 
 
 class Adder(_Owner):

@@ -3,7 +3,11 @@
 # (needs the NVIDIA driver, nvcc, compute-sanitizer, python3 with PyTorch and Triton; no
 # Rust, no network). Logs go to $OUT (default ./gpu-out).
 #
-#   scripts/gpu/run.sh [tests] [sanitize] [python] [example] [demo] [bench] ...  (default: all)
+#   scripts/gpu/run.sh [tests] [sanitize] [python] [tp] [example] [demo] [bench] ...  (default: all)
+#
+# tp: the tensor-parallel digest test (tests/tp/tp_digest.py): one rank per GPU (at least
+# two; ranks share the GPU, with gloo instead of NCCL, on a one-GPU machine), TP_STEPS steps
+# (default 10000) with equal digests, then a perturbed rank caught at its step.
 #
 # Environment: OUT (logs), SANITIZE_OPS (lockstep operations per configuration under the
 # sanitizers, default 600), BENCH_PYTHON=0 (C++ benchmark only), BENCH_ARGS, TAIL_LINES,
@@ -20,7 +24,7 @@ export LD_LIBRARY_PATH=$PWD/gpu-artifacts/lib:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
 BIN=gpu-artifacts/bin
 steps=("$@")
-[[ ${#steps[@]} -eq 0 ]] && steps=(tests sanitize python example demo bench)
+[[ ${#steps[@]} -eq 0 ]] && steps=(tests sanitize python tp example demo bench)
 failed=()
 
 run() { # name, command...
@@ -44,6 +48,7 @@ for step in "${steps[@]}"; do
     tests)
         run device "$BIN/cuda_device" --ignored --test-threads=1 --nocapture
         run lockstep "$BIN/cuda_lockstep" --ignored --nocapture
+        run multi-device "$BIN/cuda_multi_device" --ignored --nocapture
         ;;
     sanitize)
         for tool in memcheck racecheck; do
@@ -55,6 +60,12 @@ for step in "${steps[@]}"; do
         ;;
     python)
         run python-cuda python3 tests/python/test_cuda.py -v
+        ;;
+    tp)
+        gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
+        ranks=$(( gpus < 2 ? 2 : gpus ))
+        run tp python3 tests/tp/tp_digest.py --nproc "$ranks" --steps "${TP_STEPS:-10000}"
+        cp "$LOGS/tp.log" "$OUT/tp.log"
         ;;
     example)
         run example-build "$NVCC" -O2 -std=c++17 -arch=sm_90 -Iinclude cpp-examples/cuda_batch.cu \

@@ -38,6 +38,8 @@ pub(crate) struct Kernels {
     pub retag: CUfunction,
     pub backup: CUfunction,
     pub restore: CUfunction,
+    /// The state digest (`kernels/digest.cuh`).
+    pub digest: CUfunction,
 }
 
 impl Kernels {
@@ -97,6 +99,7 @@ impl Kernels {
             retag: get(c"kvp_retag")?,
             backup: get(c"kvp_backup")?,
             restore: get(c"kvp_restore")?,
+            digest: get(c"kvp_digest")?,
         })
     }
 }

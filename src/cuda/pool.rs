@@ -123,6 +123,8 @@ pub struct DevicePool {
     kernels: Kernels,
     memory: DeviceMemory,
     record: MappedHost,
+    /// The digest kernel's block sums and ticket (four `u64`, zero between calls).
+    digest_scratch: DeviceMemory,
     buffers: Arc<SnapshotBuffers>,
     view: View,
     /// Which cursor the next kernel reads.
@@ -163,6 +165,7 @@ impl DevicePool {
         let arrays = Arrays::new(layout.num_pages, layout.kv_rows());
         let memory = DeviceMemory::zeroed(arrays.bytes)?;
         let record = MappedHost::zeroed(std::mem::size_of::<HostRecord>())?;
+        let digest_scratch = DeviceMemory::zeroed(4 * std::mem::size_of::<u64>())?;
         let view = View {
             header: memory.at(0),
             ring: memory.at(arrays.ring),
@@ -197,6 +200,7 @@ impl DevicePool {
             kernels,
             memory,
             record,
+            digest_scratch,
             buffers,
             view,
             parity: 0,
@@ -1157,6 +1161,57 @@ impl DevicePool {
     pub unsafe fn clear(&mut self, stream: CUstream) -> Result<(), PoolError> {
         self.enter(stream, true)?;
         self.enqueue_reset(stream)
+    }
+
+    // ---- digest ---------------------------------------------------------------------------
+
+    /// Enqueues the state digest (definition: [`crate::digest`]; the same value a host pool
+    /// in the same state gives) into `out`, one `u64` of device memory: one kernel that reads
+    /// the state as of its point in the stream and changes nothing. Never synchronizes.
+    /// Runs on a faulted pool too (the digest then includes the fault).
+    ///
+    /// # Safety
+    /// `out` must be device memory of the pool's device holding one `u64`, alive until the
+    /// stream passes the call; `stream` a live stream of the pool's device (or NULL).
+    pub unsafe fn digest_async(
+        &mut self,
+        out: CUdeviceptr,
+        stream: CUstream,
+    ) -> Result<(), PoolError> {
+        self.enter(stream, true)?;
+        if out == 0 {
+            return fail(ErrorKind::InvalidArgument, "out_device is NULL");
+        }
+        if out % 8 != 0 {
+            return fail(
+                ErrorKind::InvalidArgument,
+                "out_device is not aligned for a uint64_t",
+            );
+        }
+        // Read-only: the kernel reads cursor[parity] and writes no cursor, so neither the
+        // parity, the tag nor the call number advances (like a rewind, it is not a call of
+        // the pool's own sequence).
+        let call = Call {
+            tag: self.tag,
+            input: self.parity,
+            flags: if self.group_open { CALL_IN_GROUP } else { 0 },
+            op: 0,
+            seq: self.seq,
+            pad: 0,
+        };
+        let view = self.view;
+        let scratch = self.digest_scratch.at(0);
+        let grid = self.grid_over(u64::from(self.layout.num_pages) + 1);
+        // SAFETY: `kvp_digest(View, Call, u64 *scratch, u64 *out)`; caller contract for `out`.
+        unsafe {
+            launch(
+                self.kernels.digest,
+                grid,
+                BLOCK,
+                stream,
+                &mut [arg(&view), arg(&call), arg(&scratch), arg(&out)],
+            )
+        }
     }
 
     // ---- snapshots --------------------------------------------------------------------------

@@ -287,7 +287,7 @@ pub struct kvp_scheduler_stats {
 
 /// What a `kvp_scheduler *` points to: the scheduler, its pool, and the last plan.
 pub(crate) struct SchedulerState {
-    scheduler: Scheduler,
+    pub(crate) scheduler: Scheduler,
     pool: Option<Arc<PoolHandle>>,
     prefill: Vec<kvp_prefill_entry>,
     decode: Vec<u64>,
@@ -296,7 +296,7 @@ pub(crate) struct SchedulerState {
     aborted: Vec<kvp_evicted>,
 }
 
-fn with_scheduler(
+pub(crate) fn with_scheduler(
     scheduler: *const kvp_scheduler,
     body: impl FnOnce(&mut SchedulerState) -> kvp_status,
 ) -> kvp_status {

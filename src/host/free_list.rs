@@ -133,6 +133,11 @@ impl FreeList {
         self.staged.clone_from(&saved.staged);
     }
 
+    /// The free pages in allocation order (without the staged ones).
+    pub fn free_pages(&self) -> impl Iterator<Item = u32> + '_ {
+        self.pages.iter().copied()
+    }
+
     /// The free pages in allocation order, then the staged ones (a census for tests).
     pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
         self.pages.iter().chain(self.staged.iter()).copied()

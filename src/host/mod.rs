@@ -5,6 +5,7 @@
 //! pages between states. It never decides *whether* an operation may run; that is the
 //! pool's job, done from host-side lengths and counts so a device backend can share it.
 
+mod digest;
 mod free_list;
 mod memory;
 mod page_map;

@@ -141,6 +141,13 @@ impl Pool {
         self.storage.census()
     }
 
+    /// The state digest (definition: [`crate::digest`]): equal for two pools of the same
+    /// configuration, of either backend, after the same operations. O(num_pages).
+    pub fn digest(&self) -> u64 {
+        self.storage
+            .digest(self.config.need_sort, self.group.is_some())
+    }
+
     /// The host storage (tests and diagnostics).
     pub fn storage(&self) -> &HostStorage {
         &self.storage

@@ -356,6 +356,32 @@ void test_scheduler() {
     CHECK_EQ(pool.available_size(), 1000000u);
 }
 
+void test_digests() {
+    auto a = kvpool::pool::create(64, 4);
+    auto b = kvpool::pool::create(64, 4);
+    CHECK_EQ(a.digest(), 0x7319987B2706B53Bull);  // pinned: tests/digest.rs
+    std::vector<int64_t> prefix{0}, seq{5}, last{-1};
+    a.alloc_extend(prefix, seq, last);
+    CHECK_EQ(a.digest(), 0xB0B443B8BA969C7Dull);
+    CHECK(a.digest() != b.digest());
+    b.alloc_extend(prefix, seq, last);
+    CHECK_EQ(a.digest(), b.digest());
+    CHECK_THROWS(WRONG_BACKEND, "host pool", a.digest_async(nullptr, nullptr));
+    kvp_scheduler_config config = kvp_scheduler_config_default();
+    config.capacity = 1024;
+    config.page_size = 4;
+    kvpool::scheduler s(config), t(config);
+    CHECK_EQ(s.digest(), t.digest());
+    kvp_request request{};
+    request.id = 1;
+    request.input_len = 10;
+    request.max_new_tokens = 4;
+    s.submit(request);
+    CHECK(s.digest() != t.digest());
+    t.submit(request);
+    CHECK_EQ(s.digest(), t.digest());
+}
+
 void test_detached_scheduler() {
     kvp_scheduler_config config = kvp_scheduler_config_default();
     CHECK_THROWS(INVALID_ARGUMENT, "capacity", kvpool::scheduler{config});
@@ -501,6 +527,7 @@ int main() {
         {"snapshots_and_moves", test_snapshots_and_moves},
         {"scheduler", test_scheduler},
         {"detached_scheduler", test_detached_scheduler},
+        {"digests", test_digests},
         {"adder", test_adder},
         {"delayer", test_delayer},
         {"threads", test_threads},

@@ -404,8 +404,17 @@ class Lockstep:
         if self.rng.random() < 0.25:
             self.flush()
 
+    def check_digest(self):
+        """The device pool's state digest (digest_async) equals the host pool's."""
+        self.flush()
+        device = kvp.digest_value(self.gpu.digest_async())
+        if device != self.host.digest():
+            self.fail(f"state digest: device {device:#x}, host {self.host.digest():#x}")
+
     def drain(self):
-        """Ends an open group, frees every row, and checks the pool is full on both."""
+        """Ends an open group, frees every row, and checks the pool is full on both (and the
+        two pools' digests before and after)."""
+        self.check_digest()
         if self.in_group:
             self.group()
         while self.rows:
@@ -414,6 +423,7 @@ class Lockstep:
         self.flush()
         if self.host.available_size() != self.host.info().size:
             self.fail("host pool is not full after freeing every row")
+        self.check_digest()
 
 
 class TestLockstep(CudaTestCase):
@@ -607,6 +617,50 @@ class TestDeviceFault(CudaTestCase):
 
 
 # ---- (d) wrong streams, wrong backends, bad tensors ------------------------------------------
+
+
+class TestDigest(CudaTestCase):
+    def test_device_digest_is_the_host_digest_and_changes_nothing(self):
+        for page_size, need_sort in ((1, False), (16, True)):
+            gpu = self.device_pool(64 * page_size, page_size, need_sort=need_sort)
+            host = self.host_pool(64 * page_size, page_size, need_sort=need_sort)
+            out = torch.full((1,), SENTINEL, dtype=torch.int64, device=self.dev)
+            self.assertEqual(gpu.digest_async(out=out).data_ptr(), out.data_ptr())
+            self.assertEqual(kvp.digest_value(out), host.digest())
+            rows = gpu.alloc_extend_async(self.i64([0, 0]), self.i64([5, 3]), self.idx(gpu, [-1, -1]),
+                                          prefix_lens_host=[0, 0], seq_lens_host=[5, 3])
+            expected = host.alloc_extend([0, 0], [5, 3], [-1, -1])
+            before = gpu.digest_async()   # enqueued between two calls, no sync
+            gpu.free_segment_async(rows[5:], 0, 3)   # the second request's row
+            after = gpu.digest_async()
+            self.assertEqual(rows.tolist(), expected)
+            self.assertEqual(kvp.digest_value(before), host.digest())
+            host.free_segment(expected[5:], 0, 3)
+            self.assertEqual(kvp.digest_value(after), host.digest())
+            self.assertNotEqual(kvp.digest_value(before), kvp.digest_value(after))
+            # the next allocation is the host's: the digest moved nothing
+            self.assertEqual(gpu.alloc_async(page_size).tolist(), host.alloc(page_size))
+        self.assertKvpError("WRONG_BACKEND", gpu.digest)
+        self.assertKvpError("WRONG_BACKEND", host.digest_async)
+
+    @unittest.skipUnless(SKIP_REASON is None and torch.cuda.device_count() >= 2,
+                         "needs a second CUDA device")
+    def test_pools_on_two_devices_and_foreign_streams(self):
+        pools = [kvp.Pool(256, 16, backend="cuda", device=d) for d in (0, 1)]
+        for pool in pools:
+            self.keep(pool)
+        streams = [torch.cuda.Stream(torch.device("cuda", d)) for d in (0, 1)]
+        outs = [pools[d].alloc_async(32, stream=streams[d]) for d in (0, 1)]
+        digests = [pools[d].digest_async(stream=streams[d]) for d in (0, 1)]
+        for d in (0, 1):
+            torch.cuda.synchronize(d)
+        self.assertEqual([o.tolist() for o in outs], [list(range(16, 48))] * 2)
+        self.assertEqual(kvp.digest_value(digests[0]), kvp.digest_value(digests[1]))
+        self.assertKvpError("WRONG_STREAM", pools[0].digest_async, stream=streams[1])
+        self.assertKvpError("WRONG_STREAM", pools[1].alloc_async, 16, stream=streams[0])
+        again = pools[1].digest_async(stream=streams[1])
+        torch.cuda.synchronize(1)
+        self.assertEqual(kvp.digest_value(again), kvp.digest_value(digests[1]))
 
 
 class TestRefusals(CudaTestCase):

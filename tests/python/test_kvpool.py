@@ -1847,6 +1847,38 @@ class TestPackage(KvpTestCase):
         self.assertIn(f"ABI version {saved}", str(ctx.exception))
 
 
+class TestDigest(KvpTestCase):
+    def test_pool_and_scheduler_digests(self):
+        a, b = self.pool(64, 4), self.pool(64, 4)
+        self.assertEqual(a.digest(), 0x7319987B2706B53B)  # pinned: tests/digest.rs
+        self.assertEqual(a.digest(), b.digest())
+        a.alloc_extend([0], [5], [-1])
+        self.assertEqual(a.digest(), 0xB0B443B8BA969C7D)
+        self.assertNotEqual(a.digest(), b.digest())
+        b.alloc_extend([0], [5], [-1])
+        self.assertEqual(a.digest(), b.digest())
+        self.assertKvpError("WRONG_BACKEND", a.digest_async)
+        s, t = self.scheduler(capacity=1024, page_size=4), self.scheduler(capacity=1024, page_size=4)
+        self.assertEqual(s.digest(), t.digest())
+        s.submit(1, input_len=10, max_new_tokens=4)
+        self.assertNotEqual(s.digest(), t.digest())
+        t.submit(1, input_len=10, max_new_tokens=4)
+        self.assertEqual(s.digest(), t.digest())
+        self.assertEqual(kvp.digest_value(-1), 2**64 - 1)
+
+    def test_tensor_parallel_workload_in_one_process(self):
+        """tests/tp/tp_digest.py's engines, all in this process with host pools: equal
+        digests every step, a perturbed rank caught at its step (the GPU run uses
+        torch.distributed; scripts/gpu/run.sh tp)."""
+        import subprocess
+        script = os.path.join(ROOT, "tests", "tp", "tp_digest.py")
+        env = dict(os.environ, KVPOOL_LIB=LIB.path)
+        done = subprocess.run([sys.executable, script, "--in-process", "--nproc", "3",
+                               "--steps", "1500"], env=env, capture_output=True, text=True)
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        self.assertIn("divergence detected at step 900", done.stdout)
+
+
 class TestHandleKinds(KvpTestCase):
     """A handle of the wrong kind is refused by the library (INVALID_ARGUMENT naming both
     kinds), not read as another type."""

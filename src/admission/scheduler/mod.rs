@@ -7,6 +7,7 @@
 //! or decode and which requests' KV the engine must free (retracted, aborted, preempted).
 //! Issuing a plan commits it: the next `step` assumes the engine ran it.
 
+mod digest;
 mod policy;
 mod request;
 #[cfg(test)]
