@@ -224,16 +224,10 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
         v.fill[prefix_page[u]] = fill_word(call.tag, in_page + 1 + s[u].part1);
       }
     }
+    uint32_t lo = 0;
     for (unsigned long long t = r; t < tokens; t += BLOCK) {
       // A decode request has exactly one token (an unusable one failed the call).
-      uint32_t lo = decode ? (uint32_t)t : 0;
-      if (!decode) {
-        uint32_t hi = batch;  // last request with tok_off <= t
-        while (hi - lo > 1) {
-          const uint32_t mid = (lo + hi) / 2;
-          if (tok_off[mid] <= t) lo = mid; else hi = mid;
-        }
-      }
+      lo = decode ? (uint32_t)t : request_of(tok_off, batch, lo, t);
       const unsigned long long k = t - tok_off[lo];
       Index slot;
       if (k < part1[lo]) {

@@ -401,6 +401,20 @@ __device__ inline Shape shape_of(unsigned long long prefix, unsigned long long s
   return s;
 }
 
+// The last request whose first token is at or before `t` (tok_off ascending, `count`
+// requests), searching from `lo`, the answer for an earlier token of the same thread: usually
+// one comparison, as a thread's tokens lie a block's width apart.
+__device__ inline uint32_t request_of(const unsigned long long *tok_off, uint32_t count,
+                                      uint32_t lo, unsigned long long t) {
+  if (lo + 1 >= count || tok_off[lo + 1] > t) return lo;
+  uint32_t hi = count;
+  for (++lo; hi - lo > 1;) {
+    const uint32_t mid = (lo + hi) / 2;
+    if (tok_off[mid] <= t) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
 // Checks request `i`'s last_loc: ERR_NONE or what is wrong. It must be its page's last
 // handed-out slot (the fill point), so a stale last_loc cannot hand a slot out twice. A request
 // that writes `added` slots into its prefix's page (`added > 0`) advances the page's fill point
@@ -562,14 +576,11 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   __syncthreads();
 
   // Write the block's tokens; the first token of each new page sets the page's fill point.
+  uint32_t lo = 0;  // the request of the thread's last token
   for (unsigned long long t = threadIdx.x; t < my_writes; t += BLOCK) {
     Index slot = 0;
     if (live) {
-      uint32_t lo = 0, hi = mine;  // last request with tok_off <= t
-      while (hi - lo > 1) {
-        const uint32_t mid = (lo + hi) / 2;
-        if (tok_off[mid] <= t) lo = mid; else hi = mid;
-      }
+      lo = request_of(tok_off, mine, lo, t);
       const unsigned long long k = t - tok_off[lo];
       if (k < part1[lo]) {
         slot = (Index)(last[lo] + 1 + (long long)k);
