@@ -4,12 +4,15 @@
 # Rust, no network). Logs go to $OUT (default ./gpu-out).
 #
 #   scripts/gpu/run.sh [tests] [sanitize] [python] [example] [demo] [bench] ...  (default: all)
+#   scripts/gpu/run.sh lockstep-soak   (not in the default set: ~2 min on 16 cores)
 #
 # Environment: OUT (logs), SANITIZE_OPS (lockstep operations per configuration under the
 # sanitizers, default 600), BENCH_PYTHON=0 (C++ benchmark only), BENCH_ARGS, TAIL_LINES,
 # BENCH_BEFORE (gpu-artifacts/before, made by `scripts/gpu/pack.sh --before REV`: the C++
 # benchmark of that revision, built against its own header and library, runs right after
-# this one, for before/after figures from one machine and one run).
+# this one, for before/after figures from one machine and one run), LOCKSTEP_SOAK_OPS
+# (lockstep-soak: operations in all, split over the 12 configurations, default 10,000,000),
+# LOCKSTEP_SOAK_JOBS (parallel processes, default 12: one per configuration).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -35,6 +38,43 @@ run() { # name, command...
     tail -n "${TAIL_LINES:-25}" "$LOGS/$name.log"
 }
 
+# One lockstep process per configuration, LOCKSTEP_SOAK_JOBS at a time; fails if any fails
+# or did fewer operations than asked.
+lockstep_soak() {
+    local total=${LOCKSTEP_SOAK_OPS:-10000000} jobs=${LOCKSTEP_SOAK_JOBS:-12}
+    local per=$(( (total + 11) / 12 )) dir="$LOGS/lockstep-soak" bad=0 done_ops=0
+    mkdir -p "$dir"
+    echo "lockstep soak: 12 configurations x $per operations, $jobs at a time"
+    for i in $(seq 0 11); do
+        while (( $(jobs -rp | wc -l) >= jobs )); do sleep 1; done
+        (
+            start=$SECONDS
+            KVPOOL_LOCKSTEP_CONFIG=$i KVPOOL_LOCKSTEP_OPS=$per "$BIN/cuda_lockstep" --ignored \
+                --nocapture > "$dir/config-$i.log" 2>&1
+            echo "$? $((SECONDS - start))" > "$dir/config-$i.rc"
+        ) &
+    done
+    wait
+    printf 'config\tstatus\tops\tseconds\tresult\n' > "$OUT/lockstep_soak.tsv"
+    for i in $(seq 0 11); do
+        local rc=missing secs=0 line ops
+        if [[ -f "$dir/config-$i.rc" ]]; then read -r rc secs < "$dir/config-$i.rc"; fi
+        line=$(grep -m1 "^config *$i:" "$dir/config-$i.log" || true)
+        ops=$(sed -n 's/.*: \([0-9][0-9]*\) ops,.*/\1/p' <<< "$line")
+        ops=${ops:-0}
+        if [[ "$rc" != 0 || $ops -lt $per ]]; then
+            bad=1
+            tail -n 20 "$dir/config-$i.log"
+        fi
+        done_ops=$((done_ops + ops))
+        printf '%s\t%s\t%s\t%s\t%s\n' "$i" "$rc" "$ops" "$secs" "${line:-no result line}" \
+            >> "$OUT/lockstep_soak.tsv"
+        echo "config $i: exit $rc, $ops operations, $secs s"
+    done
+    echo "lockstep soak: $done_ops operations compared in all (asked: $total)"
+    return $bad
+}
+
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -44,6 +84,12 @@ for step in "${steps[@]}"; do
     tests)
         run device "$BIN/cuda_device" --ignored --test-threads=1 --nocapture
         run lockstep "$BIN/cuda_lockstep" --ignored --nocapture
+        ;;
+    lockstep-soak)
+        # The lockstep test's 12 configurations in parallel processes (KVPOOL_LOCKSTEP_CONFIG
+        # selects one), LOCKSTEP_SOAK_OPS operations in all; one log per configuration (in logs.tar.gz), and a
+        # summary (configuration, exit status, operations, seconds) in $OUT/lockstep_soak.tsv.
+        run lockstep-soak lockstep_soak
         ;;
     sanitize)
         for tool in memcheck racecheck; do
