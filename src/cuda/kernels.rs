@@ -34,6 +34,9 @@ pub(crate) struct Kernels {
     pub retag: CUfunction,
     pub backup: CUfunction,
     pub restore: CUfunction,
+    /// The stream-order debug check (`stream_order.rs`).
+    pub debug_check: CUfunction,
+    pub debug_mark: CUfunction,
 }
 
 impl Kernels {
@@ -89,6 +92,8 @@ impl Kernels {
             retag: get(c"kvp_retag")?,
             backup: get(c"kvp_backup")?,
             restore: get(c"kvp_restore")?,
+            debug_check: get(c"kvp_debug_check")?,
+            debug_mark: get(c"kvp_debug_mark")?,
         })
     }
 }
