@@ -373,9 +373,18 @@ pub unsafe extern "C" fn kvp_pool_new(
 /// snapshots stay valid objects (free them with `kvp_snapshot_free`) but can no longer be
 /// restored once the pool is gone.
 ///
-/// A device pool's memory is released when the last reference goes: its kernels must not
-/// be in flight any more (synchronize or order the stream first), and releasing device
-/// memory may synchronize the device — do it at shutdown, not in the serving loop.
+/// Device pool — stream-ordered release: the last reference may go while kernels of the
+/// pool (any `*_async` call, backup or restore) are still queued or running. Releasing
+/// never waits for them and never synchronizes: the pool's device memory, its mapped host
+/// memory and its kernels are freed by a library thread (`kvpool-release`) once the last
+/// call's stream has passed it, in the pool's primary context, which stays retained until
+/// then. So a C++ destructor (also during exception unwinding) or a Python `close()` is
+/// safe right after enqueueing work. What must still outlive the queued calls are the
+/// caller's own buffers passed to them (`out`, `last_loc`, lengths, indices), and the
+/// streams' work must eventually run: memory of calls recorded by stream capture is not
+/// tracked — finish the replays of a graph holding this pool's calls before releasing it.
+/// `kvp_device_pending_releases` counts releases still waiting; at process exit the driver
+/// reclaims whatever is left.
 ///
 /// # Safety
 /// `pool` must be NULL or a pool from `kvp_pool_new` not yet freed, and no other call may
