@@ -659,7 +659,10 @@ fn only_config() -> Option<u64> {
         .trim()
         .parse()
         .unwrap_or_else(|_| panic!("KVPOOL_LOCKSTEP_CONFIG={raw:?} is not a number in 0..=11"));
-    assert!(index < 12, "KVPOOL_LOCKSTEP_CONFIG={index}: there are 12 configurations (0..=11)");
+    assert!(
+        index < 12,
+        "KVPOOL_LOCKSTEP_CONFIG={index}: there are 12 configurations (0..=11)"
+    );
     Some(index)
 }
 

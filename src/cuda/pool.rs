@@ -401,15 +401,21 @@ impl DevicePool {
     /// also names the streams of the two calls) for the stream-order check's.
     fn fault_error(&self, seq: u32, fault: &DeviceFault, prefix: &str, suffix: &str) -> PoolError {
         if fault.kind == ErrorKind::UnorderedStreams {
-            let streams = self.stream_order.as_ref().map_or_else(String::new, |check| {
-                format!(" ({})", check.describe(seq, fault.position as u32))
-            });
+            let streams = self
+                .stream_order
+                .as_ref()
+                .map_or_else(String::new, |check| {
+                    format!(" ({})", check.describe(seq, fault.position as u32))
+                });
             PoolError::new(
                 ErrorKind::UnorderedStreams,
                 format!("{prefix}call #{seq}: {}{streams}{suffix}", fault.message),
             )
         } else {
-            PoolError::new(ErrorKind::DeviceFault, format!("{prefix}{}{suffix}", fault.message))
+            PoolError::new(
+                ErrorKind::DeviceFault,
+                format!("{prefix}{}{suffix}", fault.message),
+            )
         }
     }
 

@@ -62,7 +62,12 @@ impl LastUse {
         let mut event = std::ptr::null_mut();
         // SAFETY: valid out-pointer; the pool's context is current.
         check(
-            unsafe { sys::cuEventCreate(&mut event, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32) },
+            unsafe {
+                sys::cuEventCreate(
+                    &mut event,
+                    sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
+                )
+            },
             "cuEventCreate",
         )?;
         Ok(Self { event })
@@ -80,7 +85,10 @@ impl LastUse {
             return Ok(());
         }
         // SAFETY: a live event; a live stream that is not capturing.
-        check(unsafe { sys::cuEventRecord(self.event, stream) }, "cuEventRecord")
+        check(
+            unsafe { sys::cuEventRecord(self.event, stream) },
+            "cuEventRecord",
+        )
     }
 
     fn progress(&self) -> Progress {
@@ -223,5 +231,8 @@ pub fn pending_releases() -> usize {
 /// Releases handed over and releases completed since the process started (for tests).
 #[doc(hidden)]
 pub fn release_counts() -> (u64, u64) {
-    (QUEUED.load(Ordering::Relaxed), FREED.load(Ordering::Relaxed))
+    (
+        QUEUED.load(Ordering::Relaxed),
+        FREED.load(Ordering::Relaxed),
+    )
 }

@@ -56,7 +56,10 @@ pub unsafe extern "C" fn kvp_pool_set_debug(pool: *mut kvp_pool, flags: u32) -> 
 /// `pool` a live pool or NULL; `out_flags` writable or NULL.
 #[no_mangle]
 #[must_use]
-pub unsafe extern "C" fn kvp_pool_get_debug(pool: *mut kvp_pool, out_flags: *mut u32) -> kvp_status {
+pub unsafe extern "C" fn kvp_pool_get_debug(
+    pool: *mut kvp_pool,
+    out_flags: *mut u32,
+) -> kvp_status {
     with_any_pool(pool, |object| {
         if out_flags.is_null() {
             return fail(kvp_status::NullArgument, "out_flags is NULL");
