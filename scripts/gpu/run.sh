@@ -10,7 +10,8 @@
 # sanitizers, default 600), BENCH_PYTHON=0 (C++ benchmark only), BENCH_ARGS, TAIL_LINES,
 # BENCH_BEFORE (gpu-artifacts/before, made by `scripts/gpu/pack.sh --before REV`: the C++
 # benchmark of that revision, built against its own header and library, runs right after
-# this one, for before/after figures from one machine and one run), LOCKSTEP_SOAK_OPS
+# this one, for before/after figures from one machine and one run), CXX (the C++ compiler
+# for tests/cpp/cuda_release_test.cpp, default c++), LOCKSTEP_SOAK_OPS
 # (lockstep-soak: operations in all, split over the 12 configurations, default 10,000,000),
 # LOCKSTEP_SOAK_JOBS (parallel processes, default 12: one per configuration).
 set -uo pipefail
@@ -83,6 +84,11 @@ for step in "${steps[@]}"; do
     case $step in
     tests)
         run device "$BIN/cuda_device" --ignored --test-threads=1 --nocapture
+        run contract "$BIN/cuda_contract" --ignored --test-threads=1 --nocapture
+        run release-cpp-build "${CXX:-c++}" -std=c++17 -O1 -Wall -Wextra -Werror -Iinclude \
+            tests/cpp/cuda_release_test.cpp -Lgpu-artifacts/lib -lkvpool -ldl -pthread \
+            -Wl,-rpath,"$PWD/gpu-artifacts/lib" -o "$LOGS/cuda_release_test"
+        run release-cpp "$LOGS/cuda_release_test" --require-gpu
         run lockstep "$BIN/cuda_lockstep" --ignored --nocapture
         ;;
     lockstep-soak)
@@ -98,6 +104,12 @@ for step in "${steps[@]}"; do
         done
         run sanitize-memcheck-device "$SANITIZER" --tool memcheck --error-exitcode 9 \
             "$BIN/cuda_device" --ignored --test-threads=1 --skip no_call_waits
+        # Stream-ordered release under memcheck: a free under a queued kernel would show as an
+        # invalid access. KVPOOL_SANITIZER: kernels may be serialized, so timing is not
+        # asserted, and the unordered-streams detection (which needs overlap) is skipped.
+        KVPOOL_SANITIZER=1 run sanitize-memcheck-contract "$SANITIZER" --tool memcheck \
+            --error-exitcode 9 "$BIN/cuda_contract" --ignored --test-threads=1 \
+            --skip stream_order_check_catches
         ;;
     python)
         run python-cuda python3 tests/python/test_cuda.py -v
