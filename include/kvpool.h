@@ -99,16 +99,6 @@
 #define KVP_RETRACT_DECODE_STEPS 20
 
 /**
- * `kvp_pool_set_debug` flag: check that calls on the pool are ordered on the device.
- */
-#define DEBUG_STREAM_ORDER 1
-
-/**
- * Every flag `kvp_pool_set_debug` knows.
- */
-#define DEBUG_ALL DEBUG_STREAM_ORDER
-
-/**
  * Major version of the kvpool this header belongs to.
  */
 #define KVP_VERSION_MAJOR 0

@@ -23,7 +23,7 @@ use std::ptr::null_mut;
 use std::time::{Duration, Instant};
 
 use cudarc::driver::sys;
-use kvpool::cuda::{pending_releases, release_counts, DevicePool, DEBUG_STREAM_ORDER};
+use kvpool::cuda::{pending_releases, release_counts, DevicePool};
 use kvpool::ffi::*;
 use kvpool::{BackendKind, ErrorKind, IndexType, PoolConfig};
 
@@ -323,7 +323,7 @@ fn stream_order_check_catches_unordered_streams() {
     // SAFETY: a live pool; valid out-pointer.
     unsafe {
         assert_eq!(
-            kvp_pool_set_debug(pool.0, DEBUG_STREAM_ORDER),
+            kvp_pool_set_debug(pool.0, DevicePool::DEBUG_STREAM_ORDER),
             kvp_status::Ok
         );
         assert_eq!(kvp_pool_get_debug(pool.0, &mut flags), kvp_status::Ok);
@@ -400,7 +400,7 @@ fn stream_order_check_passes_streams_ordered_by_an_event() {
     let created = DevicePool::new(device_config(16));
     std::env::remove_var("KVPOOL_DEBUG");
     let mut pool = created.unwrap();
-    assert_eq!(pool.debug_flags(), DEBUG_STREAM_ORDER);
+    assert_eq!(pool.debug_flags(), DevicePool::DEBUG_STREAM_ORDER);
     for round in 0..3 {
         spinner.launch(gpu.stream, SPIN_NS / 3);
         // SAFETY: buffers hold 16 indices; synced below.

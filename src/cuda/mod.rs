@@ -23,7 +23,7 @@ pub(crate) use driver::RestoreContext;
 pub use layout::{DeviceFault, DeviceOp};
 pub use pool::{DebugLayout, DevicePool, DeviceSnapshot};
 pub use release::{pending_releases, release_counts};
-pub use stream_order::{DEBUG_ALL, DEBUG_STREAM_ORDER};
+pub(crate) use stream_order::DEBUG_ALL;
 
 /// Whether the NVIDIA driver can be loaded and initialised (tests use it to skip visibly).
 pub fn driver_available() -> bool {

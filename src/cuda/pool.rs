@@ -336,8 +336,13 @@ impl DevicePool {
         self.tag = tag.min(TAG_LIMIT);
     }
 
+    /// [`set_debug`](Self::set_debug) flag: the stream-order check (`KVP_DEBUG_STREAM_ORDER`).
+    ///
+    /// cbindgen:ignore
+    pub const DEBUG_STREAM_ORDER: u32 = DEBUG_STREAM_ORDER;
+
     /// Switches debug checks on or off (`DEBUG_*` flags; 0: all off). With
-    /// [`DEBUG_STREAM_ORDER`](super::DEBUG_STREAM_ORDER) every launch is checked on the
+    /// [`DEBUG_STREAM_ORDER`](Self::DEBUG_STREAM_ORDER) every launch is checked on the
     /// device to start after the previous one has finished; otherwise the pool faults with
     /// [`ErrorKind::UnorderedStreams`]. Switching it on allocates a device word the first
     /// time (may synchronize, like creation). Unknown flags fail with `InvalidArgument`.

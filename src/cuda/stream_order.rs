@@ -30,10 +30,13 @@ use super::layout::{arg, Call, View};
 use super::memory::DeviceMemory;
 use crate::pool::PoolError;
 
-/// `kvp_pool_set_debug` flag: check that calls on the pool are ordered on the device.
-pub const DEBUG_STREAM_ORDER: u32 = 1;
+/// `kvp_pool_set_debug` flag: check that calls on the pool are ordered on the device
+/// (`KVP_DEBUG_STREAM_ORDER`; for Rust callers [`DevicePool::DEBUG_STREAM_ORDER`]).
+///
+/// [`DevicePool::DEBUG_STREAM_ORDER`]: super::DevicePool::DEBUG_STREAM_ORDER
+pub(crate) const DEBUG_STREAM_ORDER: u32 = 1;
 /// Every flag `kvp_pool_set_debug` knows.
-pub const DEBUG_ALL: u32 = DEBUG_STREAM_ORDER;
+pub(crate) const DEBUG_ALL: u32 = DEBUG_STREAM_ORDER;
 
 /// Recent launches remembered to name their streams in a fault message.
 const HISTORY: usize = 1024;
