@@ -177,9 +177,10 @@ impl DevicePool {
                 "DevicePool needs a CUDA backend config",
             );
         };
-        let context = Arc::new(PrimaryContext::retain(ordinal)?);
-        // Creation may synchronize anyway: free what released pools left behind and is done.
+        // Creation may synchronize anyway: free what released pools left behind and is done
+        // (in their own contexts, maybe of other devices: so before binding this one).
         reap_ready();
+        let context = Arc::new(PrimaryContext::retain(ordinal)?);
         let last_use = Arc::new(LastUse::new()?);
         let kernels = Kernels::load(config.index_type)?;
         let arrays = Arrays::new(layout.num_pages, layout.kv_rows());
