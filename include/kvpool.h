@@ -1784,6 +1784,9 @@ struct kvp_pool_config kvp_pool_config_default(void);
  * A CUDA pool (`backend = KVP_BACKEND_CUDA`) retains device `config->device`'s primary
  * context, allocates its device memory (32 bytes per page plus 4 per slot, once) and
  * loads the kernels; this call, unlike the pool's operations, may synchronize the device.
+ * It also frees, on the calling thread, the memory of released device pools whose queued
+ * work has finished (normally the library's release thread has done so already; see
+ * `kvp_pool_free`).
  *
  * Fails with `KVP_STATUS_NULL_ARGUMENT`, `KVP_STATUS_INVALID_ARGUMENT` (page_size 0, size
  * 0, unknown enum value, slots that do not fit the index type), `KVP_STATUS_UNALIGNED`
