@@ -47,6 +47,13 @@
  *    device's primary context current while it runs and makes the calling thread's own
  *    current context (or none) current again before it returns. Host pools never touch
  *    CUDA.
+ *  - Release (device pools). kvp_pool_free (and the free of a snapshot or scheduler holding
+ *    the last reference) may be called while the pool's kernels are still queued on a
+ *    stream: it never waits for them, and the pool's memory is freed only after the last of
+ *    them has run (stream-ordered release, by a library thread). See kvp_pool_free.
+ *  - Debugging streams. kvp_pool_set_debug(pool, KVP_DEBUG_STREAM_ORDER) (or the
+ *    environment variable KVPOOL_DEBUG=stream_order) makes a device pool check on the
+ *    device that its calls are ordered, reporting KVP_STATUS_UNORDERED_STREAMS otherwise.
  *  - Continuations. Every allocated page remembers how many of its slots it has handed out
  *    (its fill point). A `last_loc` must be its page's last handed-out slot, so a stale or
  *    foreign `last_loc` is refused (KVP_STATUS_LAST_LOC_MISMATCH; on a device pool, a
@@ -242,6 +249,16 @@ enum kvp_status {
    * more; the next is clean.
    */
   KVP_STATUS_DEVICE_FAULT = 63,
+  /**
+   * Only with the `KVP_DEBUG_STREAM_ORDER` check on (`kvp_pool_set_debug`): a call of this
+   * device pool started on the device before the previous call had finished — the two
+   * calls were enqueued on streams not ordered with each other (no event between them).
+   * Detected on the device and handled exactly like `KVP_STATUS_DEVICE_FAULT`: the late
+   * call and every later one changed nothing and wrote the padding slot 0 to their
+   * outputs; the pool refuses work until `kvp_pool_clear_async` or
+   * `kvp_pool_restore_state_async`. The message names both calls and their streams.
+   */
+  KVP_STATUS_UNORDERED_STREAMS = 64,
   /**
    * An internal panic was caught at the ABI boundary; nothing unwound into the caller.
    */
@@ -490,6 +507,33 @@ enum kvp_delay_verdict
 typedef enum kvp_delay_verdict kvp_delay_verdict;
 #else
 typedef uint32_t kvp_delay_verdict;
+#endif // __STDC_VERSION__ >= 202311L
+#endif // __cplusplus
+
+/**
+ * Debug checks of a device pool (`kvp_pool_set_debug` flags, or-ed together).
+ */
+enum kvp_debug
+#if defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+  : uint32_t
+#endif // defined(__cplusplus) || __STDC_VERSION__ >= 202311L
+ {
+  /**
+   * Check on the device that every call of the pool starts after the previous one has
+   * finished, i.e. that calls from different streams are ordered (one stream, or an event
+   * recorded on the first and waited for by the second). A call that starts too early
+   * faults the pool: the next call and `kvp_pool_check_device` return
+   * `KVP_STATUS_UNORDERED_STREAMS`, naming both calls and their streams. Costs two
+   * one-thread kernels per kernel of the pool; off, it costs nothing. Also switched on for
+   * every device pool by the environment variable `KVPOOL_DEBUG=stream_order` at creation.
+   */
+  KVP_DEBUG_STREAM_ORDER = 1,
+};
+#ifndef __cplusplus
+#if __STDC_VERSION__ >= 202311L
+typedef enum kvp_debug kvp_debug;
+#else
+typedef uint32_t kvp_debug;
 #endif // __STDC_VERSION__ >= 202311L
 #endif // __cplusplus
 
@@ -1359,6 +1403,42 @@ enum kvp_status kvp_adder_get_budget(const struct kvp_adder *adder,
                                      struct kvp_budget *out_budget);
 
 /**
+ * Switches a pool's debug checks on (`flags`, an or of `kvp_debug` values) or off (0).
+ *
+ * Device pool: takes effect for the next call. Switching `KVP_DEBUG_STREAM_ORDER` on the
+ * first time allocates a 4-byte device word (and may synchronize, like `kvp_pool_new`: do
+ * it at start-up); the first call after switching it on is not checked against the calls
+ * made before. Host pool: accepted and ignored (a host pool has no streams); returns
+ * `KVP_STATUS_OK`.
+ *
+ * Fails with `KVP_STATUS_INVALID_ARGUMENT` for an unknown flag, changing nothing.
+ *
+ * # Safety
+ * `pool` a live pool or NULL.
+ */
+KVP_NODISCARD enum kvp_status kvp_pool_set_debug(struct kvp_pool *pool, uint32_t flags);
+
+/**
+ * Writes the pool's debug flags to `*out_flags` (always 0 for a host pool).
+ *
+ * # Safety
+ * `pool` a live pool or NULL; `out_flags` writable or NULL.
+ */
+KVP_NODISCARD enum kvp_status kvp_pool_get_debug(struct kvp_pool *pool, uint32_t *out_flags);
+
+/**
+ * Writes to `*out_count` how many released device pools (or snapshot-buffer sets of
+ * released pools) of this process still wait for kernels that were queued when they were
+ * released: their memory is freed by a library thread shortly after the streams pass
+ * that work (see `kvp_pool_free`). For tests and leak diagnostics; never synchronizes and
+ * never loads the driver.
+ *
+ * # Safety
+ * `out_count` writable or NULL.
+ */
+KVP_NODISCARD enum kvp_status kvp_device_pending_releases(size_t *out_count);
+
+/**
  * Returns SGLang's defaults: 30 passes, no low watermark, no slot or queue condition.
  */
 struct kvp_delayer_config kvp_delayer_config_default(void);
@@ -1790,6 +1870,9 @@ struct kvp_pool_config kvp_pool_config_default(void);
  * A CUDA pool (`backend = KVP_BACKEND_CUDA`) retains device `config->device`'s primary
  * context, allocates its device memory (32 bytes per page plus 4 per slot, once) and
  * loads the kernels; this call, unlike the pool's operations, may synchronize the device.
+ * It also frees, on the calling thread, the memory of released device pools whose queued
+ * work has finished (normally the library's release thread has done so already; see
+ * `kvp_pool_free`).
  *
  * Fails with `KVP_STATUS_NULL_ARGUMENT`, `KVP_STATUS_INVALID_ARGUMENT` (page_size 0, size
  * 0, unknown enum value, slots that do not fit the index type), `KVP_STATUS_UNALIGNED`
@@ -1809,9 +1892,18 @@ enum kvp_status kvp_pool_new(const struct kvp_pool_config *config,
  * snapshots stay valid objects (free them with `kvp_snapshot_free`) but can no longer be
  * restored once the pool is gone.
  *
- * A device pool's memory is released when the last reference goes: its kernels must not
- * be in flight any more (synchronize or order the stream first), and releasing device
- * memory may synchronize the device — do it at shutdown, not in the serving loop.
+ * Device pool — stream-ordered release: the last reference may go while kernels of the
+ * pool (any `*_async` call, backup or restore) are still queued or running. Releasing
+ * never waits for them and never synchronizes: the pool's device memory, its mapped host
+ * memory and its kernels are freed by a library thread (`kvpool-release`) once the last
+ * call's stream has passed it, in the pool's primary context, which stays retained until
+ * then. So a C++ destructor (also during exception unwinding) or a Python `close()` is
+ * safe right after enqueueing work. What must still outlive the queued calls are the
+ * caller's own buffers passed to them (`out`, `last_loc`, lengths, indices), and the
+ * streams' work must eventually run: memory of calls recorded by stream capture is not
+ * tracked — finish the replays of a graph holding this pool's calls before releasing it.
+ * `kvp_device_pending_releases` counts releases still waiting; at process exit the driver
+ * reclaims whatever is left.
  *
  * # Safety
  * `pool` must be NULL or a pool from `kvp_pool_new` not yet freed, and no other call may
@@ -2261,7 +2353,9 @@ enum kvp_status kvp_pool_restore_state(struct kvp_pool *pool,
 
 /**
  * Releases a snapshot. `snapshot` may be NULL (no-op). A device snapshot's buffer goes
- * back to its pool for reuse (or is freed with the pool); this never synchronizes.
+ * back to its pool for reuse; when the pool is gone too, the buffers are freed once the
+ * pool's last kernel (e.g. a restore from this snapshot still queued) has run — the same
+ * stream-ordered release as `kvp_pool_free`. This never waits and never synchronizes.
  *
  * # Safety
  * `snapshot` must be NULL or a snapshot not yet freed, not used afterwards.

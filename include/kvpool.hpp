@@ -27,6 +27,13 @@
 //    later, by check_device() and every later call (KVP_STATUS_DEVICE_FAULT), until
 //    clear_async() or restore_state_async(). A host call on a device pool, or an _async call
 //    on a host pool, throws KVP_STATUS_WRONG_BACKEND. This header includes no CUDA header.
+//  - Destruction of a device pool (and of its snapshots) never waits for the GPU and is safe
+//    while its calls are still queued, also during exception unwinding: the destructor
+//    returns at once and the library frees the pool's device memory after the last queued
+//    call has run (stream-ordered release; see kvp_pool_free). Your own device buffers
+//    passed to those calls must still outlive them. pool::set_debug(KVP_DEBUG_STREAM_ORDER)
+//    checks on the device that calls from several streams are ordered
+//    (KVP_STATUS_UNORDERED_STREAMS otherwise).
 //
 // Every constructor checks that the loaded library has this header's ABI version.
 #ifndef KVPOOL_HPP
@@ -101,6 +108,14 @@ inline void check_abi_version() {
                     "header ABI " + std::to_string(KVP_ABI_VERSION) + ", library ABI " +
                         std::to_string(kvp_abi_version()) + ": rebuild against the library");
     }
+}
+
+/// Released device pools (or snapshot buffers) whose memory still waits for kernels that
+/// were queued when they were released (kvp_device_pending_releases; tests, leak checks).
+inline std::size_t device_pending_releases() {
+    std::size_t out = 0;
+    check(kvp_device_pending_releases(&out), "kvp_device_pending_releases");
+    return out;
 }
 
 // ---- buffers -----------------------------------------------------------------------------
@@ -237,6 +252,13 @@ private:
 };
 
 /// A KV-cache slot allocator (kvp_pool). Index buffers must have the pool's index type.
+///
+/// Destructor (and move-assignment over a pool): kvp_pool_free, which never throws, never
+/// waits for the GPU and never synchronizes. A device pool may be destroyed while its
+/// *_async calls are still queued on a stream — e.g. while an exception thrown after
+/// enqueueing them unwinds the stack: its device memory is freed only after the last of them
+/// has run (stream-ordered release). Device buffers you passed to those calls must stay
+/// alive until the stream passes them, as always.
 class pool : public detail::owner<kvp_pool> {
 public:
     /// A pool from `config` (start from kvp_pool_config_default() and set `size`).
@@ -608,6 +630,20 @@ public:
     /// and its value) if a kernel has found invalid input. Polls without synchronizing: work
     /// the stream has not reached yet is not judged.
     void check_device() { check(kvp_pool_check_device(get()), "kvp_pool_check_device"); }
+
+    // ---- debugging (kvp_pool_set_debug) ----
+
+    /// Switches debug checks on (an or of kvp_debug flags) or off (0). With
+    /// KVP_DEBUG_STREAM_ORDER a device pool checks on the device that each call starts after
+    /// the previous one has finished; a call from a stream not ordered with the previous
+    /// call's faults the pool (KVP_STATUS_UNORDERED_STREAMS from the next call or
+    /// check_device()). A host pool accepts and ignores the flags.
+    void set_debug(uint32_t flags) { check(kvp_pool_set_debug(get(), flags), "kvp_pool_set_debug"); }
+    uint32_t debug_flags() const {
+        uint32_t out = 0;
+        check(kvp_pool_get_debug(get(), &out), "kvp_pool_get_debug");
+        return out;
+    }
 
     /// Free slots, and whether the count is exact: it is a lower bound while a paged free by
     /// index is in flight (its pages count once the stream has passed it).

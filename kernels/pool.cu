@@ -1046,3 +1046,24 @@ extern "C" __global__ void __launch_bounds__(256)
 
 // ---- state digest (kernels/digest.cuh) -------------------------------------------------------
 #include "digest.cuh"
+
+// ---- debug: calls on one pool from streams not ordered with each other --------------------
+// (kvp_pool_set_debug(pool, KVP_DEBUG_STREAM_ORDER); src/cuda/stream_order.rs.) Separate
+// one-thread kernels around each of the pool's launches, so the operations' kernels are
+// unchanged and a pool without the option pays nothing. After every launch the host
+// enqueues kvp_debug_mark(seq) on the same stream; before the next launch, on that launch's
+// stream, kvp_debug_check(expect = the previous launch's seq). If the previous launch has
+// not finished when the check runs, its mark has not been written: the streams are not
+// ordered. The check then faults the pool (first fault wins; the fault record names the
+// previous call in `position` and the last finished one in `value`), so the kernel it
+// guards, and every later one, does nothing.
+extern "C" __global__ void __launch_bounds__(32)
+    kvp_debug_check(View v, Call call, const uint32_t *done, uint32_t expect) {
+  if (threadIdx.x != 0) return;
+  const uint32_t seen = *(const volatile uint32_t *)done;
+  if (seen != expect)
+    raise_fault(v, call, ((unsigned long long)expect << 8) | ERR_UNORDERED, (long long)seen);
+}
+extern "C" __global__ void __launch_bounds__(32) kvp_debug_mark(uint32_t *done, uint32_t seq) {
+  if (threadIdx.x == 0) *(volatile uint32_t *)done = seq;
+}

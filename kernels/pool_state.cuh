@@ -93,6 +93,7 @@ enum ErrorCode : uint32_t {
   ERR_LENGTHS = 14,          // the device lengths disagree with the host copies' plan
   ERR_REWIND_AHEAD = 15,     // a rewind past the slots its page has handed out
   ERR_REWIND_TWICE = 16,     // two elements of one rewind name the same page
+  ERR_UNORDERED = 17,        // debug: the previous call had not finished (unordered streams)
 };
 
 // Which call a fault came from (`fault_code >> 32`).

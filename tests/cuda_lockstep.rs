@@ -9,7 +9,10 @@
 //!
 //! Needs a CUDA GPU: `#[ignore]`d by default, so `cargo test` on a CPU machine lists it as
 //! ignored. Run with `cargo test --release --test cuda_lockstep -- --ignored`
-//! (`KVPOOL_LOCKSTEP_OPS` operations per configuration, default 9000).
+//! (`KVPOOL_LOCKSTEP_OPS` operations per configuration, default 9000). The twelve
+//! configurations are numbered 0..=11 in the order below (page size, then `need_sort`, then
+//! int32); `KVPOOL_LOCKSTEP_CONFIG=i` runs only configuration `i` (with the seed it has in the
+//! full run), so `scripts/gpu/run.sh lockstep-soak` can run them in parallel processes.
 
 mod gpu;
 mod rng;
@@ -673,6 +676,20 @@ impl Run {
     }
 }
 
+/// The configuration `KVPOOL_LOCKSTEP_CONFIG` selects (all when unset).
+fn only_config() -> Option<u64> {
+    let raw = std::env::var("KVPOOL_LOCKSTEP_CONFIG").ok()?;
+    let index = raw
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("KVPOOL_LOCKSTEP_CONFIG={raw:?} is not a number in 0..=11"));
+    assert!(
+        index < 12,
+        "KVPOOL_LOCKSTEP_CONFIG={index}: there are 12 configurations (0..=11)"
+    );
+    Some(index)
+}
+
 fn ops_per_config() -> u64 {
     std::env::var("KVPOOL_LOCKSTEP_OPS")
         .ok()
@@ -689,13 +706,18 @@ fn device_pool_matches_host_pool_op_for_op() {
     let mut total = 0;
     let mut faults = 0;
     let mut seed = 1;
+    let only = only_config();
     for ps in [1, 16, 64] {
         for need_sort in [false, true] {
             for i32 in [false, true] {
-                let mut run = Run::new(ps, need_sort, i32, seed);
+                let index = seed - 1;
+                seed += 1;
+                if only.is_some_and(|only| only != index) {
+                    continue;
+                }
+                let mut run = Run::new(ps, need_sort, i32, index + 1);
                 // Cross the page-word re-tagging (every 2^29 calls) early in the run.
                 run.device.debug_jump_tag((1 << 29) - 200);
-                seed += 1;
                 for _ in 0..ops_per_config() {
                     run.step();
                 }
@@ -706,7 +728,7 @@ fn device_pool_matches_host_pool_op_for_op() {
                     "pages in use"
                 );
                 eprintln!(
-                    "page_size {ps:>2} need_sort {need_sort:<5} int32 {i32:<5}: {} ops, {} bad \
+                    "config {index:>2}: page_size {ps:>2} need_sort {need_sort:<5} int32 {i32:<5}: {} ops, {} bad \
                      inputs caught on the device (host refused the same), {} pages in use at the end",
                     run.ops,
                     run.faults,

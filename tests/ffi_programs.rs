@@ -127,6 +127,44 @@ fn cpp17_kvpool_hpp_test() {
     run_program(&exe, "kvpool_hpp_test (C++): all ");
 }
 
+/// Stream-ordered release through kvpool.hpp (`tests/cpp/cuda_release_test.cpp`): a
+/// `kvpool::pool` destroyed during exception unwinding while its calls are queued behind a
+/// long kernel. It opens the driver itself with dlopen, so it builds everywhere; without a
+/// driver it reports itself skipped (printed here), on a GPU it must pass
+/// (`scripts/gpu/run.sh tests` runs it with `--require-gpu`).
+#[test]
+fn cpp17_cuda_release_test() {
+    let exe = build_program_with(
+        Lang::Cpp,
+        "tests/cpp/cuda_release_test.cpp",
+        "cuda_release_test",
+        &["-ldl".to_string()],
+    );
+    let output = run_to_completion(&mut Command::new(&exe), "cuda_release_test");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    let skipped = last.starts_with("cuda_release_test (C++): SKIPPED: ");
+    let passed = last
+        .strip_prefix("cuda_release_test (C++): all ")
+        .and_then(|rest| rest.strip_suffix(" checks passed"))
+        .and_then(|n| n.parse::<u32>().ok())
+        .is_some_and(|n| n >= 10);
+    assert!(
+        output.status.success() && (skipped || passed),
+        "{} failed\n{}",
+        exe.display(),
+        support::describe_output(&output)
+    );
+    if skipped {
+        assert!(
+            !kvpool::cuda::driver_available(),
+            "the C++ test skipped although this process can load the driver:\n{stdout}"
+        );
+    }
+    println!("{}", stdout.trim_end());
+    let _ = std::fs::remove_dir_all(exe.parent().unwrap());
+}
+
 /// The consumer project's C check: the header's version macros, the loaded library's
 /// `kvp_version()` / `kvp_abi_version()` and Cargo.toml's version (standing in for the CMake
 /// package's, which comes from Cargo.toml) agree.

@@ -63,8 +63,12 @@ later, by ``check_device()`` and every later call (KvpError DEVICE_FAULT), until
 ``clear_async()`` or ``restore_state_async()``. Device tensors passed to a call must stay
 allocated until the stream passes it (a tensor allocated on that stream is safe to drop; one
 from another stream needs ``tensor.record_stream(stream)``), calls on one pool must be
-ordered on the device (one stream, or streams ordered with events), and a device pool or
-snapshot is best closed once its stream has passed every call on it.
+ordered on the device (one stream, or streams ordered with events). Closing a device pool
+or snapshot never waits for the GPU and is safe while its calls are still queued: the library
+frees its device memory once the stream has passed them (stream-ordered release;
+``device_pending_releases()`` counts those still waiting). ``Pool.set_debug(
+DEBUG_STREAM_ORDER)`` (or ``KVPOOL_DEBUG=stream_order`` in the environment) checks on the
+device that calls from several streams are ordered (KvpError UNORDERED_STREAMS otherwise).
 
     import torch, kvpool
     pool = kvpool.Pool(4096, page_size=16, backend="cuda", device=0)
@@ -159,6 +163,7 @@ STATUS_NAMES = {
     61: "KVP_STATUS_CUDA_ERROR",
     62: "KVP_STATUS_WRONG_STREAM",
     63: "KVP_STATUS_DEVICE_FAULT",
+    64: "KVP_STATUS_UNORDERED_STREAMS",
     100: "KVP_STATUS_PANIC",
 }
 STATUS = {name[len("KVP_STATUS_"):]: number for number, name in STATUS_NAMES.items()}
@@ -196,6 +201,8 @@ DELAY_VERDICT_NONE_READY = 2
 DELAY_VERDICT_TOKEN_WATERMARK = 3
 DELAY_VERDICT_WAIT_TIMEOUT = 4
 DELAY_VERDICT_DELAY = 5
+# enum kvp_debug (kvp_pool_set_debug flags)
+DEBUG_STREAM_ORDER = 1
 
 # Every C enum of the header: {enum name: {constant name: value}} (what the tests compare
 # with include/kvpool.h), built from the constants above.
@@ -208,6 +215,7 @@ _ENUM_PREFIXES = {
     "kvp_phase": "PHASE_",
     "kvp_add_result": "ADD_RESULT_",
     "kvp_delay_verdict": "DELAY_VERDICT_",
+    "kvp_debug": "DEBUG_",
 }
 ENUMS = {
     enum: {"KVP_" + name: value for name, value in globals().items()
@@ -725,6 +733,13 @@ SIGNATURES = {
 }
 
 # Exported only by a library built with `--features testing`.
+# Debug options and stream-ordered release diagnostics (src/ffi/debug.rs).
+SIGNATURES.update({
+    "kvp_pool_set_debug": (_status, [_handle, ctypes.c_uint32]),
+    "kvp_pool_get_debug": (_status, [_handle, ctypes.POINTER(ctypes.c_uint32)]),
+    "kvp_device_pending_releases": (_status, [ctypes.POINTER(ctypes.c_size_t)]),
+})
+
 TESTING_FUNCTIONS = frozenset({"kvp_testing_panic", "kvp_testing_poison_pool"})
 
 
@@ -780,6 +795,20 @@ def load(path=None):
         if path not in _loaded:
             _loaded[path] = Library(path)
         return _loaded[path]
+
+
+# Stream-ordered release diagnostics (src/ffi/debug.rs).
+def device_pending_releases(lib=None):
+    """How many released device pools (or snapshot buffers of released pools) still wait for
+    kernels that were queued when they were closed; their memory is freed shortly after the
+    streams pass that work (kvp_device_pending_releases). Never synchronizes."""
+    lib = load() if lib is None else lib
+    count = ctypes.c_size_t()
+    lib.check(lib.kvp_device_pending_releases(ctypes.byref(count)))
+    return count.value
+
+
+__all__ += ["device_pending_releases"]
 
 
 class Library:
@@ -1449,6 +1478,21 @@ class Pool(_Owner):
             raise ValueError("out must hold one element")
         self._call("kvp_pool_digest_async", ctypes.cast(pointer, _u64_p), handle)
         return out[:1]
+    # ---- debug options (kvp_pool_set_debug) ----
+
+    def set_debug(self, flags):
+        """Switches debug checks on (an or of ``DEBUG_*`` flags) or off (0). With
+        ``DEBUG_STREAM_ORDER`` a device pool checks on the device that each call starts after
+        the previous one has finished: a call from a stream not ordered with the previous
+        call's faults the pool (KvpError UNORDERED_STREAMS from the next call or
+        ``check_device()``). A host pool accepts and ignores the flags."""
+        self._call("kvp_pool_set_debug", flags)
+
+    def debug_flags(self):
+        """The debug flags in force (always 0 on a host pool)."""
+        flags = ctypes.c_uint32()
+        self._call("kvp_pool_get_debug", ctypes.byref(flags))
+        return flags.value
 
     # ---- testing builds only ----
 

@@ -4,6 +4,7 @@
 # Rust, no network). Logs go to $OUT (default ./gpu-out).
 #
 #   scripts/gpu/run.sh [tests] [sanitize] [python] [tp] [example] [demo] [bench] ...  (default: all)
+#   scripts/gpu/run.sh lockstep-soak   (not in the default set: ~2 min on 16 cores)
 #
 # tp: the tensor-parallel digest test (tests/tp/tp_digest.py): one rank per GPU (at least
 # two; ranks share the GPU, with gloo instead of NCCL, on a one-GPU machine), TP_STEPS steps
@@ -13,7 +14,10 @@
 # sanitizers, default 600), BENCH_PYTHON=0 (C++ benchmark only), BENCH_ARGS, TAIL_LINES,
 # BENCH_BEFORE (gpu-artifacts/before, made by `scripts/gpu/pack.sh --before REV`: the C++
 # benchmark of that revision, built against its own header and library, runs right after
-# this one, for before/after figures from one machine and one run).
+# this one, for before/after figures from one machine and one run), CXX (the C++ compiler
+# for tests/cpp/cuda_release_test.cpp, default c++), LOCKSTEP_SOAK_OPS
+# (lockstep-soak: operations in all, split over the 12 configurations, default 10,000,000),
+# LOCKSTEP_SOAK_JOBS (parallel processes, default 12: one per configuration).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -39,6 +43,43 @@ run() { # name, command...
     tail -n "${TAIL_LINES:-25}" "$LOGS/$name.log"
 }
 
+# One lockstep process per configuration, LOCKSTEP_SOAK_JOBS at a time; fails if any fails
+# or did fewer operations than asked.
+lockstep_soak() {
+    local total=${LOCKSTEP_SOAK_OPS:-10000000} jobs=${LOCKSTEP_SOAK_JOBS:-12}
+    local per=$(( (total + 11) / 12 )) dir="$LOGS/lockstep-soak" bad=0 done_ops=0
+    mkdir -p "$dir"
+    echo "lockstep soak: 12 configurations x $per operations, $jobs at a time"
+    for i in $(seq 0 11); do
+        while (( $(jobs -rp | wc -l) >= jobs )); do sleep 1; done
+        (
+            start=$SECONDS
+            KVPOOL_LOCKSTEP_CONFIG=$i KVPOOL_LOCKSTEP_OPS=$per "$BIN/cuda_lockstep" --ignored \
+                --nocapture > "$dir/config-$i.log" 2>&1
+            echo "$? $((SECONDS - start))" > "$dir/config-$i.rc"
+        ) &
+    done
+    wait
+    printf 'config\tstatus\tops\tseconds\tresult\n' > "$OUT/lockstep_soak.tsv"
+    for i in $(seq 0 11); do
+        local rc=missing secs=0 line ops
+        if [[ -f "$dir/config-$i.rc" ]]; then read -r rc secs < "$dir/config-$i.rc"; fi
+        line=$(grep -m1 "^config *$i:" "$dir/config-$i.log" || true)
+        ops=$(sed -n 's/.*: \([0-9][0-9]*\) ops,.*/\1/p' <<< "$line")
+        ops=${ops:-0}
+        if [[ "$rc" != 0 || $ops -lt $per ]]; then
+            bad=1
+            tail -n 20 "$dir/config-$i.log"
+        fi
+        done_ops=$((done_ops + ops))
+        printf '%s\t%s\t%s\t%s\t%s\n' "$i" "$rc" "$ops" "$secs" "${line:-no result line}" \
+            >> "$OUT/lockstep_soak.tsv"
+        echo "config $i: exit $rc, $ops operations, $secs s"
+    done
+    echo "lockstep soak: $done_ops operations compared in all (asked: $total)"
+    return $bad
+}
+
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -47,8 +88,19 @@ for step in "${steps[@]}"; do
     case $step in
     tests)
         run device "$BIN/cuda_device" --ignored --test-threads=1 --nocapture
+        run contract "$BIN/cuda_contract" --ignored --test-threads=1 --nocapture
+        run release-cpp-build "${CXX:-c++}" -std=c++17 -O1 -Wall -Wextra -Werror -Iinclude \
+            tests/cpp/cuda_release_test.cpp -Lgpu-artifacts/lib -lkvpool -ldl -pthread \
+            -Wl,-rpath,"$PWD/gpu-artifacts/lib" -o "$LOGS/cuda_release_test"
+        run release-cpp "$LOGS/cuda_release_test" --require-gpu
         run lockstep "$BIN/cuda_lockstep" --ignored --nocapture
         run multi-device "$BIN/cuda_multi_device" --ignored --nocapture
+        ;;
+    lockstep-soak)
+        # The lockstep test's 12 configurations in parallel processes (KVPOOL_LOCKSTEP_CONFIG
+        # selects one), LOCKSTEP_SOAK_OPS operations in all; one log per configuration (in logs.tar.gz), and a
+        # summary (configuration, exit status, operations, seconds) in $OUT/lockstep_soak.tsv.
+        run lockstep-soak lockstep_soak
         ;;
     sanitize)
         for tool in memcheck racecheck; do
@@ -57,6 +109,12 @@ for step in "${steps[@]}"; do
         done
         run sanitize-memcheck-device "$SANITIZER" --tool memcheck --error-exitcode 9 \
             "$BIN/cuda_device" --ignored --test-threads=1 --skip no_call_waits
+        # Stream-ordered release under memcheck: a free under a queued kernel would show as an
+        # invalid access. KVPOOL_SANITIZER: kernels may be serialized, so timing is not
+        # asserted, and the unordered-streams detection (which needs overlap) is skipped.
+        KVPOOL_SANITIZER=1 run sanitize-memcheck-contract "$SANITIZER" --tool memcheck \
+            --error-exitcode 9 "$BIN/cuda_contract" --ignored --test-threads=1 \
+            --skip stream_order_check_catches
         ;;
     python)
         run python-cuda python3 tests/python/test_cuda.py -v

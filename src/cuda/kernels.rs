@@ -40,6 +40,9 @@ pub(crate) struct Kernels {
     pub restore: CUfunction,
     /// The state digest (`kernels/digest.cuh`).
     pub digest: CUfunction,
+    /// The stream-order debug check (`stream_order.rs`).
+    pub debug_check: CUfunction,
+    pub debug_mark: CUfunction,
 }
 
 impl Kernels {
@@ -100,6 +103,8 @@ impl Kernels {
             backup: get(c"kvp_backup")?,
             restore: get(c"kvp_restore")?,
             digest: get(c"kvp_digest")?,
+            debug_check: get(c"kvp_debug_check")?,
+            debug_mark: get(c"kvp_debug_mark")?,
         })
     }
 }

@@ -301,6 +301,12 @@ impl DeviceFault {
                 ErrorKind::LastLocMismatch,
                 format!("{element} rewinds a page that another element of the call also rewinds"),
             ),
+            17 => (
+                ErrorKind::UnorderedStreams,
+                format!(
+                    "it started on the device before the previous call of the pool (call #{position}) had finished (the last finished call was #{value}): the two were enqueued on streams not ordered with each other; order them with an event (cudaEventRecord + cudaStreamWaitEvent) or use one stream"
+                ),
+            ),
             _ => (ErrorKind::InvalidState, format!("unknown fault code {code:#x}")),
         };
         Self {
@@ -308,7 +314,11 @@ impl DeviceFault {
             kind,
             position,
             value,
-            message: format!("{what}: {text} (detected on the device; the call changed nothing)"),
+            message: if code & 0xff == 17 {
+                format!("{what}: {text} (detected on the device by the stream-order debug check; the call changed nothing)")
+            } else {
+                format!("{what}: {text} (detected on the device; the call changed nothing)")
+            },
         }
     }
 }
@@ -338,6 +348,14 @@ mod tests {
         assert_eq!(fault.kind, ErrorKind::DoubleFree);
         assert!(
             fault.message.contains("indices[7] = 1234"),
+            "{}",
+            fault.message
+        );
+        let fault = DeviceFault::decode(17 | (3 << 32), 41, 39);
+        assert_eq!(fault.kind, ErrorKind::UnorderedStreams);
+        assert_eq!(fault.op, Some(DeviceOp::AllocDecode));
+        assert!(
+            fault.message.contains("call #41") && fault.message.contains("#39"),
             "{}",
             fault.message
         );

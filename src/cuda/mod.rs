@@ -6,7 +6,9 @@
 //! context; [`kernels`] embeds and launches the kernels; [`layout`] mirrors the device data
 //! structures; [`counts`] keeps the host's free-page counts (exact, or a lower bound while a
 //! paged free by index is in flight); [`pool`] ties them to the allocator semantics shared
-//! with the host backend (`crate::pool::plan`).
+//! with the host backend (`crate::pool::plan`); [`release`] frees a released pool's memory
+//! after its last kernel (stream-ordered, never waiting); [`stream_order`] is the debug check
+//! for calls from streams not ordered with each other.
 
 pub(crate) mod counts;
 pub(crate) mod driver;
@@ -14,10 +16,14 @@ pub(crate) mod kernels;
 pub(crate) mod layout;
 pub(crate) mod memory;
 mod pool;
+pub(crate) mod release;
+pub(crate) mod stream_order;
 
 pub(crate) use driver::RestoreContext;
 pub use layout::{DeviceFault, DeviceOp};
 pub use pool::{DebugLayout, DevicePool, DeviceSnapshot};
+pub use release::{pending_releases, release_counts};
+pub(crate) use stream_order::DEBUG_ALL;
 
 /// Whether the NVIDIA driver can be loaded and initialised (tests use it to skip visibly).
 pub fn driver_available() -> bool {

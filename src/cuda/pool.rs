@@ -7,6 +7,7 @@
 //! themselves) the kernels check, and they report through host-mapped memory.
 
 use std::ffi::c_void;
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -21,6 +22,8 @@ use super::layout::{
     CALL_IN_GROUP, CALL_MIRROR, FREE_PAGE_IDS, FREE_SEGMENT, FREE_SLOTS, NOT_POW2, TAG_LIMIT,
 };
 use super::memory::{DeviceMemory, MappedHost};
+use super::release::{reap_ready, release_after, LastUse};
+use super::stream_order::{StreamOrderCheck, DEBUG_ALL, DEBUG_STREAM_ORDER};
 use crate::pool::config::Layout;
 use crate::pool::error::fail;
 use crate::pool::{plan, BackendKind, ErrorKind, PoolConfig, PoolError, PoolInfo, PoolStats};
@@ -48,18 +51,33 @@ const ALLOC_MAX_BLOCKS: u64 = 1024;
 const TARGET_BLOCKS: u64 = 264;
 
 /// Snapshot buffers of a pool, kept for reuse so that backups need no `cuMemAlloc` (which
-/// may synchronize) once warm. Freed when the pool and all its snapshots are gone.
+/// may synchronize) once warm. Freed when the pool and all its snapshots are gone, after the
+/// pool's last kernel (a backup or restore may still be queued): see [`release_after`].
 #[derive(Debug)]
 struct SnapshotBuffers {
     context: Arc<PrimaryContext>,
+    last_use: Arc<LastUse>,
     spare: Mutex<Vec<DeviceMemory>>,
 }
 
 impl Drop for SnapshotBuffers {
     fn drop(&mut self) {
-        let _ = self.context.bind();
-        self.spare.lock().clear();
+        let spare = std::mem::take(&mut *self.spare.lock());
+        if !spare.is_empty() {
+            release_after(Arc::clone(&self.last_use), Arc::clone(&self.context), spare);
+        }
     }
+}
+
+/// What a released pool frees once its last kernel has run (see [`release_after`]): the
+/// fields are only held, to be dropped (freed) by the release thread.
+#[allow(dead_code)]
+struct Owned {
+    kernels: Kernels,
+    memory: DeviceMemory,
+    record: MappedHost,
+    digest_scratch: DeviceMemory,
+    stream_order: Option<DeviceMemory>,
 }
 
 /// Byte offsets of a device pool's state in its device block (see
@@ -115,16 +133,26 @@ impl Drop for DeviceSnapshot {
 ///
 /// All calls on one pool must be ordered on the device (one stream, or streams ordered with
 /// events); device buffers passed in must stay alive until the stream passes the call.
+/// Dropping the pool never waits for the GPU: its memory is freed once its last kernel has
+/// run (stream-ordered release, [`pending_releases`](super::pending_releases)).
 #[derive(Debug)]
 pub struct DevicePool {
     id: u64,
     config: PoolConfig,
     layout: Layout,
-    kernels: Kernels,
-    memory: DeviceMemory,
-    record: MappedHost,
+    // Moved out (to the release list) by `Drop`, never dropped in place.
+    kernels: ManuallyDrop<Kernels>,
+    memory: ManuallyDrop<DeviceMemory>,
+    record: ManuallyDrop<MappedHost>,
     /// The digest kernel's block sums and ticket (four `u64`, zero between calls).
-    digest_scratch: DeviceMemory,
+    digest_scratch: ManuallyDrop<DeviceMemory>,
+    /// Recorded after every launch: releasing waits (off-thread) for it.
+    last_use: Arc<LastUse>,
+    /// `kvp_pool_set_debug` flags.
+    debug: u32,
+    /// The stream-order check's state, kept from its first use until the pool is released
+    /// (its device word may still be written by queued kernels after it is switched off).
+    stream_order: Option<StreamOrderCheck>,
     buffers: Arc<SnapshotBuffers>,
     view: View,
     /// Which cursor the next kernel reads.
@@ -160,7 +188,11 @@ impl DevicePool {
                 "DevicePool needs a CUDA backend config",
             );
         };
+        // Creation may synchronize anyway: free what released pools left behind and is done
+        // (in their own contexts, maybe of other devices: so before binding this one).
+        reap_ready();
         let context = Arc::new(PrimaryContext::retain(ordinal)?);
+        let last_use = Arc::new(LastUse::new()?);
         let kernels = Kernels::load(config.index_type)?;
         let arrays = Arrays::new(layout.num_pages, layout.kv_rows());
         let memory = DeviceMemory::zeroed(arrays.bytes)?;
@@ -191,16 +223,20 @@ impl DevicePool {
         };
         let buffers = Arc::new(SnapshotBuffers {
             context: Arc::clone(&context),
+            last_use: Arc::clone(&last_use),
             spare: Mutex::new(Vec::new()),
         });
         let mut pool = Self {
             id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
             config,
             layout,
-            kernels,
-            memory,
-            record,
-            digest_scratch,
+            kernels: ManuallyDrop::new(kernels),
+            memory: ManuallyDrop::new(memory),
+            record: ManuallyDrop::new(record),
+            digest_scratch: ManuallyDrop::new(digest_scratch),
+            last_use,
+            debug: 0,
+            stream_order: None,
             buffers,
             view,
             parity: 0,
@@ -213,6 +249,9 @@ impl DevicePool {
             reported_fault: 0,
             context,
         };
+        if let Some(flags) = debug_from_env() {
+            pool.set_debug(flags)?;
+        }
         // The initial state is a reset on the legacy default stream, waited for here.
         pool.enqueue_reset(std::ptr::null_mut())?;
         // SAFETY: plain driver call; creation is allowed to synchronize.
@@ -311,6 +350,39 @@ impl DevicePool {
         self.tag = tag.min(TAG_LIMIT);
     }
 
+    /// [`set_debug`](Self::set_debug) flag: the stream-order check (`KVP_DEBUG_STREAM_ORDER`).
+    ///
+    /// cbindgen:ignore
+    pub const DEBUG_STREAM_ORDER: u32 = DEBUG_STREAM_ORDER;
+
+    /// Switches debug checks on or off (`DEBUG_*` flags; 0: all off). With
+    /// [`DEBUG_STREAM_ORDER`](Self::DEBUG_STREAM_ORDER) every launch is checked on the
+    /// device to start after the previous one has finished; otherwise the pool faults with
+    /// [`ErrorKind::UnorderedStreams`]. Switching it on allocates a device word the first
+    /// time (may synchronize, like creation). Unknown flags fail with `InvalidArgument`.
+    pub fn set_debug(&mut self, flags: u32) -> Result<(), PoolError> {
+        if flags & !DEBUG_ALL != 0 {
+            return fail(
+                ErrorKind::InvalidArgument,
+                format!("unknown debug flags {:#x}", flags & !DEBUG_ALL),
+            );
+        }
+        if flags & DEBUG_STREAM_ORDER != 0 {
+            self.context.bind()?;
+            match &mut self.stream_order {
+                Some(check) => check.restart(),
+                None => self.stream_order = Some(StreamOrderCheck::new()?),
+            }
+        }
+        self.debug = flags;
+        Ok(())
+    }
+
+    /// The debug flags in force.
+    pub fn debug_flags(&self) -> u32 {
+        self.debug
+    }
+
     // ---- faults -------------------------------------------------------------------------
 
     fn read_record(&self, field: usize) -> u64 {
@@ -335,25 +407,54 @@ impl DevicePool {
 
     /// A fault that still blocks the pool: recorded by a call after the last recovery.
     fn blocking_fault(&self) -> Option<DeviceFault> {
-        let (seq, fault) = self.recorded_fault()?;
-        (seq != self.recovered_at && super::counts::seq_at_or_after(seq, self.recovered_at))
-            .then_some(fault)
+        self.blocking_fault_seq().map(|(_, fault)| fault)
     }
 
-    /// Reports a fault the device detected: `Err(DeviceFault)` while the pool is faulted,
-    /// and once for a fault from before the last clear/restore. Never synchronizes, so a
-    /// fault in a call the stream has not reached yet is not seen yet.
+    fn blocking_fault_seq(&self) -> Option<(u32, DeviceFault)> {
+        let (seq, fault) = self.recorded_fault()?;
+        (seq != self.recovered_at && super::counts::seq_at_or_after(seq, self.recovered_at))
+            .then_some((seq, fault))
+    }
+
+    /// How a recorded fault is reported: `DeviceFault`, or `UnorderedStreams` (whose message
+    /// also names the streams of the two calls) for the stream-order check's.
+    fn fault_error(&self, seq: u32, fault: &DeviceFault, prefix: &str, suffix: &str) -> PoolError {
+        if fault.kind == ErrorKind::UnorderedStreams {
+            let streams = self
+                .stream_order
+                .as_ref()
+                .map_or_else(String::new, |check| {
+                    format!(" ({})", check.describe(seq, fault.position as u32))
+                });
+            PoolError::new(
+                ErrorKind::UnorderedStreams,
+                format!("{prefix}call #{seq}: {}{streams}{suffix}", fault.message),
+            )
+        } else {
+            PoolError::new(
+                ErrorKind::DeviceFault,
+                format!("{prefix}{}{suffix}", fault.message),
+            )
+        }
+    }
+
+    /// Reports a fault the device detected: `Err(DeviceFault)` (or `Err(UnorderedStreams)`
+    /// from the stream-order debug check) while the pool is faulted, and once for a fault
+    /// from before the last clear/restore. Never synchronizes, so a fault in a call the
+    /// stream has not reached yet is not seen yet.
     pub fn check_device(&mut self) -> Result<(), PoolError> {
-        if let Some(fault) = self.blocking_fault() {
-            return fail(ErrorKind::DeviceFault, fault.message);
+        if let Some((seq, fault)) = self.blocking_fault_seq() {
+            return Err(self.fault_error(seq, &fault, "", ""));
         }
         if let Some((seq, fault)) = self.recorded_fault() {
             if u64::from(seq) != self.reported_fault {
                 self.reported_fault = u64::from(seq);
-                return fail(
-                    ErrorKind::DeviceFault,
-                    format!("{} (the pool was cleared or restored since)", fault.message),
-                );
+                return Err(self.fault_error(
+                    seq,
+                    &fault,
+                    "",
+                    " (the pool was cleared or restored since)",
+                ));
             }
         }
         Ok(())
@@ -395,15 +496,14 @@ impl DevicePool {
         self.context.bind()?;
         self.context.check_stream(stream)?;
         if !recovering {
-            if let Some(fault) = self.blocking_fault() {
-                return fail(
-                    ErrorKind::DeviceFault,
-                    format!(
-                        "the pool is faulted and refuses work until kvp_pool_clear_async or \
-                         kvp_pool_restore_state_async: {}",
-                        fault.message
-                    ),
-                );
+            if let Some((seq, fault)) = self.blocking_fault_seq() {
+                return Err(self.fault_error(
+                    seq,
+                    &fault,
+                    "the pool is faulted and refuses work until kvp_pool_clear_async or \
+                     kvp_pool_restore_state_async: ",
+                    "",
+                ));
             }
         }
         self.catch_up();
@@ -454,12 +554,20 @@ impl DevicePool {
     ) -> Result<(), PoolError> {
         let call = self.next_call(op, &step, stream)?;
         let view = self.view;
+        if self.debug != 0 {
+            self.debug_before(&view, &call, stream)?;
+        }
         let mut args = Vec::with_capacity(2 + extra.len());
         args.push(arg(&view));
         args.push(arg(&call));
         args.extend_from_slice(extra);
         // SAFETY: forwarded contract.
         unsafe { launch(function, grid, block, stream, &mut args) }?;
+        if self.debug != 0 {
+            self.debug_after(&call, stream);
+        }
+        // The kernel is queued: a failure to record (a broken context) cannot undo that.
+        let _ = self.last_use.mark(stream);
         if step.moves_cursor() {
             self.parity ^= 1;
         }
@@ -472,8 +580,31 @@ impl DevicePool {
         let grid = self.grid_over(u64::from(self.layout.num_pages) + 1);
         // SAFETY: `kvp_retag(View)`.
         unsafe { launch(self.kernels.retag, grid, BLOCK, stream, &mut [arg(&view)]) }?;
+        let _ = self.last_use.mark(stream);
         self.tag = 0;
         Ok(())
+    }
+
+    /// The stream-order check before a launch (debug only).
+    #[cold]
+    fn debug_before(&self, view: &View, call: &Call, stream: CUstream) -> Result<(), PoolError> {
+        match &self.stream_order {
+            Some(check) if self.debug & DEBUG_STREAM_ORDER != 0 => {
+                check.before(self.kernels.debug_check, view, call, stream)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The stream-order mark after a launch (debug only).
+    #[cold]
+    fn debug_after(&mut self, call: &Call, stream: CUstream) {
+        let mark = self.kernels.debug_mark;
+        if self.debug & DEBUG_STREAM_ORDER != 0 {
+            if let Some(check) = &mut self.stream_order {
+                check.after(mark, call, stream);
+            }
+        }
     }
 
     fn grid_over(&self, items: u64) -> u32 {
@@ -1211,7 +1342,10 @@ impl DevicePool {
                 stream,
                 &mut [arg(&view), arg(&call), arg(&scratch), arg(&out)],
             )
-        }
+        }?;
+        // Released pools wait for it like for every other kernel.
+        let _ = self.last_use.mark(stream);
+        Ok(())
     }
 
     // ---- snapshots --------------------------------------------------------------------------
@@ -1320,9 +1454,30 @@ fn free_grid(items: u64) -> u32 {
         .clamp(1, TARGET_BLOCKS) as u32
 }
 
+/// `KVPOOL_DEBUG` at pool creation: `stream_order` (or `1`) switches the stream-order check
+/// on for every device pool of the process, without changing the engine.
+fn debug_from_env() -> Option<u32> {
+    let value = std::env::var("KVPOOL_DEBUG").ok()?;
+    value
+        .split([',', ' '])
+        .any(|word| matches!(word.trim(), "stream_order" | "1"))
+        .then_some(DEBUG_STREAM_ORDER)
+}
+
 impl Drop for DevicePool {
     fn drop(&mut self) {
-        // Module, memory and mapped record are released in the pool's context.
-        let _ = self.context.bind();
+        // Stream-ordered release: module, memory and mapped record are freed in the pool's
+        // context once its last kernel has run; nothing here waits for the GPU.
+        // SAFETY: each field is taken once, here, and never used again.
+        let owned = unsafe {
+            Owned {
+                kernels: ManuallyDrop::take(&mut self.kernels),
+                memory: ManuallyDrop::take(&mut self.memory),
+                record: ManuallyDrop::take(&mut self.record),
+                digest_scratch: ManuallyDrop::take(&mut self.digest_scratch),
+                stream_order: self.stream_order.take().map(StreamOrderCheck::into_memory),
+            }
+        };
+        release_after(Arc::clone(&self.last_use), Arc::clone(&self.context), owned);
     }
 }

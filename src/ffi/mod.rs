@@ -18,6 +18,7 @@ macro_rules! tri {
 mod adder;
 mod boundary;
 mod buffers;
+mod debug;
 mod delayer;
 mod device;
 mod digest;
@@ -32,6 +33,7 @@ mod testing;
 mod version;
 
 pub use adder::*;
+pub use debug::*;
 pub use delayer::*;
 pub use device::*;
 pub use digest::*;

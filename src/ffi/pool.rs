@@ -327,6 +327,9 @@ fn pool_config(c: &kvp_pool_config) -> Result<PoolConfig, kvp_status> {
 /// A CUDA pool (`backend = KVP_BACKEND_CUDA`) retains device `config->device`'s primary
 /// context, allocates its device memory (32 bytes per page plus 4 per slot, once) and
 /// loads the kernels; this call, unlike the pool's operations, may synchronize the device.
+/// It also frees, on the calling thread, the memory of released device pools whose queued
+/// work has finished (normally the library's release thread has done so already; see
+/// `kvp_pool_free`).
 ///
 /// Fails with `KVP_STATUS_NULL_ARGUMENT`, `KVP_STATUS_INVALID_ARGUMENT` (page_size 0, size
 /// 0, unknown enum value, slots that do not fit the index type), `KVP_STATUS_UNALIGNED`
@@ -373,9 +376,18 @@ pub unsafe extern "C" fn kvp_pool_new(
 /// snapshots stay valid objects (free them with `kvp_snapshot_free`) but can no longer be
 /// restored once the pool is gone.
 ///
-/// A device pool's memory is released when the last reference goes: its kernels must not
-/// be in flight any more (synchronize or order the stream first), and releasing device
-/// memory may synchronize the device — do it at shutdown, not in the serving loop.
+/// Device pool — stream-ordered release: the last reference may go while kernels of the
+/// pool (any `*_async` call, backup or restore) are still queued or running. Releasing
+/// never waits for them and never synchronizes: the pool's device memory, its mapped host
+/// memory and its kernels are freed by a library thread (`kvpool-release`) once the last
+/// call's stream has passed it, in the pool's primary context, which stays retained until
+/// then. So a C++ destructor (also during exception unwinding) or a Python `close()` is
+/// safe right after enqueueing work. What must still outlive the queued calls are the
+/// caller's own buffers passed to them (`out`, `last_loc`, lengths, indices), and the
+/// streams' work must eventually run: memory of calls recorded by stream capture is not
+/// tracked — finish the replays of a graph holding this pool's calls before releasing it.
+/// `kvp_device_pending_releases` counts releases still waiting; at process exit the driver
+/// reclaims whatever is left.
 ///
 /// # Safety
 /// `pool` must be NULL or a pool from `kvp_pool_new` not yet freed, and no other call may

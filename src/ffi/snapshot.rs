@@ -82,7 +82,9 @@ pub unsafe extern "C" fn kvp_pool_restore_state(
 }
 
 /// Releases a snapshot. `snapshot` may be NULL (no-op). A device snapshot's buffer goes
-/// back to its pool for reuse (or is freed with the pool); this never synchronizes.
+/// back to its pool for reuse; when the pool is gone too, the buffers are freed once the
+/// pool's last kernel (e.g. a restore from this snapshot still queued) has run — the same
+/// stream-ordered release as `kvp_pool_free`. This never waits and never synchronizes.
 ///
 /// # Safety
 /// `snapshot` must be NULL or a snapshot not yet freed, not used afterwards.

@@ -82,6 +82,14 @@ pub enum kvp_status {
     /// request's KV dropped). The first call after the recovery reports the old fault once
     /// more; the next is clean.
     DeviceFault = 63,
+    /// Only with the `KVP_DEBUG_STREAM_ORDER` check on (`kvp_pool_set_debug`): a call of this
+    /// device pool started on the device before the previous call had finished — the two
+    /// calls were enqueued on streams not ordered with each other (no event between them).
+    /// Detected on the device and handled exactly like `KVP_STATUS_DEVICE_FAULT`: the late
+    /// call and every later one changed nothing and wrote the padding slot 0 to their
+    /// outputs; the pool refuses work until `kvp_pool_clear_async` or
+    /// `kvp_pool_restore_state_async`. The message names both calls and their streams.
+    UnorderedStreams = 64,
     /// An internal panic was caught at the ABI boundary; nothing unwound into the caller.
     Panic = 100,
 }
@@ -108,6 +116,7 @@ impl From<ErrorKind> for kvp_status {
             ErrorKind::CudaError => Self::CudaError,
             ErrorKind::WrongStream => Self::WrongStream,
             ErrorKind::DeviceFault => Self::DeviceFault,
+            ErrorKind::UnorderedStreams => Self::UnorderedStreams,
         }
     }
 }
@@ -137,6 +146,7 @@ fn describe(status: i32) -> &'static [u8] {
         61 => b"CUDA driver call failed\0",
         62 => b"stream belongs to another device or context\0",
         63 => b"device detected invalid input; pool faulted\0",
+        64 => b"calls on one pool from streams not ordered with each other; pool faulted\0",
         100 => b"internal panic caught at the ABI boundary\0",
         _ => b"unknown status\0",
     }
@@ -178,6 +188,7 @@ mod tests {
             kvp_status::CudaError,
             kvp_status::WrongStream,
             kvp_status::DeviceFault,
+            kvp_status::UnorderedStreams,
             kvp_status::Panic,
         ];
         let texts: std::collections::HashSet<_> = all.iter().map(|&s| describe(s as i32)).collect();

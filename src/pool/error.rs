@@ -44,6 +44,10 @@ pub enum ErrorKind {
     /// A kernel found invalid input (double free, foreign index, page 0, bad `last_loc`);
     /// the device pool refuses work until it is cleared or restored.
     DeviceFault,
+    /// With the stream-order debug check on: a call of a device pool ran on the device
+    /// before the previous call had finished (streams not ordered with each other); the
+    /// pool is faulted like for [`DeviceFault`](Self::DeviceFault).
+    UnorderedStreams,
 }
 
 /// A failed pool operation. The pool is unchanged after any error (all-or-nothing).

@@ -191,9 +191,9 @@ static void test_status_str(void) {
         KVP_STATUS_INVALID_STATE, KVP_STATUS_FOREIGN_SNAPSHOT, KVP_STATUS_POISONED,
         KVP_STATUS_WRONG_BACKEND, KVP_STATUS_UNSUPPORTED, KVP_STATUS_CUDA_UNAVAILABLE,
         KVP_STATUS_CUDA_ERROR, KVP_STATUS_WRONG_STREAM, KVP_STATUS_DEVICE_FAULT,
-        KVP_STATUS_PANIC,
+        KVP_STATUS_UNORDERED_STREAMS, KVP_STATUS_PANIC,
     };
-    static const int32_t unknown[] = {-1, 11, 19, 22, 39, 44, 51, 59, 64, 99, 101, 12345,
+    static const int32_t unknown[] = {-1, 11, 19, 22, 39, 44, 51, 59, 65, 99, 101, 12345,
                                       INT32_MIN, INT32_MAX};
     size_t i, j;
     /* The status numbers are ABI: fixed forever. */
@@ -219,6 +219,7 @@ static void test_status_str(void) {
     CHECK_EQ(KVP_STATUS_CUDA_ERROR, 61);
     CHECK_EQ(KVP_STATUS_WRONG_STREAM, 62);
     CHECK_EQ(KVP_STATUS_DEVICE_FAULT, 63);
+    CHECK_EQ(KVP_STATUS_UNORDERED_STREAMS, 64);
     CHECK_EQ(KVP_STATUS_PANIC, 100);
 
     for (i = 0; i < COUNT(known); i++) {

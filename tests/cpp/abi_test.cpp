@@ -248,9 +248,9 @@ void test_status_str() {
         KVP_STATUS_INVALID_STATE, KVP_STATUS_FOREIGN_SNAPSHOT,  KVP_STATUS_POISONED,
         KVP_STATUS_WRONG_BACKEND, KVP_STATUS_UNSUPPORTED,    KVP_STATUS_CUDA_UNAVAILABLE,
         KVP_STATUS_CUDA_ERROR,   KVP_STATUS_WRONG_STREAM,    KVP_STATUS_DEVICE_FAULT,
-        KVP_STATUS_PANIC};
+        KVP_STATUS_UNORDERED_STREAMS, KVP_STATUS_PANIC};
     const std::vector<long long> numbers = {0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 20,
-                                            21, 40, 41, 42, 43, 50, 60, 61, 62, 63, 100};
+                                            21, 40, 41, 42, 43, 50, 60, 61, 62, 63, 64, 100};
     std::set<std::string> texts;
     for (size_t i = 0; i < known.size(); i++) {
         CHECK_EQ(known[i], numbers[i]);
@@ -261,7 +261,7 @@ void test_status_str() {
         texts.insert(s);
     }
     CHECK_EQ(texts.size(), known.size());  // every status has its own text
-    for (int32_t n : {-1, 11, 19, 22, 44, 59, 64, 99, 101, 4242, std::numeric_limits<int32_t>::min(),
+    for (int32_t n : {-1, 11, 19, 22, 44, 59, 65, 99, 101, 4242, std::numeric_limits<int32_t>::min(),
                       std::numeric_limits<int32_t>::max()})
         CHECK(std::string(kvp_status_str(n)) == "unknown status");
 }

@@ -497,6 +497,21 @@ void test_threads() {
     CHECK_EQ(stats.pages_in_use, 0u);
 }
 
+// Debug options: a host pool accepts and ignores them; unknown flags are refused. No device
+// pool is made here, so no release is pending.
+void test_debug_options() {
+    auto pool = kvpool::pool::create(64, 4);
+    pool.set_debug(KVP_DEBUG_STREAM_ORDER);
+    CHECK_EQ(pool.debug_flags(), 0u);
+    CHECK_VEC(pool.alloc(8), 4, 5, 6, 7, 8, 9, 10, 11);
+    CHECK_THROWS(INVALID_ARGUMENT, "unknown kvp_debug flags 0x8", pool.set_debug(8));
+    pool.set_debug(0);
+    CHECK_EQ(kvpool::device_pending_releases(), 0u);
+    CHECK_EQ(static_cast<int>(KVP_STATUS_UNORDERED_STREAMS), 64);
+    CHECK(std::string(kvp_status_str(KVP_STATUS_UNORDERED_STREAMS)).find("not ordered") !=
+          std::string::npos);
+}
+
 #ifdef KVP_TESTING
 // The test-only exports of a `--features testing` build, through kvpool::check.
 void test_panic_and_poison() {
@@ -531,6 +546,7 @@ int main() {
         {"adder", test_adder},
         {"delayer", test_delayer},
         {"threads", test_threads},
+        {"debug_options", test_debug_options},
 #ifdef KVP_TESTING
         {"panic_and_poison", test_panic_and_poison},
 #endif

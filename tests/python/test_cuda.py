@@ -851,6 +851,62 @@ class TestNoSync(CudaTestCase):
         self.assertEqual(pool.available_size_bound(), (1024, True))
 
 
+class TestRelease(CudaTestCase):
+    """Stream-ordered release and the stream-order check, from Python (the Rust and C++
+    tests: tests/cuda_contract.rs, tests/cpp/cuda_release_test.cpp)."""
+
+    SLEEP_CYCLES = int(os.environ.get("KVPOOL_CUDA_SLEEP_CYCLES", str(int(2e9)))) // 3
+
+    def test_close_while_queued_frees_after_the_stream(self):
+        out = torch.full((64,), SENTINEL, dtype=torch.int64, device=self.dev)
+        pool = kvp.Pool(4096, 16, backend="cuda", device=DEVICE)
+        warm = pool.alloc_async(16)  # loads the kernels
+        torch.cuda.synchronize(self.dev)
+        self.assertEqual(warm.tolist(), list(range(16, 32)))
+        torch.cuda._sleep(self.SLEEP_CYCLES)
+        sleeping = torch.cuda.Event()
+        sleeping.record(self.stream)
+        pool.alloc_async(64, out)
+        snap = pool.backup_state_async()
+        start = time.perf_counter()
+        snap.close()
+        pool.close()
+        took = time.perf_counter() - start
+        still_running = not sleeping.query()
+        pending = kvp.device_pending_releases(LIB)
+        torch.cuda.synchronize(self.dev)
+        self.assertLess(took, 0.05, f"closing took {took * 1e3:.1f} ms")
+        self.assertTrue(still_running, "the sleep ended before the close: the test proves nothing")
+        self.assertGreaterEqual(pending, 1)
+        self.assertEqual(out.tolist(), list(range(32, 96)))  # ran on live memory
+        deadline = time.perf_counter() + 5
+        while kvp.device_pending_releases(LIB) and time.perf_counter() < deadline:
+            time.sleep(0.001)
+        self.assertEqual(kvp.device_pending_releases(LIB), 0)
+
+    def test_stream_order_check_reports_unordered_streams(self):
+        pool = self.device_pool(4096, 16)
+        pool.set_debug(kvp.DEBUG_STREAM_ORDER)
+        self.assertEqual(pool.debug_flags(), kvp.DEBUG_STREAM_ORDER)
+        other = torch.cuda.Stream(self.dev)
+        torch.cuda._sleep(self.SLEEP_CYCLES)
+        pool.alloc_async(16)  # on self.stream, behind the sleep
+        pool.alloc_async(16, stream=other)  # not ordered with it
+        torch.cuda.synchronize(self.dev)
+        self.assertKvpError("UNORDERED_STREAMS", pool.check_device)
+        pool.clear_async()
+        torch.cuda.synchronize(self.dev)
+        self.assertKvpError("UNORDERED_STREAMS", pool.check_device)  # once more
+        pool.check_device()
+        # Ordered by an event: no report.
+        torch.cuda._sleep(self.SLEEP_CYCLES)
+        pool.alloc_async(16)
+        other.wait_stream(self.stream)
+        pool.alloc_async(16, stream=other)
+        torch.cuda.synchronize(self.dev)
+        pool.check_device()
+
+
 if __name__ == "__main__":
     if SKIP_REASON is not None:
         print(f"test_cuda.py: every test is skipped: {SKIP_REASON}", file=sys.stderr)

@@ -133,6 +133,7 @@ C_TO_CTYPES = {
     # device pools
     "struct CUstream_st *": ctypes.c_void_p,
     "bool *": ctypes.POINTER(ctypes.c_bool),
+    "size_t *": ctypes.POINTER(ctypes.c_size_t),
     # admission objects
     "int64_t": ctypes.c_int64,
     "double": ctypes.c_double,
@@ -260,7 +261,7 @@ class TestHeaderAndBinding(KvpTestCase):
         enums = {name: {c: int(v) for c, v in re.findall(r"\b(KVP_\w+) = (\d+)", body)}
                  for name, body in re.findall(r"enum (kvp_\w+)[^;{]*\{(.*?)\}", code,
                                               flags=re.S)}
-        self.assertEqual(len(enums), 9, sorted(enums))
+        self.assertEqual(len(enums), 10, sorted(enums))
         self.assertEqual(enums, kvp.ENUMS)
         self.assertEqual(kvp.STEP_KIND_NAMES, {0: "IDLE", 1: "PREFILL", 2: "DECODE"})
         self.assertEqual(kvp.DELAY_VERDICT_NAMES[kvp.DELAY_VERDICT_WAIT_TIMEOUT],
@@ -288,7 +289,7 @@ class TestHeaderAndBinding(KvpTestCase):
             self.assertNotEqual(text, "unknown status")
             texts.add(text)
         self.assertEqual(len(texts), len(kvp.STATUS_NAMES))
-        for number in (-1, 11, 22, 44, 59, 64, 99, 101, 2**31 - 1, -(2**31)):
+        for number in (-1, 11, 22, 44, 59, 65, 99, 101, 2**31 - 1, -(2**31)):
             self.assertEqual(LIB.status_str(number), "unknown status")
 
     def test_config_default(self):
@@ -2182,6 +2183,27 @@ class TestTorch(KvpTestCase):
                     call(*args, **kwargs)
                 self.assertIn(needle, str(ctx.exception))
         self.assertEqual(pool.stats().as_dict(), before)  # nothing reached the library
+
+
+class TestDebugOptions(KvpTestCase):
+    """kvp_pool_set_debug on a host pool (accepted, ignored), unknown flags, and the
+    stream-ordered release count (the device behaviour: tests/cuda_contract.rs)."""
+
+    def test_host_pool_accepts_and_ignores_debug_flags(self):
+        pool = self.pool(64, page_size=4)
+        pool.set_debug(kvp.DEBUG_STREAM_ORDER)
+        self.assertEqual(pool.debug_flags(), 0)
+        self.assertEqual(list(pool.alloc(4)), [4, 5, 6, 7])
+        with self.assertRaises(kvp.KvpError) as ctx:
+            pool.set_debug(1 << 7)
+        self.assertEqual(ctx.exception.name, "KVP_STATUS_INVALID_ARGUMENT")
+        self.assertIn("unknown kvp_debug flags 0x80", str(ctx.exception))
+        pool.set_debug(0)
+
+    def test_pending_releases_and_the_new_status(self):
+        self.assertEqual(kvp.device_pending_releases(LIB), 0)  # no device pool here
+        self.assertEqual(kvp.STATUS["UNORDERED_STREAMS"], 64)
+        self.assertIn("not ordered", LIB.status_str(64))
 
 
 if __name__ == "__main__":

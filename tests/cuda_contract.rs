@@ -1,0 +1,518 @@
+//! The CUDA contract around a device pool's lifetime and streams (issue 10):
+//!
+//! - stream-ordered release: a pool (and its snapshots) released while its kernels are still
+//!   queued behind a long kernel returns at once, the queued kernels still run on live
+//!   memory (no CUDA error, right outputs), and the memory is freed once the stream has
+//!   passed them — also when the release is a destructor running during unwinding;
+//! - the stream-order debug check (`kvp_pool_set_debug(pool, KVP_DEBUG_STREAM_ORDER)`):
+//!   calls from streams not ordered with each other fault the pool with
+//!   `KVP_STATUS_UNORDERED_STREAMS`; streams ordered by an event pass; with the check off
+//!   nothing is checked; a host pool accepts the option and ignores it.
+//!
+//! The GPU tests are `#[ignore]`d on CPU machines (listed as ignored by `cargo test`); run
+//! them with `cargo test --release --test cuda_contract -- --ignored --test-threads=1` (they
+//! watch the process-wide count of pending releases). Under compute-sanitizer set
+//! `KVPOOL_SANITIZER=1`: kernels may then be serialized, so the timing claims (a kernel still
+//! spinning at release) are not asserted, only memory safety and the results.
+
+mod gpu;
+
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::null_mut;
+use std::time::{Duration, Instant};
+
+use cudarc::driver::sys;
+use kvpool::cuda::{pending_releases, release_counts, DevicePool};
+use kvpool::ffi::*;
+use kvpool::{BackendKind, ErrorKind, IndexType, PoolConfig};
+
+use gpu::{DevBuf, Event, Gpu, Spinner};
+
+/// How long the spin kernel keeps the stream busy.
+const SPIN_NS: u64 = 300_000_000;
+
+fn under_sanitizer() -> bool {
+    std::env::var_os("KVPOOL_SANITIZER").is_some()
+}
+
+fn device_config(page_size: u32) -> PoolConfig {
+    PoolConfig {
+        size: 4096 * u64::from(page_size),
+        page_size,
+        need_sort: false,
+        index_type: IndexType::I64,
+        backend: BackendKind::Cuda { ordinal: 0 },
+    }
+}
+
+fn c_device_config() -> kvp_pool_config {
+    let mut c = kvp_pool_config_default();
+    c.size = 4096 * 16;
+    c.page_size = 16;
+    c.backend = kvp_backend::Cuda as u32;
+    c
+}
+
+/// Waits (up to 5 s) until no release is pending; returns how long it took.
+fn wait_for_releases() -> Duration {
+    let started = Instant::now();
+    while pending_releases() > 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{} releases still pending 5 s after the stream went idle",
+            pending_releases()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    started.elapsed()
+}
+
+fn sync_context() {
+    // SAFETY: plain driver call; the primary context is current (Gpu::new).
+    let result = unsafe { sys::cuCtxSynchronize() };
+    assert_eq!(
+        result,
+        sys::CUresult::CUDA_SUCCESS,
+        "the context reports an error: memory was freed under a kernel?"
+    );
+}
+
+/// Frees a C pool when dropped — the Rust image of a C++ `kvpool::pool` destructor.
+struct PoolGuard(*mut kvp_pool);
+
+impl Drop for PoolGuard {
+    fn drop(&mut self) {
+        // SAFETY: a live pool from kvp_pool_new, freed once.
+        unsafe { kvp_pool_free(self.0) };
+    }
+}
+
+/// Frees a C snapshot when dropped.
+struct SnapshotGuard(*mut kvp_snapshot);
+
+impl Drop for SnapshotGuard {
+    fn drop(&mut self) {
+        // SAFETY: a live snapshot, freed once.
+        unsafe { kvp_snapshot_free(self.0) };
+    }
+}
+
+/// A pool and its snapshot are released through the C ABI, by guards dropped while a panic
+/// unwinds, right after enqueueing an alloc, a backup, an alloc and a restore behind a
+/// 300 ms kernel. The release returns at once; the queued kernels then run on live memory
+/// and write the right slots; afterwards every release completes.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_pool_released_during_unwinding_is_freed_after_its_last_kernel() {
+    let gpu = Gpu::new(false);
+    let spinner = Spinner::new();
+    let out = DevBuf::new(64 * 8);
+    let out2 = DevBuf::new(32 * 8);
+    let stream = gpu.stream.cast::<CUstream_st>();
+    let (queued_before, _) = release_counts();
+    let mut pool = null_mut();
+    // SAFETY: valid config and out-pointer.
+    assert_eq!(
+        unsafe { kvp_pool_new(&c_device_config(), &mut pool) },
+        kvp_status::Ok
+    );
+    spinner.launch(gpu.stream, SPIN_NS);
+    let spin_done = Event::record(gpu.stream);
+    let mut unwound_at = None;
+    let result = catch_unwind(AssertUnwindSafe(|| {
+        let pool = PoolGuard(pool);
+        let mut raw = null_mut();
+        // SAFETY: `out`/`out2` hold 64/32 indices and outlive the stream's work (synced below).
+        unsafe {
+            assert_eq!(
+                kvp_pool_alloc_async(pool.0, 64, out.ptr as *mut c_void, 64, stream),
+                kvp_status::Ok
+            );
+            assert_eq!(
+                kvp_pool_backup_state_async(pool.0, &mut raw, stream),
+                kvp_status::Ok
+            );
+        }
+        let snapshot = SnapshotGuard(raw);
+        // SAFETY: as above.
+        unsafe {
+            assert_eq!(
+                kvp_pool_alloc_async(pool.0, 32, out2.ptr as *mut c_void, 32, stream),
+                kvp_status::Ok
+            );
+            assert_eq!(
+                kvp_pool_restore_state_async(pool.0, snapshot.0, stream),
+                kvp_status::Ok
+            );
+        }
+        unwound_at = Some(Instant::now());
+        panic!("the engine fails after enqueueing");
+    }));
+    let unwind_took = unwound_at.expect("the body ran").elapsed();
+    assert!(result.is_err(), "the body must have panicked");
+    let spinning = !spin_done.done();
+    let pending = pending_releases();
+    let (queued_after, _) = release_counts();
+    eprintln!(
+        "release during unwinding took {unwind_took:?}; spin kernel still running: {spinning}; \
+         pending releases: {pending}"
+    );
+    assert!(
+        unwind_took < Duration::from_millis(50),
+        "releasing the pool and its snapshot took {unwind_took:?}: it waited for the GPU"
+    );
+    assert_eq!(
+        queued_after - queued_before,
+        2,
+        "the pool and its snapshot buffers were not handed to the release list"
+    );
+    if !under_sanitizer() {
+        assert!(
+            spinning,
+            "the spin kernel ended before the release: the test proves nothing"
+        );
+        assert!(
+            pending >= 2,
+            "the pool and its snapshot buffers were freed while their kernels were queued"
+        );
+    }
+    gpu.sync();
+    sync_context();
+    // The queued alloc ran on the pool's live memory: pages 1..=4 of a fresh paged pool.
+    assert_eq!(out.download::<i64>(64), (16..80).collect::<Vec<i64>>());
+    assert_eq!(out2.download::<i64>(32), (80..112).collect::<Vec<i64>>());
+    let waited = wait_for_releases();
+    eprintln!("every release completed {waited:?} after the stream went idle");
+    let mut count = usize::MAX;
+    // SAFETY: valid out-pointer.
+    assert_eq!(
+        unsafe { kvp_device_pending_releases(&mut count) },
+        kvp_status::Ok
+    );
+    assert_eq!(count, 0);
+    // The context is healthy: a new pool works.
+    let mut again = DevicePool::new(device_config(16)).unwrap();
+    // SAFETY: `out` holds 64 indices; synced below.
+    unsafe { again.alloc(16, out.ptr, 64, gpu.stream) }.unwrap();
+    gpu.sync();
+    assert_eq!(out.download::<i64>(16), (16..32).collect::<Vec<i64>>());
+}
+
+/// Dropping a `DevicePool` whose stream is busy, and a snapshot after it (the snapshot
+/// buffers then go too): both are deferred, and freed after the stream passes their work.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_snapshot_outliving_its_pool_is_freed_after_the_pools_last_kernel() {
+    let gpu = Gpu::new(false);
+    let spinner = Spinner::new();
+    let out = DevBuf::new(64 * 8);
+    let mut pool = DevicePool::new(device_config(1)).unwrap();
+    let (queued_before, freed_before) = release_counts();
+    spinner.launch(gpu.stream, SPIN_NS);
+    let spin_done = Event::record(gpu.stream);
+    // SAFETY: `out` holds 64 indices; synced below.
+    let snapshot = unsafe {
+        pool.alloc(8, out.ptr, 64, gpu.stream).unwrap();
+        let snapshot = pool.backup_state(gpu.stream).unwrap();
+        pool.alloc(8, out.ptr + 64, 56, gpu.stream).unwrap();
+        pool.restore_state(&snapshot, gpu.stream).unwrap();
+        snapshot
+    };
+    let started = Instant::now();
+    drop(pool);
+    drop(snapshot);
+    let took = started.elapsed();
+    let spinning = !spin_done.done();
+    assert!(took < Duration::from_millis(50), "dropping took {took:?}");
+    let (queued, _) = release_counts();
+    assert_eq!(queued - queued_before, 2, "pool + snapshot buffers");
+    if !under_sanitizer() {
+        assert!(
+            spinning,
+            "the spin kernel ended before the drop: the test proves nothing"
+        );
+        assert!(pending_releases() >= 2);
+    }
+    gpu.sync();
+    sync_context();
+    assert_eq!(out.download::<i64>(16), (1..17).collect::<Vec<i64>>());
+    wait_for_releases();
+    let (_, freed) = release_counts();
+    assert!(freed - freed_before >= 2, "the releases never completed");
+}
+
+// ---- the stream-order debug check ------------------------------------------------------------
+
+/// A second stream of the primary context, destroyed on drop.
+struct Stream(sys::CUstream);
+
+impl Stream {
+    fn new() -> Self {
+        let mut stream = null_mut();
+        // SAFETY: valid out-pointer; the primary context is current (Gpu::new).
+        let result = unsafe { sys::cuStreamCreate(&mut stream, 1) }; // non-blocking
+        assert_eq!(result, sys::CUresult::CUDA_SUCCESS);
+        Self(stream)
+    }
+
+    fn sync(&self) {
+        // SAFETY: live stream.
+        let result = unsafe { sys::cuStreamSynchronize(self.0) };
+        assert_eq!(result, sys::CUresult::CUDA_SUCCESS);
+    }
+
+    /// Makes this stream wait for everything enqueued on `other` so far.
+    fn wait_for(&self, other: sys::CUstream) {
+        wait_for(self.0, other);
+    }
+}
+
+/// Makes `waiter` wait for everything enqueued on `other` so far (an event between them).
+fn wait_for(waiter: sys::CUstream, other: sys::CUstream) {
+    let mut event = null_mut();
+    // SAFETY: plain driver calls on live handles.
+    unsafe {
+        assert_eq!(
+            sys::cuEventCreate(&mut event, 2), // CU_EVENT_DISABLE_TIMING
+            sys::CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            sys::cuEventRecord(event, other),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        assert_eq!(
+            sys::cuStreamWaitEvent(waiter, event, 0),
+            sys::CUresult::CUDA_SUCCESS
+        );
+        sys::cuEventDestroy_v2(event);
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // SAFETY: created in `new`.
+        unsafe {
+            sys::cuStreamSynchronize(self.0);
+            sys::cuStreamDestroy_v2(self.0);
+        }
+    }
+}
+
+/// Stream A runs a long kernel, then a pool call; stream B, not waiting for A, makes the
+/// next call. With the check on, B's call starts while A's has not run: the pool faults
+/// with `UnorderedStreams`, reported through the C ABI as `KVP_STATUS_UNORDERED_STREAMS`
+/// with both calls and streams named; B's call wrote the padding slot. A clear recovers.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn stream_order_check_catches_unordered_streams() {
+    let gpu = Gpu::new(false);
+    let b = Stream::new();
+    let spinner = Spinner::new();
+    let (out_a, out_b) = (DevBuf::new(16 * 8), DevBuf::new(16 * 8));
+    out_b.upload(&[-7i64; 16]);
+    let mut raw = null_mut();
+    // SAFETY: valid config and out-pointer.
+    assert_eq!(
+        unsafe { kvp_pool_new(&c_device_config(), &mut raw) },
+        kvp_status::Ok
+    );
+    let pool = PoolGuard(raw);
+    let (a_stream, b_stream) = (gpu.stream.cast::<CUstream_st>(), b.0.cast::<CUstream_st>());
+    let mut flags = 0;
+    // SAFETY: a live pool; valid out-pointer.
+    unsafe {
+        assert_eq!(
+            kvp_pool_set_debug(pool.0, DevicePool::DEBUG_STREAM_ORDER),
+            kvp_status::Ok
+        );
+        assert_eq!(kvp_pool_get_debug(pool.0, &mut flags), kvp_status::Ok);
+    }
+    assert_eq!(flags, kvp_debug::StreamOrder as u32);
+    spinner.launch(gpu.stream, SPIN_NS);
+    // SAFETY: buffers hold 16 indices and outlive the streams' work (synced below).
+    unsafe {
+        assert_eq!(
+            kvp_pool_alloc_async(pool.0, 16, out_a.ptr as *mut c_void, 16, a_stream),
+            kvp_status::Ok
+        );
+        assert_eq!(
+            kvp_pool_alloc_async(pool.0, 16, out_b.ptr as *mut c_void, 16, b_stream),
+            kvp_status::Ok
+        );
+    }
+    b.sync();
+    gpu.sync();
+    sync_context();
+    // SAFETY: a live pool.
+    let status = unsafe { kvp_pool_check_device(pool.0) };
+    let message = last_error();
+    eprintln!("check_device: {status:?}: {message}");
+    assert_eq!(status, kvp_status::UnorderedStreams, "{message}");
+    assert!(
+        message.contains("kvp_pool_alloc_async") && message.contains("not ordered"),
+        "{message}"
+    );
+    assert!(
+        message.contains(&format!("{:#x}", b.0 as usize))
+            && message.contains(&format!("{:#x}", gpu.stream as usize)),
+        "the message names both streams: {message}"
+    );
+    // B's call was refused on the device: the padding slot, not a page of A's.
+    assert_eq!(out_b.download::<i64>(16), vec![0i64; 16]);
+    // Every later call is refused with the same status until a recovery.
+    // SAFETY: as above.
+    unsafe {
+        assert_eq!(
+            kvp_pool_alloc_async(pool.0, 16, out_a.ptr as *mut c_void, 16, a_stream),
+            kvp_status::UnorderedStreams
+        );
+        assert_eq!(kvp_pool_clear_async(pool.0, a_stream), kvp_status::Ok);
+    }
+    gpu.sync();
+    // SAFETY: as above.
+    unsafe {
+        // The old fault is reported once more after the recovery, then the pool is clean.
+        assert_eq!(kvp_pool_check_device(pool.0), kvp_status::UnorderedStreams);
+        assert_eq!(kvp_pool_check_device(pool.0), kvp_status::Ok);
+        assert_eq!(
+            kvp_pool_alloc_async(pool.0, 16, out_a.ptr as *mut c_void, 16, a_stream),
+            kvp_status::Ok
+        );
+    }
+    gpu.sync();
+    // SAFETY: as above.
+    assert_eq!(unsafe { kvp_pool_check_device(pool.0) }, kvp_status::Ok);
+    assert_eq!(out_a.download::<i64>(16), (16..32).collect::<Vec<i64>>());
+}
+
+/// The same two streams, but B waits for an event recorded on A after A's call: ordered,
+/// so the check passes and B's call continues where A's left off. Also: `KVPOOL_DEBUG`
+/// switches the check on at creation.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn stream_order_check_passes_streams_ordered_by_an_event() {
+    let gpu = Gpu::new(false);
+    let b = Stream::new();
+    let spinner = Spinner::new();
+    let (out_a, out_b) = (DevBuf::new(16 * 8), DevBuf::new(16 * 8));
+    std::env::set_var("KVPOOL_DEBUG", "stream_order");
+    let created = DevicePool::new(device_config(16));
+    std::env::remove_var("KVPOOL_DEBUG");
+    let mut pool = created.unwrap();
+    assert_eq!(pool.debug_flags(), DevicePool::DEBUG_STREAM_ORDER);
+    for round in 0..3 {
+        spinner.launch(gpu.stream, SPIN_NS / 3);
+        // SAFETY: buffers hold 16 indices; synced below.
+        unsafe { pool.alloc(16, out_a.ptr, 16, gpu.stream) }.unwrap();
+        b.wait_for(gpu.stream);
+        // SAFETY: as above.
+        unsafe { pool.alloc(16, out_b.ptr, 16, b.0) }.unwrap();
+        // And back to A, ordered after B.
+        wait_for(gpu.stream, b.0);
+        b.sync();
+        gpu.sync();
+        sync_context();
+        pool.check_device()
+            .unwrap_or_else(|e| panic!("round {round}: ordered streams reported {e}"));
+        let base = 16 + 32 * round;
+        assert_eq!(
+            out_a.download::<i64>(16),
+            (base..base + 16).collect::<Vec<i64>>()
+        );
+        assert_eq!(
+            out_b.download::<i64>(16),
+            (base + 16..base + 32).collect::<Vec<i64>>()
+        );
+    }
+}
+
+/// With the check off (the default), the same unordered pattern is not checked: whatever
+/// the race does to the pool, it is never reported as `UnorderedStreams`, and no check
+/// kernel runs (the pool's debug flags are 0).
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn stream_order_check_off_checks_nothing() {
+    let gpu = Gpu::new(false);
+    let b = Stream::new();
+    let spinner = Spinner::new();
+    let (out_a, out_b) = (DevBuf::new(16 * 8), DevBuf::new(16 * 8));
+    let mut pool = DevicePool::new(device_config(16)).unwrap();
+    assert_eq!(pool.debug_flags(), 0);
+    spinner.launch(gpu.stream, SPIN_NS);
+    // SAFETY: buffers hold 16 indices; synced below.
+    unsafe {
+        pool.alloc(16, out_a.ptr, 16, gpu.stream).unwrap();
+        pool.alloc(16, out_b.ptr, 16, b.0).unwrap();
+    }
+    b.sync();
+    gpu.sync();
+    sync_context();
+    if let Err(err) = pool.check_device() {
+        assert_ne!(err.kind(), ErrorKind::UnorderedStreams, "{err}");
+    }
+    assert!(pool
+        .fault()
+        .is_none_or(|f| f.kind != ErrorKind::UnorderedStreams));
+}
+
+/// The thread's last error message.
+fn last_error() -> String {
+    let mut buf = vec![0u8; 2048];
+    // SAFETY: `buf` holds 2048 bytes.
+    let n = unsafe { kvp_last_error_message(buf.as_mut_ptr().cast(), buf.len()) };
+    buf.truncate(n.min(buf.len() - 1));
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+/// On a host pool the option is accepted and ignored; unknown flags are refused with a
+/// message; the pending-release count needs no driver. Runs everywhere.
+#[test]
+fn debug_options_on_a_host_pool_and_without_a_driver() {
+    let mut c = kvp_pool_config_default();
+    c.size = 64;
+    c.page_size = 4;
+    let mut pool = null_mut();
+    let mut flags = 99;
+    let mut out = [0i64; 4];
+    let mut count = 99;
+    // SAFETY: valid pointers throughout.
+    unsafe {
+        assert_eq!(kvp_pool_new(&c, &mut pool), kvp_status::Ok);
+        assert_eq!(
+            kvp_pool_set_debug(pool, kvp_debug::StreamOrder as u32),
+            kvp_status::Ok
+        );
+        assert_eq!(kvp_pool_get_debug(pool, &mut flags), kvp_status::Ok);
+        assert_eq!(flags, 0, "a host pool has no debug checks");
+        assert_eq!(
+            kvp_pool_alloc(pool, 4, out.as_mut_ptr().cast(), 4),
+            kvp_status::Ok
+        );
+        assert_eq!(out, [4, 5, 6, 7]);
+        assert_eq!(
+            kvp_pool_set_debug(pool, 1 << 5),
+            kvp_status::InvalidArgument
+        );
+        assert!(last_error().contains("unknown kvp_debug flags 0x20"));
+        assert_eq!(
+            kvp_pool_get_debug(pool, null_mut()),
+            kvp_status::NullArgument
+        );
+        assert_eq!(kvp_pool_set_debug(null_mut(), 1), kvp_status::NullArgument);
+        kvp_pool_free(pool);
+        assert_eq!(
+            kvp_device_pending_releases(null_mut()),
+            kvp_status::NullArgument
+        );
+        assert_eq!(kvp_device_pending_releases(&mut count), kvp_status::Ok);
+    }
+    if gpu::unavailable().is_some() {
+        assert_eq!(count, 0, "no device pool was ever made");
+        eprintln!("GPU tests of this file skipped (listed as ignored): no NVIDIA driver");
+    }
+    // SAFETY: a static NUL-terminated string.
+    let text =
+        unsafe { std::ffi::CStr::from_ptr(kvp_status_str(kvp_status::UnorderedStreams as i32)) };
+    assert!(text.to_str().unwrap().contains("not ordered"), "{text:?}");
+}
