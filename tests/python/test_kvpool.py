@@ -1874,18 +1874,20 @@ class TestHandleKinds(KvpTestCase):
 
 
 def spy_calls(test, names):
-    """Wraps the library functions `names` for the rest of `test`; returns the list of names
-    called (any arguments)."""
+    """Wraps the library functions `names` for the rest of `test`, both as typed
+    (``LIB.<name>``) and as the pool's hot methods call them (``LIB.fast.<name>``, pointers
+    as ints); returns the list of names called (any arguments)."""
     calls = []
     for name in names:
-        original = LIB.function(name)
+        for owner, original in ((LIB, LIB.function(name)),
+                                (LIB.fast, LIB.fast_function(name))):
 
-        def wrapper(*args, _name=name, _original=original):
-            calls.append(_name)
-            return _original(*args)
+            def wrapper(*args, _name=name, _original=original):
+                calls.append(_name)
+                return _original(*args)
 
-        setattr(LIB, name, wrapper)
-        test.addCleanup(setattr, LIB, name, original)
+            setattr(owner, name, wrapper)
+            test.addCleanup(setattr, owner, name, original)
     return calls
 
 
