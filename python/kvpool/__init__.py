@@ -1013,6 +1013,12 @@ def _size(value, what):
     return _int(value, "size_t", what)
 
 
+_host_array = _buffers.host_array
+_out_buffer = _buffers.out_buffer
+_result = _buffers.result
+_INT64 = _buffers.INT64
+
+
 def _optional_size(value, what):
     return None if value is None else _size(value, what)
 
@@ -1096,13 +1102,11 @@ class Pool(_Owner):
         return ctypes.cast(address, _i64_array), n
 
     def _host_out(self, n, out, *inputs):
-        """The ``_buffers.Output`` for a host output: ``out`` if given (a tensor or a writable
-        buffer, written in place), else a new buffer of ``n`` elements of the kind of
-        ``inputs`` (a tensor if a tensor went in, a numpy array for numpy, an array.array
-        for other buffers, else returned as a list)."""
-        if out is not None:
-            return _buffers.given_out(out, self._index)
-        return _buffers.new_out(n, _buffers.result_kind(*inputs), self._index)
+        """(buffer, address, length, kind) for a host output: ``out`` if given (a tensor or a
+        writable buffer, written in place), else a new buffer of ``n`` elements of the kind
+        of ``inputs`` (a tensor if a tensor went in, a numpy array for numpy, an array.array
+        for other buffers, else returned as a list: ``_buffers.result``)."""
+        return _buffers.out_buffer(n, out, self._index, *inputs)
 
     def _call(self, name, *args):
         self._lib.check(getattr(self._lib, name)(self.handle, *args))
@@ -1134,56 +1138,57 @@ class Pool(_Owner):
     def alloc(self, num_tokens, out_len=None, out=None):
         num_tokens = _size(num_tokens, "num_tokens")
         out_len = _optional_size(out_len, "out_len")
-        output = self._host_out(num_tokens if out_len is None else out_len, out)
-        status = self._lib.fast.kvp_pool_alloc(self.handle, num_tokens, output.address,
-                                               output.length)
+        out, address, length, kind = _out_buffer(
+            num_tokens if out_len is None else out_len, out, self._index)
+        status = self._lib.fast.kvp_pool_alloc(self.handle, num_tokens, address, length)
         if status:
             self._lib.check(status)
-        return output.result(num_tokens)
+        return _result(out, kind, num_tokens, length)
 
     def alloc_extend(self, prefix_lens, seq_lens, last_loc, extend_num_tokens=None,
                      out_len=None, out=None):
         """SGLang's ``alloc_extend``. ``extend_num_tokens`` defaults to ``sum(seq_lens) -
         sum(prefix_lens)`` (O(n): pass it, as SGLang has it, to skip the sums)."""
-        host_array = _buffers.host_array
-        prefix_p, batch, prefix_keep = host_array(prefix_lens, _buffers.INT64, "prefix_lens")
-        seq_p, seq_n, seq_keep = host_array(seq_lens, _buffers.INT64, "seq_lens")
-        last_p, last_n, last_keep = host_array(last_loc, self._index, "last_loc")
-        extend_num_tokens = _extend_num_tokens(extend_num_tokens, seq_lens, prefix_lens,
-                                               seq_keep, prefix_keep)
-        out_len = _optional_size(out_len, "out_len")
+        prefix_p, batch, prefix_keep = _host_array(prefix_lens, _INT64, "prefix_lens")
+        seq_p, seq_n, seq_keep = _host_array(seq_lens, _INT64, "seq_lens")
+        last_p, last_n, last_keep = _host_array(last_loc, self._index, "last_loc")
+        if type(extend_num_tokens) is not int or not 0 <= extend_num_tokens <= _SIZE_MAX:
+            extend_num_tokens = _extend_num_tokens(extend_num_tokens, seq_lens, prefix_lens,
+                                                   seq_keep, prefix_keep)
+        if out_len is not None:
+            out_len = _size(out_len, "out_len")
         if batch != seq_n or batch != last_n:
             raise ValueError("prefix_lens, seq_lens and last_loc need one entry per request")
-        output = self._host_out(extend_num_tokens if out_len is None else out_len, out,
-                                prefix_lens, seq_lens, last_loc)
+        out, address, length, kind = _out_buffer(
+            extend_num_tokens if out_len is None else out_len, out, self._index, prefix_lens,
+            seq_lens, last_loc)
         status = self._lib.fast.kvp_pool_alloc_extend(
-            self.handle, prefix_p, seq_p, last_p, batch, extend_num_tokens, output.address,
-            output.length)
+            self.handle, prefix_p, seq_p, last_p, batch, extend_num_tokens, address, length)
         if status:
             self._lib.check(status)
         del prefix_keep, seq_keep, last_keep  # the call has returned
-        return output.result(extend_num_tokens)
+        return _result(out, kind, extend_num_tokens, length)
 
     def alloc_decode(self, seq_lens, last_loc, out_len=None, out=None):
-        host_array = _buffers.host_array
-        seq_p, batch, seq_keep = host_array(seq_lens, _buffers.INT64, "seq_lens")
-        last_p, last_n, last_keep = host_array(last_loc, self._index, "last_loc")
-        out_len = _optional_size(out_len, "out_len")
+        seq_p, batch, seq_keep = _host_array(seq_lens, _INT64, "seq_lens")
+        last_p, last_n, last_keep = _host_array(last_loc, self._index, "last_loc")
+        if out_len is not None:
+            out_len = _size(out_len, "out_len")
         if batch != last_n:
             raise ValueError("seq_lens and last_loc need one entry per request")
-        output = self._host_out(batch if out_len is None else out_len, out, seq_lens,
-                                last_loc)
+        out, address, length, kind = _out_buffer(
+            batch if out_len is None else out_len, out, self._index, seq_lens, last_loc)
         status = self._lib.fast.kvp_pool_alloc_decode(self.handle, seq_p, last_p, batch,
-                                                      output.address, output.length)
+                                                      address, length)
         if status:
             self._lib.check(status)
         del seq_keep, last_keep  # the call has returned
-        return output.result(batch)
+        return _result(out, kind, batch, length)
 
     # ---- frees ----
 
     def _free(self, name, values, what, *args):
-        address, n, keep = _buffers.host_array(values, self._index, what)
+        address, n, keep = _host_array(values, self._index, what)
         status = getattr(self._lib.fast, name)(self.handle, address, n, *args)
         if status:
             self._lib.check(status)

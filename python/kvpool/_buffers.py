@@ -57,6 +57,9 @@ def _native_formats(itemsize):
     return frozenset(formats)
 
 
+_NEVER = object()
+
+
 class Elements:
     """One element type of a host array: signed integers of ``bits`` bits."""
 
@@ -73,6 +76,9 @@ class Elements:
         self.formats = _native_formats(itemsize)
         self.zero = array.array(self.typecode, [0])
         self._torch_dtype = None
+        # torch.<name> and numpy.dtype(<name>), set once torch / numpy arrays are seen
+        # (compared with ``is`` on the fast paths; never equal until then)
+        self.torch = self.numpy = _NEVER
 
     def torch_dtype(self, torch):
         dtype = self._torch_dtype
@@ -114,6 +120,8 @@ def sequence_array(values, elements, what):
     """An ``array.array`` of the element type holding the integers of ``values`` (a list,
     tuple or other iterable), every one range-checked: in C by ``array.array`` (O(n) at C
     speed), and only when it refuses one, again in Python to name it."""
+    if type(values) is not list and type(values) is not tuple:
+        values = list(values)  # an iterator must be read once, whatever happens below
     try:
         return array.array(elements.typecode, values)
     except (OverflowError, TypeError):
@@ -159,7 +167,8 @@ def tensor_pointer(tensor, elements, what, torch, device=None):
 
 
 def _view(buffer, elements, what, writable):
-    """(address, length, memoryview) of a buffer-protocol object holding the elements."""
+    """(address, length, keep) of a buffer-protocol object holding the elements: every
+    check with its message (the fast handlers below fall back to this)."""
     view = memoryview(buffer)
     if view.ndim != 1:
         raise ValueError(f"{what} must be 1-D, not of shape {view.shape}")
@@ -179,33 +188,116 @@ def _view(buffer, elements, what, writable):
     return _addressof(_from_buffer(view)), n, view
 
 
-def host_array(values, elements, what):
-    """(address, length, keep) of a host array argument (see the module's docs); ``keep``
-    owns the memory and must stay referenced until the call returns."""
-    cls = type(values)
-    if cls is array.array:
-        if values.typecode not in elements.typecodes:
-            raise TypeError(f"{what} is an array of typecode {values.typecode!r}; it must "
-                            f"hold {elements.expected()}")
-        address, n = values.buffer_info()
-        return (address if n else EMPTY_ADDRESS), n, values
-    if cls is not list and cls is not tuple:
-        torch = _torch(values)
-        if torch is not None:
-            address, n = tensor_pointer(values, elements, what, torch)
-            return (address if n else EMPTY_ADDRESS), n, values
-        try:
-            return _view(values, elements, what, False)
-        except TypeError:
-            try:
-                memoryview(values)
+# ---- host arrays: one handler per exact type, found by a dict lookup --------------------------
+# A handler takes (values, elements, what, writable) and returns (address, length, keep).
+
+
+def _from_array(values, elements, what, writable):
+    if values.typecode not in elements.typecodes:
+        raise TypeError(f"{what} is an array of typecode {values.typecode!r}; it must hold "
+                        f"{elements.expected()}")
+    address, n = values.buffer_info()
+    return (address if n else EMPTY_ADDRESS), n, values
+
+
+def _from_memoryview(values, elements, what, writable):
+    if values.ndim == 1 and values.format in elements.formats:
+        n = len(values)
+        if n:
+            try:  # asks for a writable C-contiguous buffer: refused otherwise
+                return _addressof(_from_buffer(values)), n, values
             except TypeError:
-                pass  # no buffer: an iterable of integers
-            else:
-                raise  # a buffer of the wrong element type
+                pass  # read-only or not contiguous: _view copies, or says why not
+    return _view(values, elements, what, writable)
+
+
+def _from_sequence(values, elements, what, writable):
+    if writable:
+        raise TypeError(f"{what} must be a torch tensor or a writable buffer (numpy array, "
+                        f"array.array, memoryview) of {elements.expected()}, not "
+                        f"{type(values).__name__}")
     converted = sequence_array(values, elements, what)
     address, n = converted.buffer_info()
     return (address if n else EMPTY_ADDRESS), n, converted
+
+
+def _from_buffer_object(values, elements, what, writable):
+    return _view(values, elements, what, writable)
+
+
+def _from_tensor(values, elements, what, writable):
+    """A torch tensor: the common case (a CPU tensor of the dtype, 1-D, contiguous) in a
+    few attribute reads; anything else through ``tensor_pointer``'s messages."""
+    if values.is_cpu and values.dtype is elements.torch and values.stride() == _UNIT_STRIDE:
+        n = values.numel()
+        return (values.data_ptr() if n else EMPTY_ADDRESS), n, values
+    address, n = tensor_pointer(values, elements, what, sys.modules["torch"])
+    return (address if n else EMPTY_ADDRESS), n, values
+
+
+def _from_ndarray(values, elements, what, writable):
+    """A numpy array: the common case (of the dtype, 1-D, C-contiguous, writable) without
+    a memoryview; anything else (another native dtype of the width, read-only, ...)
+    through ``_view``."""
+    if values.dtype is elements.numpy and values.ndim == 1:
+        n = len(values)
+        if n:
+            try:  # asks for a writable C-contiguous buffer: refused otherwise
+                return _addressof(_from_buffer(values)), n, values
+            except TypeError:
+                pass  # read-only or not contiguous: _view copies, or says why not
+    return _view(values, elements, what, writable)
+
+
+_UNIT_STRIDE = (1,)  # the stride() of a 1-D contiguous tensor (of more than one element)
+
+_HANDLERS = {
+    array.array: _from_array,
+    list: _from_sequence,
+    tuple: _from_sequence,
+    memoryview: _from_memoryview,
+}
+
+
+def _handler(values):
+    """The handler for ``values``'s type, remembered per type (torch tensors and numpy
+    arrays are recognized without importing either: only once the caller has)."""
+    cls = type(values)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(values, torch.Tensor):
+        for elements in (INT64, INT32):
+            elements.torch = elements.torch_dtype(torch)
+        handler = _from_tensor
+    else:
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and isinstance(values, numpy.ndarray):
+            for elements in (INT64, INT32):
+                elements.numpy = numpy.dtype(elements.name)
+            handler = _from_ndarray
+        elif _is_buffer(values):
+            handler = _from_buffer_object
+        else:
+            return _from_sequence  # an iterable: not remembered (it may be a one-off)
+    _HANDLERS[cls] = handler
+    return handler
+
+
+def _is_buffer(value):
+    try:
+        memoryview(value)
+    except TypeError:
+        return False
+    return True
+
+
+def host_array(values, elements, what, writable=False):
+    """(address, length, keep) of a host array argument (see the module's docs); ``keep``
+    owns the memory and must stay referenced until the call returns. ``writable``: an
+    output (``out=``), which must be a tensor or a writable buffer."""
+    handler = _HANDLERS.get(type(values))
+    if handler is None:
+        handler = _handler(values)
+    return handler(values, elements, what, writable)
 
 
 def total(values, keep):
@@ -220,59 +312,34 @@ def total(values, keep):
 # ---- outputs --------------------------------------------------------------------------------
 
 LIST, ARRAY, NUMPY, TORCH = range(4)
+_KINDS = {_from_tensor: TORCH, _from_ndarray: NUMPY, _from_sequence: LIST}
+
+
+def _kind(value):
+    handler = _HANDLERS.get(type(value))
+    if handler is None:
+        handler = _handler(value)
+    return _KINDS.get(handler, ARRAY)
 
 
 def result_kind(*inputs):
     """What a call returns when given no ``out``: a tensor if any input is a tensor, else a
     numpy array if any is one, else an ``array.array`` if any is another buffer (array,
     memoryview, ...), else a list."""
-    kind = LIST
-    for value in inputs:
-        cls = type(value)
-        if cls is list or cls is tuple:
-            continue
-        if _torch(value) is not None:
-            return TORCH
-        if _numpy(value) is not None:
-            kind = NUMPY
-        elif kind == LIST and (cls is array.array or _is_buffer(value)):
-            kind = ARRAY
-    return kind
+    return max(map(_kind, inputs), default=LIST)
 
 
-def _is_buffer(value):
-    try:
-        memoryview(value)
-    except TypeError:
-        return False
-    return True
-
-
-class Output:
-    """A host output buffer: ``address`` and ``length`` for the call, ``result(k)`` the
-    return value once the call has written ``k`` elements."""
-
-    __slots__ = ("address", "length", "buffer", "kind")
-
-    def __init__(self, address, length, buffer, kind):
-        self.address = address
-        self.length = length
-        self.buffer = buffer
-        self.kind = kind
-
-    def result(self, k):
-        buffer, kind = self.buffer, self.kind
-        if kind == LIST:
-            return (buffer if k == self.length else buffer[:k]).tolist()
-        if k == self.length:
-            return buffer  # exactly filled: no view to make (a tensor slice costs ~2 us)
-        if kind == ARRAY:
-            return memoryview(buffer)[:k]  # array slices copy
-        return buffer[:k]
-
-
-def new_out(n, kind, elements):
-    """A new host output of ``n`` elements of the kind ``result_kind`` chose."""
+def out_buffer(n, out, elements, *inputs):
+    """(buffer, address, length, kind) of a host output: ``out`` if given (a tensor, or a
+    writable buffer of the elements: numpy array, array.array, memoryview; written in
+    place), else a new buffer of ``n`` elements of the kind ``result_kind(*inputs)``."""
+    if out is not None:
+        handler = _HANDLERS.get(type(out))
+        if handler is None:
+            handler = _handler(out)
+        address, length, _ = handler(out, elements, "out", True)
+        return out, address, length, _KINDS.get(handler, ARRAY)
+    kind = result_kind(*inputs)
     if kind == TORCH:
         torch = sys.modules["torch"]
         buffer = torch.empty(n, dtype=elements.torch_dtype(torch))
@@ -283,29 +350,18 @@ def new_out(n, kind, elements):
     else:
         buffer = elements.zero * n
         address = buffer.buffer_info()[0]
-    return Output(address if n else EMPTY_ADDRESS, n, buffer,
-                  ARRAY if kind == ARRAY else kind)
+    return buffer, (address if n else EMPTY_ADDRESS), n, kind
 
 
-def given_out(out, elements):
-    """The ``Output`` for a caller's ``out``: a tensor (on the CPU), or a writable buffer of
-    the elements (numpy array, array.array, memoryview); written in place. The call returns
-    ``out`` itself when exactly filled, else its first k elements: ``out[:k]`` for tensors
-    and numpy arrays (views), a memoryview for other buffers."""
-    cls = type(out)
-    if cls is array.array:
-        if out.typecode not in elements.typecodes:
-            raise TypeError(f"out is an array of typecode {out.typecode!r}; it must hold "
-                            f"{elements.expected()}")
-        address, n = out.buffer_info()
-        return Output(address if n else EMPTY_ADDRESS, n, out, ARRAY)
-    torch = _torch(out)
-    if torch is not None:
-        address, n = tensor_pointer(out, elements, "out", torch)
-        return Output(address if n else EMPTY_ADDRESS, n, out, TORCH)
-    if cls is list or cls is tuple or not _is_buffer(out):
-        raise TypeError("out must be a torch tensor or a writable buffer (numpy array, "
-                        f"array.array, memoryview) of {elements.expected()}, not "
-                        f"{cls.__name__}")
-    address, n, _ = _view(out, elements, "out", True)
-    return Output(address, n, out, NUMPY if _numpy(out) is not None else ARRAY)
+def result(buffer, kind, k, length):
+    """What a call that wrote ``k`` elements to an output returns: a list for LIST, else
+    the buffer itself when exactly filled (no view to make: a tensor slice costs ~2 us),
+    else its first k elements (``buffer[:k]`` for tensors and numpy arrays, a memoryview
+    for other buffers: slicing an array.array would copy)."""
+    if kind == LIST:
+        return (buffer if k == length else buffer[:k]).tolist()
+    if k == length:
+        return buffer
+    if kind == ARRAY:
+        return memoryview(buffer)[:k]
+    return buffer[:k]
