@@ -13,7 +13,8 @@
  * between two clock_gettime(CLOCK_MONOTONIC) reads, and an untimed undo that returns the
  * pool to the same state (an allocation's slots freed, a decode rewound). `times[i]` gets
  * the i-th timed call's nanoseconds. Device loops drain the stream every 64 iterations,
- * untimed (through `sync`, cuStreamSynchronize), so the launch queue never fills.
+ * untimed (through `sync`, cuStreamSynchronize), so the launch queue never fills; the
+ * free loop drains after every free.
  * Returns 0, or the first kvp_status that was not KVP_STATUS_OK (stopping there).
  */
 #include <stddef.h>
@@ -157,6 +158,8 @@ int ovh_alloc_decode_async(const struct ovh_functions *f, struct kvp_pool *pool,
 int ovh_free_async(const struct ovh_functions *f, struct kvp_pool *pool, void *indices,
                    size_t len, struct CUstream_st *stream, size_t warmup, size_t reps,
                    uint64_t *times) {
+  /* drained after each free (untimed): a paged free by index is counted once the stream
+   * has passed it, and the next setup allocation must see its pages */
   LOOP(CHECK(f->alloc_async(pool, len, indices, len, stream)),
-       f->free_indices_async(pool, indices, len, stream), NOTHING, CHECK(f->sync(stream)));
+       f->free_indices_async(pool, indices, len, stream), CHECK(f->sync(stream)), NOTHING);
 }

@@ -24,7 +24,8 @@ starts from the same pool state):
 - free: free_indices of bs pages' slots (bs * 16 indices), after an untimed alloc.
 - --device cuda: the *_async methods on a device pool: CUDA tensors for the device arrays
   and out, the host copies of the lengths in the row's kind, stream=None (PyTorch's current
-  stream; C gets its handle); the stream is drained every 64 calls, untimed.
+  stream: one of our own, made current; C gets its handle); the stream is drained every 64
+  calls and after every timed free, untimed.
 
 Kinds of host input: list, array.array ('q'), memoryview (of an array), numpy (int64, if
 numpy is installed), torch (CPU int64 tensor, if torch is installed). Rows "ctypes" call
@@ -46,7 +47,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(ROOT, "python"))
+# --package DIR: time another copy of the package (e.g. an older revision's python/, for
+# before/after figures from one machine); it must be chosen before the import.
+if "--package" in sys.argv:
+    sys.path.insert(0, os.path.abspath(sys.argv[sys.argv.index("--package") + 1]))
+else:
+    sys.path.insert(0, os.path.join(ROOT, "python"))
 
 import kvpool  # noqa: E402
 
@@ -193,7 +199,18 @@ class Bench:
         for name, _ in Functions._fields_:
             if name != "sync":
                 setattr(self.fns, name, address(self.lib.function("kvp_pool_" + name)))
-        self.fast = self.lib.fast
+        # The benchmark's own untyped functions (every pointer void *, addresses as ints) for
+        # the untimed setup/undo calls and the "ctypes" rows, whatever the package has.
+        cdll = ctypes.CDLL(self.lib.path)
+        self.fast = type("Fast", (), {})()
+        for name, (restype, argtypes) in kvpool.SIGNATURES.items():
+            if not hasattr(cdll, name):
+                continue
+            fn = cdll[name]
+            fn.restype = restype
+            fn.argtypes = [vp if isinstance(t, type) and issubclass(t, (ctypes._Pointer, vp))
+                           else t for t in argtypes]
+            setattr(self.fast, name, fn)
         self.device = args.device == "cuda"
         self.rows = []
 
@@ -272,8 +289,12 @@ class Bench:
                     return py_loop(partial(fn, h, pa, sa, la, bs, ext, oa, ext), None,
                                    lambda _: undo_free(oa, ext), None, warmup, reps)
 
-                cell, result = self.measure(c_run, py_run,
-                                            ctypes_run if kind == args.kinds[0] else None)
+                try:
+                    cell, result = self.measure(c_run, py_run,
+                                                ctypes_run if kind == args.kinds[0] else None)
+                except TypeError as e:  # an older package without this kind
+                    self.unsupported("alloc_extend", bs, kind, e)
+                    continue
                 self.check("alloc_extend", bs, kind, result, c_out)
                 self.row("alloc_extend", bs, kind, cell)
                 if kind == args.kinds[0]:
@@ -322,8 +343,12 @@ class Bench:
                     return py_loop(partial(fn, h, s2a, fa, bs, da, bs), None, undo, None,
                                    warmup, reps)
 
-                cell, result = self.measure(c_run, py_run,
-                                            ctypes_run if kind == args.kinds[0] else None)
+                try:
+                    cell, result = self.measure(c_run, py_run,
+                                                ctypes_run if kind == args.kinds[0] else None)
+                except TypeError as e:
+                    self.unsupported("alloc_decode", bs, kind, e)
+                    continue
                 self.check("alloc_decode", bs, kind, result, d_out)
                 self.row("alloc_decode", bs, kind, cell)
                 if kind == args.kinds[0]:
@@ -347,7 +372,11 @@ class Bench:
                     return c_loop(H.ovh_alloc, (f, vp(h), size_t(n), vp(aa), size_t(n)),
                                   warmup, reps)
 
-                cell, result = self.measure(c_run, py_run)
+                try:
+                    cell, result = self.measure(c_run, py_run)
+                except TypeError as e:
+                    self.unsupported("alloc", bs, kind, e)
+                    continue
                 self.check("alloc", bs, kind, result, a_out)
                 self.row("alloc", bs, "out: " + kind if kind != "list" else "list result",
                          cell)
@@ -379,7 +408,12 @@ class Bench:
                     return c_loop(H.ovh_free_indices, (f, vp(h), vp(aa), size_t(n)), warmup,
                                   reps)
 
-                cell, _ = self.measure(c_run, py_run)
+                try:
+                    cell, _ = self.measure(c_run, py_run)
+                except TypeError as e:
+                    self.unsupported("free_indices", bs, kind, e)
+                    undo_free(ta, n)
+                    continue
                 if kind == "list":
                     assert list(target) == indices  # the list freed what the alloc gave
                 self.row("free_indices", bs, kind, cell)
@@ -400,7 +434,9 @@ class Bench:
         f = ctypes.byref(self.fns)
         H = self.harness
         fast = self.fast
-        stream = torch.cuda.current_stream(dev)
+        # a stream of our own, made PyTorch's current one: what stream=None means
+        stream = torch.cuda.Stream(dev)
+        torch.cuda.set_stream(stream)
         sh = stream.cuda_stream
         drain = stream.synchronize
         kinds = [k for k in args.kinds if k != "memoryview"] if args.kinds else []
@@ -458,8 +494,9 @@ class Bench:
             # decode: bs requests of one token each
             first_d = torch.zeros(bs, dtype=torch.int64, device=dev)
             ones = array.array("q", [1] * bs)
+            ones_d = d([1] * bs)
             st = fast.kvp_pool_alloc_extend_async(h, pha, ones.buffer_info()[0],
-                                                  prefix_d.data_ptr(), d([1] * bs).data_ptr(),
+                                                  prefix_d.data_ptr(), ones_d.data_ptr(),
                                                   last_d.data_ptr(), bs, bs,
                                                   first_d.data_ptr(), bs, sh)
             assert st == 0, self.lib.last_error_message()
@@ -517,14 +554,22 @@ class Bench:
                 lambda warmup, reps: c_loop(H.ovh_free_async,
                                             (f, vp(h), vp(c_a_d.data_ptr()), size_t(n),
                                              vp(sh)), warmup, reps),
-                lambda warmup, reps: py_loop(partial(pool.free_async, a_d), setup, None,
-                                             drain, warmup, reps))
+                lambda warmup, reps: py_loop(partial(pool.free_async, a_d), setup,
+                                             lambda _: drain(), None, warmup, reps))
             drain()
             self.row("free_async", bs, "cuda tensor", cell)
             pool.check_device()
             assert pool.available_size_bound() == (args.pool_size, True), \
                 pool.available_size_bound()
         pool.close()
+
+    def unsupported(self, op, bs, kind, error):
+        """A kind the package refuses (an older revision): the C loop's slots are freed by
+        the loop itself; the row says so."""
+        print(f"  {op} bs={bs} {kind}: refused by this package ({error})", file=sys.stderr)
+        self.rows.append(dict(op=op, bs=bs, kind=kind, c=float("nan"), py=float("nan"),
+                              delta=float("nan"), ratio=float("nan"), ctypes=float("nan"),
+                              note="refused"))
 
     def free_result(self, h, kind, result):
         """Frees the slots of a Python call's result (the untimed undo)."""
@@ -571,6 +616,10 @@ class Bench:
               file=out)
         print("|---|---:|---|---:|---:|---:|---:|", file=out)
         for r in self.rows:
+            if r["note"] == "refused":
+                print(f"| {r['op']} | {r['bs']} | {r['kind']} | | refused by this package | "
+                      "| |", file=out)
+                continue
             print(f"| {r['op']} | {r['bs']} | {r['kind']} | {r['c']:.2f} | {r['py']:.2f} | "
                   f"{r['delta']:+.2f} | {r['ratio']:.2f} |", file=out)
 
@@ -607,6 +656,9 @@ def main():
     p.add_argument("--pool-size", type=int, default=1 << 20)
     p.add_argument("--cc", default=os.environ.get("CC", "cc"))
     p.add_argument("--csv", help="also write the table as CSV here")
+    p.add_argument("--md", help="also write the table (markdown) here")
+    p.add_argument("--package", help="the directory holding the kvpool package to time "
+                   "(default: this tree's python/)")
     p.add_argument("--quick", action="store_true", help="smoke run (2 rounds of 20 calls)")
     args = p.parse_args()
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
@@ -634,6 +686,9 @@ def main():
     finally:
         bench.close()
     bench.report(sys.stdout)
+    if args.md:
+        with open(args.md, "w", encoding="utf-8") as f:
+            bench.report(f)
     if args.csv:
         bench.csv(args.csv)
 
