@@ -28,19 +28,42 @@ Failures raise ``KvpError`` (status number, status name, the library's descripti
 status and the thread's ``kvp_last_error_message``). Every integer the package hands to C
 (arguments, struct fields, the elements of a list it converts) is first checked against its
 C type, where ctypes would silently wrap it: a value out of range raises ``OverflowError``
-naming the argument and the value, before any call (tensors go to C as they are, and the
-library checks their values). Pools, snapshots, schedulers, adders
+naming the argument and the value, before any call (buffers and tensors go to C as they
+are, and the library checks their values). Pools, snapshots, schedulers, adders
 and delayers are freed exactly once: by ``close()``, by leaving a ``with`` block, or (as a
 fallback) when collected.
 
-PyTorch: wherever a host pool method takes a list of indices or lengths it also takes a
-1-D, contiguous tensor (lengths ``torch.int64``; indices the pool's index dtype,
-``torch.int64`` or ``torch.int32``), passed by ``data_ptr()`` without a copy. A call given a
-tensor returns a tensor; ``out=`` takes a preallocated one (SGLang's ``out_cache_loc``) and
-returns the written prefix of it. Host pools read and write host memory only, so their
-methods take CPU tensors and refuse a CUDA tensor with ``ValueError`` (its pointer must never
-be read as a host pointer). This module never imports torch for host pools; it recognizes
-tensors once the caller has.
+Host arrays (the index and length arguments of a host pool's methods, and the host copies
+of the lengths of a device pool's): each may be
+
+- a 1-D buffer of signed integers of the element's width (lengths int64; indices the pool's
+  index type, int64 or int32): an ``array.array`` (typecode ``'q'``, ``'i'`` for int32), a
+  numpy array, a ``memoryview``, any object with the buffer protocol. Passed by address, no
+  copy, O(1) in Python (a read-only buffer is copied first);
+- a 1-D, contiguous torch CPU tensor (``torch.int64`` lengths, the pool's index dtype for
+  indices), passed by ``data_ptr()``, no copy, O(1);
+- a list (or tuple, or other iterable) of ints: converted with ``array.array``, O(n) at C
+  speed (about 30 ns an element: 4,096 lengths cost ~0.1 ms), which refuses an element that
+  does not fit; only then is the list walked in Python to name it in the ``OverflowError``.
+
+On the hot paths use buffers or tensors: the call then costs a few microseconds more than
+the same call from C (``benches/python_overhead.py`` measures it). A wrong element type,
+shape or layout raises ``TypeError`` / ``ValueError`` naming the argument before any call;
+the values of a buffer or tensor are checked by the library (a negative length is refused as
+INVALID_LENGTHS, an invalid index by its own status). Results follow the inputs: a list for
+list inputs, a tensor if a tensor went in, a numpy array for numpy inputs, an
+``array.array`` for other buffers. ``out=`` takes a preallocated tensor or writable buffer
+(SGLang's ``out_cache_loc``), written in place, and returns it itself when exactly filled,
+else its written prefix (``out[:k]``; a memoryview for an ``array.array``). ``alloc_extend``'s
+``extend_num_tokens`` defaults to ``sum(seq_lens) - sum(prefix_lens)``, an O(n) sum: pass it
+(SGLang has it) to skip that. Host pools read and write host memory only, so their methods
+take CPU tensors and refuse a CUDA tensor with ``ValueError`` (its pointer must never be
+read as a host pointer). This module never imports torch or numpy; it recognizes their
+arrays once the caller has.
+
+The hot methods call ``lib.fast.kvp_*``: the same functions with every pointer parameter
+declared ``void *``, so that addresses go in as plain ints (ctypes converts an int argument
+fastest; a typed pointer argument costs ~1 us more to build).
 
 Device pools (``Pool(size, page_size=16, backend="cuda", device=0)``; the library uses the
 device's primary context, the one PyTorch uses) keep their state in device memory and are
@@ -52,9 +75,10 @@ driven by the ``*_async`` methods: ``alloc_async``, ``alloc_extend_async``,
 dtype, 1-D and contiguity checked before the call), enqueue kernels on ``stream`` and return
 without synchronizing; an output tensor (``out=``, else a new one allocated on that stream)
 holds its slots once the stream passes the call. ``stream=None`` is
-``torch.cuda.current_stream(device)``; an int (cudaStream_t / CUstream) or a
-``torch.cuda.Stream`` works too. The host copies of the lengths (``prefix_lens_host``,
-``seq_lens_host``: lists or CPU tensors, SGLang's ``*_lens_cpu``) are required arguments:
+``torch.cuda.current_stream(device)`` (read through ``torch._C._cuda_getCurrentRawStream``,
+~0.1 us); an int (cudaStream_t / CUstream) or a ``torch.cuda.Stream`` works too. The host
+copies of the lengths (``prefix_lens_host``, ``seq_lens_host``: host arrays as above, e.g. CPU
+tensors, SGLang's ``*_lens_cpu``) are required arguments:
 kvpool plans and checks an allocation on the host, and taking them from the device tensors
 (``.tolist()``, ``.cpu()``) would wait for the stream. What the host can check (a
 shortage, bad lengths, a wrong stream) is reported by the call itself; an invalid index
@@ -1025,8 +1049,10 @@ def _optional_size(value, what):
 
 class Pool(_Owner):
     """A kvpool slot allocator: ``Pool(size, page_size=1, ...)``. Index and length arguments
-    are sequences of ints or tensors (see the module's docs); results are lists of ints, or
-    tensors when a tensor went in. Buffers passed to the library have the pool's index type
+    are host arrays (see the module's docs): buffers (array.array, numpy, memoryview) and CPU
+    tensors go to the library by address in O(1); lists are converted in O(n) at C speed.
+    Results are lists for list inputs, else of the inputs' kind (tensor, numpy array,
+    array.array); ``out=`` is written in place. Index buffers have the pool's index type
     (int64, or int32 for ``index_type=INDEX_TYPE_I32``).
 
     ``backend="cuda"`` (or ``BACKEND_CUDA``) with ``device=N`` makes a device pool on CUDA
