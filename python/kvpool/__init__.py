@@ -1604,16 +1604,37 @@ def _configure(struct, overrides):
     """Sets `overrides` on `struct`, refusing names it does not have (a typo must not be
     silently ignored) and integers that do not fit their field (ctypes would wrap them).
     Every value is checked before any is set, so a refused call leaves `struct` as it was."""
-    fields = dict(struct._fields_)
+    fields = _struct_fields(type(struct))
     checked = {}
     for key, value in overrides.items():
-        if key not in fields:
-            raise TypeError(f"{type(struct).__name__} has no field {key!r}")
-        c_type = _field_c_type(fields[key])
-        checked[key] = value if c_type is None else _int(value, c_type, key)
+        try:
+            c_type, low, high = fields[key]
+        except KeyError:
+            raise TypeError(f"{type(struct).__name__} has no field {key!r}") from None
+        if c_type is None or (type(value) is int and low <= value <= high):
+            checked[key] = value
+        else:
+            checked[key] = _int(value, c_type, key)  # converts, or says why not
     for key, value in checked.items():
         setattr(struct, key, value)
     return struct
+
+
+_STRUCT_FIELDS = {}
+
+
+def _struct_fields(struct_type):
+    """{field: (C integer type name, low, high)} of a struct type (None, None, None for a
+    field that is not an integer), computed once per type: ``submit`` and the other calls
+    that fill a struct per call then check each field in a few comparisons."""
+    fields = _STRUCT_FIELDS.get(struct_type)
+    if fields is None:
+        fields = {}
+        for name, ctype in struct_type._fields_:
+            c_type = _field_c_type(ctype)
+            fields[name] = (c_type, *_C_INT_BOUNDS[c_type]) if c_type else (None, None, None)
+        _STRUCT_FIELDS[struct_type] = fields
+    return fields
 
 
 def _new(struct_type, *args, **kwargs):
