@@ -22,7 +22,7 @@ and index it is given (the lengths are signed, so a negative one is refused by t
 not read as a huge unsigned number).
 
 An output argument (``out=``) is a writable buffer or a tensor of the pool's index type;
-without one, a new buffer of the kind of the inputs is made (see ``new_out``).
+without one, a new buffer of the kind of the inputs is made (see ``out_buffer``).
 """
 
 import array
