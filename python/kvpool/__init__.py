@@ -28,19 +28,42 @@ Failures raise ``KvpError`` (status number, status name, the library's descripti
 status and the thread's ``kvp_last_error_message``). Every integer the package hands to C
 (arguments, struct fields, the elements of a list it converts) is first checked against its
 C type, where ctypes would silently wrap it: a value out of range raises ``OverflowError``
-naming the argument and the value, before any call (tensors go to C as they are, and the
-library checks their values). Pools, snapshots, schedulers, adders
+naming the argument and the value, before any call (buffers and tensors go to C as they
+are, and the library checks their values). Pools, snapshots, schedulers, adders
 and delayers are freed exactly once: by ``close()``, by leaving a ``with`` block, or (as a
 fallback) when collected.
 
-PyTorch: wherever a host pool method takes a list of indices or lengths it also takes a
-1-D, contiguous tensor (lengths ``torch.int64``; indices the pool's index dtype,
-``torch.int64`` or ``torch.int32``), passed by ``data_ptr()`` without a copy. A call given a
-tensor returns a tensor; ``out=`` takes a preallocated one (SGLang's ``out_cache_loc``) and
-returns the written prefix of it. Host pools read and write host memory only, so their
-methods take CPU tensors and refuse a CUDA tensor with ``ValueError`` (its pointer must never
-be read as a host pointer). This module never imports torch for host pools; it recognizes
-tensors once the caller has.
+Host arrays (the index and length arguments of a host pool's methods, and the host copies
+of the lengths of a device pool's): each may be
+
+- a 1-D buffer of signed integers of the element's width (lengths int64; indices the pool's
+  index type, int64 or int32): an ``array.array`` (typecode ``'q'``, ``'i'`` for int32), a
+  numpy array, a ``memoryview``, any object with the buffer protocol. Passed by address, no
+  copy, O(1) in Python (a read-only buffer is copied first);
+- a 1-D, contiguous torch CPU tensor (``torch.int64`` lengths, the pool's index dtype for
+  indices), passed by ``data_ptr()``, no copy, O(1);
+- a list (or tuple, or other iterable) of ints: converted with ``array.array``, O(n) at C
+  speed (about 30 ns an element: 4,096 lengths cost ~0.1 ms), which refuses an element that
+  does not fit; only then is the list walked in Python to name it in the ``OverflowError``.
+
+On the hot paths use buffers or tensors: the call then costs a few microseconds more than
+the same call from C (``benches/python_overhead.py`` measures it). A wrong element type,
+shape or layout raises ``TypeError`` / ``ValueError`` naming the argument before any call;
+the values of a buffer or tensor are checked by the library (a negative length is refused as
+INVALID_LENGTHS, an invalid index by its own status). Results follow the inputs: a list for
+list inputs, a tensor if a tensor went in, a numpy array for numpy inputs, an
+``array.array`` for other buffers. ``out=`` takes a preallocated tensor or writable buffer
+(SGLang's ``out_cache_loc``), written in place, and returns it itself when exactly filled,
+else its written prefix (``out[:k]``; a memoryview for an ``array.array``). ``alloc_extend``'s
+``extend_num_tokens`` defaults to ``sum(seq_lens) - sum(prefix_lens)``, an O(n) sum: pass it
+(SGLang has it) to skip that. Host pools read and write host memory only, so their methods
+take CPU tensors and refuse a CUDA tensor with ``ValueError`` (its pointer must never be
+read as a host pointer). This module never imports torch or numpy; it recognizes their
+arrays once the caller has.
+
+The hot methods call ``lib.fast.kvp_*``: the same functions with every pointer parameter
+declared ``void *``, so that addresses go in as plain ints (ctypes converts an int argument
+fastest; a typed pointer argument costs ~1 us more to build).
 
 Device pools (``Pool(size, page_size=16, backend="cuda", device=0)``; the library uses the
 device's primary context, the one PyTorch uses) keep their state in device memory and are
@@ -52,9 +75,10 @@ driven by the ``*_async`` methods: ``alloc_async``, ``alloc_extend_async``,
 dtype, 1-D and contiguity checked before the call), enqueue kernels on ``stream`` and return
 without synchronizing; an output tensor (``out=``, else a new one allocated on that stream)
 holds its slots once the stream passes the call. ``stream=None`` is
-``torch.cuda.current_stream(device)``; an int (cudaStream_t / CUstream) or a
-``torch.cuda.Stream`` works too. The host copies of the lengths (``prefix_lens_host``,
-``seq_lens_host``: lists or CPU tensors, SGLang's ``*_lens_cpu``) are required arguments:
+``torch.cuda.current_stream(device)`` (read through ``torch._C._cuda_getCurrentRawStream``,
+~0.1 us); an int (cudaStream_t / CUstream) or a ``torch.cuda.Stream`` works too. The host
+copies of the lengths (``prefix_lens_host``, ``seq_lens_host``: host arrays as above, e.g. CPU
+tensors, SGLang's ``*_lens_cpu``) are required arguments:
 kvpool plans and checks an allocation on the host, and taking them from the device tensors
 (``.tolist()``, ``.cpu()``) would wait for the stream. What the host can check (a
 shortage, bad lengths, a wrong stream) is reported by the call itself; an invalid index
@@ -80,6 +104,7 @@ device that calls from several streams are ordered (KvpError UNORDERED_STREAMS o
         prefix_lens_host=prefix_cpu, seq_lens_host=seq_cpu)   # 25 slots, written in order
 """
 
+import array
 import collections
 import contextlib
 import ctypes
@@ -88,6 +113,9 @@ import operator
 import os
 import sys
 import threading
+import types
+
+from . import _buffers
 
 __all__ = [
     "ABI_VERSION",
@@ -271,17 +299,27 @@ def _int(value, c_type, what):
     return number
 
 
+# array.array typecodes of the C integer types _int_array converts lists to.
+_ARRAY_TYPECODES = {
+    f"{'u' if code.isupper() else ''}int{8 * array.array(code).itemsize}_t": code
+    for code in "QqIi"
+}
+
+
 def _int_array(values, c_type, ctype, what):
-    """(ctypes array of ``ctype``, length) holding ``values`` converted element by element,
-    each checked against ``c_type`` (an error names ``what[i]``). min/max keep the check
-    off the per-element Python loop."""
-    values = [int(v) for v in values]
-    if values:
-        low, high = _C_INT_BOUNDS[c_type]
-        if min(values) < low or max(values) > high:
-            i, v = next((i, v) for i, v in enumerate(values) if not low <= v <= high)
-            raise _out_of_range(f"{what}[{i}]", v, c_type)
-    return (ctype * len(values))(*values), len(values)
+    """(ctypes array of ``ctype``, length) holding the integers of ``values``, each checked
+    against ``c_type``: converted by ``array.array`` (O(n) at C speed, refusing a value that
+    does not fit), and only if it refuses one walked in Python to name it (``what[i]``)."""
+    typecode = _ARRAY_TYPECODES[c_type]
+    try:
+        converted = array.array(typecode, values)
+    except (OverflowError, TypeError):
+        converted = array.array(typecode, [_int(value, c_type, f"{what}[{i}]")
+                                           for i, value in enumerate(values)])
+    n = len(converted)
+    if n == 0:
+        return (ctype * 0)(), 0  # an empty array.array's buffer may be NULL or unaligned
+    return (ctype * n).from_buffer(converted), n
 
 
 def _field_c_type(ctype):
@@ -743,6 +781,13 @@ SIGNATURES.update({
 TESTING_FUNCTIONS = frozenset({"kvp_testing_panic", "kvp_testing_poison_pool"})
 
 
+def _address_type(argtype):
+    """``c_void_p`` for a pointer parameter type (the same C ABI), else ``argtype``."""
+    if isinstance(argtype, type) and issubclass(argtype, (ctypes._Pointer, ctypes.c_void_p)):
+        return ctypes.c_void_p
+    return argtype
+
+
 class KvpError(Exception):
     """A kvpool call returned a status other than KVP_STATUS_OK."""
 
@@ -823,6 +868,9 @@ class Library:
         path = find_library() if path is None else os.path.abspath(os.fspath(path))
         self.path = path
         self._cdll = ctypes.CDLL(path)
+        # ``lib.fast.kvp_*``: the functions with every pointer parameter as ``c_void_p``,
+        # what the pool's hot methods call with addresses as ints (``fast_function``).
+        self.fast = types.SimpleNamespace()
         self.has_testing = True
         for name, (restype, argtypes) in SIGNATURES.items():
             try:
@@ -835,6 +883,15 @@ class Library:
             fn.restype = restype
             fn.argtypes = argtypes
             setattr(self, name, fn)
+            # A second function object for the same symbol, every pointer parameter declared
+            # void * (the same C ABI): it takes addresses as plain ints, the cheapest
+            # argument ctypes converts (a typed pointer argument costs ~1 us per call to
+            # convert or cast).
+            fast = self._cdll[name]
+            fast.restype = restype
+            fast.argtypes = [_address_type(t) for t in argtypes]
+            setattr(self.fast, name, fast)
+        self._fast_loaded = dict(vars(self.fast))
         if self.kvp_abi_version() != ABI_VERSION:
             raise RuntimeError(f"{path} has ABI version {self.kvp_abi_version()}; this binding "
                                f"is for ABI version {ABI_VERSION}")
@@ -842,6 +899,12 @@ class Library:
     def function(self, name):
         """The configured ctypes function `name` (as loaded, bypassing any override)."""
         return getattr(self._cdll, name)
+
+    def fast_function(self, name):
+        """The function `name` as ``lib.fast`` has it when loaded: every pointer parameter
+        ``c_void_p``, so that an address goes in as a plain int (bypassing any override of
+        ``lib.fast.<name>``)."""
+        return self._fast_loaded[name]
 
     # ---- statuses and messages ----
 
@@ -927,8 +990,10 @@ class Snapshot(_Owner):
 def _tensor_module(value):
     """torch, if ``value`` is a torch tensor (torch is never imported here: a caller that
     has tensors has imported it already), else None."""
-    torch = sys.modules.get("torch")
-    return torch if torch is not None and isinstance(value, torch.Tensor) else None
+    return _buffers._torch(value)
+
+
+_ELEMENTS = {"int64": _buffers.INT64, "int32": _buffers.INT32}
 
 
 def _tensor_pointer(tensor, dtype_name, what, device=None):
@@ -937,22 +1002,8 @@ def _tensor_pointer(tensor, dtype_name, what, device=None):
     ``device`` None: a host buffer, so the tensor must be on the CPU (a CUDA tensor's
     pointer must never be read as a host pointer). ``device`` N: a device buffer of a pool on
     CUDA device N, so the tensor must be on ``cuda:N``."""
-    torch = sys.modules["torch"]
-    if device is None:
-        if tensor.device.type != "cpu":
-            raise ValueError(f"{what} is on {tensor.device}, but this call reads host memory: "
-                             "it must be on the CPU (a CUDA pool takes tensors on its device "
-                             "in its *_async methods)")
-    elif tensor.device.type != "cuda" or tensor.device.index != device:
-        raise ValueError(f"{what} is on {tensor.device}: it must be on cuda:{device}, the "
-                         "pool's device")
-    if tensor.dtype != getattr(torch, dtype_name):
-        raise TypeError(f"{what} has dtype {tensor.dtype}; it must be torch.{dtype_name}")
-    if tensor.dim() != 1:
-        raise ValueError(f"{what} must be 1-D, not of shape {tuple(tensor.shape)}")
-    if not tensor.is_contiguous():
-        raise ValueError(f"{what} must be contiguous")
-    return tensor.data_ptr(), tensor.numel()
+    return _buffers.tensor_pointer(tensor, _ELEMENTS[dtype_name], what, sys.modules["torch"],
+                                   device)
 
 
 def _import_torch(why):
@@ -997,28 +1048,45 @@ def _device_ordinal(device):
     raise ValueError(f"device must be a CUDA ordinal, 'cuda:N' or a torch.device, not {device!r}")
 
 
-def _total(values):
-    return int(values.sum()) if _tensor_module(values) else sum(int(v) for v in values)
-
-
-def _extend_num_tokens(given, seq_lens, prefix_lens):
+def _extend_num_tokens(given, seq_lens, prefix_lens, seq_keep, prefix_keep):
     """``extend_num_tokens`` as a size_t: ``given``, range-checked, or by default
-    ``sum(seq_lens) - sum(prefix_lens)``. A negative default means some ``seq_len <
-    prefix_len``; it becomes 0 so that the library names that element (INVALID_LENGTHS)."""
+    ``sum(seq_lens) - sum(prefix_lens)`` (``*_keep``: the arrays ``_buffers.host_array``
+    made of them; O(n), vectorized for tensors and numpy arrays, C-speed ``sum`` otherwise).
+    A negative default means some ``seq_len < prefix_len``; it becomes 0 so that the
+    library names that element (INVALID_LENGTHS)."""
     if given is not None:
         return _int(given, "size_t", "extend_num_tokens")
-    total = _total(seq_lens) - _total(prefix_lens)
+    total = _buffers.total(seq_lens, seq_keep) - _buffers.total(prefix_lens, prefix_keep)
     return _int(max(total, 0), "size_t", "extend_num_tokens (sum(seq_lens) - sum(prefix_lens))")
 
 
+_SIZE_MAX = _C_INT_BOUNDS["size_t"][1]
+_UINTPTR_MAX = _C_INT_BOUNDS["uintptr_t"][1]
+
+
+def _size(value, what):
+    """``_int(value, "size_t", what)``, with a plain in-range int passed straight through."""
+    if type(value) is int and 0 <= value <= _SIZE_MAX:
+        return value
+    return _int(value, "size_t", what)
+
+
+_host_array = _buffers.host_array
+_out_buffer = _buffers.out_buffer
+_result = _buffers.result
+_INT64 = _buffers.INT64
+
+
 def _optional_size(value, what):
-    return None if value is None else _int(value, "size_t", what)
+    return None if value is None else _size(value, what)
 
 
 class Pool(_Owner):
     """A kvpool slot allocator: ``Pool(size, page_size=1, ...)``. Index and length arguments
-    are sequences of ints or tensors (see the module's docs); results are lists of ints, or
-    tensors when a tensor went in. Buffers passed to the library have the pool's index type
+    are host arrays (see the module's docs): buffers (array.array, numpy, memoryview) and CPU
+    tensors go to the library by address in O(1); lists are converted in O(n) at C speed.
+    Results are lists for list inputs, else of the inputs' kind (tensor, numpy array,
+    array.array); ``out=`` is written in place. Index buffers have the pool's index type
     (int64, or int32 for ``index_type=INDEX_TYPE_I32``).
 
     ``backend="cuda"`` (or ``BACKEND_CUDA``) with ``device=N`` makes a device pool on CUDA
@@ -1056,6 +1124,9 @@ class Pool(_Owner):
         self.index_type = index_type
         self.index_ctype = ctypes.c_int32 if index_type == INDEX_TYPE_I32 else ctypes.c_int64
         self.index_dtype = "int32" if index_type == INDEX_TYPE_I32 else "int64"  # torch's name
+        self._index = _ELEMENTS[self.index_dtype]  # what host index arrays hold
+        self._raw_stream = None  # device pools: (device) -> current torch stream handle
+        self._torch_device = None
         self.page_size = page_size
         self.backend = backend
         # CUDA ordinal of a device pool, None for a host pool
@@ -1067,40 +1138,35 @@ class Pool(_Owner):
         return self.backend == BACKEND_CUDA
 
     # ---- buffers ----
+    # Host arrays go to C as addresses (ints) through ``lib.fast``: see _buffers.py for what
+    # is accepted and what each kind costs (lists are converted in O(n), at C speed).
 
     def _indices(self, values, what):
-        """(buffer, length) for an index argument: a tensor's memory, or a ctypes array of
-        the pool's index type holding ``values`` (range-checked: ctypes would silently wrap
-        an int that does not fit)."""
-        if _tensor_module(values):
-            pointer, n = _tensor_pointer(values, self.index_dtype, what)
-            return ctypes.c_void_p(pointer), n
-        c_type = "int32_t" if self.index_ctype is ctypes.c_int32 else "int64_t"
-        return _int_array(values, c_type, self.index_ctype, what)
+        """(buffer, length) for an index argument of a typed ``lib.kvp_*`` function: a
+        ctypes array over a list's values (range-checked: ctypes would silently wrap an int
+        that does not fit) or a ``c_void_p`` of a buffer's or tensor's memory. The hot
+        methods call ``lib.fast`` with ``_buffers.host_array``'s addresses instead."""
+        address, n, keep = _buffers.host_array(values, self._index, what)
+        if type(keep) is array.array and keep is not values:  # converted here: the
+            return (self.index_ctype * n).from_buffer(keep), n  # ctypes array owns it
+        return ctypes.c_void_p(address), n
 
     @staticmethod
     def _lengths(values, what):
-        """(int64_t pointer, length) for a length argument (prefix_lens, seq_lens); a list's
-        elements are range-checked, a tensor's are int64 already (the library checks the
-        values)."""
-        if _tensor_module(values):
-            pointer, n = _tensor_pointer(values, "int64", what)
-            return ctypes.cast(pointer, ctypes.POINTER(ctypes.c_int64)), n
-        return _int_array(values, "int64_t", ctypes.c_int64, what)
+        """(int64_t pointer, length) for a length argument (prefix_lens, seq_lens) of a
+        typed ``lib.kvp_*`` function; a list's elements are range-checked, a buffer's or
+        tensor's are int64 already (the library checks the values)."""
+        address, n, keep = _buffers.host_array(values, _buffers.INT64, what)
+        if type(keep) is array.array and keep is not values:
+            return (ctypes.c_int64 * n).from_buffer(keep), n
+        return ctypes.cast(address, _i64_array), n
 
-    def _out(self, n, out, torch):
-        """(buffer, length, result) for an output: ``out`` if given (a tensor), else a new
-        tensor when ``torch`` (a tensor went in), else a ctypes array. ``result(k)`` turns the
-        first k elements into the return value."""
-        if out is None and torch is not None:
-            out = torch.empty(n, dtype=getattr(torch, self.index_dtype))
-        if out is None:
-            buf = (self.index_ctype * n)()
-            return buf, n, lambda k: list(buf[:k])
-        if not _tensor_module(out):
-            raise TypeError("out must be a torch tensor")
-        pointer, length = _tensor_pointer(out, self.index_dtype, "out")
-        return ctypes.c_void_p(pointer), length, lambda k: out[:k]
+    def _host_out(self, n, out, *inputs):
+        """(buffer, address, length, kind) for a host output: ``out`` if given (a tensor or a
+        writable buffer, written in place), else a new buffer of ``n`` elements of the kind
+        of ``inputs`` (a tensor if a tensor went in, a numpy array for numpy, an array.array
+        for other buffers, else returned as a list: ``_buffers.result``)."""
+        return _buffers.out_buffer(n, out, self._index, *inputs)
 
     def _call(self, name, *args):
         self._lib.check(getattr(self._lib, name)(self.handle, *args))
@@ -1123,62 +1189,87 @@ class Pool(_Owner):
         return stats
 
     # ---- allocation ----
-    # ``out_len`` shortens the output buffer (to test BUFFER_TOO_SMALL); ``out`` is a
-    # preallocated tensor to write into.
+    # Inputs: lists (converted in O(n) at C speed), array.array / numpy arrays / memoryviews
+    # / CPU tensors (zero-copy). Results: a list for list inputs, else the inputs' kind.
+    # ``out`` is a preallocated tensor or writable buffer to write into (SGLang's
+    # ``out_cache_loc``); the call returns it (its first k elements if longer). ``out_len``
+    # shortens a new output buffer (to test BUFFER_TOO_SMALL).
 
     def alloc(self, num_tokens, out_len=None, out=None):
-        num_tokens = _int(num_tokens, "size_t", "num_tokens")
+        num_tokens = _size(num_tokens, "num_tokens")
         out_len = _optional_size(out_len, "out_len")
-        buf, n, result = self._out(num_tokens if out_len is None else out_len, out, None)
-        self._call("kvp_pool_alloc", num_tokens, buf, n)
-        return result(num_tokens)
+        out, address, length, kind = _out_buffer(
+            num_tokens if out_len is None else out_len, out, self._index)
+        status = self._lib.fast.kvp_pool_alloc(self.handle, num_tokens, address, length)
+        if status:
+            self._lib.check(status)
+        return _result(out, kind, num_tokens, length)
 
     def alloc_extend(self, prefix_lens, seq_lens, last_loc, extend_num_tokens=None,
                      out_len=None, out=None):
-        prefix_buf, batch = self._lengths(prefix_lens, "prefix_lens")
-        seq_buf, seq_n = self._lengths(seq_lens, "seq_lens")
-        last_buf, last_n = self._indices(last_loc, "last_loc")
-        extend_num_tokens = _extend_num_tokens(extend_num_tokens, seq_lens, prefix_lens)
-        out_len = _optional_size(out_len, "out_len")
+        """SGLang's ``alloc_extend``. ``extend_num_tokens`` defaults to ``sum(seq_lens) -
+        sum(prefix_lens)`` (O(n): pass it, as SGLang has it, to skip the sums)."""
+        prefix_p, batch, prefix_keep = _host_array(prefix_lens, _INT64, "prefix_lens")
+        seq_p, seq_n, seq_keep = _host_array(seq_lens, _INT64, "seq_lens")
+        last_p, last_n, last_keep = _host_array(last_loc, self._index, "last_loc")
+        if type(extend_num_tokens) is not int or not 0 <= extend_num_tokens <= _SIZE_MAX:
+            extend_num_tokens = _extend_num_tokens(extend_num_tokens, seq_lens, prefix_lens,
+                                                   seq_keep, prefix_keep)
+        if out_len is not None:
+            out_len = _size(out_len, "out_len")
         if batch != seq_n or batch != last_n:
             raise ValueError("prefix_lens, seq_lens and last_loc need one entry per request")
-        torch = _tensor_module(prefix_lens) or _tensor_module(seq_lens) or \
-            _tensor_module(last_loc)
-        n = extend_num_tokens if out_len is None else out_len
-        buf, n, result = self._out(n, out, torch)
-        self._call("kvp_pool_alloc_extend", prefix_buf, seq_buf, last_buf, batch,
-                   extend_num_tokens, buf, n)
-        return result(extend_num_tokens)
+        out, address, length, kind = _out_buffer(
+            extend_num_tokens if out_len is None else out_len, out, self._index, prefix_lens,
+            seq_lens, last_loc)
+        status = self._lib.fast.kvp_pool_alloc_extend(
+            self.handle, prefix_p, seq_p, last_p, batch, extend_num_tokens, address, length)
+        if status:
+            self._lib.check(status)
+        del prefix_keep, seq_keep, last_keep  # the call has returned
+        return _result(out, kind, extend_num_tokens, length)
 
     def alloc_decode(self, seq_lens, last_loc, out_len=None, out=None):
-        seq_buf, batch = self._lengths(seq_lens, "seq_lens")
-        last_buf, last_n = self._indices(last_loc, "last_loc")
-        out_len = _optional_size(out_len, "out_len")
+        seq_p, batch, seq_keep = _host_array(seq_lens, _INT64, "seq_lens")
+        last_p, last_n, last_keep = _host_array(last_loc, self._index, "last_loc")
+        if out_len is not None:
+            out_len = _size(out_len, "out_len")
         if batch != last_n:
             raise ValueError("seq_lens and last_loc need one entry per request")
-        torch = _tensor_module(seq_lens) or _tensor_module(last_loc)
-        buf, n, result = self._out(batch if out_len is None else out_len, out, torch)
-        self._call("kvp_pool_alloc_decode", seq_buf, last_buf, batch, buf, n)
-        return result(batch)
+        out, address, length, kind = _out_buffer(
+            batch if out_len is None else out_len, out, self._index, seq_lens, last_loc)
+        status = self._lib.fast.kvp_pool_alloc_decode(self.handle, seq_p, last_p, batch,
+                                                      address, length)
+        if status:
+            self._lib.check(status)
+        del seq_keep, last_keep  # the call has returned
+        return _result(out, kind, batch, length)
 
     # ---- frees ----
 
+    def _free(self, name, values, what, *args):
+        address, n, keep = _host_array(values, self._index, what)
+        status = getattr(self._lib.fast, name)(self.handle, address, n, *args)
+        if status:
+            self._lib.check(status)
+        del keep  # the call has returned
+
     def free_indices(self, indices):
-        self._call("kvp_pool_free_indices", *self._indices(indices, "indices"))
+        self._free("kvp_pool_free_indices", indices, "indices")
 
     def free_pages(self, page_ids):
-        self._call("kvp_pool_free_pages", *self._indices(page_ids, "page_ids"))
+        self._free("kvp_pool_free_pages", page_ids, "page_ids")
 
     def free_segment(self, row, start_pos, length):
         """Frees the pages of ``row[start_pos:start_pos + length]`` (a req_to_token row)."""
-        start_pos = _int(start_pos, "size_t", "start_pos")
-        length = _int(length, "size_t", "length")
-        self._call("kvp_pool_free_segment", *self._indices(row, "row"), start_pos, length)
+        start_pos = _size(start_pos, "start_pos")
+        length = _size(length, "length")
+        self._free("kvp_pool_free_segment", row, "row", start_pos, length)
 
     def rewind(self, last_kept):
         """Moves each ``last_kept`` slot's page back to end at it (rejected speculative
         tokens): the next continuation from that slot gets the slots after it again."""
-        self._call("kvp_pool_rewind", *self._indices(last_kept, "last_kept"))
+        self._free("kvp_pool_rewind", last_kept, "last_kept")
 
     def free_group_begin(self):
         self._call("kvp_pool_free_group_begin")
@@ -1224,39 +1315,61 @@ class Pool(_Owner):
 
     def _device_buffer(self, tensor, dtype_name, what):
         """(data pointer, length) of a CUDA tensor on the pool's device."""
-        if not _tensor_module(tensor):
+        torch = _buffers._torch(tensor)
+        if torch is None:
             raise TypeError(f"{what} must be a torch tensor on cuda:{self.device} (device "
                             f"memory), not {type(tensor).__name__}")
-        return _tensor_pointer(tensor, dtype_name, what, self.device)
+        return _buffers.tensor_pointer(tensor, _ELEMENTS[dtype_name], what, torch,
+                                       self.device)
 
     def _device_indices(self, tensor, what):
-        pointer, n = self._device_buffer(tensor, self.index_dtype, what)
-        return ctypes.c_void_p(pointer), n
+        """(address, length) of a CUDA tensor of the index dtype on the pool's device."""
+        return self._device_buffer(tensor, self.index_dtype, what)
 
     def _device_lengths(self, tensor, what):
-        pointer, n = self._device_buffer(tensor, "int64", what)
-        return ctypes.cast(pointer, _i64_array), n
+        """(address, length) of a CUDA int64 tensor on the pool's device."""
+        return self._device_buffer(tensor, "int64", what)
 
     def _host_lengths(self, values, what, call):
-        """The host copy of a length array: required, because reading it from the device
-        tensor (``.tolist()``, ``.cpu()``) would synchronize with the stream."""
+        """(address, length, keep) of the host copy of a length array (any host array:
+        list, array.array, numpy, CPU tensor, ...): required, because reading it from the
+        device tensor (``.tolist()``, ``.cpu()``) would synchronize with the stream."""
         if values is None:
             raise TypeError(
-                f"{call} needs {what}_host: the host copy of {what} (a list or a CPU tensor; "
-                f"SGLang keeps it as {what}_cpu). kvpool sizes and plans the allocation on "
-                "the host, and copying the device tensor here would wait for the stream.")
-        return self._lengths(values, what + "_host")
+                f"{call} needs {what}_host: the host copy of {what} (a list, buffer or CPU "
+                f"tensor; SGLang keeps it as {what}_cpu). kvpool sizes and plans the "
+                "allocation on the host, and copying the device tensor here would wait for "
+                "the stream.")
+        return _buffers.host_array(values, _buffers.INT64, what + "_host")
+
+    def _current_stream(self):
+        """The handle of PyTorch's current stream on the pool's device. The first call per
+        pool goes through ``torch.cuda.current_stream`` (which initializes PyTorch's CUDA
+        state); later ones through ``torch._C._cuda_getCurrentRawStream`` where PyTorch has
+        it (the same value, without building a Stream object: ~0.1 us instead of ~3)."""
+        current = self._raw_stream
+        if current is None:
+            torch = _import_torch("stream=None (the current PyTorch stream)")
+            handle = torch.cuda.current_stream(self.device).cuda_stream
+            raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+            if raw is not None and raw(self.device) == handle:
+                self._raw_stream = raw
+            else:
+                self._raw_stream = lambda device: torch.cuda.current_stream(device).cuda_stream
+            return handle
+        return current(self.device)
 
     def _stream_handle(self, stream):
         """The CUstream handle to enqueue on: ``stream`` as an int (a cudaStream_t / CUstream
         value; 0 is the legacy default stream), a torch.cuda.Stream (``.cuda_stream``), an
         object with ``.ptr`` (CuPy) or a ctypes.c_void_p; None is the current PyTorch stream
         of the pool's device."""
-        if stream is None and not self.is_device:
-            return None  # a host pool refuses every *_async call; no torch needed to say so
         if stream is None:
-            torch = _import_torch("stream=None (the current PyTorch stream)")
-            return torch.cuda.current_stream(self.device).cuda_stream
+            if self.backend != BACKEND_CUDA:
+                return None  # a host pool refuses every *_async call; no torch needed to say so
+            return self._current_stream()
+        if type(stream) is int and 0 <= stream <= _UINTPTR_MAX:
+            return stream
         if isinstance(stream, ctypes.c_void_p):
             return stream.value or 0
         if isinstance(stream, int):
@@ -1269,15 +1382,17 @@ class Pool(_Owner):
                         f"a ctypes.c_void_p, not {type(stream).__name__}")
 
     def _device_out(self, n, out, stream, handle):
-        """(buffer, length, out) for a device output: ``out`` (a CUDA tensor of the pool's
+        """(address, length, out) for a device output: ``out`` (a CUDA tensor of the pool's
         index dtype), or a new one of ``n`` elements allocated on the call's stream
         (``stream`` as given, ``handle`` its CUstream): PyTorch's caching allocator ties a
         block to the stream it was allocated on, so the memory is not handed to other
         streams while kvpool's kernels may still write it."""
         if out is None:
             torch = _import_torch("out=None")
-            device = torch.device("cuda", self.device)
-            if handle == torch.cuda.current_stream(self.device).cuda_stream:
+            device = self._torch_device
+            if device is None:
+                device = self._torch_device = torch.device("cuda", self.device)
+            if stream is None or handle == self._current_stream():
                 scope = contextlib.nullcontext()
             elif isinstance(stream, torch.cuda.Stream):
                 scope = torch.cuda.stream(stream)
@@ -1292,49 +1407,61 @@ class Pool(_Owner):
         pointer, length = self._device_indices(out, "out")
         return pointer, length, out
 
+    def _async_call(self, name, *args):
+        """``lib.fast.<name>(pool, *args)`` (addresses as ints), raising on failure."""
+        status = getattr(self._lib.fast, name)(self.handle, *args)
+        if status:
+            self._lib.check(status)
+
     # ---- device pools: allocation ----
     # Every *_async call enqueues kernels on `stream` and returns without synchronizing; its
     # output tensor is filled when the stream passes the call. Device tensors given to a call
     # (inputs and out) must stay allocated until then: tensors allocated on that same stream
     # are safe to drop (the caching allocator reuses their memory only in stream order);
     # for a tensor from another stream call ``tensor.record_stream(stream)`` or keep it.
+    # The result is ``out`` itself when it has exactly the written length, else
+    # ``out[:k]`` (a view; a tensor slice costs ~2 us of host time).
 
     def alloc_async(self, num_tokens, out=None, *, stream=None):
         """Allocates ``num_tokens`` slots (a multiple of page_size) into ``out`` on the device;
         returns ``out[:num_tokens]`` (a new tensor when ``out`` is None)."""
         self._require_device("kvp_pool_alloc_async")
-        num_tokens = _int(num_tokens, "size_t", "num_tokens")
+        num_tokens = _size(num_tokens, "num_tokens")
         handle = self._stream_handle(stream)
         buf, n, out = self._device_out(num_tokens, out, stream, handle)
-        self._call("kvp_pool_alloc_async", num_tokens, buf, n, handle)
-        return out[:num_tokens]
+        self._async_call("kvp_pool_alloc_async", num_tokens, buf, n, handle)
+        return out if n == num_tokens else out[:num_tokens]
 
     def alloc_extend_async(self, prefix_lens, seq_lens, last_loc, out=None, *,
                            prefix_lens_host=None, seq_lens_host=None, extend_num_tokens=None,
                            stream=None):
         """SGLang's ``alloc_extend`` on the device: ``prefix_lens``, ``seq_lens`` (int64) and
         ``last_loc`` (index dtype) are CUDA tensors; ``prefix_lens_host`` and
-        ``seq_lens_host`` their host copies (lists or CPU tensors), required: kvpool plans
-        and checks the allocation on the host from them without waiting for the device.
-        ``extend_num_tokens`` defaults to ``sum(seq_lens_host) - sum(prefix_lens_host)``.
-        Returns ``out[:extend_num_tokens]``."""
+        ``seq_lens_host`` their host copies (lists, array.array, numpy arrays or CPU
+        tensors; lists are converted in O(n) at C speed, the others zero-copy), required:
+        kvpool plans and checks the allocation on the host from them without waiting for
+        the device. ``extend_num_tokens`` defaults to ``sum(seq_lens_host) -
+        sum(prefix_lens_host)`` (O(n); pass it to skip the sums). Returns
+        ``out[:extend_num_tokens]``."""
         call = "kvp_pool_alloc_extend_async"
         self._require_device(call)
-        prefix_host, batch = self._host_lengths(prefix_lens_host, "prefix_lens", call)
-        seq_host, seq_host_n = self._host_lengths(seq_lens_host, "seq_lens", call)
+        prefix_host, batch, prefix_keep = self._host_lengths(prefix_lens_host, "prefix_lens",
+                                                             call)
+        seq_host, seq_host_n, seq_keep = self._host_lengths(seq_lens_host, "seq_lens", call)
         prefix_buf, prefix_n = self._device_lengths(prefix_lens, "prefix_lens")
         seq_buf, seq_n = self._device_lengths(seq_lens, "seq_lens")
         last_buf, last_n = self._device_indices(last_loc, "last_loc")
-        if len({batch, seq_host_n, prefix_n, seq_n, last_n}) != 1:
+        if not batch == seq_host_n == prefix_n == seq_n == last_n:
             raise ValueError("prefix_lens, seq_lens, last_loc and the host copies need one "
                              "entry per request")
         extend_num_tokens = _extend_num_tokens(extend_num_tokens, seq_lens_host,
-                                               prefix_lens_host)
+                                               prefix_lens_host, seq_keep, prefix_keep)
         handle = self._stream_handle(stream)
         buf, n, out = self._device_out(extend_num_tokens, out, stream, handle)
-        self._call(call, prefix_host, seq_host, prefix_buf, seq_buf, last_buf, batch,
-                   extend_num_tokens, buf, n, handle)
-        return out[:extend_num_tokens]
+        self._async_call(call, prefix_host, seq_host, prefix_buf, seq_buf, last_buf, batch,
+                         extend_num_tokens, buf, n, handle)
+        del prefix_keep, seq_keep  # the call has returned: the host copies are read
+        return out if n == extend_num_tokens else out[:extend_num_tokens]
 
     def alloc_decode_async(self, seq_lens, last_loc, out=None, *, seq_lens_host=None,
                            stream=None):
@@ -1344,15 +1471,16 @@ class Pool(_Owner):
         ``out[:batch]``."""
         call = "kvp_pool_alloc_decode_async"
         self._require_device(call)
-        seq_host, batch = self._host_lengths(seq_lens_host, "seq_lens", call)
+        seq_host, batch, seq_keep = self._host_lengths(seq_lens_host, "seq_lens", call)
         seq_buf, seq_n = self._device_lengths(seq_lens, "seq_lens")
         last_buf, last_n = self._device_indices(last_loc, "last_loc")
-        if len({batch, seq_n, last_n}) != 1:
+        if not batch == seq_n == last_n:
             raise ValueError("seq_lens, last_loc and seq_lens_host need one entry per request")
         handle = self._stream_handle(stream)
         buf, n, out = self._device_out(batch, out, stream, handle)
-        self._call(call, seq_host, seq_buf, last_buf, batch, buf, n, handle)
-        return out[:batch]
+        self._async_call(call, seq_host, seq_buf, last_buf, batch, buf, n, handle)
+        del seq_keep  # the call has returned: the host copy is read
+        return out if n == batch else out[:batch]
 
     # ---- device pools: frees ----
     # An invalid index (double free, foreign index, page 0) is found by a kernel, after the
@@ -1365,7 +1493,7 @@ class Pool(_Owner):
         call = "kvp_pool_free_indices_async"
         self._require_device(call)
         buf, n = self._device_indices(indices, "indices")
-        self._call(call, buf, n, self._stream_handle(stream))
+        self._async_call(call, buf, n, self._stream_handle(stream))
 
     free_indices_async = free_async
 
@@ -1374,24 +1502,24 @@ class Pool(_Owner):
         call = "kvp_pool_free_pages_async"
         self._require_device(call)
         buf, n = self._device_indices(page_ids, "page_ids")
-        self._call(call, buf, n, self._stream_handle(stream))
+        self._async_call(call, buf, n, self._stream_handle(stream))
 
     def rewind_async(self, last_kept, *, stream=None):
         """``rewind`` on the stream (a CUDA tensor of the index dtype)."""
         call = "kvp_pool_rewind_async"
         self._require_device(call)
         buf, n = self._device_indices(last_kept, "last_kept")
-        self._call(call, buf, n, self._stream_handle(stream))
+        self._async_call(call, buf, n, self._stream_handle(stream))
 
     def free_segment_async(self, row, start_pos, length, *, stream=None):
         """Frees the pages of ``row[start_pos:start_pos + length]``; ``row`` is a request's
         req_to_token row (a 1-D CUDA tensor of the index dtype, e.g. ``req_to_token[i]``)."""
         call = "kvp_pool_free_segment_async"
         self._require_device(call)
-        start_pos = _int(start_pos, "size_t", "start_pos")
-        length = _int(length, "size_t", "length")
+        start_pos = _size(start_pos, "start_pos")
+        length = _size(length, "length")
         buf, n = self._device_indices(row, "row")
-        self._call(call, buf, n, start_pos, length, self._stream_handle(stream))
+        self._async_call(call, buf, n, start_pos, length, self._stream_handle(stream))
 
     def free_group_end_async(self, stream=None):
         """Closes the free group (opened with ``free_group_begin()``) on the device."""
@@ -1566,16 +1694,37 @@ def _configure(struct, overrides):
     """Sets `overrides` on `struct`, refusing names it does not have (a typo must not be
     silently ignored) and integers that do not fit their field (ctypes would wrap them).
     Every value is checked before any is set, so a refused call leaves `struct` as it was."""
-    fields = dict(struct._fields_)
+    fields = _struct_fields(type(struct))
     checked = {}
     for key, value in overrides.items():
-        if key not in fields:
-            raise TypeError(f"{type(struct).__name__} has no field {key!r}")
-        c_type = _field_c_type(fields[key])
-        checked[key] = value if c_type is None else _int(value, c_type, key)
+        try:
+            c_type, low, high = fields[key]
+        except KeyError:
+            raise TypeError(f"{type(struct).__name__} has no field {key!r}") from None
+        if c_type is None or (type(value) is int and low <= value <= high):
+            checked[key] = value
+        else:
+            checked[key] = _int(value, c_type, key)  # converts, or says why not
     for key, value in checked.items():
         setattr(struct, key, value)
     return struct
+
+
+_STRUCT_FIELDS = {}
+
+
+def _struct_fields(struct_type):
+    """{field: (C integer type name, low, high)} of a struct type (None, None, None for a
+    field that is not an integer), computed once per type: ``submit`` and the other calls
+    that fill a struct per call then check each field in a few comparisons."""
+    fields = _STRUCT_FIELDS.get(struct_type)
+    if fields is None:
+        fields = {}
+        for name, ctype in struct_type._fields_:
+            c_type = _field_c_type(ctype)
+            fields[name] = (c_type, *_C_INT_BOUNDS[c_type]) if c_type else (None, None, None)
+        _STRUCT_FIELDS[struct_type] = fields
+    return fields
 
 
 def _new(struct_type, *args, **kwargs):

@@ -4,13 +4,14 @@
 # Rust, no network). Logs go to $OUT (default ./gpu-out).
 #
 #   scripts/gpu/run.sh [tests] [sanitize] [python] [tp] [example] [demo] [bench] ...  (default: all)
-#   scripts/gpu/run.sh lockstep-soak   (not in the default set: ~2 min on 16 cores)
+#   scripts/gpu/run.sh lockstep-soak     (not in the default set: ~2 min on 16 cores)
+#   scripts/gpu/run.sh python-overhead   (not in the default set: Python vs C per call, ~3 min)
 #
 # tp: the tensor-parallel digest test (tests/tp/tp_digest.py): one rank per GPU (at least
 # two; ranks share the GPU, with gloo instead of NCCL, on a one-GPU machine), TP_STEPS steps
 # (default 10000) with equal digests, then a perturbed rank caught at its step.
 #
-# Environment: OUT (logs), SANITIZE_OPS (lockstep operations per configuration under the
+# Environment: OUT (logs), OVERHEAD_ARGS (extra python_overhead.py arguments), SANITIZE_OPS (lockstep operations per configuration under the
 # sanitizers, default 600), BENCH_PYTHON=0 (C++ benchmark only), BENCH_ARGS, TAIL_LINES,
 # BENCH_BEFORE (gpu-artifacts/before, made by `scripts/gpu/pack.sh --before REV`: the C++
 # benchmark of that revision, built against its own header and library, runs right after
@@ -152,6 +153,17 @@ for step in "${steps[@]}"; do
             run bench-python python3 bench-gpu/baseline_bench.py --lib "$KVPOOL_LIB" --csv "$OUT/bench_python.csv" ${BENCH_ARGS:-}
             cp "$LOGS/bench-python.log" "$OUT/bench_python.md"
         fi
+        ;;
+    python-overhead)
+        # What a call costs from Python over the same call from C (benches/python_overhead.py:
+        # C timing loops compiled here with cc, the Python package, one process): the device
+        # pool's *_async methods, then a host pool. Tables in $OUT/python_overhead_*.md.
+        run python-overhead-cuda python3 benches/python_overhead.py --device cuda \
+            --lib "$KVPOOL_LIB" --md "$OUT/python_overhead_cuda.md" \
+            --csv "$OUT/python_overhead_cuda.csv" ${OVERHEAD_ARGS:-}
+        run python-overhead-host python3 benches/python_overhead.py --device cpu \
+            --lib "$KVPOOL_LIB" --md "$OUT/python_overhead_host.md" \
+            --csv "$OUT/python_overhead_host.csv" ${OVERHEAD_ARGS:-}
         ;;
     *) echo "unknown step $step"; failed+=("$step") ;;
     esac

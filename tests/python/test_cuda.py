@@ -533,6 +533,53 @@ class TestStreamSharing(CudaTestCase):
         with self.assertRaises(TypeError):
             pool.clear_async(stream="current")
 
+    def test_current_stream_follows_torch(self):
+        """stream=None is PyTorch's current stream at each call (read through
+        torch._C._cuda_getCurrentRawStream after the first call)."""
+        pool = self.device_pool(64, 4)
+        for _ in range(2):
+            self.assertEqual(pool._stream_handle(None), self.stream.cuda_stream)
+        side = torch.cuda.Stream(self.dev)
+        with torch.cuda.stream(side):
+            self.assertEqual(pool._stream_handle(None), side.cuda_stream)
+        self.assertEqual(pool._stream_handle(None), self.stream.cuda_stream)
+
+    def test_host_copies_of_every_kind(self):
+        """The host copies of the lengths may be lists, array.array, numpy arrays (where
+        installed) or CPU tensors: the same slots. An out of exactly the written length is
+        returned itself (no slice), a longer one as out[:k]."""
+        import array  # noqa: PLC0415
+
+        kinds = {"list": list, "array": lambda v: array.array("q", v),
+                 "cpu tensor": lambda v: torch.tensor(v, dtype=torch.int64)}
+        try:
+            import numpy  # noqa: PLC0415
+        except ImportError:
+            pass
+        else:
+            kinds["numpy"] = lambda v: numpy.array(v, dtype=numpy.int64)
+        host = self.host_pool(4096, 16)
+        want_extend = host.alloc_extend([0, 0], [20, 5], [-1, -1])
+        want_decode = host.alloc_decode([21, 6], [want_extend[19], want_extend[24]])
+        for name, make in kinds.items():
+            with self.subTest(kind=name):
+                pool = self.device_pool(4096, 16)
+                out = self.empty_out(pool, 25)
+                got = pool.alloc_extend_async(
+                    self.i64([0, 0]), self.i64([20, 5]), self.idx(pool, [-1, -1]), out,
+                    prefix_lens_host=make([0, 0]), seq_lens_host=make([20, 5]))
+                self.assertIs(got, out)
+                out2 = self.empty_out(pool, 3)
+                got2 = pool.alloc_decode_async(self.i64([21, 6]), out[[19, 24]], out2,
+                                               seq_lens_host=make([21, 6]))
+                self.assertEqual(got2.data_ptr(), out2.data_ptr())
+                self.assertEqual(got2.numel(), 2)
+                torch.cuda.synchronize(self.dev)
+                self.assertEqual(got.tolist(), want_extend)
+                self.assertEqual(got2.tolist(), want_decode)
+                self.assertEqual(out2.tolist()[2], SENTINEL)
+                pool.check_device()
+
 
 # ---- (c) faults found on the device -------------------------------------------------------
 

@@ -14,6 +14,7 @@ extend + min(max_new_tokens, clip) + one page of room, running requests reserve
 min(max_new - output, clip) x new_token_ratio, chunks are page-aligned.
 """
 
+import array
 import ctypes
 import gc
 import os
@@ -37,6 +38,10 @@ try:
     import torch
 except (ImportError, OSError):  # not installed, or installed without its native libraries
     torch = None
+try:
+    import numpy
+except ImportError:
+    numpy = None
 
 HEADER = os.path.join(ROOT, "include", "kvpool.h")
 
@@ -1907,18 +1912,20 @@ class TestHandleKinds(KvpTestCase):
 
 
 def spy_calls(test, names):
-    """Wraps the library functions `names` for the rest of `test`; returns the list of names
-    called (any arguments)."""
+    """Wraps the library functions `names` for the rest of `test`, both as typed
+    (``LIB.<name>``) and as the pool's hot methods call them (``LIB.fast.<name>``, pointers
+    as ints); returns the list of names called (any arguments)."""
     calls = []
     for name in names:
-        original = LIB.function(name)
+        for owner, original in ((LIB, LIB.function(name)),
+                                (LIB.fast, LIB.fast_function(name))):
 
-        def wrapper(*args, _name=name, _original=original):
-            calls.append(_name)
-            return _original(*args)
+            def wrapper(*args, _name=name, _original=original):
+                calls.append(_name)
+                return _original(*args)
 
-        setattr(LIB, name, wrapper)
-        test.addCleanup(setattr, LIB, name, original)
+            setattr(owner, name, wrapper)
+            test.addCleanup(setattr, owner, name, original)
     return calls
 
 
@@ -2175,6 +2182,8 @@ class TestTorch(KvpTestCase):
         if torch.cuda.is_available():
             cases.append((ValueError, "must be on the CPU", pool.free_indices,
                           (self.i64([4]).cuda(),)))
+            cases.append((ValueError, "must be on the CPU", pool.alloc,
+                          (4,), {"out": torch.empty(4, dtype=torch.int64, device="cuda")}))
         for case in cases:
             error, needle, call, args = case[:4]
             kwargs = case[4] if len(case) > 4 else {}
@@ -2183,6 +2192,253 @@ class TestTorch(KvpTestCase):
                     call(*args, **kwargs)
                 self.assertIn(needle, str(ctx.exception))
         self.assertEqual(pool.stats().as_dict(), before)  # nothing reached the library
+
+    def test_contiguous_views_are_taken(self):
+        pool = self.pool(64, 4)
+        self.assertEqual(pool.alloc(8), list(range(4, 12)))
+        table = torch.tensor([[4, 5, 6, 7], [8, 9, 10, 11]])
+        pool.free_indices(table[1])  # a row of a 2-D table: a contiguous 1-D view
+        pool.free_indices(torch.tensor([4, 0, 0])[::2][:1])  # one element: contiguous
+        self.assertEqual(pool.available_size(), 64)
+
+
+# ---- host arrays of every kind (python/kvpool/_buffers.py) ---------------------------------
+
+
+def host_kinds():
+    """{name: (make(values, typecode) -> host array, installed)} for every kind of host array
+    the pool's methods take; numpy and torch where installed."""
+    def np_array(values, typecode):
+        return numpy.array(values, dtype=numpy.int64 if typecode == "q" else numpy.int32)
+
+    def tensor(values, typecode):
+        return torch.tensor(values, dtype=torch.int64 if typecode == "q" else torch.int32)
+
+    return {
+        "list": (lambda values, typecode: list(values), True),
+        "tuple": (lambda values, typecode: tuple(values), True),
+        "array": (lambda values, typecode: array.array(typecode, values), True),
+        "memoryview": (lambda values, typecode: memoryview(array.array(typecode, values)),
+                       True),
+        "read-only memoryview": (
+            lambda values, typecode: memoryview(bytes(array.array(typecode, values))).cast(
+                typecode), True),
+        "numpy": (np_array, numpy is not None),
+        "torch": (tensor, torch is not None),
+    }
+
+
+def as_list(value):
+    return value.tolist() if hasattr(value, "tolist") else list(value)
+
+
+class TestHostArrayKinds(KvpTestCase):
+    """Every kind of host array gives the same indices as lists, and lists keep working:
+    buffers (array.array, memoryview, numpy arrays) and CPU tensors go to C by address
+    without a copy; lists are converted by array.array (O(n) at C speed)."""
+
+    def run_sequence(self, make, typecode, index_type):
+        """A fixed sequence of every host call, host arrays made by `make`; returns every
+        result as a list, and the pool's stats."""
+        pool = self.pool(256, 4, index_type=index_type)
+        i64 = lambda values: make(values, "q")  # noqa: E731 - lengths are always int64
+        idx = lambda values: make(values, typecode)  # noqa: E731
+        got = []
+        a = pool.alloc_extend(i64([0, 0, 0]), i64([6, 3, 4]), idx([-1, -1, -1]))
+        got.append(as_list(a))  # [4..9, 12..14, 16..19]
+        last = as_list(a)
+        d = pool.alloc_decode(i64([7, 4, 5]), idx([last[5], last[8], last[12]]))
+        got.append(as_list(d))
+        got.append(as_list(pool.alloc_extend(i64([7]), i64([9]), idx([as_list(d)[0]]),
+                                             extend_num_tokens=2)))
+        got.append(as_list(pool.alloc(8)))
+        pool.rewind(idx([as_list(d)[1]]))
+        pool.free_indices(idx(as_list(d)[2:]))
+        pool.free_pages(idx([as_list(got[3])[0] // 4]))
+        pool.free_segment(idx(got[0][:6] + got[1][:1] + got[2]), 0, 9)
+        got.append(pool.available_size())
+        got.append(as_list(pool.alloc_extend(i64([]), i64([]), idx([]))))
+        pool.free_indices(idx([]))
+        return got, pool.stats().as_dict()
+
+    def test_every_kind_gives_the_same_indices(self):
+        for index_type, typecode in ((kvp.INDEX_TYPE_I64, "q"), (kvp.INDEX_TYPE_I32, "i")):
+            want = self.run_sequence(host_kinds()["list"][0], typecode, index_type)
+            self.assertEqual(want[0][0], [4, 5, 6, 7, 8, 9, 12, 13, 14, 16, 17, 18, 19])
+            for name, (make, installed) in host_kinds().items():
+                with self.subTest(kind=name, index_type=index_type):
+                    if not installed:
+                        self.skipTest(f"{name} is not installed")
+                    self.assertEqual(self.run_sequence(make, typecode, index_type), want)
+
+    def test_result_kinds(self):
+        """A list in gives a list, a tensor a tensor, a numpy array a numpy array, another
+        buffer an array.array; out= is written in place and returned itself when exactly
+        filled, else its first k elements (a view, never a copy)."""
+        pool = self.pool(256, 4)
+        q = lambda values: array.array("q", values)  # noqa: E731
+        r = pool.alloc_extend([0], [2], [-1])
+        self.assertEqual(r, [4, 5])
+        r = pool.alloc_extend(q([0]), q([2]), q([-1]))
+        self.assertIsInstance(r, array.array)
+        self.assertEqual((r.typecode, r.tolist()), ("q", [8, 9]))
+        r = pool.alloc_decode(memoryview(q([3])), [r[1]])
+        self.assertEqual((type(r), r.tolist()), (array.array, [10]))
+        out = q([-7] * 4)
+        self.assertIs(pool.alloc(4, out=out), out)
+        self.assertEqual(out.tolist(), [12, 13, 14, 15])
+        out = q([-7] * 6)
+        r = pool.alloc(4, out=out)
+        self.assertIsInstance(r, memoryview)  # a view of out's first 4 (slicing would copy)
+        self.assertEqual((r.tolist(), out.tolist()), ([16, 17, 18, 19], [16, 17, 18, 19, -7, -7]))
+        del r
+        view = memoryview(q([-7] * 2))
+        self.assertIs(pool.alloc_extend([0], [2], [-1], out=view), view)
+        self.assertEqual(pool.alloc(4, out_len=4), [24, 25, 26, 27])
+        if numpy is not None:
+            r = pool.alloc_extend(numpy.array([0]), [2], [-1])
+            self.assertIsInstance(r, numpy.ndarray)
+            self.assertEqual((r.dtype, r.tolist()), (numpy.dtype("int64"), [28, 29]))
+            out = numpy.full(6, -7, dtype=numpy.int64)
+            r = pool.alloc(4, out=out)
+            self.assertTrue(numpy.shares_memory(r, out))
+            self.assertEqual((r.tolist(), out.tolist()), ([32, 33, 34, 35],
+                                                          [32, 33, 34, 35, -7, -7]))
+        if torch is not None:  # a tensor anywhere wins over numpy and buffers
+            r = pool.alloc_extend(q([0]), torch.tensor([2]), [-1])
+            self.assertIsInstance(r, torch.Tensor)
+            out = torch.full((4,), -7, dtype=torch.int64)
+            self.assertIs(pool.alloc(4, out=out), out)
+
+    def test_default_extend_num_tokens_of_every_kind(self):
+        for name, (make, installed) in host_kinds().items():
+            with self.subTest(kind=name):
+                if not installed:
+                    self.skipTest(f"{name} is not installed")
+                pool = self.pool(256, 4)
+                got = pool.alloc_extend(make([0, 0], "q"), make([5, 2], "q"),
+                                        make([-1, -1], "q"))
+                self.assertEqual(as_list(got), [4, 5, 6, 7, 8, 12, 13])
+
+    def test_wrong_buffers_are_refused_before_the_call(self):
+        pool = self.pool(64, 4)
+        pool32 = self.pool(64, 4, index_type=kvp.INDEX_TYPE_I32)
+        pool.alloc(8)
+        q = lambda values: array.array("q", values)  # noqa: E731
+        calls = spy_calls(self, [n for n in kvp.SIGNATURES if n.startswith("kvp_pool_")
+                                 and n not in ("kvp_pool_get_stats", "kvp_pool_available_size",
+                                               "kvp_pool_free")])
+        before = pool.stats().as_dict(), pool32.stats().as_dict()
+        cases = [
+            (TypeError, "typecode 'i'", pool.free_indices, (array.array("i", [4]),), {}),
+            (TypeError, "typecode 'Q'", pool.alloc_decode, (array.array("Q", [5]), [4]), {}),
+            (TypeError, "typecode 'q'", pool32.free_pages, (q([1]),), {}),
+            (TypeError, "typecode 'd'", pool.alloc, (4,), {"out": array.array("d", [0] * 4)}),
+            (TypeError, "format 'B'", pool.free_indices, (b"\x04\x00",), {}),
+            (TypeError, "format 'B'", pool.free_indices, (bytearray(8),), {}),
+            (TypeError, "format 'f'", pool.free_indices, (memoryview(array.array("f", [4])),),
+             {}),
+            (ValueError, "contiguous", pool.free_indices, (memoryview(q([4, 0, 5]))[::2],), {}),
+            (ValueError, "1-D", pool.free_pages, (memoryview(q([1, 2])).cast("B").cast(
+                "q", (1, 2)),), {}),
+            (TypeError, "read-only", pool.alloc, (4,),
+             {"out": memoryview(bytes(32)).cast("q")}),
+            (TypeError, "tensor or a writable buffer", pool.alloc, (4,), {"out": [0] * 4}),
+            (TypeError, "seq_lens[1] must be an integer, not float", pool.alloc_decode,
+             ([5, 6.0], [4, 5]), {}),
+            (TypeError, "indices[0] must be an integer, not str", pool.free_indices, (["4"],),
+             {}),
+            (ValueError, "one entry per request", pool.alloc_decode, (q([5, 6]), q([4])), {}),
+        ]
+        if numpy is not None:
+            cases += [
+                (TypeError, "format", pool.free_indices, (numpy.array([4], numpy.float64),), {}),
+                (TypeError, "format", pool.free_indices, (numpy.array([4], numpy.uint64),), {}),
+                (TypeError, "format", pool.free_indices, (numpy.array([4], numpy.int32),), {}),
+                (TypeError, "format", pool32.free_indices, (numpy.array([4]),), {}),
+                (ValueError, "contiguous", pool.free_indices, (numpy.array([4, 0, 5])[::2],),
+                 {}),
+                (ValueError, "1-D", pool.free_pages, (numpy.array([[1]]),), {}),
+                (ValueError, "1-D", pool.free_pages, (numpy.array(1),), {}),
+                (TypeError, "read-only", pool.alloc, (4,),
+                 {"out": numpy.zeros(4, numpy.int64).view()}),
+            ]
+            cases[-1][4]["out"].flags.writeable = False
+        for error, needle, call, args, kwargs in cases:
+            with self.subTest(call=call.__name__, needle=needle):
+                with self.assertRaises(error) as ctx:
+                    call(*args, **kwargs)
+                self.assertIn(needle, str(ctx.exception))
+        self.assertEqual(calls, [])  # nothing reached the library
+        self.assertEqual((pool.stats().as_dict(), pool32.stats().as_dict()), before)
+
+    def test_read_only_inputs_are_copied(self):
+        pool = self.pool(64, 4)
+        got = pool.alloc_extend(memoryview(bytes(array.array("q", [0]))).cast("q"),
+                                memoryview(bytes(array.array("q", [3]))).cast("q"),
+                                memoryview(bytes(array.array("q", [-1]))).cast("q"))
+        self.assertEqual(got.tolist(), [4, 5, 6])
+        if numpy is not None:
+            frozen = numpy.array([4, 5, 6])
+            frozen.flags.writeable = False
+            pool.free_indices(frozen)
+        else:
+            pool.free_indices(got)
+        self.assertEqual(pool.available_size(), 64)
+
+    def test_buffer_values_are_checked_by_the_library(self):
+        """Buffers and tensors are not read element by element in Python: the library checks
+        each length and index (signed, so a negative length is refused, not read as a
+        huge unsigned one) and changes nothing."""
+        pool = self.pool(64, 4)
+        pool.alloc(8)
+        q = lambda values: array.array("q", values)  # noqa: E731
+        before = pool.available_size()
+        self.assertKvpError("INVALID_LENGTHS", pool.alloc_extend, q([-1]), q([2]), q([-1]),
+                            extend_num_tokens=3, message="prefix_lens[0]")
+        self.assertKvpError("INVALID_LENGTHS", pool.alloc_extend, q([0]), q([-4]), q([-1]),
+                            extend_num_tokens=0, message="seq_lens[0]")
+        self.assertKvpError("INVALID_LENGTHS", pool.alloc_decode, q([-2]), q([4]),
+                            message="seq_lens[0]")
+        self.assertKvpError("INVALID_LENGTHS", pool.alloc_extend, q([0]), q([2**63 - 1]),
+                            q([-1]), out_len=0, message="seq_lens[0]")
+        self.assertKvpError("INDEX_OUT_OF_RANGE", pool.free_indices, q([-5]))
+        self.assertKvpError("INDEX_OUT_OF_RANGE", pool.free_indices, q([2**63 - 1]))
+        self.assertKvpError("DOUBLE_FREE", pool.free_indices, q([4, 4]))
+        if numpy is not None:
+            self.assertKvpError("INVALID_LENGTHS", pool.alloc_decode,
+                                numpy.array([-2]), numpy.array([4]))
+        self.assertEqual(pool.available_size(), before)
+
+    def test_lists_still_name_the_element_out_of_range(self):
+        pool = self.pool(64, 4)
+        for values, needle in (([0, 2**63], "seq_lens[1] = 9223372036854775808"),
+                               ((-2**63 - 1,), "seq_lens[0] = -9223372036854775809"),
+                               (iter([1, 2**64]), "seq_lens[1] = 18446744073709551616")):
+            with self.subTest(needle=needle):
+                with self.assertRaises(OverflowError) as ctx:
+                    pool.alloc_decode(values, [-1, -1])
+                self.assertIn(needle, str(ctx.exception))
+        pool32 = self.pool(64, 4, index_type=kvp.INDEX_TYPE_I32)
+        with self.assertRaises(OverflowError) as ctx:
+            pool32.free_indices([4, 2**31])
+        self.assertIn("indices[1] = 2147483648 is out of range for int32_t", str(ctx.exception))
+
+    def test_fast_functions_mirror_the_signatures(self):
+        """lib.fast has every function with each pointer parameter as void * (what the hot
+        methods call with addresses as ints) and otherwise SIGNATURES' types."""
+        for name, (restype, argtypes) in kvp.SIGNATURES.items():
+            if name in kvp.TESTING_FUNCTIONS and not LIB.has_testing:
+                continue
+            with self.subTest(function=name):
+                fast = getattr(LIB.fast, name)
+                self.assertIs(fast, LIB.fast_function(name))
+                self.assertIsNot(fast, LIB.function(name))
+                self.assertIs(fast.restype, restype)
+                self.assertEqual(len(fast.argtypes), len(argtypes))
+                for typed, plain in zip(argtypes, fast.argtypes):
+                    pointer = issubclass(typed, (ctypes._Pointer, ctypes.c_void_p))
+                    self.assertIs(plain, ctypes.c_void_p if pointer else typed)
 
 
 class TestDebugOptions(KvpTestCase):

@@ -1,0 +1,367 @@
+"""Argument conversion for the pool's hot calls (private to kvpool).
+
+A host array argument (lengths, indices) becomes ``(address, length, keep)``: the address of
+memory holding the elements as the C type, the element count, and the object that owns that
+memory (the caller keeps it alive until the call has returned). What is accepted, and what
+each costs:
+
+- an ``array.array`` of the element type (typecode ``'q'`` for int64, ``'i'`` for int32):
+  its buffer, zero-copy, O(1);
+- any other object exposing the buffer protocol (numpy arrays, ``memoryview``, ...): 1-D,
+  C-contiguous, signed integers of the element's width in native byte order (numpy
+  ``int64`` / ``int32``), zero-copy, O(1); a read-only buffer is copied (memcpy);
+- a torch tensor: on the CPU, of the element dtype, 1-D and contiguous, by ``data_ptr()``,
+  zero-copy, O(1);
+- a list, tuple or other iterable of integers: converted to an ``array.array`` in C
+  (O(n) at C speed, about 30 ns an element), which refuses an element that does not fit the
+  C type; only then is the sequence walked in Python, to name the element in the
+  ``OverflowError`` (or ``TypeError`` for a non-integer).
+
+The elements of a buffer or tensor are not looked at here: the library checks every length
+and index it is given (the lengths are signed, so a negative one is refused by the library,
+not read as a huge unsigned number).
+
+An output argument (``out=``) is a writable buffer or a tensor of the pool's index type;
+without one, a new buffer of the kind of the inputs is made (see ``out_buffer``).
+"""
+
+import array
+import ctypes
+import operator
+import struct
+import sys
+
+# A valid, never-written address for empty arrays: the library then sees a non-NULL pointer
+# with length 0 whatever the input was (an empty tensor's data_ptr() may be 0).
+_EMPTY = array.array("q", [0])
+EMPTY_ADDRESS = _EMPTY.buffer_info()[0]
+
+_from_buffer = ctypes.c_char.from_buffer
+_addressof = ctypes.addressof
+
+
+def _native_formats(itemsize):
+    """The struct format strings of native signed integers of ``itemsize`` bytes (what
+    ``memoryview.format`` says for numpy int64, array 'q', ...)."""
+    byteorder = "<" if sys.byteorder == "little" else ">"
+    formats = set()
+    for code in "bhilqn":
+        for prefix in ("", "@", "=", byteorder):
+            try:
+                if prefix in ("=", byteorder) and code == "n":
+                    continue  # 'n' has no standard size
+                if struct.calcsize(prefix + code) == itemsize:
+                    formats.add(prefix + code)
+            except struct.error:
+                pass
+    return frozenset(formats)
+
+
+_NEVER = object()
+
+
+class Elements:
+    """One element type of a host array: signed integers of ``bits`` bits."""
+
+    def __init__(self, bits):
+        self.bits = bits
+        self.c_type = f"int{bits}_t"
+        self.name = f"int{bits}"  # torch's and numpy's dtype name
+        self.low, self.high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+        itemsize = bits // 8
+        self.itemsize = itemsize
+        self.typecodes = frozenset(c for c in "hilq" if array.array(c).itemsize == itemsize)
+        self.typecode = "q" if bits == 64 else "i"
+        assert self.typecode in self.typecodes
+        self.formats = _native_formats(itemsize)
+        self.zero = array.array(self.typecode, [0])
+        self._torch_dtype = None
+        # torch.<name> and numpy.dtype(<name>), set once torch / numpy arrays are seen
+        # (compared with ``is`` on the fast paths; never equal until then)
+        self.torch = self.numpy = _NEVER
+
+    def torch_dtype(self, torch):
+        dtype = self._torch_dtype
+        if dtype is None:
+            dtype = self._torch_dtype = getattr(torch, self.name)
+        return dtype
+
+    def expected(self):
+        return (f"{self.name} elements (array typecode {self.typecode!r}, numpy "
+                f"{self.name}, torch.{self.name})")
+
+
+INT64 = Elements(64)
+INT32 = Elements(32)
+
+
+def _out_of_range(what, value, c_type, low, high):
+    return OverflowError(f"{what} = {value} is out of range for {c_type} [{low}, {high}]")
+
+
+def checked_ints(values, elements, what):
+    """The elements of ``values`` as a list of ints, each checked against the element type
+    in Python (O(n)): the slow path that names a bad element."""
+    low, high = elements.low, elements.high
+    ints = []
+    for i, value in enumerate(values):
+        try:
+            number = operator.index(value)
+        except TypeError:
+            raise TypeError(f"{what}[{i}] must be an integer, not "
+                            f"{type(value).__name__}") from None
+        if not low <= number <= high:
+            raise _out_of_range(f"{what}[{i}]", number, elements.c_type, low, high)
+        ints.append(number)
+    return ints
+
+
+def sequence_array(values, elements, what):
+    """An ``array.array`` of the element type holding the integers of ``values`` (a list,
+    tuple or other iterable), every one range-checked: in C by ``array.array`` (O(n) at C
+    speed), and only when it refuses one, again in Python to name it."""
+    if type(values) is not list and type(values) is not tuple:
+        values = list(values)  # an iterator must be read once, whatever happens below
+    try:
+        return array.array(elements.typecode, values)
+    except (OverflowError, TypeError):
+        pass
+    return array.array(elements.typecode, checked_ints(values, elements, what))
+
+
+def _torch(value):
+    """torch, if ``value`` is a torch tensor (torch is never imported here: a caller that
+    has tensors has imported it already), else None."""
+    torch = sys.modules.get("torch")
+    return torch if torch is not None and isinstance(value, torch.Tensor) else None
+
+
+def _numpy(value):
+    """numpy, if ``value`` is a numpy array (never imported here), else None."""
+    numpy = sys.modules.get("numpy")
+    return numpy if numpy is not None and isinstance(value, numpy.ndarray) else None
+
+
+def tensor_pointer(tensor, elements, what, torch, device=None):
+    """(data pointer, element count) of a tensor the library may read or write directly.
+
+    ``device`` None: a host buffer, so the tensor must be on the CPU (a CUDA tensor's
+    pointer must never be read as a host pointer). ``device`` N: a device buffer of a pool on
+    CUDA device N, so the tensor must be on ``cuda:N``. Cheap checks only (no
+    ``tensor.device`` object unless the check fails)."""
+    if device is None:
+        if not tensor.is_cpu:
+            raise ValueError(f"{what} is on {tensor.device}, but this call reads host memory: "
+                             "it must be on the CPU (a CUDA pool takes tensors on its device "
+                             "in its *_async methods)")
+    elif not tensor.is_cuda or tensor.get_device() != device:
+        raise ValueError(f"{what} is on {tensor.device}: it must be on cuda:{device}, the "
+                         "pool's device")
+    if tensor.dtype is not elements.torch_dtype(torch):
+        raise TypeError(f"{what} has dtype {tensor.dtype}; it must be torch.{elements.name}")
+    if tensor.dim() != 1:
+        raise ValueError(f"{what} must be 1-D, not of shape {tuple(tensor.shape)}")
+    if not tensor.is_contiguous():
+        raise ValueError(f"{what} must be contiguous")
+    return tensor.data_ptr(), tensor.numel()
+
+
+def _view(buffer, elements, what, writable):
+    """(address, length, keep) of a buffer-protocol object holding the elements: every
+    check with its message (the fast handlers below fall back to this)."""
+    view = memoryview(buffer)
+    if view.ndim != 1:
+        raise ValueError(f"{what} must be 1-D, not of shape {view.shape}")
+    if view.format not in elements.formats:
+        raise TypeError(f"{what} holds elements of format {view.format!r} ({view.itemsize} "
+                        f"bytes); it must hold {elements.expected()}")
+    if not view.c_contiguous:
+        raise ValueError(f"{what} must be contiguous")
+    n = view.shape[0]
+    if view.readonly:
+        if writable:
+            raise TypeError(f"{what} is read-only; an output buffer must be writable")
+        copy = array.array(elements.typecode, view.tobytes())
+        return (copy.buffer_info()[0] if n else EMPTY_ADDRESS), n, copy
+    if n == 0:
+        return EMPTY_ADDRESS, 0, view
+    return _addressof(_from_buffer(view)), n, view
+
+
+# ---- host arrays: one handler per exact type, found by a dict lookup --------------------------
+# A handler takes (values, elements, what, writable) and returns (address, length, keep).
+
+
+def _from_array(values, elements, what, writable):
+    if values.typecode not in elements.typecodes:
+        raise TypeError(f"{what} is an array of typecode {values.typecode!r}; it must hold "
+                        f"{elements.expected()}")
+    address, n = values.buffer_info()
+    return (address if n else EMPTY_ADDRESS), n, values
+
+
+def _from_memoryview(values, elements, what, writable):
+    if values.ndim == 1 and values.format in elements.formats:
+        n = len(values)
+        if n:
+            try:  # asks for a writable C-contiguous buffer: refused otherwise
+                return _addressof(_from_buffer(values)), n, values
+            except TypeError:
+                pass  # read-only or not contiguous: _view copies, or says why not
+    return _view(values, elements, what, writable)
+
+
+def _from_sequence(values, elements, what, writable):
+    if writable:
+        raise TypeError(f"{what} must be a torch tensor or a writable buffer (numpy array, "
+                        f"array.array, memoryview) of {elements.expected()}, not "
+                        f"{type(values).__name__}")
+    converted = sequence_array(values, elements, what)
+    address, n = converted.buffer_info()
+    return (address if n else EMPTY_ADDRESS), n, converted
+
+
+def _from_buffer_object(values, elements, what, writable):
+    return _view(values, elements, what, writable)
+
+
+def _from_tensor(values, elements, what, writable):
+    """A torch tensor: the common case (a CPU tensor of the dtype, 1-D, contiguous) in a
+    few attribute reads; anything else through ``tensor_pointer``'s messages."""
+    if values.is_cpu and values.dtype is elements.torch and values.stride() == _UNIT_STRIDE:
+        n = values.numel()
+        return (values.data_ptr() if n else EMPTY_ADDRESS), n, values
+    address, n = tensor_pointer(values, elements, what, sys.modules["torch"])
+    return (address if n else EMPTY_ADDRESS), n, values
+
+
+def _from_ndarray(values, elements, what, writable):
+    """A numpy array: the common case (of the dtype, 1-D, C-contiguous, writable) without
+    a memoryview; anything else (another native dtype of the width, read-only, ...)
+    through ``_view``."""
+    if values.dtype is elements.numpy and values.ndim == 1:
+        n = len(values)
+        if n:
+            try:  # asks for a writable C-contiguous buffer: refused otherwise
+                return _addressof(_from_buffer(values)), n, values
+            except TypeError:
+                pass  # read-only or not contiguous: _view copies, or says why not
+    return _view(values, elements, what, writable)
+
+
+_UNIT_STRIDE = (1,)  # the stride() of a 1-D contiguous tensor (of more than one element)
+
+_HANDLERS = {
+    array.array: _from_array,
+    list: _from_sequence,
+    tuple: _from_sequence,
+    memoryview: _from_memoryview,
+}
+
+
+def _handler(values):
+    """The handler for ``values``'s type, remembered per type (torch tensors and numpy
+    arrays are recognized without importing either: only once the caller has)."""
+    cls = type(values)
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(values, torch.Tensor):
+        for elements in (INT64, INT32):
+            elements.torch = elements.torch_dtype(torch)
+        handler = _from_tensor
+    else:
+        numpy = sys.modules.get("numpy")
+        if numpy is not None and isinstance(values, numpy.ndarray):
+            for elements in (INT64, INT32):
+                elements.numpy = numpy.dtype(elements.name)
+            handler = _from_ndarray
+        elif _is_buffer(values):
+            handler = _from_buffer_object
+        else:
+            return _from_sequence  # an iterable: not remembered (it may be a one-off)
+    _HANDLERS[cls] = handler
+    return handler
+
+
+def _is_buffer(value):
+    try:
+        memoryview(value)
+    except TypeError:
+        return False
+    return True
+
+
+def host_array(values, elements, what, writable=False):
+    """(address, length, keep) of a host array argument (see the module's docs); ``keep``
+    owns the memory and must stay referenced until the call returns. ``writable``: an
+    output (``out=``), which must be a tensor or a writable buffer."""
+    handler = _HANDLERS.get(type(values))
+    if handler is None:
+        handler = _handler(values)
+    return handler(values, elements, what, writable)
+
+
+def total(values, keep):
+    """The sum of a host array argument (``values`` as given, ``keep`` from
+    ``host_array``): vectorized for tensors and numpy arrays, else ``sum`` over the array or
+    memoryview (O(n) at C speed)."""
+    if _torch(values) is not None or _numpy(values) is not None:
+        return int(values.sum())
+    return sum(keep)
+
+
+# ---- outputs --------------------------------------------------------------------------------
+
+LIST, ARRAY, NUMPY, TORCH = range(4)
+_KINDS = {_from_tensor: TORCH, _from_ndarray: NUMPY, _from_sequence: LIST}
+
+
+def _kind(value):
+    handler = _HANDLERS.get(type(value))
+    if handler is None:
+        handler = _handler(value)
+    return _KINDS.get(handler, ARRAY)
+
+
+def result_kind(*inputs):
+    """What a call returns when given no ``out``: a tensor if any input is a tensor, else a
+    numpy array if any is one, else an ``array.array`` if any is another buffer (array,
+    memoryview, ...), else a list."""
+    return max(map(_kind, inputs), default=LIST)
+
+
+def out_buffer(n, out, elements, *inputs):
+    """(buffer, address, length, kind) of a host output: ``out`` if given (a tensor, or a
+    writable buffer of the elements: numpy array, array.array, memoryview; written in
+    place), else a new buffer of ``n`` elements of the kind ``result_kind(*inputs)``."""
+    if out is not None:
+        handler = _HANDLERS.get(type(out))
+        if handler is None:
+            handler = _handler(out)
+        address, length, _ = handler(out, elements, "out", True)
+        return out, address, length, _KINDS.get(handler, ARRAY)
+    kind = result_kind(*inputs)
+    if kind == TORCH:
+        torch = sys.modules["torch"]
+        buffer = torch.empty(n, dtype=elements.torch_dtype(torch))
+        address = buffer.data_ptr()
+    elif kind == NUMPY:
+        buffer = sys.modules["numpy"].empty(n, dtype=elements.name)
+        address = _addressof(_from_buffer(buffer)) if n else 0
+    else:
+        buffer = elements.zero * n
+        address = buffer.buffer_info()[0]
+    return buffer, (address if n else EMPTY_ADDRESS), n, kind
+
+
+def result(buffer, kind, k, length):
+    """What a call that wrote ``k`` elements to an output returns: a list for LIST, else
+    the buffer itself when exactly filled (no view to make: a tensor slice costs ~2 us),
+    else its first k elements (``buffer[:k]`` for tensors and numpy arrays, a memoryview
+    for other buffers: slicing an array.array would copy)."""
+    if kind == LIST:
+        return (buffer if k == length else buffer[:k]).tolist()
+    if k == length:
+        return buffer
+    if kind == ARRAY:
+        return memoryview(buffer)[:k]
+    return buffer[:k]
