@@ -20,9 +20,11 @@
 //! driver) and frees what is done in the resources' own context, then drops the context
 //! reference (the primary context stays retained until the frees are done). Pool creation
 //! also reaps what is ready, so memory comes back even if the thread could not be started.
-//! At process exit, whatever is still listed is reclaimed by the driver with the process.
+//! At process exit, whatever is still listed is reclaimed by the driver with the process:
+//! an exit handler stops the thread's driver calls first, because the driver (and tools such
+//! as compute-sanitizer) tear down while exit handlers run.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Once};
 use std::time::Duration;
 
@@ -144,6 +146,22 @@ static FREED: AtomicU64 = AtomicU64::new(0);
 /// Releases handed over so far.
 static QUEUED: AtomicU64 = AtomicU64::new(0);
 
+/// Set by the exit handler: the release thread makes no more driver calls.
+static EXITING: AtomicBool = AtomicBool::new(false);
+/// Held by the release thread across its driver calls, so that the exit handler can wait for
+/// the one in progress.
+static DRIVER: Mutex<()> = Mutex::new(());
+/// How long the exit handler waits for a driver call of the release thread to return.
+const EXIT_WAIT: Duration = Duration::from_millis(200);
+
+/// Runs at process exit (registered with `atexit` when the thread starts, so before the
+/// driver's own teardown): no driver call of the release thread is in flight once it
+/// returns, and none follows.
+extern "C" fn stop_release_thread() {
+    let _in_flight = DRIVER.try_lock_for(EXIT_WAIT);
+    EXITING.store(true, Ordering::SeqCst);
+}
+
 /// How often the release thread polls the events of waiting releases.
 const POLL: Duration = Duration::from_millis(1);
 
@@ -161,6 +179,8 @@ pub(crate) fn release_after<T: 'static>(
         context,
     });
     STARTED.call_once(|| {
+        // SAFETY: registers a plain function that only takes a lock and sets a flag.
+        unsafe { libc::atexit(stop_release_thread) };
         // Without the thread (spawning failed), pool creation still reaps what is ready.
         let _ = std::thread::Builder::new()
             .name("kvpool-release".into())
@@ -213,7 +233,13 @@ fn release_thread() {
                 WAKE.wait(&mut pending);
             }
         }
-        free_all(take_ready());
+        {
+            let _driver = DRIVER.lock();
+            if EXITING.load(Ordering::SeqCst) {
+                return;
+            }
+            free_all(take_ready());
+        }
         let idle = PENDING.lock().is_empty();
         if !idle {
             std::thread::sleep(POLL);

@@ -160,6 +160,9 @@ impl From<PoolStats> for kvp_pool_stats {
 }
 
 /// A pool of either backend: what a `kvp_pool *` points to.
+// Each handle holds one, already on the heap: boxing the larger variant would only add an
+// indirection to every device call.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum PoolObject {
     /// Host backend: the plain calls.
