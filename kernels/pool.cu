@@ -509,9 +509,20 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   Shape s{0, 0, 0};
   long long ll = -1;
   bool sane = true;
+  uint32_t err = ERR_NONE;
   if (r < mine) {
     s = device_shape(first + r, &sane);
     ll = (long long)last_loc[first + r];
+    if (!dead) {
+      // The last_loc checks only decide the verdict, so they run first and their memory
+      // latency overlaps the reduction below; they are reported once the block's errors
+      // word is published. A page this call allocates meanwhile carries its tag. A batch of
+      // one cannot extend a page twice: no claim needed. (Unusable lengths give an empty
+      // shape: no claim, no fill point moved; the call fails below.)
+      const bool claim = s.part1 > 0 && batch > 1;
+      err = check_last_loc(v, call, first + r, ll, (unsigned long long)prefix_of(first + r),
+                           s.part1, claim);
+    }
   }
 
   // Tokens and new pages of every request before this block's (none before block 0, which
@@ -538,16 +549,7 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
     page_off[r] = page_rank;
     part1[r] = s.part1;
     last[r] = ll;
-    if (!dead) {
-      // The last_loc checks only decide the verdict. A page this call allocates meanwhile
-      // carries its tag. A batch of one cannot extend a page twice: no claim needed.
-      // (Unusable lengths give an empty shape: no claim, no fill point moved; the call fails
-      // below.)
-      const bool claim = s.part1 > 0 && batch > 1;
-      const uint32_t err = check_last_loc(v, call, first + r, ll,
-                                          (unsigned long long)prefix_of(first + r), s.part1, claim);
-      if (err != ERR_NONE && sane) report(&errors, first + r, err);
-    }
+    if (err != ERR_NONE && sane) report(&errors, first + r, err);
   }
   if (r == 0) tok_off[mine] = my_tokens;
   __syncthreads();

@@ -145,6 +145,8 @@ static STARTED: Once = Once::new();
 static FREED: AtomicU64 = AtomicU64::new(0);
 /// Releases handed over so far.
 static QUEUED: AtomicU64 = AtomicU64::new(0);
+/// Releases taken off the list and not yet freed (counted as pending until they are).
+static TAKEN: AtomicU64 = AtomicU64::new(0);
 
 /// Set by the exit handler: the release thread makes no more driver calls.
 static EXITING: AtomicBool = AtomicBool::new(false);
@@ -201,6 +203,7 @@ fn take_ready() -> Vec<Deferred> {
         if entry.after.progress() == Progress::Pending {
             i += 1;
         } else {
+            TAKEN.fetch_add(1, Ordering::SeqCst);
             ready.push(pending.swap_remove(i));
         }
     }
@@ -210,7 +213,8 @@ fn take_ready() -> Vec<Deferred> {
 fn free_all(ready: Vec<Deferred>) {
     for entry in ready {
         entry.free();
-        FREED.fetch_add(1, Ordering::Relaxed);
+        FREED.fetch_add(1, Ordering::SeqCst);
+        TAKEN.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -251,14 +255,14 @@ fn release_thread() {
 /// freed yet because kernels using it were still queued when they were released. For tests
 /// and diagnostics: it drops to 0 shortly after the streams have passed that work.
 pub fn pending_releases() -> usize {
-    PENDING.lock().len()
+    // Under the list's lock, which is also held while releases are taken off it: a release
+    // is counted until it is freed.
+    let pending = PENDING.lock();
+    pending.len() + TAKEN.load(Ordering::SeqCst) as usize
 }
 
 /// Releases handed over and releases completed since the process started (for tests).
 #[doc(hidden)]
 pub fn release_counts() -> (u64, u64) {
-    (
-        QUEUED.load(Ordering::Relaxed),
-        FREED.load(Ordering::Relaxed),
-    )
+    (QUEUED.load(Ordering::SeqCst), FREED.load(Ordering::SeqCst))
 }
