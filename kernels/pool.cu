@@ -16,7 +16,9 @@
 
 namespace kvp {
 
-constexpr int SORT_CAP = 4096;  // pages sorted in shared memory; more: scan of the page map
+// Pages sorted in shared memory. More: a one-block scan of the page map (free group end); a
+// paged free by index of more indices uses count_claimed / release_claimed instead.
+constexpr int SORT_CAP = 4096;
 constexpr unsigned FULL = 0xffffffffu;
 constexpr unsigned long long NO_ERROR = ~0ull;
 

@@ -2,7 +2,8 @@
 //!
 //! The host validates what it can see (lengths, counts, output sizes, shortage) with the
 //! same planning code as the host backend, then enqueues one kernel (two when a shortage
-//! triggers SGLang's merge of staged frees) on the caller's stream and returns. It never
+//! triggers SGLang's merge of staged frees; three for a paged free of more than 4,096
+//! indices) on the caller's stream and returns. It never
 //! synchronizes and never reads device memory: what only the device can check (the indices
 //! themselves) the kernels check, and they report through host-mapped memory.
 
