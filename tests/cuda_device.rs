@@ -561,7 +561,6 @@ fn c_calls_leave_the_callers_context_current() {
 
 /// Device and host pools side by side for the large free by index below.
 struct Pair {
-    gpu: Gpu,
     host: Pool,
     device: DevicePool,
     rng: rng::Rng,
@@ -571,6 +570,8 @@ struct Pair {
     prefix: DevBuf,
     seq: DevBuf,
     last: DevBuf,
+    /// Last: dropped after the buffers and the pool.
+    gpu: Gpu,
 }
 
 impl Pair {
@@ -677,8 +678,8 @@ fn a_million_index_paged_free_releases_pages_in_ascending_order() {
         backend,
     };
     let bytes = 8 * (slots as usize + 64);
+    let gpu = Gpu::new(true);
     let mut p = Pair {
-        gpu: Gpu::new(true),
         host: Pool::new(config(BackendKind::Host)).unwrap(),
         device: DevicePool::new(config(CUDA0)).unwrap(),
         rng: rng::Rng(9),
@@ -687,6 +688,7 @@ fn a_million_index_paged_free_releases_pages_in_ascending_order() {
         prefix: DevBuf::new(8 * 1024),
         seq: DevBuf::new(8 * 1024),
         last: DevBuf::new(8 * 1024),
+        gpu,
     };
     let pages = slots / u64::from(ps);
 
