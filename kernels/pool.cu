@@ -16,7 +16,9 @@
 
 namespace kvp {
 
-constexpr int SORT_CAP = 4096;  // pages sorted in shared memory; more: scan of the page map
+// Pages sorted in shared memory. More: a one-block scan of the page map (free group end); a
+// paged free by index of more indices uses count_claimed / release_claimed instead.
+constexpr int SORT_CAP = 4096;
 constexpr unsigned FULL = 0xffffffffu;
 constexpr unsigned long long NO_ERROR = ~0ull;
 
@@ -795,9 +797,17 @@ __device__ void free_known(View v, Call call, const Index *src, uint32_t mode,
 
 // Paged pool, free by token index: every index frees its page; the distinct pages are
 // released in ascending order (SGLang's unique(indices // page_size)). Any number of blocks
-// claim the pages; the last block sorts and releases them. How many there are only the
-// device knows; the host learns it from the mirrored counts.
-template <typename Index>
+// claim the pages (page word -> KIND_CLAIMED with the call's tag). How many there are only
+// the device knows; the host learns it from the mirrored counts.
+//
+// RELEASE (at most SORT_CAP indices, or a pool of at most SORT_CAP pages, so at most SORT_CAP
+// distinct pages): the last block sorts the claimed pages in shared memory and releases
+// them; one kernel. Otherwise (claim only) this kernel only claims and concludes the
+// verdict: a bad index faults the pool here, and the two kernels that follow in the same
+// call (same Call: tag, cursor parity, flags), `count_claimed` and `release_claimed`,
+// revert the claims or release the claimed pages, multi-block over the page map. This
+// kernel then writes no cursor: only `release_claimed` does.
+template <typename Index, bool RELEASE>
 __device__ void free_slots_paged(View v, Call call, const Index *indices, unsigned long long len) {
   __shared__ unsigned long long errors;
   init_errors(&errors);
@@ -817,13 +827,20 @@ __device__ void free_slots_paged(View v, Call call, const Index *indices, unsign
         bool won;
         const uint32_t page = (uint32_t)div_ps(slot, v);
         err = take_page(v, page, KIND_CLAIMED, call.tag, true, &won);
-        if (won) v.scratch[atomicAdd(&h->sort_count, 1u)] = page;
+        if (RELEASE && won) v.scratch[atomicAdd(&h->sort_count, 1u)] = page;
       }
     }
     if (err != ERR_NONE) report(&errors, i, err);
   }
   if (!conclude(h, &errors)) return;
   const unsigned long long verdict = errors;
+  if (!RELEASE) {
+    // The claimed pages stay claimed for `count_claimed` / `release_claimed`, which see the
+    // fault raised here and revert them.
+    if (threadIdx.x == 0 && !dead && verdict != NO_ERROR)
+      raise_fault(v, call, verdict, (long long)indices[verdict >> 8]);
+    return;
+  }
   __shared__ uint32_t count;
   if (threadIdx.x == 0) {
     count = *(volatile uint32_t *)&h->sort_count;
@@ -849,6 +866,76 @@ __device__ void free_slots_paged(View v, Call call, const Index *indices, unsign
   const Cursor next = release_pages(v, call, c, release_dest(v, call, true), count,
                                     [&](uint32_t i) { return v.scratch[i]; });
   if (threadIdx.x == 0) commit(v, call, next);
+}
+
+// The pages of the page map chunk of block `blockIdx.x` (`chunk` pages a block, pages
+// 1..num_pages): [*first, *end).
+__device__ inline void chunk_range(const View &v, uint32_t chunk, unsigned long long *first,
+                                   unsigned long long *end) {
+  const unsigned long long last = (unsigned long long)v.num_pages + 1;
+  const unsigned long long f = 1 + (unsigned long long)blockIdx.x * chunk;
+  *first = f < last ? f : last;
+  *end = f + chunk < last ? f + chunk : last;
+}
+
+// Large paged free by index, second kernel (after free_slots_paged<Index, false>, same
+// Call): each block counts the pages of its chunk of the page map that the call claimed,
+// into scratch[blockIdx.x] (scratch is free between calls; gridDim.x <= FREE_BLOCK). If the
+// pool is faulted (by the claim kernel, or from before), it reverts them instead (pages the
+// call claimed go back to allocated; there are none when the pool was faulted before the
+// call). Writes no cursor.
+__device__ void count_claimed(View v, Call call, uint32_t chunk) {
+  const uint32_t claimed = page_word(KIND_CLAIMED, call.tag);
+  const bool failed = v.header->fault != 0;
+  unsigned long long first, end;
+  chunk_range(v, chunk, &first, &end);
+  unsigned long long hits = 0;
+  for (unsigned long long p = first + threadIdx.x; p < end; p += FREE_BLOCK) {
+    if (v.state[p] != claimed) continue;
+    if (failed) {
+      v.state[p] = page_word(KIND_ALLOCATED, 0);
+    } else {
+      ++hits;
+    }
+  }
+  const Pair sum = block_sum_pair<FREE_BLOCK>(Pair{hits, 0});
+  if (threadIdx.x == 0 && !failed) v.scratch[blockIdx.x] = (uint32_t)sum.a;
+}
+
+// Large paged free by index, third kernel (same Call, same grid as `count_claimed`): each
+// block finds its chunk's offset among all claimed pages (the counts of the chunks before
+// it) and the total, then releases its chunk's claimed pages in ascending order at their
+// places (ascending overall: chunks are in page order), exactly as `release_pages` would
+// release the sorted list. Block 0 commits the cursor (also when faulted: unchanged).
+__device__ void release_claimed(View v, Call call, uint32_t chunk) {
+  Header *h = v.header;
+  const Cursor c = h->cursor[call.in];
+  if (h->fault != 0) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) commit(v, call, c);
+    return;
+  }
+  const unsigned long long mine = threadIdx.x < gridDim.x ? v.scratch[threadIdx.x] : 0;
+  const Pair sums =
+      block_sum_pair<FREE_BLOCK>(Pair{threadIdx.x < blockIdx.x ? mine : 0, mine});
+  const uint32_t count = (uint32_t)sums.b;
+  const Dest dest = release_dest(v, call, true);
+  const uint32_t claimed = page_word(KIND_CLAIMED, call.tag);
+  const uint32_t released = page_word(dest_kind(dest), call.tag);
+  unsigned long long first, end;
+  chunk_range(v, chunk, &first, &end);
+  unsigned long long base = sums.a;
+  for (unsigned long long start = first; start < end; start += FREE_BLOCK) {
+    const unsigned long long p = start + threadIdx.x;
+    const bool hit = p < end && v.state[p] == claimed;
+    unsigned long long total;
+    const unsigned long long rank = block_exclusive_scan<FREE_BLOCK>(hit ? 1 : 0, &total);
+    if (hit) {
+      put_page(v, c, dest, count, (uint32_t)(base + rank), (uint32_t)p);
+      v.state[p] = released;
+    }
+    base += total;
+  }
+  if (blockIdx.x == 0 && threadIdx.x == 0) commit(v, call, advance(c, dest, count, v.num_pages));
 }
 
 // Closes a free group: first the pages freed by index (one ascending block), then those
@@ -1019,7 +1106,13 @@ using namespace kvp;
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK)                                        \
       kvp_free_slots_paged_##SUFFIX(View v, Call call, const INDEX *indices,                      \
                                     unsigned long long len) {                                     \
-    free_slots_paged<INDEX>(v, call, indices, len);                                               \
+    free_slots_paged<INDEX, true>(v, call, indices, len);                                         \
+  }                                                                                               \
+  /* Claim only: the first of the three kernels of a large paged free by index. */               \
+  extern "C" __global__ void __launch_bounds__(FREE_BLOCK)                                        \
+      kvp_claim_slots_paged_##SUFFIX(View v, Call call, const INDEX *indices,                     \
+                                     unsigned long long len) {                                    \
+    free_slots_paged<INDEX, false>(v, call, indices, len);                                        \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK)                                        \
       kvp_rewind_##SUFFIX(View v, Call call, const INDEX *last_kept, unsigned long long len) {    \
@@ -1031,6 +1124,14 @@ KVP_INDEX_KERNELS(i32, int)
 
 extern "C" __global__ void __launch_bounds__(FREE_BLOCK) kvp_group_end(View v, Call call) {
   group_end(v, call);
+}
+extern "C" __global__ void __launch_bounds__(FREE_BLOCK)
+    kvp_count_claimed(View v, Call call, uint32_t chunk) {
+  count_claimed(v, call, chunk);
+}
+extern "C" __global__ void __launch_bounds__(FREE_BLOCK)
+    kvp_release_claimed(View v, Call call, uint32_t chunk) {
+  release_claimed(v, call, chunk);
 }
 extern "C" __global__ void __launch_bounds__(FREE_BLOCK) kvp_merge(View v, Call call) {
   merge(v, call);

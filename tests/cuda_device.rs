@@ -4,6 +4,7 @@
 //! with `cargo test --release --test cuda_device -- --ignored`).
 
 mod gpu;
+mod rng;
 
 use std::ptr::{null, null_mut};
 use std::time::{Duration, Instant};
@@ -556,4 +557,189 @@ fn c_calls_leave_the_callers_context_current() {
         sys::cuCtxSetCurrent(null_mut());
         sys::cuCtxDestroy_v2(own);
     }
+}
+
+/// Device and host pools side by side for the large free by index below.
+struct Pair {
+    host: Pool,
+    device: DevicePool,
+    rng: rng::Rng,
+    /// Index buffer (the frees), output buffer (allocations), lengths and last_loc.
+    indices: DevBuf,
+    out: DevBuf,
+    prefix: DevBuf,
+    seq: DevBuf,
+    last: DevBuf,
+    /// Last: dropped after the buffers and the pool.
+    gpu: Gpu,
+}
+
+impl Pair {
+    /// `rows` new requests of `tokens` tokens each, on both pools: the same indices.
+    fn extend(&mut self, rows: usize, tokens: i64) -> Vec<Vec<i64>> {
+        let prefix = vec![0i64; rows];
+        let seq = vec![tokens; rows];
+        let last = vec![-1i64; rows];
+        let total = rows as u64 * tokens as u64;
+        let mut host_out = vec![0i64; total as usize];
+        self.host
+            .alloc_extend(&prefix, &seq, &last, total, &mut host_out)
+            .unwrap();
+        self.prefix.upload(&prefix);
+        self.seq.upload(&seq);
+        self.last.upload(&last);
+        // SAFETY: the buffers hold `rows` lengths / `total` outputs; synchronized below.
+        unsafe {
+            self.device.alloc_extend(
+                &prefix,
+                &seq,
+                self.prefix.ptr,
+                self.seq.ptr,
+                self.last.ptr,
+                total,
+                self.out.ptr,
+                total as usize,
+                self.gpu.stream,
+            )
+        }
+        .unwrap();
+        self.gpu.sync();
+        assert_eq!(
+            self.out.download::<i64>(total as usize),
+            host_out,
+            "alloc_extend"
+        );
+        host_out
+            .chunks(tokens as usize)
+            .map(<[i64]>::to_vec)
+            .collect()
+    }
+
+    /// Frees the slots of `rows` by index in one call on both pools, shuffled.
+    fn free_rows(&mut self, rows: &[Vec<i64>]) {
+        let mut indices: Vec<i64> = rows.concat();
+        self.shuffle(&mut indices);
+        assert!(indices.len() > 4096, "the multi-block path");
+        self.host.free(&indices).unwrap();
+        self.indices.upload(&indices);
+        // SAFETY: `indices` holds them; synchronized below.
+        unsafe {
+            self.device
+                .free(self.indices.ptr, indices.len(), self.gpu.stream)
+        }
+        .unwrap();
+        self.gpu.sync();
+        self.device.check_device().unwrap();
+        assert_eq!(
+            self.device.available_size_bound(),
+            (self.host.available_size(), true)
+        );
+    }
+
+    fn shuffle(&mut self, v: &mut [i64]) {
+        for k in (1..v.len()).rev() {
+            let j = self.rng.below(k as u64 + 1) as usize;
+            v.swap(k, j);
+        }
+    }
+
+    /// Allocates every free slot on both pools (`alloc`): the whole free list, in order.
+    fn alloc_all(&mut self) {
+        let n = self.host.available_size() as usize;
+        let mut host_out = vec![0i64; n];
+        self.host.alloc(n, &mut host_out).unwrap();
+        // SAFETY: `out` holds the whole pool.
+        unsafe { self.device.alloc(n, self.out.ptr, n, self.gpu.stream) }.unwrap();
+        self.gpu.sync();
+        assert_eq!(
+            self.out.download::<i64>(n),
+            host_out,
+            "the free list's order"
+        );
+        assert_eq!(self.device.available_size_bound(), (0, true));
+    }
+}
+
+/// A paged free by index of a million indices (65,536 pages of 16 slots, shuffled, every
+/// page named by 16 indices): the multi-block claim, count and release over the page map.
+/// The pages must reach the front of the free list in ascending order (SGLang's
+/// `unique(indices // page_size)`), exactly as on the host pool; a bad index anywhere must
+/// free nothing and leave no page claimed.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_million_index_paged_free_releases_pages_in_ascending_order() {
+    let slots: u64 = 1 << 20;
+    let ps = 16u32;
+    let config = |backend| PoolConfig {
+        size: slots,
+        page_size: ps,
+        need_sort: false,
+        index_type: IndexType::I64,
+        backend,
+    };
+    let bytes = 8 * (slots as usize + 64);
+    let gpu = Gpu::new(true);
+    let mut p = Pair {
+        host: Pool::new(config(BackendKind::Host)).unwrap(),
+        device: DevicePool::new(config(CUDA0)).unwrap(),
+        rng: rng::Rng(9),
+        indices: DevBuf::new(bytes),
+        out: DevBuf::new(bytes),
+        prefix: DevBuf::new(8 * 1024),
+        seq: DevBuf::new(8 * 1024),
+        last: DevBuf::new(8 * 1024),
+        gpu,
+    };
+    let pages = slots / u64::from(ps);
+
+    // The whole pool in 1,024 requests of 64 pages.
+    let mut rows = p.extend(1024, 1024);
+    assert_eq!(p.device.available_size_bound(), (0, true));
+
+    // Bad: every index but one request's plus one bad one (a slot twice, then the padding
+    // slot; the host refuses more indices than slots by itself): a fault, nothing freed, no
+    // page left claimed.
+    for bad in [rows[700][5], 0] {
+        let mut indices: Vec<i64> = rows[1..].concat();
+        p.shuffle(&mut indices);
+        let at = p.rng.below(indices.len() as u64) as usize;
+        indices.insert(at, bad);
+        let host_err = p.host.free(&indices).unwrap_err().kind();
+        let before = unsafe { p.device.backup_state(p.gpu.stream) }.unwrap();
+        p.indices.upload(&indices);
+        // SAFETY: as in `free_rows`.
+        unsafe { p.device.free(p.indices.ptr, indices.len(), p.gpu.stream) }.unwrap();
+        p.gpu.sync();
+        assert_eq!(p.device.fault().map(|f| f.kind), Some(host_err));
+        assert_eq!(
+            allocated_pages_on_device(&p.device),
+            pages as usize,
+            "a faulted free by index freed or left claimed pages"
+        );
+        assert_eq!(p.device.available_size_bound(), (0, true));
+        unsafe { p.device.restore_state(&before, p.gpu.stream) }.unwrap();
+        p.gpu.sync();
+        assert!(p.device.fault().is_none());
+        let _ = p.device.check_device(); // the stale fault, reported once
+        p.device.check_device().unwrap();
+    }
+
+    // Half of the requests, then new requests with partial last pages from the front of
+    // the free list, then everything still allocated: the free list must be the host's.
+    let mut half = Vec::new();
+    for i in (0..rows.len()).rev() {
+        if p.rng.chance(50) {
+            half.push(rows.swap_remove(i));
+        }
+    }
+    p.free_rows(&half);
+    rows.extend(p.extend(300, 700));
+    p.free_rows(&rows);
+    assert_eq!(p.device.available_size_bound(), (slots, true));
+
+    // Every one of the million slots in one call.
+    let rows = p.extend(1024, 1024);
+    p.free_rows(&rows);
+    assert_eq!(p.host.available_size(), slots);
+    p.alloc_all();
 }

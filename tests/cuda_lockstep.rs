@@ -58,6 +58,8 @@ struct Run {
     in_group: bool,
     ops: u64,
     faults: u64,
+    /// Frees by index of more than 4,096 indices on a paged pool (the multi-block path).
+    large_frees: u64,
 }
 
 /// Calls a generic host-pool method whose first argument is an index slice, with indices
@@ -111,6 +113,7 @@ impl Run {
             in_group: false,
             ops: 0,
             faults: 0,
+            large_frees: 0,
         }
     }
 
@@ -550,6 +553,77 @@ impl Run {
         }
     }
 
+    /// Frees many requests and blocks by index in one call (on a paged pool usually more
+    /// than 4,096 indices: the multi-block path of claim, count and release over the page
+    /// map), the indices shuffled; sometimes a bad one (a slot twice, or the padding slot)
+    /// that must free nothing.
+    fn mass_free(&mut self) {
+        let mut taken_rows = Vec::new();
+        let mut taken_blocks = Vec::new();
+        let mut indices = Vec::new();
+        for (from_rows, n) in [(true, self.rows.len()), (false, self.blocks.len())] {
+            for i in (0..n).rev() {
+                if !self.rng.chance(70) {
+                    continue;
+                }
+                let slots = if from_rows {
+                    self.rows.swap_remove(i)
+                } else {
+                    self.blocks.swap_remove(i)
+                };
+                indices.extend_from_slice(&slots);
+                if from_rows {
+                    taken_rows.push(slots);
+                } else {
+                    taken_blocks.push(slots);
+                }
+            }
+        }
+        let give_back = |run: &mut Self, rows: Vec<Vec<i64>>, blocks: Vec<Vec<i64>>| {
+            run.rows.extend(rows.into_iter().filter(|r| !r.is_empty()));
+            run.blocks.extend(blocks);
+        };
+        if indices.is_empty() {
+            give_back(self, taken_rows, taken_blocks);
+            return;
+        }
+        for k in (1..indices.len()).rev() {
+            let j = self.rng.below(k as u64 + 1) as usize;
+            indices.swap(k, j);
+        }
+        // (Not when every slot is named: one more index is refused on the host side.)
+        let bad = self.rng.chance(5) && !self.in_group && (indices.len() as u64) < self.host.size();
+        if bad {
+            let at = self.rng.below(indices.len() as u64 + 1) as usize;
+            let value = if self.rng.chance(50) {
+                indices[self.rng.below(indices.len() as u64) as usize]
+            } else {
+                0
+            };
+            indices.insert(at, value);
+        }
+        if self.ps > 1 && indices.len() > 4096 {
+            self.large_frees += 1;
+        }
+        let before = bad.then(|| unsafe { self.device.backup_state(self.gpu.stream) }.unwrap());
+        let h = host_call!(self, free, indices);
+        self.upload_indices(&self.bufs.a, &indices);
+        // SAFETY: as in `extend`.
+        let d = unsafe {
+            self.device
+                .free(self.bufs.a.ptr, indices.len(), self.gpu.stream)
+        };
+        let freed = self.settle("free (many)", kind(h), kind(d), before);
+        assert!(
+            freed != bad,
+            "op {}: a bad mass free was accepted",
+            self.ops
+        );
+        if !freed {
+            give_back(self, taken_rows, taken_blocks);
+        }
+    }
+
     fn group(&mut self) {
         if self.in_group {
             let h = self.host.free_group_end();
@@ -649,7 +723,8 @@ impl Run {
             0..=24 if !short => self.extend(),
             0..=24 => self.free(),
             25..=49 => self.decode(),
-            50..=74 => self.free(),
+            50..=71 => self.free(),
+            72..=74 => self.mass_free(),
             75..=79 => self.alloc(),
             80..=86 => self.group(),
             87..=91 => self.snapshot(),
@@ -729,9 +804,11 @@ fn device_pool_matches_host_pool_op_for_op() {
                 );
                 eprintln!(
                     "config {index:>2}: page_size {ps:>2} need_sort {need_sort:<5} int32 {i32:<5}: {} ops, {} bad \
-                     inputs caught on the device (host refused the same), {} pages in use at the end",
+                     inputs caught on the device (host refused the same), {} frees of over 4096 indices, {} pages \
+                     in use at the end",
                     run.ops,
                     run.faults,
+                    run.large_frees,
                     run.device.stats().pages_in_use,
                 );
                 total += run.ops;

@@ -24,6 +24,9 @@ pub(crate) struct Typed {
     pub extend_block: CUfunction,
     pub free_known: CUfunction,
     pub free_slots_paged: CUfunction,
+    /// The first kernel of a large paged free by index: claims only (then
+    /// [`Kernels::count_claimed`] and [`Kernels::release_claimed`]).
+    pub claim_slots_paged: CUfunction,
     pub rewind: CUfunction,
 }
 
@@ -33,6 +36,10 @@ pub(crate) struct Kernels {
     module: CUmodule,
     pub typed: Typed,
     pub group_end: CUfunction,
+    /// A large paged free by index, after the claim: claimed pages counted per chunk of the
+    /// page map, then released in ascending order (multi-block).
+    pub count_claimed: CUfunction,
+    pub release_claimed: CUfunction,
     pub merge: CUfunction,
     pub reset: CUfunction,
     pub retag: CUfunction,
@@ -81,6 +88,7 @@ impl Kernels {
                 extend_block: get(c"kvp_extend_block_i64")?,
                 free_known: get(c"kvp_free_known_i64")?,
                 free_slots_paged: get(c"kvp_free_slots_paged_i64")?,
+                claim_slots_paged: get(c"kvp_claim_slots_paged_i64")?,
                 rewind: get(c"kvp_rewind_i64")?,
             },
             IndexType::I32 => Typed {
@@ -90,6 +98,7 @@ impl Kernels {
                 extend_block: get(c"kvp_extend_block_i32")?,
                 free_known: get(c"kvp_free_known_i32")?,
                 free_slots_paged: get(c"kvp_free_slots_paged_i32")?,
+                claim_slots_paged: get(c"kvp_claim_slots_paged_i32")?,
                 rewind: get(c"kvp_rewind_i32")?,
             },
         };
@@ -97,6 +106,8 @@ impl Kernels {
             module,
             typed,
             group_end: get(c"kvp_group_end")?,
+            count_claimed: get(c"kvp_count_claimed")?,
+            release_claimed: get(c"kvp_release_claimed")?,
             merge: get(c"kvp_merge")?,
             reset: get(c"kvp_reset")?,
             retag: get(c"kvp_retag")?,

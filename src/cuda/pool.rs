@@ -2,7 +2,8 @@
 //!
 //! The host validates what it can see (lengths, counts, output sizes, shortage) with the
 //! same planning code as the host backend, then enqueues one kernel (two when a shortage
-//! triggers SGLang's merge of staged frees) on the caller's stream and returns. It never
+//! triggers SGLang's merge of staged frees; three for a paged free of more than 4,096
+//! indices) on the caller's stream and returns. It never
 //! synchronizes and never reads device memory: what only the device can check (the indices
 //! themselves) the kernels check, and they report through host-mapped memory.
 
@@ -36,6 +37,10 @@ const BLOCK: u32 = 256;
 const STAGE_CAP: u64 = 4096;
 /// Threads of the single-block free kernels (`kvp::FREE_BLOCK`).
 const FREE_BLOCK: u32 = 1024;
+/// Pages a paged free by index sorts in shared memory (`kvp::SORT_CAP`): a free of at most
+/// this many indices (so at most this many distinct pages) is one kernel; larger ones are
+/// three (claim, count per chunk of the page map, release).
+const SORT_CAP: u64 = 4096;
 /// The one-block kernels, a request a thread: one warp (`kvp_extend_warp_*`) for up to
 /// `WARP_BATCH` requests and `WARP_TOKENS` tokens (a decode of up to 32 requests), else 256
 /// threads (`kvp_extend_block_*`) for a decode of up to `BLOCK` requests or an extend of up to
@@ -552,21 +557,61 @@ impl DevicePool {
         stream: CUstream,
         extra: &[*mut c_void],
     ) -> Result<(), PoolError> {
+        // SAFETY: forwarded contract.
+        unsafe {
+            self.run_call(
+                op,
+                step,
+                stream,
+                &[Launch {
+                    function,
+                    grid,
+                    block,
+                    extra,
+                }],
+            )
+        }
+    }
+
+    /// Enqueues the kernels of one call, in order on `stream`, all with the same `Call` (tag,
+    /// number, cursor parity, flags), and accounts for the call once. At most one of them
+    /// writes the other cursor (the call's `step` says whether one does); the others leave
+    /// the cursors alone.
+    ///
+    /// # Safety
+    /// Each launch's `extra` must match its function's parameters after `(View, Call)`.
+    unsafe fn run_call(
+        &mut self,
+        op: u32,
+        step: Step,
+        stream: CUstream,
+        launches: &[Launch<'_>],
+    ) -> Result<(), PoolError> {
         let call = self.next_call(op, &step, stream)?;
         let view = self.view;
         if self.debug != 0 {
             self.debug_before(&view, &call, stream)?;
         }
-        let mut args = Vec::with_capacity(2 + extra.len());
-        args.push(arg(&view));
-        args.push(arg(&call));
-        args.extend_from_slice(extra);
-        // SAFETY: forwarded contract.
-        unsafe { launch(function, grid, block, stream, &mut args) }?;
+        for (i, l) in launches.iter().enumerate() {
+            let mut args = Vec::with_capacity(2 + l.extra.len());
+            args.push(arg(&view));
+            args.push(arg(&call));
+            args.extend_from_slice(l.extra);
+            // SAFETY: forwarded contract.
+            let launched = unsafe { launch(l.function, l.grid, l.block, stream, &mut args) };
+            if let Err(err) = launched {
+                if i > 0 {
+                    // Earlier kernels of the call are queued (a broken context, in
+                    // practice): released memory must still wait for them.
+                    let _ = self.last_use.mark(stream);
+                }
+                return Err(err);
+            }
+        }
         if self.debug != 0 {
             self.debug_after(&call, stream);
         }
-        // The kernel is queued: a failure to record (a broken context) cannot undo that.
+        // The kernels are queued: a failure to record (a broken context) cannot undo that.
         let _ = self.last_use.mark(stream);
         if step.moves_cursor() {
             self.parity ^= 1;
@@ -1003,17 +1048,56 @@ impl DevicePool {
                     self.known_dest()
                 };
                 let grid = free_grid(len64);
-                // SAFETY: `kvp_free_slots_paged_*(View, Call, const Index *, u64 len)`.
-                unsafe {
-                    self.run(
-                        self.kernels.typed.free_slots_paged,
-                        grid,
-                        FREE_BLOCK,
-                        DeviceOp::FreeIndices as u32,
-                        Step::Release { dest, pages: None },
-                        stream,
-                        &[arg(&indices), arg(&len64)],
-                    )
+                let step = Step::Release { dest, pages: None };
+                let op = DeviceOp::FreeIndices as u32;
+                if len64 <= SORT_CAP || self.layout.num_pages <= SORT_CAP as u32 {
+                    // At most SORT_CAP distinct pages: one kernel, sorted in shared memory.
+                    // SAFETY: `kvp_free_slots_paged_*(View, Call, const Index *, u64 len)`.
+                    unsafe {
+                        self.run(
+                            self.kernels.typed.free_slots_paged,
+                            grid,
+                            FREE_BLOCK,
+                            op,
+                            step,
+                            stream,
+                            &[arg(&indices), arg(&len64)],
+                        )
+                    }
+                } else {
+                    // Claim, count per chunk of the page map, release in order: three
+                    // multi-block kernels of one call; only the last writes the cursor.
+                    let chunk = page_chunk(self.layout.num_pages);
+                    let chunks = self.layout.num_pages.div_ceil(chunk);
+                    // SAFETY: `kvp_claim_slots_paged_*(View, Call, const Index *, u64 len)`,
+                    // `kvp_count_claimed` / `kvp_release_claimed(View, Call, u32 chunk)`.
+                    unsafe {
+                        self.run_call(
+                            op,
+                            step,
+                            stream,
+                            &[
+                                Launch {
+                                    function: self.kernels.typed.claim_slots_paged,
+                                    grid,
+                                    block: FREE_BLOCK,
+                                    extra: &[arg(&indices), arg(&len64)],
+                                },
+                                Launch {
+                                    function: self.kernels.count_claimed,
+                                    grid: chunks,
+                                    block: FREE_BLOCK,
+                                    extra: &[arg(&chunk)],
+                                },
+                                Launch {
+                                    function: self.kernels.release_claimed,
+                                    grid: chunks,
+                                    block: FREE_BLOCK,
+                                    extra: &[arg(&chunk)],
+                                },
+                            ],
+                        )
+                    }
                 }
             } else {
                 // SAFETY: forwarded contract.
@@ -1445,6 +1529,27 @@ impl DevicePool {
         })();
         self.record_outcome(result)
     }
+}
+
+/// One kernel launch of a call (see `DevicePool::run_call`): the arguments after
+/// `(View, Call)`.
+struct Launch<'a> {
+    function: CUfunction,
+    grid: u32,
+    block: u32,
+    extra: &'a [*mut c_void],
+}
+
+/// Pages of the page map per block of `kvp_count_claimed` / `kvp_release_claimed`: whole
+/// tiles of `FREE_BLOCK` pages, about `TARGET_BLOCKS` blocks, so at most `TARGET_BLOCKS`
+/// chunks (`kvp_release_claimed` sums the chunks' counts with one thread each: at most
+/// `FREE_BLOCK` of them).
+fn page_chunk(num_pages: u32) -> u32 {
+    const _: () = assert!(TARGET_BLOCKS <= FREE_BLOCK as u64);
+    (u64::from(num_pages)
+        .div_ceil(TARGET_BLOCKS)
+        .next_multiple_of(u64::from(FREE_BLOCK))
+        .max(u64::from(FREE_BLOCK))) as u32
 }
 
 /// Blocks of a free kernel over `items` elements.
