@@ -721,7 +721,10 @@ fn released_requests_report_their_locked_prefix() {
         s.finish_released(1).unwrap_err().kind(),
         ErrorKind::InvalidState
     );
-    assert_eq!(s.finish_released(77).unwrap_err().kind(), ErrorKind::InvalidArgument);
+    assert_eq!(
+        s.finish_released(77).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
     // Aborting it mid-prefill: its row holds 96 tokens, the first 32 the locked prefix.
     assert_eq!(
         s.abort_released(1).unwrap(),
