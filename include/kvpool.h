@@ -590,7 +590,8 @@ struct kvp_pool;
  * `kvp_scheduler_submit` new requests → `kvp_scheduler_step` → free the KV of retracted,
  * preempted and aborted requests → allocate the prefill (`kvp_pool_alloc_extend`) and/or
  * decode (`kvp_pool_alloc_decode`) the plan lists → run the model →
- * `kvp_scheduler_finish` finished requests (and free their KV).
+ * `kvp_scheduler_finish` finished requests (and free their KV; `kvp_scheduler_finish_ex`
+ * also says which leading tokens are the cached prefix to unlock rather than free).
  *
  * Thread safety: calls are serialized by an internal lock, but a scheduler belongs to one
  * scheduling loop: the arrays of a plan are overwritten by the next `kvp_scheduler_step`.
