@@ -1993,9 +1993,8 @@ enum kvp_status kvp_pool_available_size(const struct kvp_pool *pool,
  *
  * Shortage rule, exact: with the same lengths (and its other arguments valid), the
  * allocation fails with `KVP_STATUS_OUT_OF_SLOTS` if and only if `pages * page_size > A`,
- * where `A` is the
- * pool's `kvp_pool_available_size` at that call (free pages plus pages staged by
- * `need_sort`; pages freed inside an open free group not counted). Staged pages always
+ * where `A` is the pool's `kvp_pool_available_size` at that call (free pages plus pages
+ * staged by `need_sort`; pages freed inside an open free group not counted). Staged pages always
  * count: the allocation merges them first whenever its merge trigger exceeds the free list
  * (SGLang's rule: `extend_num_tokens / page_size + batch_size + 1` pages on a paged pool,
  * `pages` on a token pool), and that trigger is never below `pages`, so a batch that needs
