@@ -590,7 +590,8 @@ struct kvp_pool;
  * `kvp_scheduler_submit` new requests → `kvp_scheduler_step` → free the KV of retracted,
  * preempted and aborted requests → allocate the prefill (`kvp_pool_alloc_extend`) and/or
  * decode (`kvp_pool_alloc_decode`) the plan lists → run the model →
- * `kvp_scheduler_finish` finished requests (and free their KV).
+ * `kvp_scheduler_finish` finished requests (and free their KV; `kvp_scheduler_finish_ex`
+ * also says which leading tokens are the cached prefix to unlock rather than free).
  *
  * Thread safety: calls are serialized by an internal lock, but a scheduler belongs to one
  * scheduling loop: the arrays of a plan are overwritten by the next `kvp_scheduler_step`.
@@ -1230,6 +1231,39 @@ struct kvp_step_plan {
    * Entries in `aborted`.
    */
   size_t num_aborted;
+};
+
+/**
+ * What a request leaving the scheduler held, filled by `kvp_scheduler_finish_ex` and
+ * `kvp_scheduler_abort_ex`: its slot row `row[0 .. kv_len)` splits into the cached prefix
+ * it reused, `row[0 .. prefix_len)`, which its admission locked in the engine's prefix
+ * cache (unlock it, do not free it), and its own KV, `row[prefix_len .. kv_len)` (free it,
+ * or insert it into the prefix cache as SGLang's `cache_finished_req` does). The same split
+ * as `kvp_evicted`.
+ */
+struct kvp_finished {
+  /**
+   * Request id.
+   */
+  uint64_t id;
+  /**
+   * Tokens of KV in its row (what `kvp_scheduler_finish` / `_abort` report).
+   */
+  uint64_t kv_len;
+  /**
+   * Leading tokens of the row that belong to the prefix cache: the `prefix_len` the
+   * engine gave (`kvp_scheduler_submit` or `kvp_scheduler_update_prefix`) when the
+   * request was last admitted, at most `kv_len`; 0 for a request holding no KV (waiting:
+   * never admitted, or retracted or preempted since — those reset it).
+   */
+  uint64_t prefix_len;
+  /**
+   * Of `prefix_len`, the tokens the engine declared evictable (`prefix_evictable`)
+   * before that admission: the part of the prefix no other request had locked then. A
+   * record from admission time, not the lock state now — the scheduler does not track
+   * other requests' locks on the same prefix; the engine's prefix cache does.
+   */
+  uint64_t prefix_evictable;
 };
 
 /**
@@ -1943,6 +1977,80 @@ enum kvp_status kvp_pool_available_size(const struct kvp_pool *pool,
                                         uint64_t *out_tokens);
 
 /**
+ * Writes what `kvp_pool_alloc_extend` (or `kvp_pool_alloc_extend_async`) of these lengths
+ * would take, without allocating: `*out_pages` receives the exact number of pages it takes
+ * from the free list (on a token pool, slots), `*out_tokens` (may be NULL) the slots it
+ * writes, i.e. the `extend_num_tokens` to pass, `sum(seq_lens_host - prefix_lens_host)`.
+ * Request `i` takes `ceil(seq_lens_host[i] / page_size) - ceil(prefix_lens_host[i] /
+ * page_size)` pages (its tokens that finish the prefix's partial page take none). For an
+ * engine that evicts from its prefix cache before allocating: evict until
+ * `kvp_pool_available_size` reaches `pages * page_size`, no more.
+ *
+ * It runs the allocation's own host planning, so the lengths are checked exactly as there,
+ * with the same status and message: `0 <= prefix_lens_host[i] <= seq_lens_host[i] <= size`
+ * (`KVP_STATUS_INVALID_LENGTHS`, naming the first bad element). It does not see `last_loc`
+ * (the allocation also checks it) and changes nothing: no merge, no counter, nothing
+ * enqueued, no device memory read. Either backend: a device pool plans from the host
+ * copies, exactly as its `_async` call does.
+ *
+ * Shortage rule, exact: with the same lengths (and its other arguments valid), the
+ * allocation fails with `KVP_STATUS_OUT_OF_SLOTS` if and only if `pages * page_size > A`,
+ * where `A` is the pool's `kvp_pool_available_size` at that call (free pages plus pages
+ * staged by `need_sort`; pages freed inside an open free group not counted). Staged pages always
+ * count: the allocation merges them first whenever its merge trigger exceeds the free list
+ * (SGLang's rule: `extend_num_tokens / page_size + batch_size + 1` pages on a paged pool,
+ * `pages` on a token pool), and that trigger is never below `pages`, so a batch that needs
+ * staged pages always gets them. (The trigger can fire for a batch that would fit without
+ * the staged pages: that merge changes which pages are handed out, never whether the call
+ * succeeds.) Device pool: `A` is the host's count, a lower bound while a paged
+ * `kvp_pool_free_indices_async` is still in flight (`kvp_pool_available_size_bound`); it
+ * only grows as the stream passes such frees, so a value read before the allocation, with
+ * no call taking pages in between, is never more than the `A` the allocation sees.
+ *
+ * `batch_size == 0` gives 0 and 0. Fails with `KVP_STATUS_INVALID_LENGTHS`,
+ * `KVP_STATUS_NULL_ARGUMENT` (`out_pages` NULL, or an array NULL with `batch_size > 0`),
+ * `KVP_STATUS_POISONED`; the out-parameters are unmodified on failure.
+ *
+ * Buffers: `prefix_lens_host`, `seq_lens_host` hold `batch_size` `int64_t` in host memory;
+ * only read during the call.
+ *
+ * # Safety
+ * `pool` a live pool or NULL; each array NULL or valid for `batch_size` elements;
+ * `out_pages` writable or NULL, `out_tokens` writable or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_extend_need(const struct kvp_pool *pool,
+                                     const int64_t *prefix_lens_host,
+                                     const int64_t *seq_lens_host,
+                                     size_t batch_size,
+                                     uint64_t *out_pages,
+                                     uint64_t *out_tokens);
+
+/**
+ * Writes to `*out_pages` how many pages `kvp_pool_alloc_decode` (or
+ * `kvp_pool_alloc_decode_async`) of these lengths would take, without allocating: the
+ * requests whose new token starts a page, `(seq_lens_host[i] - 1) % page_size == 0`
+ * (`seq_lens_host` counts the new token, as for the allocation). The call writes
+ * `batch_size` slots either way.
+ *
+ * Same planning, checks and statuses as the allocation's (`1 <= seq_lens_host[i] <= size`,
+ * else `KVP_STATUS_INVALID_LENGTHS`); changes nothing; either backend. Shortage rule as
+ * for `kvp_pool_extend_need`: the allocation fails with `KVP_STATUS_OUT_OF_SLOTS` iff
+ * `pages * page_size > kvp_pool_available_size` (its merge trigger, `batch_size` pages, is
+ * never below `pages`). Fails with `KVP_STATUS_INVALID_LENGTHS`,
+ * `KVP_STATUS_NULL_ARGUMENT`, `KVP_STATUS_POISONED`; `*out_pages` unmodified on failure.
+ *
+ * # Safety
+ * `pool` a live pool or NULL; `seq_lens_host` NULL or valid for `batch_size` elements;
+ * `out_pages` writable or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_decode_need(const struct kvp_pool *pool,
+                                     const int64_t *seq_lens_host,
+                                     size_t batch_size,
+                                     uint64_t *out_pages);
+
+/**
  * Writes the pool's counters to `*out_stats`; unmodified on failure.
  *
  * # Safety
@@ -2281,7 +2389,8 @@ enum kvp_status kvp_scheduler_step(struct kvp_scheduler *scheduler,
 /**
  * The engine finished a running request (EOS, stop string or length): it leaves the
  * scheduler; `*out_kv_len` (may be NULL) receives the KV tokens it held, for the engine to
- * free. Fails with `KVP_STATUS_INVALID_ARGUMENT` (unknown id) or
+ * free (`kvp_scheduler_finish_ex` also says which leading tokens are its locked cached
+ * prefix). Fails with `KVP_STATUS_INVALID_ARGUMENT` (unknown id) or
  * `KVP_STATUS_INVALID_STATE` (not running: use `kvp_scheduler_abort`).
  *
  * # Safety
@@ -2291,6 +2400,41 @@ KVP_NODISCARD
 enum kvp_status kvp_scheduler_finish(struct kvp_scheduler *scheduler,
                                      uint64_t id,
                                      uint64_t *out_kv_len);
+
+/**
+ * `kvp_scheduler_finish` that also reports what the request held: `*out_finished`
+ * receives its id, KV length, and the leading `prefix_len` tokens of its row that belong to
+ * the prefix cache (locked since its admission: unlock them) — see `kvp_finished`. The
+ * engine frees (or caches) `row[prefix_len .. kv_len)`.
+ *
+ * Same checks and effect as `kvp_scheduler_finish`: fails with
+ * `KVP_STATUS_INVALID_ARGUMENT` (unknown id), `KVP_STATUS_INVALID_STATE` (not running:
+ * use `kvp_scheduler_abort_ex`), or `KVP_STATUS_NULL_ARGUMENT` when `out_finished` is NULL
+ * (checked first: the request is then not finished). `*out_finished` is unmodified and the
+ * scheduler unchanged on failure.
+ *
+ * # Safety
+ * `scheduler` a live scheduler or NULL; `out_finished` writable or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_scheduler_finish_ex(struct kvp_scheduler *scheduler,
+                                        uint64_t id,
+                                        struct kvp_finished *out_finished);
+
+/**
+ * `kvp_scheduler_abort` that also reports what the request held, as
+ * `kvp_scheduler_finish_ex` does (a waiting request reports `kv_len` and `prefix_len` 0:
+ * it holds and locks nothing). Fails with `KVP_STATUS_INVALID_ARGUMENT` (unknown id) or
+ * `KVP_STATUS_NULL_ARGUMENT` (`out_finished` NULL, checked first: nothing is dropped);
+ * `*out_finished` is unmodified and the scheduler unchanged on failure.
+ *
+ * # Safety
+ * `scheduler` a live scheduler or NULL; `out_finished` writable or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_scheduler_abort_ex(struct kvp_scheduler *scheduler,
+                                       uint64_t id,
+                                       struct kvp_finished *out_finished);
 
 /**
  * Drops a request in any phase (client disconnect, stop). `*out_kv_len` (may be NULL)

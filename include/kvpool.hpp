@@ -326,6 +326,38 @@ public:
         return out;
     }
 
+    /// What an alloc_extend (or alloc_extend_async) of these lengths would take, computed by
+    /// its own host planning without allocating (kvp_pool_extend_need): `pages` from the free
+    /// list, `tokens` written (its extend_num_tokens). The allocation runs short iff
+    /// pages * page_size() > available_size(). Either backend (host arrays).
+    struct extend_need_t {
+        uint64_t pages = 0;
+        uint64_t tokens = 0;
+    };
+    template <class PrefixLens, class SeqLens>
+    extend_need_t extend_need(const PrefixLens &prefix_lens, const SeqLens &seq_lens) const {
+        detail::require_lengths(prefix_lens);
+        detail::require_lengths(seq_lens);
+        const std::size_t batch = std::size(seq_lens);
+        require_batch(std::size(prefix_lens) == batch, "kvp_pool_extend_need",
+                      "prefix_lens and seq_lens");
+        extend_need_t out;
+        check(kvp_pool_extend_need(get(), std::data(prefix_lens), std::data(seq_lens), batch,
+                                   &out.pages, &out.tokens),
+              "kvp_pool_extend_need");
+        return out;
+    }
+    /// Pages an alloc_decode of these lengths (each counting the new token) would take
+    /// (kvp_pool_decode_need).
+    template <class Lens>
+    uint64_t decode_need(const Lens &seq_lens) const {
+        detail::require_lengths(seq_lens);
+        uint64_t out = 0;
+        check(kvp_pool_decode_need(get(), std::data(seq_lens), std::size(seq_lens), &out),
+              "kvp_pool_decode_need");
+        return out;
+    }
+
     // ---- allocation ----
 
     /// Allocates `num_tokens` slots into out[0 .. num_tokens).
@@ -783,6 +815,20 @@ public:
         uint64_t kv_len = 0;
         check(kvp_scheduler_abort(get(), id, &kv_len), "kvp_scheduler_abort");
         return kv_len;
+    }
+    /// finish() reporting what the request held (kvp_scheduler_finish_ex): its KV length and
+    /// the leading prefix_len tokens of its row that are its locked cached prefix (unlock
+    /// them; free or cache row[prefix_len .. kv_len)).
+    kvp_finished finish_ex(uint64_t id) {
+        kvp_finished out{};
+        check(kvp_scheduler_finish_ex(get(), id, &out), "kvp_scheduler_finish_ex");
+        return out;
+    }
+    /// abort() reporting what the request held (kvp_scheduler_abort_ex).
+    kvp_finished abort_ex(uint64_t id) {
+        kvp_finished out{};
+        check(kvp_scheduler_abort_ex(get(), id, &out), "kvp_scheduler_abort_ex");
+        return out;
     }
     kvp_request_state request(uint64_t id) const {
         kvp_request_state out{};

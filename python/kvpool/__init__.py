@@ -148,6 +148,8 @@ __all__ = [
     "DelayerConfig",
     "ENUMS",
     "Evicted",
+    "ExtendNeed",
+    "Finished",
     "PHASE_NAMES",
     "PrefillEntry",
     "RankInfo",
@@ -455,6 +457,15 @@ class Evicted(_Struct):
     _fields_ = [("id", _u64), ("kv_len", _u64), ("prefix_len", _u64)]
 
 
+class Finished(_Struct):
+    """struct kvp_finished (``Scheduler.finish_ex`` / ``abort_ex``): the request's KV length
+    and the leading ``prefix_len`` tokens of its row that are its cached prefix, locked
+    since its admission (unlock them; free or cache ``row[prefix_len:kv_len]``)."""
+
+    _fields_ = [("id", _u64), ("kv_len", _u64), ("prefix_len", _u64),
+                ("prefix_evictable", _u64)]
+
+
 class StepPlanC(_Struct):
     """struct kvp_step_plan as the library writes it (arrays borrowed from the scheduler);
     ``Scheduler.step`` copies it into a ``StepPlan``."""
@@ -595,6 +606,7 @@ STRUCTS = {
     "kvp_submit_result": SubmitResult,
     "kvp_prefill_entry": PrefillEntry,
     "kvp_evicted": Evicted,
+    "kvp_finished": Finished,
     "kvp_step_plan": StepPlanC,
     "kvp_request_state": RequestState,
     "kvp_scheduler_stats": SchedulerStats,
@@ -625,6 +637,11 @@ SIGNATURES = {
     "kvp_pool_get_info": (_status, [_handle, ctypes.POINTER(PoolInfo)]),
     "kvp_pool_available_size": (_status, [_handle, ctypes.POINTER(ctypes.c_uint64)]),
     "kvp_pool_get_stats": (_status, [_handle, ctypes.POINTER(PoolStats)]),
+    "kvp_pool_extend_need": (
+        _status,
+        [_handle, _i64_array, _i64_array, ctypes.c_size_t, _u64_p, _u64_p],
+    ),
+    "kvp_pool_decode_need": (_status, [_handle, _i64_array, ctypes.c_size_t, _u64_p]),
     "kvp_pool_alloc": (_status, [_handle, ctypes.c_size_t, _buffer, ctypes.c_size_t]),
     "kvp_pool_alloc_extend": (
         _status,
@@ -727,6 +744,10 @@ SIGNATURES = {
     ),
     "kvp_scheduler_finish": (_status, [_handle, ctypes.c_uint64, _u64_p]),
     "kvp_scheduler_abort": (_status, [_handle, ctypes.c_uint64, _u64_p]),
+    "kvp_scheduler_finish_ex": (
+        _status, [_handle, ctypes.c_uint64, ctypes.POINTER(Finished)]),
+    "kvp_scheduler_abort_ex": (
+        _status, [_handle, ctypes.c_uint64, ctypes.POINTER(Finished)]),
     "kvp_scheduler_get_request": (
         _status,
         [_handle, ctypes.c_uint64, ctypes.POINTER(RequestState)],
@@ -1081,6 +1102,11 @@ def _optional_size(value, what):
     return None if value is None else _size(value, what)
 
 
+ExtendNeed = collections.namedtuple("ExtendNeed", "pages tokens")
+ExtendNeed.__doc__ = """``Pool.extend_need``: pages an ``alloc_extend`` takes from the free
+list, and the tokens (``extend_num_tokens``) it writes."""
+
+
 class Pool(_Owner):
     """A kvpool slot allocator: ``Pool(size, page_size=1, ...)``. Index and length arguments
     are host arrays (see the module's docs): buffers (array.array, numpy, memoryview) and CPU
@@ -1187,6 +1213,37 @@ class Pool(_Owner):
         stats = PoolStats()
         self._call("kvp_pool_get_stats", ctypes.byref(stats))
         return stats
+
+    def extend_need(self, prefix_lens, seq_lens):
+        """``ExtendNeed(pages, tokens)``: what ``alloc_extend`` (or ``alloc_extend_async``,
+        given these host lengths) would take, from its own planning, without allocating:
+        ``pages`` from the free list, ``tokens`` written (its ``extend_num_tokens``). It
+        runs short iff ``pages * page_size > available_size()``. Bad lengths raise the
+        allocation's ``KvpError`` (``INVALID_LENGTHS``). Host lengths, either backend."""
+        prefix_p, batch, prefix_keep = _host_array(prefix_lens, _INT64, "prefix_lens")
+        seq_p, seq_n, seq_keep = _host_array(seq_lens, _INT64, "seq_lens")
+        if batch != seq_n:
+            raise ValueError("prefix_lens and seq_lens need one entry per request")
+        pages = ctypes.c_uint64()
+        tokens = ctypes.c_uint64()
+        status = self._lib.fast.kvp_pool_extend_need(
+            self.handle, prefix_p, seq_p, batch, ctypes.byref(pages), ctypes.byref(tokens))
+        if status:
+            self._lib.check(status)
+        del prefix_keep, seq_keep  # the call has returned
+        return ExtendNeed(pages.value, tokens.value)
+
+    def decode_need(self, seq_lens):
+        """Pages ``alloc_decode`` of these lengths (each counting the new token) would take:
+        requests with ``(seq_len - 1) % page_size == 0``. Same checks as the allocation."""
+        seq_p, batch, seq_keep = _host_array(seq_lens, _INT64, "seq_lens")
+        pages = ctypes.c_uint64()
+        status = self._lib.fast.kvp_pool_decode_need(self.handle, seq_p, batch,
+                                                     ctypes.byref(pages))
+        if status:
+            self._lib.check(status)
+        del seq_keep  # the call has returned
+        return pages.value
 
     # ---- allocation ----
     # Inputs: lists (converted in O(n) at C speed), array.array / numpy arrays / memoryviews
@@ -1813,6 +1870,21 @@ class Scheduler(_Owner):
         kv_len = ctypes.c_uint64()
         self._call("kvp_scheduler_abort", _int(id, "uint64_t", "id"), ctypes.byref(kv_len))
         return kv_len.value
+
+    def finish_ex(self, id):
+        """``finish`` reporting what the request held: a ``Finished`` (``id``, ``kv_len``,
+        ``prefix_len``: leading tokens of its row that are its cached prefix, locked since
+        admission — unlock them, free or cache the rest; ``prefix_evictable``: of those,
+        the tokens declared evictable before admission)."""
+        out = Finished()
+        self._call("kvp_scheduler_finish_ex", _int(id, "uint64_t", "id"), ctypes.byref(out))
+        return out
+
+    def abort_ex(self, id):
+        """``abort`` reporting what the request held (a ``Finished``, as ``finish_ex``)."""
+        out = Finished()
+        self._call("kvp_scheduler_abort_ex", _int(id, "uint64_t", "id"), ctypes.byref(out))
+        return out
 
     def request(self, id):
         state = RequestState()

@@ -20,8 +20,8 @@ pub use delayer::{DelayerConfig, PrefillDelayer, RankInfo, Verdict};
 pub use dynamic_chunk::ChunkSizePredictor;
 pub use ratio::{NewTokenRatio, RatioConfig, RETRACT_DECODE_STEPS};
 pub use scheduler::{
-    Evicted, Phase, Policy, PrefillEntry, PriorityConfig, RequestSpec, RetractionPolicy, Scheduler,
-    SchedulerConfig, SchedulerStats, StepKind, StepPlan, SubmitOutcome,
+    Evicted, Phase, Policy, PrefillEntry, PriorityConfig, Released, RequestSpec, RetractionPolicy,
+    Scheduler, SchedulerConfig, SchedulerStats, StepKind, StepPlan, SubmitOutcome,
 };
 
 /// SGLang's default `CLIP_MAX_NEW_TOKENS`: the cap on a request's expected output when

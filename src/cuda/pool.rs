@@ -814,6 +814,25 @@ impl DevicePool {
         Ok(())
     }
 
+    /// [`crate::Pool::extend_need`] for this pool: the host planning of
+    /// [`alloc_extend`](Self::alloc_extend) from host copies of the lengths; reads no device
+    /// memory, enqueues nothing, changes nothing. `alloc_extend` of these lengths fails
+    /// with [`ErrorKind::OutOfSlots`] iff `new_pages * page_size` exceeds the
+    /// [`available_size_bound`](Self::available_size_bound) it sees (exact, or the lower
+    /// bound while a paged free by index is in flight).
+    pub fn extend_need(
+        &self,
+        prefix_lens_host: &[i64],
+        seq_lens_host: &[i64],
+    ) -> Result<plan::ExtendPlan, PoolError> {
+        plan::plan_extend_lengths(&self.layout, prefix_lens_host, seq_lens_host)
+    }
+
+    /// [`crate::Pool::decode_need`] for this pool (host planning only).
+    pub fn decode_need(&self, seq_lens_host: &[i64]) -> Result<u64, PoolError> {
+        plan::plan_decode(&self.layout, seq_lens_host)
+    }
+
     /// Enqueues `alloc_extend` (see [`crate::Pool::alloc_extend`] for the index math). The
     /// `*_host` slices are the host copies of the device arrays `prefix_lens` / `seq_lens`
     /// (SGLang's `*_lens_cpu`); the host plans from them, the kernel reads the device ones.

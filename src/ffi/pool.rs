@@ -7,6 +7,7 @@ use super::buffers::{input, input_indices, output_indices};
 use super::handle::{into_raw, release, with_raw, Guarded};
 use super::status::kvp_status;
 use crate::cuda::{DevicePool, RestoreContext};
+use crate::pool::plan::ExtendPlan;
 use crate::pool::{
     BackendKind, IndexType, Pool, PoolConfig, PoolError, PoolInfo, PoolOp, PoolStats, SlotIndex,
 };
@@ -199,6 +200,26 @@ impl PoolObject {
         match self {
             Self::Host(pool) => pool.stats(),
             Self::Device(pool) => pool.stats(),
+        }
+    }
+
+    /// The host planning of an extend batch (either backend).
+    pub fn extend_need(
+        &self,
+        prefix_lens: &[i64],
+        seq_lens: &[i64],
+    ) -> Result<ExtendPlan, PoolError> {
+        match self {
+            Self::Host(pool) => pool.extend_need(prefix_lens, seq_lens),
+            Self::Device(pool) => pool.extend_need(prefix_lens, seq_lens),
+        }
+    }
+
+    /// The host planning of a decode batch (either backend).
+    pub fn decode_need(&self, seq_lens: &[i64]) -> Result<u64, PoolError> {
+        match self {
+            Self::Host(pool) => pool.decode_need(seq_lens),
+            Self::Device(pool) => pool.decode_need(seq_lens),
         }
     }
 
@@ -467,6 +488,120 @@ pub unsafe extern "C" fn kvp_pool_available_size(
         // SAFETY: non-NULL and writable (caller contract).
         unsafe { *out_tokens = pool.available_size() };
         kvp_status::Ok
+    })
+}
+
+/// Writes what `kvp_pool_alloc_extend` (or `kvp_pool_alloc_extend_async`) of these lengths
+/// would take, without allocating: `*out_pages` receives the exact number of pages it takes
+/// from the free list (on a token pool, slots), `*out_tokens` (may be NULL) the slots it
+/// writes, i.e. the `extend_num_tokens` to pass, `sum(seq_lens_host - prefix_lens_host)`.
+/// Request `i` takes `ceil(seq_lens_host[i] / page_size) - ceil(prefix_lens_host[i] /
+/// page_size)` pages (its tokens that finish the prefix's partial page take none). For an
+/// engine that evicts from its prefix cache before allocating: evict until
+/// `kvp_pool_available_size` reaches `pages * page_size`, no more.
+///
+/// It runs the allocation's own host planning, so the lengths are checked exactly as there,
+/// with the same status and message: `0 <= prefix_lens_host[i] <= seq_lens_host[i] <= size`
+/// (`KVP_STATUS_INVALID_LENGTHS`, naming the first bad element). It does not see `last_loc`
+/// (the allocation also checks it) and changes nothing: no merge, no counter, nothing
+/// enqueued, no device memory read. Either backend: a device pool plans from the host
+/// copies, exactly as its `_async` call does.
+///
+/// Shortage rule, exact: with the same lengths (and its other arguments valid), the
+/// allocation fails with `KVP_STATUS_OUT_OF_SLOTS` if and only if `pages * page_size > A`,
+/// where `A` is the pool's `kvp_pool_available_size` at that call (free pages plus pages
+/// staged by `need_sort`; pages freed inside an open free group not counted). Staged pages always
+/// count: the allocation merges them first whenever its merge trigger exceeds the free list
+/// (SGLang's rule: `extend_num_tokens / page_size + batch_size + 1` pages on a paged pool,
+/// `pages` on a token pool), and that trigger is never below `pages`, so a batch that needs
+/// staged pages always gets them. (The trigger can fire for a batch that would fit without
+/// the staged pages: that merge changes which pages are handed out, never whether the call
+/// succeeds.) Device pool: `A` is the host's count, a lower bound while a paged
+/// `kvp_pool_free_indices_async` is still in flight (`kvp_pool_available_size_bound`); it
+/// only grows as the stream passes such frees, so a value read before the allocation, with
+/// no call taking pages in between, is never more than the `A` the allocation sees.
+///
+/// `batch_size == 0` gives 0 and 0. Fails with `KVP_STATUS_INVALID_LENGTHS`,
+/// `KVP_STATUS_NULL_ARGUMENT` (`out_pages` NULL, or an array NULL with `batch_size > 0`),
+/// `KVP_STATUS_POISONED`; the out-parameters are unmodified on failure.
+///
+/// Buffers: `prefix_lens_host`, `seq_lens_host` hold `batch_size` `int64_t` in host memory;
+/// only read during the call.
+///
+/// # Safety
+/// `pool` a live pool or NULL; each array NULL or valid for `batch_size` elements;
+/// `out_pages` writable or NULL, `out_tokens` writable or NULL.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_pool_extend_need(
+    pool: *const kvp_pool,
+    prefix_lens_host: *const i64,
+    seq_lens_host: *const i64,
+    batch_size: usize,
+    out_pages: *mut u64,
+    out_tokens: *mut u64,
+) -> kvp_status {
+    with_any_pool(pool, |pool| {
+        if out_pages.is_null() {
+            return fail(kvp_status::NullArgument, "out_pages is NULL");
+        }
+        // SAFETY (both): forwarded caller contract.
+        let prefix = tri!(unsafe { input(prefix_lens_host, batch_size, "prefix_lens_host") });
+        let seq = tri!(unsafe { input(seq_lens_host, batch_size, "seq_lens_host") });
+        match pool.extend_need(prefix, seq) {
+            Ok(plan) => {
+                // SAFETY: non-NULL and writable (caller contract); `out_tokens` if non-NULL.
+                unsafe {
+                    *out_pages = plan.new_pages;
+                    if !out_tokens.is_null() {
+                        *out_tokens = plan.tokens;
+                    }
+                }
+                kvp_status::Ok
+            }
+            Err(err) => status_of(Err(err)),
+        }
+    })
+}
+
+/// Writes to `*out_pages` how many pages `kvp_pool_alloc_decode` (or
+/// `kvp_pool_alloc_decode_async`) of these lengths would take, without allocating: the
+/// requests whose new token starts a page, `(seq_lens_host[i] - 1) % page_size == 0`
+/// (`seq_lens_host` counts the new token, as for the allocation). The call writes
+/// `batch_size` slots either way.
+///
+/// Same planning, checks and statuses as the allocation's (`1 <= seq_lens_host[i] <= size`,
+/// else `KVP_STATUS_INVALID_LENGTHS`); changes nothing; either backend. Shortage rule as
+/// for `kvp_pool_extend_need`: the allocation fails with `KVP_STATUS_OUT_OF_SLOTS` iff
+/// `pages * page_size > kvp_pool_available_size` (its merge trigger, `batch_size` pages, is
+/// never below `pages`). Fails with `KVP_STATUS_INVALID_LENGTHS`,
+/// `KVP_STATUS_NULL_ARGUMENT`, `KVP_STATUS_POISONED`; `*out_pages` unmodified on failure.
+///
+/// # Safety
+/// `pool` a live pool or NULL; `seq_lens_host` NULL or valid for `batch_size` elements;
+/// `out_pages` writable or NULL.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_pool_decode_need(
+    pool: *const kvp_pool,
+    seq_lens_host: *const i64,
+    batch_size: usize,
+    out_pages: *mut u64,
+) -> kvp_status {
+    with_any_pool(pool, |pool| {
+        if out_pages.is_null() {
+            return fail(kvp_status::NullArgument, "out_pages is NULL");
+        }
+        // SAFETY: forwarded caller contract.
+        let seq = tri!(unsafe { input(seq_lens_host, batch_size, "seq_lens_host") });
+        match pool.decode_need(seq) {
+            Ok(pages) => {
+                // SAFETY: non-NULL and writable (caller contract).
+                unsafe { *out_pages = pages };
+                kvp_status::Ok
+            }
+            Err(err) => status_of(Err(err)),
+        }
     })
 }
 

@@ -22,7 +22,8 @@ use crate::pool::{ErrorKind, PoolError};
 /// `kvp_scheduler_submit` new requests → `kvp_scheduler_step` → free the KV of retracted,
 /// preempted and aborted requests → allocate the prefill (`kvp_pool_alloc_extend`) and/or
 /// decode (`kvp_pool_alloc_decode`) the plan lists → run the model →
-/// `kvp_scheduler_finish` finished requests (and free their KV).
+/// `kvp_scheduler_finish` finished requests (and free their KV; `kvp_scheduler_finish_ex`
+/// also says which leading tokens are the cached prefix to unlock rather than free).
 ///
 /// Thread safety: calls are serialized by an internal lock, but a scheduler belongs to one
 /// scheduling loop: the arrays of a plan are overwritten by the next `kvp_scheduler_step`.
@@ -190,6 +191,31 @@ pub struct kvp_evicted {
     /// Leading tokens of the row that belong to the prefix cache (its cached prefix at
     /// admission).
     pub prefix_len: u64,
+}
+
+/// What a request leaving the scheduler held, filled by `kvp_scheduler_finish_ex` and
+/// `kvp_scheduler_abort_ex`: its slot row `row[0 .. kv_len)` splits into the cached prefix
+/// it reused, `row[0 .. prefix_len)`, which its admission locked in the engine's prefix
+/// cache (unlock it, do not free it), and its own KV, `row[prefix_len .. kv_len)` (free it,
+/// or insert it into the prefix cache as SGLang's `cache_finished_req` does). The same split
+/// as `kvp_evicted`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct kvp_finished {
+    /// Request id.
+    pub id: u64,
+    /// Tokens of KV in its row (what `kvp_scheduler_finish` / `_abort` report).
+    pub kv_len: u64,
+    /// Leading tokens of the row that belong to the prefix cache: the `prefix_len` the
+    /// engine gave (`kvp_scheduler_submit` or `kvp_scheduler_update_prefix`) when the
+    /// request was last admitted, at most `kv_len`; 0 for a request holding no KV (waiting:
+    /// never admitted, or retracted or preempted since — those reset it).
+    pub prefix_len: u64,
+    /// Of `prefix_len`, the tokens the engine declared evictable (`prefix_evictable`)
+    /// before that admission: the part of the prefix no other request had locked then. A
+    /// record from admission time, not the lock state now — the scheduler does not track
+    /// other requests' locks on the same prefix; the engine's prefix cache does.
+    pub prefix_evictable: u64,
 }
 
 /// The plan of one step. The arrays belong to the scheduler and stay valid until the next
@@ -704,7 +730,8 @@ pub unsafe extern "C" fn kvp_scheduler_step(
 
 /// The engine finished a running request (EOS, stop string or length): it leaves the
 /// scheduler; `*out_kv_len` (may be NULL) receives the KV tokens it held, for the engine to
-/// free. Fails with `KVP_STATUS_INVALID_ARGUMENT` (unknown id) or
+/// free (`kvp_scheduler_finish_ex` also says which leading tokens are its locked cached
+/// prefix). Fails with `KVP_STATUS_INVALID_ARGUMENT` (unknown id) or
 /// `KVP_STATUS_INVALID_STATE` (not running: use `kvp_scheduler_abort`).
 ///
 /// # Safety
@@ -723,6 +750,80 @@ pub unsafe extern "C" fn kvp_scheduler_finish(
                     // SAFETY: non-NULL and writable (caller contract).
                     unsafe { *out_kv_len = kv_len };
                 }
+                kvp_status::Ok
+            }
+            Err(error) => err(error),
+        }
+    })
+}
+
+fn released(r: crate::admission::Released) -> kvp_finished {
+    kvp_finished {
+        id: r.id,
+        kv_len: r.kv_len,
+        prefix_len: r.prefix_len,
+        prefix_evictable: r.prefix_evictable,
+    }
+}
+
+/// `kvp_scheduler_finish` that also reports what the request held: `*out_finished`
+/// receives its id, KV length, and the leading `prefix_len` tokens of its row that belong to
+/// the prefix cache (locked since its admission: unlock them) — see `kvp_finished`. The
+/// engine frees (or caches) `row[prefix_len .. kv_len)`.
+///
+/// Same checks and effect as `kvp_scheduler_finish`: fails with
+/// `KVP_STATUS_INVALID_ARGUMENT` (unknown id), `KVP_STATUS_INVALID_STATE` (not running:
+/// use `kvp_scheduler_abort_ex`), or `KVP_STATUS_NULL_ARGUMENT` when `out_finished` is NULL
+/// (checked first: the request is then not finished). `*out_finished` is unmodified and the
+/// scheduler unchanged on failure.
+///
+/// # Safety
+/// `scheduler` a live scheduler or NULL; `out_finished` writable or NULL.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_scheduler_finish_ex(
+    scheduler: *mut kvp_scheduler,
+    id: u64,
+    out_finished: *mut kvp_finished,
+) -> kvp_status {
+    with_scheduler(scheduler, |state| {
+        if out_finished.is_null() {
+            return fail(kvp_status::NullArgument, "out_finished is NULL");
+        }
+        match state.scheduler.finish_released(id) {
+            Ok(r) => {
+                // SAFETY: non-NULL and writable (caller contract).
+                unsafe { *out_finished = released(r) };
+                kvp_status::Ok
+            }
+            Err(error) => err(error),
+        }
+    })
+}
+
+/// `kvp_scheduler_abort` that also reports what the request held, as
+/// `kvp_scheduler_finish_ex` does (a waiting request reports `kv_len` and `prefix_len` 0:
+/// it holds and locks nothing). Fails with `KVP_STATUS_INVALID_ARGUMENT` (unknown id) or
+/// `KVP_STATUS_NULL_ARGUMENT` (`out_finished` NULL, checked first: nothing is dropped);
+/// `*out_finished` is unmodified and the scheduler unchanged on failure.
+///
+/// # Safety
+/// `scheduler` a live scheduler or NULL; `out_finished` writable or NULL.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_scheduler_abort_ex(
+    scheduler: *mut kvp_scheduler,
+    id: u64,
+    out_finished: *mut kvp_finished,
+) -> kvp_status {
+    with_scheduler(scheduler, |state| {
+        if out_finished.is_null() {
+            return fail(kvp_status::NullArgument, "out_finished is NULL");
+        }
+        match state.scheduler.abort_released(id) {
+            Ok(r) => {
+                // SAFETY: non-NULL and writable (caller contract).
+                unsafe { *out_finished = released(r) };
                 kvp_status::Ok
             }
             Err(error) => err(error),

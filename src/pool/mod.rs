@@ -358,6 +358,32 @@ impl Pool {
 
     // ---- dry runs ---------------------------------------------------------------------
 
+    /// What [`alloc_extend`](Self::alloc_extend) of these lengths would take from the pool,
+    /// changing nothing (not even the counters): the exact pages it takes from the free
+    /// list (`new_pages`) and the slots it writes (`tokens`, its `extend_num_tokens`).
+    /// Runs the same host planning, so bad lengths fail with the same kind and message.
+    ///
+    /// Shortage rule (both backends): `alloc_extend` of these lengths fails with
+    /// [`ErrorKind::OutOfSlots`] iff `new_pages * page_size > available_size()`. Staged
+    /// (`need_sort`) pages count: SGLang's merge trigger (`extend_num_tokens / page_size +
+    /// batch + 1` pages, a token pool `new_pages`) is never below `new_pages`, so a batch
+    /// that needs the staged pages always merges them first.
+    pub fn extend_need(
+        &self,
+        prefix_lens: &[i64],
+        seq_lens: &[i64],
+    ) -> Result<plan::ExtendPlan, PoolError> {
+        plan::plan_extend_lengths(&self.layout, prefix_lens, seq_lens)
+    }
+
+    /// The pages [`alloc_decode`](Self::alloc_decode) of these lengths would take (requests
+    /// whose `(seq_len - 1) % page_size == 0`), changing nothing; same validation. The
+    /// shortage rule is [`extend_need`](Self::extend_need)'s (the trigger is the batch
+    /// size, never below the page count).
+    pub fn decode_need(&self, seq_lens: &[i64]) -> Result<u64, PoolError> {
+        plan::plan_decode(&self.layout, seq_lens)
+    }
+
     /// Runs every check of [`alloc_extend`](Self::alloc_extend) except the shortage check,
     /// changing nothing: for engine-side assertions, and to measure what validation costs.
     pub fn check_extend<I: SlotIndex>(

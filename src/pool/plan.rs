@@ -86,6 +86,28 @@ pub(crate) fn plan_extend(
     seq_lens: &[i64],
     extend_num_tokens: u64,
 ) -> Result<ExtendPlan, PoolError> {
+    let plan = plan_extend_lengths(layout, prefix_lens, seq_lens)?;
+    if plan.tokens != extend_num_tokens {
+        return fail(
+            ErrorKind::InvalidLengths,
+            format!(
+                "extend_num_tokens is {extend_num_tokens} but the lengths add up to {} \
+                 (sum of seq_lens - prefix_lens)",
+                plan.tokens
+            ),
+        );
+    }
+    Ok(plan)
+}
+
+/// [`plan_extend`] without the `extend_num_tokens` check: validates the lengths (same
+/// checks, same errors, in the same order) and computes both the new pages and the tokens.
+/// What the pools' `extend_need` queries run.
+pub(crate) fn plan_extend_lengths(
+    layout: &Layout,
+    prefix_lens: &[i64],
+    seq_lens: &[i64],
+) -> Result<ExtendPlan, PoolError> {
     if prefix_lens.len() != seq_lens.len() {
         return fail(
             ErrorKind::InvalidLengths,
@@ -102,15 +124,6 @@ pub(crate) fn plan_extend(
         let shape = extend_shape(layout, i, prefix, seq)?;
         tokens += shape.tokens();
         new_pages += pages_of.ceil(shape.seq) - pages_of.ceil(shape.prefix);
-    }
-    if tokens != extend_num_tokens {
-        return fail(
-            ErrorKind::InvalidLengths,
-            format!(
-                "extend_num_tokens is {extend_num_tokens} but the lengths add up to {tokens} \
-                 (sum of seq_lens - prefix_lens)"
-            ),
-        );
     }
     Ok(ExtendPlan { new_pages, tokens })
 }

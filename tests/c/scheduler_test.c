@@ -112,8 +112,19 @@ static void run_prefill(struct kvp_pool *pool, const struct kvp_step_plan *plan)
         total += (size_t)e->extend_len;
     }
     out = malloc(total * sizeof *out);
-    CHECK_OK(kvp_pool_alloc_extend(pool, prefix_lens, seq_lens, last_loc, n, total, out,
-                                   total));
+    {
+        /* The need query predicts the allocation: it fits (the scheduler admitted it), and
+           it takes exactly `pages` pages. */
+        uint64_t pages = 0, tokens = 0, before = 0, after = 0;
+        CHECK_OK(kvp_pool_extend_need(pool, prefix_lens, seq_lens, n, &pages, &tokens));
+        CHECK_EQ(tokens, total);
+        CHECK_OK(kvp_pool_available_size(pool, &before));
+        CHECK(pages * PAGE_SIZE <= before);
+        CHECK_OK(kvp_pool_alloc_extend(pool, prefix_lens, seq_lens, last_loc, n, total, out,
+                                       total));
+        CHECK_OK(kvp_pool_available_size(pool, &after));
+        CHECK_EQ(before - after, pages * PAGE_SIZE);
+    }
     for (i = 0; i < n; i++) {
         const struct kvp_prefill_entry *e = &plan->prefill[i];
         struct request *r = find(e->id);
@@ -142,7 +153,14 @@ static void run_decode(struct kvp_pool *pool, const struct kvp_step_plan *plan) 
         seq_lens[i] = (int64_t)r->row_len + 1;
         last_loc[i] = r->row_len > 0 ? r->row[r->row_len - 1] : -1;
     }
-    CHECK_OK(kvp_pool_alloc_decode(pool, seq_lens, last_loc, n, out, n));
+    {
+        uint64_t pages = 0, before = 0, after = 0;
+        CHECK_OK(kvp_pool_decode_need(pool, seq_lens, n, &pages));
+        CHECK_OK(kvp_pool_available_size(pool, &before));
+        CHECK_OK(kvp_pool_alloc_decode(pool, seq_lens, last_loc, n, out, n));
+        CHECK_OK(kvp_pool_available_size(pool, &after));
+        CHECK_EQ(before - after, pages * PAGE_SIZE);
+    }
     for (i = 0; i < n; i++) {
         struct request *r = find(plan->decode[i]);
         r->row[r->row_len++] = out[i];
@@ -239,7 +257,17 @@ static void test_engine_loop(void) {
             if (st.phase == KVP_PHASE_RUNNING && st.output_len >= r->target) {
                 uint64_t kv_len = 0;
                 CHECK_EQ(st.output_len, r->target);
-                CHECK_OK(kvp_scheduler_finish(sched, r->id, &kv_len));
+                if (r->id % 2 == 0) {
+                    CHECK_OK(kvp_scheduler_finish(sched, r->id, &kv_len));
+                } else {
+                    /* No prefix cache in this loop: the whole row is the request's own. */
+                    struct kvp_finished f;
+                    CHECK_OK(kvp_scheduler_finish_ex(sched, r->id, &f));
+                    CHECK_EQ(f.id, r->id);
+                    CHECK_EQ(f.prefix_len, 0);
+                    CHECK_EQ(f.prefix_evictable, 0);
+                    kv_len = f.kv_len;
+                }
                 CHECK_EQ(kv_len, r->row_len);
                 free_row(pool, r);
                 r->finished = true;
@@ -615,8 +643,62 @@ static void run(const char *name, void (*test)(void)) {
     printf("%-32s %s\n", name, g_failures == before ? "ok" : "FAILED");
 }
 
+/* kvp_scheduler_finish_ex / _abort_ex: the row splits into the locked cached prefix
+   (prefix_len, as submitted) and the request's own KV; refusals change nothing. */
+static void test_finish_ex(void) {
+    struct kvp_scheduler_config cfg = kvp_scheduler_config_default();
+    struct kvp_scheduler *sched = NULL;
+    struct kvp_request r;
+    struct kvp_submit_result result;
+    struct kvp_step_plan plan;
+    struct kvp_finished f = {99, 99, 99, 99};
+    uint64_t kv_len = 0;
+    int steps = 0;
+    cfg.capacity = 1 << 16;
+    cfg.page_size = 16;
+    CHECK_OK(kvp_scheduler_new(&cfg, NULL, &sched));
+    memset(&r, 0, sizeof r);
+    r.id = 1;
+    r.input_len = 100;
+    r.prefix_len = 32;
+    r.prefix_evictable = 16;
+    r.max_new_tokens = 4;
+    CHECK_OK(kvp_scheduler_submit(sched, &r, NULL, 0, &result));
+    r.id = 2;
+    CHECK_OK(kvp_scheduler_submit(sched, &r, NULL, 0, &result));
+    /* Waiting: not running, and it holds nothing. */
+    CHECK_STATUS(kvp_scheduler_finish_ex(sched, 1, &f), KVP_STATUS_INVALID_STATE);
+    CHECK_STATUS(kvp_scheduler_finish_ex(sched, 1, NULL), KVP_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(kvp_scheduler_abort_ex(sched, 2, NULL), KVP_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(kvp_scheduler_finish_ex(sched, 7, &f), KVP_STATUS_INVALID_ARGUMENT);
+    CHECK_EQ(f.id, 99); /* untouched on failure */
+    CHECK_OK(kvp_scheduler_step(sched, 1 << 16, 0, true, &plan));
+    CHECK_EQ(plan.num_prefill, 2);
+    CHECK_OK(kvp_scheduler_abort_ex(sched, 2, &f));
+    CHECK_EQ(f.id, 2);
+    CHECK_EQ(f.kv_len, 100);
+    CHECK_EQ(f.prefix_len, 32);
+    CHECK_EQ(f.prefix_evictable, 16);
+    while (steps++ < 3) CHECK_OK(kvp_scheduler_step(sched, 1 << 16, 0, true, &plan));
+    CHECK_OK(kvp_scheduler_finish_ex(sched, 1, &f));
+    CHECK_EQ(f.id, 1);
+    CHECK_EQ(f.kv_len, 103); /* 100 prompt tokens, then 3 decode steps */
+    CHECK_EQ(f.prefix_len, 32);
+    CHECK_EQ(f.prefix_evictable, 16);
+    CHECK_STATUS(kvp_scheduler_finish(sched, 1, &kv_len), KVP_STATUS_INVALID_ARGUMENT);
+    /* A waiting request reports no KV and no locked prefix. */
+    r.id = 3;
+    CHECK_OK(kvp_scheduler_submit(sched, &r, NULL, 0, &result));
+    CHECK_OK(kvp_scheduler_abort_ex(sched, 3, &f));
+    CHECK_EQ(f.id, 3);
+    CHECK_EQ(f.kv_len, 0);
+    CHECK_EQ(f.prefix_len, 0);
+    kvp_scheduler_free(sched);
+}
+
 int main(void) {
     run("engine_loop", test_engine_loop);
+    run("finish_ex", test_finish_ex);
     run("submit_need_overflow", test_submit_need_overflow);
     run("step_room_overflow", test_step_room_overflow);
     run("adder_overflow", test_adder_overflow);

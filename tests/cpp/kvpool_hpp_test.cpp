@@ -158,6 +158,19 @@ void test_paged_pool() {
     CHECK_EQ(info.num_pages, 16u);
     CHECK_EQ(info.device, -1);
     std::vector<int64_t> prefix{0}, seq{2}, last{-1};
+    // need queries: what an allocation would take, nothing allocated
+    const auto need = pool.extend_need(std::vector<int64_t>{0, 2}, std::array<int64_t, 2>{3, 11});
+    CHECK_EQ(need.pages, 3u);
+    CHECK_EQ(need.tokens, 12u);
+    CHECK_EQ(pool.decode_need(std::vector<int64_t>{1, 2, 5, 8}), 2u);
+    CHECK_EQ(pool.available_size(), 64u);
+    CHECK_THROWS(INVALID_LENGTHS, "seq_lens[0] = 1 is less than prefix_lens[0] = 2",
+                 pool.extend_need(std::vector<int64_t>{2}, std::vector<int64_t>{1}));
+    CHECK_THROWS(INVALID_LENGTHS, "one entry per request",
+                 pool.extend_need(std::vector<int64_t>{0, 0}, seq));
+    CHECK_THROWS(INVALID_LENGTHS, "exceeds the pool size",
+                 pool.extend_need(std::vector<int64_t>{0}, std::vector<int64_t>{65}));
+    CHECK_EQ(pool.stats().rejected_calls, 0u);
     CHECK_VEC(pool.alloc_extend(prefix, seq, last), 4, 5);
     CHECK_VEC(pool.alloc_extend(std::vector<int64_t>{2}, std::array<int64_t, 1>{11},
                                 std::vector<int64_t>{5}),
@@ -344,8 +357,21 @@ void test_scheduler() {
     const kvp_request_state state = sched.request(9);
     CHECK_EQ(state.kv_len, row.size());
     CHECK_EQ(state.output_len, 10u);
-    CHECK_EQ(sched.finish(9), row.size());
+    // finish_ex: no cached prefix here, the whole row is the request's own
+    const kvp_finished fin = sched.finish_ex(9);
+    CHECK_EQ(fin.id, 9u);
+    CHECK_EQ(fin.kv_len, row.size());
+    CHECK_EQ(fin.prefix_len, 0u);
     pool.free_indices(row);
+    CHECK_THROWS(INVALID_ARGUMENT, "9", sched.finish_ex(9));
+    // abort_ex of a waiting request with a cached prefix: it holds and locks nothing yet
+    request.id = 10;
+    request.prefix_len = 64;
+    request.prefix_evictable = 64;
+    CHECK(sched.submit(request).queued);
+    const kvp_finished gone = sched.abort_ex(10);
+    CHECK_EQ(gone.kv_len, 0u);
+    CHECK_EQ(gone.prefix_len, 0u);
     CHECK_THROWS(INVALID_ARGUMENT, "9", sched.request(9));
     CHECK_THROWS(INVALID_ARGUMENT, "12345", sched.finish(12345));
     CHECK_EQ(sched.step().kind, KVP_STEP_KIND_IDLE);

@@ -154,6 +154,7 @@ C_TO_CTYPES = {
     "const struct kvp_request *": ctypes.POINTER(kvp.Request),
     "struct kvp_submit_result *": ctypes.POINTER(kvp.SubmitResult),
     "struct kvp_step_plan *": ctypes.POINTER(kvp.StepPlanC),
+    "struct kvp_finished *": ctypes.POINTER(kvp.Finished),
     "struct kvp_request_state *": ctypes.POINTER(kvp.RequestState),
     "struct kvp_scheduler_stats *": ctypes.POINTER(kvp.SchedulerStats),
     "const struct kvp_prefill_entry *": ctypes.POINTER(kvp.PrefillEntry),
@@ -501,6 +502,46 @@ class TestNeedSort(KvpTestCase):
         pool.merge_and_sort_free()  # nothing staged: no merge counted
         self.assertEqual(pool.stats().merges, 2)
         self.assertEqual(pool.alloc(12), [4, 5, 6, 7, 8, 9, 10, 11, 24, 25, 26, 27])
+
+
+class TestNeedQueries(KvpTestCase):
+    def test_extend_and_decode_need(self):
+        pool = self.pool(64, 4)
+        # prefix 2 -> 11: its first 2 tokens finish the prefix's page, then 2 new pages
+        self.assertEqual(pool.extend_need([2, 0], [11, 3]), (3, 12))
+        self.assertEqual(pool.extend_need([2, 0], [11, 3]).pages, 3)
+        self.assertEqual(pool.extend_need(array.array("q", []), []), kvp.ExtendNeed(0, 0))
+        self.assertEqual(pool.decode_need(array.array("q", [1, 2, 5, 8, 9])), 3)
+        self.assertKvpError("INVALID_LENGTHS", pool.extend_need, [5], [4],
+                            message="seq_lens[0] = 4 is less than prefix_lens[0] = 5")
+        self.assertKvpError("INVALID_LENGTHS", pool.decode_need, [3, 0],
+                            message="seq_lens[1] = 0")
+        with self.assertRaises(ValueError):
+            pool.extend_need([0, 0], [1])
+        stats = pool.stats()
+        self.assertEqual((stats.alloc_extend_calls, stats.rejected_calls), (0, 0))
+        self.assertEqual(pool.available_size(), 64)
+
+    def test_need_predicts_shortage_with_staged_pages(self):
+        pool = self.pool(32, 4, need_sort=True)
+        row = pool.alloc_extend([0], [24], [-1])  # 6 of 8 pages
+        pool.free_segment(row, 0, 24)  # staged
+        self.assertEqual(pool.available_size(), 32)
+        rng = random.Random(11)
+        for _ in range(200):
+            lens = [rng.randrange(0, 20) for _ in range(rng.randrange(1, 4))]
+            pages, tokens = pool.extend_need([0] * len(lens), lens)
+            available = pool.available_size()
+            if pages * 4 > available:
+                self.assertKvpError("OUT_OF_SLOTS", pool.alloc_extend, [0] * len(lens), lens,
+                                    [-1] * len(lens))
+            else:
+                got = pool.alloc_extend([0] * len(lens), lens, [-1] * len(lens), tokens)
+                self.assertEqual(len(got), tokens)
+                self.assertEqual(pool.available_size(), available - pages * 4)
+                pool.free_indices(got)  # staged again
+        self.assertGreater(pool.stats().merges, 1)
+        self.assertGreater(pool.stats().failed_allocations, 0)
 
 
 class TestSnapshots(KvpTestCase):
@@ -1152,6 +1193,27 @@ class TestScheduler(KvpTestCase):
         plan = sched.step(699)
         self.assertEqual(plan.kind, kvp.STEP_KIND_PREFILL)
         self.assertEqual(plan.prefill, [(2, 0, 300, False)])
+
+    def test_finish_ex_reports_the_locked_prefix(self):
+        sched = self.scheduler(capacity=1 << 16, page_size=16)
+        sched.submit(1, 100, 4, prefix_len=32, prefix_evictable=16)
+        sched.submit(2, 100, 4, prefix_len=32, prefix_evictable=16)
+        with self.assertRaises(kvp.KvpError):
+            sched.finish_ex(1)  # waiting: not running
+        plan = sched.step(1 << 16)
+        self.assertEqual([e.prefix_len for e in plan.prefill], [32, 32])
+        gone = sched.abort_ex(2)
+        self.assertIsInstance(gone, kvp.Finished)
+        self.assertEqual((gone.id, gone.kv_len, gone.prefix_len, gone.prefix_evictable),
+                         (2, 100, 32, 16))
+        sched.step(1 << 16)
+        fin = sched.finish_ex(1)
+        self.assertEqual((fin.id, fin.kv_len, fin.prefix_len, fin.prefix_evictable),
+                         (1, 101, 32, 16))
+        self.assertKvpError("INVALID_ARGUMENT", sched.finish_ex, 1)
+        sched.submit(3, 100, 4, prefix_len=32, prefix_evictable=32)
+        self.assertEqual(sched.abort_ex(3).prefix_len, 0)  # waiting: locks nothing
+        self.assertEqual(sched.stats().finished, 1)
 
     def test_allow_prefill_false_skips_prefill(self):
         sched = self.scheduler(capacity=1 << 20)

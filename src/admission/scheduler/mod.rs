@@ -151,6 +151,42 @@ impl Evicted {
     }
 }
 
+/// What a request leaving the scheduler ([`Scheduler::finish_released`],
+/// [`Scheduler::abort_released`]) held in its slot row, split the way the engine must
+/// release it: `row[prefix_len .. kv_len)` is the request's own KV (free it, or insert it
+/// into the prefix cache as SGLang's `cache_finished_req` does), `row[0 .. prefix_len)` is
+/// the cached prefix it reused, which admission locked in the engine's prefix cache (unlock
+/// it; do not free it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Released {
+    /// Request id.
+    pub id: u64,
+    /// Tokens of KV in its row (what `finish` / `abort` return).
+    pub kv_len: u64,
+    /// Leading tokens of the row that belong to the prefix cache: the `prefix_len` the
+    /// engine gave (at submit or `update_prefix`) when the request was last admitted, capped
+    /// at `kv_len`. 0 for a request that holds no KV (waiting: never admitted, or retracted
+    /// or preempted since).
+    pub prefix_len: u64,
+    /// Of `prefix_len`, the tokens the engine declared evictable (`prefix_evictable`) before
+    /// that admission: the part of the prefix no other request locked then. A record from
+    /// admission time, not the lock state now: the scheduler does not track other requests'
+    /// locks on the same prefix (the engine's prefix cache does).
+    pub prefix_evictable: u64,
+}
+
+impl Released {
+    fn of(r: &Request) -> Self {
+        let prefix_len = r.spec.prefix_len.min(r.kv_len);
+        Self {
+            id: r.spec.id,
+            kv_len: r.kv_len,
+            prefix_len,
+            prefix_evictable: r.spec.prefix_evictable.min(prefix_len),
+        }
+    }
+}
+
 /// The scheduler's decision for one step.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StepPlan {
@@ -412,6 +448,12 @@ impl Scheduler {
     /// The engine finished a running request (EOS or length): it frees the request's KV.
     /// Returns the KV length it held.
     pub fn finish(&mut self, id: u64) -> Result<u64, PoolError> {
+        self.finish_released(id).map(|r| r.kv_len)
+    }
+
+    /// [`finish`](Self::finish), reporting what the request held: its KV length and the
+    /// leading prefix-cache tokens of its row (see [`Released`]). Same checks and effect.
+    pub fn finish_released(&mut self, id: u64) -> Result<Released, PoolError> {
         let slot = self.requests.slot(id);
         match slot.map(|s| self.requests[s].phase) {
             Some(Phase::Running) => {}
@@ -434,6 +476,11 @@ impl Scheduler {
 
     /// Drops a request in any phase. Returns the KV length it held (to free).
     pub fn abort(&mut self, id: u64) -> Result<u64, PoolError> {
+        self.abort_released(id).map(|r| r.kv_len)
+    }
+
+    /// [`abort`](Self::abort), reporting what the request held (see [`Released`]).
+    pub fn abort_released(&mut self, id: u64) -> Result<Released, PoolError> {
         let Some(slot) = self.requests.slot(id) else {
             return Err(bad(
                 ErrorKind::InvalidArgument,
@@ -443,7 +490,7 @@ impl Scheduler {
         Ok(self.remove(slot))
     }
 
-    fn remove(&mut self, slot: u32) -> u64 {
+    fn remove(&mut self, slot: u32) -> Released {
         let req = self.requests.remove(slot);
         let list = match req.phase {
             Phase::Waiting => &mut self.waiting,
@@ -456,7 +503,7 @@ impl Scheduler {
             // `batch_is_full` whenever the running batch gets smaller).
             self.batch_is_full = false;
         }
-        req.kv_len
+        Released::of(&req)
     }
 
     fn running_view(&self, slot: u32) -> RunningRequest {

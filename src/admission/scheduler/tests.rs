@@ -694,3 +694,76 @@ fn extreme_priorities_order_and_preempt_without_wrapping() {
     assert_eq!(plan.preempted.iter().map(|e| e.id).collect::<Vec<_>>(), [1]);
     assert_eq!(plan.prefill.iter().map(|e| e.id).collect::<Vec<_>>(), [3]);
 }
+
+/// `finish_released` / `abort_released` split a row into the locked cached prefix and the
+/// request's own KV: the admission's `prefix_len` (and `prefix_evictable` as declared
+/// then); nothing for a request that holds no KV; and the same effect as `finish` /
+/// `abort` (invalid calls change nothing).
+#[test]
+fn released_requests_report_their_locked_prefix() {
+    let mut s = scheduler(1 << 20, 16, |c| c.chunked_prefill_size = Some(64));
+    let with_prefix = |id, input, prefix, evictable| RequestSpec {
+        prefix_len: prefix,
+        prefix_evictable: evictable,
+        ..spec(id, input, 8)
+    };
+    s.submit(with_prefix(1, 100, 32, 16)).unwrap();
+    s.submit(with_prefix(2, 50, 16, 0)).unwrap();
+    s.submit(with_prefix(3, 40, 0, 0)).unwrap();
+    // Request 1 (100 tokens, 32 cached) takes the 64-token chunk: 32 + 64 = 96 in KV.
+    let plan = s.step(1 << 20, 0, true);
+    assert_eq!(plan.prefill[0].id, 1);
+    assert_eq!(plan.prefill[0].prefix_len, 32);
+    assert_eq!(plan.prefill[0].extend_len, 64);
+    assert!(plan.prefill[0].chunked);
+    // A chunking request is not finished yet; the refusal changes nothing.
+    assert_eq!(
+        s.finish_released(1).unwrap_err().kind(),
+        ErrorKind::InvalidState
+    );
+    assert_eq!(
+        s.finish_released(77).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    // Aborting it mid-prefill: its row holds 96 tokens, the first 32 the locked prefix.
+    assert_eq!(
+        s.abort_released(1).unwrap(),
+        Released {
+            id: 1,
+            kv_len: 96,
+            prefix_len: 32,
+            prefix_evictable: 16
+        }
+    );
+    // Request 2 runs to the end: 50 prompt tokens (16 cached) plus the decoded ones.
+    let mut steps = 0;
+    while s.request(2).map(|r| r.0) != Some(Phase::Running) {
+        s.step(1 << 20, 0, true);
+        steps += 1;
+        assert!(steps < 10);
+    }
+    s.step(1 << 20, 0, true); // one decode step
+    let kv_len = s.request(2).unwrap().1;
+    let r = s.finish_released(2).unwrap();
+    assert_eq!(
+        r,
+        Released {
+            id: 2,
+            kv_len,
+            prefix_len: 16,
+            prefix_evictable: 0
+        }
+    );
+    assert!(kv_len >= 50);
+    assert_eq!(s.stats().finished, 1);
+    // A waiting request holds nothing, whatever prefix it was submitted with.
+    s.submit(with_prefix(4, 300, 32, 32)).unwrap();
+    let r = s.abort_released(4).unwrap();
+    assert_eq!((r.kv_len, r.prefix_len, r.prefix_evictable), (0, 0, 0));
+    // finish / abort still return the KV length.
+    while s.request(3).map(|r| r.0) != Some(Phase::Running) {
+        s.step(1 << 20, 0, true);
+    }
+    let kv = s.request(3).unwrap().1;
+    assert_eq!(s.finish(3).unwrap(), kv);
+}
