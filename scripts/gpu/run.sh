@@ -96,6 +96,7 @@ for step in "${steps[@]}"; do
         run release-cpp "$LOGS/cuda_release_test" --require-gpu
         run lockstep "$BIN/cuda_lockstep" --ignored --nocapture
         run multi-device "$BIN/cuda_multi_device" --ignored --nocapture
+        run need-queries "$BIN/need_queries" --ignored --nocapture
         ;;
     lockstep-soak)
         # The lockstep test's 12 configurations in parallel processes (KVPOOL_LOCKSTEP_CONFIG
