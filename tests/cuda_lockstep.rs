@@ -765,6 +765,9 @@ fn only_config() -> Option<u64> {
     Some(index)
 }
 
+/// Operations between two progress lines of a configuration.
+const PROGRESS_EVERY: u64 = 50_000;
+
 fn ops_per_config() -> u64 {
     std::env::var("KVPOOL_LOCKSTEP_OPS")
         .ok()
@@ -793,8 +796,18 @@ fn device_pool_matches_host_pool_op_for_op() {
                 let mut run = Run::new(ps, need_sort, i32, index + 1);
                 // Cross the page-word re-tagging (every 2^29 calls) early in the run.
                 run.device.debug_jump_tag((1 << 29) - 200);
-                for _ in 0..ops_per_config() {
+                let started = std::time::Instant::now();
+                for op in 1..=ops_per_config() {
                     run.step();
+                    // Progress of long (soak) runs, so a run stopped by a time limit still
+                    // says how far it compared without a disagreement.
+                    if op % PROGRESS_EVERY == 0 {
+                        eprintln!(
+                            "config {index:>2}: {op} ops compared, {} device-detected faults, {:.0} s",
+                            run.faults,
+                            started.elapsed().as_secs_f64()
+                        );
+                    }
                 }
                 run.check_census();
                 assert_eq!(

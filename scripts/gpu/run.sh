@@ -18,7 +18,8 @@
 # this one, for before/after figures from one machine and one run), CXX (the C++ compiler
 # for tests/cpp/cuda_release_test.cpp, default c++), LOCKSTEP_SOAK_OPS
 # (lockstep-soak: operations in all, split over the 12 configurations, default 10,000,000),
-# LOCKSTEP_SOAK_JOBS (parallel processes, default 12: one per configuration).
+# LOCKSTEP_SOAK_JOBS (parallel processes, default 12: one per configuration), LOCKSTEP_SOAK_SECONDS
+# (time limit of each process, default 3600; a stopped one reports its last progress line).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -55,7 +56,8 @@ lockstep_soak() {
         while (( $(jobs -rp | wc -l) >= jobs )); do sleep 1; done
         (
             start=$SECONDS
-            KVPOOL_LOCKSTEP_CONFIG=$i KVPOOL_LOCKSTEP_OPS=$per "$BIN/cuda_lockstep" --ignored \
+            KVPOOL_LOCKSTEP_CONFIG=$i KVPOOL_LOCKSTEP_OPS=$per \
+                timeout "${LOCKSTEP_SOAK_SECONDS:-3600}" "$BIN/cuda_lockstep" --ignored \
                 --nocapture > "$dir/config-$i.log" 2>&1
             echo "$? $((SECONDS - start))" > "$dir/config-$i.rc"
         ) &
@@ -65,8 +67,10 @@ lockstep_soak() {
     for i in $(seq 0 11); do
         local rc=missing secs=0 line ops
         if [[ -f "$dir/config-$i.rc" ]]; then read -r rc secs < "$dir/config-$i.rc"; fi
-        line=$(grep -m1 "^config *$i:" "$dir/config-$i.log" || true)
-        ops=$(sed -n 's/.*: \([0-9][0-9]*\) ops,.*/\1/p' <<< "$line")
+        # The result line (the progress lines say how far a run got that did not finish).
+        line=$(grep -m1 "^config *$i: page_size" "$dir/config-$i.log" ||
+               grep "^config *$i: [0-9]* ops compared" "$dir/config-$i.log" | tail -n 1 || true)
+        ops=$(sed -n 's/.*: \([0-9][0-9]*\) ops[ ,].*/\1/p' <<< "$line")
         ops=${ops:-0}
         if [[ "$rc" != 0 || $ops -lt $per ]]; then
             bad=1
