@@ -4,7 +4,7 @@
 # Rust, no network). Logs go to $OUT (default ./gpu-out).
 #
 #   scripts/gpu/run.sh [tests] [sanitize] [python] [tp] [example] [demo] [bench] ...  (default: all)
-#   scripts/gpu/run.sh lockstep-soak     (not in the default set: ~2 min on 16 cores)
+#   scripts/gpu/run.sh lockstep-soak     (not in the default set; long: see LOCKSTEP_SOAK_*)
 #   scripts/gpu/run.sh python-overhead   (not in the default set: Python vs C per call, ~3 min)
 #
 # tp: the tensor-parallel digest test (tests/tp/tp_digest.py): one rank per GPU (at least
