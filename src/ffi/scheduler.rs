@@ -8,8 +8,8 @@ use super::handle::{into_raw, release, share, with_raw, Guarded};
 use super::pool::{kvp_pool, PoolHandle, PoolObject};
 use super::status::kvp_status;
 use crate::admission::{
-    ChunkSizePredictor, Phase, Policy, PriorityConfig, RatioConfig, RequestSpec, RetractionPolicy,
-    Scheduler, SchedulerConfig, StepKind, StepPlan, SubmitOutcome,
+    ChunkSizePredictor, Phase, Policy, PriorityConfig, RatioConfig, Released, RequestSpec,
+    RetractionPolicy, Scheduler, SchedulerConfig, StepKind, StepPlan, SubmitOutcome,
 };
 use crate::pool::{ErrorKind, PoolError};
 
@@ -757,7 +757,7 @@ pub unsafe extern "C" fn kvp_scheduler_finish(
     })
 }
 
-fn released(r: crate::admission::Released) -> kvp_finished {
+fn released(r: Released) -> kvp_finished {
     kvp_finished {
         id: r.id,
         kv_len: r.kv_len,
@@ -786,19 +786,8 @@ pub unsafe extern "C" fn kvp_scheduler_finish_ex(
     id: u64,
     out_finished: *mut kvp_finished,
 ) -> kvp_status {
-    with_scheduler(scheduler, |state| {
-        if out_finished.is_null() {
-            return fail(kvp_status::NullArgument, "out_finished is NULL");
-        }
-        match state.scheduler.finish_released(id) {
-            Ok(r) => {
-                // SAFETY: non-NULL and writable (caller contract).
-                unsafe { *out_finished = released(r) };
-                kvp_status::Ok
-            }
-            Err(error) => err(error),
-        }
-    })
+    // SAFETY: forwarded contract.
+    unsafe { release_into(scheduler, out_finished, |s| s.finish_released(id)) }
 }
 
 /// `kvp_scheduler_abort` that also reports what the request held, as
@@ -816,11 +805,25 @@ pub unsafe extern "C" fn kvp_scheduler_abort_ex(
     id: u64,
     out_finished: *mut kvp_finished,
 ) -> kvp_status {
+    // SAFETY: forwarded contract.
+    unsafe { release_into(scheduler, out_finished, |s| s.abort_released(id)) }
+}
+
+/// The body of `kvp_scheduler_finish_ex` / `kvp_scheduler_abort_ex`: refuses a NULL
+/// `out_finished` before anything changes, then writes what `take` reports.
+///
+/// # Safety
+/// `scheduler` a live scheduler or NULL; `out_finished` writable or NULL.
+unsafe fn release_into(
+    scheduler: *mut kvp_scheduler,
+    out_finished: *mut kvp_finished,
+    take: impl FnOnce(&mut Scheduler) -> Result<Released, PoolError>,
+) -> kvp_status {
     with_scheduler(scheduler, |state| {
         if out_finished.is_null() {
             return fail(kvp_status::NullArgument, "out_finished is NULL");
         }
-        match state.scheduler.abort_released(id) {
+        match take(&mut state.scheduler) {
             Ok(r) => {
                 // SAFETY: non-NULL and writable (caller contract).
                 unsafe { *out_finished = released(r) };
