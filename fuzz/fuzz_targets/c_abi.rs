@@ -197,6 +197,8 @@ impl Held {
 
 struct Saved {
     snapshot: *mut kvp_snapshot,
+    /// `kvp_pool_digest` when the snapshot was taken: a restore must bring it back.
+    digest: u64,
     model: Model,
     held: Held,
 }
@@ -221,6 +223,19 @@ struct Run {
     saved_foreign: Vec<*mut kvp_snapshot>,
     /// Calls made, for failure messages.
     trace: Vec<String>,
+    /// Set by the current step when its call must have changed nothing (refused for any
+    /// reason but `KVP_STATUS_OUT_OF_SLOTS`, which may merge staged pages; a read-only
+    /// query; a census, which restores what it drained): the digest must then be as before.
+    unchanged: bool,
+}
+
+/// `kvp_pool_digest` of a live host pool.
+fn pool_digest(pool: *const kvp_pool) -> u64 {
+    let mut d = 0;
+    // SAFETY: live pool, writable out-parameter.
+    let s = unsafe { kvp_pool_digest(pool, &mut d) };
+    assert_eq!(s, kvp_status::Ok, "kvp_pool_digest");
+    d
 }
 
 fn new_pool(size: u64, ps: u32, wide: bool, need_sort: bool) -> *mut kvp_pool {
@@ -243,8 +258,19 @@ impl Run {
         let wide = input.chance(160);
         let need_sort = input.chance(100);
         let size = num_pages * ps;
+        let pool = new_pool(size, ps as u32, wide, need_sort);
+        // The index type is not part of the digest: a pool of the other one, same
+        // configuration, starts with the same digest.
+        let twin = new_pool(size, ps as u32, !wide, need_sort);
+        let (d, d_twin) = (pool_digest(pool), pool_digest(twin));
+        assert_eq!(
+            d, d_twin,
+            "fresh pools differing only in index type: digests differ"
+        );
+        // SAFETY: our own pool, not used afterwards.
+        unsafe { kvp_pool_free(twin) };
         Self {
-            pool: new_pool(size, ps as u32, wide, need_sort),
+            pool,
             other: ptr::null_mut(),
             wide,
             ps,
@@ -261,6 +287,7 @@ impl Run {
                 "pool size {size} page_size {ps} {} need_sort {need_sort}",
                 if wide { "int64" } else { "int32" }
             )],
+            unchanged: false,
         }
     }
 
@@ -333,6 +360,8 @@ impl Run {
 
     fn step(&mut self, input: &mut Input) {
         self.step += 1;
+        self.unchanged = false;
+        let digest_before = self.digest();
         match input.below(16) {
             0 => self.alloc(input),
             1..=3 => self.extend(input),
@@ -362,7 +391,33 @@ impl Run {
             14 => self.census(),
             _ => self.bad_new(input),
         }
+        if self.unchanged {
+            let now = self.digest();
+            self.check(now == digest_before, || {
+                format!(
+                    "digest {now:#x} after a call that changed nothing, {digest_before:#x} before"
+                )
+            });
+        }
         self.check_state();
+    }
+
+    /// `kvp_pool_digest`, read twice: with no call between, the two must be equal.
+    fn digest(&self) -> u64 {
+        let d = pool_digest(self.pool);
+        let again = pool_digest(self.pool);
+        self.check(d == again, || {
+            format!("two digests with no call between: {d:#x}, {again:#x}")
+        });
+        d
+    }
+
+    fn available(&self) -> u64 {
+        let mut available = u64::MAX;
+        // SAFETY: live pool, writable out-parameter.
+        let s = unsafe { kvp_pool_available_size(self.pool, &mut available) };
+        self.want_status("available_size", s, kvp_status::Ok);
+        available
     }
 
     // ---- oracle ----------------------------------------------------------------------
@@ -422,7 +477,10 @@ impl Run {
         match status {
             kvp_status::Ok => {}
             kvp_status::OutOfSlots => self.stats.failed_allocations += 1,
-            _ => self.stats.rejected_calls += 1,
+            _ => {
+                self.stats.rejected_calls += 1;
+                self.unchanged = true;
+            }
         }
     }
 
@@ -585,6 +643,8 @@ impl Run {
              out_len {out_len}, {passes:?}) {corrupt}"
         ));
         let census = self.census_len();
+        let need = self.extend_need(&prefix, &seq);
+        let available = self.available();
         // SAFETY: every buffer holds its stated length (or is NULL / misaligned, refused).
         let got = unsafe {
             kvp_pool_alloc_extend(
@@ -627,7 +687,172 @@ impl Run {
                 }
             },
         );
+        if passes.iter().all(|&p| p == Pass::Valid) {
+            let tokens = need.map(|(_, t)| t);
+            self.check_need(
+                "alloc_extend",
+                need,
+                got,
+                tokens == Ok(total as u64),
+                available,
+                &out,
+            );
+        }
         self.count(Some(|s| &mut s.alloc_extend_calls), got);
+    }
+
+    /// `kvp_pool_extend_need` of a batch, checked against the header's formula (request
+    /// `i` takes `ceil(seq / page_size) - ceil(prefix / page_size)` pages and writes `seq -
+    /// prefix` slots; lengths valid iff `0 <= prefix <= seq <= size`, else
+    /// `KVP_STATUS_INVALID_LENGTHS` with nothing written). Changes nothing (the digest
+    /// and, through `check_state`, every counter). Returns its `(pages, tokens)` or status.
+    fn extend_need(&mut self, prefix: &[i64], seq: &[i64]) -> Result<(u64, u64), kvp_status> {
+        let size = self.size as i64;
+        let ps = self.ps as i64;
+        let valid = prefix
+            .iter()
+            .zip(seq)
+            .all(|(&p, &s)| 0 <= p && p <= s && s <= size);
+        let want = valid.then(|| {
+            prefix
+                .iter()
+                .zip(seq)
+                .fold((0u64, 0u64), |(pages, tokens), (&p, &s)| {
+                    let new = (s + ps - 1) / ps - (p + ps - 1) / ps;
+                    (pages + new as u64, tokens + (s - p) as u64)
+                })
+        });
+        let before = self.digest();
+        let (mut pages, mut tokens) = (u64::MAX - 1, u64::MAX - 2);
+        // SAFETY: both arrays hold `prefix.len()` elements; out-parameters writable.
+        let got = unsafe {
+            kvp_pool_extend_need(
+                self.pool,
+                prefix.as_ptr(),
+                seq.as_ptr(),
+                prefix.len(),
+                &mut pages,
+                &mut tokens,
+            )
+        };
+        let call = format!("extend_need(prefix {prefix:?}, seq {seq:?})");
+        self.want_status(
+            &call,
+            got,
+            if valid {
+                kvp_status::Ok
+            } else {
+                kvp_status::InvalidLengths
+            },
+        );
+        match want {
+            Some(w) => self.check((pages, tokens) == w, || {
+                format!("{call}: ({pages}, {tokens}), the header's formula says {w:?}")
+            }),
+            None => self.check(pages == u64::MAX - 1 && tokens == u64::MAX - 2, || {
+                format!("failed {call} wrote ({pages}, {tokens})")
+            }),
+        }
+        let after = self.digest();
+        self.check(before == after, || format!("{call} changed the digest"));
+        want.ok_or(got)
+    }
+
+    /// `kvp_pool_decode_need`, as [`extend_need`](Self::extend_need): a request takes a
+    /// page iff `(seq - 1) % page_size == 0`; lengths valid iff `1 <= seq <= size`.
+    fn decode_need(&mut self, seq: &[i64]) -> Result<(u64, u64), kvp_status> {
+        let size = self.size as i64;
+        let ps = self.ps as i64;
+        let valid = seq.iter().all(|&s| 1 <= s && s <= size);
+        let want = valid.then(|| seq.iter().filter(|&&s| (s - 1) % ps == 0).count() as u64);
+        let before = self.digest();
+        let mut pages = u64::MAX - 1;
+        // SAFETY: `seq` holds `seq.len()` elements; out-parameter writable.
+        let got = unsafe { kvp_pool_decode_need(self.pool, seq.as_ptr(), seq.len(), &mut pages) };
+        let call = format!("decode_need(seq {seq:?})");
+        self.want_status(
+            &call,
+            got,
+            if valid {
+                kvp_status::Ok
+            } else {
+                kvp_status::InvalidLengths
+            },
+        );
+        match want {
+            Some(w) => self.check(pages == w, || {
+                format!("{call}: {pages}, the header's formula says {w}")
+            }),
+            None => self.check(pages == u64::MAX - 1, || {
+                format!("failed {call} wrote {pages}")
+            }),
+        }
+        let after = self.digest();
+        self.check(before == after, || format!("{call} changed the digest"));
+        want.map(|p| (p, seq.len() as u64)).ok_or(got)
+    }
+
+    /// The need query's promises about the allocation of the same lengths that followed it
+    /// (every buffer valid): a length error of the query is the allocation's; with valid
+    /// lengths (and `tokens_match`: the `extend_num_tokens` passed is the query's tokens)
+    /// the allocation, when it got past its other checks (`OK` or `OUT_OF_SLOTS`), ran
+    /// short exactly when `pages * page_size > available` (`kvp_pool_available_size` just
+    /// before it), and on success took exactly `pages` pages and wrote `tokens` slots.
+    fn check_need(
+        &mut self,
+        call: &str,
+        need: Result<(u64, u64), kvp_status>,
+        got: kvp_status,
+        tokens_match: bool,
+        available: u64,
+        out: &IndexBuf,
+    ) {
+        let (pages, tokens) = match need {
+            Err(status) => {
+                self.check(got == status, || {
+                    format!("{call}: status {got:?}, its need query said {status:?}")
+                });
+                return;
+            }
+            Ok(need) => need,
+        };
+        if !tokens_match {
+            self.check(got == kvp_status::InvalidLengths, || {
+                format!("{call}: status {got:?} with extend_num_tokens != the query's {tokens}")
+            });
+            return;
+        }
+        if got != kvp_status::Ok && got != kvp_status::OutOfSlots {
+            return;
+        }
+        let short = pages * self.ps > available;
+        self.check((got == kvp_status::OutOfSlots) == short, || {
+            format!(
+                "{call}: status {got:?}, but its need query says {pages} pages of {} with {available} \
+                 available",
+                self.ps
+            )
+        });
+        if got == kvp_status::Ok {
+            let now = self.available();
+            self.check(available - now == pages * self.ps, || {
+                format!(
+                    "{call} took {} slots' pages, its need query said {pages} pages",
+                    available - now
+                )
+            });
+            let values = out.values();
+            let sentinel = if self.wide {
+                SENTINEL
+            } else {
+                i64::from(SENTINEL as i32)
+            };
+            let written = values.iter().take_while(|&&v| v != sentinel).count();
+            self.check(
+                written as u64 == tokens && values[written..].iter().all(|&v| v == sentinel),
+                || format!("{call} wrote {written} slots, its need query said {tokens}"),
+            );
+        }
     }
 
     /// Corrupts one request of an extend/decode batch (or nothing); says what it did.
@@ -740,6 +965,8 @@ impl Run {
             "alloc_decode(seq {seq:?}, last_loc {last:?}, out_len {out_len}, {passes:?}) {corrupt}"
         ));
         let census = self.census_len();
+        let need = self.decode_need(&seq);
+        let available = self.available();
         // SAFETY: every buffer holds its stated length (or is NULL / misaligned, refused).
         let got =
             unsafe { kvp_pool_alloc_decode(self.pool, sb.ptr(), lb.ptr(), n, out.ptr(), out_len) };
@@ -768,6 +995,9 @@ impl Run {
                 }
             },
         );
+        if passes.iter().all(|&p| p == Pass::Valid) {
+            self.check_need("alloc_decode", need, got, true, available, &out);
+        }
         self.count(Some(|s| &mut s.alloc_decode_calls), got);
     }
 
@@ -994,8 +1224,10 @@ impl Run {
                     "failed backup_state wrote its out-parameter".into()
                 });
                 if got == kvp_status::Ok {
+                    let digest = self.digest();
                     self.saved.push(Saved {
                         snapshot: snap,
+                        digest,
                         model: self.model.clone(),
                         held: self.held.clone(),
                     });
@@ -1034,6 +1266,11 @@ impl Run {
                 };
                 self.want_status("restore_state", got, want);
                 if got == kvp_status::Ok {
+                    let saved = self.saved[want_model.unwrap()].digest;
+                    let now = self.digest();
+                    self.check(now == saved, || {
+                        format!("digest {now:#x} after restore_state, {saved:#x} at its backup")
+                    });
                     let s = &self.saved[want_model.unwrap()];
                     self.model = s.model.clone();
                     self.held = s.held.clone();
@@ -1072,8 +1309,14 @@ impl Run {
     // ---- queries and bad handles --------------------------------------------------------
 
     fn queries(&mut self, input: &mut Input) {
-        let which = input.below(6);
+        let which = input.below(10);
         self.trace.push(format!("query {which}"));
+        self.unchanged = true;
+        if which >= 6 {
+            let (call, got, want) = self.new_queries(input, which);
+            self.want_status(&call, got, want);
+            return;
+        }
         // SAFETY: each call passes a live pool, NULL, or a live handle of another kind
         // (refused by its tag); out-parameters are NULL or writable.
         let (got, want) = unsafe {
@@ -1113,6 +1356,188 @@ impl Run {
             }
         };
         self.want_status("query", got, want);
+    }
+
+    /// The need queries with a bad argument, the digest with NULL / wrong-kind arguments,
+    /// and the debug flags of a host pool. Each must leave every out-parameter it refuses
+    /// as it was; `step` checks that the digest and `check_state` that the counters did not
+    /// move.
+    fn new_queries(&mut self, input: &mut Input, which: usize) -> (String, kvp_status, kvp_status) {
+        let snapshot_as_pool = self.saved.first().map(|s| s.snapshot.cast::<kvp_pool>());
+        let ps = self.ps as i64;
+        match which {
+            6 | 7 => {
+                // A batch whose lengths are valid, so only the corrupted argument is wrong.
+                let n = 1 + input.below(3);
+                let prefix: Vec<i64> = (0..n)
+                    .map(|_| input.below(ps as usize + 1) as i64)
+                    .collect();
+                let seq: Vec<i64> = prefix
+                    .iter()
+                    .map(|&p| (p + 1).min(self.size as i64))
+                    .collect();
+                let arr = [prefix.clone(), seq.clone()].map(|v| {
+                    let mut v = v;
+                    v.push(0);
+                    v
+                });
+                let (mut pages, mut tokens) = (777u64, 888u64);
+                let what = input.below(7);
+                let mis = |v: &Vec<i64>| -> *const i64 {
+                    // SAFETY: one byte into a buffer of at least two elements.
+                    unsafe { v.as_ptr().cast::<u8>().add(1) }.cast()
+                };
+                let mut pool = self.pool.cast_const();
+                let mut pp = arr[0].as_ptr();
+                let mut sp = arr[1].as_ptr();
+                let mut outp: *mut u64 = &mut pages;
+                let decode = which == 7;
+                let want = match what {
+                    0 => {
+                        outp = ptr::null_mut();
+                        kvp_status::NullArgument
+                    }
+                    1 => {
+                        pp = ptr::null();
+                        kvp_status::NullArgument
+                    }
+                    2 => {
+                        sp = ptr::null();
+                        kvp_status::NullArgument
+                    }
+                    3 => {
+                        if !decode && input.chance(128) {
+                            pp = mis(&arr[0]);
+                        } else {
+                            sp = mis(&arr[1]);
+                        }
+                        kvp_status::InvalidArgument
+                    }
+                    4 => {
+                        pool = ptr::null();
+                        kvp_status::NullArgument
+                    }
+                    5 if snapshot_as_pool.is_some() => {
+                        pool = snapshot_as_pool.unwrap().cast_const();
+                        kvp_status::InvalidArgument
+                    }
+                    _ => kvp_status::Ok, // out_tokens NULL (extend) / valid (decode)
+                };
+                if decode && what == 1 {
+                    return (
+                        "decode_need (skipped)".into(),
+                        kvp_status::Ok,
+                        kvp_status::Ok,
+                    );
+                }
+                // SAFETY: pointers NULL, misaligned (refused) or valid for `n` elements;
+                // handles live or NULL; out-parameters NULL or writable.
+                let got = unsafe {
+                    if decode {
+                        kvp_pool_decode_need(pool, sp, n, outp)
+                    } else {
+                        let tp: *mut u64 = if what >= 5 {
+                            ptr::null_mut()
+                        } else {
+                            &mut tokens
+                        };
+                        kvp_pool_extend_need(pool, pp, sp, n, outp, tp)
+                    }
+                };
+                let call = format!(
+                    "{}_need(prefix {prefix:?}, seq {seq:?}, corruption {what})",
+                    if decode { "decode" } else { "extend" }
+                );
+                if got == kvp_status::Ok {
+                    let want_pages = if decode {
+                        seq.iter().filter(|&&s| (s - 1) % ps == 0).count() as u64
+                    } else {
+                        prefix
+                            .iter()
+                            .zip(&seq)
+                            .map(|(&p, &s)| ((s + ps - 1) / ps - (p + ps - 1) / ps) as u64)
+                            .sum()
+                    };
+                    self.check(pages == want_pages && tokens == 888, || {
+                        format!("{call}: pages {pages} (want {want_pages}), out_tokens {tokens}")
+                    });
+                } else {
+                    self.check(pages == 777 && tokens == 888, || {
+                        format!("failed {call} wrote ({pages}, {tokens})")
+                    });
+                }
+                (call, got, want)
+            }
+            8 => {
+                let mut d = 999u64;
+                let what = input.below(3);
+                // SAFETY: live pool / NULL / a live handle of another kind; out NULL or
+                // writable.
+                let (got, want) = unsafe {
+                    match what {
+                        0 => (
+                            kvp_pool_digest(self.pool, ptr::null_mut()),
+                            kvp_status::NullArgument,
+                        ),
+                        1 => (
+                            kvp_pool_digest(ptr::null(), &mut d),
+                            kvp_status::NullArgument,
+                        ),
+                        _ => match snapshot_as_pool {
+                            Some(h) => (kvp_pool_digest(h, &mut d), kvp_status::InvalidArgument),
+                            None => (
+                                kvp_pool_digest(ptr::null(), &mut d),
+                                kvp_status::NullArgument,
+                            ),
+                        },
+                    }
+                };
+                self.check(d == 999, || format!("failed digest({what}) wrote"));
+                (format!("digest(bad {what})"), got, want)
+            }
+            _ => {
+                let flags = match input.below(5) {
+                    0 => 0,
+                    1 => kvp_debug::StreamOrder as u32,
+                    2 => 1u32 << (1 + input.below(31)),
+                    3 => u32::MAX,
+                    _ => u32::from(input.byte()),
+                };
+                let null = input.chance(32);
+                let target = if null { ptr::null_mut() } else { self.pool };
+                // SAFETY: live pool or NULL.
+                let got = unsafe { kvp_pool_set_debug(target, flags) };
+                let want = if null {
+                    kvp_status::NullArgument
+                } else if flags & !(kvp_debug::StreamOrder as u32) != 0 {
+                    kvp_status::InvalidArgument
+                } else {
+                    kvp_status::Ok
+                };
+                let call = format!("set_debug({flags:#x}, null {null})");
+                self.want_status(&call, got, want);
+                let mut read = 0xABCDu32;
+                // SAFETY: live pool, writable out-parameter.
+                let s = unsafe { kvp_pool_get_debug(self.pool, &mut read) };
+                self.want_status("get_debug", s, kvp_status::Ok);
+                self.check(read == 0, || format!("get_debug of a host pool: {read:#x}"));
+                let mut read = 0xABCDu32;
+                // SAFETY: NULL pool / NULL out-parameter are refused.
+                let (s1, s2) = unsafe {
+                    (
+                        kvp_pool_get_debug(ptr::null_mut(), &mut read),
+                        kvp_pool_get_debug(self.pool, ptr::null_mut()),
+                    )
+                };
+                self.check(read == 0xABCD, || "failed get_debug wrote".into());
+                self.want_status("get_debug(NULL pool)", s1, kvp_status::NullArgument);
+                (
+                    format!("{call}; get_debug(NULL out)"),
+                    s2,
+                    kvp_status::NullArgument,
+                )
+            }
+        }
     }
 
     /// `kvp_pool_new` with one bad setting at a time.
@@ -1170,6 +1595,7 @@ impl Run {
             return;
         }
         self.trace.push("census".into());
+        self.unchanged = true;
         let mut snap = ptr::null_mut();
         // SAFETY: live pool, writable out-parameter.
         let s = unsafe { kvp_pool_backup_state(self.pool, &mut snap) };

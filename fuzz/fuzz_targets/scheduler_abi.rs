@@ -85,6 +85,14 @@ impl Sched {
         }
     }
 
+    fn digest(&self) -> u64 {
+        let mut d = 0u64;
+        // SAFETY: live scheduler, writable out-parameter.
+        let status = unsafe { kvp_scheduler_digest(self.s, &mut d) };
+        assert_eq!(status, kvp_status::Ok, "scheduler_digest");
+        d
+    }
+
     /// Everything observable: the counters (bit patterns) and every id's state.
     fn observe(&self) -> (Vec<u64>, Vec<ReqState>) {
         let mut st = std::mem::MaybeUninit::<kvp_scheduler_stats>::zeroed();
@@ -132,6 +140,17 @@ fuzz_target!(|data: &[u8]| {
         s,
         capacity: config.capacity,
     };
+    // A twin of the same configuration, given the same calls except that where `sched`
+    // gets `kvp_scheduler_finish_ex` / `_abort_ex` the twin gets the plain call (same
+    // checks and effect, header): the two must report the same and keep equal digests.
+    let mut t = ptr::null_mut();
+    // SAFETY: valid config and out-pointer; no pool.
+    let status = unsafe { kvp_scheduler_new(&config, ptr::null_mut(), &mut t) };
+    assert_eq!(status, kvp_status::Ok, "kvp_scheduler_new (twin)");
+    let twin = Sched {
+        s: t,
+        capacity: config.capacity,
+    };
     let mut pool_config = kvp_pool_config_default();
     pool_config.size = 8;
     let mut pool = ptr::null_mut();
@@ -145,6 +164,12 @@ fuzz_target!(|data: &[u8]| {
     while !input.done() && steps < 200 {
         steps += 1;
         let before = sched.observe();
+        let digest_before = sched.digest();
+        assert_eq!(
+            sched.digest(),
+            digest_before,
+            "two digests with no call between"
+        );
         let id = u64::from(input.byte()) % IDS;
         let live = before.1[id as usize];
         let (got, allowed, what): (kvp_status, Vec<kvp_status>, String) = match input.byte() % 8 {
@@ -183,6 +208,15 @@ fuzz_target!(|data: &[u8]| {
                 let op: *mut kvp_submit_result = if null == 1 { ptr::null_mut() } else { &mut out };
                 // SAFETY: live scheduler; request and out NULL or valid; no path.
                 let got = unsafe { kvp_scheduler_submit(sched.s, rp, ptr::null(), 0, op) };
+                let mut twin_out = out;
+                let top: *mut kvp_submit_result = if null == 1 {
+                    ptr::null_mut()
+                } else {
+                    &mut twin_out
+                };
+                // SAFETY: as above, on the twin.
+                let twin_got = unsafe { kvp_scheduler_submit(twin.s, rp, ptr::null(), 0, top) };
+                assert_eq!(twin_got, got, "twin submit({r:?})");
                 let what = format!("submit({r:?})");
                 if got == kvp_status::Ok {
                     let now = sched.state(id);
@@ -215,6 +249,11 @@ fuzz_target!(|data: &[u8]| {
                 let got = unsafe {
                     kvp_scheduler_update_prefix(sched.s, id, prefix, evictable, ptr::null(), 0)
                 };
+                // SAFETY: as above, on the twin.
+                let twin_got = unsafe {
+                    kvp_scheduler_update_prefix(twin.s, id, prefix, evictable, ptr::null(), 0)
+                };
+                assert_eq!(twin_got, got, "twin update_prefix");
                 (
                     got,
                     allowed,
@@ -241,6 +280,16 @@ fuzz_target!(|data: &[u8]| {
                 // SAFETY: live scheduler; out NULL or writable.
                 let got =
                     unsafe { kvp_scheduler_step(sched.s, available, evictable, allow_prefill, pp) };
+                let mut twin_plan = std::mem::MaybeUninit::<kvp_step_plan>::zeroed();
+                let tp = if null {
+                    ptr::null_mut()
+                } else {
+                    twin_plan.as_mut_ptr()
+                };
+                // SAFETY: as above, on the twin.
+                let twin_got =
+                    unsafe { kvp_scheduler_step(twin.s, available, evictable, allow_prefill, tp) };
+                assert_eq!(twin_got, got, "twin step");
                 let what = format!("step({available}, {evictable}, {allow_prefill})");
                 if got == kvp_status::Ok {
                     // SAFETY: written by the successful call; its arrays live until the
@@ -255,30 +304,59 @@ fuzz_target!(|data: &[u8]| {
                     Some((PHASE_RUNNING, ..)) => vec![kvp_status::Ok],
                     Some(_) => vec![kvp_status::InvalidState],
                 };
-                let mut kv = 12345u64;
-                // SAFETY: live scheduler, writable out-parameter.
-                let got = unsafe { kvp_scheduler_finish(sched.s, id, &mut kv) };
-                check_gone(&sched, id, got, live, kv, "finish");
-                (got, allowed, format!("finish({id})"))
+                let variant = input.byte() % 4;
+                let got = finish_or_abort(&sched, &twin, id, live, variant, false);
+                let allowed = if variant == 3 {
+                    vec![kvp_status::NullArgument]
+                } else {
+                    allowed
+                };
+                (got, allowed, format!("finish({id}) variant {variant}"))
             }
             6 => {
                 let allowed = match live {
                     None => vec![kvp_status::InvalidArgument],
                     Some(_) => vec![kvp_status::Ok],
                 };
-                let mut kv = 12345u64;
-                // SAFETY: live scheduler, writable out-parameter.
-                let got = unsafe { kvp_scheduler_abort(sched.s, id, &mut kv) };
-                check_gone(&sched, id, got, live, kv, "abort");
-                (got, allowed, format!("abort({id})"))
+                let variant = input.byte() % 4;
+                let got = finish_or_abort(&sched, &twin, id, live, variant, true);
+                let allowed = if variant == 3 {
+                    vec![kvp_status::NullArgument]
+                } else {
+                    allowed
+                };
+                (got, allowed, format!("abort({id}) variant {variant}"))
             }
             _ => {
                 // Wrong-kind handle and NULL out-parameters.
                 // SAFETY: a live handle of another kind is refused by its tag; NULL
                 // out-parameters are refused.
                 let got = unsafe {
-                    match input.byte() % 3 {
+                    match input.byte() % 6 {
                         0 => kvp_scheduler_abort(pool.cast(), id, ptr::null_mut()),
+                        3 => {
+                            let mut fin = FIN_SENTINEL;
+                            let s = kvp_scheduler_finish_ex(pool.cast(), id, &mut fin);
+                            assert!(untouched(&fin), "refused finish_ex wrote");
+                            s
+                        }
+                        4 => {
+                            let mut d = 77u64;
+                            let s = kvp_scheduler_digest(sched.s, ptr::null_mut());
+                            assert_eq!(s, kvp_status::NullArgument, "digest(NULL out)");
+                            let s = kvp_scheduler_digest(ptr::null(), &mut d);
+                            assert_eq!(s, kvp_status::NullArgument, "digest(NULL)");
+                            let s = kvp_scheduler_digest(pool.cast(), &mut d);
+                            assert_eq!(d, 77, "refused digest wrote");
+                            s
+                        }
+                        5 => {
+                            let mut fin = FIN_SENTINEL;
+                            let s = kvp_scheduler_abort_ex(ptr::null_mut(), id, &mut fin);
+                            assert_eq!(s, kvp_status::NullArgument, "abort_ex(NULL)");
+                            assert!(untouched(&fin), "refused abort_ex wrote");
+                            kvp_status::InvalidArgument
+                        }
                         1 => {
                             let s = kvp_scheduler_get_request(sched.s, id, ptr::null_mut());
                             assert_eq!(s, kvp_status::NullArgument, "get_request(NULL)");
@@ -309,14 +387,120 @@ fuzz_target!(|data: &[u8]| {
                 before,
                 "{what}: a failing call changed the scheduler"
             );
+            assert_eq!(
+                sched.digest(),
+                digest_before,
+                "{what}: a failing call changed the scheduler's digest"
+            );
         }
+        assert_eq!(
+            sched.digest(),
+            twin.digest(),
+            "{what}: the twin (plain finish/abort) has another digest"
+        );
+        assert_eq!(
+            sched.observe(),
+            twin.observe(),
+            "{what}: the twin disagrees"
+        );
     }
     // SAFETY: live handles, not used afterwards.
     unsafe {
         kvp_scheduler_free(sched.s);
+        kvp_scheduler_free(twin.s);
         kvp_pool_free(pool);
     }
 });
+
+const FIN_SENTINEL: kvp_finished = kvp_finished {
+    id: 0xAAAA,
+    kv_len: 0xBBBB,
+    prefix_len: 0xCCCC,
+    prefix_evictable: 0xDDDD,
+};
+
+fn untouched(fin: &kvp_finished) -> bool {
+    format!("{fin:?}") == format!("{FIN_SENTINEL:?}")
+}
+
+/// Finishes (or aborts) `id` on `sched` one of four ways and on `twin` with the plain
+/// call: 0 plain, 1 and 2 `_ex`, 3 `_ex` with a NULL out-parameter (refused whatever the
+/// id; the twin is then not called). The `_ex` report must agree with the plain call's
+/// status and `out_kv_len`, with what `get_request` showed before, and with the header's
+/// rules for `kvp_finished`.
+fn finish_or_abort(
+    sched: &Sched,
+    twin: &Sched,
+    id: u64,
+    live: ReqState,
+    variant: u8,
+    abort: bool,
+) -> kvp_status {
+    let what = if abort { "abort" } else { "finish" };
+    let plain = |s: &Sched, kv: &mut u64| {
+        // SAFETY: live scheduler, writable out-parameter.
+        unsafe {
+            if abort {
+                kvp_scheduler_abort(s.s, id, kv)
+            } else {
+                kvp_scheduler_finish(s.s, id, kv)
+            }
+        }
+    };
+    let ex = |s: &Sched, fin: *mut kvp_finished| {
+        // SAFETY: live scheduler; out NULL or writable.
+        unsafe {
+            if abort {
+                kvp_scheduler_abort_ex(s.s, id, fin)
+            } else {
+                kvp_scheduler_finish_ex(s.s, id, fin)
+            }
+        }
+    };
+    if variant == 3 {
+        let got = ex(sched, ptr::null_mut());
+        assert_eq!(
+            sched.state(id),
+            live,
+            "{what}_ex({id}, NULL) changed the request"
+        );
+        return got;
+    }
+    let mut twin_kv = 12345u64;
+    let twin_got = plain(twin, &mut twin_kv);
+    check_gone(twin, id, twin_got, live, twin_kv, what);
+    if variant == 0 {
+        let mut kv = 12345u64;
+        let got = plain(sched, &mut kv);
+        check_gone(sched, id, got, live, kv, what);
+        assert_eq!((got, kv), (twin_got, twin_kv), "{what}({id}) vs the twin");
+        return got;
+    }
+    let mut fin = FIN_SENTINEL;
+    let got = ex(sched, &mut fin);
+    assert_eq!(got, twin_got, "{what}_ex({id}): status vs plain {what}");
+    if got == kvp_status::Ok {
+        assert_eq!(sched.state(id), None, "{what}_ex({id}) kept the request");
+        assert_eq!(fin.id, id, "{what}_ex({id}): id {fin:?}");
+        assert_eq!(
+            fin.kv_len, twin_kv,
+            "{what}_ex({id}): kv_len vs plain {fin:?}"
+        );
+        assert!(
+            fin.prefix_evictable <= fin.prefix_len && fin.prefix_len <= fin.kv_len,
+            "{what}_ex({id}): {fin:?}"
+        );
+        if live.map(|s| s.0) == Some(PHASE_WAITING) {
+            assert!(
+                fin.kv_len == 0 && fin.prefix_len == 0 && fin.prefix_evictable == 0,
+                "{what}_ex({id}) of a waiting request: {fin:?}"
+            );
+        }
+    } else {
+        assert!(untouched(&fin), "failed {what}_ex({id}) wrote {fin:?}");
+    }
+    got
+}
 
 /// After finish/abort: a success forgets the request and reports its KV length; a failure
 /// writes nothing.
