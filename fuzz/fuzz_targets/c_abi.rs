@@ -16,6 +16,14 @@
 //! list (read through the ABI: backup, allocate everything, compare, restore) runs when the
 //! input asks for it and at the end of every input. A panic anywhere, including a
 //! `KVP_STATUS_PANIC`, aborts the process and libFuzzer saves the input.
+//!
+//! Each extend/decode allocation is preceded by `kvp_pool_extend_need` /
+//! `kvp_pool_decode_need` of the same lengths, checked against the header's formula and
+//! its promises about that allocation (same length errors; `OUT_OF_SLOTS` iff `pages *
+//! page_size > available`; on success exactly `pages` pages and `tokens` slots).
+//! `kvp_pool_digest` must be stable between calls, unchanged by refused calls (except
+//! `OUT_OF_SLOTS`, which may merge), queries and censuses, and restored with its snapshot;
+//! `kvp_pool_set_debug` / `_get_debug` on a host pool accept 0 and the known flag only.
 #![no_main]
 
 #[allow(dead_code)]

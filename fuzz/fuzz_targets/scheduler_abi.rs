@@ -16,6 +16,11 @@
 //! - every failing call leaves the counters and every request's state as they were, and
 //!   writes no out-parameter; a handle of another kind is refused; nothing panics.
 //!
+//! - a twin scheduler gets the same calls, but the plain `finish` / `abort` where the
+//!   first gets `kvp_scheduler_finish_ex` / `_abort_ex`: statuses, `kv_len` and digests
+//!   must agree; `_ex` with a NULL out-parameter is refused and drops nothing;
+//!   `kvp_scheduler_digest` is unchanged by refused calls.
+//!
 //! The scheduling decisions themselves are checked by tests/scheduler_sim.rs.
 #![no_main]
 
