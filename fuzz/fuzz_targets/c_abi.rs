@@ -22,7 +22,8 @@
 //! its promises about that allocation (same length errors; `OUT_OF_SLOTS` iff `pages *
 //! page_size > available`; on success exactly `pages` pages and `tokens` slots).
 //! `kvp_pool_digest` must be stable between calls, unchanged by refused calls (except
-//! `OUT_OF_SLOTS`, which may merge), queries and censuses, and restored with its snapshot;
+//! `OUT_OF_SLOTS`, which may merge), queries and censuses, restored with its snapshot,
+//! a fresh pool's after `kvp_pool_clear`, unchanged by a second merge;
 //! `kvp_pool_set_debug` / `_get_debug` on a host pool accept 0 and the known flag only.
 #![no_main]
 
@@ -235,6 +236,8 @@ struct Run {
     /// reason but `KVP_STATUS_OUT_OF_SLOTS`, which may merge staged pages; a read-only
     /// query; a census, which restores what it drained): the digest must then be as before.
     unchanged: bool,
+    /// The digest of a fresh pool of this configuration (what `kvp_pool_clear` returns to).
+    fresh_digest: u64,
 }
 
 /// `kvp_pool_digest` of a live host pool.
@@ -296,6 +299,7 @@ impl Run {
                 if wide { "int64" } else { "int32" }
             )],
             unchanged: false,
+            fresh_digest: d,
         }
     }
 
@@ -387,12 +391,30 @@ impl Run {
                     // SAFETY: live pool.
                     let s = unsafe { kvp_pool_clear(self.pool) };
                     self.want_status("clear", s, kvp_status::Ok);
+                    // The header: the free list becomes pages 1 ..= num_pages in order,
+                    // staged frees and an open group dropped: a fresh pool's state.
+                    let now = self.digest();
+                    self.check(now == self.fresh_digest, || {
+                        format!(
+                            "digest {now:#x} after clear, a fresh pool's is {:#x}",
+                            self.fresh_digest
+                        )
+                    });
                     self.model.clear();
                     self.held = Held::default();
                 } else {
                     // SAFETY: live pool.
                     let s = unsafe { kvp_pool_merge_and_sort_free(self.pool) };
                     self.want_status("merge_and_sort_free", s, kvp_status::Ok);
+                    // Nothing is staged now, so a second merge is a no-op.
+                    let merged = self.digest();
+                    // SAFETY: live pool.
+                    let s = unsafe { kvp_pool_merge_and_sort_free(self.pool) };
+                    self.want_status("second merge_and_sort_free", s, kvp_status::Ok);
+                    let now = self.digest();
+                    self.check(now == merged, || {
+                        format!("a second merge_and_sort_free changed the digest {merged:#x} to {now:#x}")
+                    });
                     self.model.merge_and_sort_free();
                 }
             }
