@@ -59,6 +59,13 @@
  *    foreign `last_loc` is refused (KVP_STATUS_LAST_LOC_MISMATCH; on a device pool, a
  *    fault) instead of handing a slot out twice; kvp_pool_rewind moves a page back after
  *    rejected speculative tokens.
+ *  - Request-to-token tables. kvp_req_table describes the engine's own `req_to_token`
+ *    (int32 or int64, any row stride), borrowed per call: the *_rows calls read `last_loc`
+ *    from it and write the new slots into it (kvp_pool_alloc_extend_rows,
+ *    kvp_pool_alloc_decode_rows), free by request row (kvp_pool_free_rows), and
+ *    kvp_pool_page_table writes FlashInfer's int32 kv_indptr / kv_indices /
+ *    kv_last_page_len. Host pools take host tables, the _async variants device tables;
+ *    both backends give identical results, and a failing call writes nothing to the table.
  *
  * Objects: kvp_pool (slot allocation), kvp_snapshot (its saved state), kvp_scheduler (the
  * continuous-batching step over request descriptors), kvp_adder (one prefill pass's
@@ -963,6 +970,42 @@ struct kvp_pool_stats {
    * Successful `kvp_pool_restore_state` calls.
    */
   uint64_t restores;
+};
+
+/**
+ * A request-to-token table borrowed for one call (SGLang's `ReqToTokenPool.req_to_token`,
+ * PyTorch's `req_to_token` tensor): entry `[r][k]` (at `data + r * row_stride + k`) is the
+ * KV slot of token `k` of the request that owns row `r`. Nothing is registered or kept:
+ * every call that takes a table reads (and for allocations writes) it during the call
+ * (host pools) or when the stream runs the call (device pools).
+ *
+ * `data` is host memory for a host pool and device memory for a device pool; it must
+ * span `(rows - 1) * row_stride + row_len` elements of `index_type` (independent of the
+ * pool's index type: SGLang's table is int32 while `out_cache_loc` is int64; an int32
+ * table needs the pool's slots to fit int32).
+ */
+struct kvp_req_table {
+  /**
+   * First element of row 0.
+   */
+  void *data;
+  /**
+   * One of `kvp_index_type`: `int64_t` or `int32_t` entries.
+   */
+  uint32_t index_type;
+  /**
+   * Rows (request slots); at most `UINT32_MAX`.
+   */
+  uint64_t rows;
+  /**
+   * Elements from one row to the next (`>= row_len` when `rows > 1`); any stride, e.g.
+   * `tensor.stride(0)`.
+   */
+  uint64_t row_stride;
+  /**
+   * Usable entries per row: the longest sequence a row holds (`max_context_len`).
+   */
+  uint64_t row_len;
 };
 
 /**
@@ -2278,6 +2321,242 @@ KVP_NODISCARD enum kvp_status kvp_pool_merge_and_sort_free(struct kvp_pool *pool
  * `pool` must be a live pool or NULL.
  */
 KVP_NODISCARD enum kvp_status kvp_pool_clear(struct kvp_pool *pool);
+
+/**
+ * `kvp_pool_alloc_extend` by request rows of a `req_to_token` table (host pool).
+ *
+ * Request `i` owns table row `rows[i]`; it has `prefix_lens[i]` tokens cached, whose slots
+ * are `table[rows[i]][0 .. prefix_lens[i])`, and grows to `seq_lens[i]` tokens. Its
+ * `last_loc` is read from the table (`table[rows[i]][prefix_lens[i] - 1]`, `-1` for an
+ * empty prefix) and its new slots — exactly those of `kvp_pool_alloc_extend` with that
+ * `last_loc` — are written to `table[rows[i]][prefix_lens[i] .. seq_lens[i])` and, when
+ * `out` is not NULL, request after request to `out[0 .. extend_num_tokens)` (SGLang's
+ * `out_cache_loc`, the pool's index type; `out` NULL: `out_len` is ignored).
+ *
+ * Checked before anything is written, in addition to `kvp_pool_alloc_extend`'s checks
+ * (same statuses): the table descriptor (NULL data, unknown index type, overlapping rows:
+ * `KVP_STATUS_INVALID_ARGUMENT`; an int32 table on a pool whose slots do not fit int32:
+ * `KVP_STATUS_INVALID_ARGUMENT`), `0 <= rows[i] < table.rows`
+ * (`KVP_STATUS_INDEX_OUT_OF_RANGE`), no row twice in one call
+ * (`KVP_STATUS_INVALID_ARGUMENT`, naming the second), `seq_lens[i] <= table.row_len`
+ * (`KVP_STATUS_BUFFER_TOO_SMALL`). On failure the table, `out` and the pool are unchanged.
+ *
+ * # Safety
+ * `table` must point to a valid descriptor of host memory; `rows`, `prefix_lens`,
+ * `seq_lens` hold `batch_size` `int64_t`; `out` is NULL or holds `out_len` elements.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_alloc_extend_rows(struct kvp_pool *pool,
+                                           const struct kvp_req_table *table,
+                                           const int64_t *rows,
+                                           const int64_t *prefix_lens,
+                                           const int64_t *seq_lens,
+                                           size_t batch_size,
+                                           size_t extend_num_tokens,
+                                           void *out,
+                                           size_t out_len);
+
+/**
+ * `kvp_pool_alloc_decode` by request rows (host pool): `seq_lens[i]` counts the new token;
+ * `last_loc` of request `i` is `table[rows[i]][seq_lens[i] - 2]` (`-1` when
+ * `seq_lens[i] == 1`) and its new slot is written to `table[rows[i]][seq_lens[i] - 1]` and,
+ * when `out` is not NULL, to `out[i]`. Checks and statuses as for
+ * `kvp_pool_alloc_decode` plus the row checks of `kvp_pool_alloc_extend_rows`.
+ *
+ * # Safety
+ * As for `kvp_pool_alloc_extend_rows`.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_alloc_decode_rows(struct kvp_pool *pool,
+                                           const struct kvp_req_table *table,
+                                           const int64_t *rows,
+                                           const int64_t *seq_lens,
+                                           size_t batch_size,
+                                           void *out,
+                                           size_t out_len);
+
+/**
+ * Frees by request row (host pool): for each `i`, the pages of the segment
+ * `table[rows[i]][starts[i] .. ends[i])` — `kvp_pool_free_segment` of each row, in batch
+ * order, as one all-or-nothing call (one free call in the counters; inside a free group
+ * the pages join the group). SGLang's `release_kv_cache` frees `[cache_protected_len,
+ * kv_allocated_len)` of a finished request this way.
+ *
+ * Checked: the table descriptor, rows in range (`KVP_STATUS_INDEX_OUT_OF_RANGE`) and
+ * distinct (`KVP_STATUS_INVALID_ARGUMENT`), `0 <= starts[i] <= ends[i] <= row_len`
+ * (`KVP_STATUS_INVALID_LENGTHS`), then each segment as by `kvp_pool_free_segment`
+ * (paged pools: `starts[i] % page_size == 0`, each page's slots contiguous; a segment
+ * ending mid-page frees its page), and no page named by two rows
+ * (`KVP_STATUS_DOUBLE_FREE`). The table itself is never modified.
+ *
+ * # Safety
+ * `table` must point to a valid descriptor of host memory; `rows`, `starts`, `ends` hold
+ * `batch_size` `int64_t`.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_free_rows(struct kvp_pool *pool,
+                                   const struct kvp_req_table *table,
+                                   const int64_t *rows,
+                                   const int64_t *starts,
+                                   const int64_t *ends,
+                                   size_t batch_size);
+
+/**
+ * Writes FlashInfer's paged-KV page table (`BatchDecodeWithPagedKVCacheWrapper.plan`,
+ * `paged_kv_t`) of a batch of rows (host pool): request `i` is the first `seq_lens[i]`
+ * tokens of row `rows[i]`.
+ *
+ * - `kv_indptr[0 .. batch_size]` (batch_size + 1 entries): `kv_indptr[0] = 0`,
+ *   `kv_indptr[i + 1] = kv_indptr[i] + ceil(seq_lens[i] / page_size)`;
+ * - `kv_indices[kv_indptr[i] .. kv_indptr[i + 1])`: request `i`'s page ids,
+ *   `table[rows[i]][p * page_size] / page_size` for its pages `p` (on a token pool,
+ *   page_size 1, its slots: SGLang's `create_flashinfer_kv_indices_triton`);
+ * - `kv_last_page_len[i] = seq_lens[i] - (pages - 1) * page_size`, in `1 .. page_size`.
+ *   A request with `seq_lens[i] == 0` has no pages and `kv_last_page_len[i] = 0`
+ *   (FlashInfer takes a request with an empty indptr range as length 0; its decode kernels
+ *   expect at least one token, so pass such rows only as padding).
+ *
+ * All three are int32, as FlashInfer requires. The table's entries are read as they are
+ * (not validated: an entry outside the pool gives a page id outside the pool); rows may
+ * repeat. Checked: the table descriptor, the pool's page ids fit int32, rows in range,
+ * `0 <= seq_lens[i] <= row_len` (`KVP_STATUS_INVALID_LENGTHS` /
+ * `KVP_STATUS_BUFFER_TOO_SMALL`), total pages `<= indices_capacity` and `<= INT32_MAX`
+ * (`KVP_STATUS_BUFFER_TOO_SMALL` / `KVP_STATUS_INVALID_LENGTHS`). Nothing is written on
+ * failure. Changes nothing in the pool and counts nowhere.
+ *
+ * # Safety
+ * `table` must point to a valid descriptor of host memory; `rows`, `seq_lens` hold
+ * `batch_size` `int64_t`, `kv_indptr` `batch_size + 1`, `kv_indices` `indices_capacity`,
+ * `kv_last_page_len` `batch_size` `int32_t`.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_page_table(struct kvp_pool *pool,
+                                    const struct kvp_req_table *table,
+                                    const int64_t *rows,
+                                    const int64_t *seq_lens,
+                                    size_t batch_size,
+                                    int32_t *kv_indptr,
+                                    int32_t *kv_indices,
+                                    size_t indices_capacity,
+                                    int32_t *kv_last_page_len);
+
+/**
+ * Enqueues `kvp_pool_alloc_extend_rows` on `stream` (device pool): `table.data` is device
+ * memory, `rows`, `prefix_lens`, `seq_lens` device arrays of `batch_size` `int64_t`, and
+ * `prefix_lens_host` / `seq_lens_host` their host copies (SGLang's `*_lens_cpu`), from which
+ * the host plans and checks everything it can (lengths, `seq_lens_host[i] <= row_len`,
+ * `out_len`, shortage — failing with a status, enqueuing nothing). `out` (device, may be
+ * NULL) receives `out_cache_loc`.
+ *
+ * On the device, one call of three kernels: the first checks the rows (in the table,
+ * distinct, device `seq_lens[i] <= row_len`) and reads each request's `last_loc` from the
+ * table into the pool's scratch; the second is `kvp_pool_alloc_extend_async`'s kernel;
+ * the third writes the new slots into the table unless the call failed. A bad row, like a
+ * bad `last_loc`, faults the pool (`KVP_STATUS_DEVICE_FAULT` at a later call or
+ * `kvp_pool_check_device`, naming the request: "rows[i] = r is outside the table", "...
+ * repeats an earlier request's row"); a failing call writes nothing to the table (`out`, if
+ * given, gets the padding slot 0). Results equal the host backend's.
+ *
+ * The pool keeps a device scratch for these calls (a mark word per table row, and per
+ * request `last_loc` and token offsets; with `out` NULL also the new slots); a call that
+ * needs more than the pool has allocates it (`cuMemAlloc`, which may synchronize the
+ * device; later calls of that size do not). All buffers must stay alive until the stream
+ * passes the call.
+ *
+ * # Safety
+ * `table` must point to a valid descriptor of device memory of the pool's device; the host
+ * arrays hold `batch_size` `int64_t`; device pointers as stated.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_alloc_extend_rows_async(struct kvp_pool *pool,
+                                                 const struct kvp_req_table *table,
+                                                 const int64_t *rows,
+                                                 const int64_t *prefix_lens_host,
+                                                 const int64_t *seq_lens_host,
+                                                 const int64_t *prefix_lens,
+                                                 const int64_t *seq_lens,
+                                                 size_t batch_size,
+                                                 size_t extend_num_tokens,
+                                                 void *out,
+                                                 size_t out_len,
+                                                 struct CUstream_st *stream);
+
+/**
+ * Enqueues `kvp_pool_alloc_decode_rows` on `stream` (device pool); see
+ * `kvp_pool_alloc_extend_rows_async` (same kernels, one token per request at position
+ * `seq_lens[i] - 1`).
+ *
+ * # Safety
+ * As for `kvp_pool_alloc_extend_rows_async`.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_alloc_decode_rows_async(struct kvp_pool *pool,
+                                                 const struct kvp_req_table *table,
+                                                 const int64_t *rows,
+                                                 const int64_t *seq_lens_host,
+                                                 const int64_t *seq_lens,
+                                                 size_t batch_size,
+                                                 void *out,
+                                                 size_t out_len,
+                                                 struct CUstream_st *stream);
+
+/**
+ * Enqueues `kvp_pool_free_rows` on `stream` (device pool): `rows`, `starts`, `ends` are
+ * device arrays of `batch_size` `int64_t`, `starts_host` / `ends_host` host copies of the
+ * last two. The host checks the segments from its copies (`0 <= start <= end <= row_len`,
+ * page-aligned starts) and knows the exact page count (no lower bound, unlike a free by
+ * index). On the device, one call of two kernels: the first checks the rows (in the table,
+ * distinct) and lays the segments' slots out, page after page, in the pool's scratch; the
+ * second is `kvp_pool_free_segment_async`'s kernel over them (so a free page, a page named
+ * by two rows, a slot outside the pool fault the pool and free nothing; its fault names the
+ * position in the laid-out segments). A batch whose segments are all empty enqueues nothing.
+ *
+ * # Safety
+ * As for `kvp_pool_alloc_extend_rows_async`.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_free_rows_async(struct kvp_pool *pool,
+                                         const struct kvp_req_table *table,
+                                         const int64_t *rows,
+                                         const int64_t *starts_host,
+                                         const int64_t *ends_host,
+                                         const int64_t *starts,
+                                         const int64_t *ends,
+                                         size_t batch_size,
+                                         struct CUstream_st *stream);
+
+/**
+ * Enqueues `kvp_pool_page_table` on `stream` (device pool): FlashInfer's `kv_indptr`
+ * (`batch_size + 1`), `kv_indices` (`indices_capacity`) and `kv_last_page_len`
+ * (`batch_size`), int32 device buffers, for rows `rows` (device) of `table` (device) with
+ * lengths `seq_lens` (device) — one kernel, no synchronization, fixed buffers (CUDA-graph
+ * friendly). `seq_lens_host` is the host copy the host plans from: it refuses a batch
+ * whose pages exceed `indices_capacity` before enqueuing anything. `kv_indptr_host` and
+ * `kv_last_page_len_host` (host, each may be NULL) receive the same `kv_indptr` and
+ * `kv_last_page_len` at once, so FlashInfer's `plan()` needs no device-to-host copy.
+ *
+ * On the device, rows outside the table or lengths outside `0 .. row_len` count as empty
+ * requests, and no write goes past `indices_capacity` (the device lengths should equal the
+ * host copies). Reads no pool state and changes nothing (works on a faulted pool too).
+ *
+ * # Safety
+ * As for `kvp_pool_alloc_extend_rows_async`; the host outputs, when not NULL, hold
+ * `batch_size + 1` and `batch_size` `int32_t`.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_page_table_async(struct kvp_pool *pool,
+                                          const struct kvp_req_table *table,
+                                          const int64_t *rows,
+                                          const int64_t *seq_lens_host,
+                                          const int64_t *seq_lens,
+                                          size_t batch_size,
+                                          int32_t *kv_indptr,
+                                          int32_t *kv_indices,
+                                          size_t indices_capacity,
+                                          int32_t *kv_last_page_len,
+                                          int32_t *kv_indptr_host,
+                                          int32_t *kv_last_page_len_host,
+                                          struct CUstream_st *stream);
 
 /**
  * Returns SGLang's defaults: capacity 0 and page size 1 (set them, or attach a pool),

@@ -236,6 +236,28 @@ private:
 
 }  // namespace detail
 
+// ---- request-to-token tables ---------------------------------------------------------------
+
+/// A request-to-token table (SGLang's req_to_token) borrowed for one call: `rows` rows of
+/// `row_len` usable entries, `row_stride` elements apart, of int32_t or int64_t (the table's
+/// type is independent of the pool's index type). Host memory for host-pool methods, device
+/// memory for the *_async ones. Nothing is registered or owned.
+template <class T>
+kvp_req_table req_table(T *data, uint64_t rows, uint64_t row_len, uint64_t row_stride = 0) {
+    static_assert(detail::is_index_v<std::remove_cv_t<T>>, "req_to_token holds int32_t or int64_t");
+    return kvp_req_table{const_cast<void *>(static_cast<const void *>(data)),
+                         static_cast<uint32_t>(detail::index_type_of<std::remove_cv_t<T>>()),
+                         rows, row_stride == 0 ? row_len : row_stride, row_len};
+}
+
+/// FlashInfer's paged-KV page table of a batch (pool::page_table): int32 kv_indptr
+/// (batch + 1), kv_indices (kv_indptr[batch]), kv_last_page_len (batch).
+struct page_table_t {
+    std::vector<int32_t> kv_indptr;
+    std::vector<int32_t> kv_indices;
+    std::vector<int32_t> kv_last_page_len;
+};
+
 // ---- pool --------------------------------------------------------------------------------
 
 /// A copy of a pool's allocator state (pool::backup_state), restorable any number of times.
@@ -429,6 +451,108 @@ public:
         return out;
     }
 
+    // ---- request-to-token tables (kvp_req_table; see kvpool::req_table) ----
+
+    /// alloc_extend by request rows: last_loc read from table[rows[i]][prefix_lens[i] - 1],
+    /// new slots written to table[rows[i]][prefix_lens[i] .. seq_lens[i]) and to `out`
+    /// (out_cache_loc; pass an empty container to skip it). Rows distinct and in the table.
+    template <class Rows, class PrefixLens, class SeqLens, class Out>
+    void alloc_extend_rows(const kvp_req_table &table, const Rows &rows,
+                           const PrefixLens &prefix_lens, const SeqLens &seq_lens,
+                           std::size_t extend_num_tokens, Out &&out) {
+        detail::require_lengths(rows);
+        detail::require_lengths(prefix_lens);
+        detail::require_lengths(seq_lens);
+        require_index<detail::element_t<Out>>("out");
+        const std::size_t batch = std::size(seq_lens);
+        require_batch(std::size(prefix_lens) == batch && std::size(rows) == batch,
+                      "kvp_pool_alloc_extend_rows", "rows, prefix_lens and seq_lens");
+        check(kvp_pool_alloc_extend_rows(get(), &table, std::data(rows), std::data(prefix_lens),
+                                         std::data(seq_lens), batch, extend_num_tokens,
+                                         std::size(out) ? std::data(out) : nullptr,
+                                         std::size(out)),
+              "kvp_pool_alloc_extend_rows");
+    }
+    /// As above, without out_cache_loc (the table alone receives the slots).
+    template <class Rows, class PrefixLens, class SeqLens>
+    void alloc_extend_rows(const kvp_req_table &table, const Rows &rows,
+                           const PrefixLens &prefix_lens, const SeqLens &seq_lens,
+                           std::size_t extend_num_tokens) {
+        detail::require_lengths(rows);
+        detail::require_lengths(prefix_lens);
+        detail::require_lengths(seq_lens);
+        const std::size_t batch = std::size(seq_lens);
+        require_batch(std::size(prefix_lens) == batch && std::size(rows) == batch,
+                      "kvp_pool_alloc_extend_rows", "rows, prefix_lens and seq_lens");
+        check(kvp_pool_alloc_extend_rows(get(), &table, std::data(rows), std::data(prefix_lens),
+                                         std::data(seq_lens), batch, extend_num_tokens, nullptr,
+                                         0),
+              "kvp_pool_alloc_extend_rows");
+    }
+
+    /// alloc_decode by request rows: last_loc from table[rows[i]][seq_lens[i] - 2], the new
+    /// slot into table[rows[i]][seq_lens[i] - 1] (and out[i] when `out` is not empty).
+    template <class Rows, class SeqLens, class Out>
+    void alloc_decode_rows(const kvp_req_table &table, const Rows &rows, const SeqLens &seq_lens,
+                           Out &&out) {
+        detail::require_lengths(rows);
+        detail::require_lengths(seq_lens);
+        require_index<detail::element_t<Out>>("out");
+        const std::size_t batch = std::size(seq_lens);
+        require_batch(std::size(rows) == batch, "kvp_pool_alloc_decode_rows", "rows and seq_lens");
+        check(kvp_pool_alloc_decode_rows(get(), &table, std::data(rows), std::data(seq_lens),
+                                         batch, std::size(out) ? std::data(out) : nullptr,
+                                         std::size(out)),
+              "kvp_pool_alloc_decode_rows");
+    }
+    template <class Rows, class SeqLens>
+    void alloc_decode_rows(const kvp_req_table &table, const Rows &rows, const SeqLens &seq_lens) {
+        detail::require_lengths(rows);
+        detail::require_lengths(seq_lens);
+        const std::size_t batch = std::size(seq_lens);
+        require_batch(std::size(rows) == batch, "kvp_pool_alloc_decode_rows", "rows and seq_lens");
+        check(kvp_pool_alloc_decode_rows(get(), &table, std::data(rows), std::data(seq_lens),
+                                         batch, nullptr, 0),
+              "kvp_pool_alloc_decode_rows");
+    }
+
+    /// Frees table[rows[i]][starts[i] .. ends[i]) for every i, as one call.
+    template <class Rows, class Starts, class Ends>
+    void free_rows(const kvp_req_table &table, const Rows &rows, const Starts &starts,
+                   const Ends &ends) {
+        detail::require_lengths(rows);
+        detail::require_lengths(starts);
+        detail::require_lengths(ends);
+        const std::size_t batch = std::size(rows);
+        require_batch(std::size(starts) == batch && std::size(ends) == batch, "kvp_pool_free_rows",
+                      "rows, starts and ends");
+        check(kvp_pool_free_rows(get(), &table, std::data(rows), std::data(starts),
+                                 std::data(ends), batch),
+              "kvp_pool_free_rows");
+    }
+
+    /// FlashInfer's page table of rows[i]'s first seq_lens[i] tokens (kvp_pool_page_table).
+    template <class Rows, class SeqLens>
+    page_table_t page_table(const kvp_req_table &table, const Rows &rows,
+                            const SeqLens &seq_lens) const {
+        detail::require_lengths(rows);
+        detail::require_lengths(seq_lens);
+        const std::size_t batch = std::size(seq_lens);
+        require_batch(std::size(rows) == batch, "kvp_pool_page_table", "rows and seq_lens");
+        std::size_t pages = 0;
+        for (std::size_t i = 0; i < batch; ++i) {
+            const int64_t s = std::data(seq_lens)[i];
+            if (s > 0 && page_size_ > 0) pages += static_cast<std::size_t>((s + page_size_ - 1) / page_size_);
+        }
+        page_table_t t{std::vector<int32_t>(batch + 1), std::vector<int32_t>(pages),
+                       std::vector<int32_t>(batch)};
+        check(kvp_pool_page_table(get(), &table, std::data(rows), std::data(seq_lens), batch,
+                                  t.kv_indptr.data(), t.kv_indices.data(), t.kv_indices.size(),
+                                  t.kv_last_page_len.data()),
+              "kvp_pool_page_table");
+        return t;
+    }
+
     // ---- frees ----
 
     /// Frees slots by index (a paged pool frees each index's page).
@@ -601,6 +725,97 @@ public:
                                           last_loc.data(), batch, out.data(), out.size(),
                                           stream),
               "kvp_pool_alloc_decode_async");
+    }
+
+    /// alloc_extend_rows on the device (kvp_pool_alloc_extend_rows_async): `table` describes
+    /// device memory, `rows` / lengths are device arrays with host copies of the lengths;
+    /// `out` (out_cache_loc) may be an empty span.
+    template <class PrefixLensHost, class SeqLensHost, class Out>
+    void alloc_extend_rows_async(const kvp_req_table &table, device_span<const int64_t> rows,
+                                 const PrefixLensHost &prefix_lens_host,
+                                 const SeqLensHost &seq_lens_host,
+                                 device_span<const int64_t> prefix_lens,
+                                 device_span<const int64_t> seq_lens,
+                                 std::size_t extend_num_tokens, device_span<Out> out,
+                                 stream_t stream) {
+        detail::require_lengths(prefix_lens_host);
+        detail::require_lengths(seq_lens_host);
+        require_device_out<Out>("out");
+        const std::size_t batch = std::size(seq_lens_host);
+        require_batch(std::size(prefix_lens_host) == batch && prefix_lens.size() == batch &&
+                          seq_lens.size() == batch && rows.size() == batch,
+                      "kvp_pool_alloc_extend_rows_async",
+                      "rows, prefix_lens, seq_lens and the host copies");
+        check(kvp_pool_alloc_extend_rows_async(get(), &table, rows.data(),
+                                               std::data(prefix_lens_host),
+                                               std::data(seq_lens_host), prefix_lens.data(),
+                                               seq_lens.data(), batch, extend_num_tokens,
+                                               out.data(), out.size(), stream),
+              "kvp_pool_alloc_extend_rows_async");
+    }
+
+    /// alloc_decode_rows on the device (kvp_pool_alloc_decode_rows_async).
+    template <class SeqLensHost, class Out>
+    void alloc_decode_rows_async(const kvp_req_table &table, device_span<const int64_t> rows,
+                                 const SeqLensHost &seq_lens_host,
+                                 device_span<const int64_t> seq_lens, device_span<Out> out,
+                                 stream_t stream) {
+        detail::require_lengths(seq_lens_host);
+        require_device_out<Out>("out");
+        const std::size_t batch = std::size(seq_lens_host);
+        require_batch(seq_lens.size() == batch && rows.size() == batch,
+                      "kvp_pool_alloc_decode_rows_async", "rows, seq_lens and seq_lens_host");
+        check(kvp_pool_alloc_decode_rows_async(get(), &table, rows.data(),
+                                               std::data(seq_lens_host), seq_lens.data(), batch,
+                                               out.data(), out.size(), stream),
+              "kvp_pool_alloc_decode_rows_async");
+    }
+
+    /// free_rows on the device (kvp_pool_free_rows_async).
+    template <class StartsHost, class EndsHost>
+    void free_rows_async(const kvp_req_table &table, device_span<const int64_t> rows,
+                         const StartsHost &starts_host, const EndsHost &ends_host,
+                         device_span<const int64_t> starts, device_span<const int64_t> ends,
+                         stream_t stream) {
+        detail::require_lengths(starts_host);
+        detail::require_lengths(ends_host);
+        const std::size_t batch = std::size(starts_host);
+        require_batch(std::size(ends_host) == batch && rows.size() == batch &&
+                          starts.size() == batch && ends.size() == batch,
+                      "kvp_pool_free_rows_async", "rows, starts, ends and the host copies");
+        check(kvp_pool_free_rows_async(get(), &table, rows.data(), std::data(starts_host),
+                                       std::data(ends_host), starts.data(), ends.data(), batch,
+                                       stream),
+              "kvp_pool_free_rows_async");
+    }
+
+    /// FlashInfer page table on the device (kvp_pool_page_table_async) into fixed int32
+    /// device buffers; also fills the host copies `kv_indptr_host` (batch + 1) and
+    /// `kv_last_page_len_host` (batch) when both are non-empty.
+    template <class SeqLensHost>
+    void page_table_async(const kvp_req_table &table, device_span<const int64_t> rows,
+                          const SeqLensHost &seq_lens_host, device_span<const int64_t> seq_lens,
+                          device_span<int32_t> kv_indptr, device_span<int32_t> kv_indices,
+                          device_span<int32_t> kv_last_page_len, span<int32_t> kv_indptr_host,
+                          span<int32_t> kv_last_page_len_host, stream_t stream) {
+        detail::require_lengths(seq_lens_host);
+        const std::size_t batch = std::size(seq_lens_host);
+        require_batch(seq_lens.size() == batch && rows.size() == batch &&
+                          kv_indptr.size() >= batch + 1 && kv_last_page_len.size() >= batch,
+                      "kvp_pool_page_table_async",
+                      "rows, seq_lens, kv_indptr (batch + 1), kv_last_page_len");
+        const bool host = !kv_indptr_host.empty() && !kv_last_page_len_host.empty();
+        if (host)
+            require_batch(kv_indptr_host.size() >= batch + 1 &&
+                              kv_last_page_len_host.size() >= batch,
+                          "kvp_pool_page_table_async", "the host copies");
+        check(kvp_pool_page_table_async(get(), &table, rows.data(), std::data(seq_lens_host),
+                                        seq_lens.data(), batch, kv_indptr.data(),
+                                        kv_indices.data(), kv_indices.size(),
+                                        kv_last_page_len.data(),
+                                        host ? kv_indptr_host.data() : nullptr,
+                                        host ? kv_last_page_len_host.data() : nullptr, stream),
+              "kvp_pool_page_table_async");
     }
 
     /// Frees slots by index (device); a paged pool frees each index's page.

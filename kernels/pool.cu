@@ -1066,6 +1066,9 @@ __device__ void copy_state(View v, Call call, uint32_t *snap, bool restore) {
 
 }  // namespace kvp
 
+// ---- request-to-token tables (kernels/rows.cuh) ----------------------------------------------
+#include "rows.cuh"
+
 using namespace kvp;
 
 // ---- entry points (loaded by name from src/cuda/kernels.rs) ---------------------------------
@@ -1121,6 +1124,46 @@ using namespace kvp;
 
 KVP_INDEX_KERNELS(i64, long long)
 KVP_INDEX_KERNELS(i32, int)
+
+// Request-to-token tables (rows.cuh): the table's element type is a run-time flag (`wide`:
+// int64), the pool's index type a suffix.
+#define KVP_ROWS_KERNELS(SUFFIX, INDEX)                                                           \
+  extern "C" __global__ void __launch_bounds__(ROWS_BLOCK) kvp_rows_gather_##SUFFIX(              \
+      View v, Call call, const void *table, uint32_t wide, unsigned long long table_rows,         \
+      unsigned long long stride, unsigned long long row_len, const long long *rows,               \
+      const long long *prefix_lens, const long long *seq_lens, uint32_t batch, uint32_t *marks,   \
+      INDEX *last_loc, unsigned long long *tok_off) {                                             \
+    rows_gather<INDEX>(v, call, table, wide, table_rows, stride, row_len, rows, prefix_lens,      \
+                       seq_lens, batch, marks, last_loc, tok_off);                                \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(256) kvp_rows_scatter_##SUFFIX(                    \
+      View v, Call call, void *table, uint32_t wide, unsigned long long stride,                   \
+      const long long *rows, const long long *prefix_lens, const long long *seq_lens,             \
+      uint32_t batch, const unsigned long long *tok_off, const INDEX *out,                        \
+      unsigned long long tokens) {                                                                \
+    rows_scatter<INDEX>(v, table, wide, stride, rows, prefix_lens, seq_lens, batch, tok_off, out, \
+                        tokens);                                                                  \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(ROWS_BLOCK) kvp_rows_segments_##SUFFIX(            \
+      View v, Call call, const void *table, uint32_t wide, unsigned long long table_rows,         \
+      unsigned long long stride, unsigned long long row_len, const long long *rows,               \
+      const long long *starts, const long long *ends, uint32_t batch, uint32_t *marks,            \
+      INDEX *virt, unsigned long long virt_len) {                                                 \
+    rows_segments<INDEX>(v, call, table, wide, table_rows, stride, row_len, rows, starts, ends,   \
+                         batch, marks, virt, virt_len);                                           \
+  }
+
+KVP_ROWS_KERNELS(i64, long long)
+KVP_ROWS_KERNELS(i32, int)
+
+extern "C" __global__ void __launch_bounds__(ROWS_BLOCK)
+    kvp_page_table(const void *table, uint32_t wide, unsigned long long table_rows,
+                   unsigned long long stride, unsigned long long row_len, const long long *rows,
+                   const long long *seq_lens, uint32_t batch, uint32_t page_size, int *kv_indptr,
+                   int *kv_indices, unsigned long long capacity, int *kv_last_page_len) {
+  page_table(table, wide, table_rows, stride, row_len, rows, seq_lens, batch, page_size,
+             kv_indptr, kv_indices, capacity, kv_last_page_len);
+}
 
 extern "C" __global__ void __launch_bounds__(FREE_BLOCK) kvp_group_end(View v, Call call) {
   group_end(v, call);

@@ -29,7 +29,7 @@ pub mod ffi;
 
 pub use pool::{
     BackendKind, ErrorKind, IndexType, Pool, PoolConfig, PoolError, PoolInfo, PoolOp, PoolStats,
-    SlotIndex, Snapshot,
+    ReqTable, SlotIndex, Snapshot, TableShape,
 };
 
 /// The crate version, also returned by `kvp_version()`.

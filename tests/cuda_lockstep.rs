@@ -12,7 +12,10 @@
 //! (`KVPOOL_LOCKSTEP_OPS` operations per configuration, default 9000). The twelve
 //! configurations are numbered 0..=11 in the order below (page size, then `need_sort`, then
 //! int32); `KVPOOL_LOCKSTEP_CONFIG=i` runs only configuration `i` (with the seed it has in the
-//! full run), so `scripts/gpu/run.sh lockstep-soak` can run them in parallel processes.
+//! full run); `KVPOOL_LOCKSTEP_THREADS=n` runs n configurations at once in this process and
+//! `KVPOOL_LOCKSTEP_SECONDS=s` stops each after s seconds; `KVPOOL_LOCKSTEP_SEEDS=k` runs
+//! each configuration k times with different seeds, from seed round
+//! `KVPOOL_LOCKSTEP_FIRST_ROUND` (`scripts/gpu/run.sh lockstep-soak`).
 
 mod gpu;
 mod rng;
@@ -775,60 +778,130 @@ fn ops_per_config() -> u64 {
         .unwrap_or(9000)
 }
 
+/// Seconds after which every configuration stops early (`KVPOOL_LOCKSTEP_SECONDS`; none
+/// when unset): a soak run under a time limit still ends with its final census and a
+/// result line saying how many operations it compared.
+fn deadline() -> Option<std::time::Instant> {
+    let secs: f64 = std::env::var("KVPOOL_LOCKSTEP_SECONDS").ok()?.parse().ok()?;
+    Some(std::time::Instant::now() + std::time::Duration::from_secs_f64(secs))
+}
+
+/// Runs at once (`KVPOOL_LOCKSTEP_THREADS`, default 1), one thread each, in this one
+/// process: the GPU then runs their kernels side by side in one context instead of
+/// time-slicing one context per process.
+fn threads() -> usize {
+    std::env::var("KVPOOL_LOCKSTEP_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1usize)
+        .clamp(1, 64)
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Runs of each configuration: `KVPOOL_LOCKSTEP_SEEDS` (default 1) of them, run `k` with
+/// seed `index + 1 + 12 k` for k from `KVPOOL_LOCKSTEP_FIRST_ROUND` (default 0). A soak
+/// keeps more threads busy than there are configurations, and a soak split over several
+/// processes gives each its own seeds.
+fn seed_rounds() -> std::ops::Range<u64> {
+    let first = env_u64("KVPOOL_LOCKSTEP_FIRST_ROUND", 0);
+    first..first + env_u64("KVPOOL_LOCKSTEP_SEEDS", 1).max(1)
+}
+
+/// Runs configuration `index` (page size, `need_sort`, int32) with `seed` for `ops`
+/// operations or until `deadline`; returns (operations, device-detected faults).
+fn run_config(
+    (index, ps, need_sort, i32, seed): (u64, u64, bool, bool, u64),
+    ops: u64,
+    deadline: Option<std::time::Instant>,
+) -> (u64, u64) {
+    let mut run = Run::new(ps, need_sort, i32, seed);
+    // Cross the page-word re-tagging (every 2^29 calls) early in the run.
+    run.device.debug_jump_tag((1 << 29) - 200);
+    let started = std::time::Instant::now();
+    for op in 1..=ops {
+        run.step();
+        // Progress of long (soak) runs, so a run stopped by a time limit still says how
+        // far it compared without a disagreement.
+        if op % PROGRESS_EVERY == 0 {
+            eprintln!(
+                "config {index:>2} seed {seed:>3}: {op} ops compared, {} device-detected faults, {:.0} s",
+                run.faults,
+                started.elapsed().as_secs_f64()
+            );
+        }
+        if op % 256 == 0 && deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            break;
+        }
+    }
+    run.check_census();
+    assert_eq!(
+        run.device.stats().pages_in_use,
+        run.host.stats().pages_in_use,
+        "pages in use"
+    );
+    eprintln!(
+        "config {index:>2} seed {seed:>3}: page_size {ps:>2} need_sort {need_sort:<5} int32 {i32:<5}: {} ops, {} bad \
+         inputs caught on the device (host refused the same), {} frees of over 4096 indices, {} pages \
+         in use at the end, {:.0} s",
+        run.ops,
+        run.faults,
+        run.large_frees,
+        run.device.stats().pages_in_use,
+        started.elapsed().as_secs_f64()
+    );
+    (run.ops, run.faults)
+}
+
 #[test]
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
 fn device_pool_matches_host_pool_op_for_op() {
     if let Some(why) = gpu::unavailable() {
         panic!("--ignored GPU test run without a GPU: {why}");
     }
-    let mut total = 0;
-    let mut faults = 0;
-    let mut seed = 1;
     let only = only_config();
-    for ps in [1, 16, 64] {
-        for need_sort in [false, true] {
-            for i32 in [false, true] {
-                let index = seed - 1;
-                seed += 1;
-                if only.is_some_and(|only| only != index) {
-                    continue;
-                }
-                let mut run = Run::new(ps, need_sort, i32, index + 1);
-                // Cross the page-word re-tagging (every 2^29 calls) early in the run.
-                run.device.debug_jump_tag((1 << 29) - 200);
-                let started = std::time::Instant::now();
-                for op in 1..=ops_per_config() {
-                    run.step();
-                    // Progress of long (soak) runs, so a run stopped by a time limit still
-                    // says how far it compared without a disagreement.
-                    if op % PROGRESS_EVERY == 0 {
-                        eprintln!(
-                            "config {index:>2}: {op} ops compared, {} device-detected faults, {:.0} s",
-                            run.faults,
-                            started.elapsed().as_secs_f64()
-                        );
+    let (ops, deadline) = (ops_per_config(), deadline());
+    let mut configs = Vec::new();
+    for round in seed_rounds() {
+        let mut index = 0;
+        for ps in [1, 16, 64] {
+            for need_sort in [false, true] {
+                for i32 in [false, true] {
+                    if only.is_none_or(|only| only == index) {
+                        configs.push((index, ps, need_sort, i32, index + 1 + 12 * round));
                     }
+                    index += 1;
                 }
-                run.check_census();
-                assert_eq!(
-                    run.device.stats().pages_in_use,
-                    run.host.stats().pages_in_use,
-                    "pages in use"
-                );
-                eprintln!(
-                    "config {index:>2}: page_size {ps:>2} need_sort {need_sort:<5} int32 {i32:<5}: {} ops, {} bad \
-                     inputs caught on the device (host refused the same), {} frees of over 4096 indices, {} pages \
-                     in use at the end",
-                    run.ops,
-                    run.faults,
-                    run.large_frees,
-                    run.device.stats().pages_in_use,
-                );
-                total += run.ops;
-                faults += run.faults;
             }
         }
     }
+    // Each worker takes the next configuration until none is left.
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads().min(configs.len()))
+            .map(|_| {
+                scope.spawn(|| loop {
+                    let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(&config) = configs.get(k) else {
+                        break;
+                    };
+                    let result = run_config(config, ops, deadline);
+                    results.lock().unwrap().push(result);
+                })
+            })
+            .collect();
+        let panicked = workers.into_iter().map(|w| w.join()).filter(Result::is_err).count();
+        assert_eq!(panicked, 0, "{panicked} configuration(s) disagreed (see above)");
+    });
+    let results = results.into_inner().unwrap();
+    let total: u64 = results.iter().map(|r| r.0).sum();
+    let faults: u64 = results.iter().map(|r| r.1).sum();
     eprintln!("lockstep: {total} operations compared, {faults} device-detected faults");
     assert!(faults > 0, "the bad-input paths were never exercised");
 }

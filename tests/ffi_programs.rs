@@ -216,6 +216,14 @@ fn c99_pool_guards() {
     run_program(&exe, "pool_guard_test (C): all ");
 }
 
+/// The request-to-token table calls from C99: prefill, decode, chunked prefill, FlashInfer
+/// page tables, bad rows refused with nothing written, frees by row.
+#[test]
+fn c99_rows() {
+    let exe = build_program(Lang::C, "tests/c/rows_test.c", "rows_test_c", false);
+    run_program(&exe, "rows_test (C): all ");
+}
+
 /// The C++17 example an engine author copies from builds with the strict warning set
 /// (without the test-only declarations), runs, and reports a drained workload.
 #[test]

@@ -129,6 +129,7 @@ __all__ = [
     "PoolConfig",
     "PoolInfo",
     "PoolStats",
+    "ReqTable",
     "SIGNATURES",
     "STATUS_NAMES",
     "Snapshot",
@@ -353,6 +354,19 @@ class PoolConfig(_Struct):
         ("backend", ctypes.c_uint32),
         ("device", ctypes.c_int32),
         ("need_sort", ctypes.c_bool),
+    ]
+
+
+class ReqTable(_Struct):
+    """``struct kvp_req_table``: a request-to-token table borrowed for one call (see
+    ``Pool.alloc_extend_rows``). Usually built from a 2-D tensor or numpy array by the
+    methods themselves; pass one explicitly for other memory."""
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("index_type", ctypes.c_uint32),
+        ("rows", ctypes.c_uint64),
+        ("row_stride", ctypes.c_uint64),
+        ("row_len", ctypes.c_uint64),
     ]
 
 
@@ -600,6 +614,7 @@ class RankInfo(_Struct):
 STRUCTS = {
     "kvp_pool_config": PoolConfig,
     "kvp_pool_info": PoolInfo,
+    "kvp_req_table": ReqTable,
     "kvp_pool_stats": PoolStats,
     "kvp_scheduler_config": SchedulerConfig,
     "kvp_request": Request,
@@ -626,6 +641,8 @@ _handle = ctypes.c_void_p  # struct kvp_pool *, kvp_snapshot *, kvp_scheduler *,
 _u64_p = ctypes.POINTER(ctypes.c_uint64)  # uint64_t * (outputs), const uint64_t * (paths)
 _buffer = ctypes.c_void_p  # index buffers of the pool's index type
 _i64_array = ctypes.POINTER(ctypes.c_int64)  # prefix_lens, seq_lens
+_table_p = ctypes.POINTER(ReqTable)  # const struct kvp_req_table *
+_i32_p = ctypes.POINTER(ctypes.c_int32)  # FlashInfer's int32 page tables
 _stream = ctypes.c_void_p  # struct CUstream_st * (cudaStream_t, CUstream; NULL: legacy default)
 
 # name -> (restype, argtypes), for every function in include/kvpool.h.
@@ -785,6 +802,45 @@ SIGNATURES = {
         [_handle, ctypes.POINTER(RankInfo), ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint32)],
     ),
     "kvp_delayer_record_prefill": (_status, [_handle, ctypes.c_uint64]),
+    # request-to-token tables (kvp_req_table): by request row
+    "kvp_pool_alloc_extend_rows": (
+        _status,
+        [_handle, _table_p, _i64_array, _i64_array, _i64_array, ctypes.c_size_t,
+         ctypes.c_size_t, _buffer, ctypes.c_size_t],
+    ),
+    "kvp_pool_alloc_decode_rows": (
+        _status,
+        [_handle, _table_p, _i64_array, _i64_array, ctypes.c_size_t, _buffer, ctypes.c_size_t],
+    ),
+    "kvp_pool_free_rows": (
+        _status,
+        [_handle, _table_p, _i64_array, _i64_array, _i64_array, ctypes.c_size_t],
+    ),
+    "kvp_pool_page_table": (
+        _status,
+        [_handle, _table_p, _i64_array, _i64_array, ctypes.c_size_t, _i32_p, _i32_p,
+         ctypes.c_size_t, _i32_p],
+    ),
+    "kvp_pool_alloc_extend_rows_async": (
+        _status,
+        [_handle, _table_p, _i64_array, _i64_array, _i64_array, _i64_array, _i64_array,
+         ctypes.c_size_t, ctypes.c_size_t, _buffer, ctypes.c_size_t, _stream],
+    ),
+    "kvp_pool_alloc_decode_rows_async": (
+        _status,
+        [_handle, _table_p, _i64_array, _i64_array, _i64_array, ctypes.c_size_t, _buffer,
+         ctypes.c_size_t, _stream],
+    ),
+    "kvp_pool_free_rows_async": (
+        _status,
+        [_handle, _table_p, _i64_array, _i64_array, _i64_array, _i64_array, _i64_array,
+         ctypes.c_size_t, _stream],
+    ),
+    "kvp_pool_page_table_async": (
+        _status,
+        [_handle, _table_p, _i64_array, _i64_array, _i64_array, ctypes.c_size_t, _i32_p,
+         _i32_p, ctypes.c_size_t, _i32_p, _i32_p, _i32_p, _stream],
+    ),
     # state digests (tensor parallelism: ranks compare them)
     "kvp_pool_digest": (_status, [_handle, _u64_p]),
     "kvp_pool_digest_async": (_status, [_handle, _u64_p, _stream]),
@@ -1302,6 +1358,125 @@ class Pool(_Owner):
         del seq_keep, last_keep  # the call has returned
         return _result(out, kind, batch, length)
 
+    # ---- request-to-token tables (SGLang's req_to_token) ----
+    # ``table``: a 2-D int32/int64 tensor or numpy array (rows x max_context_len, any row
+    # stride, unit column stride) — on the CPU for a host pool, on the pool's device for the
+    # *_async methods — or a ReqTable. Rows and lengths are int64 arrays as elsewhere.
+
+    def _table(self, table, device):
+        """(ReqTable, keep) for ``table``."""
+        if isinstance(table, ReqTable):
+            return table, None
+        torch = _buffers._torch(table)
+        if torch is not None:
+            if device is None and not table.is_cpu:
+                raise ValueError(f"table is on {table.device}; a host pool reads host memory")
+            if device is not None and (not table.is_cuda or table.get_device() != device):
+                raise ValueError(f"table is on {table.device}: it must be on cuda:{device}")
+            types = {torch.int64: INDEX_TYPE_I64, torch.int32: INDEX_TYPE_I32}
+            if table.dtype not in types:
+                raise TypeError(f"table has dtype {table.dtype}; it must be int32 or int64")
+            if table.dim() != 2 or table.stride(1) != 1:
+                raise ValueError("table must be 2-D with contiguous rows (stride(1) == 1)")
+            return ReqTable(table.data_ptr(), types[table.dtype], table.shape[0],
+                            table.stride(0), table.shape[1]), table
+        numpy = _buffers._numpy(table)
+        if numpy is not None and device is None:
+            types = {numpy.dtype("int64"): INDEX_TYPE_I64, numpy.dtype("int32"): INDEX_TYPE_I32}
+            if table.dtype not in types or table.ndim != 2:
+                raise TypeError("table must be a 2-D int32 or int64 array")
+            if table.strides[1] != table.itemsize or table.strides[0] % table.itemsize:
+                raise ValueError("table rows must be contiguous")
+            if not table.flags.writeable:
+                raise ValueError("table must be writable")
+            return ReqTable(table.__array_interface__["data"][0], types[table.dtype],
+                            table.shape[0], table.strides[0] // table.itemsize,
+                            table.shape[1]), table
+        raise TypeError("table must be a 2-D torch tensor, a numpy array (host pools) or a "
+                        f"ReqTable, not {type(table).__name__}")
+
+    def alloc_extend_rows(self, table, rows, prefix_lens, seq_lens, extend_num_tokens=None,
+                          out=None, out_cache_loc=True):
+        """``alloc_extend`` by request rows: ``last_loc`` is read from
+        ``table[rows[i], prefix_lens[i] - 1]`` and the new slots are written to
+        ``table[rows[i], prefix_lens[i]:seq_lens[i]]``. Returns ``out_cache_loc`` (as
+        ``alloc_extend`` returns its output), or None with ``out_cache_loc=False``."""
+        t, table_keep = self._table(table, None)
+        rows_p, batch, rows_keep = _host_array(rows, _INT64, "rows")
+        prefix_p, prefix_n, prefix_keep = _host_array(prefix_lens, _INT64, "prefix_lens")
+        seq_p, seq_n, seq_keep = _host_array(seq_lens, _INT64, "seq_lens")
+        if not batch == prefix_n == seq_n:
+            raise ValueError("rows, prefix_lens and seq_lens need one entry per request")
+        if type(extend_num_tokens) is not int or not 0 <= extend_num_tokens <= _SIZE_MAX:
+            extend_num_tokens = _extend_num_tokens(extend_num_tokens, seq_lens, prefix_lens,
+                                                   seq_keep, prefix_keep)
+        if out_cache_loc:
+            out, address, length, kind = _out_buffer(extend_num_tokens, out, self._index,
+                                                      prefix_lens, seq_lens)
+        else:
+            address, length = None, 0
+        status = self._lib.fast.kvp_pool_alloc_extend_rows(
+            self.handle, ctypes.addressof(t), rows_p, prefix_p, seq_p, batch,
+            extend_num_tokens, address, length)
+        if status:
+            self._lib.check(status)
+        del table_keep, rows_keep, prefix_keep, seq_keep  # the call has returned
+        return _result(out, kind, extend_num_tokens, length) if out_cache_loc else None
+
+    def alloc_decode_rows(self, table, rows, seq_lens, out=None, out_cache_loc=True):
+        """``alloc_decode`` by request rows: ``last_loc`` from ``table[rows[i],
+        seq_lens[i] - 2]``, the new slot into ``table[rows[i], seq_lens[i] - 1]``."""
+        t, table_keep = self._table(table, None)
+        rows_p, batch, rows_keep = _host_array(rows, _INT64, "rows")
+        seq_p, seq_n, seq_keep = _host_array(seq_lens, _INT64, "seq_lens")
+        if batch != seq_n:
+            raise ValueError("rows and seq_lens need one entry per request")
+        if out_cache_loc:
+            out, address, length, kind = _out_buffer(batch, out, self._index, seq_lens)
+        else:
+            address, length = None, 0
+        status = self._lib.fast.kvp_pool_alloc_decode_rows(
+            self.handle, ctypes.addressof(t), rows_p, seq_p, batch, address, length)
+        if status:
+            self._lib.check(status)
+        del table_keep, rows_keep, seq_keep
+        return _result(out, kind, batch, length) if out_cache_loc else None
+
+    def free_rows(self, table, rows, starts, ends):
+        """Frees ``table[rows[i], starts[i]:ends[i]]`` for every ``i`` as one call."""
+        t, table_keep = self._table(table, None)
+        rows_p, batch, rows_keep = _host_array(rows, _INT64, "rows")
+        starts_p, starts_n, starts_keep = _host_array(starts, _INT64, "starts")
+        ends_p, ends_n, ends_keep = _host_array(ends, _INT64, "ends")
+        if not batch == starts_n == ends_n:
+            raise ValueError("rows, starts and ends need one entry per request")
+        status = self._lib.fast.kvp_pool_free_rows(self.handle, ctypes.addressof(t), rows_p,
+                                                   starts_p, ends_p, batch)
+        if status:
+            self._lib.check(status)
+        del table_keep, rows_keep, starts_keep, ends_keep
+
+    def page_table(self, table, rows, seq_lens):
+        """FlashInfer's paged-KV page table of ``rows[i]``'s first ``seq_lens[i]`` tokens:
+        ``(kv_indptr, kv_indices, kv_last_page_len)`` as ``array.array('i')`` (int32)."""
+        t, table_keep = self._table(table, None)
+        rows_p, batch, rows_keep = _host_array(rows, _INT64, "rows")
+        seq_p, seq_n, seq_keep = _host_array(seq_lens, _INT64, "seq_lens")
+        if batch != seq_n:
+            raise ValueError("rows and seq_lens need one entry per request")
+        ps = self.page_size
+        pages = sum(-(-int(s) // ps) for s in seq_lens if int(s) > 0)
+        indptr = array.array("i", bytes(4 * (batch + 1)))
+        indices = array.array("i", bytes(4 * max(pages, 1)))
+        last = array.array("i", bytes(4 * max(batch, 1)))
+        status = self._lib.fast.kvp_pool_page_table(
+            self.handle, ctypes.addressof(t), rows_p, seq_p, batch, indptr.buffer_info()[0],
+            indices.buffer_info()[0], pages, last.buffer_info()[0])
+        if status:
+            self._lib.check(status)
+        del table_keep, rows_keep, seq_keep
+        return indptr, indices[:pages], last[:batch]
+
     # ---- frees ----
 
     def _free(self, name, values, what, *args):
@@ -1577,6 +1752,112 @@ class Pool(_Owner):
         length = _size(length, "length")
         buf, n = self._device_indices(row, "row")
         self._async_call(call, buf, n, start_pos, length, self._stream_handle(stream))
+
+    # ---- device pools: request-to-token tables ----
+    # ``table`` a 2-D int32/int64 CUDA tensor (SGLang's ``req_to_token``), ``rows`` and the
+    # lengths int64 CUDA tensors, their ``*_host`` copies host arrays (required, as for
+    # ``alloc_extend_async``). A bad row faults the pool (reported by ``check_device()``);
+    # a failing call writes nothing to the table.
+
+    def alloc_extend_rows_async(self, table, rows, prefix_lens, seq_lens, out=None, *,
+                                prefix_lens_host=None, seq_lens_host=None,
+                                extend_num_tokens=None, out_cache_loc=True, stream=None):
+        """``alloc_extend_rows`` on the device: ``last_loc`` read from the table and the new
+        slots written into it by the call's kernels. Returns ``out[:extend_num_tokens]``
+        (SGLang's ``out_cache_loc``), or None with ``out_cache_loc=False``."""
+        call = "kvp_pool_alloc_extend_rows_async"
+        self._require_device(call)
+        t, table_keep = self._table(table, self.device)
+        prefix_host, batch, prefix_keep = self._host_lengths(prefix_lens_host, "prefix_lens",
+                                                             call)
+        seq_host, seq_host_n, seq_keep = self._host_lengths(seq_lens_host, "seq_lens", call)
+        rows_buf, rows_n = self._device_lengths(rows, "rows")
+        prefix_buf, prefix_n = self._device_lengths(prefix_lens, "prefix_lens")
+        seq_buf, seq_n = self._device_lengths(seq_lens, "seq_lens")
+        if not batch == seq_host_n == prefix_n == seq_n == rows_n:
+            raise ValueError("rows, prefix_lens, seq_lens and the host copies need one entry "
+                             "per request")
+        extend_num_tokens = _extend_num_tokens(extend_num_tokens, seq_lens_host,
+                                               prefix_lens_host, seq_keep, prefix_keep)
+        handle = self._stream_handle(stream)
+        if out_cache_loc:
+            buf, n, out = self._device_out(extend_num_tokens, out, stream, handle)
+        else:
+            buf, n = None, 0
+        self._async_call(call, ctypes.addressof(t), rows_buf, prefix_host, seq_host,
+                         prefix_buf, seq_buf, batch, extend_num_tokens, buf, n, handle)
+        del table_keep, prefix_keep, seq_keep
+        if not out_cache_loc:
+            return None
+        return out if n == extend_num_tokens else out[:extend_num_tokens]
+
+    def alloc_decode_rows_async(self, table, rows, seq_lens, out=None, *, seq_lens_host=None,
+                                out_cache_loc=True, stream=None):
+        """``alloc_decode_rows`` on the device (see ``alloc_extend_rows_async``)."""
+        call = "kvp_pool_alloc_decode_rows_async"
+        self._require_device(call)
+        t, table_keep = self._table(table, self.device)
+        seq_host, batch, seq_keep = self._host_lengths(seq_lens_host, "seq_lens", call)
+        rows_buf, rows_n = self._device_lengths(rows, "rows")
+        seq_buf, seq_n = self._device_lengths(seq_lens, "seq_lens")
+        if not batch == seq_n == rows_n:
+            raise ValueError("rows, seq_lens and seq_lens_host need one entry per request")
+        handle = self._stream_handle(stream)
+        if out_cache_loc:
+            buf, n, out = self._device_out(batch, out, stream, handle)
+        else:
+            buf, n = None, 0
+        self._async_call(call, ctypes.addressof(t), rows_buf, seq_host, seq_buf, batch, buf, n,
+                         handle)
+        del table_keep, seq_keep
+        if not out_cache_loc:
+            return None
+        return out if n == batch else out[:batch]
+
+    def free_rows_async(self, table, rows, starts, ends, *, starts_host=None, ends_host=None,
+                        stream=None):
+        """``free_rows`` on the device; ``starts_host`` / ``ends_host`` are required."""
+        call = "kvp_pool_free_rows_async"
+        self._require_device(call)
+        t, table_keep = self._table(table, self.device)
+        starts_h, batch, starts_keep = self._host_lengths(starts_host, "starts", call)
+        ends_h, ends_n, ends_keep = self._host_lengths(ends_host, "ends", call)
+        rows_buf, rows_n = self._device_lengths(rows, "rows")
+        starts_buf, starts_n = self._device_lengths(starts, "starts")
+        ends_buf, ends_dn = self._device_lengths(ends, "ends")
+        if not batch == ends_n == rows_n == starts_n == ends_dn:
+            raise ValueError("rows, starts, ends and the host copies need one entry per "
+                             "request")
+        self._async_call(call, ctypes.addressof(t), rows_buf, starts_h, ends_h, starts_buf,
+                         ends_buf, batch, self._stream_handle(stream))
+        del table_keep, starts_keep, ends_keep
+
+    def page_table_async(self, table, rows, seq_lens, kv_indptr, kv_indices, kv_last_page_len,
+                         *, seq_lens_host=None, stream=None):
+        """FlashInfer's page table on the device into fixed int32 CUDA tensors
+        (``kv_indptr`` batch + 1, ``kv_indices`` any capacity, ``kv_last_page_len`` batch),
+        one kernel, no synchronization. Returns the host copies ``(kv_indptr,
+        kv_last_page_len)`` as ``array.array('i')`` (for FlashInfer's ``plan()``)."""
+        call = "kvp_pool_page_table_async"
+        self._require_device(call)
+        t, table_keep = self._table(table, self.device)
+        seq_host, batch, seq_keep = self._host_lengths(seq_lens_host, "seq_lens", call)
+        rows_buf, rows_n = self._device_lengths(rows, "rows")
+        seq_buf, seq_n = self._device_lengths(seq_lens, "seq_lens")
+        if not batch == seq_n == rows_n:
+            raise ValueError("rows, seq_lens and seq_lens_host need one entry per request")
+        indptr_buf, indptr_n = self._device_buffer(kv_indptr, "int32", "kv_indptr")
+        indices_buf, capacity = self._device_buffer(kv_indices, "int32", "kv_indices")
+        last_buf, last_n = self._device_buffer(kv_last_page_len, "int32", "kv_last_page_len")
+        if indptr_n < batch + 1 or last_n < batch:
+            raise ValueError("kv_indptr needs batch + 1 entries and kv_last_page_len batch")
+        indptr_h = array.array("i", bytes(4 * (batch + 1)))
+        last_h = array.array("i", bytes(4 * max(batch, 1)))
+        self._async_call(call, ctypes.addressof(t), rows_buf, seq_host, seq_buf, batch,
+                         indptr_buf, indices_buf, capacity, last_buf, indptr_h.buffer_info()[0],
+                         last_h.buffer_info()[0], self._stream_handle(stream))
+        del table_keep, seq_keep
+        return indptr_h, last_h[:batch]
 
     def free_group_end_async(self, stream=None):
         """Closes the free group (opened with ``free_group_begin()``) on the device."""

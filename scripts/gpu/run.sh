@@ -18,8 +18,10 @@
 # this one, for before/after figures from one machine and one run), CXX (the C++ compiler
 # for tests/cpp/cuda_release_test.cpp, default c++), LOCKSTEP_SOAK_OPS
 # (lockstep-soak: operations in all, split over the 12 configurations, default 10,000,000),
-# LOCKSTEP_SOAK_JOBS (parallel processes, default 12: one per configuration), LOCKSTEP_SOAK_SECONDS
-# (time limit of each process, default 3600; a stopped one reports its last progress line).
+# LOCKSTEP_SOAK_SEEDS (runs of each configuration, default 4), LOCKSTEP_SOAK_JOBS (runs at
+# once, as threads of one process, default 16), LOCKSTEP_SOAK_SECONDS (each run stops after
+# this, default 3600, and says how far it got), LOCKSTEP_SOAK_FIRST_ROUND (seed round of the
+# first run, default 0: a soak split over several calls gives each call other seeds).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -45,42 +47,32 @@ run() { # name, command...
     tail -n "${TAIL_LINES:-25}" "$LOGS/$name.log"
 }
 
-# One lockstep process per configuration, LOCKSTEP_SOAK_JOBS at a time; fails if any fails
-# or did fewer operations than asked.
+# The 12 lockstep configurations, LOCKSTEP_SOAK_SEEDS runs of each (different seeds), as
+# threads of one process, LOCKSTEP_SOAK_JOBS at a time (one CUDA context: kernels of
+# different runs overlap instead of time-slicing between processes); each run stops at
+# LOCKSTEP_SOAK_SECONDS with its final census. Fails if a run disagreed or did fewer
+# operations than asked.
 lockstep_soak() {
-    local total=${LOCKSTEP_SOAK_OPS:-10000000} jobs=${LOCKSTEP_SOAK_JOBS:-12}
-    local per=$(( (total + 11) / 12 )) dir="$LOGS/lockstep-soak" bad=0 done_ops=0
-    mkdir -p "$dir"
-    echo "lockstep soak: 12 configurations x $per operations, $jobs at a time"
-    for i in $(seq 0 11); do
-        while (( $(jobs -rp | wc -l) >= jobs )); do sleep 1; done
-        (
-            start=$SECONDS
-            KVPOOL_LOCKSTEP_CONFIG=$i KVPOOL_LOCKSTEP_OPS=$per \
-                timeout "${LOCKSTEP_SOAK_SECONDS:-3600}" "$BIN/cuda_lockstep" --ignored \
-                --nocapture > "$dir/config-$i.log" 2>&1
-            echo "$? $((SECONDS - start))" > "$dir/config-$i.rc"
-        ) &
-    done
-    wait
-    printf 'config\tstatus\tops\tseconds\tresult\n' > "$OUT/lockstep_soak.tsv"
-    for i in $(seq 0 11); do
-        local rc=missing secs=0 line ops
-        if [[ -f "$dir/config-$i.rc" ]]; then read -r rc secs < "$dir/config-$i.rc"; fi
-        # The result line (the progress lines say how far a run got that did not finish).
-        line=$(grep -m1 "^config *$i: page_size" "$dir/config-$i.log" ||
-               grep "^config *$i: [0-9]* ops compared" "$dir/config-$i.log" | tail -n 1 || true)
-        ops=$(sed -n 's/.*: \([0-9][0-9]*\) ops[ ,].*/\1/p' <<< "$line")
-        ops=${ops:-0}
-        if [[ "$rc" != 0 || $ops -lt $per ]]; then
-            bad=1
-            tail -n 20 "$dir/config-$i.log"
-        fi
-        done_ops=$((done_ops + ops))
-        printf '%s\t%s\t%s\t%s\t%s\n' "$i" "$rc" "$ops" "$secs" "${line:-no result line}" \
-            >> "$OUT/lockstep_soak.tsv"
-        echo "config $i: exit $rc, $ops operations, $secs s"
-    done
+    local total=${LOCKSTEP_SOAK_OPS:-10000000} jobs=${LOCKSTEP_SOAK_JOBS:-16}
+    local seeds=${LOCKSTEP_SOAK_SEEDS:-4} log="$OUT/lockstep_soak.log" bad=0 rc
+    local runs=$((12 * seeds)) per done_ops finished short
+    per=$(( (total + runs - 1) / runs ))
+    echo "lockstep soak: $runs runs (12 configurations x $seeds seeds) x $per operations, $jobs threads, ${LOCKSTEP_SOAK_SECONDS:-3600} s each at most"
+    KVPOOL_LOCKSTEP_OPS=$per KVPOOL_LOCKSTEP_THREADS=$jobs KVPOOL_LOCKSTEP_SEEDS=$seeds \
+        KVPOOL_LOCKSTEP_FIRST_ROUND=${LOCKSTEP_SOAK_FIRST_ROUND:-0} \
+        KVPOOL_LOCKSTEP_SECONDS=${LOCKSTEP_SOAK_SECONDS:-3600} \
+        "$BIN/cuda_lockstep" --ignored --nocapture > "$log" 2>&1
+    rc=$?
+    # One result line per finished run: "config i seed s: page_size ...: N ops, ...".
+    grep "^config .* seed .*: page_size" "$log" |
+        sed 's/^config *\([0-9]*\) seed *\([0-9]*\): .*: \([0-9]*\) ops,.*/\1\t\2\t\3/' \
+        > "$OUT/lockstep_soak.tsv"
+    finished=$(wc -l < "$OUT/lockstep_soak.tsv")
+    done_ops=$(awk -F'\t' '{s += $3} END {print s + 0}' "$OUT/lockstep_soak.tsv")
+    short=$(awk -F'\t' -v per="$per" '$3 < per' "$OUT/lockstep_soak.tsv" | wc -l)
+    echo "test exit status $rc; $finished of $runs runs finished, $short stopped short of $per operations"
+    grep "^lockstep:" "$log"
+    if [[ $rc != 0 || $finished -ne $runs || $short -ne 0 ]]; then bad=1; tail -n 30 "$log"; fi
     echo "lockstep soak: $done_ops operations compared in all (asked: $total)"
     return $bad
 }
@@ -99,13 +91,14 @@ for step in "${steps[@]}"; do
             -Wl,-rpath,"$PWD/gpu-artifacts/lib" -o "$LOGS/cuda_release_test"
         run release-cpp "$LOGS/cuda_release_test" --require-gpu
         run lockstep "$BIN/cuda_lockstep" --ignored --nocapture
+        run rows "$BIN/cuda_rows" --ignored --test-threads=1 --nocapture
         run multi-device "$BIN/cuda_multi_device" --ignored --nocapture
         run need-queries "$BIN/need_queries" --ignored --nocapture
         ;;
     lockstep-soak)
-        # The lockstep test's 12 configurations in parallel processes (KVPOOL_LOCKSTEP_CONFIG
-        # selects one), LOCKSTEP_SOAK_OPS operations in all; one log per configuration (in logs.tar.gz), and a
-        # summary (configuration, exit status, operations, seconds) in $OUT/lockstep_soak.tsv.
+        # The lockstep test's 12 configurations as threads of one process, LOCKSTEP_SOAK_OPS
+        # operations in all; the log in $OUT/lockstep_soak.log, a summary (configuration,
+        # seed, operations) in $OUT/lockstep_soak.tsv.
         run lockstep-soak lockstep_soak
         ;;
     sanitize)
@@ -113,6 +106,10 @@ for step in "${steps[@]}"; do
             KVPOOL_LOCKSTEP_OPS=${SANITIZE_OPS:-600} run "sanitize-$tool" \
                 "$SANITIZER" --tool "$tool" --error-exitcode 9 "$BIN/cuda_lockstep" --ignored --nocapture
         done
+        KVPOOL_ROWS_OPS=${SANITIZE_OPS:-600} run sanitize-memcheck-rows "$SANITIZER" --tool memcheck \
+            --error-exitcode 9 "$BIN/cuda_rows" --ignored --test-threads=1
+        KVPOOL_ROWS_OPS=${SANITIZE_OPS:-600} run sanitize-racecheck-rows "$SANITIZER" --tool racecheck \
+            --error-exitcode 9 "$BIN/cuda_rows" --ignored --test-threads=1
         run sanitize-memcheck-device "$SANITIZER" --tool memcheck --error-exitcode 9 \
             "$BIN/cuda_device" --ignored --test-threads=1 --skip no_call_waits
         # Stream-ordered release under memcheck: a free under a queued kernel would show as an

@@ -28,6 +28,11 @@ pub(crate) struct Typed {
     /// [`Kernels::count_claimed`] and [`Kernels::release_claimed`]).
     pub claim_slots_paged: CUfunction,
     pub rewind: CUfunction,
+    /// Request-to-token tables (`kernels/rows.cuh`): last_loc and token offsets from the
+    /// table, slots into the table, segments of rows laid out for `free_known`.
+    pub rows_gather: CUfunction,
+    pub rows_scatter: CUfunction,
+    pub rows_segments: CUfunction,
 }
 
 /// The module and its entry points, loaded into one context.
@@ -50,6 +55,8 @@ pub(crate) struct Kernels {
     /// The stream-order debug check (`stream_order.rs`).
     pub debug_check: CUfunction,
     pub debug_mark: CUfunction,
+    /// FlashInfer page tables of table rows (no pool state).
+    pub page_table: CUfunction,
 }
 
 impl Kernels {
@@ -90,6 +97,9 @@ impl Kernels {
                 free_slots_paged: get(c"kvp_free_slots_paged_i64")?,
                 claim_slots_paged: get(c"kvp_claim_slots_paged_i64")?,
                 rewind: get(c"kvp_rewind_i64")?,
+                rows_gather: get(c"kvp_rows_gather_i64")?,
+                rows_scatter: get(c"kvp_rows_scatter_i64")?,
+                rows_segments: get(c"kvp_rows_segments_i64")?,
             },
             IndexType::I32 => Typed {
                 alloc: get(c"kvp_alloc_i32")?,
@@ -100,6 +110,9 @@ impl Kernels {
                 free_slots_paged: get(c"kvp_free_slots_paged_i32")?,
                 claim_slots_paged: get(c"kvp_claim_slots_paged_i32")?,
                 rewind: get(c"kvp_rewind_i32")?,
+                rows_gather: get(c"kvp_rows_gather_i32")?,
+                rows_scatter: get(c"kvp_rows_scatter_i32")?,
+                rows_segments: get(c"kvp_rows_segments_i32")?,
             },
         };
         Ok(Self {
@@ -116,6 +129,7 @@ impl Kernels {
             digest: get(c"kvp_digest")?,
             debug_check: get(c"kvp_debug_check")?,
             debug_mark: get(c"kvp_debug_mark")?,
+            page_table: get(c"kvp_page_table")?,
         })
     }
 }

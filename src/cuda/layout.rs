@@ -176,6 +176,12 @@ pub enum DeviceOp {
     Merge = 8,
     /// `rewind`
     Rewind = 9,
+    /// `alloc_extend_rows`
+    AllocExtendRows = 10,
+    /// `alloc_decode_rows`
+    AllocDecodeRows = 11,
+    /// `free_rows`
+    FreeRows = 12,
 }
 
 impl DeviceOp {
@@ -190,6 +196,9 @@ impl DeviceOp {
             7 => Self::GroupEnd,
             8 => Self::Merge,
             9 => Self::Rewind,
+            10 => Self::AllocExtendRows,
+            11 => Self::AllocDecodeRows,
+            12 => Self::FreeRows,
             _ => return None,
         })
     }
@@ -206,6 +215,9 @@ impl DeviceOp {
             Self::GroupEnd => "kvp_pool_free_group_end_async",
             Self::Merge => "kvp_pool_merge_and_sort_free_async",
             Self::Rewind => "kvp_pool_rewind_async",
+            Self::AllocExtendRows => "kvp_pool_alloc_extend_rows_async",
+            Self::AllocDecodeRows => "kvp_pool_alloc_decode_rows_async",
+            Self::FreeRows => "kvp_pool_free_rows_async",
         }
     }
 
@@ -217,6 +229,10 @@ impl DeviceOp {
             Self::FreePages => "page_ids",
             Self::FreeSegment => "row",
             Self::Rewind => "last_kept",
+            // last_loc as read from the table (rows faults name `rows[i]` themselves).
+            Self::AllocExtendRows | Self::AllocDecodeRows => "last_loc (from the table)",
+            // The segments laid out as one row, page after page.
+            Self::FreeRows => "segments",
             Self::Alloc | Self::GroupEnd | Self::Merge => "state",
         }
     }
@@ -287,6 +303,12 @@ impl DeviceFault {
                 ErrorKind::LastLocMismatch,
                 format!("{element} is not its page's last handed-out slot (a stale or foreign continuation; rewind the page after rejecting tokens)"),
             ),
+            14 if op == Some(DeviceOp::FreeRows) => (
+                ErrorKind::InvalidLengths,
+                format!(
+                    "the device copies of starts/ends disagree with the host copies the call was planned from, first at request {position} (device ends[{position}] = {value})"
+                ),
+            ),
             14 => (
                 ErrorKind::InvalidLengths,
                 format!(
@@ -300,6 +322,18 @@ impl DeviceFault {
             16 => (
                 ErrorKind::LastLocMismatch,
                 format!("{element} rewinds a page that another element of the call also rewinds"),
+            ),
+            18 => (
+                ErrorKind::IndexOutOfRange,
+                format!("rows[{position}] = {value} is outside the table"),
+            ),
+            19 => (
+                ErrorKind::InvalidArgument,
+                format!("rows[{position}] = {value} repeats an earlier request's row: a row may appear once per call"),
+            ),
+            20 => (
+                ErrorKind::BufferTooSmall,
+                format!("device seq_lens[{position}] = {value} exceeds the table's row_len"),
             ),
             17 => (
                 ErrorKind::UnorderedStreams,

@@ -28,6 +28,23 @@ impl DeviceMemory {
         Ok(memory)
     }
 
+    /// Allocates `bytes` (at least 1) and enqueues zeroing them on `stream`, so that later
+    /// work on `stream` sees zeros without the host waiting (`cuMemAlloc` itself may
+    /// synchronize the device: used only when a pool's scratch must grow).
+    pub fn zeroed_on(bytes: usize, stream: sys::CUstream) -> Result<Self, PoolError> {
+        let bytes = bytes.max(1);
+        let mut ptr = 0;
+        // SAFETY: valid out-pointer; the pool's context is current.
+        check(unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) }, "cuMemAlloc")?;
+        let memory = Self { ptr, bytes };
+        // SAFETY: `ptr` holds `bytes` bytes; `stream` is a live stream of the context.
+        check(
+            unsafe { sys::cuMemsetD8Async(ptr, 0, bytes, stream) },
+            "cuMemsetD8Async",
+        )?;
+        Ok(memory)
+    }
+
     /// Device address of byte `offset`.
     pub fn at(&self, offset: usize) -> CUdeviceptr {
         debug_assert!(offset <= self.bytes);

@@ -29,6 +29,10 @@ use crate::pool::config::Layout;
 use crate::pool::error::fail;
 use crate::pool::{plan, BackendKind, ErrorKind, PoolConfig, PoolError, PoolInfo, PoolStats};
 
+#[path = "rows.rs"]
+mod rows;
+pub use rows::DeviceTable;
+
 static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1 << 48);
 
 /// Threads per block of the multi-block kernels (`kvp::EXTEND_BLOCK`, `__launch_bounds__`).
@@ -83,6 +87,7 @@ struct Owned {
     record: MappedHost,
     digest_scratch: DeviceMemory,
     stream_order: Option<DeviceMemory>,
+    rows_scratch: Vec<DeviceMemory>,
 }
 
 /// Byte offsets of a device pool's state in its device block (see
@@ -151,6 +156,11 @@ pub struct DevicePool {
     record: ManuallyDrop<MappedHost>,
     /// The digest kernel's block sums and ticket (four `u64`, zero between calls).
     digest_scratch: ManuallyDrop<DeviceMemory>,
+    /// Scratch of the request-to-token table calls (`rows.rs`): mark words (one per table
+    /// row, zero between calls) and per-call data, each the newest buffer last; older ones
+    /// may still be used by queued kernels and are freed with the pool.
+    rows_marks: Vec<DeviceMemory>,
+    rows_data: Vec<DeviceMemory>,
     /// Recorded after every launch: releasing waits (off-thread) for it.
     last_use: Arc<LastUse>,
     /// `kvp_pool_set_debug` flags.
@@ -239,6 +249,8 @@ impl DevicePool {
             memory: ManuallyDrop::new(memory),
             record: ManuallyDrop::new(record),
             digest_scratch: ManuallyDrop::new(digest_scratch),
+            rows_marks: Vec::new(),
+            rows_data: Vec::new(),
             last_use,
             debug: 0,
             stream_order: None,
@@ -950,22 +962,8 @@ impl DevicePool {
         out: CUdeviceptr,
         stream: CUstream,
     ) -> Result<(), PoolError> {
-        let batch32 = u32::try_from(batch).map_err(|_| {
-            PoolError::new(ErrorKind::InvalidLengths, "batch_size exceeds 2^32 - 1")
-        })?;
-        let (function, grid, block, per_block) = if batch <= WARP_BATCH && tokens <= WARP_TOKENS {
-            (self.kernels.typed.extend_warp, 1, 32, batch32)
-        } else if batch <= BLOCK as usize && (decode || tokens <= BLOCK_TOKENS) {
-            (self.kernels.typed.extend_block, 1, BLOCK, batch32)
-        } else {
-            let per_block = Self::extend_per_block(batch, decode, pages);
-            (
-                self.kernels.typed.extend,
-                batch32.div_ceil(per_block),
-                BLOCK,
-                per_block,
-            )
-        };
+        let (function, grid, block, per_block, batch32) =
+            self.extend_shape(batch, decode, tokens, pages)?;
         let decode = u32::from(decode);
         let op = if decode == 1 {
             DeviceOp::AllocDecode
@@ -995,6 +993,34 @@ impl DevicePool {
                 ],
             )
         }
+    }
+
+    /// Which extend kernel serves a batch: (function, grid, block, requests per block,
+    /// batch as `u32`).
+    fn extend_shape(
+        &self,
+        batch: usize,
+        decode: bool,
+        tokens: u64,
+        pages: u64,
+    ) -> Result<(CUfunction, u32, u32, u32, u32), PoolError> {
+        let batch32 = u32::try_from(batch).map_err(|_| {
+            PoolError::new(ErrorKind::InvalidLengths, "batch_size exceeds 2^32 - 1")
+        })?;
+        Ok(if batch <= WARP_BATCH && tokens <= WARP_TOKENS {
+            (self.kernels.typed.extend_warp, 1, 32, batch32, batch32)
+        } else if batch <= BLOCK as usize && (decode || tokens <= BLOCK_TOKENS) {
+            (self.kernels.typed.extend_block, 1, BLOCK, batch32, batch32)
+        } else {
+            let per_block = Self::extend_per_block(batch, decode, pages);
+            (
+                self.kernels.typed.extend,
+                batch32.div_ceil(per_block),
+                BLOCK,
+                per_block,
+                batch32,
+            )
+        })
     }
 
     /// Requests per block of the multi-block extend kernel.
@@ -1600,6 +1626,10 @@ impl Drop for DevicePool {
                 record: ManuallyDrop::take(&mut self.record),
                 digest_scratch: ManuallyDrop::take(&mut self.digest_scratch),
                 stream_order: self.stream_order.take().map(StreamOrderCheck::into_memory),
+                rows_scratch: std::mem::take(&mut self.rows_marks)
+                    .into_iter()
+                    .chain(std::mem::take(&mut self.rows_data))
+                    .collect(),
             }
         };
         release_after(Arc::clone(&self.last_use), Arc::clone(&self.context), owned);

@@ -17,16 +17,16 @@ pub struct CUstream_st {
     _private: [u8; 0],
 }
 
-fn stream_of(stream: *mut CUstream_st) -> cudarc::driver::sys::CUstream {
+pub(crate) fn stream_of(stream: *mut CUstream_st) -> cudarc::driver::sys::CUstream {
     stream.cast()
 }
 
-fn device_ptr<T>(ptr: *const T) -> u64 {
+pub(crate) fn device_ptr<T>(ptr: *const T) -> u64 {
     ptr as usize as u64
 }
 
 /// Fails unless a device pointer is non-NULL (when `len > 0`) and aligned for the element.
-fn check_device_ptr(
+pub(crate) fn check_device_ptr(
     ptr: *const c_void,
     len: usize,
     align: usize,
@@ -44,7 +44,7 @@ fn check_device_ptr(
     Ok(())
 }
 
-fn index_align(pool: &DevicePool) -> usize {
+pub(crate) fn index_align(pool: &DevicePool) -> usize {
     match pool.config().index_type {
         crate::pool::IndexType::I64 => 8,
         crate::pool::IndexType::I32 => 4,

@@ -10,12 +10,14 @@ pub(crate) mod config;
 pub(crate) mod error;
 mod group;
 pub mod plan;
+pub mod rows;
 mod slot;
 mod snapshot;
 mod stats;
 
 pub use config::{BackendKind, IndexType, PoolConfig};
 pub use error::{ErrorKind, PoolError};
+pub use rows::{ReqTable, TableShape};
 pub use slot::SlotIndex;
 pub use snapshot::Snapshot;
 pub use stats::{PoolOp, PoolStats};

@@ -552,6 +552,52 @@ void test_panic_and_poison() {
 
 }  // namespace
 
+void test_req_table() {
+    // An int32 req_to_token of 4 rows of 40 tokens, stride 48; an int64 pool of 8-token pages.
+    auto pool = kvpool::pool::create(64 * 8, 8);
+    std::vector<int32_t> req_to_token(4 * 48, 0);
+    const kvp_req_table table = kvpool::req_table(req_to_token.data(), 4, 40, 48);
+    std::vector<int64_t> out(13);
+    pool.alloc_extend_rows(table, std::vector<int64_t>{3, 1}, std::vector<int64_t>{0, 0},
+                           std::vector<int64_t>{10, 3}, 13, out);
+    for (int k = 0; k < 10; ++k) CHECK_EQ(req_to_token[3 * 48 + k], out[k]);
+    for (int k = 0; k < 3; ++k) CHECK_EQ(req_to_token[1 * 48 + k], out[10 + k]);
+    pool.alloc_decode_rows(table, std::vector<int64_t>{3, 1}, std::vector<int64_t>{11, 4});
+    CHECK_EQ(req_to_token[3 * 48 + 10], req_to_token[3 * 48 + 9] + 1);
+    const kvpool::page_table_t t =
+        pool.page_table(table, std::vector<int64_t>{3, 1}, std::vector<int64_t>{11, 4});
+    CHECK_VEC(t.kv_indptr, 0, 2, 3);
+    CHECK_VEC(t.kv_last_page_len, 3, 4);
+    CHECK_EQ(t.kv_indices[0], req_to_token[3 * 48] / 8);
+    CHECK_EQ(t.kv_indices[1], req_to_token[3 * 48 + 8] / 8);
+    CHECK_EQ(t.kv_indices[2], req_to_token[1 * 48] / 8);
+    CHECK_THROWS(INVALID_ARGUMENT, "repeats",
+                 pool.alloc_decode_rows(table, std::vector<int64_t>{1, 1},
+                                        std::vector<int64_t>{5, 5}));
+    pool.free_rows(table, std::vector<int64_t>{3, 1}, std::vector<int64_t>{0, 0},
+                   std::vector<int64_t>{11, 4});
+    CHECK_EQ(pool.available_size(), 64u * 8u);
+    // The device variants compile and refuse a host pool.
+    const std::vector<int64_t> none;
+    const kvpool::device_span<const int64_t> no_dev;
+    CHECK_THROWS(WRONG_BACKEND, "",
+                 pool.alloc_extend_rows_async(table, no_dev, none, none, no_dev, no_dev, 0,
+                                              kvpool::device_span<int64_t>(), nullptr));
+    CHECK_THROWS(WRONG_BACKEND, "",
+                 pool.alloc_decode_rows_async(table, no_dev, none, no_dev,
+                                              kvpool::device_span<int64_t>(), nullptr));
+    CHECK_THROWS(WRONG_BACKEND, "",
+                 pool.free_rows_async(table, no_dev, none, none, no_dev, no_dev, nullptr));
+    std::vector<int32_t> indptr_host(1);
+    int32_t dummy = 0;
+    CHECK_THROWS(WRONG_BACKEND, "",
+                 pool.page_table_async(table, no_dev, none, no_dev,
+                                       kvpool::device_span<int32_t>(&dummy, 1),
+                                       kvpool::device_span<int32_t>(),
+                                       kvpool::device_span<int32_t>(), indptr_host,
+                                       kvpool::span<int32_t>(), nullptr));
+}
+
 int main() {
     struct Test {
         const char *name;
@@ -563,6 +609,7 @@ int main() {
         {"errors", test_errors},
         {"token_pool", test_token_pool},
         {"paged_pool", test_paged_pool},
+        {"req_table", test_req_table},
         {"index_types", test_index_types},
         {"free_group_guard", test_free_group_guard},
         {"snapshots_and_moves", test_snapshots_and_moves},

@@ -584,6 +584,64 @@ class TestStreamSharing(CudaTestCase):
 # ---- (c) faults found on the device -------------------------------------------------------
 
 
+class TestReqTable(CudaTestCase):
+    """SGLang's req_to_token as a CUDA tensor: by-row calls on a device pool give the host
+    pool's table, out_cache_loc and FlashInfer page tables (tests/cuda_rows.rs does the
+    random workload; this is the PyTorch path)."""
+
+    def test_rows_match_a_host_pool(self):
+        for ps, dtype in [(1, torch.int32), (16, torch.int32), (4, torch.int64)]:
+            with self.subTest(page_size=ps, table=dtype):
+                dev, host = self.device_pool(4096, ps), self.host_pool(4096, ps)
+                table_d = torch.zeros((8, 200), dtype=dtype, device=self.dev)
+                table_h = torch.zeros((8, 200), dtype=dtype)
+                rows, prefix, seq = [5, 2, 7], [0, 0, 0], [37, 1, 16]
+                out_h = host.alloc_extend_rows(table_h, rows, prefix, seq)
+                out_d = dev.alloc_extend_rows_async(
+                    table_d, self.i64(rows), self.i64(prefix), self.i64(seq),
+                    prefix_lens_host=prefix, seq_lens_host=seq)
+                for step in range(20):
+                    seq = [s + 1 for s in seq]
+                    host.alloc_decode_rows(table_h, rows, seq, out_cache_loc=False)
+                    dev.alloc_decode_rows_async(table_d, self.i64(rows), self.i64(seq),
+                                                seq_lens_host=seq, out_cache_loc=False)
+                indptr_d = torch.zeros(4, dtype=torch.int32, device=self.dev)
+                pages = sum((s + ps - 1) // ps for s in seq)
+                indices_d = torch.full((pages,), -1, dtype=torch.int32, device=self.dev)
+                last_d = torch.zeros(3, dtype=torch.int32, device=self.dev)
+                indptr_c, last_c = dev.page_table_async(
+                    table_d, self.i64(rows), self.i64(seq), indptr_d, indices_d, last_d,
+                    seq_lens_host=seq)
+                indptr_h, indices_h, last_h = host.page_table(table_h, rows, seq)
+                torch.cuda.synchronize(self.dev)
+                dev.check_device()
+                self.assertEqual(out_d.tolist(), list(out_h))
+                self.assertTrue(torch.equal(table_d.cpu(), table_h))
+                self.assertEqual(indptr_d.tolist(), list(indptr_h))
+                self.assertEqual(list(indptr_c), list(indptr_h))
+                self.assertEqual(last_d.tolist(), list(last_h))
+                self.assertEqual(list(last_c), list(last_h))
+                self.assertEqual(indices_d[:len(indices_h)].tolist(), list(indices_h))
+                host.free_rows(table_h, rows, [0, 0, 0], seq)
+                dev.free_rows_async(table_d, self.i64(rows), self.i64([0, 0, 0]), self.i64(seq),
+                                    starts_host=[0, 0, 0], ends_host=seq)
+                torch.cuda.synchronize(self.dev)
+                dev.check_device()
+                self.assertEqual(dev.available_size(), host.available_size())
+                self.assertEqual(dev.available_size(), 4096)
+
+    def test_a_repeated_row_faults_and_writes_nothing(self):
+        pool = self.device_pool(1024, 4)
+        table = torch.zeros((4, 64), dtype=torch.int32, device=self.dev)
+        pool.alloc_extend_rows_async(table, self.i64([1, 1]), self.i64([0, 0]),
+                                     self.i64([3, 3]), prefix_lens_host=[0, 0],
+                                     seq_lens_host=[3, 3])
+        torch.cuda.synchronize(self.dev)
+        err = self.assertKvpError("DEVICE_FAULT", pool.check_device)
+        self.assertIn("repeats", err.message)
+        self.assertEqual(int(table.abs().sum()), 0)
+
+
 class TestDeviceFault(CudaTestCase):
     def assert_recovered(self, pool):
         """After a clear/restore (and a synchronize): check_device() reports the old fault

@@ -133,6 +133,8 @@ C_TO_CTYPES = {
     "struct kvp_pool_stats *": ctypes.POINTER(kvp.PoolStats),
     "uint64_t *": ctypes.POINTER(ctypes.c_uint64),
     "const int64_t *": ctypes.POINTER(ctypes.c_int64),
+    "int32_t *": ctypes.POINTER(ctypes.c_int32),
+    "const struct kvp_req_table *": ctypes.POINTER(kvp.ReqTable),
     "void *": ctypes.c_void_p,
     "const void *": ctypes.c_void_p,
     # device pools
@@ -2522,6 +2524,47 @@ class TestDebugOptions(KvpTestCase):
         self.assertEqual(kvp.device_pending_releases(LIB), 0)  # no device pool here
         self.assertEqual(kvp.STATUS["UNORDERED_STREAMS"], 64)
         self.assertIn("not ordered", LIB.status_str(64))
+
+
+class TestReqTable(KvpTestCase):
+    """Request-to-token tables: by-row allocation, frees and FlashInfer page tables."""
+
+    def table(self, rows, row_len, stride, typecode="i"):
+        data = array.array(typecode, bytes(array.array(typecode).itemsize * rows * stride))
+        index_type = kvp.INDEX_TYPE_I32 if typecode == "i" else kvp.INDEX_TYPE_I64
+        return data, kvp.ReqTable(data.buffer_info()[0], index_type, rows, stride, row_len)
+
+    def test_rows_calls(self):
+        pool = self.pool(64 * 4, 4)
+        data, t = self.table(6, 30, 32)
+        out = pool.alloc_extend_rows(t, [4, 1], [0, 0], [6, 3])
+        self.assertEqual(list(data[4 * 32:4 * 32 + 6]) + list(data[32:35]), list(out))
+        self.assertIsNone(pool.alloc_decode_rows(t, [4, 1], [7, 4], out_cache_loc=False))
+        self.assertEqual(data[4 * 32 + 6], data[4 * 32 + 5] + 1)
+        indptr, indices, last = pool.page_table(t, [4, 1], [7, 4])
+        self.assertEqual(list(indptr), [0, 2, 3])
+        self.assertEqual(list(last), [3, 4])
+        self.assertEqual(list(indices), [data[4 * 32] // 4, data[4 * 32 + 4] // 4, data[32] // 4])
+        before = bytes(data)
+        self.assertKvpError("INVALID_ARGUMENT", pool.alloc_decode_rows, t, [1, 1], [5, 5],
+                            message="repeats")
+        self.assertKvpError("INDEX_OUT_OF_RANGE", pool.alloc_decode_rows, t, [6], [1])
+        self.assertEqual(bytes(data), before)
+        pool.free_rows(t, [4, 1], [0, 0], [7, 4])
+        self.assertEqual(pool.available_size(), 64 * 4)
+
+    @unittest.skipIf(numpy is None, "numpy is not installed")
+    def test_numpy_table(self):
+        pool = self.pool(64, 1)
+        table = numpy.zeros((3, 10), dtype=numpy.int64)
+        pool.alloc_extend_rows(table, [2], [0], [4])
+        self.assertEqual(list(table[2, :4]), [1, 2, 3, 4])
+
+    def test_device_calls_on_a_host_pool(self):
+        pool = self.pool(64, 4)
+        _, t = self.table(2, 8, 8)
+        self.assertKvpError("WRONG_BACKEND", pool.alloc_decode_rows_async, t, None, None,
+                            seq_lens_host=[1], stream=0)
 
 
 if __name__ == "__main__":

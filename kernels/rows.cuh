@@ -1,0 +1,339 @@
+// Request-to-token tables (SGLang's req_to_token): allocation, frees and FlashInfer page
+// tables by request row. Included by pool.cu after the extend and free kernels. Host side:
+// src/cuda/rows.rs; semantics: src/pool/rows.rs (the host backend is the oracle).
+//
+// A rows call is one call of the pool (one Call record) made of several kernels on the
+// caller's stream:
+//   alloc_extend_rows / alloc_decode_rows:
+//     rows_gather  (one block) checks the rows (in the table, distinct, seq <= row_len),
+//                  reads each request's last_loc from the table into the pool's scratch and
+//                  the requests' token offsets; a bad row faults the pool (naming the
+//                  request), so the next kernel does nothing;
+//     extend       the unchanged extend kernel (warp, block or multi-block), reading last_loc
+//                  from the scratch and writing out (the caller's out_cache_loc or scratch);
+//     rows_scatter (any grid) copies out into the table rows, unless the pool is faulted:
+//                  a failing call writes nothing to the table.
+//   free_rows:
+//     rows_segments (one block) checks rows and segments and lays the segments' slots out as
+//                  one row of whole pages in the scratch (a segment's partial last page padded
+//                  with the slots that continue it), so that
+//     free_known   (FREE_SEGMENT / FREE_SLOTS) frees them as one segment.
+//   page_table: one block, reads the table and writes kv_indptr / kv_indices /
+//     kv_last_page_len (no pool state: no Call).
+//
+// Duplicate rows are found with a mark word per table row in the scratch (zero between
+// calls): each request atomicMax-es ~request into its row's word, a barrier, a request whose
+// row holds another request's mark is a repeat (the smallest request of a row keeps it, so
+// the repeat named is the second in batch order, as on the host), a barrier, the words are
+// zeroed. One block makes the barriers plain __syncthreads; the block loops over any batch.
+
+namespace kvp {
+
+constexpr int ROWS_BLOCK = 1024;
+
+// Kernel error codes of rows calls (src/cuda/layout.rs decodes them).
+enum RowsErr : uint32_t {
+  ERR_ROW = 18,        // rows[i] outside the table
+  ERR_ROW_TWICE = 19,  // rows[i] repeats an earlier request's row
+  ERR_ROW_LEN = 20,    // seq_lens[i] (or a segment's end) past the table's row_len
+};
+
+__device__ inline long long table_at(const void *table, uint32_t wide, unsigned long long at) {
+  return wide ? ((const long long *)table)[at] : (long long)((const int *)table)[at];
+}
+
+__device__ inline void table_put(void *table, uint32_t wide, unsigned long long at, long long v) {
+  if (wide) ((long long *)table)[at] = v;
+  else ((int *)table)[at] = (int)v;
+}
+
+// Exclusive block-wide scan of one value per thread (ROWS_BLOCK threads); returns the
+// exclusive prefix and sets *total. Ends with a barrier (shared scratch reusable).
+__device__ unsigned long long rows_scan(unsigned long long x, unsigned long long *total) {
+  __shared__ unsigned long long warp_sums[ROWS_BLOCK / 32];
+  const uint32_t lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+  unsigned long long inc = x;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const unsigned long long y = __shfl_up_sync(0xffffffffu, inc, d);
+    if (lane >= (uint32_t)d) inc += y;
+  }
+  if (lane == 31) warp_sums[w] = inc;
+  __syncthreads();
+  if (w == 0) {
+    unsigned long long s = lane < ROWS_BLOCK / 32 ? warp_sums[lane] : 0;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const unsigned long long y = __shfl_up_sync(0xffffffffu, s, d);
+      if (lane >= (uint32_t)d) s += y;
+    }
+    warp_sums[lane] = s;  // inclusive sums of the warps
+  }
+  __syncthreads();
+  const unsigned long long before = (w > 0 ? warp_sums[w - 1] : 0) + inc - x;
+  *total = warp_sums[ROWS_BLOCK / 32 - 1];
+  __syncthreads();
+  return before;
+}
+
+// Marks each valid row of the batch, then reports every repeat. `row_of(i)` returns the row
+// of request i or -1 when it has none (invalid: already reported).
+template <typename RowOf>
+__device__ void find_repeats(uint32_t *marks, uint32_t batch, unsigned long long *errors,
+                             RowOf row_of) {
+  for (uint32_t i = threadIdx.x; i < batch; i += ROWS_BLOCK) {
+    const long long row = row_of(i);
+    if (row >= 0) atomicMax(&marks[row], ~i);
+  }
+  __syncthreads();
+  for (uint32_t i = threadIdx.x; i < batch; i += ROWS_BLOCK) {
+    const long long row = row_of(i);
+    if (row >= 0 && marks[row] != ~i) report(errors, i, ERR_ROW_TWICE);
+  }
+  __syncthreads();
+  for (uint32_t i = threadIdx.x; i < batch; i += ROWS_BLOCK) {
+    const long long row = row_of(i);
+    if (row >= 0) marks[row] = 0;
+  }
+}
+
+// alloc_extend_rows / alloc_decode_rows, kernel 1 (one block). `prefix_lens` is NULL for a
+// decode (prefix = seq - 1). Writes last_loc[0 .. batch) and, for an extend, the exclusive
+// token offsets tok_off[0 .. batch] of the device lengths (unusable lengths count as empty:
+// the extend kernel faults the call for them).
+template <typename Index>
+__device__ void rows_gather(View v, Call call, const void *table, uint32_t wide,
+                           unsigned long long table_rows, unsigned long long stride,
+                           unsigned long long row_len, const long long *rows,
+                           const long long *prefix_lens, const long long *seq_lens,
+                           uint32_t batch, uint32_t *marks, Index *last_loc,
+                           unsigned long long *tok_off) {
+  __shared__ unsigned long long errors;
+  __shared__ unsigned long long carry;
+  init_errors(&errors);
+  if (v.header->fault != 0) return;  // dead: every kernel of the call does nothing
+  if (threadIdx.x == 0) carry = 0;
+  auto row_of = [&](uint32_t i) -> long long {
+    const long long row = rows[i];
+    return row >= 0 && (unsigned long long)row < table_rows ? row : -1;
+  };
+  // Chunks of ROWS_BLOCK requests, a request a thread (the scan needs every thread).
+  for (uint32_t base = 0; base < batch; base += ROWS_BLOCK) {
+    const uint32_t i = base + threadIdx.x;
+    unsigned long long tokens = 0;
+    if (i < batch) {
+      const long long row = rows[i];
+      const long long seq = seq_lens[i];
+      const long long prefix = prefix_lens ? prefix_lens[i] : seq - 1;
+      long long ll = -1;
+      if (row < 0 || (unsigned long long)row >= table_rows) {
+        report(&errors, i, ERR_ROW);
+      } else if (seq > 0 && (unsigned long long)seq > row_len) {
+        report(&errors, i, ERR_ROW_LEN);
+      } else if (prefix >= 0 && seq >= prefix) {
+        if (prefix > 0) {
+          ll = table_at(table, wide, (unsigned long long)row * stride + prefix - 1);
+          // An entry the pool's index type cannot hold is outside the pool: -2 keeps it so
+          // (the extend kernel faults on it, as the host backend refuses it).
+          if (sizeof(Index) == 4 && (ll > 0x7fffffffll || ll < -1)) ll = -2;
+        }
+        tokens = (unsigned long long)(seq - prefix);
+      }
+      last_loc[i] = (Index)ll;
+    }
+    if (prefix_lens) {
+      unsigned long long total;
+      const unsigned long long before = rows_scan(tokens, &total);
+      if (i < batch) tok_off[i] = carry + before;
+      __syncthreads();
+      if (threadIdx.x == 0) carry += total;
+      __syncthreads();
+    }
+  }
+  if (prefix_lens && threadIdx.x == 0) tok_off[batch] = carry;
+  __syncthreads();
+  find_repeats(marks, batch, &errors, row_of);
+  __syncthreads();
+  const unsigned long long verdict = errors;
+  if (threadIdx.x == 0 && verdict != NO_ERROR) {
+    const unsigned long long pos = verdict >> 8;
+    const long long value = (verdict & 0xff) == ERR_ROW_LEN ? seq_lens[pos] : rows[pos];
+    raise_fault(v, call, verdict, value);
+  }
+}
+
+// alloc_extend_rows / alloc_decode_rows, kernel 3 (any grid): out[t] into the table, unless
+// the pool is faulted (by this call's gather or extend kernel, or earlier).
+template <typename Index>
+__device__ void rows_scatter(View v, void *table, uint32_t wide, unsigned long long stride,
+                            const long long *rows, const long long *prefix_lens,
+                            const long long *seq_lens, uint32_t batch,
+                            const unsigned long long *tok_off, const Index *out,
+                            unsigned long long tokens) {
+  if (*(volatile uint32_t *)&v.header->fault != 0) return;
+  const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+  for (unsigned long long t = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+       t < tokens; t += step) {
+    uint32_t i;
+    unsigned long long pos;
+    if (prefix_lens == nullptr) {
+      i = (uint32_t)t;
+      pos = (unsigned long long)(seq_lens[i] - 1);
+    } else {
+      // The request of token t: the last i with tok_off[i] <= t (empty requests share an
+      // offset with the next one).
+      uint32_t lo = 0, hi = batch;  // tok_off[lo] <= t < tok_off[hi]
+      while (hi - lo > 1) {
+        const uint32_t mid = lo + (hi - lo) / 2;
+        if (tok_off[mid] <= t) lo = mid;
+        else hi = mid;
+      }
+      i = lo;
+      pos = (unsigned long long)prefix_lens[i] + (t - tok_off[i]);
+    }
+    table_put(table, wide, (unsigned long long)rows[i] * stride + pos, (long long)out[t]);
+  }
+}
+
+// free_rows, kernel 1 (one block): checks rows and segments and writes segment i's slots at
+// virt[off_i ..], padded to whole pages (ps = 1: unpadded), off_i the exclusive sum of the
+// padded lengths; the host planned virt_len from its copies of starts/ends.
+template <typename Index>
+__device__ void rows_segments(View v, Call call, const void *table, uint32_t wide,
+                             unsigned long long table_rows, unsigned long long stride,
+                             unsigned long long row_len, const long long *rows,
+                             const long long *starts, const long long *ends, uint32_t batch,
+                             uint32_t *marks, Index *virt, unsigned long long virt_len) {
+  __shared__ unsigned long long errors;
+  __shared__ unsigned long long carry;
+  init_errors(&errors);
+  if (v.header->fault != 0) return;
+  if (threadIdx.x == 0) carry = 0;
+  const unsigned long long ps = v.page_size;
+  auto row_of = [&](uint32_t i) -> long long {
+    const long long row = rows[i];
+    return row >= 0 && (unsigned long long)row < table_rows ? row : -1;
+  };
+  __shared__ unsigned long long seg_off[ROWS_BLOCK], seg_len[ROWS_BLOCK], seg_pad[ROWS_BLOCK];
+  __shared__ unsigned long long seg_at[ROWS_BLOCK];
+  for (uint32_t base = 0; base < batch; base += ROWS_BLOCK) {
+    const uint32_t i = base + threadIdx.x;
+    unsigned long long padded = 0;
+    long long row = -1, start = 0, len = 0;
+    if (i < batch) {
+      row = rows[i];
+      start = starts[i];
+      const long long end = ends[i];
+      if (row < 0 || (unsigned long long)row >= table_rows) {
+        report(&errors, i, ERR_ROW);
+        row = -1;
+      } else if (start < 0 || end < start || (unsigned long long)end > row_len ||
+                 (ps > 1 && mod_ps((unsigned long long)start, v) != 0)) {
+        report(&errors, i, ERR_LENGTHS);
+        row = -1;
+      } else {
+        len = end - start;
+        padded = ps > 1 ? div_ps((unsigned long long)len + ps - 1, v) * ps : (unsigned long long)len;
+      }
+    }
+    unsigned long long total;
+    const unsigned long long before = rows_scan(padded, &total);
+    const unsigned long long off = carry + before;
+    bool copy = row >= 0 && len > 0;
+    if (row >= 0 && off + padded > virt_len) {
+      report(&errors, i, ERR_LENGTHS);
+      copy = false;
+    }
+    seg_off[threadIdx.x] = off;
+    seg_len[threadIdx.x] = copy ? (unsigned long long)len : 0;
+    seg_pad[threadIdx.x] = copy ? padded : 0;
+    seg_at[threadIdx.x] = copy ? (unsigned long long)row * stride + (unsigned long long)start : 0;
+    __syncthreads();
+    // A warp per segment, its lanes over the slots. Padding continues the last page from
+    // its first slot (a real one), so it never breaks contiguity; free_known checks the real
+    // slots as free_segment does.
+    const uint32_t lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const uint32_t in_chunk = min((uint32_t)ROWS_BLOCK, batch - base);
+    for (uint32_t r = w; r < in_chunk; r += ROWS_BLOCK / 32) {
+      const unsigned long long n = seg_len[r], at = seg_at[r], o = seg_off[r];
+      for (unsigned long long k = lane; k < seg_pad[r]; k += 32) {
+        const long long s = k < n ? table_at(table, wide, at + k)
+                                  : table_at(table, wide, at + (k - k % ps)) + (long long)(k % ps);
+        virt[o + k] = (Index)s;
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) carry += total;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0 && carry != virt_len && batch > 0) report(&errors, batch - 1, ERR_LENGTHS);
+  __syncthreads();
+  find_repeats(marks, batch, &errors, row_of);
+  __syncthreads();
+  const unsigned long long verdict = errors;
+  if (threadIdx.x == 0 && verdict != NO_ERROR) {
+    const unsigned long long pos = verdict >> 8;
+    const long long value = (verdict & 0xff) == ERR_LENGTHS ? ends[pos] : rows[pos];
+    raise_fault(v, call, verdict, value);
+  }
+}
+
+// FlashInfer page table (one block; reads only the table and the lengths). Device lengths
+// outside 0 .. row_len and rows outside the table count as empty requests; writes to
+// kv_indices stop at `capacity` (the host checked its copies of the lengths against it).
+__device__ void page_table(const void *table, uint32_t wide, unsigned long long table_rows,
+                           unsigned long long stride, unsigned long long row_len,
+                           const long long *rows, const long long *seq_lens, uint32_t batch,
+                           uint32_t page_size, int *kv_indptr, int *kv_indices,
+                           unsigned long long capacity, int *kv_last_page_len) {
+  __shared__ unsigned long long carry;
+  __shared__ unsigned long long off[ROWS_BLOCK];
+  __shared__ unsigned long long npages[ROWS_BLOCK];
+  __shared__ long long row_base[ROWS_BLOCK];
+  const unsigned long long ps = page_size;
+  if (threadIdx.x == 0) {
+    carry = 0;
+    kv_indptr[0] = 0;
+  }
+  __syncthreads();
+  for (uint32_t base = 0; base < batch; base += ROWS_BLOCK) {
+    const uint32_t i = base + threadIdx.x;
+    unsigned long long pages = 0;
+    long long seq = 0, row = 0;
+    if (i < batch) {
+      row = rows[i];
+      seq = seq_lens[i];
+      if (row < 0 || (unsigned long long)row >= table_rows || seq < 0 ||
+          (unsigned long long)seq > row_len)
+        seq = 0;
+      pages = ((unsigned long long)seq + ps - 1) / ps;
+    }
+    unsigned long long total;
+    const unsigned long long before = rows_scan(pages, &total);
+    off[threadIdx.x] = carry + before;
+    npages[threadIdx.x] = pages;
+    row_base[threadIdx.x] = row * (long long)stride;
+    if (i < batch) {
+      kv_indptr[i + 1] = (int)(carry + before + pages);
+      kv_last_page_len[i] = pages == 0 ? 0 : (int)((unsigned long long)seq - (pages - 1) * ps);
+    }
+    __syncthreads();
+    // A warp per request, its lanes over the pages.
+    const uint32_t lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    const uint32_t in_chunk = min((uint32_t)ROWS_BLOCK, batch - base);
+    for (uint32_t r = w; r < in_chunk; r += ROWS_BLOCK / 32) {
+      for (unsigned long long p = lane; p < npages[r]; p += 32) {
+        const unsigned long long at = off[r] + p;
+        if (at < capacity) {
+          const long long slot = table_at(table, wide, (unsigned long long)row_base[r] + p * ps);
+          kv_indices[at] = (int)(slot / (long long)ps);
+        }
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) carry += total;
+    __syncthreads();
+  }
+}
+
+}  // namespace kvp

@@ -1,0 +1,566 @@
+//! Request-to-token tables on a device pool (`kernels/rows.cuh`): `alloc_extend_rows`,
+//! `alloc_decode_rows`, `free_rows` and FlashInfer page tables, each enqueued on the
+//! caller's stream with no synchronization. The host backend (`src/pool/rows.rs`) is the
+//! oracle; `tests/cuda_rows.rs` compares the two element by element.
+//!
+//! A child module of `pool.rs` (it uses the pool's private launch machinery).
+
+use cudarc::driver::sys::{CUdeviceptr, CUstream};
+
+use super::{arg, DevicePool, Launch, BLOCK, FREE_BLOCK, FREE_SEGMENT, FREE_SLOTS};
+use crate::cuda::counts::Step;
+use crate::cuda::kernels::launch;
+use crate::cuda::layout::DeviceOp;
+use crate::cuda::memory::DeviceMemory;
+use crate::pool::error::fail;
+use crate::pool::rows::{check_page_table, check_segments, check_table_type, TableShape};
+use crate::pool::{plan, ErrorKind, IndexType, PoolError};
+
+/// A request-to-token table in device memory, borrowed for one call (until the stream
+/// passes it).
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceTable {
+    /// Device address of row 0's first element.
+    pub data: CUdeviceptr,
+    /// `int64` (`true`) or `int32` entries.
+    pub index_type: IndexType,
+    /// Rows, stride and usable length.
+    pub shape: TableShape,
+}
+
+impl DeviceTable {
+    fn wide(&self) -> u32 {
+        u32::from(self.index_type == IndexType::I64)
+    }
+
+    fn check(&self, max_slot: u64) -> Result<(), PoolError> {
+        self.shape.span()?;
+        match self.index_type {
+            IndexType::I64 => check_table_type::<i64>(max_slot),
+            IndexType::I32 => check_table_type::<i32>(max_slot),
+        }
+    }
+}
+
+/// The newest buffer of `buffers` if it holds `bytes`, else a new zeroed one (twice the
+/// size, at least 4 KiB), kept as the newest.
+fn grow(
+    buffers: &mut Vec<DeviceMemory>,
+    bytes: usize,
+    stream: CUstream,
+) -> Result<CUdeviceptr, PoolError> {
+    match buffers.last() {
+        Some(mem) if mem.bytes() >= bytes => Ok(mem.at(0)),
+        last => {
+            let size = last.map_or(0, |m| m.bytes() * 2).max(bytes).max(4096);
+            let mem = DeviceMemory::zeroed_on(size, stream)?;
+            let at = mem.at(0);
+            buffers.push(mem);
+            Ok(at)
+        }
+    }
+}
+
+/// Threads of the one-block rows kernels (`ROWS_BLOCK` in kernels/rows.cuh).
+const ROWS_BLOCK: u32 = 1024;
+
+fn batch_u32(batch: usize) -> Result<u32, PoolError> {
+    u32::try_from(batch)
+        .map_err(|_| PoolError::new(ErrorKind::InvalidLengths, "batch_size exceeds 2^32 - 1"))
+}
+
+impl DevicePool {
+    /// The mark words of a table of `shape.rows` rows (`u32` each), zero at the point of
+    /// `stream` where the next kernel runs: a new buffer is zeroed on `stream`, and every
+    /// rows kernel leaves the words it set zero again. Grows geometrically; old buffers are
+    /// kept until the pool is released (queued kernels may still use them).
+    fn rows_marks(
+        &mut self,
+        shape: &TableShape,
+        stream: CUstream,
+    ) -> Result<CUdeviceptr, PoolError> {
+        grow(&mut self.rows_marks, shape.rows as usize * 4, stream)
+    }
+
+    /// Per-call scratch of at least `bytes` (contents undefined).
+    fn rows_data(&mut self, bytes: usize, stream: CUstream) -> Result<CUdeviceptr, PoolError> {
+        grow(&mut self.rows_data, bytes, stream)
+    }
+
+    fn index_bytes(&self) -> usize {
+        match self.config.index_type {
+            IndexType::I64 => 8,
+            IndexType::I32 => 4,
+        }
+    }
+
+    /// Enqueues [`crate::Pool::alloc_extend_rows`]: `last_loc` read from the table on the
+    /// device, the new slots written into the table rows and (when `out` is not 0) to
+    /// `out[..extend_num_tokens]`. The `*_host` slices are host copies of the device
+    /// lengths, as for [`alloc_extend`](Self::alloc_extend). Three kernels (gather, extend,
+    /// scatter) of one call; a bad row faults the pool (naming the request) and nothing is
+    /// written to the table.
+    ///
+    /// # Safety
+    /// `table` must describe device memory of the pool's device spanning its shape; `rows`,
+    /// `prefix_lens`, `seq_lens` hold `batch` `int64`, `out` (unless 0) `out_len` indices;
+    /// all alive until the stream passes the call.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn alloc_extend_rows(
+        &mut self,
+        table: DeviceTable,
+        rows: CUdeviceptr,
+        prefix_lens_host: &[i64],
+        seq_lens_host: &[i64],
+        prefix_lens: CUdeviceptr,
+        seq_lens: CUdeviceptr,
+        extend_num_tokens: u64,
+        out: CUdeviceptr,
+        out_len: usize,
+        stream: CUstream,
+    ) -> Result<(), PoolError> {
+        self.stats.alloc_extend_calls += 1;
+        // SAFETY: forwarded contract.
+        let result = unsafe {
+            self.rows_alloc(
+                table,
+                rows,
+                Some((prefix_lens_host, prefix_lens)),
+                seq_lens_host,
+                seq_lens,
+                extend_num_tokens,
+                out,
+                out_len,
+                stream,
+            )
+        };
+        self.record_outcome(result)
+    }
+
+    /// Enqueues [`crate::Pool::alloc_decode_rows`] (see
+    /// [`alloc_extend_rows`](Self::alloc_extend_rows)).
+    ///
+    /// # Safety
+    /// As for [`alloc_extend_rows`](Self::alloc_extend_rows).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn alloc_decode_rows(
+        &mut self,
+        table: DeviceTable,
+        rows: CUdeviceptr,
+        seq_lens_host: &[i64],
+        seq_lens: CUdeviceptr,
+        out: CUdeviceptr,
+        out_len: usize,
+        stream: CUstream,
+    ) -> Result<(), PoolError> {
+        self.stats.alloc_decode_calls += 1;
+        let tokens = seq_lens_host.len() as u64;
+        // SAFETY: forwarded contract.
+        let result = unsafe {
+            self.rows_alloc(
+                table,
+                rows,
+                None,
+                seq_lens_host,
+                seq_lens,
+                tokens,
+                out,
+                out_len,
+                stream,
+            )
+        };
+        self.record_outcome(result)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn rows_alloc(
+        &mut self,
+        table: DeviceTable,
+        rows: CUdeviceptr,
+        prefix: Option<(&[i64], CUdeviceptr)>,
+        seq_lens_host: &[i64],
+        seq_lens: CUdeviceptr,
+        extend_num_tokens: u64,
+        out: CUdeviceptr,
+        out_len: usize,
+        stream: CUstream,
+    ) -> Result<(), PoolError> {
+        self.enter(stream, false)?;
+        table.check(self.layout.max_slot())?;
+        let batch = seq_lens_host.len();
+        let decode = prefix.is_none();
+        let (tokens, new_pages) = match prefix {
+            Some((prefix_host, _)) => {
+                if prefix_host.len() != batch {
+                    return fail(
+                        ErrorKind::InvalidLengths,
+                        format!(
+                            "prefix_lens has {} entries but seq_lens has {batch}",
+                            prefix_host.len()
+                        ),
+                    );
+                }
+                let p =
+                    plan::plan_extend(&self.layout, prefix_host, seq_lens_host, extend_num_tokens)?;
+                (p.tokens, p.new_pages)
+            }
+            None => (
+                batch as u64,
+                plan::plan_decode(&self.layout, seq_lens_host)?,
+            ),
+        };
+        if out != 0 {
+            Self::check_output(out_len, tokens)?;
+        }
+        table.shape.check_seq_lens(seq_lens_host)?;
+        let ps = u64::from(self.layout.page_size);
+        let trigger = match (decode, self.layout.is_paged()) {
+            (true, _) => batch as u64,
+            (false, true) => extend_num_tokens / ps + batch as u64 + 1,
+            (false, false) => new_pages,
+        };
+        let what = if decode {
+            "alloc_decode"
+        } else {
+            "alloc_extend"
+        };
+        self.ensure_pages(trigger, new_pages, what, stream)?;
+        if batch == 0 {
+            return Ok(());
+        }
+        let batch32 = batch_u32(batch)?;
+        // Data scratch: last_loc[batch] | tok_off[batch + 1] | out[tokens] (when NULL).
+        let marks_ptr = self.rows_marks(&table.shape, stream)?;
+        let off_at = 8 * batch;
+        let out_at = off_at + 8 * (batch + 1);
+        let out_bytes = if out == 0 {
+            self.index_bytes() * tokens as usize
+        } else {
+            0
+        };
+        let base = self.rows_data(out_at + out_bytes, stream)?;
+        let last_loc = base;
+        let tok_off = base + off_at as u64;
+        let out = if out == 0 { base + out_at as u64 } else { out };
+        let (prefix_dev, prefix_or_null) = match prefix {
+            Some((_, p)) => (p, p),
+            None => (seq_lens, 0),
+        };
+        let wide = table.wide();
+        let (table_rows, stride, row_len) = (
+            table.shape.rows,
+            table.shape.row_stride,
+            table.shape.row_len,
+        );
+        let (extend_fn, grid, block, per_block, _) =
+            self.extend_shape(batch, decode, tokens, new_pages)?;
+        let decode32 = u32::from(decode);
+        let scatter_grid = tokens.div_ceil(u64::from(BLOCK)).clamp(1, 1024) as u32;
+        let gather_args = [
+            arg(&table.data),
+            arg(&wide),
+            arg(&table_rows),
+            arg(&stride),
+            arg(&row_len),
+            arg(&rows),
+            arg(&prefix_or_null),
+            arg(&seq_lens),
+            arg(&batch32),
+            arg(&marks_ptr),
+            arg(&last_loc),
+            arg(&tok_off),
+        ];
+        let extend_args = [
+            arg(&prefix_dev),
+            arg(&seq_lens),
+            arg(&last_loc),
+            arg(&batch32),
+            arg(&per_block),
+            arg(&decode32),
+            arg(&tokens),
+            arg(&new_pages),
+            arg(&out),
+        ];
+        let scatter_args = [
+            arg(&table.data),
+            arg(&wide),
+            arg(&stride),
+            arg(&rows),
+            arg(&prefix_or_null),
+            arg(&seq_lens),
+            arg(&batch32),
+            arg(&tok_off),
+            arg(&out),
+            arg(&tokens),
+        ];
+        let op = if decode {
+            DeviceOp::AllocDecodeRows
+        } else {
+            DeviceOp::AllocExtendRows
+        };
+        // SAFETY: each launch's arguments match its kernel's parameters after (View, Call)
+        // (kernels/pool.cu: kvp_rows_gather_*, kvp_extend*_*, kvp_rows_scatter_*).
+        unsafe {
+            self.run_call(
+                op as u32,
+                Step::Take(new_pages),
+                stream,
+                &[
+                    Launch {
+                        function: self.kernels.typed.rows_gather,
+                        grid: 1,
+                        block: ROWS_BLOCK,
+                        extra: &gather_args,
+                    },
+                    Launch {
+                        function: extend_fn,
+                        grid,
+                        block,
+                        extra: &extend_args,
+                    },
+                    Launch {
+                        function: self.kernels.typed.rows_scatter,
+                        grid: scatter_grid,
+                        block: BLOCK,
+                        extra: &scatter_args,
+                    },
+                ],
+            )
+        }?;
+        self.count_allocation(tokens, new_pages);
+        Ok(())
+    }
+
+    /// Enqueues [`crate::Pool::free_rows`]: the pages of `table[rows[i]][starts[i] ..
+    /// ends[i])` for every `i`, as one free. The host plans the page count from its copies
+    /// of `starts` / `ends` (exact counts at once); the device checks the rows (in range,
+    /// distinct) and the segments' slots, faulting the pool on a bad one. A batch whose
+    /// segments are all empty enqueues nothing (its rows are not checked).
+    ///
+    /// # Safety
+    /// `table` as for [`alloc_extend_rows`](Self::alloc_extend_rows); `rows`, `starts`,
+    /// `ends` hold `batch` `int64` and stay alive until the stream passes the call.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn free_rows(
+        &mut self,
+        table: DeviceTable,
+        rows: CUdeviceptr,
+        starts_host: &[i64],
+        ends_host: &[i64],
+        starts: CUdeviceptr,
+        ends: CUdeviceptr,
+        stream: CUstream,
+    ) -> Result<(), PoolError> {
+        self.stats.free_calls += 1;
+        // SAFETY: forwarded contract.
+        let result = unsafe {
+            self.free_rows_inner(table, rows, starts_host, ends_host, starts, ends, stream)
+        };
+        self.record_outcome(result)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn free_rows_inner(
+        &mut self,
+        table: DeviceTable,
+        rows: CUdeviceptr,
+        starts_host: &[i64],
+        ends_host: &[i64],
+        starts: CUdeviceptr,
+        ends: CUdeviceptr,
+        stream: CUstream,
+    ) -> Result<(), PoolError> {
+        self.enter(stream, false)?;
+        table.check(self.layout.max_slot())?;
+        let batch = starts_host.len();
+        if ends_host.len() != batch {
+            return fail(
+                ErrorKind::InvalidLengths,
+                format!(
+                    "starts has {batch} entries but ends has {}",
+                    ends_host.len()
+                ),
+            );
+        }
+        check_segments(&table.shape, starts_host, ends_host)?;
+        let ps = u64::from(self.layout.page_size);
+        let (mut pages, mut virt_len) = (0u64, 0u64);
+        for (i, (&s, &e)) in starts_host.iter().zip(ends_host).enumerate() {
+            if ps > 1 && s as u64 % ps != 0 {
+                return fail(
+                    ErrorKind::Unaligned,
+                    format!("starts[{i}] = {s} is not a multiple of page_size {ps}"),
+                );
+            }
+            let n = ((e - s) as u64).div_ceil(ps);
+            pages += n;
+            virt_len += n * ps;
+        }
+        if pages > u64::from(self.layout.num_pages) {
+            return fail(
+                ErrorKind::DoubleFree,
+                format!(
+                    "the segments span {pages} pages but the pool has {}",
+                    self.layout.num_pages
+                ),
+            );
+        }
+        if pages == 0 {
+            return Ok(());
+        }
+        let batch32 = batch_u32(batch)?;
+        let marks = self.rows_marks(&table.shape, stream)?;
+        let virt = self.rows_data(self.index_bytes() * virt_len as usize, stream)?;
+        let wide = table.wide();
+        let (table_rows, stride, row_len) = (
+            table.shape.rows,
+            table.shape.row_stride,
+            table.shape.row_len,
+        );
+        let mode = if self.layout.is_paged() {
+            FREE_SEGMENT
+        } else {
+            FREE_SLOTS
+        };
+        let zero = 0u64;
+        let count = pages as u32;
+        let dest = self.known_dest();
+        let segment_args = [
+            arg(&table.data),
+            arg(&wide),
+            arg(&table_rows),
+            arg(&stride),
+            arg(&row_len),
+            arg(&rows),
+            arg(&starts),
+            arg(&ends),
+            arg(&batch32),
+            arg(&marks),
+            arg(&virt),
+            arg(&virt_len),
+        ];
+        let free_args = [
+            arg(&virt),
+            arg(&mode),
+            arg(&virt_len),
+            arg(&zero),
+            arg(&count),
+        ];
+        // SAFETY: kvp_rows_segments_*(View, Call, ...) and kvp_free_known_*(View, Call, const
+        // Index *src, u32 mode, u64 len, u64 start, u32 count).
+        unsafe {
+            self.run_call(
+                DeviceOp::FreeRows as u32,
+                Step::Release {
+                    dest,
+                    pages: Some(pages),
+                },
+                stream,
+                &[
+                    Launch {
+                        function: self.kernels.typed.rows_segments,
+                        grid: 1,
+                        block: ROWS_BLOCK,
+                        extra: &segment_args,
+                    },
+                    Launch {
+                        function: self.kernels.typed.free_known,
+                        grid: super::free_grid(pages),
+                        block: FREE_BLOCK,
+                        extra: &free_args,
+                    },
+                ],
+            )
+        }?;
+        self.record_free(Some(pages));
+        Ok(())
+    }
+
+    /// Enqueues a FlashInfer page table of `rows` (see [`crate::Pool::page_table`]) into
+    /// device buffers `kv_indptr[..=batch]`, `kv_indices[..capacity]`,
+    /// `kv_last_page_len[..batch]` (int32), planned from `seq_lens_host`; fills the host
+    /// copies `kv_indptr_host` / `kv_last_page_len_host` when given (FlashInfer's `plan()`
+    /// wants them on the host). One kernel; reads no pool state, changes nothing, works on
+    /// a faulted pool. Returns the page count.
+    ///
+    /// # Safety
+    /// `table` as for [`alloc_extend_rows`](Self::alloc_extend_rows); `rows`, `seq_lens`
+    /// hold `batch` `int64`, the outputs their stated lengths; alive until the stream passes
+    /// the call.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn page_table(
+        &mut self,
+        table: DeviceTable,
+        rows: CUdeviceptr,
+        seq_lens_host: &[i64],
+        seq_lens: CUdeviceptr,
+        kv_indptr: CUdeviceptr,
+        kv_indices: CUdeviceptr,
+        capacity: usize,
+        kv_last_page_len: CUdeviceptr,
+        host: Option<(&mut [i32], &mut [i32])>,
+        stream: CUstream,
+    ) -> Result<u64, PoolError> {
+        self.context.bind()?;
+        self.context.check_stream(stream)?;
+        let batch = seq_lens_host.len();
+        let total = check_page_table(
+            &self.layout,
+            &table.shape,
+            None,
+            seq_lens_host,
+            batch + 1,
+            capacity,
+            batch,
+        )?;
+        if let Some((indptr, last)) = &host {
+            if indptr.len() < batch + 1 || last.len() < batch {
+                return fail(
+                    ErrorKind::BufferTooSmall,
+                    "the host copies need batch_size + 1 and batch_size entries",
+                );
+            }
+        }
+        let batch32 = batch_u32(batch)?;
+        let wide = table.wide();
+        let (table_rows, stride, row_len) = (
+            table.shape.rows,
+            table.shape.row_stride,
+            table.shape.row_len,
+        );
+        let ps = self.layout.page_size;
+        let capacity64 = capacity as u64;
+        let mut args = [
+            arg(&table.data),
+            arg(&wide),
+            arg(&table_rows),
+            arg(&stride),
+            arg(&row_len),
+            arg(&rows),
+            arg(&seq_lens),
+            arg(&batch32),
+            arg(&ps),
+            arg(&kv_indptr),
+            arg(&kv_indices),
+            arg(&capacity64),
+            arg(&kv_last_page_len),
+        ];
+        // SAFETY: kvp_page_table's parameters, in order; forwarded contract.
+        unsafe { launch(self.kernels.page_table, 1, ROWS_BLOCK, stream, &mut args) }?;
+        let _ = self.last_use.mark(stream);
+        if let Some((indptr, last)) = host {
+            let ps = i64::from(ps);
+            indptr[0] = 0;
+            for (i, &seq) in seq_lens_host.iter().enumerate() {
+                let pages = (seq + ps - 1) / ps;
+                indptr[i + 1] = indptr[i] + pages as i32;
+                last[i] = if pages == 0 {
+                    0
+                } else {
+                    (seq - (pages - 1) * ps) as i32
+                };
+            }
+        }
+        Ok(total)
+    }
+}

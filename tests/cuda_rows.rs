@@ -1,0 +1,577 @@
+//! Request-to-token tables on a device pool against the host backend, element by element:
+//! the same random row workload (tests/rows_work) drives a host pool with a host table and a
+//! device pool with a device table through the C ABI (`kvp_pool_*_rows[_async]`,
+//! `kvp_pool_page_table[_async]`); after every call the whole table, `out_cache_loc`, the
+//! page tables (device buffers and the host copies) and the state digests must agree, and
+//! bad rows must fault the device pool with the host's error kind while leaving the table
+//! unchanged. The GPU tests are `#[ignore]`d on CPU machines (run them with
+//! `cargo test --release --test cuda_rows -- --ignored`; scripts/gpu/run.sh does).
+
+mod gpu;
+mod rng;
+mod rows_work;
+
+use std::ffi::c_void;
+use std::ptr::null_mut;
+
+use kvpool::ffi::*;
+
+use gpu::{DevBuf, Gpu};
+use rows_work::{flashinfer_reference, Op, Work};
+
+/// A table shape and batch bound of a lockstep run.
+#[derive(Clone, Copy)]
+struct Shape {
+    rows: u64,
+    row_len: u64,
+    stride: u64,
+    max_batch: usize,
+    /// Slots per page_size-1 unit of the pool (`size = slots * min(page_size, 8)`).
+    slots: u64,
+}
+
+impl Shape {
+    fn span(&self) -> usize {
+        ((self.rows - 1) * self.stride + self.row_len) as usize
+    }
+}
+
+/// Up to 40 requests (every extend kernel: warp, block, multi-block).
+const SMALL: Shape = Shape {
+    rows: 40,
+    row_len: 700,
+    stride: 709,
+    max_batch: 48,
+    slots: 3000,
+};
+/// Batches of up to 2,600 requests (the one-block rows kernels loop over chunks of 1,024).
+const LARGE: Shape = Shape {
+    rows: 3000,
+    row_len: 64,
+    stride: 67,
+    max_batch: 2600,
+    slots: 200_000,
+};
+const ROWS: u64 = SMALL.rows;
+const ROW_LEN: u64 = SMALL.row_len;
+const STRIDE: u64 = SMALL.stride;
+const SPAN: usize = ((ROWS - 1) * STRIDE + ROW_LEN) as usize;
+
+struct Pools {
+    host: *mut kvp_pool,
+    device: *mut kvp_pool,
+}
+
+impl Drop for Pools {
+    fn drop(&mut self) {
+        // SAFETY: created by kvp_pool_new.
+        unsafe {
+            kvp_pool_free(self.host);
+            kvp_pool_free(self.device);
+        }
+    }
+}
+
+fn pools(size: u64, ps: u32, need_sort: bool, index_type: u32) -> Pools {
+    let mut c = kvp_pool_config_default();
+    c.size = size;
+    c.page_size = ps;
+    c.need_sort = need_sort;
+    c.index_type = index_type;
+    let (mut host, mut device) = (null_mut(), null_mut());
+    // SAFETY: valid pointers.
+    unsafe {
+        assert_eq!(kvp_pool_new(&c, &mut host), kvp_status::Ok);
+        c.backend = kvp_backend::Cuda as u32;
+        assert_eq!(kvp_pool_new(&c, &mut device), kvp_status::Ok);
+    }
+    Pools { host, device }
+}
+
+fn skip() -> bool {
+    if let Some(why) = gpu::unavailable() {
+        eprintln!("skipped: {why}");
+        return true;
+    }
+    false
+}
+
+/// Element size of a kvp_index_type.
+fn width(index_type: u32) -> usize {
+    if index_type == kvp_index_type::I64 as u32 {
+        8
+    } else {
+        4
+    }
+}
+
+/// A host buffer of `n` elements of `index_type`, as i64 values.
+fn widen(bytes: &[u8], index_type: u32) -> Vec<i64> {
+    if width(index_type) == 8 {
+        bytes
+            .chunks(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    } else {
+        bytes
+            .chunks(4)
+            .map(|c| i64::from(i32::from_le_bytes(c.try_into().unwrap())))
+            .collect()
+    }
+}
+
+fn digest(pool: *mut kvp_pool, gpu: &Gpu, dev: bool) -> u64 {
+    let mut d = 0u64;
+    // SAFETY: valid pointers; the device digest goes through a device word.
+    unsafe {
+        if dev {
+            let word = DevBuf::new(8);
+            assert_eq!(
+                kvp_pool_digest_async(pool, word.ptr as usize as *mut u64, gpu.stream.cast()),
+                kvp_status::Ok
+            );
+            gpu.sync();
+            d = word.download::<u64>(1)[0];
+        } else {
+            assert_eq!(kvp_pool_digest(pool, &mut d), kvp_status::Ok);
+        }
+    }
+    d
+}
+
+/// Runs `ops` random row operations on both backends and compares everything.
+#[allow(clippy::too_many_arguments)]
+fn lockstep(
+    seed: u64,
+    ps: u32,
+    need_sort: bool,
+    pool_type: u32,
+    table_type: u32,
+    ops: usize,
+    shape: Shape,
+) {
+    let Shape {
+        rows: n_rows,
+        row_len,
+        stride,
+        max_batch,
+        slots,
+    } = shape;
+    let span = shape.span();
+    let gpu = Gpu::new(false);
+    let size = slots * u64::from(ps).min(8);
+    let p = pools(size, ps, need_sort, pool_type);
+    let tw = width(table_type);
+    let mut host_table = vec![0u8; span * tw];
+    let dev_table = DevBuf::new(span * tw);
+    dev_table.upload(&host_table);
+    let host_desc = kvp_req_table {
+        data: host_table.as_mut_ptr().cast(),
+        index_type: table_type,
+        rows: n_rows,
+        row_stride: stride,
+        row_len,
+    };
+    let dev_desc = kvp_req_table {
+        data: dev_table.ptr as usize as *mut c_void,
+        ..host_desc
+    };
+    let ow = width(pool_type);
+    let mut work = Work::new(seed, n_rows as usize, row_len as i64, ps, max_batch);
+    let (mut ok, mut short) = (0, 0);
+    for step in 0..ops {
+        let op = work.next();
+        // Device copies of the op's arrays.
+        let upload = |v: &[i64]| {
+            let b = DevBuf::new(v.len() * 8);
+            b.upload(v);
+            b
+        };
+        // SAFETY: every pointer is valid for the lengths passed; device buffers outlive the
+        // synchronization below.
+        let (sh, sd) = unsafe {
+            match &op {
+                Op::Extend { rows, prefix, seq } => {
+                    let n = rows.len();
+                    let total: i64 = seq.iter().zip(prefix).map(|(s, p)| s - p).sum();
+                    let mut out_h = vec![0u8; total as usize * ow];
+                    let out_d = DevBuf::new(total as usize * ow);
+                    let sh = kvp_pool_alloc_extend_rows(
+                        p.host,
+                        &host_desc,
+                        rows.as_ptr(),
+                        prefix.as_ptr(),
+                        seq.as_ptr(),
+                        n,
+                        total as usize,
+                        // An empty Vec<u8>'s pointer is not aligned for the index type
+                        // (refused even with length 0): pass NULL then.
+                        if total == 0 {
+                            null_mut()
+                        } else {
+                            out_h.as_mut_ptr().cast()
+                        },
+                        total as usize,
+                    );
+                    let (r, pr, sq) = (upload(rows), upload(prefix), upload(seq));
+                    // Half the calls without out_cache_loc (the pool's scratch takes it).
+                    let with_out = step % 2 == 0;
+                    let sd = kvp_pool_alloc_extend_rows_async(
+                        p.device,
+                        &dev_desc,
+                        r.ptr as usize as *const i64,
+                        prefix.as_ptr(),
+                        seq.as_ptr(),
+                        pr.ptr as usize as *const i64,
+                        sq.ptr as usize as *const i64,
+                        n,
+                        total as usize,
+                        if with_out {
+                            out_d.ptr as usize as *mut c_void
+                        } else {
+                            null_mut()
+                        },
+                        total as usize,
+                        gpu.stream.cast(),
+                    );
+                    gpu.sync();
+                    if sh == kvp_status::Ok && with_out {
+                        let got = out_d.download::<u8>(total as usize * ow);
+                        assert_eq!(
+                            widen(&got, pool_type),
+                            widen(&out_h, pool_type),
+                            "step {step}: out_cache_loc"
+                        );
+                    }
+                    (sh, sd)
+                }
+                Op::Decode { rows, seq } => {
+                    let n = rows.len();
+                    let mut out_h = vec![0u8; n * ow];
+                    let out_d = DevBuf::new(n * ow);
+                    let sh = kvp_pool_alloc_decode_rows(
+                        p.host,
+                        &host_desc,
+                        rows.as_ptr(),
+                        seq.as_ptr(),
+                        n,
+                        out_h.as_mut_ptr().cast(),
+                        n,
+                    );
+                    let (r, sq) = (upload(rows), upload(seq));
+                    let sd = kvp_pool_alloc_decode_rows_async(
+                        p.device,
+                        &dev_desc,
+                        r.ptr as usize as *const i64,
+                        seq.as_ptr(),
+                        sq.ptr as usize as *const i64,
+                        n,
+                        out_d.ptr as usize as *mut c_void,
+                        n,
+                        gpu.stream.cast(),
+                    );
+                    gpu.sync();
+                    if sh == kvp_status::Ok {
+                        let got = out_d.download::<u8>(n * ow);
+                        assert_eq!(
+                            widen(&got, pool_type),
+                            widen(&out_h, pool_type),
+                            "step {step}: out_cache_loc"
+                        );
+                    }
+                    (sh, sd)
+                }
+                Op::Free { rows, starts, ends } => {
+                    let n = rows.len();
+                    let sh = kvp_pool_free_rows(
+                        p.host,
+                        &host_desc,
+                        rows.as_ptr(),
+                        starts.as_ptr(),
+                        ends.as_ptr(),
+                        n,
+                    );
+                    let (r, s, e) = (upload(rows), upload(starts), upload(ends));
+                    let sd = kvp_pool_free_rows_async(
+                        p.device,
+                        &dev_desc,
+                        r.ptr as usize as *const i64,
+                        starts.as_ptr(),
+                        ends.as_ptr(),
+                        s.ptr as usize as *const i64,
+                        e.ptr as usize as *const i64,
+                        n,
+                        gpu.stream.cast(),
+                    );
+                    gpu.sync();
+                    (sh, sd)
+                }
+                Op::PageTable { rows, seq } => {
+                    let n = rows.len();
+                    let total: usize = seq
+                        .iter()
+                        .map(|&s| (s as usize).div_ceil(ps as usize))
+                        .sum();
+                    let cap = total + 5;
+                    let (mut ih, mut xh, mut lh) =
+                        (vec![-1i32; n + 1], vec![-1i32; cap], vec![-1i32; n]);
+                    let sh = kvp_pool_page_table(
+                        p.host,
+                        &host_desc,
+                        rows.as_ptr(),
+                        seq.as_ptr(),
+                        n,
+                        ih.as_mut_ptr(),
+                        xh.as_mut_ptr(),
+                        cap,
+                        lh.as_mut_ptr(),
+                    );
+                    let (r, sq) = (upload(rows), upload(seq));
+                    let (id, xd, ld) = (
+                        DevBuf::new((n + 1) * 4),
+                        DevBuf::new(cap * 4),
+                        DevBuf::new(n * 4),
+                    );
+                    xd.upload(&vec![-1i32; cap]);
+                    let (mut ic, mut lc) = (vec![-9i32; n + 1], vec![-9i32; n]);
+                    let sd = kvp_pool_page_table_async(
+                        p.device,
+                        &dev_desc,
+                        r.ptr as usize as *const i64,
+                        seq.as_ptr(),
+                        sq.ptr as usize as *const i64,
+                        n,
+                        id.ptr as usize as *mut i32,
+                        xd.ptr as usize as *mut i32,
+                        cap,
+                        ld.ptr as usize as *mut i32,
+                        ic.as_mut_ptr(),
+                        lc.as_mut_ptr(),
+                        gpu.stream.cast(),
+                    );
+                    gpu.sync();
+                    assert_eq!((sh, sd), (kvp_status::Ok, kvp_status::Ok), "step {step}");
+                    assert_eq!(id.download::<i32>(n + 1), ih, "step {step}: kv_indptr");
+                    assert_eq!(xd.download::<i32>(cap), xh, "step {step}: kv_indices");
+                    assert_eq!(ld.download::<i32>(n), lh, "step {step}: kv_last_page_len");
+                    assert_eq!(
+                        (ic, lc),
+                        (ih.clone(), lh.clone()),
+                        "step {step}: host copies"
+                    );
+                    // And the documented layout, from the host table.
+                    let t = widen(&host_table, table_type);
+                    let slots: Vec<Vec<i64>> = rows
+                        .iter()
+                        .zip(seq)
+                        .map(|(&r, &s)| {
+                            let at = (r as u64 * stride) as usize;
+                            t[at..at + s as usize].to_vec()
+                        })
+                        .collect();
+                    let (ri, rx, rl) = flashinfer_reference(&slots, i64::from(ps));
+                    assert_eq!((ih, lh), (ri, rl), "step {step}: FlashInfer layout");
+                    assert_eq!(&xh[..total], &rx[..], "step {step}: FlashInfer indices");
+                    (sh, sd)
+                }
+            }
+        };
+        assert_eq!(sh, sd, "step {step}: {op:?}: {}", last_error());
+        // SAFETY: valid pool.
+        assert_eq!(
+            unsafe { kvp_pool_check_device(p.device) },
+            kvp_status::Ok,
+            "step {step}: {}",
+            last_error()
+        );
+        match sh {
+            kvp_status::Ok => {
+                work.apply(&op);
+                ok += 1;
+            }
+            kvp_status::OutOfSlots => short += 1,
+            other => panic!("step {step}: {other:?}: {}", last_error()),
+        }
+        let dev = dev_table.download::<u8>(span * tw);
+        assert!(
+            dev == host_table,
+            "step {step}: the tables differ after {op:?}"
+        );
+        assert_eq!(
+            digest(p.host, &gpu, false),
+            digest(p.device, &gpu, true),
+            "step {step}: digests"
+        );
+    }
+    eprintln!("seed {seed} ps {ps} need_sort {need_sort}: {ok} calls, {short} short");
+    assert!(ok > ops / 2);
+}
+
+fn last_error() -> String {
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: `buf` is writable for its length; the message is NUL-terminated.
+    unsafe { kvp_last_error_message(buf.as_mut_ptr().cast(), buf.len()) };
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+const I64: u32 = kvp_index_type::I64 as u32;
+const I32: u32 = kvp_index_type::I32 as u32;
+
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn device_rows_match_the_host_backend() {
+    if skip() {
+        return;
+    }
+    let ops: usize = std::env::var("KVPOOL_ROWS_OPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(400);
+    for (seed, ps, need_sort, pool_type, table_type) in [
+        (11, 1, false, I64, I32),
+        (12, 16, false, I64, I32),
+        (13, 16, true, I64, I64),
+        (14, 4, false, I32, I32),
+        (15, 3, false, I32, I64),
+        (16, 64, false, I64, I32),
+    ] {
+        lockstep(seed, ps, need_sort, pool_type, table_type, ops, SMALL);
+    }
+    // Large batches: every rows kernel loops over several chunks of 1,024 requests.
+    lockstep(17, 16, false, I64, I32, ops / 8, LARGE);
+    lockstep(18, 1, false, I32, I32, ops / 8, LARGE);
+}
+
+/// A bad row faults the device pool with the host's error kind, and the table is unchanged.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn bad_rows_fault_the_device_pool_and_write_nothing() {
+    if skip() {
+        return;
+    }
+    let gpu = Gpu::new(false);
+    for (rows, prefix, seq, kind) in [
+        (
+            vec![0i64, ROWS as i64],
+            vec![0i64, 0],
+            vec![3i64, 3],
+            kvp_status::IndexOutOfRange,
+        ),
+        (vec![-1], vec![0], vec![2], kvp_status::IndexOutOfRange),
+        (
+            vec![4, 5, 4],
+            vec![0, 0, 0],
+            vec![1, 1, 1],
+            kvp_status::InvalidArgument,
+        ),
+        // Continuing row 0 from a stale prefix: its last_loc is not the fill point.
+        (vec![0], vec![2], vec![6], kvp_status::LastLocMismatch),
+    ] {
+        let p = pools(4096, 4, false, I64);
+        let mut host_table = vec![0i32; SPAN];
+        let dev_table = DevBuf::new(SPAN * 4);
+        dev_table.upload(&host_table);
+        let hd = kvp_req_table {
+            data: host_table.as_mut_ptr().cast(),
+            index_type: I32,
+            rows: ROWS,
+            row_stride: STRIDE,
+            row_len: ROW_LEN,
+        };
+        let dd = kvp_req_table {
+            data: dev_table.ptr as usize as *mut c_void,
+            ..hd
+        };
+        let n = rows.len();
+        let up = |v: &[i64]| {
+            let b = DevBuf::new(v.len() * 8);
+            b.upload(v);
+            b
+        };
+        // SAFETY: valid pointers and lengths.
+        unsafe {
+            // Row 0 holds 5 tokens on both.
+            let (r0, z, five) = (up(&[0]), up(&[0]), up(&[5]));
+            assert_eq!(
+                kvp_pool_alloc_extend_rows(
+                    p.host,
+                    &hd,
+                    [0].as_ptr(),
+                    [0].as_ptr(),
+                    [5].as_ptr(),
+                    1,
+                    5,
+                    null_mut(),
+                    0
+                ),
+                kvp_status::Ok
+            );
+            assert_eq!(
+                kvp_pool_alloc_extend_rows_async(
+                    p.device,
+                    &dd,
+                    r0.ptr as usize as *const i64,
+                    [0].as_ptr(),
+                    [5].as_ptr(),
+                    z.ptr as usize as *const i64,
+                    five.ptr as usize as *const i64,
+                    1,
+                    5,
+                    null_mut(),
+                    0,
+                    gpu.stream.cast()
+                ),
+                kvp_status::Ok
+            );
+            gpu.sync();
+            let before = host_table.clone();
+            let total: i64 = seq.iter().zip(&prefix).map(|(s, p)| s - p).sum();
+            let sh = kvp_pool_alloc_extend_rows(
+                p.host,
+                &hd,
+                rows.as_ptr(),
+                prefix.as_ptr(),
+                seq.as_ptr(),
+                n,
+                total as usize,
+                null_mut(),
+                0,
+            );
+            assert_eq!(sh, kind, "host: {}", last_error());
+            let (r, pr, sq) = (up(&rows), up(&prefix), up(&seq));
+            let sd = kvp_pool_alloc_extend_rows_async(
+                p.device,
+                &dd,
+                r.ptr as usize as *const i64,
+                prefix.as_ptr(),
+                seq.as_ptr(),
+                pr.ptr as usize as *const i64,
+                sq.ptr as usize as *const i64,
+                n,
+                total as usize,
+                null_mut(),
+                0,
+                gpu.stream.cast(),
+            );
+            assert_eq!(sd, kvp_status::Ok, "enqueued");
+            gpu.sync();
+            assert_eq!(kvp_pool_check_device(p.device), kvp_status::DeviceFault);
+            let message = last_error();
+            eprintln!("{kind:?}: {message}");
+            // The device fault names what the host's status says.
+            let expect = match kind {
+                kvp_status::IndexOutOfRange => "is outside the table",
+                kvp_status::InvalidArgument => "repeats an earlier request's row",
+                _ => "last_loc (from the table)",
+            };
+            assert!(message.contains(expect), "{message}");
+            assert_eq!(host_table, before);
+            assert_eq!(
+                dev_table.download::<i32>(SPAN),
+                before,
+                "the device table changed"
+            );
+        }
+    }
+}
