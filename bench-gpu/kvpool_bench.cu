@@ -662,11 +662,14 @@ void bench_extend(Context &c, int64_t bs) {
 // alloc_decode on requests of 1..page_size tokens (set up by one extend), so request i's new
 // token starts a page iff i % page_size == page_size - 1: about bs / page_size requests take
 // a new page and the others continue theirs, as in a decode step of a running server. On the
-// token pool every request takes a slot.
-void bench_decode(Context &c, int64_t bs) {
+// token pool every request takes a slot. `by_rows`: kvp_pool_alloc_decode_rows_async on an
+// int32 req_to_token table (row i = request i) that holds the setup's slots: last_loc read
+// from the table, the new slot written into it.
+void bench_decode(Context &c, int64_t bs, bool by_rows = false) {
   Pool &p = c.pool;
   const int64_t ps = p.page_size;
-  const std::string what = where("alloc_decode", ps, bs);
+  const char *op = by_rows ? "alloc_decode_rows" : "alloc_decode";
+  const std::string what = where(op, ps, bs);
 
   std::vector<int64_t> setup_len(bs);
   uint64_t held = 0;
@@ -698,6 +701,31 @@ void bench_decode(Context &c, int64_t bs) {
   Batch b(std::vector<int64_t>(bs, 0), seq, last_loc);
   const auto expected = model.decode(b.seq, b.last_loc);
   DeviceArray<int64_t> out(static_cast<size_t>(bs));
+
+  // The table (by_rows): row i holds request i's setup slots.
+  constexpr int64_t kRowLen = 2 * kMaxPageSize;
+  std::vector<int32_t> table_host(static_cast<size_t>(bs * kRowLen), 0);
+  std::vector<int64_t> row_ids(bs);
+  for (int64_t i = 0, at = 0; i < bs; ++i) {
+    row_ids[i] = i;
+    for (int64_t k = 0; k < setup_len[i]; ++k)
+      table_host[static_cast<size_t>(i * kRowLen + k)] =
+          static_cast<int32_t>(setup_slots[static_cast<size_t>(at++)]);
+  }
+  DeviceArray<int32_t> table(table_host.size());
+  table.upload(table_host);
+  DeviceArray<int64_t> d_rows(row_ids.size());
+  d_rows.upload(row_ids);
+  const kvp_req_table desc{table.get(), KVP_INDEX_TYPE_I32, static_cast<uint64_t>(bs),
+                           static_cast<uint64_t>(kRowLen), static_cast<uint64_t>(kRowLen)};
+  auto decode = [&] {
+    if (by_rows)
+      KVP_CHECK(kvp_pool_alloc_decode_rows_async(p.pool, &desc, d_rows.get(), b.seq.data(),
+                                                 b.d_seq.get(), b.size(), out.get(), out.len(),
+                                                 p.s));
+    else
+      p.alloc_decode(b, out);
+  };
   DeviceArray<int32_t> d_starters(starters.size());
   d_starters.upload(starters);
   DeviceArray<int64_t> pages(starters.size());
@@ -729,11 +757,11 @@ void bench_decode(Context &c, int64_t bs) {
     rewind();
   };
 
-  p.alloc_decode(b, out);
+  decode();
   expect_equal(out.download(p.s, out.len()), expected, what);
   undo();
 
-  const Stats host = time_host(c.cfg, p.s, [] {}, [&] { p.alloc_decode(b, out); }, undo);
+  const Stats host = time_host(c.cfg, p.s, [] {}, decode, undo);
   p.check_settled(held, what + " (host timing)");
 
   // Replays start from the state of the first call: a clear and the setup. A replayed
@@ -747,7 +775,7 @@ void bench_decode(Context &c, int64_t bs) {
   DeviceTime device = alloc_device_time(
       c, what, reset,
       [&] {
-        p.alloc_decode(b, out);
+        decode();
         rewind();
       },
       free_new_pages,
@@ -768,7 +796,7 @@ void bench_decode(Context &c, int64_t bs) {
   }
   p.clear();
 
-  add_row(c, "alloc_decode", bs, host, device, 8.0 * bs);
+  add_row(c, op, bs, host, device, 8.0 * bs);
 }
 
 // Frees of one extend batch's indices (bs requests x 512 tokens): by index (SGLang's `free`,
@@ -966,13 +994,14 @@ int main(int argc, char **argv) {
                    static_cast<long long>(bs));
       bench_extend(c, bs);
       bench_decode(c, bs);
+      bench_decode(c, bs, true);
       bench_free(c, bs, true);
       bench_free(c, bs, false);
     }
   }
   // Group the table by op, then page size, then batch size.
-  const std::vector<std::string> order = {"alloc_extend", "alloc_decode", "free_indices",
-                                          "free_segment"};
+  const std::vector<std::string> order = {"alloc_extend", "alloc_decode", "alloc_decode_rows",
+                                          "free_indices", "free_segment"};
   std::stable_sort(rows.begin(), rows.end(), [&](const Row &a, const Row &b) {
     const auto ia = std::find(order.begin(), order.end(), a.op) - order.begin();
     const auto ib = std::find(order.begin(), order.end(), b.op) - order.begin();

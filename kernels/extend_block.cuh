@@ -44,12 +44,18 @@ struct PageTable {
   }
 };
 
-template <int BLOCK, int PER, typename Index>
+// ROWS: an allocation by request row (alloc_extend_rows / alloc_decode_rows) in this one
+// kernel: `tab.rows` checked (in the table, each row once: a second shared table; seq within
+// row_len), last_loc read from the table (`last_loc` unused), the slots written into the rows
+// after the verdict, and to `out` only when it is not NULL. A failing call writes nothing to
+// the table.
+template <int BLOCK, int PER, typename Index, bool ROWS = false>
 __device__ void extend_block(View v, Call call, const long long *prefix_lens,
                              const long long *seq_lens, const Index *last_loc, uint32_t batch,
                              uint32_t decode, unsigned long long total_tokens,
-                             unsigned long long total_pages, Index *out) {
+                             unsigned long long total_pages, Index *out, TableArgs tab = {}) {
   constexpr int CAP = BLOCK * PER;  // requests of the block
+  constexpr int ROW_CAP = ROWS ? CAP : 1;
   __shared__ unsigned long long tok_off[CAP + 1];
   __shared__ unsigned long long page_off[CAP];
   __shared__ unsigned long long part1[CAP];
@@ -57,6 +63,9 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
   __shared__ unsigned long long errors;
   __shared__ PageTable<CAP> claims;
   __shared__ uint32_t pages[STAGE_CAP];
+  // ROWS: each request's first new table entry, and the rows seen (repeats).
+  __shared__ unsigned long long table_at_[ROW_CAP];
+  __shared__ PageTable<ROW_CAP> row_claims;
 
   // Thread r owns requests r*PER .. r*PER + PER - 1 (consecutive: one scan over the threads'
   // totals orders them all).
@@ -64,6 +73,8 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
   // Both published by the barrier in block_scan_pair.
   if (r == 0) errors = NO_ERROR;
   for (uint32_t e = r; e < PageTable<CAP>::SIZE; e += BLOCK) claims.entry[e] = 0;
+  if (ROWS)
+    for (uint32_t e = r; e < PageTable<ROW_CAP>::SIZE; e += BLOCK) row_claims.entry[e] = 0;
 
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
@@ -78,12 +89,13 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
   long long prefix[PER], ll[PER];
   bool sane[PER];
   Shape s[PER];
-  long long seq[PER];
+  long long seq[PER], row[PER];
 #pragma unroll
   for (int u = 0; u < PER; ++u) {
     const uint32_t i = min(r * PER + u, batch - 1);
     seq[u] = seq_lens[i];
-    ll[u] = (long long)last_loc[i];
+    row[u] = ROWS ? tab.rows[i] : 0;
+    if (!ROWS) ll[u] = (long long)last_loc[i];
     prefix[u] = decode ? 0 : prefix_lens[i];
   }
   Pair own{0, 0};
@@ -101,6 +113,21 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
     own.a += s[u].tokens;
     own.b += s[u].new_pages;
   }
+  // ROWS: the rows' checks, then last_loc from the table (a dependent load, issued for every
+  // request at once; a request with an unusable row or lengths reads nothing and is refused).
+  uint32_t row_err[PER];
+#pragma unroll
+  for (int u = 0; u < PER; ++u) {
+    row_err[u] = ERR_NONE;
+    if (!ROWS) continue;
+    const bool valid = r * PER + u < batch;
+    if (valid && (row[u] < 0 || (unsigned long long)row[u] >= tab.rows_in_table)) row_err[u] = ERR_ROW;
+    else if (valid && seq[u] > 0 && (unsigned long long)seq[u] > tab.row_len) row_err[u] = ERR_ROW_LEN;
+    const bool read = valid && row_err[u] == ERR_NONE && sane[u] && prefix[u] > 0;
+    ll[u] = read ? table_last_loc<Index>(table_at(
+                       tab.table, tab.wide, (unsigned long long)row[u] * tab.stride + prefix[u] - 1))
+                 : -1;
+  }
   Pair total;
   Pair rank = block_scan_pair<BLOCK>(own, &total);
   const unsigned long long tokens = total.a, new_pages = total.b;
@@ -114,6 +141,8 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
       page_off[i] = rank.b;
       part1[i] = s[u].part1;
       last[i] = ll[u];
+      if (ROWS && row_err[u] == ERR_NONE)
+        table_at_[i] = (unsigned long long)row[u] * tab.stride + (unsigned long long)prefix[u];
     }
     rank.a += s[u].tokens;
     rank.b += s[u].new_pages;
@@ -135,7 +164,7 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
   for (int u = 0; u < PER; ++u) {
     const uint32_t i = r * PER + u;
     err[u] = ERR_NONE;
-    check[u] = i < batch && !dead && sane[u] && prefix[u] > 0;
+    check[u] = i < batch && !dead && sane[u] && prefix[u] > 0 && row_err[u] == ERR_NONE;
     if (i < batch && !dead && sane[u] && prefix[u] == 0 && ll[u] != -1) err[u] = ERR_LAST_LOC_EMPTY;
     if (check[u]) err[u] = slot_error(ll[u], v);
     prefix_page[u] = check[u] && err[u] == ERR_NONE ? (uint32_t)div_ps((unsigned long long)ll[u], v) : 0;
@@ -166,12 +195,13 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
   // The same rules as check_last_loc; a page another request of the call continues is found
   // through the table. (A fill word tagged by this very call is a replay of a captured call
   // whose previous run already moved the page on.)
-  int entry[PER];
+  int entry[PER], row_entry[PER];
   bool any_entry = false;
 #pragma unroll
   for (int u = 0; u < PER; ++u) {
     const uint32_t i = r * PER + u;
     entry[u] = -1;
+    row_entry[u] = -1;
     const unsigned long long in_page = mod_ps((unsigned long long)ll[u], v);
     if (check[u] && err[u] == ERR_NONE) {
       if (kind_of(word[u]) != KIND_ALLOCATED || tag_of(word[u]) == call.tag) {
@@ -189,9 +219,15 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
       }
     }
     if (err[u] != ERR_NONE) report(&errors, i, err[u]);
+    if (row_err[u] != ERR_NONE) report(&errors, i, row_err[u]);
+    if (ROWS && i < batch && row_err[u] == ERR_NONE && batch > 1) {
+      row_entry[u] = (int)row_claims.enter((uint32_t)row[u], i);
+      any_entry = true;
+    }
     // Device lengths against the plan: an unusable request, else the first request that runs
     // past the plan, else (device totals short of it) the last request.
-    if (i < batch && (!sane[u] || at[u].a + s[u].tokens > total_tokens ||
+    // (A request whose row is refused is named for its row, as by the host backend.)
+    if (i < batch && row_err[u] == ERR_NONE && (!sane[u] || at[u].a + s[u].tokens > total_tokens ||
                       at[u].b + s[u].new_pages > total_pages))
       report(&errors, i, ERR_LENGTHS);
   }
@@ -204,6 +240,8 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
     for (int u = 0; u < PER; ++u) {
       if (entry[u] >= 0 && !claims.first_of((uint32_t)entry[u], r * PER + u))
         report(&errors, r * PER + u, ERR_SHARED_PAGE);
+      if (ROWS && row_entry[u] >= 0 && !row_claims.first_of((uint32_t)row_entry[u], r * PER + u))
+        report(&errors, r * PER + u, ERR_ROW_TWICE);
     }
     __syncthreads();
   }
@@ -243,9 +281,10 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
         }
         slot = (Index)((unsigned long long)page * v.page_size + pos);
       }
-      out[t] = slot;
+      if (!ROWS || out != nullptr) out[t] = slot;
+      if (ROWS) table_put(tab.table, tab.wide, table_at_[lo] + k, (long long)slot);
     }
-  } else {
+  } else if (!ROWS || out != nullptr) {
     // Dead, short or failed: the plan's whole output is the padding slot.
     for (unsigned long long t = r; t < total_tokens; t += BLOCK) out[t] = 0;
   }
@@ -260,7 +299,13 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
       const unsigned long long key = short_ ? (unsigned long long)ERR_SHORTAGE : verdict;
       const unsigned long long pos = verdict >> 8;
       long long value = (long long)c.free_len;
-      if (!short_) value = (verdict & 0xff) == ERR_LENGTHS ? seq_lens[pos] : (long long)last_loc[pos];
+      if (!short_) {
+        const uint32_t code = (uint32_t)(verdict & 0xff);
+        // The value the fault names: the lengths, the row, or last_loc (as read).
+        if (code == ERR_LENGTHS || code == ERR_ROW_LEN) value = seq_lens[pos];
+        else if (code == ERR_ROW || code == ERR_ROW_TWICE) value = tab.rows[pos];
+        else value = last[pos];
+      }
       raise_fault(v, call, key, value);
     }
     commit(v, call, next);

@@ -657,6 +657,7 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
 
 }  // namespace kvp
 
+#include "req_table.cuh"
 #include "extend_block.cuh"
 
 namespace kvp {
@@ -1128,6 +1129,22 @@ KVP_INDEX_KERNELS(i32, int)
 // Request-to-token tables (rows.cuh): the table's element type is a run-time flag (`wide`:
 // int64), the pool's index type a suffix.
 #define KVP_ROWS_KERNELS(SUFFIX, INDEX)                                                           \
+  /* alloc_extend_rows / alloc_decode_rows of a batch the one-block kernels serve, in one    \
+     kernel: extend_block with the table (out may be NULL). */                                \
+  extern "C" __global__ void __launch_bounds__(32) kvp_extend_warp_rows_##SUFFIX(                 \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
+      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    extend_block<32, 1, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch, decode,      \
+                                     total_tokens, total_pages, out, tab);                        \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_block_rows_##SUFFIX(      \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
+      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    extend_block<EXTEND_BLOCK, 1, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,    \
+                                               decode, total_tokens, total_pages, out, tab);      \
+  }                                                                                               \
   extern "C" __global__ void __launch_bounds__(ROWS_BLOCK) kvp_rows_gather_##SUFFIX(              \
       View v, Call call, const void *table, uint32_t wide, unsigned long long table_rows,         \
       unsigned long long stride, unsigned long long row_len, const long long *rows,               \

@@ -2,9 +2,11 @@
 // tables by request row. Included by pool.cu after the extend and free kernels. Host side:
 // src/cuda/rows.rs; semantics: src/pool/rows.rs (the host backend is the oracle).
 //
-// A rows call is one call of the pool (one Call record) made of several kernels on the
+// A rows call is one call of the pool (one Call record). An allocation the one-block kernels
+// serve is one kernel (extend_block.cuh with a TableArgs: rows checked, last_loc read from
+// the table, slots written into it); others, and frees, are several kernels on the
 // caller's stream:
-//   alloc_extend_rows / alloc_decode_rows:
+//   alloc_extend_rows / alloc_decode_rows of a large batch:
 //     rows_gather  (one block) checks the rows (in the table, distinct, seq <= row_len),
 //                  reads each request's last_loc from the table into the pool's scratch and
 //                  the requests' token offsets; a bad row faults the pool (naming the
@@ -30,22 +32,6 @@
 namespace kvp {
 
 constexpr int ROWS_BLOCK = 1024;
-
-// Kernel error codes of rows calls (src/cuda/layout.rs decodes them).
-enum RowsErr : uint32_t {
-  ERR_ROW = 18,        // rows[i] outside the table
-  ERR_ROW_TWICE = 19,  // rows[i] repeats an earlier request's row
-  ERR_ROW_LEN = 20,    // seq_lens[i] (or a segment's end) past the table's row_len
-};
-
-__device__ inline long long table_at(const void *table, uint32_t wide, unsigned long long at) {
-  return wide ? ((const long long *)table)[at] : (long long)((const int *)table)[at];
-}
-
-__device__ inline void table_put(void *table, uint32_t wide, unsigned long long at, long long v) {
-  if (wide) ((long long *)table)[at] = v;
-  else ((int *)table)[at] = (int)v;
-}
 
 // Exclusive block-wide scan of one value per thread (ROWS_BLOCK threads); returns the
 // exclusive prefix and sets *total. Ends with a barrier (shared scratch reusable).
@@ -132,10 +118,8 @@ __device__ void rows_gather(View v, Call call, const void *table, uint32_t wide,
         report(&errors, i, ERR_ROW_LEN);
       } else if (prefix >= 0 && seq >= prefix) {
         if (prefix > 0) {
-          ll = table_at(table, wide, (unsigned long long)row * stride + prefix - 1);
-          // An entry the pool's index type cannot hold is outside the pool: -2 keeps it so
-          // (the extend kernel faults on it, as the host backend refuses it).
-          if (sizeof(Index) == 4 && (ll > 0x7fffffffll || ll < -1)) ll = -2;
+          ll = table_last_loc<Index>(
+              table_at(table, wide, (unsigned long long)row * stride + prefix - 1));
         }
         tokens = (unsigned long long)(seq - prefix);
       }

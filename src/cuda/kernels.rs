@@ -33,6 +33,10 @@ pub(crate) struct Typed {
     pub rows_gather: CUfunction,
     pub rows_scatter: CUfunction,
     pub rows_segments: CUfunction,
+    /// `extend_warp` / `extend_block` by request row, in one kernel (the table checked,
+    /// read and written by the allocation kernel itself).
+    pub extend_warp_rows: CUfunction,
+    pub extend_block_rows: CUfunction,
 }
 
 /// The module and its entry points, loaded into one context.
@@ -100,6 +104,8 @@ impl Kernels {
                 rows_gather: get(c"kvp_rows_gather_i64")?,
                 rows_scatter: get(c"kvp_rows_scatter_i64")?,
                 rows_segments: get(c"kvp_rows_segments_i64")?,
+                extend_warp_rows: get(c"kvp_extend_warp_rows_i64")?,
+                extend_block_rows: get(c"kvp_extend_block_rows_i64")?,
             },
             IndexType::I32 => Typed {
                 alloc: get(c"kvp_alloc_i32")?,
@@ -113,6 +119,8 @@ impl Kernels {
                 rows_gather: get(c"kvp_rows_gather_i32")?,
                 rows_scatter: get(c"kvp_rows_scatter_i32")?,
                 rows_segments: get(c"kvp_rows_segments_i32")?,
+                extend_warp_rows: get(c"kvp_extend_warp_rows_i32")?,
+                extend_block_rows: get(c"kvp_extend_block_rows_i32")?,
             },
         };
         Ok(Self {

@@ -53,6 +53,28 @@ const SORT_CAP: u64 = 4096;
 const WARP_BATCH: usize = 32;
 const WARP_TOKENS: u64 = 64;
 const BLOCK_TOKENS: u64 = 1024;
+
+/// The allocation kernel that serves a batch (`extend_shape`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ExtendKernel {
+    /// One warp (`kvp_extend_warp_*`).
+    Warp,
+    /// One block (`kvp_extend_block_*`).
+    Block,
+    /// Many blocks (`kvp_extend_*`).
+    Grid,
+}
+
+impl ExtendKernel {
+    pub(super) fn function(self, typed: &crate::cuda::kernels::Typed) -> CUfunction {
+        match self {
+            Self::Warp => typed.extend_warp,
+            Self::Block => typed.extend_block,
+            Self::Grid => typed.extend,
+        }
+    }
+}
+
 /// Blocks an `alloc` spreads over at most.
 const ALLOC_MAX_BLOCKS: u64 = 1024;
 /// An extend aims at about this many blocks (two per SM of an H100/H200); frees use at most
@@ -962,8 +984,9 @@ impl DevicePool {
         out: CUdeviceptr,
         stream: CUstream,
     ) -> Result<(), PoolError> {
-        let (function, grid, block, per_block, batch32) =
+        let (kernel, grid, block, per_block, batch32) =
             self.extend_shape(batch, decode, tokens, pages)?;
+        let function = kernel.function(&self.kernels.typed);
         let decode = u32::from(decode);
         let op = if decode == 1 {
             DeviceOp::AllocDecode
@@ -995,26 +1018,26 @@ impl DevicePool {
         }
     }
 
-    /// Which extend kernel serves a batch: (function, grid, block, requests per block,
+    /// Which extend kernel serves a batch: (kernel, grid, block, requests per block,
     /// batch as `u32`).
-    fn extend_shape(
+    pub(super) fn extend_shape(
         &self,
         batch: usize,
         decode: bool,
         tokens: u64,
         pages: u64,
-    ) -> Result<(CUfunction, u32, u32, u32, u32), PoolError> {
+    ) -> Result<(ExtendKernel, u32, u32, u32, u32), PoolError> {
         let batch32 = u32::try_from(batch).map_err(|_| {
             PoolError::new(ErrorKind::InvalidLengths, "batch_size exceeds 2^32 - 1")
         })?;
         Ok(if batch <= WARP_BATCH && tokens <= WARP_TOKENS {
-            (self.kernels.typed.extend_warp, 1, 32, batch32, batch32)
+            (ExtendKernel::Warp, 1, 32, batch32, batch32)
         } else if batch <= BLOCK as usize && (decode || tokens <= BLOCK_TOKENS) {
-            (self.kernels.typed.extend_block, 1, BLOCK, batch32, batch32)
+            (ExtendKernel::Block, 1, BLOCK, batch32, batch32)
         } else {
             let per_block = Self::extend_per_block(batch, decode, pages);
             (
-                self.kernels.typed.extend,
+                ExtendKernel::Grid,
                 batch32.div_ceil(per_block),
                 BLOCK,
                 per_block,

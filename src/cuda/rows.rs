@@ -7,7 +7,7 @@
 
 use cudarc::driver::sys::{CUdeviceptr, CUstream};
 
-use super::{arg, DevicePool, Launch, BLOCK, FREE_BLOCK, FREE_SEGMENT, FREE_SLOTS};
+use super::{arg, DevicePool, ExtendKernel, Launch, BLOCK, FREE_BLOCK, FREE_SEGMENT, FREE_SLOTS};
 use crate::cuda::counts::Step;
 use crate::cuda::kernels::launch;
 use crate::cuda::layout::DeviceOp;
@@ -61,6 +61,17 @@ fn grow(
     }
 }
 
+/// `kvp::TableArgs` (kernels/req_table.cuh), passed by value to the fused allocation kernels.
+#[repr(C)]
+struct TableArgs {
+    table: CUdeviceptr,
+    wide: u32,
+    rows_in_table: u64,
+    stride: u64,
+    row_len: u64,
+    rows: CUdeviceptr,
+}
+
 /// Threads of the one-block rows kernels (`ROWS_BLOCK` in kernels/rows.cuh).
 const ROWS_BLOCK: u32 = 1024;
 
@@ -97,9 +108,10 @@ impl DevicePool {
     /// Enqueues [`crate::Pool::alloc_extend_rows`]: `last_loc` read from the table on the
     /// device, the new slots written into the table rows and (when `out` is not 0) to
     /// `out[..extend_num_tokens]`. The `*_host` slices are host copies of the device
-    /// lengths, as for [`alloc_extend`](Self::alloc_extend). Three kernels (gather, extend,
-    /// scatter) of one call; a bad row faults the pool (naming the request) and nothing is
-    /// written to the table.
+    /// lengths, as for [`alloc_extend`](Self::alloc_extend). One kernel for a batch the
+    /// one-block allocation kernels serve (every decode of up to 256 requests), else three
+    /// (gather, extend, scatter) of one call; a bad row faults the pool (naming the request)
+    /// and nothing is written to the table.
     ///
     /// # Safety
     /// `table` must describe device memory of the pool's device spanning its shape; `rows`,
@@ -229,6 +241,58 @@ impl DevicePool {
             return Ok(());
         }
         let batch32 = batch_u32(batch)?;
+        let (kernel, grid, block, per_block, _) =
+            self.extend_shape(batch, decode, tokens, new_pages)?;
+        let op = if decode {
+            DeviceOp::AllocDecodeRows
+        } else {
+            DeviceOp::AllocExtendRows
+        };
+        let decode32 = u32::from(decode);
+        let prefix_dev = prefix.map_or(seq_lens, |(_, p)| p);
+        // A batch of the one-block kernels (every decode step up to 256 requests): one kernel
+        // (it enters rows in a 32-bit keyed table, hence the bound on the table's rows).
+        if kernel != ExtendKernel::Grid && table.shape.rows <= u64::from(u32::MAX) {
+            let tab = TableArgs {
+                table: table.data,
+                wide: table.wide(),
+                rows_in_table: table.shape.rows,
+                stride: table.shape.row_stride,
+                row_len: table.shape.row_len,
+                rows,
+            };
+            let function = match kernel {
+                ExtendKernel::Warp => self.kernels.typed.extend_warp_rows,
+                _ => self.kernels.typed.extend_block_rows,
+            };
+            let args = [
+                arg(&prefix_dev),
+                arg(&seq_lens),
+                arg(&batch32),
+                arg(&decode32),
+                arg(&tokens),
+                arg(&new_pages),
+                arg(&out),
+                arg(&tab),
+            ];
+            // SAFETY: `kvp_extend_{warp,block}_rows_*(View, Call, const i64 *prefix, const i64
+            // *seq, u32 batch, u32 decode, u64 tokens, u64 pages, Index *out, TableArgs)`.
+            unsafe {
+                self.run_call(
+                    op as u32,
+                    Step::Take(new_pages),
+                    stream,
+                    &[Launch {
+                        function,
+                        grid,
+                        block,
+                        extra: &args,
+                    }],
+                )
+            }?;
+            self.count_allocation(tokens, new_pages);
+            return Ok(());
+        }
         // Data scratch: last_loc[batch] | tok_off[batch + 1] | out[tokens] (when NULL).
         let marks_ptr = self.rows_marks(&table.shape, stream)?;
         let off_at = 8 * batch;
@@ -242,19 +306,14 @@ impl DevicePool {
         let last_loc = base;
         let tok_off = base + off_at as u64;
         let out = if out == 0 { base + out_at as u64 } else { out };
-        let (prefix_dev, prefix_or_null) = match prefix {
-            Some((_, p)) => (p, p),
-            None => (seq_lens, 0),
-        };
+        let prefix_or_null = prefix.map_or(0, |(_, p)| p);
         let wide = table.wide();
         let (table_rows, stride, row_len) = (
             table.shape.rows,
             table.shape.row_stride,
             table.shape.row_len,
         );
-        let (extend_fn, grid, block, per_block, _) =
-            self.extend_shape(batch, decode, tokens, new_pages)?;
-        let decode32 = u32::from(decode);
+        let extend_fn = kernel.function(&self.kernels.typed);
         let scatter_grid = tokens.div_ceil(u64::from(BLOCK)).clamp(1, 1024) as u32;
         let gather_args = [
             arg(&table.data),
@@ -293,11 +352,6 @@ impl DevicePool {
             arg(&out),
             arg(&tokens),
         ];
-        let op = if decode {
-            DeviceOp::AllocDecodeRows
-        } else {
-            DeviceOp::AllocExtendRows
-        };
         // SAFETY: each launch's arguments match its kernel's parameters after (View, Call)
         // (kernels/pool.cu: kvp_rows_gather_*, kvp_extend*_*, kvp_rows_scatter_*).
         unsafe {
