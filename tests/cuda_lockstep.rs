@@ -782,7 +782,10 @@ fn ops_per_config() -> u64 {
 /// when unset): a soak run under a time limit still ends with its final census and a
 /// result line saying how many operations it compared.
 fn deadline() -> Option<std::time::Instant> {
-    let secs: f64 = std::env::var("KVPOOL_LOCKSTEP_SECONDS").ok()?.parse().ok()?;
+    let secs: f64 = std::env::var("KVPOOL_LOCKSTEP_SECONDS")
+        .ok()?
+        .parse()
+        .ok()?;
     Some(std::time::Instant::now() + std::time::Duration::from_secs_f64(secs))
 }
 
@@ -896,8 +899,15 @@ fn device_pool_matches_host_pool_op_for_op() {
                 })
             })
             .collect();
-        let panicked = workers.into_iter().map(|w| w.join()).filter(Result::is_err).count();
-        assert_eq!(panicked, 0, "{panicked} configuration(s) disagreed (see above)");
+        let panicked = workers
+            .into_iter()
+            .map(|w| w.join())
+            .filter(Result::is_err)
+            .count();
+        assert_eq!(
+            panicked, 0,
+            "{panicked} configuration(s) disagreed (see above)"
+        );
     });
     let results = results.into_inner().unwrap();
     let total: u64 = results.iter().map(|r| r.0).sum();
