@@ -380,7 +380,7 @@ fn a_table_row_too_short_is_refused_before_anything_is_written() {
         row_stride: 5,
         row_len: 5,
     };
-    let mut data = vec![0i64; 10];
+    let mut data = [0i64; 10];
     let mut step = [0i64];
     for s in 0..2 {
         let mut table = ReqTable::new(&mut data[..], shape).unwrap();

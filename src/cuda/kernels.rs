@@ -33,6 +33,11 @@ pub(crate) struct Typed {
     pub rows_gather: CUfunction,
     pub rows_scatter: CUfunction,
     pub rows_segments: CUfunction,
+    /// Decode reservations (`kernels/reservation.cuh`): the reserve, one step (capturable),
+    /// the finish.
+    pub reserve_decode: CUfunction,
+    pub reservation_step: CUfunction,
+    pub reservation_finish: CUfunction,
 }
 
 /// The module and its entry points, loaded into one context.
@@ -100,6 +105,9 @@ impl Kernels {
                 rows_gather: get(c"kvp_rows_gather_i64")?,
                 rows_scatter: get(c"kvp_rows_scatter_i64")?,
                 rows_segments: get(c"kvp_rows_segments_i64")?,
+                reserve_decode: get(c"kvp_reserve_decode_i64")?,
+                reservation_step: get(c"kvp_reservation_step_i64")?,
+                reservation_finish: get(c"kvp_reservation_finish_i64")?,
             },
             IndexType::I32 => Typed {
                 alloc: get(c"kvp_alloc_i32")?,
@@ -113,6 +121,9 @@ impl Kernels {
                 rows_gather: get(c"kvp_rows_gather_i32")?,
                 rows_scatter: get(c"kvp_rows_scatter_i32")?,
                 rows_segments: get(c"kvp_rows_segments_i32")?,
+                reserve_decode: get(c"kvp_reserve_decode_i32")?,
+                reservation_step: get(c"kvp_reservation_step_i32")?,
+                reservation_finish: get(c"kvp_reservation_finish_i32")?,
             },
         };
         Ok(Self {
