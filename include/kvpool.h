@@ -41,7 +41,8 @@
  *    only the NVIDIA driver at run time (loaded on first use), never the CUDA toolkit.
  *    An `*_async` call may be recorded by stream capture, but a graph holding it must not
  *    be replayed as a substitute for calling again: the pool's host-side counts advance
- *    per call, not per replay.
+ *    per call, not per replay — except kvp_decode_reservation_step_async, made to be
+ *    replayed (docs/graph-decode.md).
  *  - Thread state (device pools). A call on a device pool (and kvp_pool_new / kvp_pool_free
  *    of one, and the free of its last snapshot or of a scheduler holding it) makes the
  *    device's primary context current while it runs and makes the calling thread's own
@@ -66,8 +67,14 @@
  *    kvp_pool_page_table writes FlashInfer's int32 kv_indptr / kv_indices /
  *    kv_last_page_len. Host pools take host tables, the _async variants device tables;
  *    both backends give identical results, and a failing call writes nothing to the table.
+ *  - Decode reservations (docs/graph-decode.md). kvp_pool_reserve_decode[_async] takes the
+ *    pages of K decode steps of a batch at once (in the order K kvp_pool_alloc_decode calls
+ *    would); kvp_decode_reservation_step_async is then ONE kernel with fixed arguments per
+ *    step, capturable into a CUDA graph (a replay past K writes slot 0 and faults);
+ *    kvp_decode_reservation_finish[_async] returns what the steps did not use.
  *
- * Objects: kvp_pool (slot allocation), kvp_snapshot (its saved state), kvp_scheduler (the
+ * Objects: kvp_pool (slot allocation), kvp_snapshot (its saved state),
+ * kvp_decode_reservation (K reserved decode steps of a batch), kvp_scheduler (the
  * continuous-batching step over request descriptors), kvp_adder (one prefill pass's
  * admission budget, for engines with their own loop), kvp_delayer (DP-rank prefill
  * negotiation). State digests (kvp_pool_digest, kvp_pool_digest_async, kvp_scheduler_digest)
