@@ -114,9 +114,10 @@
 #define KVP_RETRACT_DECODE_STEPS 20
 
 /**
- * The most steps one reservation may cover (bounds the device kernels' shared memory).
+ * The most steps one reservation may cover (`steps` of `kvp_pool_reserve_decode[_async]`;
+ * bounds the device kernels' shared memory).
  */
-#define MAX_RESERVED_STEPS 1024
+#define KVP_MAX_RESERVED_STEPS 1024
 
 /**
  * Version of the digest definition below (`kvp_pool_digest`, `kvp_scheduler_digest`).

@@ -121,6 +121,7 @@ __all__ = [
     "ABI_VERSION",
     "BACKEND_CUDA",
     "DecodeReservation",
+    "MAX_RESERVED_STEPS",
     "BACKEND_HOST",
     "INDEX_TYPE_I32",
     "INDEX_TYPE_I64",
@@ -1092,6 +1093,10 @@ class Snapshot(_Owner):
     """A copy of a pool's allocator state (kvp_pool_backup_state)."""
 
     _free_name = "kvp_snapshot_free"
+
+
+# The most steps one reservation covers (the header's KVP_MAX_RESERVED_STEPS).
+MAX_RESERVED_STEPS = 1024
 
 
 class DecodeReservation(_Owner):

@@ -23,7 +23,8 @@ use super::plan::decode_needs_page;
 use super::rows::{check_rows, check_table_type, ReqTable};
 use super::{check_batch, Pool, SlotIndex};
 
-/// The most steps one reservation may cover (bounds the device kernels' shared memory).
+/// The most steps one reservation may cover (`steps` of `kvp_pool_reserve_decode[_async]`;
+/// bounds the device kernels' shared memory).
 pub const MAX_RESERVED_STEPS: u32 = 1024;
 
 /// What a reservation of `steps` decode steps of a batch takes, from host lengths.

@@ -282,6 +282,7 @@ class TestHeaderAndBinding(KvpTestCase):
         macros = dict(re.findall(r"#define (\w+) (\d+)", read_header()))
         self.assertEqual(macros["KVP_CLIP_MAX_NEW_TOKENS"], "4096")
         self.assertEqual(macros["KVP_RETRACT_DECODE_STEPS"], str(RETRACT_DECODE_STEPS))
+        self.assertEqual(macros["KVP_MAX_RESERVED_STEPS"], str(kvp.MAX_RESERVED_STEPS))
 
     def test_version_matches_header(self):
         macros = dict(re.findall(r"#define (KVP_\w+_VERSION\w*|KVP_VERSION_\w+) (\d+)",
