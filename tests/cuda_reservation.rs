@@ -876,6 +876,10 @@ fn a_bad_last_loc_faults_the_reservation() {
             &mut hres,
         );
         assert_ne!(host, kvp_status::Ok);
+        out_d.upload(&[-5i64; 6]);
+        // Hold the stream so the host cannot have seen the fault when it enqueues the step.
+        let spinner = gpu::Spinner::new();
+        spinner.launch(gpu.stream, 200_000_000);
         assert_eq!(
             kvp_pool_reserve_decode_async(
                 p.dev,
@@ -889,7 +893,6 @@ fn a_bad_last_loc_faults_the_reservation() {
             ),
             kvp_status::Ok
         );
-        out_d.upload(&[-5i64; 6]);
         assert_eq!(
             kvp_decode_reservation_step_async(
                 dres,
