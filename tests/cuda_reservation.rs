@@ -918,6 +918,79 @@ fn a_bad_last_loc_faults_the_reservation() {
     assert_eq!(out_d.download::<i64>(6), vec![0; 6]);
 }
 
+/// While a reservation is live, a plain decode continuing a reserved request's partly
+/// filled page is caught by the fill-point rule (a device fault, as on the host a
+/// LAST_LOC_MISMATCH), and other calls work normally.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_plain_decode_on_a_reserved_request_faults() {
+    if skip() {
+        return;
+    }
+    let gpu = Gpu::new(false);
+    let p = Trio::new(4096, 4, I64);
+    let lens = [5i64, 8];
+    let slots = p.extend(&gpu, &lens);
+    let last = [slots[0][4], slots[1][7]];
+    let (lens_d, last_d) = (upload(&lens), upload(&last));
+    let mut dres = null_mut();
+    // SAFETY: buffers valid for 2 elements, alive until the synchronizations.
+    unsafe {
+        assert_eq!(
+            kvp_pool_reserve_decode_async(
+                p.dev,
+                lens.as_ptr(),
+                dptr(&lens_d),
+                dptr(&last_d),
+                2,
+                6,
+                &mut dres,
+                gpu.stream.cast()
+            ),
+            kvp_status::Ok
+        );
+        gpu.sync();
+        // Another request comes and goes while the reservation is live.
+        let other = {
+            let out = DevBuf::new(8 * 8);
+            assert_eq!(
+                kvp_pool_alloc_async(p.dev, 8, dptr(&out), 8, gpu.stream.cast()),
+                kvp_status::Ok
+            );
+            gpu.sync();
+            out
+        };
+        assert_eq!(
+            kvp_pool_free_indices_async(p.dev, dptr(&other), 8, gpu.stream.cast()),
+            kvp_status::Ok
+        );
+        gpu.sync();
+        p.check_device();
+        // Request 0 (5 tokens, its page partly filled) continued by a plain decode.
+        let seq = [6i64];
+        let (seq_d, one_last, out) = (upload(&seq), upload(&[last[0]]), DevBuf::new(8));
+        assert_eq!(
+            kvp_pool_alloc_decode_async(
+                p.dev,
+                seq.as_ptr(),
+                dptr(&seq_d),
+                dptr(&one_last),
+                1,
+                dptr(&out),
+                1,
+                gpu.stream.cast()
+            ),
+            kvp_status::Ok
+        );
+        gpu.sync();
+        assert_eq!(out.download::<i64>(1), vec![0]);
+        assert_eq!(kvp_pool_check_device(p.dev), kvp_status::DeviceFault);
+        let message = last_error();
+        assert!(message.contains("last handed-out slot"), "{message}");
+        kvp_decode_reservation_free(dres);
+    }
+}
+
 /// Random rounds: reserve, run a random number of steps (graph replays and direct calls
 /// mixed), finish, free some requests and start new ones; the host and device pools agree
 /// after every round.
