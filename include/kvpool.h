@@ -41,7 +41,8 @@
  *    only the NVIDIA driver at run time (loaded on first use), never the CUDA toolkit.
  *    An `*_async` call may be recorded by stream capture, but a graph holding it must not
  *    be replayed as a substitute for calling again: the pool's host-side counts advance
- *    per call, not per replay.
+ *    per call, not per replay — except kvp_decode_reservation_step_async, made to be
+ *    replayed (docs/graph-decode.md).
  *  - Thread state (device pools). A call on a device pool (and kvp_pool_new / kvp_pool_free
  *    of one, and the free of its last snapshot or of a scheduler holding it) makes the
  *    device's primary context current while it runs and makes the calling thread's own
@@ -66,8 +67,14 @@
  *    kvp_pool_page_table writes FlashInfer's int32 kv_indptr / kv_indices /
  *    kv_last_page_len. Host pools take host tables, the _async variants device tables;
  *    both backends give identical results, and a failing call writes nothing to the table.
+ *  - Decode reservations (docs/graph-decode.md). kvp_pool_reserve_decode[_async] takes the
+ *    pages of K decode steps of a batch at once (in the order K kvp_pool_alloc_decode calls
+ *    would); kvp_decode_reservation_step_async is then ONE kernel with fixed arguments per
+ *    step, capturable into a CUDA graph (a replay past K writes slot 0 and faults);
+ *    kvp_decode_reservation_finish[_async] returns what the steps did not use.
  *
- * Objects: kvp_pool (slot allocation), kvp_snapshot (its saved state), kvp_scheduler (the
+ * Objects: kvp_pool (slot allocation), kvp_snapshot (its saved state),
+ * kvp_decode_reservation (K reserved decode steps of a batch), kvp_scheduler (the
  * continuous-batching step over request descriptors), kvp_adder (one prefill pass's
  * admission budget, for engines with their own loop), kvp_delayer (DP-rank prefill
  * negotiation). State digests (kvp_pool_digest, kvp_pool_digest_async, kvp_scheduler_digest)
@@ -105,6 +112,12 @@
  * (`SGLANG_RETRACT_DECODE_STEPS`).
  */
 #define KVP_RETRACT_DECODE_STEPS 20
+
+/**
+ * The most steps one reservation may cover (`steps` of `kvp_pool_reserve_decode[_async]`;
+ * bounds the device kernels' shared memory).
+ */
+#define KVP_MAX_RESERVED_STEPS 1024
 
 /**
  * Version of the digest definition below (`kvp_pool_digest`, `kvp_scheduler_digest`).
@@ -560,6 +573,17 @@ struct CUstream_st;
  * serialized by an internal lock.
  */
 struct kvp_adder;
+
+/**
+ * A reservation of `K` decode steps of a fixed batch, made by `kvp_pool_reserve_decode`
+ * (host pool) or `kvp_pool_reserve_decode_async` (device pool), stepped by
+ * `kvp_decode_reservation_step[_async]`, ended by `kvp_decode_reservation_finish[_async]`
+ * and released by `kvp_decode_reservation_free`. It keeps its pool alive.
+ *
+ * Thread safety: like every handle (calls serialized by a lock; a call also takes its
+ * pool's lock, after the reservation's).
+ */
+struct kvp_decode_reservation;
 
 /**
  * Decides, identically on every data-parallel rank, whether this pass prefills (SGLang's
@@ -2321,6 +2345,205 @@ KVP_NODISCARD enum kvp_status kvp_pool_merge_and_sort_free(struct kvp_pool *pool
  * `pool` must be a live pool or NULL.
  */
 KVP_NODISCARD enum kvp_status kvp_pool_clear(struct kvp_pool *pool);
+
+/**
+ * Reserves `steps` decode steps of a batch on a host pool and writes the new reservation
+ * to `*out_reservation` (release it with `kvp_decode_reservation_free`).
+ *
+ * `lens[i]` is the number of tokens request `i` holds now (the first reserved step makes it
+ * `lens[i] + 1`: `kvp_pool_alloc_decode`'s `seq_lens - 1`); `last_loc[i]` the slot of its
+ * last token (`-1` when `lens[i] == 0`). Request `i` needs
+ * `ceil((lens[i] + steps) / page_size) - ceil(lens[i] / page_size)` new pages; they are
+ * taken now, in exactly the order `steps` successive `kvp_pool_alloc_decode` calls would
+ * take them (step 1's new pages in request order, then step 2's, ...), and the slots of
+ * every step are computed now. The pages' fill points advance as if every step ran, so a
+ * plain `kvp_pool_alloc_decode` continuing a reserved request's partly filled page fails
+ * with `KVP_STATUS_LAST_LOC_MISMATCH`. Staged (`need_sort`) frees are merged first when the
+ * free list alone is short.
+ *
+ * Checked, nothing changed on failure: `1 <= steps <= 1024` (`KVP_STATUS_INVALID_ARGUMENT`),
+ * `0 <= lens[i]` and `lens[i] + steps <= size` (`KVP_STATUS_INVALID_LENGTHS`), each
+ * `last_loc` as `kvp_pool_alloc_decode` checks it, and the shortage
+ * (`KVP_STATUS_OUT_OF_SLOTS`). Counts in the stats as `batch_size * steps` tokens and the
+ * pages taken (no decode call). Other calls on the pool work normally while the
+ * reservation is live.
+ *
+ * # Safety
+ * `pool` a live pool or NULL; `lens` (`int64_t`) and `last_loc` (the pool's index type)
+ * NULL or valid for `batch_size` elements; `out_reservation` writable or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_reserve_decode(struct kvp_pool *pool,
+                                        const int64_t *lens,
+                                        const void *last_loc,
+                                        size_t batch_size,
+                                        uint32_t steps,
+                                        struct kvp_decode_reservation **out_reservation);
+
+/**
+ * Enqueues a reservation of `steps` decode steps of a batch on `stream` (device pool) and
+ * writes the new reservation to `*out_reservation`: the device-pool form of
+ * `kvp_pool_reserve_decode` (same semantics, page order and statuses). `lens_host` is the
+ * host copy of the device array `lens` (`int64_t`, tokens each request holds now), from
+ * which the host validates, plans the pages and checks the shortage before anything is
+ * enqueued; `last_loc` is a device array of the pool's index type.
+ *
+ * Enqueues one kernel (plus a merge when `need_sort` frees must be merged first), one
+ * block of 1,024 threads, that checks every `last_loc` as `kvp_pool_alloc_decode_async`'s
+ * kernel does, takes the planned pages, computes the `steps x batch_size` slot table into
+ * device memory the reservation owns (with a copy of `lens`) and advances the fill points.
+ * A bad `last_loc`, or device lengths that disagree with the host copy, fault the pool
+ * (nothing taken; the reservation's steps then write the padding slot 0). The first
+ * reservations allocate device memory (`cuMemAlloc`, which may synchronize); memory of
+ * freed reservations is reused. `lens` and `last_loc` must stay alive until the stream
+ * passes the call; the reservation does not need them afterwards.
+ *
+ * # Safety
+ * `lens_host` valid for `batch_size` elements; `lens`, `last_loc` device memory of the
+ * pool's device for `batch_size` elements; `out_reservation` writable; `stream` a live
+ * stream of the pool's device's primary context, or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_reserve_decode_async(struct kvp_pool *pool,
+                                              const int64_t *lens_host,
+                                              const int64_t *lens,
+                                              const void *last_loc,
+                                              size_t batch_size,
+                                              uint32_t steps,
+                                              struct kvp_decode_reservation **out_reservation,
+                                              struct CUstream_st *stream);
+
+/**
+ * The next step of a host pool's reservation: writes its slots (exactly what the
+ * corresponding `kvp_pool_alloc_decode` would return) to `out[0 .. batch_size)` and, when
+ * `table` is not NULL, each slot `i` to `table[rows[i]][lens[i] + s]` for step `s`
+ * (0-based; `rows` a host array of `batch_size` `int64_t`, distinct rows of the table,
+ * `lens[i] + s < row_len`). `out` may be NULL when a table is given. Past the reservation
+ * (all `steps` taken, or finished): `KVP_STATUS_INVALID_STATE`, nothing written; a
+ * reservation from before a `kvp_pool_clear` / `kvp_pool_restore_state` of its pool: the
+ * same. Buffers are only used during the call.
+ *
+ * # Safety
+ * `reservation` a live reservation or NULL; `out` NULL or valid for `out_len` elements of
+ * the pool's index type; `table` NULL or a descriptor of host memory spanning its shape;
+ * `rows` NULL or valid for `batch_size` elements.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_decode_reservation_step(struct kvp_decode_reservation *reservation,
+                                            void *out,
+                                            size_t out_len,
+                                            const struct kvp_req_table *table,
+                                            const int64_t *rows);
+
+/**
+ * Enqueues the next step of a device pool's reservation on `stream`: ONE kernel (one
+ * block of up to 1,024 threads) that reads the reservation's step counter `s` (in device
+ * memory), writes slot row `s` to `out[0 .. batch_size)` (device, the pool's index type;
+ * may be NULL when a table is given) and, when `table` is not NULL, each slot `i` to
+ * `table[rows[i]][lens[i] + s]` (`table` device memory, `rows` a device array of
+ * `batch_size` `int64_t` naming distinct rows), then increments the counter.
+ *
+ * Capturable: the call changes no host state, never synchronizes, allocates nothing, and
+ * its kernel's arguments are fixed, so it may be recorded by stream capture
+ * (`cudaStreamBeginCapture`) and the graph replayed once per step: `steps` replays give
+ * exactly the slots `steps` uncaptured `kvp_pool_alloc_decode_async` calls would give on an
+ * identical pool. Calling it again uncaptured is equally valid (each call is one step).
+ * Launches inside a capture are not tracked for the pool's stream-ordered release: finish
+ * a graph's replays before `kvp_pool_free`. The stream-order debug check does not cover
+ * steps (they are ordered by the engine's graph).
+ *
+ * Running past the reservation never allocates: a step that finds all `steps` taken (or
+ * the reservation finished) writes the padding slot 0 to `out`, writes no table entry,
+ * leaves the counter and faults the pool (`KVP_STATUS_DEVICE_FAULT`, the message names the
+ * reservation overrun). A row outside the table faults likewise. A step of a faulted pool
+ * writes 0 and does nothing else.
+ *
+ * Host checks (status, nothing enqueued): the reservation is live (not finished, its pool
+ * not cleared or restored since: `KVP_STATUS_INVALID_STATE`), the pool not faulted, the
+ * table's rows hold `max(lens) + steps` entries (`KVP_STATUS_BUFFER_TOO_SMALL`), NULLs and
+ * alignment, the stream (`KVP_STATUS_WRONG_STREAM`). `out`, `table.data` and `rows` must stay
+ * alive (at the same addresses) for every replay of a graph holding the step.
+ *
+ * # Safety
+ * `reservation` a live reservation or NULL; device buffers of the pool's device as
+ * described; `stream` a live stream of the pool's device's primary context, or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_decode_reservation_step_async(struct kvp_decode_reservation *reservation,
+                                                  void *out,
+                                                  const struct kvp_req_table *table,
+                                                  const int64_t *rows,
+                                                  struct CUstream_st *stream);
+
+/**
+ * Ends a host pool's reservation after `steps_used` steps, which must be the number of
+ * steps taken (`KVP_STATUS_INVALID_ARGUMENT` otherwise): the pages no used step touched go
+ * back to the *front* of the free list in the order they were taken (never staged; on a
+ * paged pool this is what `kvp_pool_free_pages` of them would do, on a token pool a free
+ * would append them: putting them back leaves the pool exactly as `steps_used` plain
+ * `kvp_pool_alloc_decode` calls would have), and each request's partly used last page is
+ * rewound to its last used slot (as `kvp_pool_rewind`). Available size and counters are
+ * exact afterwards. Refused, nothing changed: a page to return or rewind is no longer
+ * allocated (`KVP_STATUS_NOT_ALLOCATED`: finish before freeing the batch's requests), the
+ * reservation is finished or its pool was cleared or restored since
+ * (`KVP_STATUS_INVALID_STATE`), `pool` is not the reservation's pool. Ignores an open free
+ * group (the pages are returned at once).
+ *
+ * # Safety
+ * `pool`, `reservation` live handles or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_decode_reservation_finish(struct kvp_pool *pool,
+                                              struct kvp_decode_reservation *reservation,
+                                              uint32_t steps_used);
+
+/**
+ * Enqueues the end of a device pool's reservation after `steps_used` steps (the number of
+ * steps the engine ran: replays plus uncaptured calls) on `stream`: one kernel (one block)
+ * that checks the reservation's device step counter equals `steps_used` — a mismatch
+ * faults the pool naming both numbers and returns nothing — then returns the unused pages
+ * and rewinds partly used pages as `kvp_decode_reservation_finish` does. The host plans
+ * the returned page count from `steps_used`, so `kvp_pool_available_size` is exact right
+ * after the call. A page to return or rewind that is no longer allocated faults the pool
+ * (nothing returned). Host checks (status, nothing enqueued): `steps_used <= steps`, the
+ * reservation live and of `pool`, the pool not faulted, the stream. A step replayed after
+ * the finish writes 0 and faults (see `kvp_decode_reservation_step_async`).
+ *
+ * # Safety
+ * `pool`, `reservation` live handles or NULL; `stream` a live stream of the pool's
+ * device's primary context, or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_decode_reservation_finish_async(struct kvp_pool *pool,
+                                                    struct kvp_decode_reservation *reservation,
+                                                    uint32_t steps_used,
+                                                    struct CUstream_st *stream);
+
+/**
+ * Writes the reservation's step count, batch size and the pages it took. Either backend;
+ * any of the out-pointers may be NULL.
+ *
+ * # Safety
+ * `reservation` a live reservation or NULL; each out-pointer writable or NULL.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_decode_reservation_get_info(const struct kvp_decode_reservation *reservation,
+                                                uint32_t *out_steps,
+                                                size_t *out_batch_size,
+                                                uint64_t *out_pages);
+
+/**
+ * Releases a reservation (NULL: no-op). After a finish this only frees the handle. An
+ * unfinished reservation returns nothing to the pool: its pages stay allocated with their
+ * fill points as if every reserved step had run (only the engine knows how many ran; call
+ * the finish first to get the unused pages back). A device reservation's memory is kept by
+ * its pool for later reservations: a graph holding one of its steps must not be replayed
+ * afterwards. Releases the reservation's reference to its pool.
+ *
+ * # Safety
+ * `reservation` NULL or a live reservation, not used concurrently or afterwards.
+ */
+void kvp_decode_reservation_free(struct kvp_decode_reservation *reservation);
 
 /**
  * `kvp_pool_alloc_extend` by request rows of a `req_to_token` table (host pool).

@@ -216,6 +216,7 @@ struct deleter {
     void operator()(kvp_scheduler *p) const noexcept { kvp_scheduler_free(p); }
     void operator()(kvp_adder *p) const noexcept { kvp_adder_free(p); }
     void operator()(kvp_delayer *p) const noexcept { kvp_delayer_free(p); }
+    void operator()(kvp_decode_reservation *p) const noexcept { kvp_decode_reservation_free(p); }
 };
 
 // The owned C handle of a wrapper: move-only, freed once.
@@ -271,6 +272,85 @@ public:
 
 private:
     using owner::owner;
+};
+
+/// K reserved decode steps of a fixed batch (kvp_decode_reservation; pool::reserve_decode /
+/// pool::reserve_decode_async). Each step() / step_async() hands out the next step's slots;
+/// step_async() may be captured into a CUDA graph and the graph replayed once per step.
+/// End it with pool::finish_reservation[_async]. Destructor: kvp_decode_reservation_free
+/// (an unfinished reservation returns nothing to the pool). Keeps its pool alive.
+class decode_reservation : public detail::owner<kvp_decode_reservation> {
+public:
+    /// Takes ownership of `raw` (from kvp_pool_reserve_decode[_async]).
+    static decode_reservation adopt(kvp_decode_reservation *raw) {
+        return decode_reservation(detail::adoptable(raw, "kvpool::decode_reservation::adopt"));
+    }
+
+    uint32_t steps() const { return info().steps; }
+    std::size_t batch_size() const { return info().batch; }
+    /// Pages the reservation took.
+    uint64_t pages() const { return info().pages; }
+
+    /// Host pool: the next step's slots into out[0 .. batch) (out's element type must be the
+    /// pool's index type). Throws KVP_STATUS_INVALID_STATE past the reservation.
+    template <class Out>
+    void step(Out &&out) {
+        check(kvp_decode_reservation_step(get(), std::data(out), std::size(out), nullptr,
+                                          nullptr),
+              "kvp_decode_reservation_step");
+    }
+    /// Host pool: as above, also writing table[rows[i]][lens[i] + s] (host table and rows).
+    template <class Rows, class Out>
+    void step(const kvp_req_table &table, const Rows &rows, Out &&out) {
+        static_assert(std::is_same_v<detail::element_t<Rows>, int64_t>, "rows hold int64_t");
+        if (std::size(rows) != batch_size())
+            throw error(KVP_STATUS_INVALID_LENGTHS, "kvp_decode_reservation_step",
+                        "rows must have one entry per request of the reservation");
+        check(kvp_decode_reservation_step(get(), std::data(out), std::size(out), &table,
+                                          std::data(rows)),
+              "kvp_decode_reservation_step");
+    }
+
+    /// Device pool: enqueues the next step (ONE kernel, capturable): slots into
+    /// out[0 .. batch) (device). Past the reservation the kernel writes 0 and faults the pool.
+    template <class Out>
+    void step_async(device_span<Out> out, stream_t stream) {
+        require_out(out.size());
+        check(kvp_decode_reservation_step_async(get(), out.data(), nullptr, nullptr, stream),
+              "kvp_decode_reservation_step_async");
+    }
+    /// Device pool: as above, also writing table[rows[i]][lens[i] + s] (device table and
+    /// rows); `out` may be an empty span.
+    template <class Out>
+    void step_async(const kvp_req_table &table, device_span<const int64_t> rows,
+                    device_span<Out> out, stream_t stream) {
+        if (!out.empty()) require_out(out.size());
+        if (rows.size() != batch_size())
+            throw error(KVP_STATUS_INVALID_LENGTHS, "kvp_decode_reservation_step_async",
+                        "rows must have one entry per request of the reservation");
+        check(kvp_decode_reservation_step_async(get(), out.data(), &table, rows.data(), stream),
+              "kvp_decode_reservation_step_async");
+    }
+
+private:
+    using owner::owner;
+
+    struct info_t {
+        uint32_t steps = 0;
+        std::size_t batch = 0;
+        uint64_t pages = 0;
+    };
+    info_t info() const {
+        info_t i;
+        check(kvp_decode_reservation_get_info(get(), &i.steps, &i.batch, &i.pages),
+              "kvp_decode_reservation_get_info");
+        return i;
+    }
+    void require_out(std::size_t size) const {
+        if (size < batch_size())
+            throw error(KVP_STATUS_BUFFER_TOO_SMALL, "kvp_decode_reservation_step_async",
+                        "out holds fewer indices than the reservation's batch");
+    }
 };
 
 /// A KV-cache slot allocator (kvp_pool). Index buffers must have the pool's index type.
@@ -451,7 +531,32 @@ public:
         return out;
     }
 
-    // ---- request-to-token tables (kvp_req_table; see kvpool::req_table) ----
+    // ---- decode reservations (kvp_decode_reservation) ----
+
+    /// Reserves `steps` decode steps of a batch (host pool): lens[i] tokens held now,
+    /// last_loc[i] the slot of the last one (-1 when lens[i] == 0). The pages are taken now,
+    /// in the order `steps` alloc_decode calls would take them.
+    template <class Lens, class LastLoc>
+    decode_reservation reserve_decode(const Lens &lens, const LastLoc &last_loc,
+                                      uint32_t steps) {
+        detail::require_lengths(lens);
+        require_index<detail::element_t<LastLoc>>("last_loc");
+        const std::size_t batch = std::size(lens);
+        require_batch(std::size(last_loc) == batch, "kvp_pool_reserve_decode",
+                      "lens and last_loc");
+        kvp_decode_reservation *raw = nullptr;
+        check(kvp_pool_reserve_decode(get(), std::data(lens), std::data(last_loc), batch, steps,
+                                      &raw),
+              "kvp_pool_reserve_decode");
+        return decode_reservation::adopt(raw);
+    }
+    /// Ends a host pool's reservation after `steps_used` steps: unused pages back to the
+    /// front of the free list, partly used pages rewound.
+    void finish_reservation(decode_reservation &reservation, uint32_t steps_used) {
+        check(kvp_decode_reservation_finish(get(), reservation.get(), steps_used),
+              "kvp_decode_reservation_finish");
+    }
+
 
     /// alloc_extend by request rows: last_loc read from table[rows[i]][prefix_lens[i] - 1],
     /// new slots written to table[rows[i]][prefix_lens[i] .. seq_lens[i]) and to `out`
@@ -725,6 +830,32 @@ public:
                                           last_loc.data(), batch, out.data(), out.size(),
                                           stream),
               "kvp_pool_alloc_decode_async");
+    }
+
+    /// Reserves `steps` decode steps of a batch on the device (kvp_pool_reserve_decode_async):
+    /// `lens_host` is the host copy of `lens` (device); `last_loc` is a device array.
+    template <class LensHost, class LastLoc>
+    decode_reservation reserve_decode_async(const LensHost &lens_host,
+                                            device_span<const int64_t> lens,
+                                            device_span<LastLoc> last_loc, uint32_t steps,
+                                            stream_t stream) {
+        detail::require_lengths(lens_host);
+        require_index<std::remove_const_t<LastLoc>>("last_loc");
+        const std::size_t batch = std::size(lens_host);
+        require_batch(lens.size() == batch && last_loc.size() == batch,
+                      "kvp_pool_reserve_decode_async", "lens, last_loc and lens_host");
+        kvp_decode_reservation *raw = nullptr;
+        check(kvp_pool_reserve_decode_async(get(), std::data(lens_host), lens.data(),
+                                            last_loc.data(), batch, steps, &raw, stream),
+              "kvp_pool_reserve_decode_async");
+        return decode_reservation::adopt(raw);
+    }
+    /// Enqueues the end of a device pool's reservation after `steps_used` steps (replays
+    /// included); the kernel checks the count against the device's.
+    void finish_reservation_async(decode_reservation &reservation, uint32_t steps_used,
+                                  stream_t stream) {
+        check(kvp_decode_reservation_finish_async(get(), reservation.get(), steps_used, stream),
+              "kvp_decode_reservation_finish_async");
     }
 
     /// alloc_extend_rows on the device (kvp_pool_alloc_extend_rows_async): `table` describes

@@ -1069,6 +1069,7 @@ __device__ void copy_state(View v, Call call, uint32_t *snap, bool restore) {
 
 // ---- request-to-token tables (kernels/rows.cuh) ----------------------------------------------
 #include "rows.cuh"
+#include "reservation.cuh"
 
 using namespace kvp;
 
@@ -1172,6 +1173,35 @@ KVP_INDEX_KERNELS(i32, int)
 
 KVP_ROWS_KERNELS(i64, long long)
 KVP_ROWS_KERNELS(i32, int)
+
+// Decode reservations (reservation.cuh): the pool's index type a suffix, a request-to-token
+// table's element type a run-time flag (`wide`: int64) as for the rows kernels.
+#define KVP_RESERVATION_KERNELS(SUFFIX, INDEX)                                                    \
+  extern "C" __global__ void __launch_bounds__(RES_BLOCK) kvp_reserve_decode_##SUFFIX(            \
+      View v, Call call, const long long *lens_in, const INDEX *last_loc, uint32_t batch,         \
+      uint32_t steps, unsigned long long total_pages, ResHeader *res, long long *lens,            \
+      INDEX *slots, uint32_t *taken, uint32_t *rank) {                                            \
+    reserve_decode<INDEX>(v, call, lens_in, last_loc, batch, steps, total_pages, res, lens,       \
+                          slots, taken, rank);                                                    \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(RES_BLOCK) kvp_reservation_step_##SUFFIX(          \
+      View v, Call call, ResHeader *res, const long long *lens, const INDEX *slots,               \
+      uint32_t batch, uint32_t steps, INDEX *out, void *table, uint32_t wide,                     \
+      unsigned long long table_rows, unsigned long long stride, unsigned long long row_len,       \
+      const long long *rows) {                                                                    \
+    reservation_step<INDEX>(v, call, res, lens, slots, batch, steps, out, table, wide,            \
+                            table_rows, stride, row_len, rows);                                   \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(RES_BLOCK) kvp_reservation_finish_##SUFFIX(        \
+      View v, Call call, ResHeader *res, const long long *lens, const INDEX *slots,               \
+      const uint32_t *taken, uint32_t batch, uint32_t steps, uint32_t used,                       \
+      unsigned long long first_unused, unsigned long long unused) {                               \
+    reservation_finish<INDEX>(v, call, res, lens, slots, taken, batch, steps, used,               \
+                              first_unused, unused);                                              \
+  }
+
+KVP_RESERVATION_KERNELS(i64, long long)
+KVP_RESERVATION_KERNELS(i32, int)
 
 extern "C" __global__ void __launch_bounds__(ROWS_BLOCK)
     kvp_page_table(const void *table, uint32_t wide, unsigned long long table_rows,

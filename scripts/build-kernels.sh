@@ -22,7 +22,7 @@ FLAGS=(-fatbin -O3 -std=c++17
        -gencode arch=compute_80,code=sm_80
        -gencode arch=compute_90,code=sm_90
        -gencode arch=compute_90,code=compute_90)
-SOURCES=(kernels/pool.cu kernels/pool_state.cuh kernels/extend_block.cuh kernels/digest.cuh kernels/rows.cuh kernels/req_table.cuh)
+SOURCES=(kernels/pool.cu kernels/pool_state.cuh kernels/extend_block.cuh kernels/digest.cuh kernels/rows.cuh kernels/req_table.cuh kernels/reservation.cuh)
 OUT=kernels/pool.fatbin
 STAMP=kernels/pool.fatbin.sha256
 

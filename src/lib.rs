@@ -28,8 +28,9 @@ pub mod pool;
 pub mod ffi;
 
 pub use pool::{
-    BackendKind, ErrorKind, IndexType, Pool, PoolConfig, PoolError, PoolInfo, PoolOp, PoolStats,
-    ReqTable, SlotIndex, Snapshot, TableShape,
+    BackendKind, DecodeReservation, ErrorKind, IndexType, Pool, PoolConfig, PoolError, PoolInfo,
+    PoolOp, PoolStats, ReqTable, ReservationPlan, SlotIndex, Snapshot, TableShape,
+    MAX_RESERVED_STEPS,
 };
 
 /// The crate version, also returned by `kvp_version()`.

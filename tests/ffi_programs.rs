@@ -224,6 +224,19 @@ fn c99_rows() {
     run_program(&exe, "rows_test (C): all ");
 }
 
+/// Multi-step decode reservations from C99 on a host pool: K reserved steps against K plain
+/// decodes on a twin pool, a table written by a step, an early finish, the refusals.
+#[test]
+fn c99_reservation() {
+    let exe = build_program(
+        Lang::C,
+        "tests/c/reservation_test.c",
+        "reservation_test_c",
+        false,
+    );
+    run_program(&exe, "reservation_test (C): all ");
+}
+
 /// The C++17 example an engine author copies from builds with the strict warning set
 /// (without the test-only declarations), runs, and reports a drained workload.
 #[test]

@@ -120,6 +120,8 @@ from . import _buffers
 __all__ = [
     "ABI_VERSION",
     "BACKEND_CUDA",
+    "DecodeReservation",
+    "MAX_RESERVED_STEPS",
     "BACKEND_HOST",
     "INDEX_TYPE_I32",
     "INDEX_TYPE_I64",
@@ -734,6 +736,35 @@ SIGNATURES = {
         _status,
         [_handle, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_bool)],
     ),
+    # decode reservations (docs/graph-decode.md)
+    "kvp_pool_reserve_decode": (
+        _status,
+        [_handle, _i64_array, _buffer, ctypes.c_size_t, ctypes.c_uint32,
+         ctypes.POINTER(_handle)],
+    ),
+    "kvp_pool_reserve_decode_async": (
+        _status,
+        [_handle, _i64_array, _i64_array, _buffer, ctypes.c_size_t, ctypes.c_uint32,
+         ctypes.POINTER(_handle), _stream],
+    ),
+    "kvp_decode_reservation_step": (
+        _status,
+        [_handle, _buffer, ctypes.c_size_t, _table_p, _i64_array],
+    ),
+    "kvp_decode_reservation_step_async": (
+        _status,
+        [_handle, _buffer, _table_p, _i64_array, _stream],
+    ),
+    "kvp_decode_reservation_finish": (_status, [_handle, _handle, ctypes.c_uint32]),
+    "kvp_decode_reservation_finish_async": (
+        _status,
+        [_handle, _handle, ctypes.c_uint32, _stream],
+    ),
+    "kvp_decode_reservation_get_info": (
+        _status,
+        [_handle, ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_size_t), _u64_p],
+    ),
+    "kvp_decode_reservation_free": (None, [_handle]),
     "kvp_status_str": (ctypes.c_char_p, [ctypes.c_int32]),
     "kvp_testing_panic": (_status, []),
     "kvp_testing_poison_pool": (_status, [_handle]),
@@ -1062,6 +1093,73 @@ class Snapshot(_Owner):
     """A copy of a pool's allocator state (kvp_pool_backup_state)."""
 
     _free_name = "kvp_snapshot_free"
+
+
+# The most steps one reservation covers (the header's KVP_MAX_RESERVED_STEPS).
+MAX_RESERVED_STEPS = 1024
+
+
+class DecodeReservation(_Owner):
+    """``steps`` reserved decode steps of a fixed batch (``Pool.reserve_decode`` /
+    ``Pool.reserve_decode_async``; docs/graph-decode.md). ``step()`` (host pool) or
+    ``step_async()`` (device pool: one kernel, capturable into a CUDA graph) hands out the
+    next step's slots; end it with ``Pool.finish_reservation[_async]``. Closing an
+    unfinished reservation returns nothing to the pool."""
+
+    _free_name = "kvp_decode_reservation_free"
+
+    def __init__(self, lib, handle, pool):
+        super().__init__(lib, handle)
+        self._pool = pool  # its index type, device and table helpers
+        steps, batch, pages = ctypes.c_uint32(), ctypes.c_size_t(), ctypes.c_uint64()
+        self._lib.check(self._lib.kvp_decode_reservation_get_info(
+            self.handle, ctypes.byref(steps), ctypes.byref(batch), ctypes.byref(pages)))
+        self.steps, self.batch_size, self.pages = steps.value, batch.value, pages.value
+
+    def step(self, out=None, *, table=None, rows=None):
+        """Host pool: the next step's slots (what the matching ``alloc_decode`` would
+        return), also written to ``table[rows[i], lens[i] + s]`` when a table is given."""
+        pool = self._pool
+        out, address, length, kind = _out_buffer(self.batch_size, out, pool._index)
+        t, table_keep, rows_p, rows_keep = None, None, None, None
+        if table is not None:
+            t, table_keep = pool._table(table, None)
+            rows_p, rows_n, rows_keep = _host_array(rows, _INT64, "rows")
+            if rows_n != self.batch_size:
+                raise ValueError("rows needs one entry per request of the reservation")
+        status = self._lib.fast.kvp_decode_reservation_step(
+            self.handle, address, length, None if t is None else ctypes.addressof(t), rows_p)
+        if status:
+            self._lib.check(status)
+        del table_keep, rows_keep
+        return _result(out, kind, self.batch_size, length)
+
+    def step_async(self, out, *, table=None, rows=None, stream=None):
+        """Device pool: enqueues the next step on ``stream`` — ONE kernel with fixed
+        arguments, so it may be recorded in ``torch.cuda.graph`` and replayed once per
+        step. ``out`` (a CUDA tensor of the pool's index dtype, ``batch_size`` entries) gets
+        the slots; with a ``table`` (``req_to_token``) and ``rows`` (an int64 CUDA tensor),
+        ``table[rows[i], lens[i] + s]`` too. Returns ``out``."""
+        pool = self._pool
+        call = "kvp_decode_reservation_step_async"
+        pool._require_device(call)
+        buf, n = pool._device_indices(out, "out")
+        if n < self.batch_size:
+            raise ValueError(f"out holds {n} indices; the reservation's batch is "
+                             f"{self.batch_size}")
+        t, table_keep, rows_buf = None, None, None
+        if table is not None:
+            t, table_keep = pool._table(table, pool.device)
+            rows_buf, rows_n = pool._device_lengths(rows, "rows")
+            if rows_n != self.batch_size:
+                raise ValueError("rows needs one entry per request of the reservation")
+        status = self._lib.fast.kvp_decode_reservation_step_async(
+            self.handle, buf, None if t is None else ctypes.addressof(t), rows_buf,
+            pool._stream_handle(stream))
+        if status:
+            self._lib.check(status)
+        del table_keep
+        return out
 
 
 def _tensor_module(value):
@@ -1533,6 +1631,58 @@ class Pool(_Owner):
 
     def restore_state(self, snapshot):
         self._call("kvp_pool_restore_state", snapshot.handle)
+
+    # ---- decode reservations (docs/graph-decode.md) ----
+
+    def reserve_decode(self, lens, last_loc, steps):
+        """Host pool: reserves ``steps`` decode steps of a batch; ``lens[i]`` tokens held
+        now, ``last_loc[i]`` the slot of the last one (-1 when none). The pages are taken
+        now, in the order ``steps`` ``alloc_decode`` calls would take them. Returns a
+        ``DecodeReservation``."""
+        lens_p, batch, lens_keep = _host_array(lens, _INT64, "lens")
+        last_p, last_n, last_keep = _host_array(last_loc, self._index, "last_loc")
+        if batch != last_n:
+            raise ValueError("lens and last_loc need one entry per request")
+        steps = _int(steps, "uint32_t", "steps")
+        handle = ctypes.c_void_p()
+        status = self._lib.fast.kvp_pool_reserve_decode(
+            self.handle, lens_p, last_p, batch, steps, ctypes.addressof(handle))
+        if status:
+            self._lib.check(status)
+        del lens_keep, last_keep
+        return DecodeReservation(self._lib, handle.value, self)
+
+    def finish_reservation(self, reservation, steps_used):
+        """Ends a host pool's reservation after ``steps_used`` steps: unused pages back to
+        the front of the free list, partly used pages rewound."""
+        steps_used = _int(steps_used, "uint32_t", "steps_used")
+        self._call("kvp_decode_reservation_finish", reservation.handle, steps_used)
+
+    def reserve_decode_async(self, lens, last_loc, steps, *, lens_host=None, stream=None):
+        """Device pool: ``reserve_decode`` enqueued on ``stream`` (one kernel). ``lens``
+        (int64) and ``last_loc`` are CUDA tensors, ``lens_host`` the host copy of ``lens``
+        (required: the host plans and checks the shortage from it)."""
+        call = "kvp_pool_reserve_decode_async"
+        self._require_device(call)
+        lens_h, batch, lens_keep = self._host_lengths(lens_host, "lens", call)
+        lens_buf, lens_n = self._device_lengths(lens, "lens")
+        last_buf, last_n = self._device_indices(last_loc, "last_loc")
+        if not batch == lens_n == last_n:
+            raise ValueError("lens, last_loc and lens_host need one entry per request")
+        steps = _int(steps, "uint32_t", "steps")
+        handle = ctypes.c_void_p()
+        self._async_call(call, lens_h, lens_buf, last_buf, batch, steps,
+                         ctypes.addressof(handle), self._stream_handle(stream))
+        del lens_keep
+        return DecodeReservation(self._lib, handle.value, self)
+
+    def finish_reservation_async(self, reservation, steps_used, *, stream=None):
+        """Enqueues the end of a device pool's reservation after ``steps_used`` steps (graph
+        replays included); the kernel checks the count against the device's."""
+        call = "kvp_decode_reservation_finish_async"
+        self._require_device(call)
+        steps_used = _int(steps_used, "uint32_t", "steps_used")
+        self._async_call(call, reservation.handle, steps_used, self._stream_handle(stream))
 
     # ---- device pools: buffers and streams ----
 

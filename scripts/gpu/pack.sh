@@ -26,7 +26,7 @@ cp target/release/libkvpool.so gpu-artifacts/lib/libkvpool.so.0.1
 cp target/release/examples/demo gpu-artifacts/bin/demo
 # The test binaries, by name (cargo prints their paths as JSON).
 cargo test --release --no-run --test cuda_lockstep --test cuda_device --test cuda_multi_device --test cuda_contract \
-    --test need_queries --test cuda_rows \
+    --test need_queries --test cuda_rows --test cuda_reservation \
     --message-format=json 2>/dev/null |
     python3 -c '
 import json, shutil, sys

@@ -92,6 +92,7 @@ for step in "${steps[@]}"; do
         run release-cpp "$LOGS/cuda_release_test" --require-gpu
         run lockstep "$BIN/cuda_lockstep" --ignored --nocapture
         run rows "$BIN/cuda_rows" --ignored --test-threads=1 --nocapture
+        run reservation "$BIN/cuda_reservation" --ignored --test-threads=1 --nocapture
         run multi-device "$BIN/cuda_multi_device" --ignored --nocapture
         run need-queries "$BIN/need_queries" --ignored --nocapture
         ;;
@@ -110,6 +111,10 @@ for step in "${steps[@]}"; do
             --error-exitcode 9 "$BIN/cuda_rows" --ignored --test-threads=1
         KVPOOL_ROWS_OPS=${SANITIZE_OPS:-600} run sanitize-racecheck-rows "$SANITIZER" --tool racecheck \
             --error-exitcode 9 "$BIN/cuda_rows" --ignored --test-threads=1
+        run sanitize-memcheck-reservation "$SANITIZER" --tool memcheck \
+            --error-exitcode 9 "$BIN/cuda_reservation" --ignored --test-threads=1
+        run sanitize-racecheck-reservation "$SANITIZER" --tool racecheck \
+            --error-exitcode 9 "$BIN/cuda_reservation" --ignored --test-threads=1
         run sanitize-memcheck-device "$SANITIZER" --tool memcheck --error-exitcode 9 \
             "$BIN/cuda_device" --ignored --test-threads=1 --skip no_call_waits
         # Stream-ordered release under memcheck: a free under a queued kernel would show as an
@@ -133,6 +138,10 @@ for step in "${steps[@]}"; do
             -Lgpu-artifacts/lib -lkvpool -Xlinker -rpath -Xlinker "$PWD/gpu-artifacts/lib" -o "$LOGS/cuda_batch"
         run example "$LOGS/cuda_batch"
         run sanitize-example "$SANITIZER" --tool memcheck --error-exitcode 9 "$LOGS/cuda_batch"
+        run graph-example-build "$NVCC" -O2 -std=c++17 -arch=sm_90 -Iinclude cpp-examples/cuda_graph_decode.cu \
+            -Lgpu-artifacts/lib -lkvpool -Xlinker -rpath -Xlinker "$PWD/gpu-artifacts/lib" -o "$LOGS/cuda_graph_decode"
+        run graph-example "$LOGS/cuda_graph_decode"
+        run sanitize-graph-example "$SANITIZER" --tool memcheck --error-exitcode 9 "$LOGS/cuda_graph_decode"
         ;;
     demo)
         run demo "$BIN/demo" --backend cuda
@@ -172,7 +181,7 @@ for step in "${steps[@]}"; do
 done
 
 # Every log, in one file (the device tool brings back at most eight).
-tar -czf "$OUT/logs.tar.gz" -C "$LOGS" --exclude cuda_batch --exclude kvpool_bench --exclude kvpool_bench_before .
+tar -czf "$OUT/logs.tar.gz" -C "$LOGS" --exclude cuda_batch --exclude cuda_graph_decode --exclude kvpool_bench --exclude kvpool_bench_before .
 if [[ ${#failed[@]} -gt 0 ]]; then
     echo "GPU check FAILED: ${failed[*]}"
     exit 1

@@ -37,6 +37,11 @@ pub(crate) struct Typed {
     /// read and written by the allocation kernel itself).
     pub extend_warp_rows: CUfunction,
     pub extend_block_rows: CUfunction,
+    /// Decode reservations (`kernels/reservation.cuh`): the reserve, one step (capturable),
+    /// the finish.
+    pub reserve_decode: CUfunction,
+    pub reservation_step: CUfunction,
+    pub reservation_finish: CUfunction,
 }
 
 /// The module and its entry points, loaded into one context.
@@ -106,6 +111,9 @@ impl Kernels {
                 rows_segments: get(c"kvp_rows_segments_i64")?,
                 extend_warp_rows: get(c"kvp_extend_warp_rows_i64")?,
                 extend_block_rows: get(c"kvp_extend_block_rows_i64")?,
+                reserve_decode: get(c"kvp_reserve_decode_i64")?,
+                reservation_step: get(c"kvp_reservation_step_i64")?,
+                reservation_finish: get(c"kvp_reservation_finish_i64")?,
             },
             IndexType::I32 => Typed {
                 alloc: get(c"kvp_alloc_i32")?,
@@ -121,6 +129,9 @@ impl Kernels {
                 rows_segments: get(c"kvp_rows_segments_i32")?,
                 extend_warp_rows: get(c"kvp_extend_warp_rows_i32")?,
                 extend_block_rows: get(c"kvp_extend_block_rows_i32")?,
+                reserve_decode: get(c"kvp_reserve_decode_i32")?,
+                reservation_step: get(c"kvp_reservation_step_i32")?,
+                reservation_finish: get(c"kvp_reservation_finish_i32")?,
             },
         };
         Ok(Self {

@@ -182,6 +182,12 @@ pub enum DeviceOp {
     AllocDecodeRows = 11,
     /// `free_rows`
     FreeRows = 12,
+    /// `reserve_decode`
+    ReserveDecode = 13,
+    /// a reservation's step
+    ReservationStep = 14,
+    /// a reservation's finish
+    ReservationFinish = 15,
 }
 
 impl DeviceOp {
@@ -199,6 +205,9 @@ impl DeviceOp {
             10 => Self::AllocExtendRows,
             11 => Self::AllocDecodeRows,
             12 => Self::FreeRows,
+            13 => Self::ReserveDecode,
+            14 => Self::ReservationStep,
+            15 => Self::ReservationFinish,
             _ => return None,
         })
     }
@@ -218,13 +227,16 @@ impl DeviceOp {
             Self::AllocExtendRows => "kvp_pool_alloc_extend_rows_async",
             Self::AllocDecodeRows => "kvp_pool_alloc_decode_rows_async",
             Self::FreeRows => "kvp_pool_free_rows_async",
+            Self::ReserveDecode => "kvp_pool_reserve_decode_async",
+            Self::ReservationStep => "kvp_decode_reservation_step_async",
+            Self::ReservationFinish => "kvp_decode_reservation_finish_async",
         }
     }
 
     /// The name of the call's checked input array.
     fn element(self) -> &'static str {
         match self {
-            Self::AllocExtend | Self::AllocDecode => "last_loc",
+            Self::AllocExtend | Self::AllocDecode | Self::ReserveDecode => "last_loc",
             Self::FreeIndices => "indices",
             Self::FreePages => "page_ids",
             Self::FreeSegment => "row",
@@ -234,6 +246,8 @@ impl DeviceOp {
             // The segments laid out as one row, page after page.
             Self::FreeRows => "segments",
             Self::Alloc | Self::GroupEnd | Self::Merge => "state",
+            Self::ReservationStep => "rows",
+            Self::ReservationFinish => "reserved pages",
         }
     }
 }
@@ -302,6 +316,36 @@ impl DeviceFault {
             13 => (
                 ErrorKind::LastLocMismatch,
                 format!("{element} is not its page's last handed-out slot (a stale or foreign continuation; rewind the page after rejecting tokens)"),
+            ),
+            14 if op == Some(DeviceOp::ReserveDecode) => (
+                ErrorKind::InvalidLengths,
+                format!(
+                    "the device copy of lens disagrees with the host copy the reservation was planned from (device lens[{position}] = {value}); nothing was reserved"
+                ),
+            ),
+            20 if op == Some(DeviceOp::ReservationStep) => (
+                ErrorKind::BufferTooSmall,
+                format!("request {position} would write table position {value}, past the table's row_len"),
+            ),
+            21 => (
+                ErrorKind::InvalidState,
+                format!("reservation overrun: all {position} reserved steps were already taken (step counter {value}); the step wrote the padding slot 0, wrote no table entry and allocated nothing"),
+            ),
+            22 => (
+                ErrorKind::InvalidArgument,
+                format!("steps_used = {position} but the device ran {value} steps of the reservation; nothing was returned"),
+            ),
+            23 => (
+                ErrorKind::InvalidState,
+                format!("reservation overrun: a step of a reservation of {position} steps ran after its finish (step counter {value}); the step wrote the padding slot 0, wrote no table entry and allocated nothing"),
+            ),
+            24 => (
+                ErrorKind::NotAllocated,
+                format!("reserved page {value} (unused page {position}) was freed before the finish: finish a reservation before freeing its requests; nothing was returned"),
+            ),
+            25 => (
+                ErrorKind::NotAllocated,
+                format!("request {position}'s last used slot {value} is no longer in an allocated page filled that far: finish a reservation before freeing or rewinding its requests; nothing was returned"),
             ),
             14 if op == Some(DeviceOp::FreeRows) => (
                 ErrorKind::InvalidLengths,

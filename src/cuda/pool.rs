@@ -29,8 +29,11 @@ use crate::pool::config::Layout;
 use crate::pool::error::fail;
 use crate::pool::{plan, BackendKind, ErrorKind, PoolConfig, PoolError, PoolInfo, PoolStats};
 
+#[path = "reservation.rs"]
+mod reservation;
 #[path = "rows.rs"]
 mod rows;
+pub use reservation::DeviceReservation;
 pub use rows::DeviceTable;
 
 static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1 << 48);
@@ -183,6 +186,9 @@ pub struct DevicePool {
     /// may still be used by queued kernels and are freed with the pool.
     rows_marks: Vec<DeviceMemory>,
     rows_data: Vec<DeviceMemory>,
+    /// Device memory of released decode reservations, reused by later ones (every pool call
+    /// is ordered after the kernels that used it); freed with the pool.
+    reservation_spares: Vec<DeviceMemory>,
     /// Recorded after every launch: releasing waits (off-thread) for it.
     last_use: Arc<LastUse>,
     /// `kvp_pool_set_debug` flags.
@@ -273,6 +279,7 @@ impl DevicePool {
             digest_scratch: ManuallyDrop::new(digest_scratch),
             rows_marks: Vec::new(),
             rows_data: Vec::new(),
+            reservation_spares: Vec::new(),
             last_use,
             debug: 0,
             stream_order: None,
@@ -1652,6 +1659,7 @@ impl Drop for DevicePool {
                 rows_scratch: std::mem::take(&mut self.rows_marks)
                     .into_iter()
                     .chain(std::mem::take(&mut self.rows_data))
+                    .chain(std::mem::take(&mut self.reservation_spares))
                     .collect(),
             }
         };

@@ -29,11 +29,11 @@ pub struct DeviceTable {
 }
 
 impl DeviceTable {
-    fn wide(&self) -> u32 {
+    pub(super) fn wide(&self) -> u32 {
         u32::from(self.index_type == IndexType::I64)
     }
 
-    fn check(&self, max_slot: u64) -> Result<(), PoolError> {
+    pub(super) fn check(&self, max_slot: u64) -> Result<(), PoolError> {
         self.shape.span()?;
         match self.index_type {
             IndexType::I64 => check_table_type::<i64>(max_slot),
@@ -98,7 +98,7 @@ impl DevicePool {
         grow(&mut self.rows_data, bytes, stream)
     }
 
-    fn index_bytes(&self) -> usize {
+    pub(super) fn index_bytes(&self) -> usize {
         match self.config.index_type {
             IndexType::I64 => 8,
             IndexType::I32 => 4,

@@ -59,6 +59,7 @@ impl HandleKind for super::snapshot::SnapshotObject {
 /// The C name of the kind with tag `tag`, if any.
 fn kind_name(tag: u64) -> Option<&'static str> {
     use super::pool::PoolObject;
+    use super::reservation::ReservationObject;
     use super::scheduler::SchedulerState;
     use super::snapshot::SnapshotObject;
     use crate::admission::{PrefillAdder, PrefillDelayer};
@@ -68,6 +69,7 @@ fn kind_name(tag: u64) -> Option<&'static str> {
         (PrefillAdder::TAG, PrefillAdder::NAME),
         (PrefillDelayer::TAG, PrefillDelayer::NAME),
         (SnapshotObject::TAG, SnapshotObject::NAME),
+        (ReservationObject::TAG, ReservationObject::NAME),
     ]
     .into_iter()
     .find_map(|(t, name)| (t == tag).then_some(name))

@@ -84,7 +84,7 @@ pub(crate) fn table_of(
 ///
 /// # Safety
 /// `t.data` must be valid for the span of `shape`, with no other access during the call.
-unsafe fn host_table<'a, T: SlotIndex>(
+pub(crate) unsafe fn host_table<'a, T: SlotIndex>(
     t: &kvp_req_table,
     shape: TableShape,
 ) -> Result<ReqTable<'a, T>, kvp_status> {
@@ -435,7 +435,11 @@ pub unsafe extern "C" fn kvp_pool_page_table(
 
 // ---- device pools ---------------------------------------------------------------------------
 
-fn device_table(t: &kvp_req_table, shape: TableShape, index_type: IndexType) -> DeviceTable {
+pub(crate) fn device_table(
+    t: &kvp_req_table,
+    shape: TableShape,
+    index_type: IndexType,
+) -> DeviceTable {
     DeviceTable {
         data: device_ptr(t.data.cast_const()),
         index_type,

@@ -117,6 +117,15 @@ impl FreeList {
         }
     }
 
+    /// Puts `pages`, taken earlier in this order, back at the front of the list, as if they
+    /// had never been taken (never staged: a decode reservation returning what it did not
+    /// use leaves the list exactly as the decodes it stood for would have).
+    pub fn untake(&mut self, pages: &[u32]) {
+        for &page in pages.iter().rev() {
+            self.pages.push_front(page);
+        }
+    }
+
     /// `free = sort(free ++ staged)`; returns whether anything was staged.
     pub fn merge_and_sort(&mut self) -> bool {
         if self.staged.is_empty() {

@@ -671,6 +671,20 @@ impl HostStorage {
         }
     }
 
+    /// Puts pages taken in this order back at the front of the free list, free (see
+    /// [`FreeList::untake`]). The caller has checked that each is allocated.
+    pub fn untake(&mut self, pages: &[u32]) {
+        for &page in pages {
+            self.state.map.set(page, PageState::Free);
+        }
+        self.state.free.untake(pages);
+    }
+
+    /// Sets the fill point of allocated `page` (a reservation's finish rewinding its pages).
+    pub fn set_page_fill(&mut self, page: u32, fill: u32) {
+        self.state.map.set_fill(page, fill);
+    }
+
     /// Returns validated pages to the pool (staged under `need_sort`).
     pub fn release(&mut self, pages: &[u32], need_sort: bool) {
         let state = if need_sort {

@@ -10,6 +10,7 @@ pub(crate) mod config;
 pub(crate) mod error;
 mod group;
 pub mod plan;
+pub mod reservation;
 pub mod rows;
 mod slot;
 mod snapshot;
@@ -17,6 +18,7 @@ mod stats;
 
 pub use config::{BackendKind, IndexType, PoolConfig};
 pub use error::{ErrorKind, PoolError};
+pub use reservation::{DecodeReservation, ReservationPlan, MAX_RESERVED_STEPS};
 pub use rows::{ReqTable, TableShape};
 pub use slot::SlotIndex;
 pub use snapshot::Snapshot;
@@ -65,6 +67,8 @@ pub struct Pool {
     stats: PoolStats,
     /// Pages collected by the free call in progress (reused across calls).
     freed: Vec<u32>,
+    /// Bumped by `clear` and `restore_state`: decode reservations made before hold nothing.
+    epoch: u64,
 }
 
 impl Pool {
@@ -85,6 +89,7 @@ impl Pool {
             group: None,
             stats: PoolStats::default(),
             freed: Vec::new(),
+            epoch: 0,
         })
     }
 
@@ -540,6 +545,7 @@ impl Pool {
     pub fn clear(&mut self) {
         self.storage.reset();
         self.group = None;
+        self.epoch += 1;
     }
 
     // ---- snapshots ----------------------------------------------------------------------
@@ -575,6 +581,7 @@ impl Pool {
         } else {
             self.storage.load(&snapshot.state);
             self.stats.restores += 1;
+            self.epoch += 1;
             Ok(())
         };
         self.record(result)

@@ -184,7 +184,7 @@ impl<'a, T: SlotIndex> ReqTable<'a, T> {
         &self.data[start..start + self.shape.row_len as usize]
     }
 
-    fn row_mut(&mut self, row: usize) -> &mut [T] {
+    pub(crate) fn row_mut(&mut self, row: usize) -> &mut [T] {
         let start = row * self.shape.row_stride as usize;
         &mut self.data[start..start + self.shape.row_len as usize]
     }

@@ -598,6 +598,47 @@ void test_req_table() {
                                        kvpool::span<int32_t>(), nullptr));
 }
 
+void test_decode_reservation() {
+    // Two requests of 5 and 8 tokens on 4-token pages; 6 reserved steps against 6 plain
+    // decodes on a twin pool.
+    auto a = kvpool::pool::create(64 * 4, 4);
+    auto b = kvpool::pool::create(64 * 4, 4);
+    const std::vector<int64_t> prefix{0, 0}, seq{5, 8}, none{-1, -1};
+    const std::vector<int64_t> slots = a.alloc_extend(prefix, seq, none);
+    CHECK(b.alloc_extend(prefix, seq, none) == slots);
+    std::vector<int64_t> last{slots[4], slots[12]};
+    kvpool::decode_reservation res = a.reserve_decode(seq, last, 6);
+    CHECK_EQ(res.steps(), 6u);
+    CHECK_EQ(res.batch_size(), 2u);
+    CHECK_EQ(res.pages(), 1u + 2u);  // 5 -> 11 tokens: 2 -> 3 pages; 8 -> 14: 2 -> 4
+    std::vector<int32_t> req_to_token(2 * 20, 0);
+    const kvp_req_table table = kvpool::req_table(req_to_token.data(), 2, 20);
+    const std::vector<int64_t> rows{1, 0};
+    for (int64_t s = 0; s < 4; ++s) {
+        std::vector<int64_t> got(2);
+        res.step(table, rows, got);
+        const std::vector<int64_t> want = b.alloc_decode(std::vector<int64_t>{6 + s, 9 + s}, last);
+        CHECK(got == want);
+        CHECK_EQ(req_to_token[1 * 20 + 5 + s], want[0]);
+        CHECK_EQ(req_to_token[0 * 20 + 8 + s], want[1]);
+        last = want;
+    }
+    // A plain decode on a reserved request is refused by the fill-point rule.
+    CHECK_THROWS(LAST_LOC_MISMATCH, "not where page",
+                 a.alloc_decode(std::vector<int64_t>{10, 13}, last));
+    a.finish_reservation(res, 4);
+    CHECK_EQ(a.digest(), b.digest());
+    CHECK_EQ(a.available_size(), b.available_size());
+    CHECK_THROWS(INVALID_STATE, "finished", a.finish_reservation(res, 4));
+    // The device variants compile and refuse a host pool.
+    const kvpool::device_span<const int64_t> no_dev;
+    CHECK_THROWS(WRONG_BACKEND, "",
+                 a.reserve_decode_async(std::vector<int64_t>{}, no_dev,
+                                        kvpool::device_span<int64_t>(), 2, nullptr));
+    CHECK_THROWS(WRONG_BACKEND, "",
+                 res.step_async(kvpool::device_span<int64_t>(nullptr, 2), nullptr));
+}
+
 int main() {
     struct Test {
         const char *name;
@@ -610,6 +651,7 @@ int main() {
         {"token_pool", test_token_pool},
         {"paged_pool", test_paged_pool},
         {"req_table", test_req_table},
+        {"decode_reservation", test_decode_reservation},
         {"index_types", test_index_types},
         {"free_group_guard", test_free_group_guard},
         {"snapshots_and_moves", test_snapshots_and_moves},

@@ -262,3 +262,57 @@ impl Drop for Event {
         unsafe { sys::cuEventDestroy_v2(self.0) };
     }
 }
+
+/// A CUDA graph captured from a stream (global capture mode, the strictest: any call that
+/// may synchronize, from any thread, invalidates the capture) and instantiated.
+pub struct Graph {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+}
+
+impl Graph {
+    /// Captures what `record` enqueues on `stream`; returns the graph and `record`'s value.
+    pub fn capture<T>(stream: CUstream, record: impl FnOnce() -> T) -> (Self, T) {
+        // SAFETY: live stream; valid out-pointers; capture is ended before returning.
+        unsafe {
+            ok(
+                sys::cuStreamBeginCapture_v2(
+                    stream,
+                    sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_GLOBAL,
+                ),
+                "cuStreamBeginCapture",
+            );
+            let value = record();
+            let mut graph = std::ptr::null_mut();
+            ok(
+                sys::cuStreamEndCapture(stream, &mut graph),
+                "cuStreamEndCapture",
+            );
+            let mut exec = std::ptr::null_mut();
+            ok(
+                sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0),
+                "cuGraphInstantiate",
+            );
+            (Self { graph, exec }, value)
+        }
+    }
+
+    /// Enqueues one replay on `stream`.
+    pub fn launch(&self, stream: CUstream) {
+        // SAFETY: instantiated graph, live stream.
+        ok(
+            unsafe { sys::cuGraphLaunch(self.exec, stream) },
+            "cuGraphLaunch",
+        );
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        // SAFETY: created in `capture`.
+        unsafe {
+            sys::cuGraphExecDestroy(self.exec);
+            sys::cuGraphDestroy(self.graph);
+        }
+    }
+}

@@ -642,6 +642,64 @@ class TestReqTable(CudaTestCase):
         self.assertEqual(int(table.abs().sum()), 0)
 
 
+class TestGraphDecode(CudaTestCase):
+    """Decode reservations with torch.cuda.graph (docs/graph-decode.md): replays of one
+    captured step give the host pool's reserved steps (which are its plain decodes,
+    tests/decode_reservation.rs) and write req_to_token; a replay past the reservation
+    writes the padding slot and faults (tests/cuda_reservation.rs does the rest)."""
+
+    def test_captured_step_matches_a_host_pool(self):
+        for ps in (1, 16):
+            with self.subTest(page_size=ps):
+                dev, host = self.device_pool(4096, ps), self.host_pool(4096, ps)
+                lens, zeros, none = [0, 5, 16, 17, 3], [0] * 5, [-1] * 5
+                out_h = list(host.alloc_extend(zeros, lens, none))
+                out_d = dev.alloc_extend_async(self.i64(zeros), self.i64(lens),
+                                               self.idx(dev, none), prefix_lens_host=zeros,
+                                               seq_lens_host=lens)
+                torch.cuda.synchronize(self.dev)
+                self.assertEqual(out_d.tolist(), out_h)
+                ends = [sum(lens[:i + 1]) for i in range(5)]
+                last = [out_h[e - 1] if n else -1 for e, n in zip(ends, lens)]
+                steps = 12
+                hres = host.reserve_decode(lens, last, steps)
+                self.addCleanup(hres.close)
+                dres = self.keep(dev.reserve_decode_async(self.i64(lens), self.idx(dev, last),
+                                                          steps, lens_host=lens))
+                self.assertEqual((dres.steps, dres.batch_size, dres.pages),
+                                 (hres.steps, hres.batch_size, hres.pages))
+                rows = [4, 3, 2, 1, 0]
+                table = torch.zeros((5, 64), dtype=torch.int32, device=self.dev)
+                rows_d = self.i64(rows)
+                out = self.empty_out(dev, 5)
+                torch.cuda.synchronize(self.dev)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, stream=self.stream):
+                    dres.step_async(out, table=table, rows=rows_d)
+                for s in range(steps):
+                    graph.replay()
+                    want = list(hres.step())
+                    torch.cuda.synchronize(self.dev)
+                    self.assertEqual(out.tolist(), want, f"step {s}")
+                    self.assertEqual([int(table[r, lens[i] + s]) for i, r in enumerate(rows)],
+                                     want)
+                host.finish_reservation(hres, steps)
+                dev.finish_reservation_async(dres, steps)
+                digest = dev.digest_async()
+                torch.cuda.synchronize(self.dev)
+                dev.check_device()
+                self.assertEqual(kvp.digest_value(digest), host.digest())
+                self.assertEqual(dev.available_size(), host.available_size())
+                # one replay too many: the padding slot, no allocation, a fault
+                graph.replay()
+                torch.cuda.synchronize(self.dev)
+                self.assertEqual(out.tolist(), [0] * 5)
+                self.assertEqual(dev.available_size(), host.available_size())
+                err = self.assertKvpError("DEVICE_FAULT", dev.check_device)
+                self.assertIn("overrun", err.message)
+                del graph
+
+
 class TestDeviceFault(CudaTestCase):
     def assert_recovered(self, pool):
         """After a clear/restore (and a synchronize): check_device() reports the old fault

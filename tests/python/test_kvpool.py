@@ -129,6 +129,9 @@ C_TO_CTYPES = {
     "struct kvp_snapshot *": ctypes.c_void_p,
     "const struct kvp_snapshot *": ctypes.c_void_p,
     "struct kvp_snapshot * *": ctypes.POINTER(ctypes.c_void_p),
+    "struct kvp_decode_reservation *": ctypes.c_void_p,
+    "const struct kvp_decode_reservation *": ctypes.c_void_p,
+    "struct kvp_decode_reservation * *": ctypes.POINTER(ctypes.c_void_p),
     "struct kvp_pool_info *": ctypes.POINTER(kvp.PoolInfo),
     "struct kvp_pool_stats *": ctypes.POINTER(kvp.PoolStats),
     "uint64_t *": ctypes.POINTER(ctypes.c_uint64),
@@ -279,6 +282,7 @@ class TestHeaderAndBinding(KvpTestCase):
         macros = dict(re.findall(r"#define (\w+) (\d+)", read_header()))
         self.assertEqual(macros["KVP_CLIP_MAX_NEW_TOKENS"], "4096")
         self.assertEqual(macros["KVP_RETRACT_DECODE_STEPS"], str(RETRACT_DECODE_STEPS))
+        self.assertEqual(macros["KVP_MAX_RESERVED_STEPS"], str(kvp.MAX_RESERVED_STEPS))
 
     def test_version_matches_header(self):
         macros = dict(re.findall(r"#define (KVP_\w+_VERSION\w*|KVP_VERSION_\w+) (\d+)",
@@ -2524,6 +2528,53 @@ class TestDebugOptions(KvpTestCase):
         self.assertEqual(kvp.device_pending_releases(LIB), 0)  # no device pool here
         self.assertEqual(kvp.STATUS["UNORDERED_STREAMS"], 64)
         self.assertIn("not ordered", LIB.status_str(64))
+
+
+class TestDecodeReservation(KvpTestCase):
+    """Multi-step decode reservations on a host pool against plain decodes on a twin pool
+    (the device path: tests/cuda_reservation.rs and tests/python/test_cuda.py)."""
+
+    def test_reserved_steps_equal_plain_decodes(self):
+        a, b = self.pool(64 * 4, 4), self.pool(64 * 4, 4)
+        slots = list(a.alloc_extend([0, 0], [5, 8], [-1, -1]))
+        self.assertEqual(list(b.alloc_extend([0, 0], [5, 8], [-1, -1])), slots)
+        last = [slots[4], slots[12]]
+        res = a.reserve_decode([5, 8], last, 6)
+        self.assertEqual((res.steps, res.batch_size, res.pages), (6, 2, 3))
+        data = array.array("i", bytes(4 * 2 * 20))
+        table = kvp.ReqTable(data.buffer_info()[0], kvp.INDEX_TYPE_I32, 2, 20, 20)
+        for s in range(4):
+            got = list(res.step(table=table, rows=[1, 0]) if s < 2 else res.step())
+            want = list(b.alloc_decode([6 + s, 9 + s], last))
+            self.assertEqual(got, want)
+            if s < 2:
+                self.assertEqual([data[20 + 5 + s], data[8 + s]], want)
+            last = want
+        # a plain decode continuing a reserved request's page: the fill-point rule
+        self.assertKvpError("LAST_LOC_MISMATCH", a.alloc_decode, [10, 13], last)
+        self.assertKvpError("INVALID_ARGUMENT", a.finish_reservation, res, 3,
+                            message="steps_used = 3")
+        a.finish_reservation(res, 4)
+        self.assertEqual(a.digest(), b.digest())
+        self.assertEqual(a.available_size(), b.available_size())
+        self.assertKvpError("INVALID_STATE", a.finish_reservation, res, 4)
+        self.assertKvpError("INVALID_STATE", res.step)
+        res.close()
+
+    def test_shortage_and_overrun(self):
+        pool = self.pool(16 * 4, 4)
+        slots = list(pool.alloc_extend([0], [3], [-1]))
+        pool.alloc(8)  # 13 pages left; 61 steps from 3 tokens need 15
+        before = pool.digest()
+        self.assertKvpError("OUT_OF_SLOTS", pool.reserve_decode, [3], [slots[2]], 61)
+        self.assertEqual(pool.digest(), before)
+        with pool.reserve_decode([3], [slots[2]], 2) as res:
+            res.step()
+            res.step()
+            self.assertKvpError("INVALID_STATE", res.step, message="overrun")
+            pool.finish_reservation(res, 2)
+        self.assertKvpError("WRONG_BACKEND", pool.reserve_decode_async, None, None, 2,
+                            lens_host=[3], stream=0)
 
 
 class TestReqTable(KvpTestCase):

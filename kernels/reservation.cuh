@@ -1,0 +1,362 @@
+// Multi-step decode reservations (issue 11): the pages of K decode steps of a fixed batch,
+// taken at once, so that each step is one small kernel with fixed arguments that a captured
+// CUDA graph can replay. Included by pool.cu after rows.cuh. Host side:
+// src/cuda/reservation.rs; semantics and the oracle: src/pool/reservation.rs.
+//
+//   reserve_decode  (one block, a call of the pool): checks every last_loc exactly as
+//                   alloc_decode does, takes the planned pages from the ring in the order K
+//                   decodes would (step-major), writes the K x batch slot table into the
+//                   reservation's memory and advances the fill points as if all K steps ran.
+//   reservation_step (one block, NOT a call: no cursor, fixed arguments, capturable): reads
+//                   the reservation's step counter s, writes slot row s to `out` (and to the
+//                   request-to-token table at [rows[i]][lens[i] + s]), increments s. At
+//                   s >= K it writes the padding slot 0, writes no table entry and faults.
+//   reservation_finish (one block, a call): checks the counter equals the host's steps_used,
+//                   puts the pages no used step touched back at the front of the ring in the
+//                   order they were taken, rewinds each request's partly used last page.
+//
+// Page order: request i (holding L tokens) first needs a page at step
+// first = (P - L % P) % P + 1, then every P steps. Step s takes one page for each request
+// whose `first` is (s - 1) % P + 1, in request order. So a request's page at step s is ring
+// position  base(s) + rank_i  with rank_i its rank among the requests of the same `first`
+// and base(s) = ((s-1) / P) * (all groups) + (groups 1 .. (s-1) % P): min(P, K) block scans,
+// not K.
+
+namespace kvp {
+
+constexpr int RES_BLOCK = 1024;
+// Largest K (src/pool/reservation.rs MAX_RESERVED_STEPS): bounds the group table below.
+constexpr uint32_t RES_MAX_STEPS = 1024;
+
+enum ReservationErr : uint32_t {
+  ERR_RES_OVERRUN = 21,   // a step past the K reserved ones (position K, value the counter)
+  ERR_RES_STEPS = 22,     // finish: steps_used (position) != the device counter (value)
+  ERR_RES_FINISHED = 23,  // a step after the finish (position K, value the counter)
+  ERR_RES_PAGE = 24,      // finish: unused page k (position) is no longer allocated (value)
+  ERR_RES_REWIND = 25,    // finish: request i's last used slot's page no longer holds it
+};
+
+// Lives at the start of the reservation's device memory.
+struct ResHeader {
+  uint32_t counter;  // steps taken
+  uint32_t state;    // RES_*
+  uint32_t pad[2];
+};
+constexpr uint32_t RES_EMPTY = 0;     // the reserve failed (the pool is faulted): steps write 0
+constexpr uint32_t RES_LIVE = 1;
+constexpr uint32_t RES_FINISHED = 2;
+
+__device__ inline unsigned long long first_page_step(unsigned long long len, const View &v) {
+  return (v.page_size - mod_ps(len, v)) % v.page_size + 1;
+}
+
+// Keeps the smallest request (tag << 32 | request + 1) of this call in `word`, replacing a
+// word of an earlier call. After a barrier, a request whose key is not the word's repeats
+// the page of a smaller request.
+__device__ inline void claim_smallest(unsigned long long *word, unsigned long long mine,
+                                      uint32_t tag) {
+  unsigned long long cur = *(volatile unsigned long long *)word;
+  for (;;) {
+    if ((uint32_t)(cur >> 32) == tag) {
+      atomicMin(word, mine);
+      return;
+    }
+    const unsigned long long prev = atomicCAS(word, cur, mine);
+    if (prev == cur) return;
+    cur = prev;
+  }
+}
+
+template <typename Index>
+__device__ void reserve_decode(View v, Call call, const long long *lens_in, const Index *last_loc,
+                               uint32_t batch, uint32_t steps, unsigned long long total_pages,
+                               ResHeader *res, long long *lens, Index *slots, uint32_t *taken,
+                               uint32_t *rank) {
+  __shared__ unsigned long long errors;
+  __shared__ unsigned long long pages_sum;
+  __shared__ uint32_t cyc[RES_MAX_STEPS + 1];  // cyc[j]: requests whose first step is <= j
+  const uint32_t r = threadIdx.x;
+  if (r == 0) {
+    errors = NO_ERROR;
+    pages_sum = 0;
+  }
+  __syncthreads();
+  Header *h = v.header;
+  const Cursor c = h->cursor[call.in];
+  const uint32_t n = v.num_pages;
+  const bool dead = h->fault != 0;
+  const bool short_ = !dead && c.free_len < total_pages;
+  const bool tracked = v.page_size > 1;
+  const unsigned long long K = steps;
+  const uint32_t groups = (uint32_t)(v.page_size < K ? v.page_size : K);
+  const unsigned long long tagged = (unsigned long long)call.tag << 32;
+
+  // Pass 1: lengths and last_loc (alloc_decode's rules), pages per request, page claims.
+  if (!dead) {
+    unsigned long long own = 0;
+    for (uint32_t i = r; i < batch; i += RES_BLOCK) {
+      const long long L = lens_in[i];
+      lens[i] = L;
+      rank[i] = 0;
+      if (L < 0 || (unsigned long long)L + K > v.size) {
+        report(&errors, i, ERR_LENGTHS);
+        continue;
+      }
+      const unsigned long long first = first_page_step((unsigned long long)L, v);
+      if (first <= K) own += 1 + div_ps(K - first, v);
+      const long long ll = (long long)last_loc[i];
+      uint32_t err = ERR_NONE;
+      if (L == 0) {
+        if (ll != -1) err = ERR_LAST_LOC_EMPTY;
+      } else {
+        err = slot_error(ll, v);
+        if (err == ERR_NONE) {
+          const uint32_t page = (uint32_t)div_ps((unsigned long long)ll, v);
+          const uint32_t word = v.state[page];
+          const unsigned long long filled = tracked ? v.fill[page] : 0;
+          const unsigned long long in_page = mod_ps((unsigned long long)ll, v);
+          if (kind_of(word) != KIND_ALLOCATED || tag_of(word) == call.tag) {
+            err = ERR_NOT_ALLOCATED;
+          } else if (mod_ps((unsigned long long)ll + 1, v) != mod_ps((unsigned long long)L, v)) {
+            err = ERR_LAST_LOC;
+          } else if (tracked && fill_of(filled) != in_page + 1) {
+            err = ERR_FILL;
+          } else if (tracked && mod_ps((unsigned long long)L, v) != 0) {
+            // Continues its page: no other request of the batch may.
+            claim_smallest(&v.claim[page], tagged | (i + 1u), call.tag);
+            rank[i] = page + 1;
+          }
+        }
+      }
+      if (err != ERR_NONE) report(&errors, i, err);
+    }
+    if (own) atomicAdd(&pages_sum, own);
+  }
+  __syncthreads();
+  if (!dead) {
+    for (uint32_t i = r; i < batch; i += RES_BLOCK) {
+      const uint32_t held = rank[i];
+      if (held != 0 && v.claim[held - 1] != (tagged | (i + 1u))) report(&errors, i, ERR_SHARED_PAGE);
+    }
+    // The device lengths must give the host's plan (a stale device copy otherwise).
+    if (r == 0 && pages_sum != total_pages && batch > 0) report(&errors, batch - 1, ERR_LENGTHS);
+  }
+  __syncthreads();
+  const unsigned long long verdict = errors;
+  const bool failed = !dead && (short_ || verdict != NO_ERROR);
+  const bool live = !dead && !failed;
+
+  if (live) {
+    // Pass 2: each request's rank among the requests of its first step.
+    for (uint32_t g = 1; g <= groups; ++g) {
+      unsigned long long running = 0;
+      for (uint32_t base = 0; base < batch; base += RES_BLOCK) {
+        const uint32_t i = base + r;
+        const bool mine = i < batch && first_page_step((unsigned long long)lens[i], v) == g;
+        unsigned long long total;
+        const unsigned long long before = block_exclusive_scan<RES_BLOCK>(mine ? 1 : 0, &total);
+        if (mine) rank[i] = (uint32_t)(running + before);
+        running += total;
+      }
+      if (r == 0) cyc[g] = (uint32_t)running;
+    }
+    __syncthreads();
+    if (r == 0) {
+      cyc[0] = 0;
+      for (uint32_t g = 1; g <= groups; ++g) cyc[g] += cyc[g - 1];
+    }
+    __syncthreads();
+    // Pass 3: the slot table, the new pages' words, the fill points after K steps.
+    const unsigned long long per_cycle = cyc[groups];
+    for (uint32_t i = r; i < batch; i += RES_BLOCK) {
+      const unsigned long long L = (unsigned long long)lens[i];
+      const unsigned long long idx = rank[i];
+      long long prev = (long long)last_loc[i];
+      for (unsigned long long s = 1; s <= K; ++s) {
+        const unsigned long long t = L + s - 1;  // the new token's position
+        long long slot;
+        if (mod_ps(t, v) == 0) {
+          const unsigned long long k =
+              div_ps(s - 1, v) * per_cycle + cyc[mod_ps(s - 1, v)] + idx;
+          const uint32_t page = v.ring[ring_pos(c.head, k, n)];
+          v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+          taken[k] = page;
+          slot = (long long)((unsigned long long)page * v.page_size);
+        } else {
+          slot = prev + 1;
+        }
+        slots[(s - 1) * batch + i] = (Index)slot;
+        if (tracked && (s == K || mod_ps(t + 1, v) == 0))
+          v.fill[div_ps((unsigned long long)slot, v)] =
+              fill_word(call.tag, mod_ps((unsigned long long)slot, v) + 1);
+        prev = slot;
+      }
+    }
+  }
+  __syncthreads();
+  if (r == 0) {
+    res->counter = 0;
+    res->state = live ? RES_LIVE : RES_EMPTY;
+    Cursor next = c;
+    if (live) {
+      next.head = ring_pos(c.head, total_pages, n);
+      next.free_len = c.free_len - (uint32_t)total_pages;
+    }
+    if (failed) {
+      const unsigned long long key = short_ ? (unsigned long long)ERR_SHORTAGE : verdict;
+      const unsigned long long pos = verdict >> 8;
+      long long value = (long long)c.free_len;
+      if (!short_) value = (verdict & 0xff) == ERR_LENGTHS ? lens_in[pos] : (long long)last_loc[pos];
+      raise_fault(v, call, key, value);
+    }
+    commit(v, call, next);
+  }
+}
+
+__device__ inline void store_entry(void *table, uint32_t wide, unsigned long long at, long long slot) {
+  if (wide)
+    static_cast<long long *>(table)[at] = slot;
+  else
+    static_cast<int *>(table)[at] = (int)slot;
+}
+
+// One decode step of a live reservation. `table` may be null (then `rows` is unused);
+// `out` may be null when a table is given. Changes no pool state but the fault.
+template <typename Index>
+__device__ void reservation_step(View v, Call call, ResHeader *res, const long long *lens,
+                                 const Index *slots, uint32_t batch, uint32_t steps, Index *out,
+                                 void *table, uint32_t wide, unsigned long long table_rows,
+                                 unsigned long long stride, unsigned long long row_len,
+                                 const long long *rows) {
+  __shared__ unsigned long long errors;
+  __shared__ uint32_t s_at, state_at, dead_at;
+  const uint32_t r = threadIdx.x;
+  if (r == 0) {
+    errors = NO_ERROR;
+    s_at = *(volatile uint32_t *)&res->counter;
+    state_at = *(volatile uint32_t *)&res->state;
+    dead_at = v.header->fault != 0;
+  }
+  __syncthreads();
+  const uint32_t s = s_at, state = state_at;
+  const bool dead = dead_at != 0;
+  bool ok = !dead && state == RES_LIVE && s < steps;
+  if (ok && table != nullptr) {
+    for (uint32_t i = r; i < batch; i += blockDim.x) {
+      const long long row = rows[i];
+      if (row < 0 || (unsigned long long)row >= table_rows)
+        report(&errors, i, ERR_ROW);
+      else if ((unsigned long long)lens[i] + s >= row_len)
+        report(&errors, i, ERR_ROW_LEN);
+    }
+    __syncthreads();
+    ok = errors == NO_ERROR;
+  }
+  for (uint32_t i = r; i < batch; i += blockDim.x) {
+    const Index slot = ok ? slots[(unsigned long long)s * batch + i] : (Index)0;
+    if (out != nullptr) out[i] = slot;
+    if (ok && table != nullptr)
+      store_entry(table, wide, (unsigned long long)rows[i] * stride + (unsigned long long)lens[i] + s,
+                  (long long)slot);
+  }
+  if (r == 0) {
+    if (ok) {
+      res->counter = s + 1;
+    } else if (!dead && state == RES_LIVE && s >= steps) {
+      raise_fault(v, call, ((unsigned long long)steps << 8) | ERR_RES_OVERRUN, s);
+    } else if (!dead && state == RES_FINISHED) {
+      raise_fault(v, call, ((unsigned long long)steps << 8) | ERR_RES_FINISHED, s);
+    } else if (!dead && state == RES_LIVE) {
+      const unsigned long long pos = errors >> 8;
+      const long long value =
+          (errors & 0xff) == ERR_ROW ? rows[pos] : lens[pos] + (long long)s;
+      raise_fault(v, call, errors, value);
+    }
+  }
+}
+
+// Ends a reservation after `used` steps: the pages of steps after `used` (taken[first_unused
+// ..], `unused` of them) go back to the front of the ring, and each request whose step
+// used + 1 continues a page has that page rewound to its last used slot.
+template <typename Index>
+__device__ void reservation_finish(View v, Call call, ResHeader *res, const long long *lens,
+                                   const Index *slots, const uint32_t *taken, uint32_t batch,
+                                   uint32_t steps, uint32_t used, unsigned long long first_unused,
+                                   unsigned long long unused) {
+  __shared__ unsigned long long errors;
+  __shared__ uint32_t counter_at, state_at, dead_at;
+  const uint32_t r = threadIdx.x;
+  if (r == 0) {
+    errors = NO_ERROR;
+    counter_at = *(volatile uint32_t *)&res->counter;
+    state_at = *(volatile uint32_t *)&res->state;
+    dead_at = v.header->fault != 0;
+  }
+  __syncthreads();
+  Header *h = v.header;
+  const Cursor c = h->cursor[call.in];
+  const uint32_t n = v.num_pages;
+  const bool tracked = v.page_size > 1;
+  const bool run = dead_at == 0 && state_at == RES_LIVE;
+  const bool counted = run && counter_at == used;
+  const bool rewinding = counted && tracked && used < steps;
+  if (counted) {
+    for (unsigned long long k = r; k < unused; k += RES_BLOCK) {
+      const uint32_t page = taken[first_unused + k];
+      if (kind_of(v.state[page]) != KIND_ALLOCATED) report(&errors, k, ERR_RES_PAGE);
+    }
+    if (rewinding) {
+      for (uint32_t i = r; i < batch; i += RES_BLOCK) {
+        if (mod_ps((unsigned long long)lens[i] + used, v) == 0) continue;  // starts a page
+        const unsigned long long kept =
+            (unsigned long long)(long long)slots[(unsigned long long)used * batch + i] - 1;
+        const uint32_t page = (uint32_t)div_ps(kept, v);
+        if (kind_of(v.state[page]) != KIND_ALLOCATED ||
+            fill_of(v.fill[page]) < mod_ps(kept, v) + 1)
+          report(&errors, i, ERR_RES_REWIND);
+      }
+    }
+  }
+  __syncthreads();
+  const unsigned long long verdict = errors;
+  const bool ok = counted && verdict == NO_ERROR;
+  if (ok) {
+    for (unsigned long long k = r; k < unused; k += RES_BLOCK) {
+      const uint32_t page = taken[first_unused + k];
+      v.ring[ring_pos(c.head, (unsigned long long)n - unused + k, n)] = page;
+      v.state[page] = page_word(KIND_FREE, call.tag);
+    }
+    if (rewinding) {
+      for (uint32_t i = r; i < batch; i += RES_BLOCK) {
+        if (mod_ps((unsigned long long)lens[i] + used, v) == 0) continue;
+        const unsigned long long kept =
+            (unsigned long long)(long long)slots[(unsigned long long)used * batch + i] - 1;
+        v.fill[div_ps(kept, v)] = fill_word(call.tag, mod_ps(kept, v) + 1);
+      }
+    }
+  }
+  __syncthreads();
+  if (r == 0) {
+    Cursor next = c;
+    if (ok) {
+      if (unused > 0) {
+        next.head = ring_pos(c.head, (unsigned long long)n - unused, n);
+        next.free_len = c.free_len + (uint32_t)unused;
+      }
+      res->state = RES_FINISHED;
+    } else if (run && !counted) {
+      raise_fault(v, call, ((unsigned long long)used << 8) | ERR_RES_STEPS, counter_at);
+    } else if (counted) {
+      const unsigned long long pos = verdict >> 8;
+      long long value;
+      if ((verdict & 0xff) == ERR_RES_PAGE)
+        value = taken[first_unused + pos];
+      else
+        value = (long long)slots[(unsigned long long)used * batch + pos] - 1;
+      raise_fault(v, call, verdict, value);
+    }
+    commit(v, call, next);
+  }
+}
+
+}  // namespace kvp

@@ -1,0 +1,489 @@
+//! Multi-step decode reservations (issue 11): the pages `K` successive `alloc_decode`
+//! calls of a fixed batch will take, taken at once, so that the steps themselves can run
+//! without the host (on a device pool: as one small kernel each, inside a captured CUDA
+//! graph).
+//!
+//! Why: a CUDA graph replays fixed kernel arguments and cannot call back to the host, so an
+//! allocator whose shortage check and page counting live on the host cannot run inside
+//! one. Reserving moves every decision (validation, shortage, which pages) to one host call
+//! before the graph; each step only reads the next row of a slot table computed then.
+//!
+//! Exactness: the pages are taken in the order `K` plain decodes would take them
+//! (step-major: step 1's new pages in request order, then step 2's, ...), and the slot
+//! table holds exactly the slots those decodes would return; fill points advance as if all
+//! `K` steps ran. `finish` with `steps_used = U` puts the pages no used step touched back at
+//! the *front* of the free list in the order they were taken and rewinds the partly used
+//! last page of each request, so the pool is then exactly as after `U` plain decodes (when
+//! nothing else ran in between). This module holds the planning both backends share and the
+//! host backend's implementation.
+
+use super::config::Layout;
+use super::error::{fail, ErrorKind, PoolError};
+use super::plan::decode_needs_page;
+use super::rows::{check_rows, check_table_type, ReqTable};
+use super::{check_batch, Pool, SlotIndex};
+
+/// The most steps one reservation may cover (`steps` of `kvp_pool_reserve_decode[_async]`;
+/// bounds the device kernels' shared memory).
+pub const MAX_RESERVED_STEPS: u32 = 1024;
+
+/// What a reservation of `steps` decode steps of a batch takes, from host lengths.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReservationPlan {
+    /// Steps reserved (`K`).
+    pub steps: u32,
+    /// Requests of the batch.
+    pub batch: usize,
+    /// Pages taken in all: `sum_i ceil((L_i + K) / P) - ceil(L_i / P)`.
+    pub total_pages: u64,
+    /// `taken_by[s]`: pages taken by steps `1..=s` (`taken_by[0] = 0`, `taken_by[K]` the
+    /// total). Pages are taken step-major, so the pages of steps after `s` are exactly the
+    /// ones from position `taken_by[s]` on.
+    pub taken_by: Vec<u64>,
+}
+
+impl ReservationPlan {
+    /// Pages a finish with `steps_used` steps returns to the free list.
+    pub fn unused_pages(&self, steps_used: u32) -> u64 {
+        self.total_pages - self.taken_by[steps_used as usize]
+    }
+}
+
+/// The first step (1-based) at which a request holding `len` tokens starts a new page.
+#[inline]
+pub(crate) fn first_page_step(len: u64, ps: u64) -> u64 {
+    (ps - len % ps) % ps + 1
+}
+
+/// Validates the lengths (`0 <= L_i`, `L_i + steps <= size`) and `steps`
+/// (`1..=MAX_RESERVED_STEPS`) and counts the pages each step takes. O(batch + steps): a
+/// request first needs a page at step `first = (P - L % P) % P + 1`, then every `P` steps,
+/// so step `s` takes one page for each request whose `first` is `(s - 1) % P + 1`.
+pub(crate) fn plan_reservation(
+    layout: &Layout,
+    lens: &[i64],
+    steps: u32,
+) -> Result<ReservationPlan, PoolError> {
+    if steps == 0 || steps > MAX_RESERVED_STEPS {
+        return fail(
+            ErrorKind::InvalidArgument,
+            format!("steps = {steps}; a reservation covers 1..={MAX_RESERVED_STEPS} decode steps"),
+        );
+    }
+    let ps = u64::from(layout.page_size);
+    let k = u64::from(steps);
+    let groups = ps.min(k) as usize;
+    let mut by_first = vec![0u64; groups];
+    for (i, &len) in lens.iter().enumerate() {
+        if len < 0 {
+            return fail(
+                ErrorKind::InvalidLengths,
+                format!("lens[{i}] = {len} is negative"),
+            );
+        }
+        if len as u64 + k > layout.size {
+            return fail(
+                ErrorKind::InvalidLengths,
+                format!(
+                    "lens[{i}] = {len} plus {steps} steps exceeds the pool size {}",
+                    layout.size
+                ),
+            );
+        }
+        let first = first_page_step(len as u64, ps);
+        if first <= k {
+            by_first[first as usize - 1] += 1;
+        }
+    }
+    let mut taken_by = Vec::with_capacity(steps as usize + 1);
+    taken_by.push(0u64);
+    let mut total = 0u64;
+    for s in 1..=k {
+        total += by_first[((s - 1) % ps) as usize];
+        taken_by.push(total);
+    }
+    Ok(ReservationPlan {
+        steps,
+        batch: lens.len(),
+        total_pages: total,
+        taken_by,
+    })
+}
+
+/// A host pool's live decode reservation (see the module doc): made by
+/// [`Pool::reserve_decode`], stepped by [`Pool::reservation_step`] (or
+/// [`Pool::reservation_step_rows`]), ended by [`Pool::finish_reservation`]. Dropping it
+/// unfinished returns nothing to the pool: its pages stay allocated as if every reserved
+/// step had run.
+#[derive(Debug)]
+pub struct DecodeReservation {
+    pool_id: u64,
+    epoch: u64,
+    plan: ReservationPlan,
+    lens: Vec<i64>,
+    /// `steps * batch` slots, step-major.
+    slots: Vec<i64>,
+    /// The new pages in the order they were taken.
+    pages: Vec<u32>,
+    next: u32,
+    finished: bool,
+}
+
+impl DecodeReservation {
+    /// Steps reserved.
+    pub fn steps(&self) -> u32 {
+        self.plan.steps
+    }
+
+    /// Requests of the batch.
+    pub fn batch(&self) -> usize {
+        self.plan.batch
+    }
+
+    /// Steps taken so far.
+    pub fn steps_taken(&self) -> u32 {
+        self.next
+    }
+
+    /// Whether `finish_reservation` has run.
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// The planning (pages per step).
+    pub fn plan(&self) -> &ReservationPlan {
+        &self.plan
+    }
+
+    /// The slots of step `step` (0-based), one per request (tests and diagnostics).
+    pub fn step_slots(&self, step: u32) -> &[i64] {
+        let b = self.plan.batch;
+        &self.slots[step as usize * b..(step as usize + 1) * b]
+    }
+}
+
+impl Pool {
+    /// Reserves `steps` decode steps of a batch (see the module doc). `lens[i]` is the
+    /// number of tokens request `i` holds now (the first reserved step makes it
+    /// `lens[i] + 1`: `alloc_decode`'s `seq_lens - 1`); `last_loc[i]` is the slot of its
+    /// last token (`-1` when `lens[i] == 0`), checked exactly as `alloc_decode` checks it
+    /// (allocated, consistent with the length, its page's fill point, no page continued
+    /// twice). A shortage fails with [`ErrorKind::OutOfSlots`]; staged (`need_sort`) frees
+    /// are merged first when the reservation needs more pages than the free list holds.
+    /// Nothing changes on failure.
+    pub fn reserve_decode<I: SlotIndex>(
+        &mut self,
+        lens: &[i64],
+        last_loc: &[I],
+        steps: u32,
+    ) -> Result<DecodeReservation, PoolError> {
+        let result = self.reserve_decode_inner(lens, last_loc, steps);
+        self.record(result)
+    }
+
+    fn reserve_decode_inner<I: SlotIndex>(
+        &mut self,
+        lens: &[i64],
+        last_loc: &[I],
+        steps: u32,
+    ) -> Result<DecodeReservation, PoolError> {
+        self.check_index_type::<I>()?;
+        check_batch(last_loc.len(), lens.len())?;
+        let plan = plan_reservation(&self.layout, lens, steps)?;
+        let first: Vec<i64> = lens.iter().map(|&l| l + 1).collect();
+        self.storage.check_decode(&first, last_loc)?;
+        self.ensure_pages(plan.total_pages, plan.total_pages, "reserve_decode")?;
+        // K plain decodes, one after the other: exact by construction.
+        let batch = lens.len();
+        let ps = u64::from(self.layout.page_size);
+        let mut prev: Vec<i64> = last_loc.iter().map(|l| l.get()).collect();
+        let mut slots = Vec::with_capacity(batch * steps as usize);
+        let mut pages = Vec::with_capacity(plan.total_pages as usize);
+        let mut seq = vec![0i64; batch];
+        let mut row = vec![0i64; batch];
+        for s in 1..=i64::from(steps) {
+            for (q, &l) in seq.iter_mut().zip(lens) {
+                *q = l + s;
+            }
+            self.storage.fill_decode(&seq, &prev, &mut row);
+            for (&q, &slot) in seq.iter().zip(&row) {
+                if decode_needs_page(q as u64, ps) {
+                    pages.push((slot as u64 / ps) as u32);
+                }
+            }
+            slots.extend_from_slice(&row);
+            std::mem::swap(&mut prev, &mut row);
+        }
+        debug_assert_eq!(pages.len() as u64, plan.total_pages);
+        self.count_allocation(batch as u64 * u64::from(steps), plan.total_pages);
+        Ok(DecodeReservation {
+            pool_id: self.id,
+            epoch: self.epoch,
+            plan,
+            lens: lens.to_vec(),
+            slots,
+            pages,
+            next: 0,
+            finished: false,
+        })
+    }
+
+    /// Refuses a reservation of another pool, a finished one, or one made before the last
+    /// `clear` / `restore_state`.
+    fn check_reservation(&self, res: &DecodeReservation) -> Result<(), PoolError> {
+        if res.pool_id != self.id {
+            return fail(
+                ErrorKind::InvalidArgument,
+                "the reservation was made on a different pool",
+            );
+        }
+        if res.finished {
+            return fail(
+                ErrorKind::InvalidState,
+                "the reservation is finished; its unused pages are back in the pool",
+            );
+        }
+        if res.epoch != self.epoch {
+            return fail(
+                ErrorKind::InvalidState,
+                "the pool was cleared or restored since the reservation was made: it holds nothing any more",
+            );
+        }
+        Ok(())
+    }
+
+    /// The slots of the next step, checked: the reservation is live and not overrun.
+    fn next_step(&self, res: &DecodeReservation) -> Result<u32, PoolError> {
+        self.check_reservation(res)?;
+        if res.next >= res.plan.steps {
+            return fail(
+                ErrorKind::InvalidState,
+                format!(
+                    "reservation overrun: all {} reserved steps were taken; nothing was allocated",
+                    res.plan.steps
+                ),
+            );
+        }
+        Ok(res.next)
+    }
+
+    /// The next reserved decode step: writes its slots to `out[..batch]` (exactly what the
+    /// corresponding plain `alloc_decode` would have returned) and advances the step
+    /// counter. Past the reservation: [`ErrorKind::InvalidState`], nothing written.
+    pub fn reservation_step<I: SlotIndex>(
+        &mut self,
+        res: &mut DecodeReservation,
+        out: &mut [I],
+    ) -> Result<(), PoolError> {
+        let result = (|| {
+            let s = self.next_step(res)?;
+            self.check_index_type::<I>()?;
+            Self::check_output(out, res.plan.batch as u64)?;
+            for (d, &slot) in out.iter_mut().zip(res.step_slots(s)) {
+                *d = I::from_slot(slot as u64);
+            }
+            res.next += 1;
+            Ok(())
+        })();
+        self.record(result)
+    }
+
+    /// [`reservation_step`](Self::reservation_step) that also writes each slot into the
+    /// request-to-token table: `table[rows[i]][lens[i] + s] = slot` for step `s` (0-based).
+    /// Rows must be in the table and distinct, `lens[i] + s < row_len`; `out` is optional.
+    pub fn reservation_step_rows<I: SlotIndex, T: SlotIndex>(
+        &mut self,
+        res: &mut DecodeReservation,
+        table: &mut ReqTable<'_, T>,
+        rows: &[i64],
+        out: Option<&mut [I]>,
+    ) -> Result<(), PoolError> {
+        let result = (|| {
+            let s = self.next_step(res)?;
+            check_table_type::<T>(self.layout.max_slot())?;
+            if let Some(out) = &out {
+                self.check_index_type::<I>()?;
+                Self::check_output(out, res.plan.batch as u64)?;
+            }
+            if rows.len() != res.plan.batch {
+                return fail(
+                    ErrorKind::InvalidLengths,
+                    format!(
+                        "rows has {} entries but the reservation's batch has {}",
+                        rows.len(),
+                        res.plan.batch
+                    ),
+                );
+            }
+            let shape = table.shape();
+            check_rows(&shape, rows, true)?;
+            for (i, &len) in res.lens.iter().enumerate() {
+                let pos = len as u64 + u64::from(s);
+                if pos >= shape.row_len {
+                    return fail(
+                        ErrorKind::BufferTooSmall,
+                        format!(
+                            "step {s} of request {i} writes table position {pos}, past the table's row_len {}",
+                            shape.row_len
+                        ),
+                    );
+                }
+            }
+            let slots = res.step_slots(s);
+            for ((&row, &len), &slot) in rows.iter().zip(&res.lens).zip(slots) {
+                table.row_mut(row as usize)[(len + i64::from(s)) as usize] =
+                    T::from_slot(slot as u64);
+            }
+            if let Some(out) = out {
+                for (d, &slot) in out.iter_mut().zip(slots) {
+                    *d = I::from_slot(slot as u64);
+                }
+            }
+            res.next += 1;
+            Ok(())
+        })();
+        self.record(result)
+    }
+
+    /// Ends a reservation after `steps_used` steps (which must be the number taken): the
+    /// pages no used step touched go back to the front of the free list in the order they
+    /// were taken (never staged), and each request's partly used last page is rewound to
+    /// its last used slot (as [`rewind`](Self::rewind) would). Afterwards the pool is as
+    /// `steps_used` plain decodes would have left it. Refused (nothing changed) when
+    /// `steps_used` differs from the steps taken, or a page to return or rewind is no longer
+    /// allocated (freed by the engine before the finish).
+    pub fn finish_reservation(
+        &mut self,
+        res: &mut DecodeReservation,
+        steps_used: u32,
+    ) -> Result<(), PoolError> {
+        let result = self.finish_inner(res, steps_used);
+        self.record(result)
+    }
+
+    fn finish_inner(&mut self, res: &mut DecodeReservation, used: u32) -> Result<(), PoolError> {
+        self.check_reservation(res)?;
+        if used != res.next {
+            return fail(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "steps_used = {used} but {} steps of the reservation were taken",
+                    res.next
+                ),
+            );
+        }
+        let ps = u64::from(self.layout.page_size);
+        let unused = &res.pages[res.plan.taken_by[used as usize] as usize..];
+        for (k, &page) in unused.iter().enumerate() {
+            if self.storage.page_state(page) != crate::host::PageState::Allocated {
+                return fail(
+                    ErrorKind::NotAllocated,
+                    format!(
+                        "reserved page {page} (unused page {k}) is no longer allocated: finish the reservation before freeing its requests"
+                    ),
+                );
+            }
+        }
+        let rewinds = self.reservation_rewinds(res, used);
+        for &(i, kept) in &rewinds {
+            let page = (kept / ps) as u32;
+            let allocated = self.storage.page_state(page) == crate::host::PageState::Allocated;
+            if !allocated || u64::from(self.storage.page_fill(page)) < kept % ps + 1 {
+                return fail(
+                    ErrorKind::NotAllocated,
+                    format!(
+                        "request {i}'s last used slot {kept} is no longer in an allocated page filled that far: finish the reservation before freeing or rewinding its requests"
+                    ),
+                );
+            }
+        }
+        for &(_, kept) in &rewinds {
+            self.storage
+                .set_page_fill((kept / ps) as u32, (kept % ps + 1) as u32);
+        }
+        let count = unused.len() as u64;
+        self.storage.untake(unused);
+        self.stats.pages_freed += count;
+        self.stats.slots_freed += count * ps;
+        res.finished = true;
+        Ok(())
+    }
+
+    /// `(request, last used slot)` of each request whose page continues past `used` steps:
+    /// the slot of step `used + 1` minus one, where that step does not start a page.
+    fn reservation_rewinds(&self, res: &DecodeReservation, used: u32) -> Vec<(usize, u64)> {
+        if used >= res.plan.steps || !self.layout.is_paged() {
+            return Vec::new();
+        }
+        let ps = u64::from(self.layout.page_size);
+        let next = res.step_slots(used);
+        res.lens
+            .iter()
+            .zip(next)
+            .enumerate()
+            .filter(|(_, (&len, _))| !decode_needs_page(len as u64 + u64::from(used) + 1, ps))
+            .map(|(i, (_, &slot))| (i, slot as u64 - 1))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_per_step_match_a_request_by_request_count() {
+        for ps in [1u32, 2, 3, 4, 16] {
+            let layout = Layout {
+                size: 1 << 20,
+                page_size: ps,
+                num_pages: (1 << 20) / ps,
+            };
+            let lens: Vec<i64> = (0..40).map(|i| (i * 7 + i * i) % 53).collect();
+            for k in [1u32, 2, 5, 16, 33] {
+                let plan = plan_reservation(&layout, &lens, k).unwrap();
+                let p = u64::from(ps);
+                for s in 1..=u64::from(k) {
+                    let step: u64 = lens
+                        .iter()
+                        .filter(|&&l| decode_needs_page(l as u64 + s, p))
+                        .count() as u64;
+                    assert_eq!(
+                        plan.taken_by[s as usize] - plan.taken_by[s as usize - 1],
+                        step,
+                        "ps {ps} k {k} s {s}"
+                    );
+                }
+                let total: u64 = lens
+                    .iter()
+                    .map(|&l| (l as u64 + u64::from(k)).div_ceil(p) - (l as u64).div_ceil(p))
+                    .sum();
+                assert_eq!(plan.total_pages, total);
+            }
+        }
+    }
+
+    #[test]
+    fn steps_and_lengths_are_validated() {
+        let layout = Layout {
+            size: 64,
+            page_size: 4,
+            num_pages: 16,
+        };
+        assert_eq!(
+            plan_reservation(&layout, &[1], 0).unwrap_err().kind(),
+            ErrorKind::InvalidArgument
+        );
+        assert_eq!(
+            plan_reservation(&layout, &[1], MAX_RESERVED_STEPS + 1)
+                .unwrap_err()
+                .kind(),
+            ErrorKind::InvalidArgument
+        );
+        let err = plan_reservation(&layout, &[3, -1], 2).unwrap_err();
+        assert!(err.message().contains("lens[1] = -1"), "{err}");
+        let err = plan_reservation(&layout, &[60], 5).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidLengths);
+        assert!(plan_reservation(&layout, &[60], 4).is_ok());
+    }
+}

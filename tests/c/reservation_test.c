@@ -1,0 +1,182 @@
+/*
+ * C99 test of multi-step decode reservations (include/kvpool.h: kvp_pool_reserve_decode,
+ * kvp_decode_reservation_step / _finish / _get_info / _free) on a host pool: K reserved steps
+ * against K plain kvp_pool_alloc_decode calls on a twin pool (slots, available size,
+ * digest), a step writing into an int32 req_to_token table, an early finish leaving the pool
+ * as the plain decodes would, and the refusals (shortage, overrun, wrong steps_used, a plain
+ * decode on a reserved request, NULLs, wrong backend, wrong handle kind) changing nothing.
+ * Built and run by `cargo test` (tests/ffi_programs.rs).
+ *
+ * Exit status 0 and the final "all N checks passed" line mean success.
+ */
+#include "kvpool.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+
+enum { SIZE = 64 * 4, PS = 4, BS = 3, K = 6, ROWS = 4, ROW_LEN = 32 };
+
+static uint64_t available(struct kvp_pool *pool) {
+    uint64_t n = 0;
+    CHECK_OK(kvp_pool_available_size(pool, &n));
+    return n;
+}
+
+static uint64_t digest(struct kvp_pool *pool) {
+    uint64_t d = 0;
+    CHECK_OK(kvp_pool_digest(pool, &d));
+    return d;
+}
+
+static struct kvp_pool *new_pool(void) {
+    struct kvp_pool_config c = kvp_pool_config_default();
+    c.size = SIZE;
+    c.page_size = PS;
+    struct kvp_pool *pool = NULL;
+    CHECK_OK(kvp_pool_new(&c, &pool));
+    return pool;
+}
+
+/* A batch of three requests of 5, 4 and 1 tokens (the second ends a page). */
+static void prefill(struct kvp_pool *pool, int64_t *last) {
+    int64_t prefix[BS] = {0, 0, 0}, seq[BS] = {5, 4, 1}, ll[BS] = {-1, -1, -1}, out[10];
+    CHECK_OK(kvp_pool_alloc_extend(pool, prefix, seq, ll, BS, 10, out, 10));
+    last[0] = out[4];
+    last[1] = out[8];
+    last[2] = out[9];
+}
+
+int main(void) {
+    g_test = "reservation";
+    struct kvp_pool *a = new_pool(), *b = new_pool();
+    int64_t last[BS], last_b[BS];
+    prefill(a, last);
+    prefill(b, last_b);
+    CHECK(memcmp(last, last_b, sizeof last) == 0);
+    const int64_t lens[BS] = {5, 4, 1};
+
+    /* Reserve K steps on a; check the info. */
+    struct kvp_decode_reservation *res = NULL;
+    CHECK_OK(kvp_pool_reserve_decode(a, lens, last, BS, K, &res));
+    uint32_t steps = 0;
+    size_t batch = 0;
+    uint64_t pages = 0;
+    CHECK_OK(kvp_decode_reservation_get_info(res, &steps, &batch, &pages));
+    CHECK_EQ(steps, K);
+    CHECK_EQ(batch, BS);
+    /* ceil((L + 6) / 4) - ceil(L / 4): 5 -> 3 - 2 = 1, 4 -> 3 - 1 = 2, 1 -> 2 - 1 = 1. */
+    CHECK_EQ(pages, 4);
+
+    /* A plain decode continuing request 0's partly filled page is refused (fill point). */
+    int64_t seq0 = 6, one = 0;
+    uint64_t before = digest(a);
+    CHECK_STATUS(kvp_pool_alloc_decode(a, &seq0, &last[0], 1, &one, 1),
+                 KVP_STATUS_LAST_LOC_MISMATCH);
+    CHECK_EQ(digest(a), before);
+
+    /* K steps against K plain decodes on b; the first two also write an int32 table. */
+    int32_t table[ROWS * ROW_LEN];
+    memset(table, 0, sizeof table);
+    struct kvp_req_table t = {table, KVP_INDEX_TYPE_I32, ROWS, ROW_LEN, ROW_LEN};
+    const int64_t rows[BS] = {3, 0, 2};
+    int64_t prev[BS];
+    memcpy(prev, last_b, sizeof prev);
+    for (int s = 0; s < K; ++s) {
+        int64_t got[BS], want[BS], seq[BS];
+        if (s < 2) {
+            CHECK_OK(kvp_decode_reservation_step(res, got, BS, &t, rows));
+        } else {
+            CHECK_OK(kvp_decode_reservation_step(res, got, BS, NULL, NULL));
+        }
+        for (int i = 0; i < BS; ++i) seq[i] = lens[i] + s + 1;
+        CHECK_OK(kvp_pool_alloc_decode(b, seq, prev, BS, want, BS));
+        for (int i = 0; i < BS; ++i) {
+            CHECK_EQ(got[i], want[i]);
+            if (s < 2) CHECK_EQ(table[rows[i] * ROW_LEN + lens[i] + s], want[i]);
+        }
+        memcpy(prev, want, sizeof prev);
+    }
+    CHECK_EQ(available(a), available(b));
+    CHECK_EQ(digest(a), digest(b));
+
+    /* Past the reservation: an error, nothing written. */
+    int64_t past[BS] = {-7, -7, -7};
+    before = digest(a);
+    CHECK_STATUS(kvp_decode_reservation_step(res, past, BS, NULL, NULL), KVP_STATUS_INVALID_STATE);
+    CHECK_EQ(past[0], -7);
+    CHECK_EQ(digest(a), before);
+    /* The wrong step count, the wrong pool, NULLs. */
+    CHECK_STATUS(kvp_decode_reservation_finish(a, res, K - 1), KVP_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(kvp_decode_reservation_finish(b, res, K), KVP_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(kvp_decode_reservation_finish(NULL, res, K), KVP_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(kvp_decode_reservation_finish(a, NULL, K), KVP_STATUS_NULL_ARGUMENT);
+    CHECK_OK(kvp_decode_reservation_finish(a, res, K));
+    CHECK_EQ(digest(a), digest(b));
+    CHECK_STATUS(kvp_decode_reservation_finish(a, res, K), KVP_STATUS_INVALID_STATE);
+    kvp_decode_reservation_free(res);
+
+    /* An early finish: reserve 6 more steps on a, use 2, finish; b runs 2 plain decodes. */
+    int64_t lens2[BS], cur_a[BS];
+    for (int i = 0; i < BS; ++i) lens2[i] = lens[i] + K;
+    memcpy(cur_a, prev, sizeof cur_a);
+    res = NULL;
+    CHECK_OK(kvp_pool_reserve_decode(a, lens2, cur_a, BS, K, &res));
+    for (int s = 0; s < 2; ++s) {
+        int64_t got[BS], want[BS], seq[BS];
+        CHECK_OK(kvp_decode_reservation_step(res, got, BS, NULL, NULL));
+        for (int i = 0; i < BS; ++i) seq[i] = lens2[i] + s + 1;
+        CHECK_OK(kvp_pool_alloc_decode(b, seq, prev, BS, want, BS));
+        for (int i = 0; i < BS; ++i) CHECK_EQ(got[i], want[i]);
+        memcpy(prev, want, sizeof prev);
+    }
+    CHECK_OK(kvp_decode_reservation_finish(a, res, 2));
+    CHECK_EQ(available(a), available(b));
+    CHECK_EQ(digest(a), digest(b));
+    kvp_decode_reservation_free(res);
+
+    /* A shortage is refused with nothing changed and no handle written. */
+    before = digest(a);
+    uint64_t avail = available(a);
+    struct kvp_decode_reservation *none = NULL;
+    int64_t lens3[BS];
+    for (int i = 0; i < BS; ++i) lens3[i] = lens2[i] + 2;
+    CHECK_STATUS(kvp_pool_reserve_decode(a, lens3, prev, BS, 200, &none), KVP_STATUS_OUT_OF_SLOTS);
+    CHECK(none == NULL);
+    CHECK_EQ(digest(a), before);
+    CHECK_EQ(available(a), avail);
+    /* Bad arguments. */
+    CHECK_STATUS(kvp_pool_reserve_decode(a, lens3, prev, BS, 0, &none), KVP_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(kvp_pool_reserve_decode(a, lens3, prev, BS, 2, NULL), KVP_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(kvp_pool_reserve_decode(a, NULL, prev, BS, 2, &none), KVP_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(kvp_pool_reserve_decode(NULL, lens3, prev, BS, 2, &none), KVP_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(kvp_pool_reserve_decode_async(a, lens3, lens3, prev, BS, 2, &none, NULL),
+                 KVP_STATUS_WRONG_BACKEND);
+    /* A pool passed as a reservation. */
+    CHECK_STATUS(kvp_decode_reservation_step((struct kvp_decode_reservation *)a, past, BS, NULL, NULL),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    CHECK(none == NULL);
+    CHECK_EQ(digest(a), before);
+
+    /* A reservation keeps its pool alive; freeing it unfinished keeps its pages. */
+    res = NULL;
+    CHECK_OK(kvp_pool_reserve_decode(a, lens3, prev, BS, 3, &res));
+    uint64_t after_reserve = available(a);
+    kvp_pool_free(a);
+    CHECK_STATUS(kvp_decode_reservation_step_async(res, past, NULL, NULL, NULL),
+                 KVP_STATUS_WRONG_BACKEND);
+    CHECK_OK(kvp_decode_reservation_step(res, past, BS, NULL, NULL));
+    CHECK(after_reserve < avail);
+    kvp_decode_reservation_free(res);
+    kvp_decode_reservation_free(NULL);
+    kvp_pool_free(b);
+
+    if (g_failures != 0) {
+        printf("reservation_test (C): %d of %d checks failed\n", g_failures, g_checks);
+        return 1;
+    }
+    printf("reservation_test (C): all %d checks passed\n", g_checks);
+    return 0;
+}

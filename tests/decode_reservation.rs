@@ -1,0 +1,438 @@
+//! Multi-step decode reservations on the host backend (issue 11): `K` reserved steps must
+//! give exactly what `K` plain `alloc_decode` calls give on a twin pool (slots, available
+//! size, digest), a finish after `U < K` steps must leave the pool exactly as `U` plain
+//! decodes would, and every refusal (shortage, bad `last_loc`, overrun, wrong
+//! `steps_used`, a plain decode on a reserved request) must change nothing. The device
+//! backend is compared with this one in tests/cuda_reservation.rs.
+
+mod rng;
+
+use kvpool::{
+    BackendKind, DecodeReservation, ErrorKind, IndexType, Pool, PoolConfig, ReqTable, TableShape,
+};
+use rng::Rng;
+
+fn pool(size: u64, ps: u32, need_sort: bool) -> Pool {
+    Pool::new(PoolConfig {
+        size,
+        page_size: ps,
+        need_sort,
+        index_type: IndexType::I64,
+        backend: BackendKind::Host,
+    })
+    .unwrap()
+}
+
+/// A decode batch: each request's length and last slot.
+struct Batch {
+    lens: Vec<i64>,
+    last: Vec<i64>,
+}
+
+/// Two identical pools (same operations) holding a random batch, with a free list
+/// shuffled by earlier allocations and frees so the pages taken are not simply ascending.
+fn twins(rng: &mut Rng, ps: u32, size: u64, bs: usize) -> (Pool, Pool, Batch) {
+    let mut a = pool(size, ps, false);
+    let mut b = pool(size, ps, false);
+    let p = u64::from(ps);
+    // Churn: take some pages, free a random half of them in random order.
+    let pages = rng.range(1, 40);
+    let mut filler = vec![0i64; (pages * p) as usize];
+    a.alloc(filler.len(), &mut filler).unwrap();
+    b.alloc(filler.len(), &mut filler.clone()).unwrap();
+    let mut heads: Vec<i64> = filler.chunks(ps as usize).map(|c| c[0]).collect();
+    for i in (1..heads.len()).rev() {
+        heads.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    heads.truncate(heads.len() / 2);
+    a.free(&heads).unwrap();
+    b.free(&heads).unwrap();
+    // The batch: one extend from empty prefixes (some requests stay empty).
+    let lens: Vec<i64> = (0..bs)
+        .map(|_| {
+            if rng.chance(10) {
+                0
+            } else {
+                rng.range(1, 3 * p + 5) as i64
+            }
+        })
+        .collect();
+    let total: i64 = lens.iter().sum();
+    let zeros = vec![0i64; bs];
+    let none = vec![-1i64; bs];
+    let mut out = vec![0i64; total as usize];
+    a.alloc_extend(&zeros, &lens, &none, total as u64, &mut out)
+        .unwrap();
+    let mut twin_out = vec![0i64; total as usize];
+    b.alloc_extend(&zeros, &lens, &none, total as u64, &mut twin_out)
+        .unwrap();
+    assert_eq!(out, twin_out);
+    let mut last = Vec::with_capacity(bs);
+    let mut pos = 0usize;
+    for &len in &lens {
+        pos += len as usize;
+        last.push(if len == 0 { -1 } else { out[pos - 1] });
+    }
+    assert_eq!(a.digest(), b.digest());
+    (a, b, Batch { lens, last })
+}
+
+/// One plain decode step `s` (0-based) of the batch on `pool`, continuing from `prev`.
+fn plain_step(pool: &mut Pool, batch: &Batch, s: i64, prev: &mut [i64]) -> Vec<i64> {
+    let seq: Vec<i64> = batch.lens.iter().map(|&l| l + s + 1).collect();
+    let mut out = vec![0i64; seq.len()];
+    pool.alloc_decode(&seq, prev, &mut out).unwrap();
+    prev.copy_from_slice(&out);
+    out
+}
+
+fn reserve(pool: &mut Pool, batch: &Batch, k: u32) -> DecodeReservation {
+    pool.reserve_decode(&batch.lens, &batch.last, k).unwrap()
+}
+
+#[test]
+fn reserved_steps_equal_plain_decodes_on_a_twin() {
+    for ps in [1u32, 4, 16] {
+        for seed in 0..40u64 {
+            let mut rng = Rng(seed * 31 + u64::from(ps));
+            let bs = rng.range(1, 24) as usize;
+            let (mut a, mut b, batch) = twins(&mut rng, ps, 4096 * u64::from(ps).min(4), bs);
+            let k = rng.range(1, 40) as u32;
+            let mut res = reserve(&mut a, &batch, k);
+            let mut prev = batch.last.clone();
+            for s in 0..k {
+                let mut got = vec![0i64; bs];
+                a.reservation_step(&mut res, &mut got).unwrap();
+                let want = plain_step(&mut b, &batch, i64::from(s), &mut prev);
+                assert_eq!(got, want, "ps {ps} seed {seed} step {s}");
+            }
+            // Fill points advanced as if all K steps ran: the pools agree before the finish.
+            assert_eq!(
+                a.available_size(),
+                b.available_size(),
+                "ps {ps} seed {seed}"
+            );
+            assert_eq!(a.digest(), b.digest(), "ps {ps} seed {seed}");
+            a.finish_reservation(&mut res, k).unwrap();
+            assert_eq!(a.digest(), b.digest(), "ps {ps} seed {seed}");
+            assert_eq!(a.free_page_census(), b.free_page_census());
+            assert!(a.storage().scratch_is_clear());
+        }
+    }
+}
+
+#[test]
+fn a_finish_after_fewer_steps_leaves_the_pool_as_those_plain_decodes() {
+    for ps in [1u32, 4, 16] {
+        for seed in 0..40u64 {
+            let mut rng = Rng(seed * 131 + u64::from(ps) + 7);
+            let bs = rng.range(1, 24) as usize;
+            let (mut a, mut b, batch) = twins(&mut rng, ps, 4096 * u64::from(ps).min(4), bs);
+            let k = rng.range(1, 40) as u32;
+            let used = rng.below(u64::from(k)) as u32; // < k
+            let mut res = reserve(&mut a, &batch, k);
+            let mut prev_b = batch.last.clone();
+            let mut prev_a = batch.last.clone();
+            for s in 0..used {
+                a.reservation_step(&mut res, &mut prev_a).unwrap();
+                plain_step(&mut b, &batch, i64::from(s), &mut prev_b);
+            }
+            assert_eq!(prev_a, prev_b);
+            let before = a.stats().pages_freed;
+            a.finish_reservation(&mut res, used).unwrap();
+            assert_eq!(
+                a.stats().pages_freed - before,
+                res.plan().unused_pages(used),
+                "ps {ps} seed {seed}"
+            );
+            assert_eq!(
+                a.available_size(),
+                b.available_size(),
+                "ps {ps} seed {seed}"
+            );
+            assert_eq!(
+                a.digest(),
+                b.digest(),
+                "ps {ps} seed {seed} k {k} used {used}"
+            );
+            assert_eq!(a.free_page_census(), b.free_page_census());
+            // Both continue with plain decodes from where the used steps left off.
+            for s in used..used + 3 {
+                let want = plain_step(&mut b, &batch, i64::from(s), &mut prev_b);
+                let got = plain_step(&mut a, &batch, i64::from(s), &mut prev_a);
+                assert_eq!(got, want, "ps {ps} seed {seed} after finish, step {s}");
+            }
+            assert_eq!(a.digest(), b.digest());
+        }
+    }
+}
+
+#[test]
+fn a_shortage_is_refused_and_changes_nothing() {
+    for ps in [1u32, 4, 16] {
+        let mut rng = Rng(u64::from(ps) * 977);
+        let size = 64 * u64::from(ps);
+        let (mut a, _, batch) = twins(&mut rng, ps, size, 6);
+        let digest = a.digest();
+        let available = a.available_size();
+        let pages = available / u64::from(ps);
+        // Enough steps that every request needs more pages than there are.
+        let k = (pages as u32 + 1) * ps;
+        let k = k.min((size as u32) - *batch.lens.iter().max().unwrap() as u32);
+        let err = a.reserve_decode(&batch.lens, &batch.last, k).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::OutOfSlots, "ps {ps}: {err}");
+        assert_eq!(a.digest(), digest);
+        assert_eq!(a.available_size(), available);
+    }
+}
+
+#[test]
+fn bad_last_loc_is_refused_and_changes_nothing() {
+    let mut rng = Rng(5);
+    let (mut a, _, batch) = twins(&mut rng, 4, 4096, 8);
+    let digest = a.digest();
+    let i = batch.lens.iter().position(|&l| l > 0).unwrap();
+    for bad in [batch.last[i] + 1, 0, -1, 1 << 40] {
+        let mut last = batch.last.clone();
+        last[i] = bad;
+        let err = a.reserve_decode(&batch.lens, &last, 5).unwrap_err();
+        assert!(
+            matches!(
+                err.kind(),
+                ErrorKind::LastLocMismatch
+                    | ErrorKind::ReservedSlot
+                    | ErrorKind::IndexOutOfRange
+                    | ErrorKind::NotAllocated
+            ),
+            "{err}"
+        );
+        assert!(err.message().contains(&format!("last_loc[{i}]")), "{err}");
+        assert_eq!(a.digest(), digest);
+    }
+    // A length that disagrees with last_loc, a negative length, a zero step count.
+    let mut lens = batch.lens.clone();
+    lens[i] += 1;
+    assert!(a.reserve_decode(&lens, &batch.last, 5).is_err());
+    lens[i] = -3;
+    assert_eq!(
+        a.reserve_decode(&lens, &batch.last, 5).unwrap_err().kind(),
+        ErrorKind::InvalidLengths
+    );
+    assert_eq!(
+        a.reserve_decode(&batch.lens, &batch.last, 0)
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(a.digest(), digest);
+}
+
+#[test]
+fn past_the_reservation_is_an_error_and_writes_nothing() {
+    let mut rng = Rng(9);
+    let (mut a, _, batch) = twins(&mut rng, 4, 4096, 5);
+    let mut res = reserve(&mut a, &batch, 3);
+    let mut out = vec![0i64; 5];
+    for _ in 0..3 {
+        a.reservation_step(&mut res, &mut out).unwrap();
+    }
+    let digest = a.digest();
+    let mut past = vec![-7i64; 5];
+    let err = a.reservation_step(&mut res, &mut past).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidState);
+    assert!(err.message().contains("overrun"), "{err}");
+    assert_eq!(past, vec![-7; 5]);
+    assert_eq!(res.steps_taken(), 3);
+    assert_eq!(a.digest(), digest);
+    // The wrong step count at finish is refused; the right one works.
+    assert_eq!(
+        a.finish_reservation(&mut res, 2).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    a.finish_reservation(&mut res, 3).unwrap();
+    assert_eq!(
+        a.reservation_step(&mut res, &mut past).unwrap_err().kind(),
+        ErrorKind::InvalidState
+    );
+    assert_eq!(
+        a.finish_reservation(&mut res, 3).unwrap_err().kind(),
+        ErrorKind::InvalidState
+    );
+}
+
+#[test]
+fn a_plain_decode_on_a_reserved_request_is_caught_by_the_fill_point_rule() {
+    // Page 4: a request of 5 tokens ends mid-page; its page was filled by the reservation.
+    let mut a = pool(1024, 4, false);
+    let mut out = vec![0i64; 5];
+    a.alloc_extend(&[0], &[5], &[-1i64], 5, &mut out).unwrap();
+    let last = [out[4]];
+    let mut res = a.reserve_decode(&[5], &last, 6).unwrap();
+    let digest = a.digest();
+    let mut slot = [0i64];
+    let err = a.alloc_decode(&[6], &last, &mut slot).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::LastLocMismatch, "{err}");
+    assert!(err.message().contains("not where page"), "{err}");
+    assert_eq!(a.digest(), digest);
+    // Other pool calls work while the reservation is live.
+    let mut other = vec![0i64; 8];
+    a.alloc(8, &mut other).unwrap();
+    a.reservation_step(&mut res, &mut slot).unwrap();
+    assert_eq!(slot[0], out[4] + 1);
+    a.free(&other).unwrap();
+    a.finish_reservation(&mut res, 1).unwrap();
+    // After the finish the request continues normally from its last used slot.
+    a.alloc_decode(&[7], &slot, &mut out[..1]).unwrap();
+    assert_eq!(out[0], slot[0] + 1);
+}
+
+#[test]
+fn dropping_an_unfinished_reservation_keeps_its_pages_as_if_every_step_ran() {
+    let mut rng = Rng(21);
+    let (mut a, mut b, batch) = twins(&mut rng, 16, 4096 * 4, 7);
+    let res = reserve(&mut a, &batch, 9);
+    drop(res);
+    let mut prev = batch.last.clone();
+    for s in 0..9 {
+        plain_step(&mut b, &batch, s, &mut prev);
+    }
+    assert_eq!(a.digest(), b.digest());
+}
+
+#[test]
+fn a_clear_ends_the_reservation() {
+    let mut rng = Rng(3);
+    let (mut a, _, batch) = twins(&mut rng, 4, 4096, 4);
+    let mut res = reserve(&mut a, &batch, 4);
+    a.clear();
+    let mut out = vec![0i64; 4];
+    assert_eq!(
+        a.reservation_step(&mut res, &mut out).unwrap_err().kind(),
+        ErrorKind::InvalidState
+    );
+    assert_eq!(
+        a.finish_reservation(&mut res, 0).unwrap_err().kind(),
+        ErrorKind::InvalidState
+    );
+    let mut other = pool(4096, 4, false);
+    let mut res2 = reserve(
+        &mut other,
+        &Batch {
+            lens: vec![0; 4],
+            last: vec![-1; 4],
+        },
+        2,
+    );
+    assert_eq!(
+        a.reservation_step(&mut res2, &mut out).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+}
+
+#[test]
+fn steps_with_a_table_write_each_slot_at_its_token_position() {
+    const ROWS: usize = 16;
+    const ROW_LEN: usize = 200;
+    let shape = TableShape {
+        rows: ROWS as u64,
+        row_stride: ROW_LEN as u64,
+        row_len: ROW_LEN as u64,
+    };
+    for ps in [1u32, 4, 16] {
+        let mut rng = Rng(77 + u64::from(ps));
+        let (mut a, mut b, batch) = twins(&mut rng, ps, 4096 * u64::from(ps).min(4), 6);
+        let rows: Vec<i64> = vec![3, 0, 15, 7, 9, 1];
+        let mut data = vec![0i32; ROWS * ROW_LEN];
+        let k = 10u32;
+        let mut res = reserve(&mut a, &batch, k);
+        let mut prev = batch.last.clone();
+        for s in 0..k {
+            let mut table = ReqTable::new(&mut data[..], shape).unwrap();
+            let mut out = vec![0i64; 6];
+            a.reservation_step_rows(&mut res, &mut table, &rows, Some(&mut out[..]))
+                .unwrap();
+            let want = plain_step(&mut b, &batch, i64::from(s), &mut prev);
+            assert_eq!(out, want);
+            for (i, &row) in rows.iter().enumerate() {
+                let at = row as usize * ROW_LEN + (batch.lens[i] + i64::from(s)) as usize;
+                assert_eq!(i64::from(data[at]), want[i], "ps {ps} step {s} request {i}");
+            }
+        }
+        // A repeated row is refused, the table untouched (the reservation is used up anyway).
+        let mut table = ReqTable::new(&mut data[..], shape).unwrap();
+        let err = a
+            .reservation_step_rows::<i64, i32>(&mut res, &mut table, &rows, None)
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidState);
+        a.finish_reservation(&mut res, k).unwrap();
+        assert_eq!(a.digest(), b.digest());
+    }
+}
+
+#[test]
+fn a_table_row_too_short_is_refused_before_anything_is_written() {
+    let mut a = pool(1024, 4, false);
+    let mut out = vec![0i64; 3];
+    a.alloc_extend(&[0], &[3], &[-1i64], 3, &mut out).unwrap();
+    let mut res = a.reserve_decode(&[3], &[out[2]], 4).unwrap();
+    let shape = TableShape {
+        rows: 2,
+        row_stride: 5,
+        row_len: 5,
+    };
+    let mut data = [0i64; 10];
+    let mut step = [0i64];
+    for s in 0..2 {
+        let mut table = ReqTable::new(&mut data[..], shape).unwrap();
+        a.reservation_step_rows(&mut res, &mut table, &[1], Some(&mut step[..]))
+            .unwrap();
+        assert_eq!(data[5 + 3 + s], step[0]);
+    }
+    let mut table = ReqTable::new(&mut data[..], shape).unwrap();
+    let err = a
+        .reservation_step_rows(&mut res, &mut table, &[1], Some(&mut step[..]))
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::BufferTooSmall, "{err}");
+    let mut table = ReqTable::new(&mut data[..], shape).unwrap();
+    let err = a
+        .reservation_step_rows(&mut res, &mut table, &[2], Some(&mut step[..]))
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::IndexOutOfRange, "{err}");
+    assert_eq!(res.steps_taken(), 2);
+    a.finish_reservation(&mut res, 2).unwrap();
+}
+
+#[test]
+fn a_finish_after_the_engine_freed_a_reserved_page_is_refused() {
+    let mut a = pool(1024, 4, false);
+    let mut out = vec![0i64; 1];
+    a.alloc_extend(&[0], &[1], &[-1i64], 1, &mut out).unwrap();
+    let mut res = a.reserve_decode(&[1], &[out[0]], 6).unwrap();
+    let mut first = [0i64];
+    a.reservation_step(&mut res, &mut first).unwrap();
+    // Step 2 continues the request's page, so the finish must rewind it; freeing that page
+    // (which holds the used slot) first makes the rewind impossible.
+    a.free(&[out[0]]).unwrap();
+    let digest = a.digest();
+    let err = a.finish_reservation(&mut res, 1).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::NotAllocated, "{err}");
+    assert_eq!(a.digest(), digest);
+}
+
+#[test]
+fn staged_frees_are_merged_when_the_reservation_needs_them() {
+    let mut a = pool(64, 4, true);
+    let mut all = vec![0i64; 64];
+    a.alloc(64, &mut all).unwrap();
+    a.free(&all[..32]).unwrap(); // 8 pages staged, none free
+    let mut res = a.reserve_decode(&[0, 0], &[-1i64, -1], 9).unwrap();
+    assert_eq!(res.plan().total_pages, 6);
+    let mut seen = std::collections::HashSet::new();
+    let mut out = [0i64; 2];
+    for _ in 0..9 {
+        a.reservation_step(&mut res, &mut out).unwrap();
+        assert!(out.iter().all(|&s| (4..36).contains(&s) && seen.insert(s)));
+    }
+    a.finish_reservation(&mut res, 9).unwrap();
+    assert_eq!(a.available_size(), 8);
+}
