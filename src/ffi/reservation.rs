@@ -138,7 +138,9 @@ unsafe fn reserve_typed<I: SlotIndex>(
 /// every step are computed now. The pages' fill points advance as if every step ran, so a
 /// plain `kvp_pool_alloc_decode` continuing a reserved request's partly filled page fails
 /// with `KVP_STATUS_LAST_LOC_MISMATCH`. Staged (`need_sort`) frees are merged first when the
-/// free list alone is short.
+/// free list alone is short: once, before any page is taken, where `steps` plain decodes
+/// would merge at the first step that runs short — so in that one case the pages (still
+/// fresh and distinct) differ from theirs.
 ///
 /// Checked, nothing changed on failure: `1 <= steps <= 1024` (`KVP_STATUS_INVALID_ARGUMENT`),
 /// `0 <= lens[i]` and `lens[i] + steps <= size` (`KVP_STATUS_INVALID_LENGTHS`), each
