@@ -290,25 +290,16 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
   }
 
   if (r == 0) {
-    Cursor next = c;
-    if (!dead && !failed) {
-      next.head = ring_pos(c.head, total_pages, n);
-      next.free_len = c.free_len - (uint32_t)total_pages;
+    const unsigned long long pos = verdict >> 8;
+    const uint32_t code = (uint32_t)(verdict & 0xff);
+    long long value = 0;
+    // The value the fault names: the lengths, the row, or last_loc (as read).
+    if (failed && !short_) {
+      if (code == ERR_LENGTHS || code == ERR_ROW_LEN) value = seq_lens[pos];
+      else if (code == ERR_ROW || code == ERR_ROW_TWICE) value = tab.rows[pos];
+      else value = last[pos];
     }
-    if (failed) {
-      const unsigned long long key = short_ ? (unsigned long long)ERR_SHORTAGE : verdict;
-      const unsigned long long pos = verdict >> 8;
-      long long value = (long long)c.free_len;
-      if (!short_) {
-        const uint32_t code = (uint32_t)(verdict & 0xff);
-        // The value the fault names: the lengths, the row, or last_loc (as read).
-        if (code == ERR_LENGTHS || code == ERR_ROW_LEN) value = seq_lens[pos];
-        else if (code == ERR_ROW || code == ERR_ROW_TWICE) value = tab.rows[pos];
-        else value = last[pos];
-      }
-      raise_fault(v, call, key, value);
-    }
-    commit(v, call, next);
+    conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
   }
 }
 

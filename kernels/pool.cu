@@ -203,6 +203,26 @@ __device__ inline uint32_t ring_pos(uint32_t head, unsigned long long k, uint32_
   return (uint32_t)(p >= n ? p - n : p);
 }
 
+// Thread 0 only: the end of a call that takes `pages` pages from the front of the ring
+// (the allocation kernels, a decode reservation). A call that took effect moves the cursor
+// past them; a failed one faults the pool with its verdict (`value`: the element the verdict
+// names) or, short of pages, with ERR_SHORTAGE naming the free list's length; a dead one
+// (the pool was faulted before) changes nothing.
+__device__ void conclude_take(const View &v, const Call &call, const Cursor &c,
+                              unsigned long long pages, bool dead, bool failed, bool short_,
+                              unsigned long long verdict, long long value) {
+  Cursor next = c;
+  if (!dead && !failed) {
+    next.head = ring_pos(c.head, pages, v.num_pages);
+    next.free_len = c.free_len - (uint32_t)pages;
+  }
+  if (failed) {
+    if (short_) raise_fault(v, call, ERR_SHORTAGE, (long long)c.free_len);
+    else raise_fault(v, call, verdict, value);
+  }
+  commit(v, call, next);
+}
+
 __device__ inline uint32_t slot_error(long long slot, const View &v) {
   const long long max_slot = (long long)(v.size + v.page_size - 1);
   if (slot < 0 || slot > max_slot) return ERR_OUT_OF_RANGE;
@@ -639,19 +659,11 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
     for (unsigned long long t = threadIdx.x; t < total_tokens; t += BLOCK) out[t] = 0;
   }
   if (threadIdx.x == 0) {
-    Cursor next = c;
-    if (!dead && !failed) {
-      next.head = ring_pos(c.head, total_pages, n);
-      next.free_len = c.free_len - (uint32_t)total_pages;
-    }
-    if (failed) {
-      const unsigned long long key = short_ ? (unsigned long long)ERR_SHORTAGE : verdict;
-      const unsigned long long pos = verdict >> 8;
-      long long value = (long long)c.free_len;
-      if (!short_) value = (verdict & 0xff) == ERR_LENGTHS ? seq_lens[pos] : (long long)last_loc[pos];
-      raise_fault(v, call, key, value);
-    }
-    commit(v, call, next);
+    const unsigned long long pos = verdict >> 8;
+    long long value = 0;
+    if (failed && !short_)
+      value = (verdict & 0xff) == ERR_LENGTHS ? seq_lens[pos] : (long long)last_loc[pos];
+    conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
   }
 }
 

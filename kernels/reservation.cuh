@@ -197,27 +197,12 @@ __device__ void reserve_decode(View v, Call call, const long long *lens_in, cons
   if (r == 0) {
     res->counter = 0;
     res->state = live ? RES_LIVE : RES_EMPTY;
-    Cursor next = c;
-    if (live) {
-      next.head = ring_pos(c.head, total_pages, n);
-      next.free_len = c.free_len - (uint32_t)total_pages;
-    }
-    if (failed) {
-      const unsigned long long key = short_ ? (unsigned long long)ERR_SHORTAGE : verdict;
-      const unsigned long long pos = verdict >> 8;
-      long long value = (long long)c.free_len;
-      if (!short_) value = (verdict & 0xff) == ERR_LENGTHS ? lens_in[pos] : (long long)last_loc[pos];
-      raise_fault(v, call, key, value);
-    }
-    commit(v, call, next);
+    const unsigned long long pos = verdict >> 8;
+    long long value = 0;
+    if (failed && !short_)
+      value = (verdict & 0xff) == ERR_LENGTHS ? lens_in[pos] : (long long)last_loc[pos];
+    conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
   }
-}
-
-__device__ inline void store_entry(void *table, uint32_t wide, unsigned long long at, long long slot) {
-  if (wide)
-    static_cast<long long *>(table)[at] = slot;
-  else
-    static_cast<int *>(table)[at] = (int)slot;
 }
 
 // One decode step of a live reservation. `table` may be null (then `rows` is unused);
@@ -256,7 +241,7 @@ __device__ void reservation_step(View v, Call call, ResHeader *res, const long l
     const Index slot = ok ? slots[(unsigned long long)s * batch + i] : (Index)0;
     if (out != nullptr) out[i] = slot;
     if (ok && table != nullptr)
-      store_entry(table, wide, (unsigned long long)rows[i] * stride + (unsigned long long)lens[i] + s,
+      table_put(table, wide, (unsigned long long)rows[i] * stride + (unsigned long long)lens[i] + s,
                   (long long)slot);
   }
   if (r == 0) {
