@@ -474,7 +474,10 @@ fn check_pool(object: &ReservationObject, pool: *mut kvp_pool) -> Result<(), kvp
 /// would append them: putting them back leaves the pool exactly as `steps_used` plain
 /// `kvp_pool_alloc_decode` calls would have), and each request's partly used last page is
 /// rewound to its last used slot (as `kvp_pool_rewind`). Available size and counters are
-/// exact afterwards. Refused, nothing changed: a page to return or rewind is no longer
+/// exact afterwards. Finish BEFORE freeing any request of the batch: a partly used page
+/// freed and handed to another request meanwhile is not detected, and the finish rewinds
+/// that request's page (its next continuation is then refused by the fill-point rule).
+/// Refused, nothing changed: a page to return or rewind is no longer
 /// allocated (`KVP_STATUS_NOT_ALLOCATED`: finish before freeing the batch's requests), the
 /// reservation is finished or its pool was cleared or restored since
 /// (`KVP_STATUS_INVALID_STATE`), `pool` is not the reservation's pool. Ignores an open free
@@ -514,7 +517,9 @@ pub unsafe extern "C" fn kvp_decode_reservation_finish(
 /// and rewinds partly used pages as `kvp_decode_reservation_finish` does. The host plans
 /// the returned page count from `steps_used`, so `kvp_pool_available_size` is exact right
 /// after the call. A page to return or rewind that is no longer allocated faults the pool
-/// (nothing returned). Host checks (status, nothing enqueued): `steps_used <= steps`, the
+/// (nothing returned); finish before freeing the batch's requests, as for
+/// `kvp_decode_reservation_finish` (a partly used page freed and handed on meanwhile is
+/// not detected). Host checks (status, nothing enqueued): `steps_used <= steps`, the
 /// reservation live and of `pool`, the pool not faulted, the stream. A step replayed after
 /// the finish writes 0 and faults (see `kvp_decode_reservation_step_async`).
 ///
