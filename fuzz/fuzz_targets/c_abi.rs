@@ -1443,7 +1443,7 @@ impl Run {
                     if p == 0 {
                         -1
                     } else {
-                        self.table.get(r as usize, p as usize - 1)
+                        before[self.table.at(r as usize, p as usize - 1)]
                     }
                 })
                 .collect();
@@ -1624,9 +1624,6 @@ impl Run {
         } else {
             &desc
         };
-        self.census_before = self.census_len();
-        // SAFETY: as in `alloc_rows`.
-        let got = unsafe { kvp_pool_free_rows(self.pool, dp, rb.ptr(), sb.ptr(), eb.ptr(), n) };
         let row_len = self.table.row_len as i64;
         let segs: Vec<Vec<i64>> = (0..n)
             .map(|i| {
@@ -1638,6 +1635,9 @@ impl Run {
                 Vec::new()
             })
             .collect();
+        self.census_before = self.census_len();
+        // SAFETY: as in `alloc_rows`.
+        let got = unsafe { kvp_pool_free_rows(self.pool, dp, rb.ptr(), sb.ptr(), eb.ptr(), n) };
         let mut pages = HashSet::new();
         let want: Result<(), kvp_status> = 'want: {
             if let Some(s) = tp.status(self.table.rows) {
