@@ -25,6 +25,40 @@
 //! `OUT_OF_SLOTS`, which may merge), queries and censuses, restored with its snapshot,
 //! a fresh pool's after `kvp_pool_clear`, unchanged by a second merge;
 //! `kvp_pool_set_debug` / `_get_debug` on a host pool accept 0 and the known flag only.
+//!
+//! Request-to-token tables: the target keeps an engine's `req_to_token` table (int64 or
+//! int32 entries, 1 to 8 rows, a row stride `>= row_len`, chosen by the input) whose row `r`
+//! mirrors tracked request `r`. `kvp_pool_alloc_extend_rows` / `_alloc_decode_rows` of
+//! tracked and new requests must return the model's slots for the classic call with the
+//! `last_loc` read from the table, write exactly those slots into the rows at `prefix ..
+//! seq` (nothing else in the table, spare element included) and into `out` when given;
+//! corrupted (row out of range or repeated, `seq_len > row_len`, lengths, a stale or
+//! foreign table entry, a NULL / misaligned / empty / short-stride / wrong-type table,
+//! NULL or misaligned arrays, a short `out`) they must return the documented status and
+//! leave the table, `out` and the pool (model, digest, counters) unchanged.
+//! `kvp_pool_free_rows` must equal the model's `free_segment` of each row's segment of the
+//! table as one call (a free group around them), refuse bad segments and rows, and a page
+//! named by two rows with `DOUBLE_FREE`; it never writes the table. `kvp_pool_page_table`
+//! must equal FlashInfer's layout computed here from the table (`kv_indptr` the exclusive
+//! sum of `ceil(seq / page_size)`, `kv_indices` `table[row][p * page_size] / page_size`,
+//! `kv_last_page_len` in `1 ..= page_size`, 0 for an empty request), refuse a short
+//! `indices_capacity` with `BUFFER_TOO_SMALL`, and write nothing on failure.
+//!
+//! Decode reservations: the oracle is the model's `reserve_decode` / `finish_reservation`
+//! (`tests/model/`: the K steps' pages taken step-major at once, merging staged frees only
+//! when the free list alone is short, fill points advanced as if every step ran; the finish
+//! returns the unused pages to the front of the free list in taken order and rewinds partly
+//! used pages). Without `need_sort` the model's reservation is itself checked against K
+//! plain model decodes (same slots, step by step), and after a finish with nothing else in
+//! between its free list against a model twin that ran `steps_used` plain decodes. Each
+//! `kvp_decode_reservation_step` must return the model's next step (to `out` and / or the
+//! table at `lens[i] + s`) and change nothing in the pool (digest); a step past K, of a
+//! finished reservation or one whose pool was cleared or restored since (a census restores
+//! too), with bad buffers, rows or table, of NULL or of a pool handle, is refused with its
+//! documented status, writing nothing. `kvp_decode_reservation_finish` is refused with a
+//! wrong `steps_used`, another pool, NULL, a finished or stale reservation; a plain decode
+//! of a reserved request is refused by the fill-point rule. Every handle is freed at the
+//! end of the input.
 #![no_main]
 
 #[allow(dead_code)]
@@ -1460,7 +1494,9 @@ impl Run {
         let now = self.table.values();
         match want {
             Err(_) => {
-                self.check(now == before, || format!("failed {call} wrote to the table"));
+                self.check(now == before, || {
+                    format!("failed {call} wrote to the table")
+                });
                 self.check(out.untouched(&vec![SENTINEL; out_len]), || {
                     format!("failed {call} wrote to its output")
                 });
@@ -1695,7 +1731,9 @@ impl Run {
         self.unchanged = true;
         let ps = self.ps as i64;
         let n = input.below(5);
-        let mut rows: Vec<i64> = (0..n).map(|_| input.below(self.table.rows) as i64).collect();
+        let mut rows: Vec<i64> = (0..n)
+            .map(|_| input.below(self.table.rows) as i64)
+            .collect();
         let mut seq: Vec<i64> = rows
             .iter()
             .map(|&r| {
@@ -1896,7 +1934,11 @@ impl Run {
                 }
             };
         }
-        let handle_case = if input.chance(16) { 1 + input.below(3) } else { 0 };
+        let handle_case = if input.chance(16) {
+            1 + input.below(3)
+        } else {
+            0
+        };
         let passes = [(); 2].map(|_| self.pass(input));
         let lb = len_buf(lens.clone(), passes[0]);
         let mut lastb = IndexBuf::new(&last, self.wide, passes[1]);
@@ -2065,8 +2107,7 @@ impl Run {
             ptr::null()
         };
         // SAFETY: a live reservation; buffers as stated (or NULL / misaligned, refused).
-        let got =
-            unsafe { kvp_decode_reservation_step(handle, out.ptr(), out_len, dp, rb.ptr()) };
+        let got = unsafe { kvp_decode_reservation_step(handle, out.ptr(), out_len, dp, rb.ptr()) };
         let r = &self.resvs[which];
         let out_given = out_pass != Pass::Null || dp.is_null();
         let (want, counted) = 'want: {
@@ -2095,7 +2136,11 @@ impl Run {
                 if let Some(st) = self.rows_status(&rows, true) {
                     break 'want (Err(st), true);
                 }
-                if r.model.lens.iter().any(|&l| l as usize + s >= self.table.row_len) {
+                if r.model
+                    .lens
+                    .iter()
+                    .any(|&l| l as usize + s >= self.table.row_len)
+                {
                     break 'want (Err(kvp_status::BufferTooSmall), true);
                 }
             }
@@ -2110,7 +2155,9 @@ impl Run {
         let now = self.table.values();
         match want {
             Err(_) => {
-                self.check(now == before, || format!("failed {call} wrote to the table"));
+                self.check(now == before, || {
+                    format!("failed {call} wrote to the table")
+                });
                 self.check(out.untouched(&vec![SENTINEL; out_len]), || {
                     format!("failed {call} wrote to its output")
                 });
@@ -2119,7 +2166,9 @@ impl Run {
                 let mut expect = before.clone();
                 if !dp.is_null() {
                     for (i, &slot) in slots.iter().enumerate() {
-                        let at = self.table.at(rows[i] as usize, r.model.lens[i] as usize + s);
+                        let at = self
+                            .table
+                            .at(rows[i] as usize, r.model.lens[i] as usize + s);
                         expect[at] = if self.table.wide {
                             slot
                         } else {
@@ -2176,7 +2225,8 @@ impl Run {
             } else {
                 self.pool.cast::<kvp_decode_reservation>()
             };
-            self.trace.push(format!("reservation_finish(bad handle, null {null})"));
+            self.trace
+                .push(format!("reservation_finish(bad handle, null {null})"));
             // SAFETY: NULL or a live handle of another kind (refused by its tag).
             let got = unsafe { kvp_decode_reservation_finish(self.pool, h, 0) };
             let want = if null {
@@ -2188,7 +2238,11 @@ impl Run {
             self.unchanged = true;
             return;
         }
-        let pool_case = if input.chance(24) { 1 + input.below(2) } else { 0 };
+        let pool_case = if input.chance(24) {
+            1 + input.below(2)
+        } else {
+            0
+        };
         let r = &self.resvs[which];
         let used = match input.below(8) {
             0 => r.taken + 1,
@@ -2261,24 +2315,43 @@ impl Run {
         let which = input.below(self.resvs.len() + 1);
         let (mut steps, mut batch, mut pages) = (7u32, 7usize, 7u64);
         let nulls = input.byte();
-        let sp: *mut u32 = if nulls & 1 != 0 { ptr::null_mut() } else { &mut steps };
-        let bp: *mut usize = if nulls & 2 != 0 { ptr::null_mut() } else { &mut batch };
-        let pp: *mut u64 = if nulls & 4 != 0 { ptr::null_mut() } else { &mut pages };
+        let sp: *mut u32 = if nulls & 1 != 0 {
+            ptr::null_mut()
+        } else {
+            &mut steps
+        };
+        let bp: *mut usize = if nulls & 2 != 0 {
+            ptr::null_mut()
+        } else {
+            &mut batch
+        };
+        let pp: *mut u64 = if nulls & 4 != 0 {
+            ptr::null_mut()
+        } else {
+            &mut pages
+        };
         let h = self.resvs.get(which).map_or(ptr::null_mut(), |r| r.handle);
-        self.trace.push(format!("reservation_get_info({which}, nulls {nulls:#x})"));
+        self.trace
+            .push(format!("reservation_get_info({which}, nulls {nulls:#x})"));
         // SAFETY: a live reservation or NULL; out-parameters NULL or writable.
         let got = unsafe { kvp_decode_reservation_get_info(h, sp, bp, pp) };
         match self.resvs.get(which) {
             None => {
                 self.want_status("get_info(NULL)", got, kvp_status::NullArgument);
-                self.check((steps, batch, pages) == (7, 7, 7), || "failed get_info wrote".into());
+                self.check((steps, batch, pages) == (7, 7, 7), || {
+                    "failed get_info wrote".into()
+                });
             }
             Some(r) => {
                 self.want_status("get_info", got, kvp_status::Ok);
                 let want = (
                     if nulls & 1 != 0 { 7 } else { r.steps },
                     if nulls & 2 != 0 { 7 } else { r.rows.len() },
-                    if nulls & 4 != 0 { 7 } else { r.model.pages.len() as u64 },
+                    if nulls & 4 != 0 {
+                        7
+                    } else {
+                        r.model.pages.len() as u64
+                    },
                 );
                 self.check((steps, batch, pages) == want, || {
                     format!("get_info ({steps}, {batch}, {pages}), want {want:?}")
@@ -2317,16 +2390,28 @@ impl Run {
         let census = self.census_len();
         let seq = [len + 1];
         // SAFETY: buffers of one element.
-        let got = unsafe { kvp_pool_alloc_decode(self.pool, seq.as_ptr(), lb.ptr(), 1, out.ptr(), 1) };
-        let want = self.model.alloc_decode(&seq, &[last], 1).map_err(kvp_status::from);
+        let got =
+            unsafe { kvp_pool_alloc_decode(self.pool, seq.as_ptr(), lb.ptr(), 1, out.ptr(), 1) };
+        let want = self
+            .model
+            .alloc_decode(&seq, &[last], 1)
+            .map_err(kvp_status::from);
         if pristine && len % self.ps as i64 != 0 {
             self.check(want == Err(kvp_status::LastLocMismatch), || {
                 format!("{call}: the model says {want:?}, the fill-point rule LastLocMismatch")
             });
         }
-        self.finish_alloc("alloc_decode (reserved)", got, want, &out, 1, census, |run, slots| {
-            run.held.blocks.push(slots.to_vec());
-        });
+        self.finish_alloc(
+            "alloc_decode (reserved)",
+            got,
+            want,
+            &out,
+            1,
+            census,
+            |run, slots| {
+                run.held.blocks.push(slots.to_vec());
+            },
+        );
         self.count(Some(|s| &mut s.alloc_decode_calls), got);
     }
 
@@ -2350,7 +2435,8 @@ impl Run {
                 if self.other.is_null() {
                     self.other = new_pool(self.size, self.ps as u32, self.wide, false);
                 }
-                self.trace.push("finish(pool, reservation of another pool)".into());
+                self.trace
+                    .push("finish(pool, reservation of another pool)".into());
                 let mut h = ptr::null_mut();
                 let steps = 1 + input.below(4) as u32;
                 // SAFETY: live pool; an empty batch; writable out-parameter.
@@ -2360,7 +2446,11 @@ impl Run {
                 self.want_status("reserve_decode (other pool)", s, kvp_status::Ok);
                 // SAFETY: live handles.
                 let got = unsafe { kvp_decode_reservation_finish(self.pool, h, 0) };
-                self.want_status("finish of another pool's reservation", got, kvp_status::InvalidArgument);
+                self.want_status(
+                    "finish of another pool's reservation",
+                    got,
+                    kvp_status::InvalidArgument,
+                );
                 // SAFETY: live handles; the reservation is not used afterwards.
                 let s = unsafe { kvp_decode_reservation_finish(self.other, h, 0) };
                 self.want_status("finish (other pool)", s, kvp_status::Ok);
@@ -2371,18 +2461,24 @@ impl Run {
                 let Some(r) = self.resvs.first() else {
                     return;
                 };
-                self.trace.push("available_size(reservation as pool)".into());
+                self.trace
+                    .push("available_size(reservation as pool)".into());
                 let mut n = 7u64;
                 // SAFETY: a live handle of another kind (refused by its tag).
                 let got = unsafe { kvp_pool_available_size(r.handle.cast::<kvp_pool>(), &mut n) };
-                self.want_status("available_size(reservation)", got, kvp_status::InvalidArgument);
+                self.want_status(
+                    "available_size(reservation)",
+                    got,
+                    kvp_status::InvalidArgument,
+                );
                 self.check(n == 7, || "refused available_size wrote".into());
             }
             _ => {
                 let Some(saved) = self.saved.first() else {
                     return;
                 };
-                self.trace.push("reservation_step(snapshot as reservation)".into());
+                self.trace
+                    .push("reservation_step(snapshot as reservation)".into());
                 let mut out = [SENTINEL; 2];
                 // SAFETY: a live handle of another kind (refused by its tag).
                 let got = unsafe {
