@@ -1663,10 +1663,12 @@ impl Run {
         let row_len = self.table.row_len as i64;
         let segs: Vec<Vec<i64>> = (0..n)
             .map(|i| {
-                if 0 <= starts[i] && starts[i] <= ends[i] && ends[i] <= row_len {
-                    if (0..self.table.rows as i64).contains(&rows[i]) {
-                        return self.table.row(rows[i] as usize);
-                    }
+                if 0 <= starts[i]
+                    && starts[i] <= ends[i]
+                    && ends[i] <= row_len
+                    && (0..self.table.rows as i64).contains(&rows[i])
+                {
+                    return self.table.row(rows[i] as usize);
                 }
                 Vec::new()
             })
