@@ -480,7 +480,7 @@ impl Run {
     }
 
     fn fail(&self, what: String) -> ! {
-        let tail: Vec<&String> = self.trace.iter().rev().take(12).collect();
+        let tail: Vec<&String> = self.trace.iter().rev().take(30).collect();
         panic!(
             "step {}: {what}\nlast calls (newest first):\n  {}",
             self.step,
@@ -2194,12 +2194,16 @@ impl Run {
                         format!("{call}: out {values:?}, the model's step {s} is {slots:?}")
                     });
                 }
-                // The stepped slots now belong to their requests (those of pages still
-                // allocated: a request freed meanwhile does not get them back).
+                // The stepped slots now belong to their requests, when nothing else touched
+                // the pool since the reservation: a step only reads slots computed at the
+                // reservation, so after a request's pages were freed (and perhaps handed to
+                // another request) it still returns them, and they are nobody's (the header:
+                // finish before freeing the batch's requests).
                 let ps = self.ps as i64;
                 let (rows_of, clean) = (r.rows.clone(), r.clean);
+                let pristine = r.made_at == self.touched;
                 for (i, &slot) in slots.iter().enumerate() {
-                    if !self.model.is_allocated((slot / ps) as u64) {
+                    if !pristine || !self.model.is_allocated((slot / ps) as u64) {
                         continue;
                     }
                     if clean {
