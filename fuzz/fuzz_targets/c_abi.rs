@@ -2296,6 +2296,28 @@ impl Run {
         }
         if got == kvp_status::Ok {
             self.freed_pages(self.census_before);
+            // What the finish took back: the unused pages, and each partly used page past
+            // its last used slot. The pool cannot tell when such a page was freed and handed
+            // to another request meanwhile (the header: finish before freeing the batch's
+            // requests); then its new holder loses those slots too.
+            let ps = self.ps as i64;
+            let r = &self.resvs[which];
+            let u = used as usize;
+            let unused: HashSet<i64> = r.model.pages[r.model.taken_by[u]..]
+                .iter()
+                .map(|&p| p as i64)
+                .collect();
+            let kept: Vec<i64> = if u < r.model.slots.len() && ps > 1 {
+                (0..r.rows.len())
+                    .filter(|&i| (r.model.lens[i] + u as i64) % ps != 0)
+                    .map(|i| r.model.slots[u][i] - 1)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            self.held.drop_slots(|s| {
+                unused.contains(&(s / ps)) || kept.iter().any(|&k| k / ps == s / ps && s > k)
+            });
             let r = &mut self.resvs[which];
             r.finished = true;
             if r.made_at == self.touched && !self.model.need_sort {
