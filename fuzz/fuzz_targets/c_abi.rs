@@ -58,7 +58,11 @@
 //! documented status, writing nothing. `kvp_decode_reservation_finish` is refused with a
 //! wrong `steps_used`, another pool, NULL, a finished or stale reservation; a plain decode
 //! of a reserved request is refused by the fill-point rule. Every handle is freed at the
-//! end of the input.
+//! end of the input. A step's slots are credited to their requests only when nothing else
+//! touched the pool since the reservation (a step returns the slots computed at the
+//! reservation even after the request's pages were freed and handed to another), and a
+//! finish takes back from whoever holds them the slots of the pages it returns and past the
+//! slots it rewinds to (the header: finish before freeing the batch's requests).
 #![no_main]
 
 #[allow(dead_code)]
