@@ -25,6 +25,44 @@
 //! `OUT_OF_SLOTS`, which may merge), queries and censuses, restored with its snapshot,
 //! a fresh pool's after `kvp_pool_clear`, unchanged by a second merge;
 //! `kvp_pool_set_debug` / `_get_debug` on a host pool accept 0 and the known flag only.
+//!
+//! Request-to-token tables: the target keeps an engine's `req_to_token` table (int64 or
+//! int32 entries, 1 to 8 rows, a row stride `>= row_len`, chosen by the input) whose row `r`
+//! mirrors tracked request `r`. `kvp_pool_alloc_extend_rows` / `_alloc_decode_rows` of
+//! tracked and new requests must return the model's slots for the classic call with the
+//! `last_loc` read from the table, write exactly those slots into the rows at `prefix ..
+//! seq` (nothing else in the table, spare element included) and into `out` when given;
+//! corrupted (row out of range or repeated, `seq_len > row_len`, lengths, a stale or
+//! foreign table entry, a NULL / misaligned / empty / short-stride / wrong-type table,
+//! NULL or misaligned arrays, a short `out`) they must return the documented status and
+//! leave the table, `out` and the pool (model, digest, counters) unchanged.
+//! `kvp_pool_free_rows` must equal the model's `free_segment` of each row's segment of the
+//! table as one call (a free group around them), refuse bad segments and rows, and a page
+//! named by two rows with `DOUBLE_FREE`; it never writes the table. `kvp_pool_page_table`
+//! must equal FlashInfer's layout computed here from the table (`kv_indptr` the exclusive
+//! sum of `ceil(seq / page_size)`, `kv_indices` `table[row][p * page_size] / page_size`,
+//! `kv_last_page_len` in `1 ..= page_size`, 0 for an empty request), refuse a short
+//! `indices_capacity` with `BUFFER_TOO_SMALL`, and write nothing on failure.
+//!
+//! Decode reservations: the oracle is the model's `reserve_decode` / `finish_reservation`
+//! (`tests/model/`: the K steps' pages taken step-major at once, merging staged frees only
+//! when the free list alone is short, fill points advanced as if every step ran; the finish
+//! returns the unused pages to the front of the free list in taken order and rewinds partly
+//! used pages). Without `need_sort` the model's reservation is itself checked against K
+//! plain model decodes (same slots, step by step), and after a finish with nothing else in
+//! between its free list against a model twin that ran `steps_used` plain decodes. Each
+//! `kvp_decode_reservation_step` must return the model's next step (to `out` and / or the
+//! table at `lens[i] + s`) and change nothing in the pool (digest); a step past K, of a
+//! finished reservation or one whose pool was cleared or restored since (a census restores
+//! too), with bad buffers, rows or table, of NULL or of a pool handle, is refused with its
+//! documented status, writing nothing. `kvp_decode_reservation_finish` is refused with a
+//! wrong `steps_used`, another pool, NULL, a finished or stale reservation; a plain decode
+//! of a reserved request is refused by the fill-point rule. Every handle is freed at the
+//! end of the input. A step's slots are credited to their requests only when nothing else
+//! touched the pool since the reservation (a step returns the slots computed at the
+//! reservation even after the request's pages were freed and handed to another), and a
+//! finish takes back from whoever holds them the slots of the pages it returns and past the
+//! slots it rewinds to (the header: finish before freeing the batch's requests).
 #![no_main]
 
 #[allow(dead_code)]
@@ -212,6 +250,126 @@ struct Saved {
     held: Held,
 }
 
+/// The engine's request-to-token table (`kvp_req_table`), int64 or int32 entries, `rows`
+/// rows of `row_len` usable entries `stride` apart, plus one spare element (room for a
+/// misaligned `data` pointer) after its span. Row `r` mirrors tracked request `r`
+/// (`Held::rows[r]`); entries past a request's length hold whatever was there (`POISON`
+/// at first, stale slots later), as in an engine.
+struct Table {
+    wide: bool,
+    rows: usize,
+    stride: usize,
+    row_len: usize,
+    i64s: Vec<i64>,
+    i32s: Vec<i32>,
+}
+
+const POISON: i64 = -3;
+
+impl Table {
+    fn new(wide: bool, rows: usize, stride: usize, row_len: usize) -> Self {
+        let span = (rows - 1) * stride + row_len + 1;
+        Self {
+            wide,
+            rows,
+            stride,
+            row_len,
+            i64s: vec![POISON; span],
+            i32s: vec![POISON as i32; span],
+        }
+    }
+    fn at(&self, r: usize, k: usize) -> usize {
+        r * self.stride + k
+    }
+    fn get(&self, r: usize, k: usize) -> i64 {
+        let i = self.at(r, k);
+        if self.wide {
+            self.i64s[i]
+        } else {
+            i64::from(self.i32s[i])
+        }
+    }
+    fn set(&mut self, r: usize, k: usize, v: i64) {
+        let i = self.at(r, k);
+        if self.wide {
+            self.i64s[i] = v;
+        } else {
+            self.i32s[i] = v as i32;
+        }
+    }
+    /// Every element, spare included.
+    fn values(&self) -> Vec<i64> {
+        if self.wide {
+            self.i64s.clone()
+        } else {
+            self.i32s.iter().map(|&v| i64::from(v)).collect()
+        }
+    }
+    fn row(&self, r: usize) -> Vec<i64> {
+        (0..self.row_len).map(|k| self.get(r, k)).collect()
+    }
+    fn data(&mut self) -> *mut c_void {
+        if self.wide {
+            self.i64s.as_mut_ptr().cast()
+        } else {
+            self.i32s.as_mut_ptr().cast()
+        }
+    }
+}
+
+/// How a table descriptor is passed: as it is, or with one thing wrong.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum TablePass {
+    Valid,
+    /// The descriptor pointer itself NULL.
+    NullDesc,
+    NullData,
+    MisalignedData,
+    /// `index_type` not a `kvp_index_type`.
+    BadType(u32),
+    /// `rows` or `row_len` 0.
+    Empty(bool),
+    /// `row_stride < row_len` (refused only with more than one row).
+    ShortStride,
+}
+
+impl TablePass {
+    /// The descriptor check's status (`None`: accepted), in the library's order: descriptor
+    /// NULL, index type, shape, data.
+    fn status(self, rows: usize) -> Option<kvp_status> {
+        match self {
+            TablePass::Valid => None,
+            TablePass::NullDesc | TablePass::NullData => Some(kvp_status::NullArgument),
+            TablePass::MisalignedData | TablePass::BadType(_) | TablePass::Empty(_) => {
+                Some(kvp_status::InvalidArgument)
+            }
+            TablePass::ShortStride if rows > 1 => Some(kvp_status::InvalidArgument),
+            TablePass::ShortStride => None,
+        }
+    }
+}
+
+/// A live (or finished, or stale) decode reservation and the model's view of it.
+struct Resv {
+    handle: *mut kvp_decode_reservation,
+    model: model::Reserved,
+    /// The tracked requests (`Held::rows` indices) of the batch.
+    rows: Vec<usize>,
+    /// Made from a corrupted batch that the pool accepted anyway: its slots are blocks.
+    clean: bool,
+    steps: u32,
+    taken: u32,
+    finished: bool,
+    /// Its pool was cleared or restored since (the census restores too).
+    stale: bool,
+    /// The `last_loc`s it was made with.
+    last: Vec<i64>,
+    /// The model before the reservation, for the plain-decode cross-check at the finish.
+    before: Model,
+    /// `Run::touched` right after the reservation was made.
+    made_at: usize,
+}
+
 struct Run {
     pool: *mut kvp_pool,
     /// A second pool, for foreign snapshots; created on first use.
@@ -238,6 +396,15 @@ struct Run {
     unchanged: bool,
     /// The digest of a fresh pool of this configuration (what `kvp_pool_clear` returns to).
     fresh_digest: u64,
+    /// The engine's `req_to_token` table; row `r` mirrors `held.rows[r]`.
+    table: Table,
+    /// Decode reservations of `pool` (live, finished or stale), freed at the end.
+    resvs: Vec<Resv>,
+    /// The last step that may have changed the pool (every step but a reservation's step
+    /// or query).
+    touched: usize,
+    /// Set by a step that only stepped or queried a reservation.
+    resv_only: bool,
 }
 
 /// `kvp_pool_digest` of a live host pool.
@@ -269,6 +436,15 @@ impl Run {
         let wide = input.chance(160);
         let need_sort = input.chance(100);
         let size = num_pages * ps;
+        // The table: int64 or int32, 1 to 8 rows, rows mostly long enough for any request.
+        let table_wide = input.chance(128);
+        let table_rows = 1 + input.below(8);
+        let row_len = if input.chance(200) {
+            size as usize + input.below(3)
+        } else {
+            1 + input.below(size as usize)
+        };
+        let stride = row_len + input.below(3);
         let pool = new_pool(size, ps as u32, wide, need_sort);
         // The index type is not part of the digest: a pool of the other one, same
         // configuration, starts with the same digest.
@@ -300,11 +476,15 @@ impl Run {
             )],
             unchanged: false,
             fresh_digest: d,
+            table: Table::new(table_wide, table_rows, stride, row_len),
+            resvs: Vec::new(),
+            touched: 0,
+            resv_only: false,
         }
     }
 
     fn fail(&self, what: String) -> ! {
-        let tail: Vec<&String> = self.trace.iter().rev().take(12).collect();
+        let tail: Vec<&String> = self.trace.iter().rev().take(30).collect();
         panic!(
             "step {}: {what}\nlast calls (newest first):\n  {}",
             self.step,
@@ -373,8 +553,9 @@ impl Run {
     fn step(&mut self, input: &mut Input) {
         self.step += 1;
         self.unchanged = false;
+        self.resv_only = false;
         let digest_before = self.digest();
-        match input.below(16) {
+        match input.below(22) {
             0 => self.alloc(input),
             1..=3 => self.extend(input),
             4..=5 => self.decode(input),
@@ -402,6 +583,7 @@ impl Run {
                     });
                     self.model.clear();
                     self.held = Held::default();
+                    self.stale_reservations();
                 } else {
                     // SAFETY: live pool.
                     let s = unsafe { kvp_pool_merge_and_sort_free(self.pool) };
@@ -419,7 +601,19 @@ impl Run {
                 }
             }
             14 => self.census(),
-            _ => self.bad_new(input),
+            15 => self.bad_new(input),
+            16 | 17 => self.alloc_rows(input),
+            18 => {
+                if input.chance(128) {
+                    self.free_rows(input)
+                } else {
+                    self.page_table(input)
+                }
+            }
+            _ => self.reservation(input),
+        }
+        if !self.resv_only {
+            self.touched = self.step;
         }
         if self.unchanged {
             let now = self.digest();
@@ -1031,6 +1225,1317 @@ impl Run {
         self.count(Some(|s| &mut s.alloc_decode_calls), got);
     }
 
+    // ---- request-to-token tables ---------------------------------------------------------
+
+    /// Writes every tracked request's slots into its table row, as the engine does after a
+    /// classic call (the *_rows calls write the table themselves, and are checked for it).
+    fn sync_table(&mut self) {
+        let n = self.table.rows.min(self.held.rows.len());
+        for r in 0..n {
+            let len = self.held.rows[r].len().min(self.table.row_len);
+            for k in 0..len {
+                let v = self.held.rows[r][k];
+                self.table.set(r, k, v);
+            }
+        }
+    }
+
+    fn table_pass(&self, input: &mut Input) -> TablePass {
+        if input.chance(215) {
+            return TablePass::Valid;
+        }
+        match input.below(6) {
+            0 => TablePass::NullDesc,
+            1 => TablePass::NullData,
+            2 => TablePass::MisalignedData,
+            3 => TablePass::BadType(2 + u32::from(input.byte())),
+            4 => TablePass::Empty(input.chance(128)),
+            _ => TablePass::ShortStride,
+        }
+    }
+
+    /// The table's descriptor, passed `how` (`TablePass::NullDesc`: the caller passes NULL).
+    fn table_desc(&mut self, how: TablePass) -> kvp_req_table {
+        let mut d = kvp_req_table {
+            data: self.table.data(),
+            index_type: if self.table.wide { 0 } else { 1 },
+            rows: self.table.rows as u64,
+            row_stride: self.table.stride as u64,
+            row_len: self.table.row_len as u64,
+        };
+        match how {
+            TablePass::NullData => d.data = ptr::null_mut(),
+            // SAFETY: one byte into the table, which has a spare element.
+            TablePass::MisalignedData => d.data = unsafe { d.data.cast::<u8>().add(1) }.cast(),
+            TablePass::BadType(t) => d.index_type = t,
+            TablePass::Empty(true) => d.rows = 0,
+            TablePass::Empty(false) => d.row_len = 0,
+            TablePass::ShortStride => d.row_stride = d.row_len - 1,
+            TablePass::Valid | TablePass::NullDesc => {}
+        }
+        d
+    }
+
+    /// The row checks of the *_rows calls: in range, then (when `distinct`) no row twice.
+    fn rows_status(&self, rows: &[i64], distinct: bool) -> Option<kvp_status> {
+        if rows.iter().any(|&r| r < 0 || r as usize >= self.table.rows) {
+            return Some(kvp_status::IndexOutOfRange);
+        }
+        let set: HashSet<i64> = rows.iter().copied().collect();
+        (distinct && set.len() < rows.len()).then_some(kvp_status::InvalidArgument)
+    }
+
+    /// `kvp_pool_alloc_extend_rows` / `kvp_pool_alloc_decode_rows` of tracked requests
+    /// (their table rows) and new ones (the next unused rows), valid or with one corruption.
+    /// Must give exactly the model's slots for the classic call with `last_loc` read from
+    /// the table, write exactly them into the table and `out`, and on failure change nothing
+    /// (table, out, pool).
+    fn alloc_rows(&mut self, input: &mut Input) {
+        self.sync_table();
+        let decode = input.chance(110);
+        let ps = self.ps as usize;
+        let lim = self.table.rows.min(self.held.rows.len());
+        let mut reqs: Vec<usize> = Vec::new();
+        if lim > 0 {
+            for _ in 0..input.below(4) {
+                let r = input.below(lim);
+                if !reqs.contains(&r) {
+                    reqs.push(r);
+                }
+            }
+        }
+        for j in 0..input.below(3) {
+            let r = self.held.rows.len() + j;
+            if r < self.table.rows {
+                reqs.push(r);
+            }
+        }
+        let n = reqs.len();
+        let mut rows: Vec<i64> = reqs.iter().map(|&r| r as i64).collect();
+        let mut prefix: Vec<i64> = reqs
+            .iter()
+            .map(|&r| self.held.rows.get(r).map_or(0, |v| v.len() as i64))
+            .collect();
+        let mut seq: Vec<i64> = prefix
+            .iter()
+            .map(|&p| {
+                if decode {
+                    p + 1
+                } else {
+                    p + input.below(2 * ps + 3) as i64
+                }
+            })
+            .collect();
+        let mut total: i64 = seq.iter().zip(&prefix).map(|(s, p)| s - p).sum();
+        let mut corrupt = String::new();
+        if n > 0 && input.chance(100) {
+            let i = input.below(n);
+            match input.below(6) {
+                0 => {
+                    let t = self.table.rows as i64;
+                    rows[i] = [-1, t, t + 2, i64::MAX][input.below(4)];
+                    corrupt = format!("(rows[{i}] = {} out of range)", rows[i]);
+                }
+                1 => {
+                    let j = input.below(n);
+                    if j != i {
+                        rows[j] = rows[i];
+                        corrupt = format!("(rows[{j}] repeats rows[{i}])");
+                    }
+                }
+                2 => {
+                    seq[i] = self.table.row_len as i64 + 1 + input.below(2) as i64;
+                    if decode {
+                        prefix[i] = seq[i] - 1;
+                    }
+                    total = seq.iter().zip(&prefix).map(|(s, p)| s - p).sum();
+                    corrupt = format!("(seq_lens[{i}] = {} past row_len)", seq[i]);
+                }
+                3 => {
+                    // The table entry the call reads as last_loc: stale or foreign.
+                    let pos = if decode { seq[i] - 2 } else { prefix[i] - 1 };
+                    if pos >= 0 && (pos as usize) < self.table.row_len {
+                        let (r, k) = (reqs[i], pos as usize);
+                        let old = self.table.get(r, k);
+                        let new = match input.below(3) {
+                            0 => old - 1 - input.below(ps + 1) as i64,
+                            1 => {
+                                let other = self.held.rows.get(input.below(self.held.rows.len()));
+                                match other.and_then(|o| o.last()) {
+                                    Some(&s) => s,
+                                    None => self.free_page_slot(input).unwrap_or(-1),
+                                }
+                            }
+                            _ => self.free_page_slot(input).unwrap_or(self.bad_slot(input)),
+                        };
+                        if new != old {
+                            self.table.set(r, k, new);
+                            corrupt = format!("(table[{r}][{k}] {old} -> {new})");
+                        }
+                    }
+                }
+                4 => {
+                    if decode {
+                        seq[i] = -(input.below(2) as i64);
+                    } else {
+                        total += [1, -1][input.below(2)];
+                    }
+                    corrupt = "(lengths)".into();
+                }
+                _ => {
+                    seq[i] = self.size as i64 + 1;
+                    if decode {
+                        prefix[i] = seq[i] - 1;
+                    }
+                    total = seq.iter().zip(&prefix).map(|(s, p)| s - p).sum();
+                    corrupt = format!("(seq_lens[{i}] past the pool)");
+                }
+            }
+        }
+        let total = total.max(0) as usize;
+        let tp = self.table_pass(input);
+        let passes = [(); 3].map(|_| self.pass(input));
+        let out_pass = self.pass(input);
+        let want_out = if decode { n } else { total };
+        let out_len = if input.chance(20) {
+            want_out.saturating_sub(1)
+        } else {
+            want_out + input.below(2)
+        };
+        let rb = len_buf(rows.clone(), passes[0]);
+        let pb = len_buf(prefix.clone(), passes[1]);
+        let sb = len_buf(seq.clone(), passes[2]);
+        let mut out = IndexBuf::output(out_len, self.wide, out_pass);
+        let call = format!(
+            "alloc_{}_rows(rows {rows:?}, prefix {prefix:?}, seq {seq:?}, total {total}, \
+             out_len {out_len}, table {tp:?}, {passes:?}, out {out_pass:?}) {corrupt}",
+            if decode { "decode" } else { "extend" }
+        );
+        self.trace.push(call.clone());
+        let before = self.table.values();
+        let census = self.census_len();
+        let desc = self.table_desc(tp);
+        let dp: *const kvp_req_table = if tp == TablePass::NullDesc {
+            ptr::null()
+        } else {
+            &desc
+        };
+        // SAFETY: every buffer holds its stated length (or is NULL / misaligned, refused);
+        // the table spans its descriptor's shape (or the descriptor is refused).
+        let got = unsafe {
+            if decode {
+                kvp_pool_alloc_decode_rows(self.pool, dp, rb.ptr(), sb.ptr(), n, out.ptr(), out_len)
+            } else {
+                kvp_pool_alloc_extend_rows(
+                    self.pool,
+                    dp,
+                    rb.ptr(),
+                    pb.ptr(),
+                    sb.ptr(),
+                    n,
+                    total,
+                    out.ptr(),
+                    out_len,
+                )
+            }
+        };
+        let size = self.size as i64;
+        let lengths_ok = if decode {
+            seq.iter().all(|&s| 1 <= s && s <= size)
+        } else {
+            prefix
+                .iter()
+                .zip(&seq)
+                .all(|(&p, &s)| 0 <= p && p <= s && s <= size)
+                && seq.iter().zip(&prefix).map(|(s, p)| s - p).sum::<i64>() == total as i64
+        };
+        let want: Result<Vec<i64>, kvp_status> = 'want: {
+            if let Some(s) = tp.status(self.table.rows) {
+                break 'want Err(s);
+            }
+            let arrays = if decode { [0, 2] } else { [0, 1] };
+            for a in arrays.into_iter().chain([2]) {
+                if let Some(s) = buffer_status(passes[a], n) {
+                    break 'want Err(s);
+                }
+            }
+            if out_pass == Pass::Misaligned {
+                break 'want Err(kvp_status::InvalidArgument);
+            }
+            if !lengths_ok {
+                break 'want Err(kvp_status::InvalidLengths);
+            }
+            if out_pass == Pass::Valid && out_len < want_out {
+                break 'want Err(kvp_status::BufferTooSmall);
+            }
+            if let Some(s) = self.rows_status(&rows, true) {
+                break 'want Err(s);
+            }
+            if seq.iter().any(|&s| s as usize > self.table.row_len) {
+                break 'want Err(kvp_status::BufferTooSmall);
+            }
+            let last: Vec<i64> = rows
+                .iter()
+                .zip(&prefix)
+                .map(|(&r, &p)| {
+                    if p == 0 {
+                        -1
+                    } else {
+                        before[self.table.at(r as usize, p as usize - 1)]
+                    }
+                })
+                .collect();
+            let res = if decode {
+                self.model.alloc_decode(&seq, &last, usize::MAX)
+            } else {
+                self.model
+                    .alloc_extend(&prefix, &seq, &last, total as u64, usize::MAX)
+            };
+            res.map_err(kvp_status::from)
+        };
+        let want_status = want.as_ref().err().copied().unwrap_or(kvp_status::Ok);
+        self.want_status(&call, got, want_status);
+        let now = self.table.values();
+        match want {
+            Err(_) => {
+                self.check(now == before, || {
+                    format!("failed {call} wrote to the table")
+                });
+                self.check(out.untouched(&vec![SENTINEL; out_len]), || {
+                    format!("failed {call} wrote to its output")
+                });
+            }
+            Ok(slots) => {
+                let mut expect = Table {
+                    wide: self.table.wide,
+                    rows: self.table.rows,
+                    stride: self.table.stride,
+                    row_len: self.table.row_len,
+                    i64s: before.clone(),
+                    i32s: before.iter().map(|&v| v as i32).collect(),
+                };
+                let mut at = 0;
+                for i in 0..n {
+                    for k in prefix[i]..seq[i] {
+                        expect.set(rows[i] as usize, k as usize, slots[at]);
+                        at += 1;
+                    }
+                }
+                let expect = expect.values();
+                self.check(now == expect, || {
+                    let diff: Vec<(usize, i64, i64)> = (0..now.len())
+                        .filter(|&j| now[j] != expect[j])
+                        .map(|j| (j, now[j], expect[j]))
+                        .collect();
+                    format!("{call}: the table differs from the model's slots {slots:?} at (element, got, want) {diff:?}")
+                });
+                if out_pass == Pass::Valid {
+                    let mut want_out = slots.clone();
+                    want_out.resize(out_len + 1, SENTINEL);
+                    let want32: Vec<i64> = want_out.iter().map(|&v| i64::from(v as i32)).collect();
+                    let values = out.values();
+                    self.check(values == if self.wide { want_out } else { want32 }, || {
+                        format!("{call}: out {values:?}, the model's slots {slots:?}")
+                    });
+                } else {
+                    self.check(out.untouched(&vec![SENTINEL; out_len]), || {
+                        format!("{call} wrote to a NULL out")
+                    });
+                }
+                self.allocated(&slots, census);
+                let mut at = 0;
+                for i in 0..n {
+                    let k = (seq[i] - prefix[i]) as usize;
+                    let new = slots[at..at + k].to_vec();
+                    at += k;
+                    let r = reqs[i];
+                    if !corrupt.is_empty() {
+                        self.held.blocks.push(new);
+                    } else if r < self.held.rows.len() {
+                        self.held.rows[r].extend(new);
+                    } else {
+                        self.held.rows.push(new);
+                    }
+                }
+            }
+        }
+        let counter: fn(&mut kvp_pool_stats) -> &mut u64 = if decode {
+            |s| &mut s.alloc_decode_calls
+        } else {
+            |s| &mut s.alloc_extend_calls
+        };
+        self.count(Some(counter), got);
+    }
+
+    /// `kvp_pool_free_rows` of tracked requests' table rows, or with one corruption: must
+    /// equal the model's `free_segment` of each row's segment of the table, as one call
+    /// (a free group around them), and never modify the table.
+    fn free_rows(&mut self, input: &mut Input) {
+        self.sync_table();
+        let ps = self.ps as usize;
+        let lim = self.table.rows.min(self.held.rows.len());
+        let mut rows: Vec<i64> = Vec::new();
+        if lim > 0 {
+            for _ in 0..input.below(4) {
+                let r = input.below(lim) as i64;
+                if !rows.contains(&r) {
+                    rows.push(r);
+                }
+            }
+        }
+        let mut starts = Vec::new();
+        let mut ends = Vec::new();
+        for &r in &rows {
+            let len = self.held.rows[r as usize].len().min(self.table.row_len);
+            let start = if input.chance(128) {
+                0
+            } else {
+                input.below(len + 1) / ps * ps
+            };
+            starts.push(start as i64);
+            ends.push(len as i64);
+        }
+        let mut corrupt = String::new();
+        let n = rows.len();
+        if n > 0 && input.chance(90) {
+            let i = input.below(n);
+            let row_len = self.table.row_len as i64;
+            corrupt = match input.below(8) {
+                0 => {
+                    starts[i] += 1;
+                    ends[i] = ends[i].max(starts[i]);
+                    format!("(starts[{i}] unaligned)")
+                }
+                1 => {
+                    ends[i] = row_len + 1;
+                    format!("(ends[{i}] past row_len)")
+                }
+                2 => {
+                    starts[i] = ends[i] + 1;
+                    format!("(starts[{i}] > ends[{i}])")
+                }
+                3 => {
+                    starts[i] = -1;
+                    format!("(starts[{i}] negative)")
+                }
+                4 => {
+                    let t = self.table.rows as i64;
+                    rows[i] = [-1, t, t + 1][input.below(3)];
+                    format!("(rows[{i}] out of range)")
+                }
+                5 => {
+                    let j = input.below(n);
+                    rows[j] = rows[i];
+                    format!("(rows[{j}] repeats rows[{i}])")
+                }
+                6 if self.table.rows > 1 => {
+                    // Another row whose segment names the same pages (a shared prefix).
+                    let a = rows[i] as usize;
+                    let b = (a + 1 + input.below(self.table.rows - 1)) % self.table.rows;
+                    for k in starts[i]..ends[i] {
+                        let v = self.table.get(a, k as usize);
+                        self.table.set(b, k as usize, v);
+                    }
+                    rows = vec![a as i64, b as i64];
+                    starts = vec![starts[i]; 2];
+                    ends = vec![ends[i]; 2];
+                    format!("(row {b} a copy of row {a}'s segment)")
+                }
+                _ => {
+                    ends[i] = (ends[i] + 1 + input.below(ps) as i64).min(row_len);
+                    format!("(ends[{i}] past the request)")
+                }
+            };
+        }
+        let n = rows.len();
+        let tp = self.table_pass(input);
+        let passes = [(); 3].map(|_| self.pass(input));
+        let rb = len_buf(rows.clone(), passes[0]);
+        let sb = len_buf(starts.clone(), passes[1]);
+        let eb = len_buf(ends.clone(), passes[2]);
+        let call = format!(
+            "free_rows(rows {rows:?}, starts {starts:?}, ends {ends:?}, table {tp:?}, {passes:?}) \
+             {corrupt}"
+        );
+        let before = self.table.values();
+        let desc = self.table_desc(tp);
+        let dp: *const kvp_req_table = if tp == TablePass::NullDesc {
+            ptr::null()
+        } else {
+            &desc
+        };
+        let row_len = self.table.row_len as i64;
+        let segs: Vec<Vec<i64>> = (0..n)
+            .map(|i| {
+                if 0 <= starts[i]
+                    && starts[i] <= ends[i]
+                    && ends[i] <= row_len
+                    && (0..self.table.rows as i64).contains(&rows[i])
+                {
+                    return self.table.row(rows[i] as usize);
+                }
+                Vec::new()
+            })
+            .collect();
+        self.census_before = self.census_len();
+        // SAFETY: as in `alloc_rows`.
+        let got = unsafe { kvp_pool_free_rows(self.pool, dp, rb.ptr(), sb.ptr(), eb.ptr(), n) };
+        let mut pages = HashSet::new();
+        let want: Result<(), kvp_status> = 'want: {
+            if let Some(s) = tp.status(self.table.rows) {
+                break 'want Err(s);
+            }
+            for p in passes {
+                if let Some(s) = buffer_status(p, n) {
+                    break 'want Err(s);
+                }
+            }
+            if (0..n).any(|i| starts[i] < 0 || ends[i] < starts[i] || ends[i] > row_len) {
+                break 'want Err(kvp_status::InvalidLengths);
+            }
+            if let Some(s) = self.rows_status(&rows, true) {
+                break 'want Err(s);
+            }
+            let mut all = Vec::new();
+            for i in 0..n {
+                let (s, e) = (starts[i] as usize, ends[i] as usize);
+                if let Err(k) = self.model.clone().free_segment(&segs[i], s, e - s) {
+                    break 'want Err(k.into());
+                }
+                let mut mine: Vec<i64> = segs[i][s..e].iter().map(|&v| v / ps as i64).collect();
+                mine.dedup();
+                all.extend(mine);
+            }
+            pages = all.iter().copied().collect();
+            if n >= 2 && pages.len() < all.len() {
+                break 'want Err(kvp_status::DoubleFree);
+            }
+            let group = self.model.in_group();
+            if !group {
+                self.model.free_group_begin().unwrap();
+            }
+            for i in 0..n {
+                let (s, e) = (starts[i] as usize, ends[i] as usize);
+                self.model.free_segment(&segs[i], s, e - s).unwrap();
+            }
+            if !group {
+                self.model.free_group_end().unwrap();
+            }
+            Ok(())
+        };
+        let now = self.table.values();
+        self.trace.push(call.clone());
+        self.check(now == before, || format!("{call} modified the table"));
+        self.trace.pop();
+        self.free_call(call, got, want, pages);
+    }
+
+    /// `kvp_pool_page_table` against FlashInfer's layout computed here from the table.
+    /// Read-only: nothing written on failure, the pool unchanged, nothing counted.
+    fn page_table(&mut self, input: &mut Input) {
+        self.sync_table();
+        self.unchanged = true;
+        let ps = self.ps as i64;
+        let n = input.below(5);
+        let mut rows: Vec<i64> = (0..n)
+            .map(|_| input.below(self.table.rows) as i64)
+            .collect();
+        let mut seq: Vec<i64> = rows
+            .iter()
+            .map(|&r| {
+                let held = self.held.rows.get(r as usize).map_or(0, Vec::len);
+                let cap = if input.chance(200) {
+                    held.min(self.table.row_len)
+                } else {
+                    self.table.row_len
+                };
+                input.below(cap + 1) as i64
+            })
+            .collect();
+        let mut corrupt = String::new();
+        if n > 0 && input.chance(60) {
+            let i = input.below(n);
+            corrupt = match input.below(3) {
+                0 => {
+                    let t = self.table.rows as i64;
+                    rows[i] = [-1, t, t + 5][input.below(3)];
+                    format!("(rows[{i}] out of range)")
+                }
+                1 => {
+                    seq[i] = self.table.row_len as i64 + 1 + input.below(2) as i64;
+                    format!("(seq_lens[{i}] past row_len)")
+                }
+                _ => {
+                    seq[i] = -1 - input.below(2) as i64;
+                    format!("(seq_lens[{i}] negative)")
+                }
+            };
+        }
+        let total: i64 = seq.iter().map(|&s| (s.max(0) + ps - 1) / ps).sum();
+        let cap = if total > 0 && input.chance(30) {
+            corrupt += " (capacity short)";
+            (total - 1 - input.below(2) as i64).max(0) as usize
+        } else {
+            total as usize + input.below(3)
+        };
+        let tp = self.table_pass(input);
+        let passes = [(); 5].map(|_| self.pass(input));
+        let rb = len_buf(rows.clone(), passes[0]);
+        let sb = len_buf(seq.clone(), passes[1]);
+        let mut indptr = IndexBuf::output(n + 1, false, passes[2]);
+        let mut indices = IndexBuf::output(cap, false, passes[3]);
+        let mut last = IndexBuf::output(n, false, passes[4]);
+        let call = format!(
+            "page_table(rows {rows:?}, seq {seq:?}, capacity {cap}, table {tp:?}, {passes:?}) \
+             {corrupt}"
+        );
+        self.trace.push(call.clone());
+        let before = self.table.values();
+        let desc = self.table_desc(tp);
+        let dp: *const kvp_req_table = if tp == TablePass::NullDesc {
+            ptr::null()
+        } else {
+            &desc
+        };
+        // SAFETY: as in `alloc_rows`; the outputs hold n + 1, cap and n int32.
+        let got = unsafe {
+            kvp_pool_page_table(
+                self.pool,
+                dp,
+                rb.ptr(),
+                sb.ptr(),
+                n,
+                indptr.ptr().cast(),
+                indices.ptr().cast(),
+                cap,
+                last.ptr().cast(),
+            )
+        };
+        let row_len = self.table.row_len as i64;
+        let want = 'want: {
+            if let Some(s) = tp.status(self.table.rows) {
+                break 'want Err(s);
+            }
+            for (p, len) in passes.into_iter().zip([n, n, n + 1, cap, n]) {
+                if let Some(s) = buffer_status(p, len) {
+                    break 'want Err(s);
+                }
+            }
+            if seq.iter().any(|&s| s < 0) {
+                break 'want Err(kvp_status::InvalidLengths);
+            }
+            if seq.iter().any(|&s| s > row_len) {
+                break 'want Err(kvp_status::BufferTooSmall);
+            }
+            if let Some(s) = self.rows_status(&rows, false) {
+                break 'want Err(s);
+            }
+            if (cap as i64) < total {
+                break 'want Err(kvp_status::BufferTooSmall);
+            }
+            // FlashInfer's layout, from the table.
+            let mut ptr_ref = vec![0i64];
+            let mut idx_ref = Vec::new();
+            let mut last_ref = Vec::new();
+            for (&r, &s) in rows.iter().zip(&seq) {
+                let pages = (s + ps - 1) / ps;
+                for p in 0..pages {
+                    let v = self.table.get(r as usize, (p * ps) as usize) / ps;
+                    idx_ref.push(i64::from(v as i32));
+                }
+                ptr_ref.push(ptr_ref.last().unwrap() + pages);
+                last_ref.push(if pages == 0 { 0 } else { s - (pages - 1) * ps });
+            }
+            Ok((ptr_ref, idx_ref, last_ref))
+        };
+        let want_status = want.as_ref().err().copied().unwrap_or(kvp_status::Ok);
+        self.want_status(&call, got, want_status);
+        let s32 = i64::from(SENTINEL as i32);
+        let tail = |v: Vec<i64>, len: usize| {
+            let mut v = v;
+            v.resize(len + 1, s32);
+            v
+        };
+        match want {
+            Err(_) => {
+                let ok = indptr.untouched(&vec![SENTINEL; n + 1])
+                    && indices.untouched(&vec![SENTINEL; cap])
+                    && last.untouched(&vec![SENTINEL; n]);
+                self.check(ok, || format!("failed {call} wrote an output"));
+            }
+            Ok((p, i, l)) => {
+                let got = (indptr.values(), indices.values(), last.values());
+                let want = (tail(p, n + 1), tail(i, cap), tail(l, n));
+                self.check(got == want, || {
+                    format!("{call}: (kv_indptr, kv_indices, kv_last_page_len) {got:?}, the table says {want:?}")
+                });
+            }
+        }
+        let now = self.table.values();
+        self.check(now == before, || format!("{call} modified the table"));
+    }
+
+    // ---- decode reservations -------------------------------------------------------------
+
+    fn reservation(&mut self, input: &mut Input) {
+        match input.below(10) {
+            0 | 1 => self.reserve(input),
+            2..=4 => self.resv_step(input),
+            5 | 6 => self.resv_finish(input),
+            7 => self.resv_info(input),
+            8 => self.resv_plain_decode(input),
+            _ => self.resv_misc(input),
+        }
+    }
+
+    /// `kvp_pool_reserve_decode` of tracked requests, K steps (1..=8, at times 0 or past
+    /// `KVP_MAX_RESERVED_STEPS`), valid or with one corruption; against
+    /// `Model::reserve_decode`. Without `need_sort` the model's reservation is also checked
+    /// against K plain decodes of the model.
+    fn reserve(&mut self, input: &mut Input) {
+        let targets = self.pick_rows(input, 4);
+        let ps = self.ps as usize;
+        let mut lens: Vec<i64> = targets
+            .iter()
+            .map(|&r| self.held.rows[r].len() as i64)
+            .collect();
+        let mut last: Vec<i64> = targets
+            .iter()
+            .map(|&r| self.held.rows[r].last().copied().unwrap_or(-1))
+            .collect();
+        let steps: u32 = match input.below(24) {
+            0 => 0,
+            1 => kvpool::MAX_RESERVED_STEPS + 1 + u32::from(input.byte()),
+            2 => [kvpool::MAX_RESERVED_STEPS, u32::MAX][input.below(2)],
+            _ => 1 + input.below(8) as u32,
+        };
+        let n = lens.len();
+        let mut corrupt = String::new();
+        if n > 0 && input.chance(60) {
+            let i = input.below(n);
+            corrupt = match input.below(5) {
+                0 => {
+                    last[i] -= 1 + input.below(ps + 1) as i64;
+                    format!("(stale last_loc at {i})")
+                }
+                1 => {
+                    let other = self.held.rows.get(input.below(self.held.rows.len()));
+                    last[i] = match other.and_then(|o| o.last()) {
+                        Some(&s) if input.chance(128) => s,
+                        _ => self.free_page_slot(input).unwrap_or(-1),
+                    };
+                    format!("(foreign last_loc at {i})")
+                }
+                2 => {
+                    lens[i] = -1 - input.below(2) as i64;
+                    format!("(negative lens at {i})")
+                }
+                3 => {
+                    lens[i] = self.size as i64 - i64::from(steps.min(1024)) + 1;
+                    format!("(lens at {i} + steps past the pool)")
+                }
+                _ => {
+                    lens[i] += [1, -1][input.below(2)];
+                    format!("(lens off by one at {i})")
+                }
+            };
+        }
+        let handle_case = if input.chance(16) {
+            1 + input.below(3)
+        } else {
+            0
+        };
+        let passes = [(); 2].map(|_| self.pass(input));
+        let lb = len_buf(lens.clone(), passes[0]);
+        let mut lastb = IndexBuf::new(&last, self.wide, passes[1]);
+        let call = format!(
+            "reserve_decode(lens {lens:?}, last_loc {last:?}, steps {steps}, {passes:?}, \
+             handle case {handle_case}) {corrupt}"
+        );
+        self.trace.push(call.clone());
+        let snapshot_as_pool = self.saved.first().map(|s| s.snapshot.cast::<kvp_pool>());
+        let pool = match handle_case {
+            2 => ptr::null_mut(),
+            3 => snapshot_as_pool.unwrap_or(ptr::null_mut()),
+            _ => self.pool,
+        };
+        let mut handle: *mut kvp_decode_reservation = ptr::null_mut();
+        let out: *mut *mut kvp_decode_reservation = if handle_case == 1 {
+            ptr::null_mut()
+        } else {
+            &mut handle
+        };
+        let census = self.census_len();
+        let before = self.model.clone();
+        // SAFETY: live pool / NULL / a live handle of another kind; buffers hold `n`
+        // elements (or are NULL / misaligned, refused); out NULL or writable.
+        let got = unsafe { kvp_pool_reserve_decode(pool, lb.ptr(), lastb.ptr(), n, steps, out) };
+        let handle_status = match handle_case {
+            1 | 2 => Some(kvp_status::NullArgument),
+            3 if snapshot_as_pool.is_some() => Some(kvp_status::InvalidArgument),
+            3 => Some(kvp_status::NullArgument),
+            _ => None,
+        };
+        if let Some(want) = handle_status {
+            self.want_status(&call, got, want);
+            self.unchanged = true;
+        } else if let Some(want) =
+            buffer_status(passes[0], n).or_else(|| buffer_status(passes[1], n))
+        {
+            self.want_status(&call, got, want);
+            self.count(Some(|s| &mut s.alloc_decode_calls), got);
+        } else {
+            let want = self.model.reserve_decode(&lens, &last, steps);
+            let want_status = want.as_ref().err().map_or(kvp_status::Ok, |&k| k.into());
+            self.want_status(&call, got, want_status);
+            self.count(None, got);
+            if let Ok(res) = want {
+                let flat: Vec<i64> = res.slots.iter().flatten().copied().collect();
+                self.allocated(&flat, census);
+                if !self.model.need_sort {
+                    // The model's reservation is K plain decodes of the model.
+                    let mut twin = before.clone();
+                    let mut prev = last.clone();
+                    for (s, row) in res.slots.iter().enumerate() {
+                        let seq: Vec<i64> = lens.iter().map(|&l| l + s as i64 + 1).collect();
+                        let plain = twin.alloc_decode(&seq, &prev, n);
+                        self.check(plain.as_ref() == Ok(row), || {
+                            format!("model: reservation step {s} {row:?}, plain decode {plain:?}")
+                        });
+                        prev.clone_from(row);
+                    }
+                }
+                self.resvs.push(Resv {
+                    handle,
+                    model: res,
+                    rows: targets,
+                    last,
+                    clean: corrupt.is_empty(),
+                    steps,
+                    taken: 0,
+                    finished: false,
+                    stale: false,
+                    before,
+                    made_at: self.step,
+                });
+                if self.resvs.len() > 4 {
+                    // SAFETY: a live reservation, forgotten after this.
+                    unsafe { kvp_decode_reservation_free(self.resvs.remove(0).handle) };
+                }
+            }
+        }
+        self.check(got == kvp_status::Ok || handle.is_null(), || {
+            format!("failed {call} wrote its out-parameter")
+        });
+    }
+
+    /// `kvp_decode_reservation_step`: exactly the model's next plain decode of the batch, to
+    /// `out` and/or the table rows of the batch at `lens[i] + s`; past K, finished, stale,
+    /// NULL, a pool handle as the reservation, bad buffers or table: the documented status,
+    /// nothing written. A step changes nothing in the pool (digest).
+    fn resv_step(&mut self, input: &mut Input) {
+        self.resv_only = true;
+        self.unchanged = true;
+        let which = input.below(self.resvs.len() + 2);
+        if which >= self.resvs.len() {
+            let null = which == self.resvs.len();
+            let mut out = [SENTINEL; 4];
+            let h = if null {
+                ptr::null_mut()
+            } else {
+                self.pool.cast::<kvp_decode_reservation>()
+            };
+            self.trace.push(format!("reservation_step(null {null})"));
+            // SAFETY: NULL or a live handle of another kind (refused by its tag).
+            let got = unsafe {
+                kvp_decode_reservation_step(h, out.as_mut_ptr().cast(), 4, ptr::null(), ptr::null())
+            };
+            let want = if null {
+                kvp_status::NullArgument
+            } else {
+                kvp_status::InvalidArgument
+            };
+            self.want_status("reservation_step (bad handle)", got, want);
+            self.check(out == [SENTINEL; 4], || "refused step wrote".into());
+            return;
+        }
+        self.sync_table();
+        let r = &self.resvs[which];
+        let batch = r.rows.len();
+        let s = r.taken as usize;
+        let with_table = input.chance(110);
+        let out_pass = if with_table && input.chance(100) {
+            Pass::Null
+        } else {
+            self.pass(input)
+        };
+        let out_len = if input.chance(24) {
+            batch.saturating_sub(1)
+        } else {
+            batch + input.below(2)
+        };
+        let mut rows: Vec<i64> = r.rows.iter().map(|&x| x as i64).collect();
+        let mut corrupt = String::new();
+        if with_table && batch > 0 && input.chance(40) {
+            let i = input.below(batch);
+            if input.chance(128) {
+                let j = input.below(batch);
+                if j != i {
+                    rows[j] = rows[i];
+                    corrupt = format!("(rows[{j}] repeats rows[{i}])");
+                }
+            } else {
+                rows[i] = [-1, self.table.rows as i64][input.below(2)];
+                corrupt = format!("(rows[{i}] out of range)");
+            }
+        }
+        let tp = if with_table {
+            self.table_pass(input)
+        } else {
+            TablePass::NullDesc
+        };
+        let rows_pass = self.pass(input);
+        let rb = len_buf(rows.clone(), rows_pass);
+        let mut out = IndexBuf::output(out_len, self.wide, out_pass);
+        let r = &self.resvs[which];
+        let call = format!(
+            "reservation_step({which}: taken {} of {}, finished {}, stale {}, out {out_pass:?} \
+             len {out_len}, table {with_table} {tp:?}, rows {rows:?} {rows_pass:?}) {corrupt}",
+            r.taken, r.steps, r.finished, r.stale
+        );
+        self.trace.push(call.clone());
+        let handle = r.handle;
+        let before = self.table.values();
+        let desc = self.table_desc(tp);
+        let dp: *const kvp_req_table = if with_table && tp != TablePass::NullDesc {
+            &desc
+        } else {
+            ptr::null()
+        };
+        // SAFETY: a live reservation; buffers as stated (or NULL / misaligned, refused).
+        let got = unsafe { kvp_decode_reservation_step(handle, out.ptr(), out_len, dp, rb.ptr()) };
+        let r = &self.resvs[which];
+        let out_given = out_pass != Pass::Null || dp.is_null();
+        let (want, counted) = 'want: {
+            if with_table && tp != TablePass::NullDesc {
+                if let Some(st) = tp.status(self.table.rows) {
+                    break 'want (Err(st), false);
+                }
+            }
+            if out_given {
+                if let Some(st) = buffer_status(out_pass, out_len) {
+                    break 'want (Err(st), false);
+                }
+            }
+            if !dp.is_null() {
+                if let Some(st) = buffer_status(rows_pass, batch) {
+                    break 'want (Err(st), false);
+                }
+            }
+            if r.finished || r.stale || r.taken >= r.steps {
+                break 'want (Err(kvp_status::InvalidState), true);
+            }
+            if out_given && out_len < batch {
+                break 'want (Err(kvp_status::BufferTooSmall), true);
+            }
+            if !dp.is_null() {
+                if let Some(st) = self.rows_status(&rows, true) {
+                    break 'want (Err(st), true);
+                }
+                if r.model
+                    .lens
+                    .iter()
+                    .any(|&l| l as usize + s >= self.table.row_len)
+                {
+                    break 'want (Err(kvp_status::BufferTooSmall), true);
+                }
+            }
+            (Ok(r.model.slots[s].clone()), true)
+        };
+        let want_status = want.as_ref().err().copied().unwrap_or(kvp_status::Ok);
+        self.want_status(&call, got, want_status);
+        if counted {
+            self.count(None, got);
+        }
+        let r = &self.resvs[which];
+        let now = self.table.values();
+        match want {
+            Err(_) => {
+                self.check(now == before, || {
+                    format!("failed {call} wrote to the table")
+                });
+                self.check(out.untouched(&vec![SENTINEL; out_len]), || {
+                    format!("failed {call} wrote to its output")
+                });
+            }
+            Ok(slots) => {
+                let mut expect = before.clone();
+                if !dp.is_null() {
+                    for (i, &slot) in slots.iter().enumerate() {
+                        let at = self
+                            .table
+                            .at(rows[i] as usize, r.model.lens[i] as usize + s);
+                        expect[at] = if self.table.wide {
+                            slot
+                        } else {
+                            i64::from(slot as i32)
+                        };
+                    }
+                }
+                self.check(now == expect, || {
+                    format!("{call}: the table differs from the model's step {s} slots {slots:?}")
+                });
+                if out_pass == Pass::Valid {
+                    let mut w = slots.clone();
+                    w.resize(out_len + 1, SENTINEL);
+                    let w: Vec<i64> = if self.wide {
+                        w
+                    } else {
+                        w.iter().map(|&v| i64::from(v as i32)).collect()
+                    };
+                    let values = out.values();
+                    self.check(values == w, || {
+                        format!("{call}: out {values:?}, the model's step {s} is {slots:?}")
+                    });
+                }
+                // The stepped slots now belong to their requests, when nothing else touched
+                // the pool since the reservation: a step only reads slots computed at the
+                // reservation, so after a request's pages were freed (and perhaps handed to
+                // another request) it still returns them, and they are nobody's (the header:
+                // finish before freeing the batch's requests).
+                let ps = self.ps as i64;
+                let (rows_of, clean) = (r.rows.clone(), r.clean);
+                let pristine = r.made_at == self.touched;
+                for (i, &slot) in slots.iter().enumerate() {
+                    if !pristine || !self.model.is_allocated((slot / ps) as u64) {
+                        continue;
+                    }
+                    if clean {
+                        self.held.rows[rows_of[i]].push(slot);
+                    } else {
+                        self.held.blocks.push(vec![slot]);
+                    }
+                }
+                self.resvs[which].taken += 1;
+            }
+        }
+    }
+
+    /// `kvp_decode_reservation_finish`: only with `steps_used` = the steps taken, the
+    /// reservation's own pool, live and not stale; then the model's finish (unused pages to
+    /// the front of the free list in taken order, partly used pages rewound). When nothing
+    /// else touched the pool since the reservation (and without `need_sort`), the model must
+    /// then be where `steps_used` plain decodes leave it.
+    fn resv_finish(&mut self, input: &mut Input) {
+        let which = input.below(self.resvs.len() + 2);
+        if which >= self.resvs.len() {
+            let null = which == self.resvs.len();
+            let h = if null {
+                ptr::null_mut()
+            } else {
+                self.pool.cast::<kvp_decode_reservation>()
+            };
+            self.trace
+                .push(format!("reservation_finish(bad handle, null {null})"));
+            // SAFETY: NULL or a live handle of another kind (refused by its tag).
+            let got = unsafe { kvp_decode_reservation_finish(self.pool, h, 0) };
+            let want = if null {
+                kvp_status::NullArgument
+            } else {
+                kvp_status::InvalidArgument
+            };
+            self.want_status("reservation_finish (bad handle)", got, want);
+            self.unchanged = true;
+            return;
+        }
+        let pool_case = if input.chance(24) {
+            1 + input.below(2)
+        } else {
+            0
+        };
+        let r = &self.resvs[which];
+        let used = match input.below(8) {
+            0 => r.taken + 1,
+            1 => r.taken.wrapping_sub(1),
+            2 => r.steps,
+            _ => r.taken,
+        };
+        let call = format!(
+            "reservation_finish({which}: taken {} of {}, finished {}, stale {}, used {used}, \
+             pool case {pool_case})",
+            r.taken, r.steps, r.finished, r.stale
+        );
+        self.trace.push(call.clone());
+        if pool_case == 2 && self.other.is_null() {
+            self.other = new_pool(self.size, self.ps as u32, self.wide, false);
+        }
+        let pool = match pool_case {
+            1 => ptr::null_mut(),
+            2 => self.other,
+            _ => self.pool,
+        };
+        let handle = r.handle;
+        self.census_before = self.census_len();
+        // SAFETY: live handles or NULL.
+        let got = unsafe { kvp_decode_reservation_finish(pool, handle, used) };
+        let r = &self.resvs[which];
+        let want = match pool_case {
+            1 => Err(kvp_status::NullArgument),
+            2 => Err(kvp_status::InvalidArgument),
+            _ if r.finished || r.stale => Err(kvp_status::InvalidState),
+            _ if used != r.taken => Err(kvp_status::InvalidArgument),
+            _ => {
+                let res = r.model.clone();
+                self.model
+                    .finish_reservation(&res, used as usize)
+                    .map_err(kvp_status::from)
+            }
+        };
+        let want_status = want.err().unwrap_or(kvp_status::Ok);
+        self.want_status(&call, got, want_status);
+        if pool_case == 0 {
+            self.count(None, got);
+        } else {
+            self.unchanged = true;
+        }
+        if got == kvp_status::Ok {
+            self.freed_pages(self.census_before);
+            // What the finish took back: the unused pages, and each partly used page past
+            // its last used slot. The pool cannot tell when such a page was freed and handed
+            // to another request meanwhile (the header: finish before freeing the batch's
+            // requests); then its new holder loses those slots too.
+            let ps = self.ps as i64;
+            let r = &self.resvs[which];
+            let u = used as usize;
+            let unused: HashSet<i64> = r.model.pages[r.model.taken_by[u]..]
+                .iter()
+                .map(|&p| p as i64)
+                .collect();
+            let kept: Vec<i64> = if u < r.model.slots.len() && ps > 1 {
+                (0..r.rows.len())
+                    .filter(|&i| (r.model.lens[i] + u as i64) % ps != 0)
+                    .map(|i| r.model.slots[u][i] - 1)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            self.held.drop_slots(|s| {
+                unused.contains(&(s / ps)) || kept.iter().any(|&k| k / ps == s / ps && s > k)
+            });
+            let r = &mut self.resvs[which];
+            r.finished = true;
+            if r.made_at == self.touched && !self.model.need_sort {
+                let mut twin = r.before.clone();
+                let mut prev = r.last.clone();
+                for s in 0..used as usize {
+                    let seq: Vec<i64> = r.model.lens.iter().map(|&l| l + s as i64 + 1).collect();
+                    prev = twin.alloc_decode(&seq, &prev, seq.len()).unwrap();
+                }
+                let (a, b) = (twin.census(), self.model.census());
+                self.check(a == b, || {
+                    format!("model: free list {b:?} after finish({used}), {a:?} after as many plain decodes")
+                });
+            }
+        }
+    }
+
+    /// `kvp_decode_reservation_get_info` (any reservation, finished or stale included; NULL
+    /// out-parameters allowed; a NULL reservation refused, writing nothing).
+    fn resv_info(&mut self, input: &mut Input) {
+        self.resv_only = true;
+        self.unchanged = true;
+        let which = input.below(self.resvs.len() + 1);
+        let (mut steps, mut batch, mut pages) = (7u32, 7usize, 7u64);
+        let nulls = input.byte();
+        let sp: *mut u32 = if nulls & 1 != 0 {
+            ptr::null_mut()
+        } else {
+            &mut steps
+        };
+        let bp: *mut usize = if nulls & 2 != 0 {
+            ptr::null_mut()
+        } else {
+            &mut batch
+        };
+        let pp: *mut u64 = if nulls & 4 != 0 {
+            ptr::null_mut()
+        } else {
+            &mut pages
+        };
+        let h = self.resvs.get(which).map_or(ptr::null_mut(), |r| r.handle);
+        self.trace
+            .push(format!("reservation_get_info({which}, nulls {nulls:#x})"));
+        // SAFETY: a live reservation or NULL; out-parameters NULL or writable.
+        let got = unsafe { kvp_decode_reservation_get_info(h, sp, bp, pp) };
+        match self.resvs.get(which) {
+            None => {
+                self.want_status("get_info(NULL)", got, kvp_status::NullArgument);
+                self.check((steps, batch, pages) == (7, 7, 7), || {
+                    "failed get_info wrote".into()
+                });
+            }
+            Some(r) => {
+                self.want_status("get_info", got, kvp_status::Ok);
+                let want = (
+                    if nulls & 1 != 0 { 7 } else { r.steps },
+                    if nulls & 2 != 0 { 7 } else { r.rows.len() },
+                    if nulls & 4 != 0 {
+                        7
+                    } else {
+                        r.model.pages.len() as u64
+                    },
+                );
+                self.check((steps, batch, pages) == want, || {
+                    format!("get_info ({steps}, {batch}, {pages}), want {want:?}")
+                });
+            }
+        }
+    }
+
+    /// A plain `kvp_pool_alloc_decode` of a request of a live reservation, continuing its
+    /// last stepped slot: the fill-point rule refuses it (`LAST_LOC_MISMATCH`) when the next
+    /// token would continue a partly filled page and nothing else touched the pool; in any
+    /// case the model's answer.
+    fn resv_plain_decode(&mut self, input: &mut Input) {
+        let live: Vec<usize> = (0..self.resvs.len())
+            .filter(|&i| {
+                let r = &self.resvs[i];
+                !r.finished && !r.stale && r.taken < r.steps && !r.rows.is_empty()
+            })
+            .collect();
+        if live.is_empty() {
+            return;
+        }
+        let r = &self.resvs[live[input.below(live.len())]];
+        let i = input.below(r.rows.len());
+        let len = r.model.lens[i] + i64::from(r.taken);
+        let last = if r.taken == 0 {
+            r.last[i]
+        } else {
+            r.model.slots[r.taken as usize - 1][i]
+        };
+        let pristine = r.made_at == self.touched;
+        let call = format!("alloc_decode of reserved request (len {len}, last_loc {last})");
+        self.trace.push(call.clone());
+        let mut lb = IndexBuf::new(&[last], self.wide, Pass::Valid);
+        let mut out = IndexBuf::output(1, self.wide, Pass::Valid);
+        let census = self.census_len();
+        let seq = [len + 1];
+        // SAFETY: buffers of one element.
+        let got =
+            unsafe { kvp_pool_alloc_decode(self.pool, seq.as_ptr(), lb.ptr(), 1, out.ptr(), 1) };
+        let want = self
+            .model
+            .alloc_decode(&seq, &[last], 1)
+            .map_err(kvp_status::from);
+        if pristine && len % self.ps as i64 != 0 {
+            self.check(want == Err(kvp_status::LastLocMismatch), || {
+                format!("{call}: the model says {want:?}, the fill-point rule LastLocMismatch")
+            });
+        }
+        self.finish_alloc(
+            "alloc_decode (reserved)",
+            got,
+            want,
+            &out,
+            1,
+            census,
+            |run, slots| {
+                run.held.blocks.push(slots.to_vec());
+            },
+        );
+        self.count(Some(|s| &mut s.alloc_decode_calls), got);
+    }
+
+    /// Frees a reservation handle (finished or not: an unfinished one keeps its pages), or
+    /// passes a reservation of another pool to `finish`, a reservation as a pool, a snapshot
+    /// as a reservation.
+    fn resv_misc(&mut self, input: &mut Input) {
+        self.unchanged = true;
+        match input.below(4) {
+            0 => {
+                if !self.resvs.is_empty() {
+                    let i = input.below(self.resvs.len());
+                    self.trace.push(format!("reservation_free({i})"));
+                    // SAFETY: a live reservation, forgotten after this.
+                    unsafe { kvp_decode_reservation_free(self.resvs.remove(i).handle) };
+                }
+                // SAFETY: NULL is a no-op.
+                unsafe { kvp_decode_reservation_free(ptr::null_mut()) };
+            }
+            1 => {
+                if self.other.is_null() {
+                    self.other = new_pool(self.size, self.ps as u32, self.wide, false);
+                }
+                self.trace
+                    .push("finish(pool, reservation of another pool)".into());
+                let mut h = ptr::null_mut();
+                let steps = 1 + input.below(4) as u32;
+                // SAFETY: live pool; an empty batch; writable out-parameter.
+                let s = unsafe {
+                    kvp_pool_reserve_decode(self.other, ptr::null(), ptr::null(), 0, steps, &mut h)
+                };
+                self.want_status("reserve_decode (other pool)", s, kvp_status::Ok);
+                // SAFETY: live handles.
+                let got = unsafe { kvp_decode_reservation_finish(self.pool, h, 0) };
+                self.want_status(
+                    "finish of another pool's reservation",
+                    got,
+                    kvp_status::InvalidArgument,
+                );
+                // SAFETY: live handles; the reservation is not used afterwards.
+                let s = unsafe { kvp_decode_reservation_finish(self.other, h, 0) };
+                self.want_status("finish (other pool)", s, kvp_status::Ok);
+                // SAFETY: as above.
+                unsafe { kvp_decode_reservation_free(h) };
+            }
+            2 => {
+                let Some(r) = self.resvs.first() else {
+                    return;
+                };
+                self.trace
+                    .push("available_size(reservation as pool)".into());
+                let mut n = 7u64;
+                // SAFETY: a live handle of another kind (refused by its tag).
+                let got = unsafe { kvp_pool_available_size(r.handle.cast::<kvp_pool>(), &mut n) };
+                self.want_status(
+                    "available_size(reservation)",
+                    got,
+                    kvp_status::InvalidArgument,
+                );
+                self.check(n == 7, || "refused available_size wrote".into());
+            }
+            _ => {
+                let Some(saved) = self.saved.first() else {
+                    return;
+                };
+                self.trace
+                    .push("reservation_step(snapshot as reservation)".into());
+                let mut out = [SENTINEL; 2];
+                // SAFETY: a live handle of another kind (refused by its tag).
+                let got = unsafe {
+                    kvp_decode_reservation_step(
+                        saved.snapshot.cast::<kvp_decode_reservation>(),
+                        out.as_mut_ptr().cast(),
+                        2,
+                        ptr::null(),
+                        ptr::null(),
+                    )
+                };
+                self.want_status("step(snapshot)", got, kvp_status::InvalidArgument);
+                self.check(out == [SENTINEL; 2], || "refused step wrote".into());
+            }
+        }
+    }
+
+    /// After a clear or a restore (the census restores too): every reservation made before
+    /// holds nothing any more; its step and finish are refused with `INVALID_STATE`.
+    fn stale_reservations(&mut self) {
+        for r in &mut self.resvs {
+            r.stale = true;
+        }
+    }
+
     // ---- frees -----------------------------------------------------------------------
 
     /// Takes a tracked row or block (or an empty one) for a free; says which.
@@ -1305,6 +2810,7 @@ impl Run {
                     self.model = s.model.clone();
                     self.held = s.held.clone();
                     self.stats.restores += 1;
+                    self.stale_reservations();
                 }
                 if counted {
                     self.count(None, got);
@@ -1643,6 +3149,7 @@ impl Run {
         // SAFETY: live pool and snapshot; the snapshot is not used afterwards.
         let s = unsafe { kvp_pool_restore_state(self.pool, snap) };
         self.want_status("census restore", s, kvp_status::Ok);
+        self.stale_reservations();
         // SAFETY: our own snapshot, not used afterwards.
         unsafe { kvp_snapshot_free(snap) };
         // The drain counts as an allocation, its peak and a restore (which also undid any
@@ -1675,6 +3182,9 @@ impl Run {
             }
             for s in self.saved_foreign.drain(..) {
                 kvp_snapshot_free(s);
+            }
+            for r in self.resvs.drain(..) {
+                kvp_decode_reservation_free(r.handle);
             }
             kvp_pool_free(self.pool);
             kvp_pool_free(self.other);

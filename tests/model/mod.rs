@@ -370,6 +370,95 @@ impl Model {
         }
     }
 
+    /// A decode reservation (`docs/graph-decode.md`): the pages `steps` successive decodes of
+    /// the batch take, taken at once (merging staged frees first only when the free list
+    /// alone is short of the total), fill points advanced as if every step ran. Returns the
+    /// slots of each step (step-major) and the pages in the order taken.
+    #[allow(dead_code)]
+    pub fn reserve_decode(&mut self, lens: &[i64], last_loc: &[i64], steps: u32) -> Res<Reserved> {
+        if steps == 0 || steps > 1024 {
+            return Err(ErrorKind::InvalidArgument);
+        }
+        let k = u64::from(steps);
+        if lens.iter().any(|&l| l < 0 || l as u64 + k > self.size) {
+            return Err(ErrorKind::InvalidLengths);
+        }
+        let ps = self.ps;
+        let pre: Vec<u64> = lens.iter().map(|&l| l as u64).collect();
+        let writes: Vec<bool> = pre.iter().map(|p| p % ps != 0).collect();
+        self.check_last_locs(&pre, last_loc, &writes)?;
+        let needed: u64 = pre
+            .iter()
+            .map(|&p| (p..p + k).filter(|t| t % ps == 0).count() as u64)
+            .sum();
+        self.ensure(needed, needed)?;
+        let mut prev = last_loc.to_vec();
+        let mut res = Reserved {
+            lens: lens.to_vec(),
+            slots: Vec::new(),
+            pages: Vec::new(),
+            taken_by: vec![0],
+        };
+        for s in 0..k {
+            let mut row = Vec::new();
+            for (i, &p) in pre.iter().enumerate() {
+                let slot = if (p + s) % ps == 0 {
+                    let page = self.take();
+                    res.pages.push(page);
+                    (page * ps) as i64
+                } else {
+                    prev[i] + 1
+                };
+                row.push(self.hand_out(slot));
+            }
+            prev.clone_from(&row);
+            res.slots.push(row);
+            res.taken_by.push(res.pages.len());
+        }
+        Ok(res)
+    }
+
+    /// Ends a reservation after `used` steps: the pages no used step touched go back to the
+    /// front of the free list in the order taken (never staged, not into a free group), and
+    /// each request's partly used page is rewound to its last used slot. `NotAllocated`
+    /// (nothing changed) when one of them is no longer allocated (or no longer filled that
+    /// far).
+    #[allow(dead_code)]
+    pub fn finish_reservation(&mut self, res: &Reserved, used: usize) -> Res<()> {
+        let ps = self.ps;
+        let unused = &res.pages[res.taken_by[used]..];
+        if unused.iter().any(|p| !self.allocated.contains(p)) {
+            return Err(ErrorKind::NotAllocated);
+        }
+        let mut rewinds = Vec::new();
+        if used < res.slots.len() && ps > 1 {
+            for (i, &l) in res.lens.iter().enumerate() {
+                if (l as u64 + used as u64) % ps != 0 {
+                    let kept = res.slots[used][i] as u64 - 1;
+                    let page = kept / ps;
+                    if !self.allocated.contains(&page) || self.fill[&page] < kept % ps + 1 {
+                        return Err(ErrorKind::NotAllocated);
+                    }
+                    rewinds.push(kept);
+                }
+            }
+        }
+        for kept in rewinds {
+            self.hand_out(kept as i64);
+        }
+        for page in unused.iter().rev() {
+            self.allocated.remove(page);
+            self.free.push_front(*page);
+        }
+        Ok(())
+    }
+
+    /// Whether `page` is allocated (not free, staged or in an open free group).
+    #[allow(dead_code)]
+    pub fn is_allocated(&self, page: u64) -> bool {
+        self.allocated.contains(&page)
+    }
+
     pub fn free_group_begin(&mut self) -> Res<()> {
         if self.group.is_some() {
             return Err(ErrorKind::InvalidState);
@@ -389,4 +478,17 @@ impl Model {
         }
         Ok(())
     }
+}
+
+/// A reservation of the model (`Model::reserve_decode`).
+#[allow(dead_code)]
+#[derive(Clone, Debug)]
+pub struct Reserved {
+    pub lens: Vec<i64>,
+    /// `slots[s][i]`: the slot of request `i` at step `s`.
+    pub slots: Vec<Vec<i64>>,
+    /// The pages taken, in order.
+    pub pages: Vec<u64>,
+    /// `taken_by[s]`: pages taken by the first `s` steps.
+    pub taken_by: Vec<usize>,
 }
