@@ -2488,8 +2488,9 @@ enum kvp_status kvp_decode_reservation_step_async(struct kvp_decode_reservation 
  * `kvp_pool_alloc_decode` calls would have), and each request's partly used last page is
  * rewound to its last used slot (as `kvp_pool_rewind`). Available size and counters are
  * exact afterwards. Finish BEFORE freeing any request of the batch: a partly used page
- * freed and handed to another request meanwhile is not detected, and the finish rewinds
- * that request's page (its next continuation is then refused by the fill-point rule).
+ * freed and handed to another request meanwhile is not detected — later steps would hand
+ * that request's slots out again, and the finish rewinds its page (its next continuation
+ * is then refused by the fill-point rule).
  * Refused, nothing changed: a page to return or rewind is no longer
  * allocated (`KVP_STATUS_NOT_ALLOCATED`: finish before freeing the batch's requests), the
  * reservation is finished or its pool was cleared or restored since
