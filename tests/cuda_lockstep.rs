@@ -772,10 +772,7 @@ fn only_config() -> Option<u64> {
 const PROGRESS_EVERY: u64 = 50_000;
 
 fn ops_per_config() -> u64 {
-    std::env::var("KVPOOL_LOCKSTEP_OPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(9000)
+    env_u64("KVPOOL_LOCKSTEP_OPS", 9000)
 }
 
 /// Seconds after which every configuration stops early (`KVPOOL_LOCKSTEP_SECONDS`; none
@@ -793,13 +790,10 @@ fn deadline() -> Option<std::time::Instant> {
 /// process: the GPU then runs their kernels side by side in one context instead of
 /// time-slicing one context per process.
 fn threads() -> usize {
-    std::env::var("KVPOOL_LOCKSTEP_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1usize)
-        .clamp(1, 64)
+    env_u64("KVPOOL_LOCKSTEP_THREADS", 1).clamp(1, 64) as usize
 }
 
+/// An unsigned setting from the environment; `default` when unset or not a number.
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
         .ok()
