@@ -28,10 +28,12 @@ __device__ inline unsigned long long mix(unsigned long long x) {
   return z ^ (z >> 31);
 }
 
-// Digest page states: 0 reserved, 1 free, 2 staged, 3 allocated, 4 freed in an open group
-// (both device kinds), 6 claimed (transient: never seen between calls).
-__device__ inline unsigned long long state_of(uint32_t kind) {
-  return kind == KIND_PENDING_IDX ? (unsigned long long)KIND_PENDING_ORD : kind;
+// Digest page states: 0 reserved, 1 free, 2 staged, 3 allocated (held pages too: a hold is a
+// lock, not a state of the slots), 4 freed in an open group (both device kinds), 6 claimed
+// (transient: never seen between calls).
+__device__ inline uint32_t state_of(uint32_t kind) {
+  if (kind == KIND_PENDING_IDX) return KIND_PENDING_ORD;
+  return kind == KIND_HELD ? KIND_ALLOCATED : kind;
 }
 
 __device__ inline unsigned long long warp_sum(unsigned long long x) {
@@ -54,10 +56,10 @@ __device__ void run(const View &v, const Call &call, unsigned long long *scratch
       sums[0] += mix(mix(DOMAIN_FREE + t) ^ page);
     }
     if (t < c.staged_len) sums[1] += mix(DOMAIN_STAGED ^ v.staged[t]);
-    const uint32_t kind = kind_of(v.state[t]);
+    const uint32_t state = state_of(kind_of(v.state[t]));
     const unsigned long long fill =
-        kind == KIND_ALLOCATED && paged ? (unsigned long long)fill_of(v.fill[t]) : 0;
-    sums[2] += mix(mix(DOMAIN_PAGE + t) ^ (state_of(kind) | fill << 8));
+        state == KIND_ALLOCATED && paged ? (unsigned long long)fill_of(v.fill[t]) : 0;
+    sums[2] += mix(mix(DOMAIN_PAGE + t) ^ ((unsigned long long)state | fill << 8));
   }
   __shared__ unsigned long long partial[3][BLOCK / 32];
   __shared__ bool last;

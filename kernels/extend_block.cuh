@@ -204,7 +204,9 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
     row_entry[u] = -1;
     const unsigned long long in_page = mod_ps((unsigned long long)ll[u], v);
     if (check[u] && err[u] == ERR_NONE) {
-      if (kind_of(word[u]) != KIND_ALLOCATED || tag_of(word[u]) == call.tag) {
+      if (kind_of(word[u]) != KIND_ALLOCATED) {
+        err[u] = unallocated_error(word[u]);
+      } else if (tag_of(word[u]) == call.tag) {
         err[u] = ERR_NOT_ALLOCATED;
       } else if (mod_ps((unsigned long long)ll[u] + 1, v) !=
                  mod_ps((unsigned long long)prefix[u], v)) {

@@ -249,6 +249,7 @@ __device__ uint32_t take_page(const View &v, uint32_t page, uint32_t target, uin
       old = seen;
       continue;
     }
+    if (kind == KIND_HELD) return ERR_HELD;
     if (tag_of(old) == tag && kind != KIND_RESERVED) return sibling_ok ? ERR_NONE : ERR_TWICE_IN_CALL;
     if (kind == KIND_PENDING_ORD || kind == KIND_PENDING_IDX) return ERR_PENDING;
     if (kind == KIND_RESERVED) return ERR_RESERVED;
@@ -457,7 +458,8 @@ __device__ uint32_t check_last_loc(const View &v, const Call &call, uint32_t i, 
   const uint32_t word = v.state[page];
   const unsigned long long filled = tracked ? v.fill[page] : 0;
   // A page this very call allocates was free before it: not the prefix's page.
-  if (kind_of(word) != KIND_ALLOCATED || tag_of(word) == call.tag) return ERR_NOT_ALLOCATED;
+  if (kind_of(word) != KIND_ALLOCATED) return unallocated_error(word);
+  if (tag_of(word) == call.tag) return ERR_NOT_ALLOCATED;
   const unsigned long long in_page = mod_ps((unsigned long long)ll, v);
   if (mod_ps((unsigned long long)ll + 1, v) != mod_ps(prefix, v)) return ERR_LAST_LOC;
   if (tracked) {
@@ -692,8 +694,9 @@ __device__ void rewind(View v, Call call, const Index *last_kept, unsigned long 
     uint32_t err = slot_error(value, v);
     if (err == ERR_NONE) {
       const uint32_t page = (uint32_t)div_ps((unsigned long long)value, v);
-      if (kind_of(v.state[page]) != KIND_ALLOCATED) {
-        err = ERR_NOT_ALLOCATED;
+      const uint32_t word = v.state[page];
+      if (kind_of(word) != KIND_ALLOCATED) {
+        err = unallocated_error(word);
       } else if (v.page_size > 1 && mod_ps((unsigned long long)value, v) >= fill_of(v.fill[page])) {
         err = ERR_REWIND_AHEAD;
       } else {
@@ -1056,7 +1059,8 @@ __device__ void copy_state(View v, Call call, uint32_t *snap, bool restore) {
       uint32_t word = arrays[w];
       // Tags of a restored page map may repeat later calls' tags: clear them (a fill word's
       // tag is its high half).
-      if (is_state) word &= KIND_MASK;
+      // A restore ends every reservation: held pages come back plainly allocated.
+      if (is_state) word = kind_of(word) == KIND_HELD ? KIND_ALLOCATED : kind_of(word);
       if (w >= fill_at && ((w - fill_at) & 1)) word = 0;
       *live = word;
     } else {
@@ -1210,6 +1214,11 @@ KVP_ROWS_KERNELS(i32, int)
       unsigned long long first_unused, unsigned long long unused) {                               \
     reservation_finish<INDEX>(v, call, res, lens, slots, taken, batch, steps, used,               \
                               first_unused, unused);                                              \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(RES_BLOCK) kvp_reservation_unhold_##SUFFIX(        \
+      View v, ResHeader *res, const long long *lens, const INDEX *slots, const uint32_t *taken,   \
+      uint32_t batch, unsigned long long total_pages) {                                           \
+    reservation_unhold<INDEX>(v, res, lens, slots, taken, batch, total_pages);                    \
   }
 
 KVP_RESERVATION_KERNELS(i64, long long)

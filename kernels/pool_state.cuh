@@ -16,6 +16,8 @@ enum PageKind : uint32_t {
   KIND_PENDING_ORD = 4,  // freed by page id / segment inside an open free group
   KIND_PENDING_IDX = 5,  // freed by token index inside an open free group (paged pool)
   KIND_CLAIMED = 6,      // claimed by the paged free by index in progress (transient)
+  KIND_HELD = 7,         // allocated and held by a live decode reservation, whose later
+                         // steps hand out its slots: no free, rewind or continuation
 };
 constexpr uint32_t KIND_BITS = 3;
 constexpr uint32_t KIND_MASK = (1u << KIND_BITS) - 1;
@@ -94,7 +96,14 @@ enum ErrorCode : uint32_t {
   ERR_REWIND_AHEAD = 15,     // a rewind past the slots its page has handed out
   ERR_REWIND_TWICE = 16,     // two elements of one rewind name the same page
   ERR_UNORDERED = 17,        // debug: the previous call had not finished (unordered streams)
+  // 18-20: request-to-token tables (req_table.cuh); 21-25: reservations (reservation.cuh)
+  ERR_HELD = 26,             // page held by a live decode reservation (free/rewind/last_loc)
 };
+
+// What a page word that is not KIND_ALLOCATED tells a continuation or a rewind of the page.
+__host__ __device__ inline uint32_t unallocated_error(uint32_t word) {
+  return kind_of(word) == KIND_HELD ? ERR_HELD : ERR_NOT_ALLOCATED;
+}
 
 // Which call a fault came from (`fault_code >> 32`).
 enum OpKind : uint32_t {

@@ -14,6 +14,14 @@
 //   reservation_finish (one block, a call): checks the counter equals the host's steps_used,
 //                   puts the pages no used step touched back at the front of the ring in the
 //                   order they were taken, rewinds each request's partly used last page.
+//   reservation_unhold (one block, NOT a call): ends the holds of a reservation released
+//                   unfinished (its pages stay allocated as if every step ran).
+//
+// Holds: the reserve marks every page the steps hand slots out of (the new pages and each
+// request's partly filled last page) KIND_HELD; frees, rewinds and continuations of a held
+// page fault with ERR_HELD, so no request of the batch can be freed (and its page handed to
+// another request) while later steps still hand out that page's slots. The finish or the
+// unhold makes them KIND_ALLOCATED again (or free, for unused pages).
 //
 // Page order: request i (holding L tokens) first needs a page at step
 // first = (P - L % P) % P + 1, then every P steps. Step s takes one page for each request
@@ -115,7 +123,9 @@ __device__ void reserve_decode(View v, Call call, const long long *lens_in, cons
           const uint32_t word = v.state[page];
           const unsigned long long filled = tracked ? v.fill[page] : 0;
           const unsigned long long in_page = mod_ps((unsigned long long)ll, v);
-          if (kind_of(word) != KIND_ALLOCATED || tag_of(word) == call.tag) {
+          if (kind_of(word) != KIND_ALLOCATED) {
+            err = unallocated_error(word);
+          } else if (tag_of(word) == call.tag) {
             err = ERR_NOT_ALLOCATED;
           } else if (mod_ps((unsigned long long)ll + 1, v) != mod_ps((unsigned long long)L, v)) {
             err = ERR_LAST_LOC;
@@ -166,12 +176,15 @@ __device__ void reserve_decode(View v, Call call, const long long *lens_in, cons
       for (uint32_t g = 1; g <= groups; ++g) cyc[g] += cyc[g - 1];
     }
     __syncthreads();
-    // Pass 3: the slot table, the new pages' words, the fill points after K steps.
+    // Pass 3: the slot table, the new pages' words, the fill points after K steps; every page
+    // the steps hand slots out of is held.
     const unsigned long long per_cycle = cyc[groups];
     for (uint32_t i = r; i < batch; i += RES_BLOCK) {
       const unsigned long long L = (unsigned long long)lens[i];
       const unsigned long long idx = rank[i];
       long long prev = (long long)last_loc[i];
+      if (tracked && mod_ps(L, v) != 0)
+        v.state[div_ps((unsigned long long)prev, v)] = page_word(KIND_HELD, call.tag);
       for (unsigned long long s = 1; s <= K; ++s) {
         const unsigned long long t = L + s - 1;  // the new token's position
         long long slot;
@@ -179,7 +192,7 @@ __device__ void reserve_decode(View v, Call call, const long long *lens_in, cons
           const unsigned long long k =
               div_ps(s - 1, v) * per_cycle + cyc[mod_ps(s - 1, v)] + idx;
           const uint32_t page = v.ring[ring_pos(c.head, k, n)];
-          v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+          v.state[page] = page_word(KIND_HELD, call.tag);
           taken[k] = page;
           slot = (long long)((unsigned long long)page * v.page_size);
         } else {
@@ -260,6 +273,25 @@ __device__ void reservation_step(View v, Call call, ResHeader *res, const long l
   }
 }
 
+// Ends the holds on the pages the reservation keeps: the first `kept` pages it took and each
+// request's continued page (the page of its step-1 slot when its length is not a multiple of
+// the page size). Keeps the word's tag unless `tag` is non-zero.
+template <typename Index>
+__device__ void unhold_pages(const View &v, const long long *lens, const Index *slots,
+                             const uint32_t *taken, uint32_t batch, unsigned long long kept,
+                             uint32_t tag) {
+  const auto release = [&](uint32_t page) {
+    const uint32_t word = v.state[page];
+    if (kind_of(word) == KIND_HELD) v.state[page] = page_word(KIND_ALLOCATED, tag ? tag : tag_of(word));
+  };
+  for (unsigned long long k = threadIdx.x; k < kept; k += blockDim.x) release(taken[k]);
+  if (v.page_size > 1) {
+    for (uint32_t i = threadIdx.x; i < batch; i += blockDim.x)
+      if (mod_ps((unsigned long long)lens[i], v) != 0)
+        release((uint32_t)div_ps((unsigned long long)(long long)slots[i], v));
+  }
+}
+
 // Ends a reservation after `used` steps: the pages of steps after `used` (taken[first_unused
 // ..], `unused` of them) go back to the front of the ring, and each request whose step
 // used + 1 continues a page has that page rewound to its last used slot.
@@ -288,7 +320,7 @@ __device__ void reservation_finish(View v, Call call, ResHeader *res, const long
   if (counted) {
     for (unsigned long long k = r; k < unused; k += RES_BLOCK) {
       const uint32_t page = taken[first_unused + k];
-      if (kind_of(v.state[page]) != KIND_ALLOCATED) report(&errors, k, ERR_RES_PAGE);
+      if (kind_of(v.state[page]) != KIND_HELD) report(&errors, k, ERR_RES_PAGE);
     }
     if (rewinding) {
       for (uint32_t i = r; i < batch; i += RES_BLOCK) {
@@ -296,8 +328,7 @@ __device__ void reservation_finish(View v, Call call, ResHeader *res, const long
         const unsigned long long kept =
             (unsigned long long)(long long)slots[(unsigned long long)used * batch + i] - 1;
         const uint32_t page = (uint32_t)div_ps(kept, v);
-        if (kind_of(v.state[page]) != KIND_ALLOCATED ||
-            fill_of(v.fill[page]) < mod_ps(kept, v) + 1)
+        if (kind_of(v.state[page]) != KIND_HELD || fill_of(v.fill[page]) < mod_ps(kept, v) + 1)
           report(&errors, i, ERR_RES_REWIND);
       }
     }
@@ -319,6 +350,7 @@ __device__ void reservation_finish(View v, Call call, ResHeader *res, const long
         v.fill[div_ps(kept, v)] = fill_word(call.tag, mod_ps(kept, v) + 1);
       }
     }
+    unhold_pages(v, lens, slots, taken, batch, first_unused, call.tag);
   }
   __syncthreads();
   if (r == 0) {
@@ -342,6 +374,24 @@ __device__ void reservation_finish(View v, Call call, ResHeader *res, const long
     }
     commit(v, call, next);
   }
+}
+
+// Ends the holds of a live reservation released unfinished: its pages stay allocated, with
+// the fill points of all K steps. Not a call (no cursor, no tag); the host launches it ahead
+// of the pool's next call. A faulted pool is left as it is (its clear or restore resets the
+// page map anyway).
+template <typename Index>
+__device__ void reservation_unhold(View v, ResHeader *res, const long long *lens,
+                                   const Index *slots, const uint32_t *taken, uint32_t batch,
+                                   unsigned long long total_pages) {
+  __shared__ bool run;
+  if (threadIdx.x == 0)
+    run = v.header->fault == 0 && *(volatile uint32_t *)&res->state == RES_LIVE;
+  __syncthreads();
+  if (!run) return;
+  unhold_pages(v, lens, slots, taken, batch, total_pages, 0);
+  __syncthreads();
+  if (threadIdx.x == 0) res->state = RES_FINISHED;
 }
 
 }  // namespace kvp

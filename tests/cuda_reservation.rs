@@ -986,8 +986,221 @@ fn a_plain_decode_on_a_reserved_request_faults() {
         assert_eq!(out.download::<i64>(1), vec![0]);
         assert_eq!(kvp_pool_check_device(p.dev), kvp_status::DeviceFault);
         let message = last_error();
-        assert!(message.contains("last handed-out slot"), "{message}");
+        assert!(
+            message.contains("held by a live decode reservation"),
+            "{message}"
+        );
         kvp_decode_reservation_free(dres);
+    }
+}
+
+/// Reserves `k` steps of a batch on the host and device pools (not the twin).
+fn reserve_two(
+    p: &Trio,
+    gpu: &Gpu,
+    lens: &[i64],
+    last: &[i64],
+    k: u32,
+) -> (*mut kvp_decode_reservation, *mut kvp_decode_reservation) {
+    let (lens_d, last_d) = (upload(lens), upload(last));
+    let (mut hres, mut dres) = (null_mut(), null_mut());
+    // SAFETY: buffers valid for the batch, alive until the synchronization.
+    unsafe {
+        assert_eq!(
+            kvp_pool_reserve_decode(
+                p.host,
+                lens.as_ptr(),
+                last.as_ptr().cast(),
+                lens.len(),
+                k,
+                &mut hres
+            ),
+            kvp_status::Ok
+        );
+        assert_eq!(
+            kvp_pool_reserve_decode_async(
+                p.dev,
+                lens.as_ptr(),
+                dptr(&lens_d),
+                dptr(&last_d),
+                lens.len(),
+                k,
+                &mut dres,
+                gpu.stream.cast()
+            ),
+            kvp_status::Ok
+        );
+    }
+    gpu.sync();
+    (hres, dres)
+}
+
+/// One step of both reservations; the slots (equal on both).
+fn step_two(
+    gpu: &Gpu,
+    hres: *mut kvp_decode_reservation,
+    dres: *mut kvp_decode_reservation,
+    bs: usize,
+) -> Vec<i64> {
+    let out_d = DevBuf::new(bs * 8);
+    let mut want = vec![0i64; bs];
+    // SAFETY: live reservations; buffers valid for `bs` slots.
+    unsafe {
+        assert_eq!(
+            kvp_decode_reservation_step(
+                hres,
+                want.as_mut_ptr().cast(),
+                bs,
+                std::ptr::null(),
+                std::ptr::null()
+            ),
+            kvp_status::Ok
+        );
+        assert_eq!(
+            kvp_decode_reservation_step_async(
+                dres,
+                dptr(&out_d),
+                std::ptr::null(),
+                std::ptr::null(),
+                gpu.stream.cast()
+            ),
+            kvp_status::Ok
+        );
+    }
+    gpu.sync();
+    assert_eq!(out_d.download::<i64>(bs), want);
+    want
+}
+
+/// While a reservation is live, every page its steps hand slots out of is held: a free (by
+/// index or page id), a rewind or a continuation of a request of its batch is refused on
+/// the host (INVALID_STATE, nothing changed) and faults the device pool with the same kind
+/// — without the hold, a request freed before the finish would let its page go to another
+/// request while later steps still hand out that page's slots. A reservation released
+/// unfinished ends its holds (on the device, in a kernel ahead of the pool's next call):
+/// the batch then frees normally and the pools agree.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_live_reservation_holds_its_pages_until_finished_or_released() {
+    if skip() {
+        return;
+    }
+    let gpu = Gpu::new(false);
+    let lens = [1i64, 6];
+    for offender in ["free_indices", "free_pages", "rewind", "alloc_decode"] {
+        let p = Trio::new(4096, 4, I64);
+        let slots = p.extend(&gpu, &lens);
+        let last = [slots[0][0], slots[1][5]];
+        let (hres, dres) = reserve_two(&p, &gpu, &lens, &last, 6);
+        let first = step_two(&gpu, hres, dres, 2);
+        let before = p.digest(&gpu, p.host);
+        assert_eq!(p.digest(&gpu, p.dev), before);
+        // Request 0 after one step: slots[0][0] and first[0], both in one held page.
+        let (values, seq) = match offender {
+            "free_indices" => (vec![slots[0][0], first[0]], 0),
+            "free_pages" => (vec![slots[0][0] / 4], 0),
+            "rewind" => (vec![slots[0][0]], 0),
+            _ => (vec![first[0]], 3i64),
+        };
+        let (values_d, seq_d, out_d) = (upload(&values), upload(&[seq]), DevBuf::new(8));
+        let n = values.len();
+        let mut out = [0i64];
+        // SAFETY: buffers valid for `n` elements, alive until the synchronization.
+        let (host, dev) = unsafe {
+            match offender {
+                "free_indices" => (
+                    kvp_pool_free_indices(p.host, values.as_ptr().cast(), n),
+                    kvp_pool_free_indices_async(p.dev, dptr(&values_d), n, gpu.stream.cast()),
+                ),
+                "free_pages" => (
+                    kvp_pool_free_pages(p.host, values.as_ptr().cast(), n),
+                    kvp_pool_free_pages_async(p.dev, dptr(&values_d), n, gpu.stream.cast()),
+                ),
+                "rewind" => (
+                    kvp_pool_rewind(p.host, values.as_ptr().cast(), n),
+                    kvp_pool_rewind_async(p.dev, dptr(&values_d), n, gpu.stream.cast()),
+                ),
+                _ => (
+                    kvp_pool_alloc_decode(
+                        p.host,
+                        [seq].as_ptr(),
+                        values.as_ptr().cast(),
+                        1,
+                        out.as_mut_ptr().cast(),
+                        1,
+                    ),
+                    kvp_pool_alloc_decode_async(
+                        p.dev,
+                        [seq].as_ptr(),
+                        dptr(&seq_d),
+                        dptr(&values_d),
+                        1,
+                        dptr(&out_d),
+                        1,
+                        gpu.stream.cast(),
+                    ),
+                ),
+            }
+        };
+        assert_eq!(host, kvp_status::InvalidState, "{offender}: host");
+        let message = last_error();
+        assert!(
+            message.contains("held by a live decode reservation"),
+            "{offender}: {message}"
+        );
+        assert_eq!(p.digest(&gpu, p.host), before, "{offender}: host changed");
+        assert_eq!(
+            dev,
+            kvp_status::Ok,
+            "{offender}: device enqueue: {}",
+            last_error()
+        );
+        gpu.sync();
+        // SAFETY: live pool.
+        assert_eq!(
+            unsafe { kvp_pool_check_device(p.dev) },
+            kvp_status::DeviceFault,
+            "{offender}"
+        );
+        let message = last_error();
+        assert!(
+            message.contains("held by a live decode reservation"),
+            "{offender}: {message}"
+        );
+        // SAFETY: live reservations, not used afterwards.
+        unsafe {
+            kvp_decode_reservation_free(hres);
+            kvp_decode_reservation_free(dres);
+        }
+    }
+
+    // Released unfinished after one step: the holds end and the batch frees normally.
+    for ps in [4u32, 1] {
+        let p = Trio::new(4096, ps, I64);
+        let slots = p.extend(&gpu, &lens);
+        let last = [slots[0][0], slots[1][5]];
+        let (hres, dres) = reserve_two(&p, &gpu, &lens, &last, 6);
+        let first = step_two(&gpu, hres, dres, 2);
+        // SAFETY: live reservations, not used afterwards.
+        unsafe {
+            kvp_decode_reservation_free(hres);
+            kvp_decode_reservation_free(dres);
+        }
+        assert_eq!(
+            p.digest(&gpu, p.dev),
+            p.digest(&gpu, p.host),
+            "ps {ps}: released"
+        );
+        let mut batch: Vec<i64> = slots.concat();
+        batch.extend(&first);
+        free_two(&p, &gpu, &batch);
+        p.check_device();
+        assert_eq!(
+            p.digest(&gpu, p.dev),
+            p.digest(&gpu, p.host),
+            "ps {ps}: freed"
+        );
+        assert_eq!(p.available(p.dev), p.available(p.host), "ps {ps}");
     }
 }
 

@@ -2,8 +2,11 @@
 //! give exactly what `K` plain `alloc_decode` calls give on a twin pool (slots, available
 //! size, digest), a finish after `U < K` steps must leave the pool exactly as `U` plain
 //! decodes would, and every refusal (shortage, bad `last_loc`, overrun, wrong
-//! `steps_used`, a plain decode on a reserved request) must change nothing. The device
-//! backend is compared with this one in tests/cuda_reservation.rs.
+//! `steps_used`, a plain decode on a reserved request) must change nothing. While a
+//! reservation is live its pages are held: a free, rewind or continuation of them is refused
+//! (a request freed before the finish would otherwise let later steps hand its page's
+//! slots out twice). The device backend is compared with this one in
+//! tests/cuda_reservation.rs.
 
 mod rng;
 
@@ -261,8 +264,8 @@ fn past_the_reservation_is_an_error_and_writes_nothing() {
 }
 
 #[test]
-fn a_plain_decode_on_a_reserved_request_is_caught_by_the_fill_point_rule() {
-    // Page 4: a request of 5 tokens ends mid-page; its page was filled by the reservation.
+fn a_plain_decode_on_a_reserved_request_is_refused_while_its_page_is_held() {
+    // Page 4: a request of 5 tokens ends mid-page; the reservation holds its page.
     let mut a = pool(1024, 4, false);
     let mut out = vec![0i64; 5];
     a.alloc_extend(&[0], &[5], &[-1i64], 5, &mut out).unwrap();
@@ -271,8 +274,15 @@ fn a_plain_decode_on_a_reserved_request_is_caught_by_the_fill_point_rule() {
     let digest = a.digest();
     let mut slot = [0i64];
     let err = a.alloc_decode(&[6], &last, &mut slot).unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::LastLocMismatch, "{err}");
-    assert!(err.message().contains("not where page"), "{err}");
+    assert_eq!(err.kind(), ErrorKind::InvalidState, "{err}");
+    assert!(
+        err.message().contains("held by a live decode reservation"),
+        "{err}"
+    );
+    assert_eq!(a.digest(), digest);
+    // A second reservation of the same request is refused the same way.
+    let err = a.reserve_decode(&[5], &last, 2).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidState, "{err}");
     assert_eq!(a.digest(), digest);
     // Other pool calls work while the reservation is live.
     let mut other = vec![0i64; 8];
@@ -287,16 +297,53 @@ fn a_plain_decode_on_a_reserved_request_is_caught_by_the_fill_point_rule() {
 }
 
 #[test]
-fn dropping_an_unfinished_reservation_keeps_its_pages_as_if_every_step_ran() {
-    let mut rng = Rng(21);
-    let (mut a, mut b, batch) = twins(&mut rng, 16, 4096 * 4, 7);
-    let res = reserve(&mut a, &batch, 9);
-    drop(res);
-    let mut prev = batch.last.clone();
-    for s in 0..9 {
-        plain_step(&mut b, &batch, s, &mut prev);
+fn an_abandoned_reservation_keeps_its_pages_as_if_every_step_ran_and_ends_its_holds() {
+    for ps in [1u32, 16] {
+        let mut rng = Rng(21 + u64::from(ps));
+        let (mut a, mut b, batch) = twins(&mut rng, ps, 4096 * 4, 7);
+        let mut res = reserve(&mut a, &batch, 9);
+        let mut out = vec![0i64; 7];
+        a.reservation_step(&mut res, &mut out).unwrap();
+        let mut prev = batch.last.clone();
+        let mut plain = Vec::new();
+        for s in 0..9 {
+            plain.extend(plain_step(&mut b, &batch, s, &mut prev));
+        }
+        assert_eq!(a.digest(), b.digest());
+        // Held: none of the batch's slots can be freed yet.
+        assert_eq!(
+            a.free(&plain).unwrap_err().kind(),
+            ErrorKind::InvalidState,
+            "ps {ps}"
+        );
+        a.abandon_reservation(&mut res);
+        assert!(res.is_finished());
+        assert_eq!(a.digest(), b.digest());
+        // Now every slot the 9 steps hand out (and the batch's own) can be freed.
+        let mut own: Vec<i64> = batch.last.iter().copied().filter(|&l| l >= 0).collect();
+        own.extend(&plain);
+        a.free(&own).unwrap();
+        b.free(&own).unwrap();
+        assert_eq!(a.digest(), b.digest());
+        assert_eq!(
+            a.reservation_step(&mut res, &mut out).unwrap_err().kind(),
+            ErrorKind::InvalidState
+        );
     }
-    assert_eq!(a.digest(), b.digest());
+}
+
+#[test]
+fn a_restore_ends_the_holds_of_the_reservations_it_ends() {
+    let mut a = pool(1024, 4, false);
+    let mut out = vec![0i64; 5];
+    a.alloc_extend(&[0], &[5], &[-1i64], 5, &mut out).unwrap();
+    let _res = a.reserve_decode(&[5], &[out[4]], 6).unwrap();
+    let snapshot = a.backup_state().unwrap();
+    a.restore_state(&snapshot).unwrap();
+    // The snapshot was taken with the pages held; restored, they are plainly allocated.
+    a.free(&out).unwrap();
+    // The reservation's own new page (tokens 9-11) stays allocated.
+    assert_eq!(a.available_size(), 1020);
 }
 
 #[test]
@@ -403,20 +450,52 @@ fn a_table_row_too_short_is_refused_before_anything_is_written() {
 }
 
 #[test]
-fn a_finish_after_the_engine_freed_a_reserved_page_is_refused() {
+fn freeing_a_request_of_a_live_reservation_is_refused_until_the_finish() {
+    // Page size 4: request A holds 1 token (slot 4k); the reservation's steps 1-3 hand out
+    // the rest of A's page. Were A freed after step 1, its page could go to request B while
+    // steps 2-3 still hand A the page's slots: one slot held twice.
     let mut a = pool(1024, 4, false);
     let mut out = vec![0i64; 1];
     a.alloc_extend(&[0], &[1], &[-1i64], 1, &mut out).unwrap();
     let mut res = a.reserve_decode(&[1], &[out[0]], 6).unwrap();
     let mut first = [0i64];
     a.reservation_step(&mut res, &mut first).unwrap();
-    // Step 2 continues the request's page, so the finish must rewind it; freeing that page
-    // (which holds the used slot) first makes the rewind impossible.
-    a.free(&[out[0]]).unwrap();
     let digest = a.digest();
-    let err = a.finish_reservation(&mut res, 1).unwrap_err();
-    assert_eq!(err.kind(), ErrorKind::NotAllocated, "{err}");
+    let page = out[0] / 4;
+    let new_page_slot = res.step_slots(3)[0]; // step 4 starts a new page
+    let refusals = [
+        ("free", a.free(&[out[0], first[0]])),
+        ("free of the unused new page", a.free(&[new_page_slot])),
+        ("free_pages", a.free_pages(&[page])),
+        ("free_segment", a.free_segment(&[out[0], first[0]], 0, 2)),
+        ("rewind", a.rewind(&[out[0]])),
+    ];
+    for (what, result) in refusals {
+        let err = result.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidState, "{what}: {err}");
+        assert!(
+            err.message().contains("held by a live decode reservation"),
+            "{what}: {err}"
+        );
+        assert_eq!(a.digest(), digest, "{what} changed the pool");
+    }
+    // Inside a free group the same.
+    a.free_group_begin().unwrap();
+    assert_eq!(
+        a.free(&[out[0]]).unwrap_err().kind(),
+        ErrorKind::InvalidState
+    );
+    a.free_group_end().unwrap();
     assert_eq!(a.digest(), digest);
+    // Another request cannot get the page: an allocation takes other pages.
+    let mut other = vec![0i64; 8];
+    a.alloc(8, &mut other).unwrap();
+    assert!(other.iter().all(|&s| s / 4 != page));
+    a.free(&other).unwrap();
+    // After the finish the request's slots free normally.
+    a.finish_reservation(&mut res, 1).unwrap();
+    a.free(&[out[0], first[0]]).unwrap();
+    assert_eq!(a.available_size(), 1024);
 }
 
 #[test]

@@ -43,7 +43,7 @@ fn reference(pool: &Pool) -> u64 {
                 PageState::Reserved => page_state::RESERVED,
                 PageState::Free => page_state::FREE,
                 PageState::Staged => page_state::STAGED,
-                PageState::Allocated => page_state::ALLOCATED,
+                PageState::Allocated | PageState::Held => page_state::ALLOCATED,
                 PageState::Pending => page_state::PENDING,
             };
             (state, storage.page_fill(p))

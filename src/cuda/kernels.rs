@@ -38,10 +38,11 @@ pub(crate) struct Typed {
     pub extend_warp_rows: CUfunction,
     pub extend_block_rows: CUfunction,
     /// Decode reservations (`kernels/reservation.cuh`): the reserve, one step (capturable),
-    /// the finish.
+    /// the finish, the end of an unfinished reservation's holds.
     pub reserve_decode: CUfunction,
     pub reservation_step: CUfunction,
     pub reservation_finish: CUfunction,
+    pub reservation_unhold: CUfunction,
 }
 
 /// The module and its entry points, loaded into one context.
@@ -114,6 +115,7 @@ impl Kernels {
                 reserve_decode: get(c"kvp_reserve_decode_i64")?,
                 reservation_step: get(c"kvp_reservation_step_i64")?,
                 reservation_finish: get(c"kvp_reservation_finish_i64")?,
+                reservation_unhold: get(c"kvp_reservation_unhold_i64")?,
             },
             IndexType::I32 => Typed {
                 alloc: get(c"kvp_alloc_i32")?,
@@ -132,6 +134,7 @@ impl Kernels {
                 reserve_decode: get(c"kvp_reserve_decode_i32")?,
                 reservation_step: get(c"kvp_reservation_step_i32")?,
                 reservation_finish: get(c"kvp_reservation_finish_i32")?,
+                reservation_unhold: get(c"kvp_reservation_unhold_i32")?,
             },
         };
         Ok(Self {

@@ -379,6 +379,10 @@ impl DeviceFault {
                 ErrorKind::BufferTooSmall,
                 format!("device seq_lens[{position}] = {value} exceeds the table's row_len"),
             ),
+            26 => (
+                ErrorKind::InvalidState,
+                format!("{element}: its page is held by a live decode reservation, whose later steps hand out its slots; finish the reservation (kvp_decode_reservation_finish_async) before freeing, rewinding or continuing its requests"),
+            ),
             17 => (
                 ErrorKind::UnorderedStreams,
                 format!(
@@ -434,6 +438,13 @@ mod tests {
         assert_eq!(fault.op, Some(DeviceOp::AllocDecode));
         assert!(
             fault.message.contains("call #41") && fault.message.contains("#39"),
+            "{}",
+            fault.message
+        );
+        let fault = DeviceFault::decode(26 | (4 << 32), 2, 77);
+        assert_eq!(fault.kind, ErrorKind::InvalidState);
+        assert!(
+            fault.message.contains("indices[2] = 77") && fault.message.contains("held"),
             "{}",
             fault.message
         );

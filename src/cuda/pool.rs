@@ -189,6 +189,9 @@ pub struct DevicePool {
     /// Device memory of released decode reservations, reused by later ones (every pool call
     /// is ordered after the kernels that used it); freed with the pool.
     reservation_spares: Vec<DeviceMemory>,
+    /// Reservations released unfinished whose holds a kernel has yet to end (ahead of the
+    /// next call; see `reservation::end_abandoned_holds`).
+    abandoned: Vec<DeviceReservation>,
     /// Recorded after every launch: releasing waits (off-thread) for it.
     last_use: Arc<LastUse>,
     /// `kvp_pool_set_debug` flags.
@@ -280,6 +283,7 @@ impl DevicePool {
             rows_marks: Vec::new(),
             rows_data: Vec::new(),
             reservation_spares: Vec::new(),
+            abandoned: Vec::new(),
             last_use,
             debug: 0,
             stream_order: None,
@@ -628,6 +632,9 @@ impl DevicePool {
         stream: CUstream,
         launches: &[Launch<'_>],
     ) -> Result<(), PoolError> {
+        if !self.abandoned.is_empty() {
+            self.end_abandoned_holds(stream)?;
+        }
         let call = self.next_call(op, &step, stream)?;
         let view = self.view;
         if self.debug != 0 {
@@ -1660,6 +1667,11 @@ impl Drop for DevicePool {
                     .into_iter()
                     .chain(std::mem::take(&mut self.rows_data))
                     .chain(std::mem::take(&mut self.reservation_spares))
+                    .chain(
+                        std::mem::take(&mut self.abandoned)
+                            .into_iter()
+                            .filter_map(DeviceReservation::into_memory),
+                    )
                     .collect(),
             }
         };

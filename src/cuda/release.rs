@@ -58,6 +58,15 @@ enum Progress {
     Broken,
 }
 
+/// Whether `stream` (live) is being captured, or its capture status cannot be read.
+pub(crate) fn may_be_capturing(stream: CUstream) -> bool {
+    let mut capture = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+    // SAFETY: `stream` is live (caller contract); valid out-pointer.
+    let result = unsafe { sys::cuStreamIsCapturing(stream, &mut capture) };
+    result != CUresult::CUDA_SUCCESS
+        || capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
+}
+
 impl LastUse {
     /// Creates the event in the current context (the pool's).
     pub fn new() -> Result<Self, PoolError> {
@@ -78,12 +87,7 @@ impl LastUse {
     /// Records the event on `stream` after a launch (two cheap driver calls; never waits).
     /// Skipped while `stream` is being captured (see the module doc).
     pub fn mark(&self, stream: CUstream) -> Result<(), PoolError> {
-        let mut capture = sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        // SAFETY: `stream` is live (the launch on it just succeeded); valid out-pointer.
-        let result = unsafe { sys::cuStreamIsCapturing(stream, &mut capture) };
-        if result != CUresult::CUDA_SUCCESS
-            || capture != sys::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE
-        {
+        if may_be_capturing(stream) {
             return Ok(());
         }
         // SAFETY: a live event; a live stream that is not capturing.

@@ -19,6 +19,7 @@ use crate::cuda::counts::{Dest, Step};
 use crate::cuda::kernels::launch;
 use crate::cuda::layout::{Call, DeviceOp};
 use crate::cuda::memory::DeviceMemory;
+use crate::cuda::release::may_be_capturing;
 use crate::pool::error::fail;
 use crate::pool::reservation::{plan_reservation, ReservationPlan};
 use crate::pool::{ErrorKind, PoolError};
@@ -104,6 +105,11 @@ impl DeviceReservation {
     /// Device address of the step counter (a `u32`; tests and diagnostics).
     pub fn counter_device(&self) -> CUdeviceptr {
         self.at(0)
+    }
+
+    /// Its device memory (`None` once given back).
+    pub(super) fn into_memory(mut self) -> Option<DeviceMemory> {
+        self.memory.take()
     }
 
     fn at(&self, offset: usize) -> CUdeviceptr {
@@ -423,15 +429,75 @@ impl DevicePool {
         self.record_outcome(result)
     }
 
-    /// Takes back a reservation's device memory for later reservations (finished or not: an
-    /// unfinished reservation returns nothing to the pool, its pages stay allocated as if
-    /// every step ran). A captured graph holding its step must not be replayed afterwards.
+    /// Takes back a reservation's device memory for later reservations. An unfinished one
+    /// returns nothing to the pool (its pages stay allocated as if every step ran); its holds
+    /// end in a kernel launched ahead of the pool's next call ([`Self::end_abandoned_holds`]),
+    /// its memory is reused after that. A captured graph holding its step must not be
+    /// replayed afterwards.
     pub fn release_reservation(&mut self, mut res: DeviceReservation) {
-        if res.pool_id == self.id {
+        if res.pool_id != self.id {
+            return;
+        }
+        if !res.finished && res.recovered_at == self.recovered_at && res.memory.is_some() {
+            self.abandoned.push(res);
+        } else if let Some(memory) = res.memory.take() {
+            self.reservation_spares.push(memory);
+        }
+    }
+
+    /// Enqueues on `stream`, ahead of a call, the end of the holds of reservations released
+    /// unfinished (`kvp::reservation_unhold`: one small kernel each, not a call) and reuses
+    /// their memory. Skipped while `stream` is captured: a graph must not carry them (it
+    /// could run after the memory is reused); the next uncaptured call launches them. Those
+    /// of before a clear or restore only give their memory back.
+    pub(super) fn end_abandoned_holds(&mut self, stream: CUstream) -> Result<(), PoolError> {
+        let recovered_at = self.recovered_at;
+        let (live, stale): (Vec<_>, Vec<_>) = std::mem::take(&mut self.abandoned)
+            .into_iter()
+            .partition(|res| res.recovered_at == recovered_at);
+        self.reservation_spares
+            .extend(stale.into_iter().filter_map(DeviceReservation::into_memory));
+        self.abandoned = live;
+        if self.abandoned.is_empty() || may_be_capturing(stream) {
+            return Ok(());
+        }
+        let view = self.view;
+        while let Some(mut res) = self.abandoned.pop() {
+            let header = res.at(0);
+            let lens = res.at(res.offsets.lens);
+            let slots = res.at(res.offsets.slots);
+            let taken = res.at(res.offsets.taken);
+            let batch = res.plan.batch as u32;
+            let total = res.plan.total_pages;
+            // SAFETY: `kvp_reservation_unhold_*(View, ResHeader *res, const i64 *lens, const
+            // Index *slots, const u32 *taken, u32 batch, u64 total_pages)`.
+            let launched = unsafe {
+                launch(
+                    self.kernels.typed.reservation_unhold,
+                    1,
+                    RES_BLOCK,
+                    stream,
+                    &mut [
+                        arg(&view),
+                        arg(&header),
+                        arg(&lens),
+                        arg(&slots),
+                        arg(&taken),
+                        arg(&batch),
+                        arg(&total),
+                    ],
+                )
+            };
+            if let Err(err) = launched {
+                self.abandoned.push(res);
+                return Err(err);
+            }
+            let _ = self.last_use.mark(stream);
             if let Some(memory) = res.memory.take() {
                 self.reservation_spares.push(memory);
             }
         }
+        Ok(())
     }
 }
 

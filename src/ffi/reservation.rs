@@ -44,8 +44,18 @@ impl HandleKind for ReservationObject {
 
 impl Drop for ReservationObject {
     fn drop(&mut self) {
+        // An unfinished host reservation ends its holds here (its pages stay allocated).
+        if let Inner::Host(res) = &mut self.inner {
+            self.pool.with(|object| {
+                if let PoolObject::Host(pool) = object {
+                    pool.abandon_reservation(res);
+                }
+                kvp_status::Ok
+            });
+        }
         // The device memory goes back to the pool for later reservations (its queued kernels
-        // are ordered before every later call of the pool).
+        // are ordered before every later call of the pool; an unfinished reservation's holds
+        // end in the pool's next call).
         if let Inner::Device(res) = &mut self.inner {
             if let Some(res) = res.take() {
                 let _restore = RestoreContext::save();

@@ -29,8 +29,11 @@ impl HostStorage {
                 PageState::Reserved => (page_state::RESERVED, 0),
                 PageState::Free => (page_state::FREE, 0),
                 PageState::Staged => (page_state::STAGED, 0),
-                PageState::Allocated if paged => (page_state::ALLOCATED, map.fill(page)),
-                PageState::Allocated => (page_state::ALLOCATED, 0),
+                // A hold is a lock, not a state of the slots: held pages digest as allocated.
+                PageState::Allocated | PageState::Held if paged => {
+                    (page_state::ALLOCATED, map.fill(page))
+                }
+                PageState::Allocated | PageState::Held => (page_state::ALLOCATED, 0),
                 PageState::Pending => (page_state::PENDING, 0),
             };
             parts.page_sum = parts.page_sum.wrapping_add(page_term(page, state, fill));

@@ -281,6 +281,7 @@ impl HostStorage {
                 ErrorKind::ReservedSlot,
                 format!("{}: page 0 is the padding page", what()),
             ),
+            PageState::Held => held_error(&what(), page),
             _ => PoolError::new(
                 ErrorKind::DoubleFree,
                 format!("{}: page {page} is already free", what()),
@@ -314,6 +315,9 @@ impl HostStorage {
         let ps = u64::from(self.layout.page_size);
         let page = (slot / ps) as u32;
         if self.state.map.get(page) != PageState::Allocated {
+            if self.state.map.get(page) == PageState::Held {
+                return Err(held_error(&format!("last_loc[{i}] = {last_loc}"), page));
+            }
             return fail(
                 ErrorKind::NotAllocated,
                 format!("last_loc[{i}] = {last_loc} lies in page {page}, which is not allocated"),
@@ -368,6 +372,9 @@ impl HostStorage {
             let slot = self.check_slot(&what, slot.get())?;
             let page = (slot / ps) as u32;
             if self.state.map.get(page) != PageState::Allocated {
+                if self.state.map.get(page) == PageState::Held {
+                    return Err(held_error(&format!("last_kept[{i}] = {slot}"), page));
+                }
                 return fail(
                     ErrorKind::NotAllocated,
                     format!("last_kept[{i}] = {slot} lies in page {page}, which is not allocated"),
@@ -685,6 +692,24 @@ impl HostStorage {
         self.state.map.set_fill(page, fill);
     }
 
+    /// Marks allocated pages held by a live decode reservation ([`PageState::Held`]).
+    pub fn hold(&mut self, pages: &[u32]) {
+        for &page in pages {
+            debug_assert_eq!(self.state.map.get(page), PageState::Allocated);
+            self.state.map.set(page, PageState::Held);
+        }
+    }
+
+    /// Ends the hold on pages a reservation held (those still held: a clear or restore
+    /// since has ended it already).
+    pub fn unhold(&mut self, pages: &[u32]) {
+        for &page in pages {
+            if self.state.map.get(page) == PageState::Held {
+                self.state.map.set(page, PageState::Allocated);
+            }
+        }
+    }
+
     /// Returns validated pages to the pool (staged under `need_sort`).
     pub fn release(&mut self, pages: &[u32], need_sort: bool) {
         let state = if need_sort {
@@ -697,4 +722,18 @@ impl HostStorage {
         }
         self.state.free.release(pages);
     }
+}
+
+/// A free, rewind or continuation of a page a live decode reservation holds.
+#[cold]
+#[inline(never)]
+fn held_error(what: &str, page: u32) -> PoolError {
+    PoolError::new(
+        ErrorKind::InvalidState,
+        format!(
+            "{what}: page {page} is held by a live decode reservation, whose later steps hand \
+             out its slots; finish the reservation (kvp_decode_reservation_finish) before \
+             freeing, rewinding or continuing its requests"
+        ),
+    )
 }

@@ -16,6 +16,10 @@ pub enum PageState {
     Staged,
     /// Handed out.
     Allocated,
+    /// Handed out, and a live decode reservation hands out more of its slots in later
+    /// steps: it cannot be freed, rewound or continued until the reservation ends (else a
+    /// freed page could go to another request while the steps still hand out its slots).
+    Held,
     /// Freed inside an open free group; returns to the pool when the group ends.
     Pending,
 }
@@ -59,10 +63,16 @@ impl PageMap {
         })
     }
 
-    /// Becomes a copy of `saved` (same pool), without allocating.
+    /// Becomes a copy of `saved` (same pool), without allocating. Held pages come back
+    /// plainly allocated: a restore ends every reservation.
     pub fn load(&mut self, saved: &Self) {
         self.states.copy_from_slice(&saved.states);
         self.fill.copy_from_slice(&saved.fill);
+        for state in &mut self.states {
+            if *state == PageState::Held {
+                *state = PageState::Allocated;
+            }
+        }
     }
 
     /// Slots of allocated `page` handed out so far (its fill point).

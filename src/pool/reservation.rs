@@ -16,6 +16,13 @@
 //! last page of each request, so the pool is then exactly as after `U` plain decodes (when
 //! nothing else ran in between). This module holds the planning both backends share and the
 //! host backend's implementation.
+//!
+//! Holds: from the reserve to the finish, every page the reservation hands slots out of (its
+//! new pages and each request's partly filled last page) is *held*: a free, rewind or
+//! continuation (`last_loc`) of it is refused with [`ErrorKind::InvalidState`] (a device
+//! pool faults). Without the hold, a request freed before the finish would release a page
+//! whose remaining slots later steps still hand out, and another request could be given the
+//! same slots. The finish, [`Pool::abandon_reservation`], a clear and a restore end holds.
 
 use super::config::Layout;
 use super::error::{fail, ErrorKind, PoolError};
@@ -112,9 +119,9 @@ pub(crate) fn plan_reservation(
 
 /// A host pool's live decode reservation (see the module doc): made by
 /// [`Pool::reserve_decode`], stepped by [`Pool::reservation_step`] (or
-/// [`Pool::reservation_step_rows`]), ended by [`Pool::finish_reservation`]. Dropping it
-/// unfinished returns nothing to the pool: its pages stay allocated as if every reserved
-/// step had run.
+/// [`Pool::reservation_step_rows`]), ended by [`Pool::finish_reservation`] or
+/// [`Pool::abandon_reservation`]. Dropped without either, its pages stay held (unfreeable)
+/// until the pool is cleared or restored.
 #[derive(Debug)]
 pub struct DecodeReservation {
     pool_id: u64,
@@ -125,6 +132,9 @@ pub struct DecodeReservation {
     slots: Vec<i64>,
     /// The new pages in the order they were taken.
     pages: Vec<u32>,
+    /// The partly filled pages the first steps continue (one per request whose length is
+    /// not a multiple of the page size), held with `pages`.
+    continued: Vec<u32>,
     next: u32,
     finished: bool,
 }
@@ -215,6 +225,14 @@ impl Pool {
             std::mem::swap(&mut prev, &mut row);
         }
         debug_assert_eq!(pages.len() as u64, plan.total_pages);
+        let continued: Vec<u32> = lens
+            .iter()
+            .zip(last_loc)
+            .filter(|(&len, _)| self.layout.is_paged() && len as u64 % ps != 0)
+            .map(|(_, last)| (last.get() as u64 / ps) as u32)
+            .collect();
+        self.storage.hold(&pages);
+        self.storage.hold(&continued);
         self.count_allocation(batch as u64 * u64::from(steps), plan.total_pages);
         Ok(DecodeReservation {
             pool_id: self.id,
@@ -223,6 +241,7 @@ impl Pool {
             lens: lens.to_vec(),
             slots,
             pages,
+            continued,
             next: 0,
             finished: false,
         })
@@ -348,10 +367,9 @@ impl Pool {
     /// Ends a reservation after `steps_used` steps (which must be the number taken): the
     /// pages no used step touched go back to the front of the free list in the order they
     /// were taken (never staged), and each request's partly used last page is rewound to
-    /// its last used slot (as [`rewind`](Self::rewind) would). Afterwards the pool is as
-    /// `steps_used` plain decodes would have left it. Refused (nothing changed) when
-    /// `steps_used` differs from the steps taken, or a page to return or rewind is no longer
-    /// allocated (freed by the engine before the finish).
+    /// its last used slot (as [`rewind`](Self::rewind) would), and the holds end. Afterwards
+    /// the pool is as `steps_used` plain decodes would have left it. Refused (nothing
+    /// changed) when `steps_used` differs from the steps taken.
     pub fn finish_reservation(
         &mut self,
         res: &mut DecodeReservation,
@@ -374,39 +392,34 @@ impl Pool {
         }
         let ps = u64::from(self.layout.page_size);
         let unused = &res.pages[res.plan.taken_by[used as usize] as usize..];
-        for (k, &page) in unused.iter().enumerate() {
-            if self.storage.page_state(page) != crate::host::PageState::Allocated {
-                return fail(
-                    ErrorKind::NotAllocated,
-                    format!(
-                        "reserved page {page} (unused page {k}) is no longer allocated: finish the reservation before freeing its requests"
-                    ),
-                );
-            }
-        }
+        // Held pages cannot have been freed or rewound: what the finish returns and rewinds
+        // is exactly what the reserve took and advanced.
         let rewinds = self.reservation_rewinds(res, used);
-        for &(i, kept) in &rewinds {
-            let page = (kept / ps) as u32;
-            let allocated = self.storage.page_state(page) == crate::host::PageState::Allocated;
-            if !allocated || u64::from(self.storage.page_fill(page)) < kept % ps + 1 {
-                return fail(
-                    ErrorKind::NotAllocated,
-                    format!(
-                        "request {i}'s last used slot {kept} is no longer in an allocated page filled that far: finish the reservation before freeing or rewinding its requests"
-                    ),
-                );
-            }
-        }
         for &(_, kept) in &rewinds {
             self.storage
                 .set_page_fill((kept / ps) as u32, (kept % ps + 1) as u32);
         }
         let count = unused.len() as u64;
+        self.storage
+            .unhold(&res.pages[..res.plan.taken_by[used as usize] as usize]);
+        self.storage.unhold(&res.continued);
         self.storage.untake(unused);
         self.stats.pages_freed += count;
         self.stats.slots_freed += count * ps;
         res.finished = true;
         Ok(())
+    }
+
+    /// Ends a reservation without returning anything: its pages stay allocated, with their
+    /// fill points as if every reserved step had run, but are no longer held (they can be
+    /// freed). What `kvp_decode_reservation_free` does with an unfinished reservation. A
+    /// no-op for a finished one, one of another pool, or one from before a clear or restore.
+    pub fn abandon_reservation(&mut self, res: &mut DecodeReservation) {
+        if self.check_reservation(res).is_ok() {
+            self.storage.unhold(&res.pages);
+            self.storage.unhold(&res.continued);
+            res.finished = true;
+        }
     }
 
     /// `(request, last used slot)` of each request whose page continues past `used` steps:

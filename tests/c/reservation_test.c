@@ -70,11 +70,14 @@ int main(void) {
     /* ceil((L + 6) / 4) - ceil(L / 4): 5 -> 3 - 2 = 1, 4 -> 3 - 1 = 2, 1 -> 2 - 1 = 1. */
     CHECK_EQ(pages, 4);
 
-    /* A plain decode continuing request 0's partly filled page is refused (fill point). */
+    /* A plain decode continuing request 0's partly filled page is refused: the reservation
+       holds the page until its finish. */
     int64_t seq0 = 6, one = 0;
     uint64_t before = digest(a);
-    CHECK_STATUS(kvp_pool_alloc_decode(a, &seq0, &last[0], 1, &one, 1),
-                 KVP_STATUS_LAST_LOC_MISMATCH);
+    CHECK_STATUS(kvp_pool_alloc_decode(a, &seq0, &last[0], 1, &one, 1), KVP_STATUS_INVALID_STATE);
+    char message[512];
+    (void)kvp_last_error_message(message, sizeof message);
+    CHECK(strstr(message, "held by a live decode reservation") != NULL);
     CHECK_EQ(digest(a), before);
 
     /* K steps against K plain decodes on b; the first two also write an int32 table. */
@@ -159,6 +162,19 @@ int main(void) {
                  KVP_STATUS_INVALID_ARGUMENT);
     CHECK(none == NULL);
     CHECK_EQ(digest(a), before);
+
+    /* While a reservation is live its requests can be neither freed nor rewound (later steps
+       still hand out their pages' slots); freeing the reservation unfinished ends that. */
+    res = NULL;
+    CHECK_OK(kvp_pool_reserve_decode(a, lens3, prev, BS, 3, &res));
+    before = digest(a);
+    CHECK_STATUS(kvp_pool_free_indices(a, prev, BS), KVP_STATUS_INVALID_STATE);
+    CHECK_STATUS(kvp_pool_rewind(a, prev, BS), KVP_STATUS_INVALID_STATE);
+    CHECK_EQ(digest(a), before);
+    kvp_decode_reservation_free(res);
+    CHECK_EQ(digest(a), before);
+    CHECK_OK(kvp_pool_rewind(a, prev, BS)); /* back to before the 3 steps (new pages kept) */
+    CHECK(digest(a) != before);
 
     /* A reservation keeps its pool alive; freeing it unfinished keeps its pages. */
     res = NULL;

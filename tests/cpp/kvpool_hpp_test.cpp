@@ -623,9 +623,10 @@ void test_decode_reservation() {
         CHECK_EQ(req_to_token[0 * 20 + 8 + s], want[1]);
         last = want;
     }
-    // A plain decode on a reserved request is refused by the fill-point rule.
-    CHECK_THROWS(LAST_LOC_MISMATCH, "not where page",
+    // A plain decode on a reserved request is refused: the reservation holds its page.
+    CHECK_THROWS(INVALID_STATE, "held by a live decode reservation",
                  a.alloc_decode(std::vector<int64_t>{10, 13}, last));
+    CHECK_THROWS(INVALID_STATE, "held by a live decode reservation", a.free_indices(last));
     a.finish_reservation(res, 4);
     CHECK_EQ(a.digest(), b.digest());
     CHECK_EQ(a.available_size(), b.available_size());

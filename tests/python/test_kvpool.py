@@ -2550,8 +2550,11 @@ class TestDecodeReservation(KvpTestCase):
             if s < 2:
                 self.assertEqual([data[20 + 5 + s], data[8 + s]], want)
             last = want
-        # a plain decode continuing a reserved request's page: the fill-point rule
-        self.assertKvpError("LAST_LOC_MISMATCH", a.alloc_decode, [10, 13], last)
+        # a plain decode continuing, or a free of, a reserved request's page: held
+        self.assertKvpError("INVALID_STATE", a.alloc_decode, [10, 13], last,
+                            message="held by a live decode reservation")
+        self.assertKvpError("INVALID_STATE", a.free_indices, last,
+                            message="held by a live decode reservation")
         self.assertKvpError("INVALID_ARGUMENT", a.finish_reservation, res, 3,
                             message="steps_used = 3")
         a.finish_reservation(res, 4)
