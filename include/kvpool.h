@@ -2356,9 +2356,15 @@ KVP_NODISCARD enum kvp_status kvp_pool_clear(struct kvp_pool *pool);
  * `ceil((lens[i] + steps) / page_size) - ceil(lens[i] / page_size)` new pages; they are
  * taken now, in exactly the order `steps` successive `kvp_pool_alloc_decode` calls would
  * take them (step 1's new pages in request order, then step 2's, ...), and the slots of
- * every step are computed now. The pages' fill points advance as if every step ran, so a
- * plain `kvp_pool_alloc_decode` continuing a reserved request's partly filled page fails
- * with `KVP_STATUS_LAST_LOC_MISMATCH`. Staged (`need_sort`) frees are merged first when the
+ * every step are computed now. The pages' fill points advance as if every step ran.
+ *
+ * Until the reservation ends (finish, free, clear, restore) every page its steps hand slots
+ * out of — the new pages and each request's partly filled last page — is *held*: a free
+ * naming it (by index, page id, segment or row), a `kvp_pool_rewind` into it and a
+ * continuation from it (a plain `kvp_pool_alloc_decode` / `_extend` / another reservation
+ * whose `last_loc` lies in it) fail with `KVP_STATUS_INVALID_STATE` and change nothing (on
+ * a device pool: a fault). So a request of the batch cannot be freed, and its page handed
+ * to another request, while later steps still hand out that page's slots. Staged (`need_sort`) frees are merged first when the
  * free list alone is short: once, before any page is taken, where `steps` plain decodes
  * would merge at the first step that runs short — so in that one case the pages (still
  * fresh and distinct) differ from theirs.
@@ -2487,15 +2493,10 @@ enum kvp_status kvp_decode_reservation_step_async(struct kvp_decode_reservation 
  * would append them: putting them back leaves the pool exactly as `steps_used` plain
  * `kvp_pool_alloc_decode` calls would have), and each request's partly used last page is
  * rewound to its last used slot (as `kvp_pool_rewind`). Available size and counters are
- * exact afterwards. Finish BEFORE freeing any request of the batch: a partly used page
- * freed and handed to another request meanwhile is not detected — later steps would hand
- * that request's slots out again, and the finish rewinds its page (its next continuation
- * is then refused by the fill-point rule).
- * Refused, nothing changed: a page to return or rewind is no longer
- * allocated (`KVP_STATUS_NOT_ALLOCATED`: finish before freeing the batch's requests), the
- * reservation is finished or its pool was cleared or restored since
- * (`KVP_STATUS_INVALID_STATE`), `pool` is not the reservation's pool. Ignores an open free
- * group (the pages are returned at once).
+ * exact afterwards, and the reservation's holds end (its requests can be freed, rewound and
+ * continued again). Refused, nothing changed: the reservation is finished or its pool was
+ * cleared or restored since (`KVP_STATUS_INVALID_STATE`), `pool` is not the reservation's
+ * pool. Ignores an open free group (the pages are returned at once).
  *
  * # Safety
  * `pool`, `reservation` live handles or NULL.
@@ -2512,10 +2513,8 @@ enum kvp_status kvp_decode_reservation_finish(struct kvp_pool *pool,
  * faults the pool naming both numbers and returns nothing — then returns the unused pages
  * and rewinds partly used pages as `kvp_decode_reservation_finish` does. The host plans
  * the returned page count from `steps_used`, so `kvp_pool_available_size` is exact right
- * after the call. A page to return or rewind that is no longer allocated faults the pool
- * (nothing returned); finish before freeing the batch's requests, as for
- * `kvp_decode_reservation_finish` (a partly used page freed and handed on meanwhile is
- * not detected). Host checks (status, nothing enqueued): `steps_used <= steps`, the
+ * after the call, and the holds end (a free of the batch's requests enqueued after the
+ * finish is valid). Host checks (status, nothing enqueued): `steps_used <= steps`, the
  * reservation live and of `pool`, the pool not faulted, the stream. A step replayed after
  * the finish writes 0 and faults (see `kvp_decode_reservation_step_async`).
  *
@@ -2546,9 +2545,12 @@ enum kvp_status kvp_decode_reservation_get_info(const struct kvp_decode_reservat
  * Releases a reservation (NULL: no-op). After a finish this only frees the handle. An
  * unfinished reservation returns nothing to the pool: its pages stay allocated with their
  * fill points as if every reserved step had run (only the engine knows how many ran; call
- * the finish first to get the unused pages back). A device reservation's memory is kept by
- * its pool for later reservations: a graph holding one of its steps must not be replayed
- * afterwards. Releases the reservation's reference to its pool.
+ * the finish first to get the unused pages back), and its holds end — on a host pool at
+ * once, on a device pool in a small kernel the pool enqueues ahead of its next call (on
+ * that call's stream; deferred while that stream is being captured). A device
+ * reservation's memory is kept by its pool for later reservations: a graph holding one of
+ * its steps must not be replayed afterwards. Releases the reservation's reference to its
+ * pool.
  *
  * # Safety
  * `reservation` NULL or a live reservation, not used concurrently or afterwards.

@@ -277,8 +277,10 @@ private:
 /// K reserved decode steps of a fixed batch (kvp_decode_reservation; pool::reserve_decode /
 /// pool::reserve_decode_async). Each step() / step_async() hands out the next step's slots;
 /// step_async() may be captured into a CUDA graph and the graph replayed once per step.
-/// End it with pool::finish_reservation[_async]. Destructor: kvp_decode_reservation_free
-/// (an unfinished reservation returns nothing to the pool). Keeps its pool alive.
+/// End it with pool::finish_reservation[_async]; until then its pages are held (freeing,
+/// rewinding or continuing a request of the batch throws INVALID_STATE / faults the device
+/// pool). Destructor: kvp_decode_reservation_free (an unfinished reservation returns nothing
+/// to the pool; its holds end). Keeps its pool alive.
 class decode_reservation : public detail::owner<kvp_decode_reservation> {
 public:
     /// Takes ownership of `raw` (from kvp_pool_reserve_decode[_async]).

@@ -1103,8 +1103,10 @@ class DecodeReservation(_Owner):
     """``steps`` reserved decode steps of a fixed batch (``Pool.reserve_decode`` /
     ``Pool.reserve_decode_async``; docs/graph-decode.md). ``step()`` (host pool) or
     ``step_async()`` (device pool: one kernel, capturable into a CUDA graph) hands out the
-    next step's slots; end it with ``Pool.finish_reservation[_async]``. Closing an
-    unfinished reservation returns nothing to the pool."""
+    next step's slots; end it with ``Pool.finish_reservation[_async]``. Until then its pages
+    are held: freeing, rewinding or continuing a request of the batch raises INVALID_STATE
+    (a device pool faults). Closing an unfinished reservation returns nothing to the pool
+    and ends its holds."""
 
     _free_name = "kvp_decode_reservation_free"
 

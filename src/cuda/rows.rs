@@ -251,8 +251,9 @@ impl DevicePool {
         let decode32 = u32::from(decode);
         let prefix_dev = prefix.map_or(seq_lens, |(_, p)| p);
         // A batch of the one-block kernels (every decode step up to 256 requests): one kernel
-        // (it enters rows in a 32-bit keyed table, hence the bound on the table's rows).
-        if kernel != ExtendKernel::Grid && table.shape.rows <= u64::from(u32::MAX) {
+        // (it enters rows in a 32-bit keyed table; `TableShape::span`, checked above, bounds
+        // the table's rows by 2^32 - 1).
+        if kernel != ExtendKernel::Grid {
             let tab = TableArgs {
                 table: table.data,
                 wide: table.wide(),
