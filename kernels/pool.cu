@@ -1195,10 +1195,11 @@ KVP_ROWS_KERNELS(i32, int)
 #define KVP_RESERVATION_KERNELS(SUFFIX, INDEX)                                                    \
   extern "C" __global__ void __launch_bounds__(RES_BLOCK) kvp_reserve_decode_##SUFFIX(            \
       View v, Call call, const long long *lens_in, const INDEX *last_loc, uint32_t batch,         \
-      uint32_t steps, unsigned long long total_pages, ResHeader *res, long long *lens,            \
-      INDEX *slots, uint32_t *taken, uint32_t *rank) {                                            \
-    reserve_decode<INDEX>(v, call, lens_in, last_loc, batch, steps, total_pages, res, lens,       \
-                          slots, taken, rank);                                                    \
+      uint32_t steps, unsigned long long total_pages, unsigned long long first_pages,             \
+      uint32_t phase, ResHeader *res, long long *lens, INDEX *slots, uint32_t *taken,             \
+      uint32_t *rank) {                                                                           \
+    reserve_decode<INDEX>(v, call, lens_in, last_loc, batch, steps, total_pages, first_pages,     \
+                          phase, res, lens, slots, taken, rank);                                  \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(RES_BLOCK) kvp_reservation_step_##SUFFIX(          \
       View v, Call call, ResHeader *res, const long long *lens, const INDEX *slots,               \

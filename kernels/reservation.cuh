@@ -7,6 +7,10 @@
 //                   alloc_decode does, takes the planned pages from the ring in the order K
 //                   decodes would (step-major), writes the K x batch slot table into the
 //                   reservation's memory and advances the fill points as if all K steps ran.
+//                   When K plain decodes would merge staged frees at a step s* > 1 (need_sort),
+//                   it runs as two calls with the merge between them, as the decodes would:
+//                   RES_PHASE_FIRST checks and takes the pages of the steps before s*,
+//                   RES_PHASE_REST takes the others from the merged ring and writes the table.
 //   reservation_step (one block, NOT a call: no cursor, fixed arguments, capturable): reads
 //                   the reservation's step counter s, writes slot row s to `out` (and to the
 //                   request-to-token table at [rows[i]][lens[i] + s]), increments s. At
@@ -53,6 +57,14 @@ struct ResHeader {
 constexpr uint32_t RES_EMPTY = 0;     // the reserve failed (the pool is faulted): steps write 0
 constexpr uint32_t RES_LIVE = 1;
 constexpr uint32_t RES_FINISHED = 2;
+constexpr uint32_t RES_FIRST_TAKEN = 3;  // RES_PHASE_FIRST took its pages; RES_PHASE_REST next
+
+// Which part of a reservation one reserve_decode launch does.
+enum ResPhase : uint32_t {
+  RES_PHASE_ALL = 0,    // everything, in one call
+  RES_PHASE_FIRST = 1,  // checks; the first `first_pages` pages (the steps before the merge)
+  RES_PHASE_REST = 2,   // after the merge: the other pages, the slot table, the fill points
+};
 
 __device__ inline unsigned long long first_page_step(unsigned long long len, const View &v) {
   return (v.page_size - mod_ps(len, v)) % v.page_size + 1;
@@ -75,32 +87,45 @@ __device__ inline void claim_smallest(unsigned long long *word, unsigned long lo
   }
 }
 
+// `first_pages`: the pages of the steps before the merge (RES_PHASE_FIRST / _REST; ignored
+// by RES_PHASE_ALL). Page k of the reservation (step-major order) is ring position k of this
+// call for RES_PHASE_ALL, taken[k] (taken by the first phase) for k < first_pages and ring
+// position k - first_pages of the merged ring otherwise for RES_PHASE_REST.
 template <typename Index>
 __device__ void reserve_decode(View v, Call call, const long long *lens_in, const Index *last_loc,
                                uint32_t batch, uint32_t steps, unsigned long long total_pages,
-                               ResHeader *res, long long *lens, Index *slots, uint32_t *taken,
-                               uint32_t *rank) {
+                               unsigned long long first_pages, uint32_t phase, ResHeader *res,
+                               long long *lens, Index *slots, uint32_t *taken, uint32_t *rank) {
   __shared__ unsigned long long errors;
   __shared__ unsigned long long pages_sum;
   __shared__ uint32_t cyc[RES_MAX_STEPS + 1];  // cyc[j]: requests whose first step is <= j
+  __shared__ uint32_t state_at;
   const uint32_t r = threadIdx.x;
   if (r == 0) {
     errors = NO_ERROR;
     pages_sum = 0;
+    state_at = *(volatile uint32_t *)&res->state;
   }
   __syncthreads();
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
   const uint32_t n = v.num_pages;
-  const bool dead = h->fault != 0;
-  const bool short_ = !dead && c.free_len < total_pages;
+  // The second phase runs only after a first phase that took its pages (a failed first
+  // phase faulted the pool).
+  const bool dead = h->fault != 0 || (phase == RES_PHASE_REST && state_at != RES_FIRST_TAKEN);
+  const unsigned long long here = phase == RES_PHASE_ALL    ? total_pages
+                                  : phase == RES_PHASE_FIRST ? first_pages
+                                                             : total_pages - first_pages;
+  const unsigned long long ring_first = phase == RES_PHASE_REST ? first_pages : 0;
+  const bool short_ = !dead && c.free_len < here;
   const bool tracked = v.page_size > 1;
   const unsigned long long K = steps;
   const uint32_t groups = (uint32_t)(v.page_size < K ? v.page_size : K);
   const unsigned long long tagged = (unsigned long long)call.tag << 32;
 
   // Pass 1: lengths and last_loc (alloc_decode's rules), pages per request, page claims.
-  if (!dead) {
+  const bool checking = !dead && phase != RES_PHASE_REST;
+  if (checking) {
     unsigned long long own = 0;
     for (uint32_t i = r; i < batch; i += RES_BLOCK) {
       const long long L = lens_in[i];
@@ -143,7 +168,7 @@ __device__ void reserve_decode(View v, Call call, const long long *lens_in, cons
     if (own) atomicAdd(&pages_sum, own);
   }
   __syncthreads();
-  if (!dead) {
+  if (checking) {
     for (uint32_t i = r; i < batch; i += RES_BLOCK) {
       const uint32_t held = rank[i];
       if (held != 0 && v.claim[held - 1] != (tagged | (i + 1u))) report(&errors, i, ERR_SHARED_PAGE);
@@ -156,7 +181,15 @@ __device__ void reserve_decode(View v, Call call, const long long *lens_in, cons
   const bool failed = !dead && (short_ || verdict != NO_ERROR);
   const bool live = !dead && !failed;
 
-  if (live) {
+  if (live && phase == RES_PHASE_FIRST) {
+    // The steps before the merge: their pages in ring order, held; the table comes later.
+    for (unsigned long long k = r; k < first_pages; k += RES_BLOCK) {
+      const uint32_t page = v.ring[ring_pos(c.head, k, n)];
+      v.state[page] = page_word(KIND_HELD, call.tag);
+      taken[k] = page;
+    }
+  }
+  if (live && phase != RES_PHASE_FIRST) {
     // Pass 2: each request's rank among the requests of its first step.
     for (uint32_t g = 1; g <= groups; ++g) {
       unsigned long long running = 0;
@@ -191,9 +224,14 @@ __device__ void reserve_decode(View v, Call call, const long long *lens_in, cons
         if (mod_ps(t, v) == 0) {
           const unsigned long long k =
               div_ps(s - 1, v) * per_cycle + cyc[mod_ps(s - 1, v)] + idx;
-          const uint32_t page = v.ring[ring_pos(c.head, k, n)];
-          v.state[page] = page_word(KIND_HELD, call.tag);
-          taken[k] = page;
+          uint32_t page;
+          if (k < ring_first) {
+            page = taken[k];
+          } else {
+            page = v.ring[ring_pos(c.head, k - ring_first, n)];
+            v.state[page] = page_word(KIND_HELD, call.tag);
+            taken[k] = page;
+          }
           slot = (long long)((unsigned long long)page * v.page_size);
         } else {
           slot = prev + 1;
@@ -209,12 +247,12 @@ __device__ void reserve_decode(View v, Call call, const long long *lens_in, cons
   __syncthreads();
   if (r == 0) {
     res->counter = 0;
-    res->state = live ? RES_LIVE : RES_EMPTY;
+    res->state = !live ? RES_EMPTY : phase == RES_PHASE_FIRST ? RES_FIRST_TAKEN : RES_LIVE;
     const unsigned long long pos = verdict >> 8;
     long long value = 0;
     if (failed && !short_)
       value = (verdict & 0xff) == ERR_LENGTHS ? lens_in[pos] : (long long)last_loc[pos];
-    conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
+    conclude_take(v, call, c, here, dead, failed, short_, verdict, value);
   }
 }
 

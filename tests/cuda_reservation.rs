@@ -107,10 +107,15 @@ impl Drop for Trio {
 
 impl Trio {
     fn new(size: u64, ps: u32, index_type: u32) -> Self {
+        Self::with_need_sort(size, ps, index_type, false)
+    }
+
+    fn with_need_sort(size: u64, ps: u32, index_type: u32, need_sort: bool) -> Self {
         let mut c = kvp_pool_config_default();
         c.size = size;
         c.page_size = ps;
         c.index_type = index_type;
+        c.need_sort = need_sort;
         let (mut host, mut dev, mut twin) = (null_mut(), null_mut(), null_mut());
         // SAFETY: valid pointers.
         unsafe {
@@ -1412,4 +1417,140 @@ fn extend_two(p: &Trio, gpu: &Gpu, len: i64) -> Vec<i64> {
     gpu.sync();
     assert_eq!(od.download::<i64>(n), out);
     out
+}
+
+/// The merges a pool made so far.
+fn merges(pool: *mut kvp_pool) -> u64 {
+    // SAFETY: live pool; a zeroed stats struct is a valid out-value.
+    unsafe {
+        let mut stats = std::mem::zeroed::<kvp_pool_stats>();
+        assert_eq!(kvp_pool_get_stats(pool, &mut stats), kvp_status::Ok);
+        stats.merges
+    }
+}
+
+/// With `need_sort`, K plain decodes merge staged frees at the first step whose batch size
+/// exceeds the free list left by the steps before it; the device reservation merges at that
+/// same step (two reserve kernels with the merge between them when it is not step 1), so
+/// every step's slots equal the host reservation's and the twin's plain decodes, and a
+/// shortage of those decodes refuses the reservation on both backends with nothing changed.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn with_need_sort_the_device_merges_at_the_step_plain_decodes_merge() {
+    if skip() {
+        return;
+    }
+    let gpu = Gpu::new(false);
+    let (mut merged_later, mut short) = (0, 0);
+    for seed in 0..90u64 {
+        let mut rng = Rng(seed * 13 + 5);
+        let ps = [1u32, 4, 16][seed as usize % 3];
+        let p64 = u64::from(ps);
+        let p = Trio::with_need_sort(64 * p64, ps, I64, true);
+        let bs = rng.range(1, 9) as usize;
+        let lens: Vec<i64> = (0..bs).map(|_| rng.range(0, 3 * p64) as i64).collect();
+        let slots = p.extend(&gpu, &lens);
+        let last: Vec<i64> = slots
+            .iter()
+            .map(|s| s.last().copied().unwrap_or(-1))
+            .collect();
+        // Leave a few pages free and stage a random part of the rest.
+        let free = p.available(p.host) / p64;
+        let keep = rng.range(0, free.min(3 * bs as u64) + 1);
+        let filler = p.alloc(&gpu, ((free - keep) * p64) as usize);
+        let staged: Vec<i64> = filler
+            .chunks(ps as usize)
+            .map(|c| c[0])
+            .filter(|_| rng.chance(50))
+            .collect();
+        p.free(&gpu, &staged);
+        let k = rng.range(1, 12) as u32;
+        let merges_before = merges(p.twin);
+        let (lens_d, last_d, out_d) = (upload(&lens), upload(&last), DevBuf::new(bs * 8));
+        let (mut hres, mut dres) = (null_mut(), null_mut());
+        // SAFETY: buffers valid for `bs` elements, alive until the synchronizations.
+        unsafe {
+            let host = kvp_pool_reserve_decode(
+                p.host,
+                lens.as_ptr(),
+                last.as_ptr().cast(),
+                bs,
+                k,
+                &mut hres,
+            );
+            let dev = kvp_pool_reserve_decode_async(
+                p.dev,
+                lens.as_ptr(),
+                dptr(&lens_d),
+                dptr(&last_d),
+                bs,
+                k,
+                &mut dres,
+                gpu.stream.cast(),
+            );
+            assert_eq!(dev, host, "seed {seed}: {}", last_error());
+            if host == kvp_status::OutOfSlots {
+                short += 1;
+                p.agree(&gpu, "refused reservation");
+                continue;
+            }
+            assert_eq!(host, kvp_status::Ok, "seed {seed}");
+            let mut prev = last.clone();
+            for s in 0..i64::from(k) {
+                let seq: Vec<i64> = lens.iter().map(|&l| l + s + 1).collect();
+                let want = p.plain_decode(&gpu, p.twin, &seq, &prev);
+                let mut got = vec![0i64; bs];
+                assert_eq!(
+                    kvp_decode_reservation_step(
+                        hres,
+                        got.as_mut_ptr().cast(),
+                        bs,
+                        std::ptr::null(),
+                        std::ptr::null()
+                    ),
+                    kvp_status::Ok
+                );
+                assert_eq!(
+                    kvp_decode_reservation_step_async(
+                        dres,
+                        dptr(&out_d),
+                        std::ptr::null(),
+                        std::ptr::null(),
+                        gpu.stream.cast()
+                    ),
+                    kvp_status::Ok
+                );
+                gpu.sync();
+                assert_eq!(got, want, "seed {seed} ps {ps} step {s}: host reservation");
+                assert_eq!(
+                    out_d.download::<i64>(bs),
+                    want,
+                    "seed {seed} ps {ps} step {s}: device"
+                );
+                prev = want;
+            }
+            let merged_at_step_one = {
+                // The twin merged at its first step iff the batch exceeded the free list then.
+                (bs as u64) > keep
+            };
+            if merges(p.twin) > merges_before && !merged_at_step_one {
+                merged_later += 1;
+            }
+            assert_eq!(
+                kvp_decode_reservation_finish(p.host, hres, k),
+                kvp_status::Ok
+            );
+            assert_eq!(
+                kvp_decode_reservation_finish_async(p.dev, dres, k, gpu.stream.cast()),
+                kvp_status::Ok
+            );
+            gpu.sync();
+            kvp_decode_reservation_free(hres);
+            kvp_decode_reservation_free(dres);
+        }
+        p.agree(&gpu, &format!("seed {seed}"));
+        assert_eq!(merges(p.dev), merges(p.host), "seed {seed}");
+    }
+    assert!(merged_later >= 5, "merges after step 1: {merged_later}");
+    assert!(short >= 3, "shortages: {short}");
 }

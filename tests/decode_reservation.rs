@@ -515,3 +515,111 @@ fn staged_frees_are_merged_when_the_reservation_needs_them() {
     a.finish_reservation(&mut res, 9).unwrap();
     assert_eq!(a.available_size(), 8);
 }
+
+/// With `need_sort`, K plain decodes merge staged frees at the first step whose batch size
+/// exceeds the free list left by the steps before it (SGLang's per-call rule); a
+/// reservation merges at that same step, so its slots equal theirs step by step, and it
+/// fails exactly when one of them would run short (then changing nothing, not even a merge).
+#[test]
+fn with_need_sort_the_merge_happens_at_the_step_plain_decodes_merge() {
+    let (mut merged_later, mut merged_first, mut short) = (0, 0, 0);
+    for seed in 0..300u64 {
+        let mut rng = Rng(seed * 7 + 1);
+        let ps = [1u32, 4, 16][seed as usize % 3];
+        let p = u64::from(ps);
+        let mut a = pool(64 * p, ps, true);
+        let mut b = pool(64 * p, ps, true);
+        let bs = rng.range(1, 9) as usize;
+        let lens: Vec<i64> = (0..bs).map(|_| rng.range(0, 3 * p) as i64).collect();
+        let total: i64 = lens.iter().sum();
+        let mut out = vec![0i64; total as usize];
+        let (zeros, none) = (vec![0i64; bs], vec![-1i64; bs]);
+        for pool in [&mut a, &mut b] {
+            pool.alloc_extend(&zeros, &lens, &none, total as u64, &mut out)
+                .unwrap();
+        }
+        let mut last = Vec::with_capacity(bs);
+        let mut pos = 0usize;
+        for &len in &lens {
+            pos += len as usize;
+            last.push(if len == 0 { -1 } else { out[pos - 1] });
+        }
+        // Leave a few pages free and stage a random part of the rest.
+        let free = a.storage().free_len() as u64;
+        let keep = rng.range(0, free.min(3 * bs as u64) + 1);
+        let mut filler = vec![0i64; ((free - keep) * p) as usize];
+        for pool in [&mut a, &mut b] {
+            pool.alloc(filler.len(), &mut filler).unwrap();
+        }
+        let staged: Vec<i64> = filler
+            .chunks(ps as usize)
+            .map(|c| c[0])
+            .filter(|_| rng.chance(50))
+            .collect();
+        for pool in [&mut a, &mut b] {
+            pool.free(&staged).unwrap();
+        }
+        let k = rng.range(1, 12) as u32;
+        let before = a.digest();
+        let merges = b.stats().merges;
+        let reserved = a.reserve_decode(&lens, &last, k);
+        let mut prev = last.clone();
+        let mut plain = Vec::new();
+        let mut failed = false;
+        for s in 0..i64::from(k) {
+            let seq: Vec<i64> = lens.iter().map(|&l| l + s + 1).collect();
+            let mut row = vec![0i64; bs];
+            match b.alloc_decode(&seq, &prev, &mut row) {
+                Ok(()) => {
+                    if b.stats().merges > merges {
+                        if s == 0 {
+                            merged_first += 1;
+                        } else if b.stats().merges == merges + 1 && plain.len() == s as usize {
+                            merged_later += 1;
+                        }
+                    }
+                    prev.clone_from(&row);
+                    plain.push(row);
+                }
+                Err(err) => {
+                    assert_eq!(err.kind(), ErrorKind::OutOfSlots, "seed {seed}");
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        match reserved {
+            Err(err) => {
+                assert!(
+                    failed,
+                    "seed {seed}: the reservation failed ({err}), the decodes did not"
+                );
+                assert_eq!(err.kind(), ErrorKind::OutOfSlots, "seed {seed}");
+                assert_eq!(
+                    a.digest(),
+                    before,
+                    "seed {seed}: a refused reservation changed the pool"
+                );
+                short += 1;
+            }
+            Ok(mut res) => {
+                assert!(
+                    !failed,
+                    "seed {seed}: the decodes ran short, the reservation did not"
+                );
+                for (s, want) in plain.iter().enumerate() {
+                    let mut got = vec![0i64; bs];
+                    a.reservation_step(&mut res, &mut got).unwrap();
+                    assert_eq!(&got, want, "seed {seed} ps {ps} step {s}");
+                }
+                a.finish_reservation(&mut res, k).unwrap();
+                assert_eq!(a.digest(), b.digest(), "seed {seed}");
+                assert_eq!(a.stats().merges, b.stats().merges, "seed {seed}");
+            }
+        }
+    }
+    // The cases that matter all occurred.
+    assert!(merged_later >= 10, "merges after step 1: {merged_later}");
+    assert!(merged_first >= 10, "merges at step 1: {merged_first}");
+    assert!(short >= 5, "shortages: {short}");
+}

@@ -21,7 +21,7 @@ use crate::cuda::layout::{Call, DeviceOp};
 use crate::cuda::memory::DeviceMemory;
 use crate::cuda::release::may_be_capturing;
 use crate::pool::error::fail;
-use crate::pool::reservation::{plan_reservation, ReservationPlan};
+use crate::pool::reservation::{plan_merge, plan_reservation, ReservationPlan};
 use crate::pool::{ErrorKind, PoolError};
 
 /// Threads of the reserve and finish kernels (`kvp::RES_BLOCK`); a step uses up to this many.
@@ -53,6 +53,28 @@ impl Offsets {
             bytes: rank + 4 * batch.max(1),
         }
     }
+}
+
+/// Which part of a reservation a reserve kernel does (`kvp::ResPhase`).
+#[derive(Clone, Copy, Debug)]
+enum Phase {
+    /// Everything, in one call.
+    All = 0,
+    /// The checks and the pages of the steps before a merge.
+    First = 1,
+    /// After the merge: the other pages, the slot table, the fill points.
+    Rest = 2,
+}
+
+/// Device addresses a reserve kernel works on.
+struct ReserveBuffers {
+    lens: CUdeviceptr,
+    last_loc: CUdeviceptr,
+    header: CUdeviceptr,
+    lens_out: CUdeviceptr,
+    slots: CUdeviceptr,
+    taken: CUdeviceptr,
+    rank: CUdeviceptr,
 }
 
 /// A device pool's decode reservation (see `kvp_pool_reserve_decode_async`). Return it with
@@ -145,39 +167,60 @@ impl DevicePool {
             let batch = u32::try_from(plan.batch).map_err(|_| {
                 PoolError::new(ErrorKind::InvalidLengths, "batch_size exceeds 2^32 - 1")
             })?;
-            self.ensure_pages(plan.total_pages, plan.total_pages, "reserve_decode", stream)?;
-            let offsets = Offsets::new(plan.batch, steps, plan.total_pages, self.index_bytes());
-            let memory = self.reservation_memory(offsets.bytes, stream)?;
-            let header = memory.at(0);
-            let lens_out = memory.at(offsets.lens);
-            let slots = memory.at(offsets.slots);
-            let taken = memory.at(offsets.taken);
-            let rank = memory.at(offsets.rank);
+            // Where K plain decodes would merge staged frees (SGLang's per-call rule against
+            // the host's counts; lower bounds while a paged free by index is in flight, as for
+            // a plain decode), and the shortage those decodes would meet. Nothing is enqueued
+            // on a shortage.
+            let c = self.counts.counts();
+            let may_have_staged =
+                c.staged > 0 || (self.config.need_sort && !self.counts.is_exact());
+            let (merge_at, available) = plan_merge(&plan, c.free, may_have_staged, c.staged);
             let total = plan.total_pages;
-            // SAFETY: `kvp_reserve_decode_*(View, Call, const i64 *lens_in, const Index
-            // *last_loc, u32 batch, u32 steps, u64 total_pages, ResHeader *res, i64 *lens,
-            // Index *slots, u32 *taken, u32 *rank)`; the memory holds `offsets.bytes`.
-            let launched = unsafe {
-                self.run(
-                    self.kernels.typed.reserve_decode,
-                    1,
-                    RES_BLOCK,
-                    DeviceOp::ReserveDecode as u32,
-                    Step::Take(total),
-                    stream,
-                    &[
-                        arg(&lens),
-                        arg(&last_loc),
-                        arg(&batch),
-                        arg(&steps),
-                        arg(&total),
-                        arg(&header),
-                        arg(&lens_out),
-                        arg(&slots),
-                        arg(&taken),
-                        arg(&rank),
-                    ],
-                )
+            if total > available {
+                let note = if self.counts.is_exact() {
+                    ""
+                } else {
+                    " (a lower bound: a paged free by index is still in flight on the stream)"
+                };
+                return fail(
+                    ErrorKind::OutOfSlots,
+                    format!("reserve_decode needs {total} free pages but only {available} are available{note}"),
+                );
+            }
+            let offsets = Offsets::new(plan.batch, steps, total, self.index_bytes());
+            let memory = self.reservation_memory(offsets.bytes, stream)?;
+            let buffers = ReserveBuffers {
+                lens,
+                last_loc,
+                header: memory.at(0),
+                lens_out: memory.at(offsets.lens),
+                slots: memory.at(offsets.slots),
+                taken: memory.at(offsets.taken),
+                rank: memory.at(offsets.rank),
+            };
+            // A merge at step 1 runs before the reservation; one at a later step between the
+            // pages of the steps before it and the others (two reserve calls).
+            let launched = match merge_at {
+                Some(s) if s > 1 => {
+                    let first = plan.taken_by[s as usize - 1];
+                    self.launch_reserve(&buffers, batch, steps, total, first, Phase::First, stream)
+                        .and_then(|()| self.enqueue_merge(stream))
+                        .and_then(|()| {
+                            self.launch_reserve(
+                                &buffers,
+                                batch,
+                                steps,
+                                total,
+                                first,
+                                Phase::Rest,
+                                stream,
+                            )
+                        })
+                }
+                Some(_) => self.enqueue_merge(stream).and_then(|()| {
+                    self.launch_reserve(&buffers, batch, steps, total, 0, Phase::All, stream)
+                }),
+                None => self.launch_reserve(&buffers, batch, steps, total, 0, Phase::All, stream),
             };
             if let Err(err) = launched {
                 self.reservation_spares.push(memory);
@@ -198,6 +241,55 @@ impl DevicePool {
         })();
         self.record_outcome(result.as_ref().map(|_| ()).map_err(Clone::clone))?;
         result
+    }
+
+    /// Enqueues one reserve kernel (one call of the pool): `phase` says which part, `first`
+    /// the pages of the steps before a merge (see `kernels/reservation.cuh`).
+    #[allow(clippy::too_many_arguments)]
+    fn launch_reserve(
+        &mut self,
+        b: &ReserveBuffers,
+        batch: u32,
+        steps: u32,
+        total: u64,
+        first: u64,
+        phase: Phase,
+        stream: CUstream,
+    ) -> Result<(), PoolError> {
+        let taken = match phase {
+            Phase::All => total,
+            Phase::First => first,
+            Phase::Rest => total - first,
+        };
+        let phase = phase as u32;
+        // SAFETY: `kvp_reserve_decode_*(View, Call, const i64 *lens_in, const Index
+        // *last_loc, u32 batch, u32 steps, u64 total_pages, u64 first_pages, u32 phase,
+        // ResHeader *res, i64 *lens, Index *slots, u32 *taken, u32 *rank)`; the reservation's
+        // memory holds the offsets' bytes; `lens` and `last_loc` the caller's contract.
+        unsafe {
+            self.run(
+                self.kernels.typed.reserve_decode,
+                1,
+                RES_BLOCK,
+                DeviceOp::ReserveDecode as u32,
+                Step::Take(taken),
+                stream,
+                &[
+                    arg(&b.lens),
+                    arg(&b.last_loc),
+                    arg(&batch),
+                    arg(&steps),
+                    arg(&total),
+                    arg(&first),
+                    arg(&phase),
+                    arg(&b.header),
+                    arg(&b.lens_out),
+                    arg(&b.slots),
+                    arg(&b.taken),
+                    arg(&b.rank),
+                ],
+            )
+        }
     }
 
     /// A spare reservation buffer of at least `bytes`, or a new one (zeroed on `stream`).

@@ -153,15 +153,17 @@ unsafe fn reserve_typed<I: SlotIndex>(
 /// continuation from it (a plain `kvp_pool_alloc_decode` / `_extend` / another reservation
 /// whose `last_loc` lies in it) fail with `KVP_STATUS_INVALID_STATE` and change nothing (on
 /// a device pool: a fault). So a request of the batch cannot be freed, and its page handed
-/// to another request, while later steps still hand out that page's slots. Staged (`need_sort`) frees are merged first when the
-/// free list alone is short: once, before any page is taken, where `steps` plain decodes
-/// would merge at the first step that runs short — so in that one case the pages (still
-/// fresh and distinct) differ from theirs.
+/// to another request, while later steps still hand out that page's slots.
+///
+/// Staged (`need_sort`) frees are merged where the `steps` plain decodes would merge them:
+/// before the first step whose batch size exceeds the free list the earlier steps left
+/// (SGLang's per-call rule), so every step's slots equal theirs.
 ///
 /// Checked, nothing changed on failure: `1 <= steps <= 1024` (`KVP_STATUS_INVALID_ARGUMENT`),
 /// `0 <= lens[i]` and `lens[i] + steps <= size` (`KVP_STATUS_INVALID_LENGTHS`), each
 /// `last_loc` as `kvp_pool_alloc_decode` checks it, and the shortage
-/// (`KVP_STATUS_OUT_OF_SLOTS`). Counts in the stats as `batch_size * steps` tokens and the
+/// (`KVP_STATUS_OUT_OF_SLOTS`, exactly when one of the plain decodes would run short; not
+/// even a merge happens then). Counts in the stats as `batch_size * steps` tokens and the
 /// pages taken (no decode call). Other calls on the pool work normally while the
 /// reservation is live.
 ///
@@ -226,8 +228,9 @@ pub unsafe extern "C" fn kvp_pool_reserve_decode(
 /// which the host validates, plans the pages and checks the shortage before anything is
 /// enqueued; `last_loc` is a device array of the pool's index type.
 ///
-/// Enqueues one kernel (plus a merge when `need_sort` frees must be merged first), one
-/// block of 1,024 threads, that checks every `last_loc` as `kvp_pool_alloc_decode_async`'s
+/// Enqueues one kernel (with `need_sort`: a merge before it when the first step would merge;
+/// when a later step would, two reserve kernels with the merge between them), one block of
+/// 1,024 threads, that checks every `last_loc` as `kvp_pool_alloc_decode_async`'s
 /// kernel does, takes the planned pages, computes the `steps x batch_size` slot table into
 /// device memory the reservation owns (with a copy of `lens`) and advances the fill points.
 /// A bad `last_loc`, or device lengths that disagree with the host copy, fault the pool
@@ -489,8 +492,9 @@ fn check_pool(object: &ReservationObject, pool: *mut kvp_pool) -> Result<(), kvp
 /// paged pool this is what `kvp_pool_free_pages` of them would do, on a token pool a free
 /// would append them: putting them back leaves the pool exactly as `steps_used` plain
 /// `kvp_pool_alloc_decode` calls would have), and each request's partly used last page is
-/// rewound to its last used slot (as `kvp_pool_rewind`). Available size and counters are
-/// exact afterwards, and the reservation's holds end (its requests can be freed, rewound and
+/// rewound to its last used slot (as `kvp_pool_rewind`). (With `need_sort`, a merge made
+/// for a step after `steps_used` stays made.) Available size and counters are exact
+/// afterwards, and the reservation's holds end (its requests can be freed, rewound and
 /// continued again). Refused, nothing changed: the reservation is finished or its pool was
 /// cleared or restored since (`KVP_STATUS_INVALID_STATE`), `pool` is not the reservation's
 /// pool. Ignores an open free group (the pages are returned at once).

@@ -11,10 +11,12 @@
 //! Exactness: the pages are taken in the order `K` plain decodes would take them
 //! (step-major: step 1's new pages in request order, then step 2's, ...), and the slot
 //! table holds exactly the slots those decodes would return; fill points advance as if all
-//! `K` steps ran. `finish` with `steps_used = U` puts the pages no used step touched back at
-//! the *front* of the free list in the order they were taken and rewinds the partly used
-//! last page of each request, so the pool is then exactly as after `U` plain decodes (when
-//! nothing else ran in between). This module holds the planning both backends share and the
+//! `K` steps ran; with `need_sort`, staged frees are merged before the step at which the
+//! decodes would merge them. `finish` with `steps_used = U` puts the pages no used step
+//! touched back at the *front* of the free list in the order they were taken and rewinds the
+//! partly used last page of each request, so the pool is then exactly as after `U` plain
+//! decodes (when nothing else ran in between, and no merge was made for a step after `U`:
+//! a merge cannot be undone). This module holds the planning both backends share and the
 //! host backend's implementation.
 //!
 //! Holds: from the reserve to the finish, every page the reservation hands slots out of (its
@@ -54,6 +56,36 @@ impl ReservationPlan {
     pub fn unused_pages(&self, steps_used: u32) -> u64 {
         self.total_pages - self.taken_by[steps_used as usize]
     }
+
+    /// The step (1-based) at which `steps` plain decodes of the batch, starting with `free`
+    /// pages in the free list, would merge staged frees: SGLang's per-call rule merges when
+    /// the batch size exceeds the free list, and step `s` starts with
+    /// `free - taken_by[s - 1]` pages there. `None` when no step would.
+    pub fn merge_step(&self, free: u64) -> Option<u32> {
+        let batch = self.batch as u64;
+        (1..=self.steps).find(|&s| batch > free.saturating_sub(self.taken_by[s as usize - 1]))
+    }
+}
+
+/// Where a reservation merges staged frees and how many pages it can count on: K plain
+/// decodes merge at most once (nothing is freed between them), at [`merge_step`] when
+/// anything is staged, and run short exactly when the total exceeds the free list plus, if
+/// they merge, the staged pages.
+///
+/// [`merge_step`]: ReservationPlan::merge_step
+pub(crate) fn plan_merge(
+    plan: &ReservationPlan,
+    free: u64,
+    may_have_staged: bool,
+    staged: u64,
+) -> (Option<u32>, u64) {
+    let merge_at = if may_have_staged {
+        plan.merge_step(free)
+    } else {
+        None
+    };
+    let available = free + if merge_at.is_some() { staged } else { 0 };
+    (merge_at, available)
 }
 
 /// The first step (1-based) at which a request holding `len` tokens starts a new page.
@@ -178,9 +210,10 @@ impl Pool {
     /// `lens[i] + 1`: `alloc_decode`'s `seq_lens - 1`); `last_loc[i]` is the slot of its
     /// last token (`-1` when `lens[i] == 0`), checked exactly as `alloc_decode` checks it
     /// (allocated, consistent with the length, its page's fill point, no page continued
-    /// twice). A shortage fails with [`ErrorKind::OutOfSlots`]; staged (`need_sort`) frees
-    /// are merged first when the reservation needs more pages than the free list holds.
-    /// Nothing changes on failure.
+    /// twice). Staged (`need_sort`) frees are merged where the plain decodes would merge
+    /// them: before the first step whose batch size exceeds the free list left by the steps
+    /// before it. A shortage (of those decodes at any step) fails with
+    /// [`ErrorKind::OutOfSlots`]. Nothing changes on failure (not even a merge).
     pub fn reserve_decode<I: SlotIndex>(
         &mut self,
         lens: &[i64],
@@ -202,7 +235,18 @@ impl Pool {
         let plan = plan_reservation(&self.layout, lens, steps)?;
         let first: Vec<i64> = lens.iter().map(|&l| l + 1).collect();
         self.storage.check_decode(&first, last_loc)?;
-        self.ensure_pages(plan.total_pages, plan.total_pages, "reserve_decode")?;
+        let staged = self.storage.staged_len() as u64;
+        let (merge_at, available) =
+            plan_merge(&plan, self.storage.free_len() as u64, staged > 0, staged);
+        if plan.total_pages > available {
+            return fail(
+                ErrorKind::OutOfSlots,
+                format!(
+                    "reserve_decode needs {} free pages but only {available} are available",
+                    plan.total_pages
+                ),
+            );
+        }
         // K plain decodes, one after the other: exact by construction.
         let batch = lens.len();
         let ps = u64::from(self.layout.page_size);
@@ -212,6 +256,9 @@ impl Pool {
         let mut seq = vec![0i64; batch];
         let mut row = vec![0i64; batch];
         for s in 1..=i64::from(steps) {
+            if merge_at == Some(s as u32) {
+                self.merge_and_sort_free();
+            }
             for (q, &l) in seq.iter_mut().zip(lens) {
                 *q = l + s;
             }
@@ -368,7 +415,8 @@ impl Pool {
     /// pages no used step touched go back to the front of the free list in the order they
     /// were taken (never staged), and each request's partly used last page is rewound to
     /// its last used slot (as [`rewind`](Self::rewind) would), and the holds end. Afterwards
-    /// the pool is as `steps_used` plain decodes would have left it. Refused (nothing
+    /// the pool is as `steps_used` plain decodes would have left it (but for a merge made for
+    /// a later step, which stays made). Refused (nothing
     /// changed) when `steps_used` differs from the steps taken.
     pub fn finish_reservation(
         &mut self,
