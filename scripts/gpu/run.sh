@@ -16,7 +16,9 @@
 # BENCH_BEFORE (gpu-artifacts/before, made by `scripts/gpu/pack.sh --before REV`: the C++
 # benchmark of that revision, built against its own header and library, runs right after
 # this one, for before/after figures from one machine and one run), CXX (the C++ compiler
-# for tests/cpp/cuda_release_test.cpp, default c++), LOCKSTEP_SOAK_OPS
+# for tests/cpp/cuda_release_test.cpp, default c++), BENCH_VARIANTS (names of other builds
+# of the library in gpu-artifacts/var/NAME/, each run by this tree's C++ benchmark after it;
+# a name may repeat), LOCKSTEP_SOAK_OPS
 # (lockstep-soak: operations in all, split over the 12 configurations, default 10,000,000),
 # LOCKSTEP_SOAK_SEEDS (runs of each configuration, default 4), LOCKSTEP_SOAK_JOBS (runs at
 # once, as threads of one process, default 16), LOCKSTEP_SOAK_SECONDS (each run stops after
@@ -160,6 +162,16 @@ for step in "${steps[@]}"; do
                 --csv "$OUT/bench_cpp_before.csv" ${BENCH_ARGS:-}
             cp "$LOGS/bench-cpp-before.log" "$OUT/bench_cpp_before.md"
         fi
+        # Other builds of this tree's library (kernel experiments), by the same benchmark
+        # binary: gpu-artifacts/var/NAME/ holds libkvpool.so and libkvpool.so.0.1. A name may
+        # repeat (alternating runs show the run-to-run spread): run i of NAME writes
+        # bench_cpp_var<i>_NAME.csv.
+        i=0
+        for variant in ${BENCH_VARIANTS:-}; do
+            i=$((i + 1))
+            run "bench-cpp-var$i-$variant" env LD_LIBRARY_PATH="$PWD/gpu-artifacts/var/$variant" \
+                "$LOGS/kvpool_bench" --csv "$OUT/bench_cpp_var${i}_$variant.csv" ${BENCH_ARGS:-}
+        done
         if [[ "${BENCH_PYTHON:-1}" != 0 ]]; then
             run bench-python python3 bench-gpu/baseline_bench.py --lib "$KVPOOL_LIB" --csv "$OUT/bench_python.csv" ${BENCH_ARGS:-}
             cp "$LOGS/bench-python.log" "$OUT/bench_python.md"
