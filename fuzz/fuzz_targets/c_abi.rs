@@ -64,8 +64,8 @@
 //! library's place in its check order, a free naming a held page (`free_indices`,
 //! `_free_pages`, `_free_segment`, `_free_rows`, in a free group too), a rewind into one
 //! and a continuation (`last_loc`: classic and `*_rows` allocations, another reservation)
-//! from one with `INVALID_STATE`. A plain decode continuing a reserved request from a held
-//! page is refused so. The frees, rewinds and continuations are aimed at a live
+//! from one with `INVALID_STATE`; a plain decode continuing a reserved request from a held
+//! page must get that status whatever else ran (checked). The frees, rewinds and continuations are aimed at a live
 //! reservation's slots (a request's row as if every step had run, one step's slots, one
 //! slot) as well as at the tracked requests, whose rows get each step's slots. Since
 //! nothing can free a held page, a step's slots are nobody's when it returns them (checked)
