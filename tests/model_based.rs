@@ -320,7 +320,7 @@ impl Run {
         if self.saved.is_some() && self.rng.chance(50) {
             let saved = self.saved.as_ref().unwrap();
             self.pool.restore_state(&saved.snapshot).unwrap();
-            self.model = saved.model.clone();
+            self.model.restore(&saved.model);
             self.held = saved.held.clone();
             if self.rng.chance(50) {
                 self.saved = None;

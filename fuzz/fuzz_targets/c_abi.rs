@@ -45,24 +45,36 @@
 //! `indices_capacity` with `BUFFER_TOO_SMALL`, and write nothing on failure.
 //!
 //! Decode reservations: the oracle is the model's `reserve_decode` / `finish_reservation`
-//! (`tests/model/`: the K steps' pages taken step-major at once, merging staged frees only
-//! when the free list alone is short, fill points advanced as if every step ran; the finish
-//! returns the unused pages to the front of the free list in taken order and rewinds partly
-//! used pages). Without `need_sort` the model's reservation is itself checked against K
-//! plain model decodes (same slots, step by step), and after a finish with nothing else in
-//! between its free list against a model twin that ran `steps_used` plain decodes. Each
-//! `kvp_decode_reservation_step` must return the model's next step (to `out` and / or the
-//! table at `lens[i] + s`) and change nothing in the pool (digest); a step past K, of a
-//! finished reservation or one whose pool was cleared or restored since (a census restores
-//! too), with bad buffers, rows or table, of NULL or of a pool handle, is refused with its
-//! documented status, writing nothing. `kvp_decode_reservation_finish` is refused with a
-//! wrong `steps_used`, another pool, NULL, a finished or stale reservation; a plain decode
-//! of a reserved request is refused by the fill-point rule. Every handle is freed at the
-//! end of the input. A step's slots are credited to their requests only when nothing else
-//! touched the pool since the reservation (a step returns the slots computed at the
-//! reservation even after the request's pages were freed and handed to another), and a
-//! finish takes back from whoever holds them the slots of the pages it returns and past the
-//! slots it rewinds to (the header: finish before freeing the batch's requests).
+//! / `abandon_reservation` (`tests/model/`: the K steps' pages taken step-major at once,
+//! merging staged frees only when the free list alone is short, fill points advanced as if
+//! every step ran; the finish returns the unused pages to the front of the free list in
+//! taken order and rewinds partly used pages). Without `need_sort` the model's reservation
+//! is itself checked against K plain model decodes (same slots, step by step), and after a
+//! finish with nothing else in between its free list against a model twin that ran
+//! `steps_used` plain decodes. Each `kvp_decode_reservation_step` must return the model's
+//! next step (to `out` and / or the table at `lens[i] + s`) and change nothing in the pool
+//! (digest); a step past K, of a finished reservation or one whose pool was cleared or
+//! restored since (a census restores too), with bad buffers, rows or table, of NULL or of a
+//! pool handle, is refused with its documented status, writing nothing.
+//! `kvp_decode_reservation_finish` is refused with a wrong `steps_used`, another pool,
+//! NULL, a finished or stale reservation.
+//!
+//! Holds: from the reservation to its end every page it hands slots out of (its new pages,
+//! and each request's partly filled last page) is held, and the model refuses, at the
+//! library's place in its check order, a free naming a held page (`free_indices`,
+//! `_free_pages`, `_free_segment`, `_free_rows`, in a free group too), a rewind into one
+//! and a continuation (`last_loc`: classic and `*_rows` allocations, another reservation)
+//! from one with `INVALID_STATE`; a plain decode continuing a reserved request from a held
+//! page must get that status whatever else ran (checked). The frees, rewinds and continuations are aimed at a live
+//! reservation's slots (a request's row as if every step had run, one step's slots, one
+//! slot) as well as at the tracked requests, whose rows get each step's slots. Since
+//! nothing can free a held page, a step's slots are nobody's when it returns them (checked)
+//! and become its requests'; a finish takes back no slot anyone holds (checked). Holds end
+//! at the finish, at `kvp_decode_reservation_free` of a live reservation (the model's
+//! `abandon_reservation`: its pages stay allocated as if every step had run, the steps not
+//! taken go to its requests, the digest and counters stay as they were), at a clear and at
+//! a restore (held pages in the snapshot come back plainly allocated). Every handle is
+//! freed at the end of the input.
 #![no_main]
 
 #[allow(dead_code)]
@@ -349,7 +361,9 @@ impl TablePass {
     }
 }
 
-/// A live (or finished, or stale) decode reservation and the model's view of it.
+/// A live (or finished, or stale) decode reservation and the model's view of it (which
+/// also says whether it is live: `Model::is_live`; a clear or restore, the census's too,
+/// makes it stale).
 struct Resv {
     handle: *mut kvp_decode_reservation,
     model: model::Reserved,
@@ -359,15 +373,39 @@ struct Resv {
     clean: bool,
     steps: u32,
     taken: u32,
-    finished: bool,
-    /// Its pool was cleared or restored since (the census restores too).
-    stale: bool,
     /// The `last_loc`s it was made with.
     last: Vec<i64>,
     /// The model before the reservation, for the plain-decode cross-check at the finish.
     before: Model,
     /// `Run::touched` right after the reservation was made.
     made_at: usize,
+}
+
+impl Resv {
+    /// Credits step `s`'s slots to their requests: the row of a request whose tracked row
+    /// still ends where step `s` continues it, else a block. While the reservation is live
+    /// its pages are held (no free, rewind or continuation of them is accepted), so the
+    /// slots of its steps belong to its requests and nobody else.
+    fn credit(&self, held: &mut Held, s: usize) {
+        for (i, &slot) in self.model.slots[s].iter().enumerate() {
+            let prev = if s == 0 {
+                self.last[i]
+            } else {
+                self.model.slots[s - 1][i]
+            };
+            let len = self.model.lens[i] as usize + s;
+            match held.rows.get_mut(self.rows[i]) {
+                Some(row)
+                    if self.clean
+                        && row.len() == len
+                        && row.last().copied().unwrap_or(-1) == prev =>
+                {
+                    row.push(slot)
+                }
+                _ => held.blocks.push(vec![slot]),
+            }
+        }
+    }
 }
 
 struct Run {
@@ -581,9 +619,9 @@ impl Run {
                             self.fresh_digest
                         )
                     });
+                    // Every reservation made before is stale now (the model's clear).
                     self.model.clear();
                     self.held = Held::default();
-                    self.stale_reservations();
                 } else {
                     // SAFETY: live pool.
                     let s = unsafe { kvp_pool_merge_and_sort_free(self.pool) };
@@ -1106,7 +1144,12 @@ impl Run {
                 format!("(stale last_loc -{delta} at {i})")
             }
             1 => {
-                // Foreign: another request's last slot, or a slot of a free page.
+                // Foreign: another request's last slot, or a slot of a free page, or of a
+                // page a live reservation holds.
+                if self.any_held() && input.chance(80) {
+                    last[i] = self.reserved_slot(input).unwrap_or(-1);
+                    return format!("(held last_loc at {i})");
+                }
                 let other = self.held.rows.get(input.below(self.held.rows.len().max(1)));
                 match other.and_then(|r| r.last()) {
                     Some(&s) if input.chance(128) => last[i] = s,
@@ -1358,6 +1401,9 @@ impl Run {
                         let (r, k) = (reqs[i], pos as usize);
                         let old = self.table.get(r, k);
                         let new = match input.below(3) {
+                            _ if self.any_held() && input.chance(64) => {
+                                self.reserved_slot(input).unwrap_or(old)
+                            }
                             0 => old - 1 - input.below(ps + 1) as i64,
                             1 => {
                                 let other = self.held.rows.get(input.below(self.held.rows.len()));
@@ -1921,6 +1967,9 @@ impl Run {
                 1 => {
                     let other = self.held.rows.get(input.below(self.held.rows.len()));
                     last[i] = match other.and_then(|o| o.last()) {
+                        _ if self.any_held() && input.chance(80) => {
+                            self.reserved_slot(input).unwrap_or(-1)
+                        }
                         Some(&s) if input.chance(128) => s,
                         _ => self.free_page_slot(input).unwrap_or(-1),
                     };
@@ -2013,14 +2062,11 @@ impl Run {
                     clean: corrupt.is_empty(),
                     steps,
                     taken: 0,
-                    finished: false,
-                    stale: false,
                     before,
                     made_at: self.step,
                 });
                 if self.resvs.len() > 4 {
-                    // SAFETY: a live reservation, forgotten after this.
-                    unsafe { kvp_decode_reservation_free(self.resvs.remove(0).handle) };
+                    self.free_resv(0);
                 }
             }
         }
@@ -2099,9 +2145,11 @@ impl Run {
         let mut out = IndexBuf::output(out_len, self.wide, out_pass);
         let r = &self.resvs[which];
         let call = format!(
-            "reservation_step({which}: taken {} of {}, finished {}, stale {}, out {out_pass:?} \
+            "reservation_step({which}: taken {} of {}, live {}, out {out_pass:?} \
              len {out_len}, table {with_table} {tp:?}, rows {rows:?} {rows_pass:?}) {corrupt}",
-            r.taken, r.steps, r.finished, r.stale
+            r.taken,
+            r.steps,
+            self.model.is_live(&r.model)
         );
         self.trace.push(call.clone());
         let handle = r.handle;
@@ -2132,7 +2180,7 @@ impl Run {
                     break 'want (Err(st), false);
                 }
             }
-            if r.finished || r.stale || r.taken >= r.steps {
+            if !self.model.is_live(&r.model) || r.taken >= r.steps {
                 break 'want (Err(kvp_status::InvalidState), true);
             }
             if out_given && out_len < batch {
@@ -2198,24 +2246,20 @@ impl Run {
                         format!("{call}: out {values:?}, the model's step {s} is {slots:?}")
                     });
                 }
-                // The stepped slots now belong to their requests, when nothing else touched
-                // the pool since the reservation: a step only reads slots computed at the
-                // reservation, so after a request's pages were freed (and perhaps handed to
-                // another request) it still returns them, and they are nobody's (the header:
-                // finish before freeing the batch's requests).
+                // The stepped slots lie in pages the live reservation holds (none of them
+                // could be freed and handed to another request since the reservation), so
+                // nobody holds them yet; now their requests do.
                 let ps = self.ps as i64;
-                let (rows_of, clean) = (r.rows.clone(), r.clean);
-                let pristine = r.made_at == self.touched;
-                for (i, &slot) in slots.iter().enumerate() {
-                    if !pristine || !self.model.is_allocated((slot / ps) as u64) {
-                        continue;
-                    }
-                    if clean {
-                        self.held.rows[rows_of[i]].push(slot);
-                    } else {
-                        self.held.blocks.push(vec![slot]);
-                    }
+                let held = self.held.slots();
+                for &slot in &slots {
+                    self.check(self.model.is_held((slot / ps) as u64), || {
+                        format!("{call}: model: slot {slot}'s page is not held")
+                    });
+                    self.check(!held.contains(&slot), || {
+                        format!("{call}: slot {slot} stepped while a live allocation holds it")
+                    });
                 }
+                r.credit(&mut self.held, s);
                 self.resvs[which].taken += 1;
             }
         }
@@ -2260,10 +2304,11 @@ impl Run {
             2 => r.steps,
             _ => r.taken,
         };
+        let live = self.model.is_live(&r.model);
         let call = format!(
-            "reservation_finish({which}: taken {} of {}, finished {}, stale {}, used {used}, \
+            "reservation_finish({which}: taken {} of {}, live {live}, used {used}, \
              pool case {pool_case})",
-            r.taken, r.steps, r.finished, r.stale
+            r.taken, r.steps
         );
         self.trace.push(call.clone());
         if pool_case == 2 && self.other.is_null() {
@@ -2274,22 +2319,19 @@ impl Run {
             2 => self.other,
             _ => self.pool,
         };
-        let handle = r.handle;
+        let (handle, taken) = (r.handle, r.taken);
         self.census_before = self.census_len();
         // SAFETY: live handles or NULL.
         let got = unsafe { kvp_decode_reservation_finish(pool, handle, used) };
-        let r = &self.resvs[which];
         let want = match pool_case {
             1 => Err(kvp_status::NullArgument),
             2 => Err(kvp_status::InvalidArgument),
-            _ if r.finished || r.stale => Err(kvp_status::InvalidState),
-            _ if used != r.taken => Err(kvp_status::InvalidArgument),
-            _ => {
-                let res = r.model.clone();
-                self.model
-                    .finish_reservation(&res, used as usize)
-                    .map_err(kvp_status::from)
-            }
+            _ if !live => Err(kvp_status::InvalidState),
+            _ if used != taken => Err(kvp_status::InvalidArgument),
+            _ => self
+                .model
+                .finish_reservation(&mut self.resvs[which].model, used as usize)
+                .map_err(kvp_status::from),
         };
         let want_status = want.err().unwrap_or(kvp_status::Ok);
         self.want_status(&call, got, want_status);
@@ -2301,9 +2343,9 @@ impl Run {
         if got == kvp_status::Ok {
             self.freed_pages(self.census_before);
             // What the finish took back: the unused pages, and each partly used page past
-            // its last used slot. The pool cannot tell when such a page was freed and handed
-            // to another request meanwhile (the header: finish before freeing the batch's
-            // requests); then its new holder loses those slots too.
+            // its last used slot. Those pages were held since the reservation, and only the
+            // slots of the steps taken were handed to anyone (their requests), so nobody
+            // may hold one of the slots taken back.
             let ps = self.ps as i64;
             let r = &self.resvs[which];
             let u = used as usize;
@@ -2319,11 +2361,18 @@ impl Run {
             } else {
                 Vec::new()
             };
-            self.held.drop_slots(|s| {
-                unused.contains(&(s / ps)) || kept.iter().any(|&k| k / ps == s / ps && s > k)
+            let stray: Vec<i64> = self
+                .held
+                .slots()
+                .into_iter()
+                .filter(|&s| {
+                    unused.contains(&(s / ps)) || kept.iter().any(|&k| k / ps == s / ps && s > k)
+                })
+                .collect();
+            self.check(stray.is_empty(), || {
+                format!("{call}: took back slots {stray:?}, which live allocations hold")
             });
-            let r = &mut self.resvs[which];
-            r.finished = true;
+            let r = &self.resvs[which];
             if r.made_at == self.touched && !self.model.need_sort {
                 let mut twin = r.before.clone();
                 let mut prev = r.last.clone();
@@ -2393,14 +2442,15 @@ impl Run {
     }
 
     /// A plain `kvp_pool_alloc_decode` of a request of a live reservation, continuing its
-    /// last stepped slot: the fill-point rule refuses it (`LAST_LOC_MISMATCH`) when the next
-    /// token would continue a partly filled page and nothing else touched the pool; in any
-    /// case the model's answer.
+    /// last stepped slot (or its `last_loc` before the first step): refused with
+    /// `INVALID_STATE` whenever that slot lies in a page the reservation holds (a stepped
+    /// slot, or a partly filled last page the steps continue); in any case the model's
+    /// answer.
     fn resv_plain_decode(&mut self, input: &mut Input) {
         let live: Vec<usize> = (0..self.resvs.len())
             .filter(|&i| {
                 let r = &self.resvs[i];
-                !r.finished && !r.stale && r.taken < r.steps && !r.rows.is_empty()
+                self.model.is_live(&r.model) && r.taken < r.steps && !r.rows.is_empty()
             })
             .collect();
         if live.is_empty() {
@@ -2414,7 +2464,7 @@ impl Run {
         } else {
             r.model.slots[r.taken as usize - 1][i]
         };
-        let pristine = r.made_at == self.touched;
+        let held = len > 0 && (r.taken > 0 || len % self.ps as i64 != 0);
         let call = format!("alloc_decode of reserved request (len {len}, last_loc {last})");
         self.trace.push(call.clone());
         let mut lb = IndexBuf::new(&[last], self.wide, Pass::Valid);
@@ -2428,9 +2478,9 @@ impl Run {
             .model
             .alloc_decode(&seq, &[last], 1)
             .map_err(kvp_status::from);
-        if pristine && len % self.ps as i64 != 0 {
-            self.check(want == Err(kvp_status::LastLocMismatch), || {
-                format!("{call}: the model says {want:?}, the fill-point rule LastLocMismatch")
+        if held {
+            self.check(want == Err(kvp_status::InvalidState), || {
+                format!("{call}: the model says {want:?}, but the reservation holds its page")
             });
         }
         self.finish_alloc(
@@ -2456,9 +2506,7 @@ impl Run {
             0 => {
                 if !self.resvs.is_empty() {
                     let i = input.below(self.resvs.len());
-                    self.trace.push(format!("reservation_free({i})"));
-                    // SAFETY: a live reservation, forgotten after this.
-                    unsafe { kvp_decode_reservation_free(self.resvs.remove(i).handle) };
+                    self.free_resv(i);
                 }
                 // SAFETY: NULL is a no-op.
                 unsafe { kvp_decode_reservation_free(ptr::null_mut()) };
@@ -2528,18 +2576,90 @@ impl Run {
         }
     }
 
-    /// After a clear or a restore (the census restores too): every reservation made before
-    /// holds nothing any more; its step and finish are refused with `INVALID_STATE`.
-    fn stale_reservations(&mut self) {
-        for r in &mut self.resvs {
-            r.stale = true;
+    /// `kvp_decode_reservation_free` of reservation `i`, forgotten after this. A live one
+    /// ends its holds and its pages stay allocated as if every reserved step had run
+    /// (`Model::abandon_reservation`): the slots of the steps not taken go to its requests
+    /// (nothing changes in the pool's digest or counters). A finished or stale one changes
+    /// nothing.
+    fn free_resv(&mut self, i: usize) {
+        let mut r = self.resvs.remove(i);
+        let live = self.model.is_live(&r.model);
+        self.trace.push(format!(
+            "reservation_free({i}: taken {} of {}, live {live})",
+            r.taken, r.steps
+        ));
+        // SAFETY: a live reservation handle, forgotten after this.
+        unsafe { kvp_decode_reservation_free(r.handle) };
+        if live {
+            for s in r.taken as usize..r.model.slots.len() {
+                r.credit(&mut self.held, s);
+            }
+            self.model.abandon_reservation(&mut r.model);
         }
+    }
+
+    /// Whether a live reservation of a nonempty batch holds pages (no input byte is read
+    /// for [`reserved_pick`](Self::reserved_pick) otherwise, so inputs without one decode
+    /// as before).
+    fn any_held(&self) -> bool {
+        self.resvs
+            .iter()
+            .any(|r| !r.rows.is_empty() && self.model.is_live(&r.model))
+    }
+
+    /// Slots of a live reservation's batch, to aim a free, rewind or continuation at the
+    /// pages it holds: a request's whole row as if every reserved step had run (its tracked
+    /// row up to the reservation, when that is where the reservation started it, then the
+    /// slot of every step), one step's slots, or one slot of any step.
+    fn reserved_pick(&self, input: &mut Input) -> Option<Vec<i64>> {
+        let live: Vec<&Resv> = self
+            .resvs
+            .iter()
+            .filter(|r| !r.rows.is_empty() && self.model.is_live(&r.model))
+            .collect();
+        if live.is_empty() {
+            return None;
+        }
+        let r = live[input.below(live.len())];
+        let i = input.below(r.rows.len());
+        let steps = r.model.slots.len();
+        Some(match input.below(3) {
+            0 => {
+                let len = r.model.lens[i] as usize;
+                let mut row = match self.held.rows.get(r.rows[i]) {
+                    Some(row)
+                        if r.clean
+                            && row.len() >= len
+                            && (len == 0 || row[len - 1] == r.last[i]) =>
+                    {
+                        row[..len].to_vec()
+                    }
+                    _ => Vec::new(),
+                };
+                row.extend(r.model.slots.iter().map(|step| step[i]));
+                row
+            }
+            1 => r.model.slots[input.below(steps)].clone(),
+            _ => vec![r.model.slots[input.below(steps)][i]],
+        })
+    }
+
+    /// One slot of a live reservation's batch (see [`reserved_pick`](Self::reserved_pick)).
+    fn reserved_slot(&self, input: &mut Input) -> Option<i64> {
+        let pick = self.reserved_pick(input)?;
+        pick.get(input.below(pick.len())).copied()
     }
 
     // ---- frees -----------------------------------------------------------------------
 
-    /// Takes a tracked row or block (or an empty one) for a free; says which.
+    /// Takes a tracked row or block (or an empty one) for a free, at times slots of a live
+    /// reservation's batch; says which.
     fn pick_holding(&self, input: &mut Input) -> Vec<i64> {
+        if self.any_held() && input.chance(64) {
+            if let Some(pick) = self.reserved_pick(input) {
+                return pick;
+            }
+        }
         let all: Vec<&Vec<i64>> = self.held.rows.iter().chain(&self.held.blocks).collect();
         if all.is_empty() {
             return Vec::new();
@@ -2690,6 +2810,13 @@ impl Run {
                 kept.push(s);
             }
         }
+        if self.any_held() && input.chance(64) {
+            // A slot of a live reservation's batch (a held page).
+            if let Some(s) = self.reserved_slot(input) {
+                let pos = input.below(kept.len() + 1);
+                kept.insert(pos, s);
+            }
+        }
         let corrupt = self.corrupt_list(input, &mut kept, false);
         let pass = self.pass(input);
         let mut buf = IndexBuf::new(&kept, self.wide, pass);
@@ -2806,11 +2933,11 @@ impl Run {
                     self.check(now == saved, || {
                         format!("digest {now:#x} after restore_state, {saved:#x} at its backup")
                     });
+                    // The model's restore also ends every hold: reservations are stale.
                     let s = &self.saved[want_model.unwrap()];
-                    self.model = s.model.clone();
+                    self.model.restore(&s.model);
                     self.held = s.held.clone();
                     self.stats.restores += 1;
-                    self.stale_reservations();
                 }
                 if counted {
                     self.count(None, got);
@@ -3149,7 +3276,9 @@ impl Run {
         // SAFETY: live pool and snapshot; the snapshot is not used afterwards.
         let s = unsafe { kvp_pool_restore_state(self.pool, snap) };
         self.want_status("census restore", s, kvp_status::Ok);
-        self.stale_reservations();
+        // The restore ends every hold: reservations are stale.
+        let now = self.model.clone();
+        self.model.restore(&now);
         // SAFETY: our own snapshot, not used afterwards.
         unsafe { kvp_snapshot_free(snap) };
         // The drain counts as an allocation, its peak and a restore (which also undid any

@@ -23,6 +23,11 @@ pub struct Model {
     fill: HashMap<u64, u64>,
     /// Open free group: (pages freed by index, pages freed by id/segment in order).
     group: Option<(Vec<u64>, Vec<u64>)>,
+    /// Pages held by live decode reservations (a subset of `allocated`): a free, rewind or
+    /// continuation of one is refused with `InvalidState`.
+    held: HashSet<u64>,
+    /// Bumped by `clear` and `restore`: reservations made before are stale.
+    epoch: u64,
 }
 
 impl Model {
@@ -36,17 +41,32 @@ impl Model {
             allocated: HashSet::new(),
             fill: HashMap::new(),
             group: None,
+            held: HashSet::new(),
+            epoch: 0,
         };
         m.clear();
         m
     }
 
+    /// Everything free; reservations made before are stale (their holds end).
     pub fn clear(&mut self) {
         self.free = (1..=self.size / self.ps).collect();
         self.staged.clear();
         self.allocated.clear();
         self.fill.clear();
         self.group = None;
+        self.held.clear();
+        self.epoch += 1;
+    }
+
+    /// Returns to `saved` (a clone of this model taken at a backup; the caller checks that
+    /// no free group is open). Pages held when it was taken come back plainly allocated,
+    /// and every reservation made before is stale.
+    pub fn restore(&mut self, saved: &Model) {
+        let epoch = self.epoch + 1;
+        self.clone_from(saved);
+        self.held.clear();
+        self.epoch = epoch;
     }
 
     pub fn available_size(&self) -> u64 {
@@ -149,6 +169,9 @@ impl Model {
                 continue;
             }
             let slot = self.slot(last_loc[i])?;
+            if self.held.contains(&(slot / self.ps)) {
+                return Err(ErrorKind::InvalidState);
+            }
             if !self.allocated.contains(&(slot / self.ps)) {
                 return Err(ErrorKind::NotAllocated);
             }
@@ -244,6 +267,9 @@ impl Model {
         for &value in last_kept {
             let slot = self.slot(value)?;
             let page = slot / self.ps;
+            if self.held.contains(&page) {
+                return Err(ErrorKind::InvalidState);
+            }
             if !self.allocated.contains(&page) {
                 return Err(ErrorKind::NotAllocated);
             }
@@ -260,8 +286,11 @@ impl Model {
         Ok(())
     }
 
+    /// A page named by a free: allocated and not held (`InvalidState`), else `DoubleFree`.
     fn freeable(&self, page: u64) -> Res<()> {
-        if self.allocated.contains(&page) {
+        if self.held.contains(&page) {
+            Err(ErrorKind::InvalidState)
+        } else if self.allocated.contains(&page) {
             Ok(())
         } else {
             Err(ErrorKind::DoubleFree)
@@ -373,7 +402,10 @@ impl Model {
     /// A decode reservation (`docs/graph-decode.md`): the pages `steps` successive decodes of
     /// the batch take, taken at once (merging staged frees first only when the free list
     /// alone is short of the total), fill points advanced as if every step ran. Returns the
-    /// slots of each step (step-major) and the pages in the order taken.
+    /// slots of each step (step-major) and the pages in the order taken. Until the
+    /// reservation ends (finish, abandon, clear, restore) it holds every page it hands slots
+    /// out of: its new pages and each request's partly filled last page (`lens[i] % ps !=
+    /// 0`); a free, rewind or continuation of a held page is refused with `InvalidState`.
     #[allow(dead_code)]
     pub fn reserve_decode(&mut self, lens: &[i64], last_loc: &[i64], steps: u32) -> Res<Reserved> {
         if steps == 0 || steps > 1024 {
@@ -398,6 +430,12 @@ impl Model {
             slots: Vec::new(),
             pages: Vec::new(),
             taken_by: vec![0],
+            continued: (0..pre.len())
+                .filter(|&i| writes[i])
+                .map(|i| last_loc[i] as u64 / ps)
+                .collect(),
+            epoch: self.epoch,
+            finished: false,
         };
         for s in 0..k {
             let mut row = Vec::new();
@@ -415,42 +453,71 @@ impl Model {
             res.slots.push(row);
             res.taken_by.push(res.pages.len());
         }
+        self.held.extend(res.pages.iter().chain(&res.continued));
         Ok(res)
     }
 
-    /// Ends a reservation after `used` steps: the pages no used step touched go back to the
-    /// front of the free list in the order taken (never staged, not into a free group), and
-    /// each request's partly used page is rewound to its last used slot. `NotAllocated`
-    /// (nothing changed) when one of them is no longer allocated (or no longer filled that
-    /// far).
+    /// Whether `res` is live: neither finished nor abandoned, and made since the last clear
+    /// or restore.
     #[allow(dead_code)]
-    pub fn finish_reservation(&mut self, res: &Reserved, used: usize) -> Res<()> {
-        let ps = self.ps;
-        let unused = &res.pages[res.taken_by[used]..];
-        if unused.iter().any(|p| !self.allocated.contains(p)) {
-            return Err(ErrorKind::NotAllocated);
+    pub fn is_live(&self, res: &Reserved) -> bool {
+        !res.finished && res.epoch == self.epoch
+    }
+
+    /// Ends a live reservation after `used` steps (the caller checks that `used` is the
+    /// number of steps taken): the pages no used step touched go back to the front of the
+    /// free list in the order taken (never staged, not into a free group), each request's
+    /// partly used page is rewound to its last used slot, and the holds end. A finished or
+    /// stale reservation: `InvalidState`, nothing changed. (While the reservation was live
+    /// its pages were held, so none of them can have been freed, rewound or continued:
+    /// what it returns and rewinds is exactly what it took and advanced.)
+    #[allow(dead_code)]
+    pub fn finish_reservation(&mut self, res: &mut Reserved, used: usize) -> Res<()> {
+        if !self.is_live(res) {
+            return Err(ErrorKind::InvalidState);
         }
-        let mut rewinds = Vec::new();
+        let ps = self.ps;
         if used < res.slots.len() && ps > 1 {
             for (i, &l) in res.lens.iter().enumerate() {
                 if (l as u64 + used as u64) % ps != 0 {
                     let kept = res.slots[used][i] as u64 - 1;
-                    let page = kept / ps;
-                    if !self.allocated.contains(&page) || self.fill[&page] < kept % ps + 1 {
-                        return Err(ErrorKind::NotAllocated);
-                    }
-                    rewinds.push(kept);
+                    debug_assert!(self.held.contains(&(kept / ps)));
+                    self.hand_out(kept as i64);
                 }
             }
         }
-        for kept in rewinds {
-            self.hand_out(kept as i64);
-        }
-        for page in unused.iter().rev() {
+        self.end_holds(res);
+        for page in res.pages[res.taken_by[used]..].iter().rev() {
+            debug_assert!(self.allocated.contains(page));
             self.allocated.remove(page);
             self.free.push_front(*page);
         }
         Ok(())
+    }
+
+    /// What `kvp_decode_reservation_free` does with a reservation: a live one ends its holds
+    /// and counts as finished, its pages staying allocated with their fill points as if
+    /// every reserved step had run; a finished or stale one changes nothing.
+    #[allow(dead_code)]
+    pub fn abandon_reservation(&mut self, res: &mut Reserved) {
+        if self.is_live(res) {
+            self.end_holds(res);
+        }
+    }
+
+    #[allow(dead_code)]
+    fn end_holds(&mut self, res: &mut Reserved) {
+        for page in res.pages.iter().chain(&res.continued) {
+            let was_held = self.held.remove(page);
+            debug_assert!(was_held, "page {page} of a live reservation not held");
+        }
+        res.finished = true;
+    }
+
+    /// Whether `page` is held by a live decode reservation.
+    #[allow(dead_code)]
+    pub fn is_held(&self, page: u64) -> bool {
+        self.held.contains(&page)
     }
 
     /// Whether `page` is allocated (not free, staged or in an open free group).
@@ -491,4 +558,11 @@ pub struct Reserved {
     pub pages: Vec<u64>,
     /// `taken_by[s]`: pages taken by the first `s` steps.
     pub taken_by: Vec<usize>,
+    /// The partly filled last pages the first steps continue (requests with `lens[i] % ps
+    /// != 0`), held with `pages`.
+    pub continued: Vec<u64>,
+    /// The model's epoch when it was made (`Model::is_live`).
+    epoch: u64,
+    /// Finished or abandoned.
+    finished: bool,
 }
