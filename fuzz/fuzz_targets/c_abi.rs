@@ -46,11 +46,12 @@
 //!
 //! Decode reservations: the oracle is the model's `reserve_decode` / `finish_reservation`
 //! / `abandon_reservation` (`tests/model/`: the K steps' pages taken step-major at once,
-//! merging staged frees only when the free list alone is short, fill points advanced as if
-//! every step ran; the finish returns the unused pages to the front of the free list in
-//! taken order and rewinds partly used pages). Without `need_sort` the model's reservation
-//! is itself checked against K plain model decodes (same slots, step by step), and after a
-//! finish with nothing else in between its free list against a model twin that ran
+//! each step with `alloc_decode`'s merge rule, fill points advanced as if every step ran;
+//! the finish returns the unused pages to the front of the free list in taken order and
+//! rewinds partly used pages). The model's reservation is itself checked against K plain
+//! model decodes (same slots, step by step; with `need_sort` too, merging where they do),
+//! and after a finish with nothing else in between (and without `need_sort`: a merge made
+//! for a later step is not undone) its free list against a model twin that ran
 //! `steps_used` plain decodes. Each `kvp_decode_reservation_step` must return the model's
 //! next step (to `out` and / or the table at `lens[i] + s`) and change nothing in the pool
 //! (digest); a step past K, of a finished reservation or one whose pool was cleared or
@@ -1936,8 +1937,8 @@ impl Run {
 
     /// `kvp_pool_reserve_decode` of tracked requests, K steps (1..=8, at times 0 or past
     /// `KVP_MAX_RESERVED_STEPS`), valid or with one corruption; against
-    /// `Model::reserve_decode`. Without `need_sort` the model's reservation is also checked
-    /// against K plain decodes of the model.
+    /// `Model::reserve_decode`. The model's reservation is also checked against K plain
+    /// decodes of the model.
     fn reserve(&mut self, input: &mut Input) {
         let targets = self.pick_rows(input, 4);
         let ps = self.ps as usize;
@@ -2041,18 +2042,16 @@ impl Run {
             if let Ok(res) = want {
                 let flat: Vec<i64> = res.slots.iter().flatten().copied().collect();
                 self.allocated(&flat, census);
-                if !self.model.need_sort {
-                    // The model's reservation is K plain decodes of the model.
-                    let mut twin = before.clone();
-                    let mut prev = last.clone();
-                    for (s, row) in res.slots.iter().enumerate() {
-                        let seq: Vec<i64> = lens.iter().map(|&l| l + s as i64 + 1).collect();
-                        let plain = twin.alloc_decode(&seq, &prev, n);
-                        self.check(plain.as_ref() == Ok(row), || {
-                            format!("model: reservation step {s} {row:?}, plain decode {plain:?}")
-                        });
-                        prev.clone_from(row);
-                    }
+                // The model's reservation is K plain decodes of the model.
+                let mut twin = before.clone();
+                let mut prev = last.clone();
+                for (s, row) in res.slots.iter().enumerate() {
+                    let seq: Vec<i64> = lens.iter().map(|&l| l + s as i64 + 1).collect();
+                    let plain = twin.alloc_decode(&seq, &prev, n);
+                    self.check(plain.as_ref() == Ok(row), || {
+                        format!("model: reservation step {s} {row:?}, plain decode {plain:?}")
+                    });
+                    prev.clone_from(row);
                 }
                 self.resvs.push(Resv {
                     handle,

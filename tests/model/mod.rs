@@ -400,8 +400,9 @@ impl Model {
     }
 
     /// A decode reservation (`docs/graph-decode.md`): the pages `steps` successive decodes of
-    /// the batch take, taken at once (merging staged frees first only when the free list
-    /// alone is short of the total), fill points advanced as if every step ran. Returns the
+    /// the batch take, taken at once (each step with `alloc_decode`'s merge rule, so staged
+    /// frees are merged at the step those decodes would merge them; a shortage at any step
+    /// refuses it all, nothing changed), fill points advanced as if every step ran. Returns the
     /// slots of each step (step-major) and the pages in the order taken. Until the
     /// reservation ends (finish, abandon, clear, restore) it holds every page it hands slots
     /// out of: its new pages and each request's partly filled last page (`lens[i] % ps !=
@@ -419,11 +420,16 @@ impl Model {
         let pre: Vec<u64> = lens.iter().map(|&l| l as u64).collect();
         let writes: Vec<bool> = pre.iter().map(|p| p % ps != 0).collect();
         self.check_last_locs(&pre, last_loc, &writes)?;
-        let needed: u64 = pre
-            .iter()
-            .map(|&p| (p..p + k).filter(|t| t % ps == 0).count() as u64)
-            .sum();
-        self.ensure(needed, needed)?;
+        // K plain decodes, each with alloc_decode's merge rule and shortage check, on a copy:
+        // a shortage at any step refuses the whole reservation with nothing changed.
+        let needed = |s: u64| pre.iter().filter(|&&p| (p + s) % ps == 0).count() as u64;
+        let mut trial = self.clone();
+        for s in 0..k {
+            trial.ensure(pre.len() as u64, needed(s))?;
+            for _ in 0..needed(s) {
+                trial.take();
+            }
+        }
         let mut prev = last_loc.to_vec();
         let mut res = Reserved {
             lens: lens.to_vec(),
@@ -438,6 +444,8 @@ impl Model {
             finished: false,
         };
         for s in 0..k {
+            self.ensure(pre.len() as u64, needed(s))
+                .expect("the copy ran the same steps");
             let mut row = Vec::new();
             for (i, &p) in pre.iter().enumerate() {
                 let slot = if (p + s) % ps == 0 {
