@@ -71,7 +71,11 @@
  *    pages of K decode steps of a batch at once (in the order K kvp_pool_alloc_decode calls
  *    would); kvp_decode_reservation_step_async is then ONE kernel with fixed arguments per
  *    step, capturable into a CUDA graph (a replay past K writes slot 0 and faults);
- *    kvp_decode_reservation_finish[_async] returns what the steps did not use.
+ *    kvp_decode_reservation_finish[_async] returns what the steps did not use. Until the
+ *    finish (or the reservation's free, a clear or a restore) its pages are held: every
+ *    free, rewind or continuation (`last_loc`) touching one fails with
+ *    KVP_STATUS_INVALID_STATE (a device pool faults), so no slot a later step hands out can
+ *    reach another request.
  *
  * Objects: kvp_pool (slot allocation), kvp_snapshot (its saved state),
  * kvp_decode_reservation (K reserved decode steps of a batch), kvp_scheduler (the
