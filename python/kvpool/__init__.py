@@ -1699,12 +1699,7 @@ class Pool(_Owner):
 
     def _device_buffer(self, tensor, dtype_name, what):
         """(data pointer, length) of a CUDA tensor on the pool's device."""
-        torch = _buffers._torch(tensor)
-        if torch is None:
-            raise TypeError(f"{what} must be a torch tensor on cuda:{self.device} (device "
-                            f"memory), not {type(tensor).__name__}")
-        return _buffers.tensor_pointer(tensor, _ELEMENTS[dtype_name], what, torch,
-                                       self.device)
+        return _buffers.device_pointer(tensor, _ELEMENTS[dtype_name], what, self.device)
 
     def _device_indices(self, tensor, what):
         """(address, length) of a CUDA tensor of the index dtype on the pool's device."""

@@ -166,6 +166,25 @@ def tensor_pointer(tensor, elements, what, torch, device=None):
     return tensor.data_ptr(), tensor.numel()
 
 
+def device_pointer(tensor, elements, what, device):
+    """(data pointer, element count) of a torch tensor on ``cuda:device`` holding the
+    elements, 1-D and contiguous: the common case in five attribute reads (a device pool's
+    ``*_async`` calls take up to four tensors, so this is most of their Python cost);
+    anything else through ``tensor_pointer``'s checks and messages."""
+    try:
+        if (tensor.is_cuda and tensor.dtype is elements.torch
+                and tensor.stride() == _UNIT_STRIDE and tensor.get_device() == device):
+            return tensor.data_ptr(), tensor.numel()
+    except AttributeError:
+        pass  # not a tensor: said below
+    torch = _torch(tensor)
+    if torch is None:
+        raise TypeError(f"{what} must be a torch tensor on cuda:{device} (device memory), "
+                        f"not {type(tensor).__name__}")
+    elements.torch = elements.torch_dtype(torch)  # the fast path's dtype from now on
+    return tensor_pointer(tensor, elements, what, torch, device)
+
+
 def _view(buffer, elements, what, writable):
     """(address, length, keep) of a buffer-protocol object holding the elements: every
     check with its message (the fast handlers below fall back to this)."""
