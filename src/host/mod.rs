@@ -289,6 +289,20 @@ impl HostStorage {
         }
     }
 
+    /// Checks that `page` (of the slot `what` names) is allocated and not held by a live
+    /// reservation, so a continuation or rewind may move its fill point.
+    #[inline]
+    fn check_continuable(&self, what: &dyn Fn() -> String, page: u32) -> Result<(), PoolError> {
+        match self.state.map.get(page) {
+            PageState::Allocated => Ok(()),
+            PageState::Held => Err(held_error(&what(), page)),
+            _ => fail(
+                ErrorKind::NotAllocated,
+                format!("{} lies in page {page}, which is not allocated", what()),
+            ),
+        }
+    }
+
     /// Validates one request's `last_loc` against its prefix: `-1` for an empty prefix,
     /// otherwise an allocated slot with `(last_loc + 1) % ps == prefix % ps` that is the last
     /// slot its page has handed out (the page's fill point: a stale `last_loc`, or one into
@@ -314,15 +328,7 @@ impl HostStorage {
         let slot = self.check_slot(&what, last_loc)?;
         let ps = u64::from(self.layout.page_size);
         let page = (slot / ps) as u32;
-        if self.state.map.get(page) != PageState::Allocated {
-            if self.state.map.get(page) == PageState::Held {
-                return Err(held_error(&format!("last_loc[{i}] = {last_loc}"), page));
-            }
-            return fail(
-                ErrorKind::NotAllocated,
-                format!("last_loc[{i}] = {last_loc} lies in page {page}, which is not allocated"),
-            );
-        }
+        self.check_continuable(&|| format!("last_loc[{i}] = {last_loc}"), page)?;
         if (slot + 1) % ps != prefix % ps {
             return fail(
                 ErrorKind::LastLocMismatch,
@@ -371,15 +377,7 @@ impl HostStorage {
             let what = || format!("last_kept[{i}]");
             let slot = self.check_slot(&what, slot.get())?;
             let page = (slot / ps) as u32;
-            if self.state.map.get(page) != PageState::Allocated {
-                if self.state.map.get(page) == PageState::Held {
-                    return Err(held_error(&format!("last_kept[{i}] = {slot}"), page));
-                }
-                return fail(
-                    ErrorKind::NotAllocated,
-                    format!("last_kept[{i}] = {slot} lies in page {page}, which is not allocated"),
-                );
-            }
+            self.check_continuable(&|| format!("last_kept[{i}] = {slot}"), page)?;
             let filled = u64::from(self.state.map.fill(page));
             if slot % ps >= filled {
                 return fail(
