@@ -27,7 +27,7 @@ use kvpool::cuda::{pending_releases, release_counts, DevicePool};
 use kvpool::ffi::*;
 use kvpool::{BackendKind, ErrorKind, IndexType, PoolConfig};
 
-use gpu::{DevBuf, Event, Gpu, Spinner};
+use gpu::{last_error, DevBuf, Event, Gpu, Spinner};
 
 /// How long the spin kernel keeps the stream busy.
 const SPIN_NS: u64 = 300_000_000;
@@ -454,15 +454,6 @@ fn stream_order_check_off_checks_nothing() {
     assert!(pool
         .fault()
         .is_none_or(|f| f.kind != ErrorKind::UnorderedStreams));
-}
-
-/// The thread's last error message.
-fn last_error() -> String {
-    let mut buf = vec![0u8; 2048];
-    // SAFETY: `buf` holds 2048 bytes.
-    let n = unsafe { kvp_last_error_message(buf.as_mut_ptr().cast(), buf.len()) };
-    buf.truncate(n.min(buf.len() - 1));
-    String::from_utf8_lossy(&buf).into_owned()
 }
 
 /// On a host pool the option is accepted and ignored; unknown flags are refused with a

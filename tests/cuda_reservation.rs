@@ -18,7 +18,7 @@ use kvpool::cuda::DevicePool;
 use kvpool::ffi::*;
 use kvpool::{BackendKind, ErrorKind, IndexType, PoolConfig};
 
-use gpu::{read_device, DevBuf, Gpu, Graph};
+use gpu::{last_error, narrow, read_device, skip, upload, widen, width, DevBuf, Gpu, Graph};
 use rng::Rng;
 
 const I64: u32 = kvp_index_type::I64 as u32;
@@ -26,61 +26,6 @@ const I32: u32 = kvp_index_type::I32 as u32;
 const ROWS: u64 = 64;
 const ROW_LEN: u64 = 400;
 const STRIDE: u64 = 403;
-
-fn skip() -> bool {
-    if let Some(why) = gpu::unavailable() {
-        eprintln!("skipped: {why}");
-        return true;
-    }
-    false
-}
-
-fn width(index_type: u32) -> usize {
-    if index_type == I64 {
-        8
-    } else {
-        4
-    }
-}
-
-fn narrow(values: &[i64], index_type: u32) -> Vec<u8> {
-    if index_type == I64 {
-        values.iter().flat_map(|v| v.to_le_bytes()).collect()
-    } else {
-        values
-            .iter()
-            .flat_map(|&v| (v as i32).to_le_bytes())
-            .collect()
-    }
-}
-
-fn widen(bytes: &[u8], index_type: u32) -> Vec<i64> {
-    if index_type == I64 {
-        bytes
-            .chunks(8)
-            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-            .collect()
-    } else {
-        bytes
-            .chunks(4)
-            .map(|c| i64::from(i32::from_le_bytes(c.try_into().unwrap())))
-            .collect()
-    }
-}
-
-fn upload<T: Copy>(values: &[T]) -> DevBuf {
-    let buf = DevBuf::new(std::mem::size_of_val(values));
-    buf.upload(values);
-    buf
-}
-
-fn last_error() -> String {
-    let mut buf = vec![0u8; 4096];
-    // SAFETY: `buf` is writable for its length; the message is NUL-terminated.
-    unsafe { kvp_last_error_message(buf.as_mut_ptr().cast(), buf.len()) };
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
 
 fn dptr<T>(buf: &DevBuf) -> *mut T {
     buf.ptr as usize as *mut T

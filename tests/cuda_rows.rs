@@ -16,7 +16,7 @@ use std::ptr::null_mut;
 
 use kvpool::ffi::*;
 
-use gpu::{DevBuf, Gpu};
+use gpu::{last_error, skip, widen, width, DevBuf, Gpu};
 use rows_work::{flashinfer_reference, Op, Work};
 
 /// A table shape and batch bound of a lockstep run.
@@ -86,38 +86,6 @@ fn pools(size: u64, ps: u32, need_sort: bool, index_type: u32) -> Pools {
         assert_eq!(kvp_pool_new(&c, &mut device), kvp_status::Ok);
     }
     Pools { host, device }
-}
-
-fn skip() -> bool {
-    if let Some(why) = gpu::unavailable() {
-        eprintln!("skipped: {why}");
-        return true;
-    }
-    false
-}
-
-/// Element size of a kvp_index_type.
-fn width(index_type: u32) -> usize {
-    if index_type == kvp_index_type::I64 as u32 {
-        8
-    } else {
-        4
-    }
-}
-
-/// A host buffer of `n` elements of `index_type`, as i64 values.
-fn widen(bytes: &[u8], index_type: u32) -> Vec<i64> {
-    if width(index_type) == 8 {
-        bytes
-            .chunks(8)
-            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-            .collect()
-    } else {
-        bytes
-            .chunks(4)
-            .map(|c| i64::from(i32::from_le_bytes(c.try_into().unwrap())))
-            .collect()
-    }
 }
 
 fn digest(pool: *mut kvp_pool, gpu: &Gpu, dev: bool) -> u64 {
@@ -405,14 +373,6 @@ fn lockstep(
     }
     eprintln!("seed {seed} ps {ps} need_sort {need_sort}: {ok} calls, {short} short");
     assert!(ok > ops / 2);
-}
-
-fn last_error() -> String {
-    let mut buf = vec![0u8; 4096];
-    // SAFETY: `buf` is writable for its length; the message is NUL-terminated.
-    unsafe { kvp_last_error_message(buf.as_mut_ptr().cast(), buf.len()) };
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 const I64: u32 = kvp_index_type::I64 as u32;

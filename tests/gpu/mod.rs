@@ -316,3 +316,66 @@ impl Drop for Graph {
         }
     }
 }
+
+// ---- C-ABI helpers shared by the GPU tests ----------------------------------------------
+
+/// Whether this GPU test must be skipped here (no driver or device); says why on stderr.
+pub fn skip() -> bool {
+    if let Some(why) = unavailable() {
+        eprintln!("skipped: {why}");
+        return true;
+    }
+    false
+}
+
+/// The calling thread's last kvpool error message.
+pub fn last_error() -> String {
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: `buf` is writable for its length; the message is NUL-terminated.
+    unsafe { kvpool::ffi::kvp_last_error_message(buf.as_mut_ptr().cast(), buf.len()) };
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// A device buffer holding `values`.
+pub fn upload<T: Copy>(values: &[T]) -> DevBuf {
+    let buf = DevBuf::new(std::mem::size_of_val(values));
+    buf.upload(values);
+    buf
+}
+
+/// Element size of a `kvp_index_type`.
+pub fn width(index_type: u32) -> usize {
+    if index_type == kvpool::ffi::kvp_index_type::I64 as u32 {
+        8
+    } else {
+        4
+    }
+}
+
+/// `values` as the bytes of a buffer of `index_type` elements.
+pub fn narrow(values: &[i64], index_type: u32) -> Vec<u8> {
+    if width(index_type) == 8 {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    } else {
+        values
+            .iter()
+            .flat_map(|&v| (v as i32).to_le_bytes())
+            .collect()
+    }
+}
+
+/// The elements of a buffer of `index_type`, as i64 values.
+pub fn widen(bytes: &[u8], index_type: u32) -> Vec<i64> {
+    if width(index_type) == 8 {
+        bytes
+            .chunks(8)
+            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    } else {
+        bytes
+            .chunks(4)
+            .map(|c| i64::from(i32::from_le_bytes(c.try_into().unwrap())))
+            .collect()
+    }
+}
