@@ -484,6 +484,14 @@ __device__ inline bool lengths_sane(const View &v, long long prefix, long long s
   return prefix >= 0 && seq >= prefix && (unsigned long long)seq <= v.size;
 }
 
+// A request's shape from device lengths; an empty one when they are unusable (`*sane`
+// false: the block that owns the request reports it).
+__device__ inline Shape usable_shape(const View &v, long long prefix, long long seq, bool *sane) {
+  *sane = lengths_sane(v, prefix, seq);
+  return *sane ? shape_of((unsigned long long)prefix, (unsigned long long)seq, v)
+               : Shape{0, 0, 0};
+}
+
 // alloc_extend (decode = 0) and alloc_decode (decode = 1: prefix = seq - 1, one token each).
 // Block b owns requests [b*per_block, (b+1)*per_block). The last block to finish commits the
 // cursor or, if any block found a bad last_loc, reverts the new pages and zeroes `out`.
@@ -520,13 +528,6 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   auto prefix_of = [&](uint32_t i) -> long long {
     return decode ? seq_lens[i] - 1 : prefix_lens[i];
   };
-  // Request i's shape from the device lengths; an empty one when they are unusable (the
-  // block that owns the request reports it).
-  auto device_shape = [&](uint32_t i, bool *sane) -> Shape {
-    const long long p = prefix_of(i), q = seq_lens[i];
-    *sane = lengths_sane(v, p, q);
-    return *sane ? shape_of((unsigned long long)p, (unsigned long long)q, v) : Shape{0, 0, 0};
-  };
 
   // The lengths of the requests before this block's, BEFORE_BATCH per thread at a time,
   // predicated (no branch between the loads, so a batch is in flight at once): the first
@@ -552,7 +553,7 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   bool sane = true;
   uint32_t err = ERR_NONE;
   if (r < mine) {
-    s = device_shape(first + r, &sane);
+    s = usable_shape(v, prefix_of(first + r), seq_lens[first + r], &sane);
     ll = (long long)last_loc[first + r];
     if (!dead) {
       // The last_loc checks only decide the verdict, so they run first and their memory
@@ -574,13 +575,11 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
     for (uint32_t base = threadIdx.x;;) {
 #pragma unroll
       for (uint32_t u = 0; u < BEFORE_BATCH; ++u) {
-        // Unusable lengths count as an empty request (their block reports them); so do the
-        // slots of a batch past `first` (zero lengths).
-        if (lengths_sane(v, bp[u], bq[u])) {
-          const Shape q = shape_of((unsigned long long)bp[u], (unsigned long long)bq[u], v);
-          before.a += q.tokens;
-          before.b += q.new_pages;
-        }
+        // The slots of a batch past `first` hold zero lengths: an empty request.
+        bool sane_before;
+        const Shape q = usable_shape(v, bp[u], bq[u], &sane_before);
+        before.a += q.tokens;
+        before.b += q.new_pages;
       }
       // (No wrap: the next base is only formed when it stays below `first`.)
       if (base >= first || first - base <= BEFORE_BATCH * BLOCK) break;
