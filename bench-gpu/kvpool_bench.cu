@@ -6,6 +6,7 @@
 //   nvcc -O2 -std=c++17 -arch=sm_90 bench-gpu/kvpool_bench.cu -Iinclude -L<libdir> -lkvpool
 //        -lcuda -Xlinker -rpath -Xlinker <libdir> -o kvpool_bench
 // Run:  ./kvpool_bench [--quick] [--csv PATH] [--device N] [--page-sizes L] [--batch-sizes L]
+//                     [--ops L] [--host-only]
 //
 // What is timed (README.md has the rationale):
 //  - host time: one call at a time, steady_clock around the call alone, median and p90 after
@@ -95,10 +96,20 @@ constexpr int64_t kMaxPageSize = 64;
 
 struct Settings {
   bool quick = false;
+  // Host timing only: no floors but the launch's, no device timing (graph replays and the
+  // spinner behind the event timing need kernels to run concurrently, which a profiler that
+  // serializes launches, such as Nsight Compute, does not allow).
+  bool host_only = false;
   std::string csv;
   int device = 0;
   std::vector<int64_t> page_sizes = {1, 16, 64};
   std::vector<int64_t> batch_sizes = {1, 8, 64, 256, 1024, 4096};
+  // Operations to run (table names; default all).
+  std::vector<std::string> ops = {"alloc_extend", "alloc_decode", "alloc_decode_rows",
+                                  "free_indices", "free_segment"};
+  bool runs(const std::string &op) const {
+    return std::find(ops.begin(), ops.end(), op) != ops.end();
+  }
   // host timing
   int warmup = 50;
   int min_samples = 101;
@@ -286,6 +297,7 @@ constexpr unsigned long long kMaxSpinNs = 200ull * 1000 * 1000;
 // Returns the median time per call (`calls_per_unit` calls in each copy).
 double graph_device_us(const Settings &cfg, cudaStream_t s, cudaGraph_t unit, int copies,
                        int calls_per_unit) {
+  if (cfg.host_only) return NAN;
   cudaGraph_t graph = unit;
   if (copies > 1) {
     CUDA_CHECK(cudaGraphCreate(&graph, 0));
@@ -348,6 +360,7 @@ cudaGraph_t capture(cudaStream_t s, Enqueue enqueue) {
 template <class Prepare, class Call, class After>
 double event_device_us(const Settings &cfg, cudaStream_t s, Prepare prepare, Call call,
                        After after) {
+  if (cfg.host_only) return NAN;
   Event e0, e1;
   std::vector<double> samples;
   unsigned long long spin_ns = 100ull * 1000;
@@ -390,6 +403,10 @@ Floors measure_floors(const Settings &cfg, cudaStream_t s) {
     launch();
   }, [] {});
   CUDA_CHECK(cudaGetLastError());
+  if (cfg.host_only) {
+    f.graph_us = f.child_graph_us = f.event_us = f.copy_bytes_per_us = NAN;
+    return f;
+  }
 
   cudaGraph_t hundred = capture(s, [&] {
     for (int i = 0; i < 100; ++i) launch();
@@ -591,6 +608,7 @@ template <class Reset, class Call, class Undo, class Verify>
 DeviceTime alloc_device_time(Context &c, const std::string &what, Reset reset, Call call,
                              Undo undo, Verify verify) {
   Pool &p = c.pool;
+  if (c.cfg.host_only) return DeviceTime{NAN, false, "none (--host-only)"};
   reset();
   cudaGraph_t g = capture(p.s, call);
   const double graph_us = graph_device_us(c.cfg, p.s, g, c.cfg.graph_copies, 1);
@@ -909,12 +927,16 @@ void write_csv(const std::string &path, const std::vector<Row> &rows, const Floo
 void usage() {
   std::puts(
       "usage: kvpool_bench [--quick] [--csv PATH] [--device N] [--page-sizes LIST]\n"
-      "                    [--batch-sizes LIST]\n"
+      "                    [--batch-sizes LIST] [--ops LIST] [--host-only]\n"
       "  --quick             a short smoke run (few samples; numbers are not for reporting)\n"
       "  --csv PATH          also write the table as CSV to PATH\n"
       "  --device N          CUDA device ordinal (default 0)\n"
       "  --page-sizes LIST   comma-separated subset of 1,16,64 (default all)\n"
-      "  --batch-sizes LIST  comma-separated subset of 1,8,64,256,1024,4096 (default all)");
+      "  --batch-sizes LIST  comma-separated subset of 1,8,64,256,1024,2048,4096 (default all\n"
+      "                      but 2048: a free by index of 2048 x 512 = 1 M indices)\n"
+      "  --ops LIST          comma-separated subset of alloc_extend,alloc_decode,\n"
+      "                      alloc_decode_rows,free_indices,free_segment (default all)\n"
+      "  --host-only         host timing only (under a profiler that serializes kernels)");
 }
 
 // A comma-separated subset of `allowed` (the pool is sized for those values).
@@ -935,12 +957,30 @@ std::vector<int64_t> parse_list(const std::string &text, const std::vector<int64
   return values;
 }
 
+// A comma-separated subset of `allowed` names.
+std::vector<std::string> parse_names(const std::string &text,
+                                     const std::vector<std::string> &allowed) {
+  std::vector<std::string> names;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t comma = std::min(text.find(',', pos), text.size());
+    const std::string item = text.substr(pos, comma - pos);
+    if (std::find(allowed.begin(), allowed.end(), item) == allowed.end())
+      die("'%s' is not one of the benchmarked operations", item.c_str());
+    names.push_back(item);
+    pos = comma + 1;
+  }
+  return names;
+}
+
 Settings parse_args(int argc, char **argv) {
   Settings cfg;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") {
       cfg.make_quick();
+    } else if (arg == "--host-only") {
+      cfg.host_only = true;
     } else if (arg == "--csv" && i + 1 < argc) {
       cfg.csv = argv[++i];
     } else if (arg == "--device" && i + 1 < argc) {
@@ -948,7 +988,9 @@ Settings parse_args(int argc, char **argv) {
     } else if (arg == "--page-sizes" && i + 1 < argc) {
       cfg.page_sizes = parse_list(argv[++i], Settings().page_sizes);
     } else if (arg == "--batch-sizes" && i + 1 < argc) {
-      cfg.batch_sizes = parse_list(argv[++i], Settings().batch_sizes);
+      cfg.batch_sizes = parse_list(argv[++i], {1, 8, 64, 256, 1024, 2048, 4096});
+    } else if (arg == "--ops" && i + 1 < argc) {
+      cfg.ops = parse_names(argv[++i], Settings().ops);
     } else if (arg == "-h" || arg == "--help") {
       usage();
       std::exit(0);
@@ -992,11 +1034,11 @@ int main(int argc, char **argv) {
     for (const int64_t bs : cfg.batch_sizes) {
       std::fprintf(stderr, "page_size %lld bs %lld\n", static_cast<long long>(ps),
                    static_cast<long long>(bs));
-      bench_extend(c, bs);
-      bench_decode(c, bs);
-      bench_decode(c, bs, true);
-      bench_free(c, bs, true);
-      bench_free(c, bs, false);
+      if (cfg.runs("alloc_extend")) bench_extend(c, bs);
+      if (cfg.runs("alloc_decode")) bench_decode(c, bs);
+      if (cfg.runs("alloc_decode_rows")) bench_decode(c, bs, true);
+      if (cfg.runs("free_indices")) bench_free(c, bs, true);
+      if (cfg.runs("free_segment")) bench_free(c, bs, false);
     }
   }
   // Group the table by op, then page size, then batch size.

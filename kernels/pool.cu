@@ -17,7 +17,8 @@
 namespace kvp {
 
 // Pages sorted in shared memory. More: a one-block scan of the page map (free group end); a
-// paged free by index of more indices uses count_claimed / release_claimed instead.
+// paged free by index of more indices counts per chunk of the page map as it claims, then
+// release_claimed releases chunk by chunk.
 constexpr int SORT_CAP = 4096;
 constexpr unsigned FULL = 0xffffffffu;
 constexpr unsigned long long NO_ERROR = ~0ull;
@@ -234,10 +235,9 @@ __device__ inline uint32_t slot_error(long long slot, const View &v) {
 // Returns ERR_NONE or what is wrong with the page; `*won` says whether this thread took it.
 // A page this call already took is a second free of it in the call, unless `sibling_ok`
 // (a paged free by index names each page once per token).
-__device__ uint32_t take_page(const View &v, uint32_t page, uint32_t target, uint32_t tag,
-                              bool sibling_ok, bool *won) {
+__device__ uint32_t take_page_from(const View &v, uint32_t page, uint32_t old, uint32_t target,
+                                   uint32_t tag, bool sibling_ok, bool *won) {
   *won = false;
-  uint32_t old = v.state[page];
   for (;;) {
     const uint32_t kind = kind_of(old);
     if (kind == KIND_ALLOCATED) {
@@ -255,6 +255,11 @@ __device__ uint32_t take_page(const View &v, uint32_t page, uint32_t target, uin
     if (kind == KIND_RESERVED) return ERR_RESERVED;
     return ERR_ALREADY_FREE;
   }
+}
+
+__device__ inline uint32_t take_page(const View &v, uint32_t page, uint32_t target, uint32_t tag,
+                                     bool sibling_ok, bool *won) {
+  return take_page_from(v, page, v.state[page], target, tag, sibling_ok, won);
 }
 
 // Where released pages go: the ring's front (paged), its tail (token pool), the staged
@@ -438,6 +443,18 @@ __device__ inline uint32_t request_of(const unsigned long long *tok_off, uint32_
   return lo;
 }
 
+// The request whose new pages include the block's new page `k` (page_off ascending, `count`
+// requests; a request without new pages has the next one's offset, and is passed over).
+__device__ inline uint32_t owner_of(const unsigned long long *page_off, uint32_t count,
+                                    unsigned long long k) {
+  uint32_t lo = 0, hi = count;
+  while (hi - lo > 1) {
+    const uint32_t mid = (lo + hi) / 2;
+    if (page_off[mid] <= k) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
 // Checks request `i`'s last_loc: ERR_NONE or what is wrong. It must be its page's last
 // handed-out slot (the fill point), so a stale last_loc cannot hand a slot out twice. A request
 // that writes `added` slots into its prefix's page (`added > 0`) advances the page's fill point
@@ -535,9 +552,16 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   // block of a 4,096-request decode adds up 3,840 requests: 15 per thread).
   constexpr uint32_t BEFORE_BATCH = 4;
   long long bq[BEFORE_BATCH], bp[BEFORE_BATCH];
+  // A slot past `first` for the whole warp (and so every later one) is skipped, the same
+  // branch for all lanes; in a warp that straddles `first`, a slot past it holds zero
+  // lengths, an empty request.
+  auto warp_done = [&](uint32_t base, uint32_t u) {
+    return base - (threadIdx.x & 31) + u * BLOCK >= first;
+  };
   auto load_before = [&](uint32_t base) {
 #pragma unroll
     for (uint32_t u = 0; u < BEFORE_BATCH; ++u) {
+      if (warp_done(base, u)) break;
       const unsigned long long i = base + (unsigned long long)u * BLOCK;
       const bool in = i < first;
       bq[u] = in ? seq_lens[i] : 0;
@@ -575,7 +599,7 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
     for (uint32_t base = threadIdx.x;;) {
 #pragma unroll
       for (uint32_t u = 0; u < BEFORE_BATCH; ++u) {
-        // The slots of a batch past `first` hold zero lengths: an empty request.
+        if (warp_done(base, u)) break;
         bool sane_before;
         const Shape q = usable_shape(v, bp[u], bq[u], &sane_before);
         before.a += q.tokens;
@@ -613,8 +637,9 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
       fits ? my_tokens : (tok_before < total_tokens ? total_tokens - tok_before : 0);
 
   // The block's new pages are one run of the ring: stage them in shared memory with one
-  // coalesced pass (marking each allocated), so the token loop below makes no global loads.
-  // A block with more pages than fit (the host sizes blocks to avoid it) reads the ring.
+  // coalesced pass (marking each allocated and setting its fill point: the tokens its request
+  // puts in it), so the token loop below makes no global loads. A block with more pages than
+  // fit (the host sizes blocks to avoid it) reads the ring.
   __shared__ uint32_t pages[STAGE_CAP];
   const bool live = !dead && !short_ && fits;
   const bool staged = my_pages_total <= STAGE_CAP;
@@ -622,12 +647,18 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
     for (unsigned long long k = threadIdx.x; k < my_pages_total; k += BLOCK) {
       const uint32_t page = v.ring[ring_pos(c.head, pages_before + k, n)];
       v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+      if (v.page_size > 1) {
+        const uint32_t q = owner_of(page_off, mine, k);
+        const unsigned long long left = tok_off[q + 1] - tok_off[q] - part1[q] -
+                                        (k - page_off[q]) * v.page_size;
+        v.fill[page] = fill_word(call.tag, left < v.page_size ? left : v.page_size);
+      }
       if (staged) pages[k] = page;
     }
   }
   __syncthreads();
 
-  // Write the block's tokens; the first token of each new page sets the page's fill point.
+  // Write the block's tokens.
   uint32_t lo = 0;  // the request of the thread's last token
   for (unsigned long long t = threadIdx.x; t < my_writes; t += BLOCK) {
     Index slot = 0;
@@ -641,12 +672,7 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
         const unsigned long long rank = page_off[lo] + div_ps(j, v);
         const uint32_t page =
             staged ? pages[rank] : v.ring[ring_pos(c.head, pages_before + rank, n)];
-        const unsigned long long in_page = mod_ps(j, v);
-        if (in_page == 0 && v.page_size > 1) {
-          const unsigned long long left = tok_off[lo + 1] - tok_off[lo] - part1[lo] - j;
-          v.fill[page] = fill_word(call.tag, left < v.page_size ? left : v.page_size);
-        }
-        slot = (Index)((unsigned long long)page * v.page_size + in_page);
+        slot = (Index)((unsigned long long)page * v.page_size + mod_ps(j, v));
       }
     }
     out[tok_before + t] = slot;
@@ -798,15 +824,27 @@ __device__ void free_known(View v, Call call, const Index *src, uint32_t mode,
         if (mod_ps((unsigned long long)value, v) != 0) {
           err = ERR_UNALIGNED;
         } else {
+          // The page's slots must follow `value` one by one. Read SEGMENT_BATCH at a time with
+          // no branch between the loads (one round trip per batch, not one per slot), then
+          // name the first that does not.
+          constexpr int SEGMENT_BATCH = 16;
           const unsigned long long end = min(ps, start + len - pos);
-          for (unsigned long long j = 1; j < end; ++j) {
-            if ((long long)src[pos + j] != value + (long long)j) {
-              err = ERR_NOT_CONTIGUOUS;
-              pos += j;
-              break;
+          unsigned long long first_bad = end;
+          for (unsigned long long j0 = 1; j0 < end && first_bad == end; j0 += SEGMENT_BATCH) {
+            uint32_t bad = 0;
+#pragma unroll
+            for (int u = 0; u < SEGMENT_BATCH; ++u) {
+              const unsigned long long j = j0 + u;
+              if (j < end && (long long)src[pos + j] != value + (long long)j) bad |= 1u << u;
             }
+            if (bad != 0) first_bad = j0 + __ffs(bad) - 1;
           }
-          if (err == ERR_NONE) page = (uint32_t)div_ps((unsigned long long)value, v);
+          if (first_bad < end) {
+            err = ERR_NOT_CONTIGUOUS;
+            pos += first_bad;
+          } else {
+            page = (uint32_t)div_ps((unsigned long long)value, v);
+          }
         }
       }
     }
@@ -844,43 +882,93 @@ __device__ void free_known(View v, Call call, const Index *src, uint32_t mode,
 //
 // RELEASE (at most SORT_CAP indices, or a pool of at most SORT_CAP pages, so at most SORT_CAP
 // distinct pages): the last block sorts the claimed pages in shared memory and releases
-// them; one kernel. Otherwise (claim only) this kernel only claims and concludes the
-// verdict: a bad index faults the pool here, and the two kernels that follow in the same
-// call (same Call: tag, cursor parity, flags), `count_claimed` and `release_claimed`,
-// revert the claims or release the claimed pages, multi-block over the page map. This
-// kernel then writes no cursor: only `release_claimed` does.
+// them; one kernel. Otherwise (claim only) this kernel claims, counts the claimed pages per
+// `chunk` pages of the page map (Header::chunk_claims), and its last block turns the counts
+// into each chunk's offset among all claimed pages (scratch[k]; the total in
+// scratch[chunks]) and concludes the verdict: a bad index faults the pool here, and
+// `release_claimed`, the second kernel of the same call (same Call: tag, cursor parity,
+// flags), reverts the claims or releases the claimed pages, one block per chunk. This kernel
+// then writes no cursor: only `release_claimed` does.
+//
+// Whole warps step together: consecutive indices share pages, so one lane per distinct page
+// of the warp's 32 indices (the lowest) claims it for all its sharers, with one
+// compare-and-swap instead of one per token, and its verdict on the page is every sharer's
+// (with siblings allowed it depends on the page alone). An invalid lane's page is 0, which
+// no valid index names. The page's word and the slot's tag are fetched at once. The claim
+// counts go to shared memory first (one global atomic per chunk a block touched: every
+// warp adding to a handful of global counters on one cache line would serialize).
 template <typename Index, bool RELEASE>
-__device__ void free_slots_paged(View v, Call call, const Index *indices, unsigned long long len) {
+__device__ void free_slots_paged(View v, Call call, const Index *indices, unsigned long long len,
+                                 uint32_t chunk) {
   __shared__ unsigned long long errors;
+  __shared__ uint32_t chunk_counts[RELEASE ? 1 : CLAIM_CHUNKS];
+  if constexpr (!RELEASE)
+    for (uint32_t k = threadIdx.x; k < CLAIM_CHUNKS; k += blockDim.x) chunk_counts[k] = 0;
   init_errors(&errors);
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
   const bool dead = h->fault != 0;
+  const uint32_t lane = threadIdx.x % 32;
+  const uint32_t target = page_word(KIND_CLAIMED, call.tag);
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
-       i < len && !dead; i += stride) {
-    const long long value = (long long)indices[i];
-    uint32_t err = slot_error(value, v);
-    if (err == ERR_NONE) {
-      const unsigned long long slot = (unsigned long long)value;
-      if (atomicExch(&v.slot_tags[slot], call.tag) == call.tag) {
-        err = ERR_TWICE_IN_CALL;
-      } else {
-        bool won;
-        const uint32_t page = (uint32_t)div_ps(slot, v);
-        err = take_page(v, page, KIND_CLAIMED, call.tag, true, &won);
-        if (RELEASE && won) v.scratch[atomicAdd(&h->sort_count, 1u)] = page;
+  for (unsigned long long base = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x - lane;
+       base < len && !dead; base += stride) {
+    const unsigned long long i = base + lane;
+    const long long value = i < len ? (long long)indices[i] : 0;
+    uint32_t err = i < len ? slot_error(value, v) : ERR_OUT_OF_RANGE;
+    const uint32_t page = err == ERR_NONE ? (uint32_t)div_ps((unsigned long long)value, v) : 0;
+    const uint32_t sharers = __match_any_sync(FULL, page);
+    const int leader = __ffs(sharers) - 1;
+    const uint32_t seen = page != 0 && leader == (int)lane ? v.state[page] : 0;
+    const uint32_t slot_tag = page != 0 ? atomicExch(&v.slot_tags[value], call.tag) : 0;
+    uint32_t page_err = ERR_NONE;
+    bool won = false;
+    if (page != 0 && leader == (int)lane) {
+      // The usual case, an allocated page, in one compare-and-swap; else the full rules.
+      const uint32_t got = kind_of(seen) == KIND_ALLOCATED
+                               ? atomicCAS(&v.state[page], seen, target)
+                               : ~seen;
+      if (got == seen) won = true;
+      else page_err = take_page_from(v, page, got == ~seen ? seen : got, KIND_CLAIMED,
+                                     call.tag, true, &won);
+    }
+    if constexpr (RELEASE) {
+      if (won) v.scratch[atomicAdd(&h->sort_count, 1u)] = page;
+    } else {
+      // One count per chunk the warp's new claims fall in.
+      const uint32_t winners = __ballot_sync(FULL, won);
+      if (won) {
+        const uint32_t k = (page - 1) / chunk;
+        const uint32_t same = __match_any_sync(winners, k);
+        if (__ffs(same) - 1 == (int)lane) atomicAdd(&chunk_counts[k], __popc(same));
       }
     }
-    if (err != ERR_NONE) report(&errors, i, err);
+    page_err = __shfl_sync(FULL, page_err, page != 0 ? leader : (int)lane);
+    if (page != 0) err = slot_tag == call.tag ? ERR_TWICE_IN_CALL : page_err;
+    if (i < len && err != ERR_NONE) report(&errors, i, err);
+  }
+  const uint32_t chunks = RELEASE ? 1 : (v.num_pages + chunk - 1) / chunk;
+  if constexpr (!RELEASE) {
+    __syncthreads();
+    for (uint32_t k = threadIdx.x; k < chunks; k += blockDim.x)
+      if (chunk_counts[k] != 0) atomicAdd(&h->chunk_claims[k], chunk_counts[k]);
   }
   if (!conclude(h, &errors)) return;
   const unsigned long long verdict = errors;
-  if (!RELEASE) {
-    // The claimed pages stay claimed for `count_claimed` / `release_claimed`, which see the
-    // fault raised here and revert them.
-    if (threadIdx.x == 0 && !dead && verdict != NO_ERROR)
-      raise_fault(v, call, verdict, (long long)indices[verdict >> 8]);
+  if constexpr (!RELEASE) {
+    // Each chunk's offset among the claimed pages, for `release_claimed`; the counts go back
+    // to zero. The claimed pages stay claimed: `release_claimed` sees the fault raised here
+    // and reverts them.
+    const unsigned long long mine =
+        threadIdx.x < chunks ? atomicExch(&h->chunk_claims[threadIdx.x], 0u) : 0;
+    unsigned long long total;
+    const unsigned long long offset = block_exclusive_scan<FREE_BLOCK>(mine, &total);
+    if (threadIdx.x < chunks) v.scratch[threadIdx.x] = (uint32_t)offset;
+    if (threadIdx.x == 0) {
+      v.scratch[chunks] = (uint32_t)total;
+      if (!dead && verdict != NO_ERROR)
+        raise_fault(v, call, verdict, (long long)indices[verdict >> 8]);
+    }
     return;
   }
   __shared__ uint32_t count;
@@ -920,59 +1008,42 @@ __device__ inline void chunk_range(const View &v, uint32_t chunk, unsigned long 
   *end = f + chunk < last ? f + chunk : last;
 }
 
-// Large paged free by index, second kernel (after free_slots_paged<Index, false>, same
-// Call): each block counts the pages of its chunk of the page map that the call claimed,
-// into scratch[blockIdx.x] (scratch is free between calls; gridDim.x <= FREE_BLOCK). If the
-// pool is faulted (by the claim kernel, or from before), it reverts them instead (pages the
-// call claimed go back to allocated; there are none when the pool was faulted before the
-// call). Writes no cursor.
-__device__ void count_claimed(View v, Call call, uint32_t chunk) {
-  const uint32_t claimed = page_word(KIND_CLAIMED, call.tag);
-  const bool failed = v.header->fault != 0;
-  unsigned long long first, end;
-  chunk_range(v, chunk, &first, &end);
-  unsigned long long hits = 0;
-  for (unsigned long long p = first + threadIdx.x; p < end; p += FREE_BLOCK) {
-    if (v.state[p] != claimed) continue;
-    if (failed) {
-      v.state[p] = page_word(KIND_ALLOCATED, 0);
-    } else {
-      ++hits;
-    }
-  }
-  const Pair sum = block_sum_pair<FREE_BLOCK>(Pair{hits, 0});
-  if (threadIdx.x == 0 && !failed) v.scratch[blockIdx.x] = (uint32_t)sum.a;
-}
-
-// Large paged free by index, third kernel (same Call, same grid as `count_claimed`): each
-// block finds its chunk's offset among all claimed pages (the counts of the chunks before
-// it) and the total, then releases its chunk's claimed pages in ascending order at their
-// places (ascending overall: chunks are in page order), exactly as `release_pages` would
-// release the sorted list. Block 0 commits the cursor (also when faulted: unchanged).
+// Large paged free by index, second kernel (after the claim kernel, same Call,
+// one block per chunk): each block releases its chunk's claimed pages in ascending order at
+// their places (ascending overall: chunks are in page order, and scratch[blockIdx.x] holds
+// the claimed pages of the chunks before it), exactly as `release_pages` would release the
+// sorted list. Each thread looks at a run of consecutive pages (up to 32, a bit each), so a
+// tile of the chunk needs one block-wide scan. If the pool is faulted (by the claim kernel,
+// or from before: then nothing was claimed), the chunk's claimed pages go back to allocated
+// instead. Block 0 commits the cursor (also when faulted: unchanged).
 __device__ void release_claimed(View v, Call call, uint32_t chunk) {
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
+  const uint32_t claimed = page_word(KIND_CLAIMED, call.tag);
+  unsigned long long first, end;
+  chunk_range(v, chunk, &first, &end);
   if (h->fault != 0) {
+    for (unsigned long long p = first + threadIdx.x; p < end; p += FREE_BLOCK)
+      if (v.state[p] == claimed) v.state[p] = page_word(KIND_ALLOCATED, 0);
     if (blockIdx.x == 0 && threadIdx.x == 0) commit(v, call, c);
     return;
   }
-  const unsigned long long mine = threadIdx.x < gridDim.x ? v.scratch[threadIdx.x] : 0;
-  const Pair sums =
-      block_sum_pair<FREE_BLOCK>(Pair{threadIdx.x < blockIdx.x ? mine : 0, mine});
-  const uint32_t count = (uint32_t)sums.b;
+  const uint32_t count = v.scratch[gridDim.x];
+  unsigned long long base = v.scratch[blockIdx.x];
   const Dest dest = release_dest(v, call, true);
-  const uint32_t claimed = page_word(KIND_CLAIMED, call.tag);
   const uint32_t released = page_word(dest_kind(dest), call.tag);
-  unsigned long long first, end;
-  chunk_range(v, chunk, &first, &end);
-  unsigned long long base = sums.a;
-  for (unsigned long long start = first; start < end; start += FREE_BLOCK) {
-    const unsigned long long p = start + threadIdx.x;
-    const bool hit = p < end && v.state[p] == claimed;
+  const uint32_t run = min(chunk / FREE_BLOCK, 32u);
+  for (unsigned long long start = first; start < end; start += (unsigned long long)FREE_BLOCK * run) {
+    const unsigned long long mine = start + (unsigned long long)threadIdx.x * run;
+    uint32_t hits = 0;
+#pragma unroll 8
+    for (uint32_t k = 0; k < run; ++k)
+      if (mine + k < end && v.state[mine + k] == claimed) hits |= 1u << k;
     unsigned long long total;
-    const unsigned long long rank = block_exclusive_scan<FREE_BLOCK>(hit ? 1 : 0, &total);
-    if (hit) {
-      put_page(v, c, dest, count, (uint32_t)(base + rank), (uint32_t)p);
+    unsigned long long rank = block_exclusive_scan<FREE_BLOCK>(__popc(hits), &total);
+    for (; hits != 0; hits &= hits - 1) {
+      const unsigned long long p = mine + __ffs(hits) - 1;
+      put_page(v, c, dest, count, (uint32_t)(base + rank++), (uint32_t)p);
       v.state[p] = released;
     }
     base += total;
@@ -1153,13 +1224,13 @@ using namespace kvp;
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK)                                        \
       kvp_free_slots_paged_##SUFFIX(View v, Call call, const INDEX *indices,                      \
                                     unsigned long long len) {                                     \
-    free_slots_paged<INDEX, true>(v, call, indices, len);                                         \
+    free_slots_paged<INDEX, true>(v, call, indices, len, 0);                                      \
   }                                                                                               \
-  /* Claim only: the first of the three kernels of a large paged free by index. */               \
+  /* Claim and count: the first of the two kernels of a large paged free by index. */             \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK)                                        \
       kvp_claim_slots_paged_##SUFFIX(View v, Call call, const INDEX *indices,                     \
-                                     unsigned long long len) {                                    \
-    free_slots_paged<INDEX, false>(v, call, indices, len);                                        \
+                                     unsigned long long len, uint32_t chunk) {                    \
+    free_slots_paged<INDEX, false>(v, call, indices, len, chunk);                                 \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK)                                        \
       kvp_rewind_##SUFFIX(View v, Call call, const INDEX *last_kept, unsigned long long len) {    \
@@ -1262,10 +1333,6 @@ extern "C" __global__ void __launch_bounds__(ROWS_BLOCK)
 
 extern "C" __global__ void __launch_bounds__(FREE_BLOCK) kvp_group_end(View v, Call call) {
   group_end(v, call);
-}
-extern "C" __global__ void __launch_bounds__(FREE_BLOCK)
-    kvp_count_claimed(View v, Call call, uint32_t chunk) {
-  count_claimed(v, call, chunk);
 }
 extern "C" __global__ void __launch_bounds__(FREE_BLOCK)
     kvp_release_claimed(View v, Call call, uint32_t chunk) {

@@ -50,6 +50,9 @@ struct Cursor {
   uint32_t pad[3];
 };
 
+// Chunks of the page map a large paged free by index releases (one block each) at most.
+constexpr uint32_t CLAIM_CHUNKS = 1024;
+
 // Device-memory header in front of the arrays.
 struct Header {
   Cursor cursor[2];
@@ -58,6 +61,9 @@ struct Header {
   unsigned long long op_error;   // smallest (position << 8 | code) found by the current call
   uint32_t sort_count;           // distinct pages claimed by the current free by index
   uint32_t pad[3];
+  // Pages a large paged free by index claimed, per chunk of the page map; zero between calls
+  // (the claim kernel's last block turns them into offsets and zeroes them).
+  uint32_t chunk_claims[CLAIM_CHUNKS];
 };
 
 // Host memory mapped into the device (cuMemHostAlloc DEVICEMAP): what the host reads

@@ -6,6 +6,7 @@
 #   scripts/gpu/run.sh [tests] [sanitize] [python] [tp] [example] [demo] [bench] ...  (default: all)
 #   scripts/gpu/run.sh lockstep-soak     (not in the default set; long: see LOCKSTEP_SOAK_*)
 #   scripts/gpu/run.sh python-overhead   (not in the default set: Python vs C per call, ~3 min)
+#   scripts/gpu/run.sh profile           (not in the default set: Nsight Compute, see below)
 #
 # tp: the tensor-parallel digest test (tests/tp/tp_digest.py): one rank per GPU (at least
 # two; ranks share the GPU, with gloo instead of NCCL, on a one-GPU machine), TP_STEPS steps
@@ -150,7 +151,7 @@ for step in "${steps[@]}"; do
         ;;
     bench)
         run bench-build "$NVCC" -O2 -std=c++17 -arch=sm_90 -Iinclude bench-gpu/kvpool_bench.cu \
-            -Lgpu-artifacts/lib -lkvpool -lcuda -Xlinker -rpath -Xlinker "$PWD/gpu-artifacts/lib" -o "$LOGS/kvpool_bench"
+            -Lgpu-artifacts/lib -lkvpool -lcuda -Xlinker -rpath -Xlinker "$PWD/gpu-artifacts/lib" -Xlinker -z -Xlinker lazy -o "$LOGS/kvpool_bench"
         run bench-cpp "$LOGS/kvpool_bench" --csv "$OUT/bench_cpp.csv" ${BENCH_ARGS:-}
         cp "$LOGS/bench-cpp.log" "$OUT/bench_cpp.md"
         if [[ -n "${BENCH_BEFORE:-}" ]]; then
@@ -163,7 +164,8 @@ for step in "${steps[@]}"; do
             cp "$LOGS/bench-cpp-before.log" "$OUT/bench_cpp_before.md"
         fi
         # Other builds of this tree's library (kernel experiments), by the same benchmark
-        # binary: gpu-artifacts/var/NAME/ holds libkvpool.so and libkvpool.so.0.1. A name may
+        # binary (bound lazily, so an older library of the same ABI serves the operations it
+        # has): gpu-artifacts/var/NAME/ holds libkvpool.so and libkvpool.so.0.1. A name may
         # repeat (alternating runs show the run-to-run spread): run i of NAME writes
         # bench_cpp_var<i>_NAME.csv.
         i=0
@@ -176,6 +178,33 @@ for step in "${steps[@]}"; do
             run bench-python python3 bench-gpu/baseline_bench.py --lib "$KVPOOL_LIB" --csv "$OUT/bench_python.csv" ${BENCH_ARGS:-}
             cp "$LOGS/bench-python.log" "$OUT/bench_python.md"
         fi
+        ;;
+    profile)
+        # Nsight Compute on the C++ benchmark: the first PROFILE_LAUNCHES (default 20)
+        # launches of the kernels whose names match PROFILE_KERNELS (a regex, default the
+        # multi-block extend), with the benchmark given PROFILE_ARGS, for this tree's library,
+        # and each BENCH_VARIANTS build (a variant may be an older library of the same ABI,
+        # if the operations profiled need nothing newer), the benchmark run with --host-only
+        # (Nsight Compute serializes kernels: no device timing). Clocks and caches left alone
+        # (a cold cache is not what an engine sees). One CSV per build in the logs
+        # (profile-NAME.csv: ncu --page details).
+        [[ -x "$LOGS/kvpool_bench" ]] ||
+            run bench-build "$NVCC" -O2 -std=c++17 -arch=sm_90 -Iinclude bench-gpu/kvpool_bench.cu \
+                -Lgpu-artifacts/lib -lkvpool -lcuda -Xlinker -rpath -Xlinker "$PWD/gpu-artifacts/lib" -Xlinker -z -Xlinker lazy -o "$LOGS/kvpool_bench"
+        NCU=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)}
+        ncu_run() { # name, library dir, benchmark, arguments...
+            local name=$1 lib=$2 bench=$3; shift 3
+            run "profile-$name" env LD_LIBRARY_PATH="$lib" "$NCU" --clock-control none \
+                --cache-control none --kernel-name "regex:${PROFILE_KERNELS:-^kvp_extend_i64$}" \
+                --launch-count "${PROFILE_LAUNCHES:-20}" --section SpeedOfLight \
+                --section LaunchStats --section Occupancy --section WarpStateStats \
+                --section InstructionStats --csv --page details "$bench" --host-only "$@"
+            cp "$LOGS/profile-$name.log" "$LOGS/profile-$name.csv"
+        }
+        ncu_run this "$PWD/gpu-artifacts/lib" "$LOGS/kvpool_bench" ${PROFILE_ARGS:-}
+        for variant in $(printf '%s\n' ${BENCH_VARIANTS:-} | sort -u); do
+            ncu_run "$variant" "$PWD/gpu-artifacts/var/$variant" "$LOGS/kvpool_bench" ${PROFILE_ARGS:-}
+        done
         ;;
     python-overhead)
         # What a call costs from Python over the same call from C (benches/python_overhead.py:

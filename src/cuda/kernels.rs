@@ -24,8 +24,8 @@ pub(crate) struct Typed {
     pub extend_block: CUfunction,
     pub free_known: CUfunction,
     pub free_slots_paged: CUfunction,
-    /// The first kernel of a large paged free by index: claims only (then
-    /// [`Kernels::count_claimed`] and [`Kernels::release_claimed`]).
+    /// The first kernel of a large paged free by index: claims and counts the claimed pages
+    /// per chunk of the page map (then [`Kernels::release_claimed`]).
     pub claim_slots_paged: CUfunction,
     pub rewind: CUfunction,
     /// Request-to-token tables (`kernels/rows.cuh`): last_loc and token offsets from the
@@ -51,9 +51,8 @@ pub(crate) struct Kernels {
     module: CUmodule,
     pub typed: Typed,
     pub group_end: CUfunction,
-    /// A large paged free by index, after the claim: claimed pages counted per chunk of the
-    /// page map, then released in ascending order (multi-block).
-    pub count_claimed: CUfunction,
+    /// A large paged free by index, after the claim: the claimed pages released in ascending
+    /// order, a block per chunk of the page map.
     pub release_claimed: CUfunction,
     pub merge: CUfunction,
     pub reset: CUfunction,
@@ -141,7 +140,6 @@ impl Kernels {
             module,
             typed,
             group_end: get(c"kvp_group_end")?,
-            count_claimed: get(c"kvp_count_claimed")?,
             release_claimed: get(c"kvp_release_claimed")?,
             merge: get(c"kvp_merge")?,
             reset: get(c"kvp_reset")?,

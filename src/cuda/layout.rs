@@ -26,7 +26,11 @@ pub(crate) struct Header {
     pub op_error: u64,
     pub sort_count: u32,
     pub pad: [u32; 3],
+    pub chunk_claims: [u32; CLAIM_CHUNKS as usize],
 }
+
+/// `kvp::CLAIM_CHUNKS`: chunks of the page map a large paged free by index releases at most.
+pub(crate) const CLAIM_CHUNKS: u32 = 1024;
 
 /// `kvp::HostRecord`: host memory the kernels write through its device mapping.
 #[repr(C)]
@@ -417,7 +421,10 @@ mod tests {
     #[test]
     fn sizes_match_the_cuda_header() {
         assert_eq!(std::mem::size_of::<Cursor>(), 32);
-        assert_eq!(std::mem::size_of::<Header>(), 96);
+        assert_eq!(
+            std::mem::size_of::<Header>(),
+            96 + 4 * CLAIM_CHUNKS as usize
+        );
         assert_eq!(std::mem::size_of::<HostRecord>(), 64);
         assert_eq!(std::mem::size_of::<View>(), 120);
         assert_eq!(std::mem::size_of::<Call>(), 24);

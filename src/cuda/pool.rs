@@ -20,7 +20,8 @@ use super::driver::PrimaryContext;
 use super::kernels::{launch, Kernels};
 use super::layout::{
     arg, snapshot_bytes, snapshot_words, Arrays, Call, DeviceFault, DeviceOp, HostRecord, View,
-    CALL_IN_GROUP, CALL_MIRROR, FREE_PAGE_IDS, FREE_SEGMENT, FREE_SLOTS, NOT_POW2, TAG_LIMIT,
+    CALL_IN_GROUP, CALL_MIRROR, CLAIM_CHUNKS, FREE_PAGE_IDS, FREE_SEGMENT, FREE_SLOTS, NOT_POW2,
+    TAG_LIMIT,
 };
 use super::memory::{DeviceMemory, MappedHost};
 use super::release::{reap_ready, release_after, LastUse};
@@ -46,7 +47,7 @@ const STAGE_CAP: u64 = 4096;
 const FREE_BLOCK: u32 = 1024;
 /// Pages a paged free by index sorts in shared memory (`kvp::SORT_CAP`): a free of at most
 /// this many indices (so at most this many distinct pages) is one kernel; larger ones are
-/// three (claim, count per chunk of the page map, release).
+/// two (claim and count per chunk of the page map, release chunk by chunk).
 const SORT_CAP: u64 = 4096;
 /// The one-block kernels, a request a thread: one warp (`kvp_extend_warp_*`) for up to
 /// `WARP_BATCH` requests and `WARP_TOKENS` tokens (a decode of up to 32 requests), else 256
@@ -1147,12 +1148,12 @@ impl DevicePool {
                         )
                     }
                 } else {
-                    // Claim, count per chunk of the page map, release in order: three
-                    // multi-block kernels of one call; only the last writes the cursor.
+                    // Claim and count per chunk of the page map, then release in order: two
+                    // multi-block kernels of one call; only the second writes the cursor.
                     let chunk = page_chunk(self.layout.num_pages);
                     let chunks = self.layout.num_pages.div_ceil(chunk);
-                    // SAFETY: `kvp_claim_slots_paged_*(View, Call, const Index *, u64 len)`,
-                    // `kvp_count_claimed` / `kvp_release_claimed(View, Call, u32 chunk)`.
+                    // SAFETY: `kvp_claim_slots_paged_*(View, Call, const Index *, u64 len,
+                    // u32 chunk)`, `kvp_release_claimed(View, Call, u32 chunk)`.
                     unsafe {
                         self.run_call(
                             op,
@@ -1163,13 +1164,7 @@ impl DevicePool {
                                     function: self.kernels.typed.claim_slots_paged,
                                     grid,
                                     block: FREE_BLOCK,
-                                    extra: &[arg(&indices), arg(&len64)],
-                                },
-                                Launch {
-                                    function: self.kernels.count_claimed,
-                                    grid: chunks,
-                                    block: FREE_BLOCK,
-                                    extra: &[arg(&chunk)],
+                                    extra: &[arg(&indices), arg(&len64), arg(&chunk)],
                                 },
                                 Launch {
                                     function: self.kernels.release_claimed,
@@ -1622,12 +1617,13 @@ struct Launch<'a> {
     extra: &'a [*mut c_void],
 }
 
-/// Pages of the page map per block of `kvp_count_claimed` / `kvp_release_claimed`: whole
-/// tiles of `FREE_BLOCK` pages, about `TARGET_BLOCKS` blocks, so at most `TARGET_BLOCKS`
-/// chunks (`kvp_release_claimed` sums the chunks' counts with one thread each: at most
-/// `FREE_BLOCK` of them).
+/// Pages of the page map per block of `kvp_release_claimed` (a chunk): whole tiles of
+/// `FREE_BLOCK` pages, about `TARGET_BLOCKS` blocks, so at most `TARGET_BLOCKS` chunks (the
+/// claim kernel counts per chunk in `Header::chunk_claims`, and its last block scans the
+/// counts with one thread each: at most `CLAIM_CHUNKS` = `FREE_BLOCK` of them).
 fn page_chunk(num_pages: u32) -> u32 {
     const _: () = assert!(TARGET_BLOCKS <= FREE_BLOCK as u64);
+    const _: () = assert!(FREE_BLOCK == CLAIM_CHUNKS);
     (u64::from(num_pages)
         .div_ceil(TARGET_BLOCKS)
         .next_multiple_of(u64::from(FREE_BLOCK))

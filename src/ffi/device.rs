@@ -208,8 +208,8 @@ pub unsafe extern "C" fn kvp_pool_alloc_decode_async(
 /// Checked by the kernel: each index allocated, in range, not slot/page 0, not twice.
 /// A bad one: nothing is freed and the pool faults (`KVP_STATUS_DEVICE_FAULT` from the next
 /// call). `indices` must stay alive until the stream passes the call. One kernel (paged
-/// pool, more than 4,096 indices: three multi-block kernels — claim, count the claimed pages
-/// per chunk of the page map, release them in ascending order).
+/// pool, more than 4,096 indices: two multi-block kernels — claim and count the claimed pages
+/// per chunk of the page map, then release them in ascending order).
 ///
 /// # Safety
 /// `indices` device memory of the pool's device valid for `len` indices; `stream` as for
