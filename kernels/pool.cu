@@ -518,9 +518,9 @@ __device__ inline Shape usable_shape(const View &v, long long prefix, long long 
 // planned run of the ring is taken: a request whose device lengths overrun the plan (or are
 // invalid), or device totals short of it, fault the call (ERR_LENGTHS naming the request).
 //
-// Fill points: new pages get theirs as their tokens are written (nobody else may look at a
-// page this call takes); a prefix page's advances in its request's check (see
-// check_last_loc) and is restored if the call fails.
+// Fill points: new pages get theirs as they are staged (nobody else may look at a page this
+// call takes); a prefix page's advances in its request's check (see check_last_loc) and is
+// restored if the call fails.
 template <int BLOCK, typename Index>
 __device__ void extend(View v, Call call, const long long *prefix_lens, const long long *seq_lens,
                        const Index *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,
@@ -552,16 +552,16 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   // block of a 4,096-request decode adds up 3,840 requests: 15 per thread).
   constexpr uint32_t BEFORE_BATCH = 4;
   long long bq[BEFORE_BATCH], bp[BEFORE_BATCH];
-  // A slot past `first` for the whole warp (and so every later one) is skipped, the same
-  // branch for all lanes; in a warp that straddles `first`, a slot past it holds zero
-  // lengths, an empty request.
+  // The sums below skip a slot past `first` for the whole warp (and so every later one), the
+  // same branch for all lanes; in a warp that straddles `first`, a slot past it holds zero
+  // lengths, an empty request. (The loads are not skipped: a branch between them would
+  // serialize their round trips.)
   auto warp_done = [&](uint32_t base, uint32_t u) {
     return base - (threadIdx.x & 31) + u * BLOCK >= first;
   };
   auto load_before = [&](uint32_t base) {
 #pragma unroll
     for (uint32_t u = 0; u < BEFORE_BATCH; ++u) {
-      if (warp_done(base, u)) break;
       const unsigned long long i = base + (unsigned long long)u * BLOCK;
       const bool in = i < first;
       bq[u] = in ? seq_lens[i] : 0;
@@ -648,9 +648,12 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
       const uint32_t page = v.ring[ring_pos(c.head, pages_before + k, n)];
       v.state[page] = page_word(KIND_ALLOCATED, call.tag);
       if (v.page_size > 1) {
-        const uint32_t q = owner_of(page_off, mine, k);
-        const unsigned long long left = tok_off[q + 1] - tok_off[q] - part1[q] -
-                                        (k - page_off[q]) * v.page_size;
+        // A decode's new page holds its one token.
+        unsigned long long left = 1;
+        if (!decode) {
+          const uint32_t q = owner_of(page_off, mine, k);
+          left = tok_off[q + 1] - tok_off[q] - part1[q] - (k - page_off[q]) * v.page_size;
+        }
         v.fill[page] = fill_word(call.tag, left < v.page_size ? left : v.page_size);
       }
       if (staged) pages[k] = page;
@@ -792,7 +795,9 @@ enum FreeMode : uint32_t {
 // names page `i` of the release. Any number of blocks: each page goes straight from
 // allocated to its final kind with a compare-and-swap and is written to its place; the last
 // block commits the cursor, or undoes every page the call took if any element was bad.
-template <typename Index>
+// SEGMENT: its own kernel (mode FREE_SEGMENT, a warp per page; the host sizes its grid for
+// that), apart from the page-id / slot one (a thread per element).
+template <typename Index, bool SEGMENT>
 __device__ void free_known(View v, Call call, const Index *src, uint32_t mode,
                            unsigned long long len, unsigned long long start, uint32_t count) {
   __shared__ unsigned long long errors;
@@ -803,56 +808,63 @@ __device__ void free_known(View v, Call call, const Index *src, uint32_t mode,
   const Dest dest = release_dest(v, call, false);
   const uint32_t kind = dest_kind(dest);
   const unsigned long long ps = v.page_size;
-  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
-       i < count && !dead; i += stride) {
-    unsigned long long pos = start + i;
-    long long value = 0;
-    uint32_t err = ERR_NONE, page = 0;
-    if (mode == FREE_PAGE_IDS) {
-      value = (long long)src[pos];
-      if (value == 0) err = ERR_RESERVED;
-      else if (value < 0 || value > (long long)v.num_pages) err = ERR_OUT_OF_RANGE;
-      else page = (uint32_t)value;
-    } else if (mode == FREE_SLOTS) {
-      value = (long long)src[pos];
-      if ((err = slot_error(value, v)) == ERR_NONE) page = (uint32_t)value;
-    } else {
-      pos = start + i * ps;
-      value = (long long)src[pos];
-      if ((err = slot_error(value, v)) == ERR_NONE) {
-        if (mod_ps((unsigned long long)value, v) != 0) {
-          err = ERR_UNALIGNED;
-        } else {
-          // The page's slots must follow `value` one by one. Read SEGMENT_BATCH at a time with
-          // no branch between the loads (one round trip per batch, not one per slot), then
-          // name the first that does not.
-          constexpr int SEGMENT_BATCH = 16;
-          const unsigned long long end = min(ps, start + len - pos);
-          unsigned long long first_bad = end;
-          for (unsigned long long j0 = 1; j0 < end && first_bad == end; j0 += SEGMENT_BATCH) {
-            uint32_t bad = 0;
-#pragma unroll
-            for (int u = 0; u < SEGMENT_BATCH; ++u) {
-              const unsigned long long j = j0 + u;
-              if (j < end && (long long)src[pos + j] != value + (long long)j) bad |= 1u << u;
-            }
-            if (bad != 0) first_bad = j0 + __ffs(bad) - 1;
-          }
-          if (first_bad < end) {
-            err = ERR_NOT_CONTIGUOUS;
-            pos += first_bad;
-          } else {
-            page = (uint32_t)div_ps((unsigned long long)value, v);
-          }
-        }
-      }
-    }
+  // Page `i` of the release: `page` (when `err` is ERR_NONE) goes from allocated to its new
+  // kind and to its place; `pos` is the element an error names.
+  auto release = [&](unsigned long long i, uint32_t page, uint32_t err, unsigned long long pos) {
     bool won = false;
     if (err == ERR_NONE) err = take_page(v, page, kind, call.tag, false, &won);
     if (won) put_page(v, c, dest, count, (uint32_t)i, page);
     v.scratch[i] = won ? page : 0;
     if (err != ERR_NONE) report(&errors, pos, err);
+  };
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  const unsigned long long thread = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+  if constexpr (!SEGMENT) {
+    // A thread per element.
+    for (unsigned long long i = thread; i < count && !dead; i += stride) {
+      const unsigned long long pos = start + i;
+      const long long value = (long long)src[pos];
+      uint32_t err = ERR_NONE, page = 0;
+      if (mode == FREE_PAGE_IDS) {
+        if (value == 0) err = ERR_RESERVED;
+        else if (value < 0 || value > (long long)v.num_pages) err = ERR_OUT_OF_RANGE;
+        else page = (uint32_t)value;
+      } else if ((err = slot_error(value, v)) == ERR_NONE) {
+        page = (uint32_t)value;
+      }
+      release(i, page, err, pos);
+    }
+  } else {
+    // A warp per page: the page's slots must follow its first one by one; the lanes read
+    // them side by side (one coalesced load per 32 slots; a thread per page would read a
+    // page's worth of memory alone, strided by the page across the warp), the smallest
+    // offset that does not follow is the warp's minimum, and lane 0 releases the page.
+    const uint32_t lane = threadIdx.x % 32;
+    for (unsigned long long i = thread / 32; i < count && !dead; i += stride / 32) {
+      const unsigned long long pos = start + i * ps;
+      const long long value = (long long)src[pos];
+      uint32_t err = slot_error(value, v);
+      if (err == ERR_NONE && mod_ps((unsigned long long)value, v) != 0) err = ERR_UNALIGNED;
+      uint32_t bad = UINT32_MAX;
+      if (err == ERR_NONE) {
+        const unsigned long long end = min(ps, start + len - pos);
+        for (unsigned long long j = lane; j < end; j += 32) {
+          if ((long long)src[pos + j] != value + (long long)j) {
+            bad = (uint32_t)j;
+            break;
+          }
+        }
+      }
+      bad = __reduce_min_sync(FULL, bad);
+      if (lane == 0) {
+        if (err == ERR_NONE && bad != UINT32_MAX) {
+          release(i, 0, ERR_NOT_CONTIGUOUS, pos + bad);
+        } else {
+          release(i, err == ERR_NONE ? (uint32_t)div_ps((unsigned long long)value, v) : 0, err,
+                  pos);
+        }
+      }
+    }
   }
   if (!conclude(h, &errors)) return;
   const unsigned long long verdict = errors;
@@ -1012,7 +1024,7 @@ __device__ inline void chunk_range(const View &v, uint32_t chunk, unsigned long 
 // one block per chunk): each block releases its chunk's claimed pages in ascending order at
 // their places (ascending overall: chunks are in page order, and scratch[blockIdx.x] holds
 // the claimed pages of the chunks before it), exactly as `release_pages` would release the
-// sorted list. Each thread looks at a run of consecutive pages (up to 32, a bit each), so a
+// sorted list. Each thread looks at a run of consecutive pages (up to 8, a bit each), so a
 // tile of the chunk needs one block-wide scan. If the pool is faulted (by the claim kernel,
 // or from before: then nothing was claimed), the chunk's claimed pages go back to allocated
 // instead. Block 0 commits the cursor (also when faulted: unchanged).
@@ -1032,13 +1044,20 @@ __device__ void release_claimed(View v, Call call, uint32_t chunk) {
   unsigned long long base = v.scratch[blockIdx.x];
   const Dest dest = release_dest(v, call, true);
   const uint32_t released = page_word(dest_kind(dest), call.tag);
-  const uint32_t run = min(chunk / FREE_BLOCK, 32u);
+  constexpr uint32_t RUN_MAX = 8;  // pages a thread looks at per tile, at most
+  const uint32_t run = min(chunk / FREE_BLOCK, RUN_MAX);
   for (unsigned long long start = first; start < end; start += (unsigned long long)FREE_BLOCK * run) {
     const unsigned long long mine = start + (unsigned long long)threadIdx.x * run;
+    // Every word of the run loaded before any is compared (a page past the chunk reads its
+    // last page again), so the run is one round trip.
+    uint32_t words[RUN_MAX];
+#pragma unroll
+    for (uint32_t k = 0; k < RUN_MAX; ++k)
+      if (k < run) words[k] = v.state[min(mine + k, end - 1)];
     uint32_t hits = 0;
-#pragma unroll 8
-    for (uint32_t k = 0; k < run; ++k)
-      if (mine + k < end && v.state[mine + k] == claimed) hits |= 1u << k;
+#pragma unroll
+    for (uint32_t k = 0; k < RUN_MAX; ++k)
+      if (k < run && mine + k < end && words[k] == claimed) hits |= 1u << k;
     unsigned long long total;
     unsigned long long rank = block_exclusive_scan<FREE_BLOCK>(__popc(hits), &total);
     for (; hits != 0; hits &= hits - 1) {
@@ -1216,10 +1235,17 @@ using namespace kvp;
     extend_block<EXTEND_BLOCK, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, decode, \
                                          total_tokens, total_pages, out);                         \
   }                                                                                               \
-  extern "C" __global__ void __launch_bounds__(FREE_BLOCK) kvp_free_known_##SUFFIX(               \
+  /* Page ids and token-pool slots (mode FREE_PAGE_IDS / FREE_SLOTS). */                          \
+  extern "C" __global__ void __launch_bounds__(FREE_BLOCK, 2) kvp_free_known_##SUFFIX(            \
       View v, Call call, const INDEX *src, uint32_t mode, unsigned long long len,                 \
       unsigned long long start, uint32_t count) {                                                 \
-    free_known<INDEX>(v, call, src, mode, len, start, count);                                     \
+    free_known<INDEX, false>(v, call, src, mode, len, start, count);                              \
+  }                                                                                               \
+  /* Segments of a paged pool (mode FREE_SEGMENT). */                                             \
+  extern "C" __global__ void __launch_bounds__(FREE_BLOCK) kvp_free_segment_##SUFFIX(             \
+      View v, Call call, const INDEX *src, uint32_t mode, unsigned long long len,                 \
+      unsigned long long start, uint32_t count) {                                                 \
+    free_known<INDEX, true>(v, call, src, mode, len, start, count);                               \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK)                                        \
       kvp_free_slots_paged_##SUFFIX(View v, Call call, const INDEX *indices,                      \
@@ -1334,7 +1360,7 @@ extern "C" __global__ void __launch_bounds__(ROWS_BLOCK)
 extern "C" __global__ void __launch_bounds__(FREE_BLOCK) kvp_group_end(View v, Call call) {
   group_end(v, call);
 }
-extern "C" __global__ void __launch_bounds__(FREE_BLOCK)
+extern "C" __global__ void __launch_bounds__(FREE_BLOCK, 2)
     kvp_release_claimed(View v, Call call, uint32_t chunk) {
   release_claimed(v, call, chunk);
 }

@@ -187,7 +187,8 @@ for step in "${steps[@]}"; do
         # if the operations profiled need nothing newer), the benchmark run with --host-only
         # (Nsight Compute serializes kernels: no device timing). Clocks and caches left alone
         # (a cold cache is not what an engine sees). One CSV per build in the logs
-        # (profile-NAME.csv: ncu --page details).
+        # (profile-NAME.csv: ncu --page details). PROFILE_METRICS: more metrics (comma-
+        # separated), with their instances (e.g. sass__inst_executed_per_opcode).
         [[ -x "$LOGS/kvpool_bench" ]] ||
             run bench-build "$NVCC" -O2 -std=c++17 -arch=sm_90 -Iinclude bench-gpu/kvpool_bench.cu \
                 -Lgpu-artifacts/lib -lkvpool -lcuda -Xlinker -rpath -Xlinker "$PWD/gpu-artifacts/lib" -Xlinker -z -Xlinker lazy -o "$LOGS/kvpool_bench"
@@ -198,7 +199,8 @@ for step in "${steps[@]}"; do
                 --cache-control none --kernel-name "regex:${PROFILE_KERNELS:-^kvp_extend_i64$}" \
                 --launch-count "${PROFILE_LAUNCHES:-20}" --section SpeedOfLight \
                 --section LaunchStats --section Occupancy --section WarpStateStats \
-                --section InstructionStats --csv --page details "$bench" --host-only "$@"
+                --section InstructionStats ${PROFILE_METRICS:+--metrics "$PROFILE_METRICS" \
+                --print-metric-instances values} --csv --page details "$bench" --host-only "$@"
             cp "$LOGS/profile-$name.log" "$LOGS/profile-$name.csv"
         }
         ncu_run this "$PWD/gpu-artifacts/lib" "$LOGS/kvpool_bench" ${PROFILE_ARGS:-}

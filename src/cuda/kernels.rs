@@ -22,7 +22,10 @@ pub(crate) struct Typed {
     pub extend_warp: CUfunction,
     /// `alloc_extend` / `alloc_decode` of at most 256 requests in one block.
     pub extend_block: CUfunction,
+    /// Frees whose page count the host knows: page ids and token-pool slots
+    /// (`kvp_free_known_*`), segments of a paged pool (`kvp_free_segment_*`).
     pub free_known: CUfunction,
+    pub free_segment: CUfunction,
     pub free_slots_paged: CUfunction,
     /// The first kernel of a large paged free by index: claims and counts the claimed pages
     /// per chunk of the page map (then [`Kernels::release_claimed`]).
@@ -103,6 +106,7 @@ impl Kernels {
                 extend_warp: get(c"kvp_extend_warp_i64")?,
                 extend_block: get(c"kvp_extend_block_i64")?,
                 free_known: get(c"kvp_free_known_i64")?,
+                free_segment: get(c"kvp_free_segment_i64")?,
                 free_slots_paged: get(c"kvp_free_slots_paged_i64")?,
                 claim_slots_paged: get(c"kvp_claim_slots_paged_i64")?,
                 rewind: get(c"kvp_rewind_i64")?,
@@ -122,6 +126,7 @@ impl Kernels {
                 extend_warp: get(c"kvp_extend_warp_i32")?,
                 extend_block: get(c"kvp_extend_block_i32")?,
                 free_known: get(c"kvp_free_known_i32")?,
+                free_segment: get(c"kvp_free_segment_i32")?,
                 free_slots_paged: get(c"kvp_free_slots_paged_i32")?,
                 claim_slots_paged: get(c"kvp_claim_slots_paged_i32")?,
                 rewind: get(c"kvp_rewind_i32")?,

@@ -1301,6 +1301,15 @@ impl DevicePool {
         self.record_outcome(result)
     }
 
+    /// The kernel of a free whose page count the host knows, by `mode` (`FREE_*`).
+    pub(super) fn free_known_kernel(&self, mode: u32) -> CUfunction {
+        if mode == FREE_SEGMENT {
+            self.kernels.typed.free_segment
+        } else {
+            self.kernels.typed.free_known
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     unsafe fn free_known(
         &mut self,
@@ -1314,12 +1323,12 @@ impl DevicePool {
     ) -> Result<(), PoolError> {
         let dest = self.known_dest();
         let count = pages as u32;
-        let grid = free_grid(pages);
-        // SAFETY: `kvp_free_known_*(View, Call, const Index *src, u32 mode, u64 len, u64 start,
-        // u32 count)`.
+        let grid = known_grid(mode, pages);
+        // SAFETY: `kvp_free_known_*` / `kvp_free_segment_*(View, Call, const Index *src,
+        // u32 mode, u64 len, u64 start, u32 count)`.
         unsafe {
             self.run(
-                self.kernels.typed.free_known,
+                self.free_known_kernel(mode),
                 grid,
                 FREE_BLOCK,
                 op as u32,
@@ -1635,6 +1644,18 @@ fn free_grid(items: u64) -> u32 {
     items
         .div_ceil(u64::from(FREE_BLOCK))
         .clamp(1, TARGET_BLOCKS) as u32
+}
+
+/// Blocks of the kernel of a free of `pages` pages whose count the host knows, by `mode`:
+/// a thread per page id or slot, a warp per page of a segment (`kvp_free_segment_*`).
+fn known_grid(mode: u32, pages: u64) -> u32 {
+    if mode == FREE_SEGMENT {
+        pages
+            .div_ceil(u64::from(FREE_BLOCK / 32))
+            .clamp(1, TARGET_BLOCKS) as u32
+    } else {
+        free_grid(pages)
+    }
 }
 
 /// `KVPOOL_DEBUG` at pool creation: `stream_order` (or `1`) switches the stream-order check

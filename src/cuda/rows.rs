@@ -501,8 +501,9 @@ impl DevicePool {
             arg(&zero),
             arg(&count),
         ];
-        // SAFETY: kvp_rows_segments_*(View, Call, ...) and kvp_free_known_*(View, Call, const
-        // Index *src, u32 mode, u64 len, u64 start, u32 count).
+        // SAFETY: kvp_rows_segments_*(View, Call, ...) and kvp_free_known_* /
+        // kvp_free_segment_*(View, Call, const Index *src, u32 mode, u64 len, u64 start,
+        // u32 count).
         unsafe {
             self.run_call(
                 DeviceOp::FreeRows as u32,
@@ -519,8 +520,8 @@ impl DevicePool {
                         extra: &segment_args,
                     },
                     Launch {
-                        function: self.kernels.typed.free_known,
-                        grid: super::free_grid(pages),
+                        function: self.free_known_kernel(mode),
+                        grid: super::known_grid(mode, pages),
                         block: FREE_BLOCK,
                         extra: &free_args,
                     },
