@@ -791,12 +791,23 @@ enum FreeMode : uint32_t {
   FREE_SEGMENT = 2,     // paged pool: the pages of row[start, start + len)
 };
 
+// Slots a lane of a segment free checks per step, and the lanes that check one page: enough
+// for the page at SEGMENT_RUN slots each, a power of two up to a warp (the host sizes the
+// grid with the same rule: `segment_lanes` in src/cuda/pool.rs).
+constexpr uint32_t SEGMENT_RUN = 4;
+__device__ inline uint32_t segment_lanes(uint32_t page_size) {
+  const uint32_t need = (page_size + SEGMENT_RUN - 1) / SEGMENT_RUN;
+  uint32_t lanes = 1;
+  while (lanes < need && lanes < 32) lanes <<= 1;
+  return lanes;
+}
+
 // Frees whose page count the host knows: page ids, token-pool slots, segments; element `i`
 // names page `i` of the release. Any number of blocks: each page goes straight from
 // allocated to its final kind with a compare-and-swap and is written to its place; the last
 // block commits the cursor, or undoes every page the call took if any element was bad.
-// SEGMENT: its own kernel (mode FREE_SEGMENT, a warp per page; the host sizes its grid for
-// that), apart from the page-id / slot one (a thread per element).
+// SEGMENT: its own kernel (mode FREE_SEGMENT, a group of lanes per page; the host sizes its
+// grid for that), apart from the page-id / slot one (a thread per element).
 template <typename Index, bool SEGMENT>
 __device__ void free_known(View v, Call call, const Index *src, uint32_t mode,
                            unsigned long long len, unsigned long long start, uint32_t count) {
@@ -835,28 +846,48 @@ __device__ void free_known(View v, Call call, const Index *src, uint32_t mode,
       release(i, page, err, pos);
     }
   } else {
-    // A warp per page: the page's slots must follow its first one by one; the lanes read
-    // them side by side (one coalesced load per 32 slots; a thread per page would read a
-    // page's worth of memory alone, strided by the page across the warp), the smallest
-    // offset that does not follow is the warp's minimum, and lane 0 releases the page.
-    const uint32_t lane = threadIdx.x % 32;
-    for (unsigned long long i = thread / 32; i < count && !dead; i += stride / 32) {
+    // A group of `lanes` lanes per page, 32 / lanes pages a warp: the page's slots must
+    // follow its first one by one; each lane checks SEGMENT_RUN consecutive slots a step
+    // (loaded before any is compared), so a group's loads are coalesced (a thread per page
+    // read a page's worth of memory alone, strided by the page across the warp: that
+    // traffic set the time); the smallest offset that does not follow is the group's
+    // minimum, and the group's first lane releases the page. Whole warps step together.
+    const uint32_t lanes = segment_lanes(v.page_size);
+    const uint32_t lane = threadIdx.x % 32, g = lane % lanes, per_warp = 32 / lanes;
+    for (unsigned long long base = thread / 32 * per_warp; base < count && !dead;
+         base += stride / 32 * per_warp) {
+      const unsigned long long i = base + lane / lanes;
+      const bool here = i < count;
       const unsigned long long pos = start + i * ps;
-      const long long value = (long long)src[pos];
-      uint32_t err = slot_error(value, v);
+      const unsigned long long end = here ? min(ps, start + len - pos) : 1;
+      // A lane's slots of the first step are read with the page's first slot (their
+      // addresses do not depend on it); a slot past the page reads its last one again.
+      unsigned long long j0 = g * SEGMENT_RUN;
+      long long got[SEGMENT_RUN];
+      auto load_step = [&] {
+#pragma unroll
+        for (uint32_t u = 0; u < SEGMENT_RUN; ++u)
+          got[u] = here ? (long long)src[pos + min(j0 + u, end - 1)] : 0;
+      };
+      load_step();
+      const long long value = here ? (long long)src[pos] : 0;
+      uint32_t err = here ? slot_error(value, v) : ERR_OUT_OF_RANGE;
       if (err == ERR_NONE && mod_ps((unsigned long long)value, v) != 0) err = ERR_UNALIGNED;
       uint32_t bad = UINT32_MAX;
       if (err == ERR_NONE) {
-        const unsigned long long end = min(ps, start + len - pos);
-        for (unsigned long long j = lane; j < end; j += 32) {
-          if ((long long)src[pos + j] != value + (long long)j) {
-            bad = (uint32_t)j;
-            break;
-          }
+        for (;;) {
+#pragma unroll
+          for (uint32_t u = 0; u < SEGMENT_RUN; ++u)
+            if (j0 + u < end && got[u] != value + (long long)(j0 + u))
+              bad = min(bad, (uint32_t)(j0 + u));
+          j0 += lanes * SEGMENT_RUN;
+          if (j0 >= end || bad != UINT32_MAX) break;
+          load_step();
         }
       }
-      bad = __reduce_min_sync(FULL, bad);
-      if (lane == 0) {
+      for (uint32_t o = lanes / 2; o > 0; o >>= 1)
+        bad = min(bad, __shfl_xor_sync(FULL, bad, o));
+      if (here && g == 0) {
         if (err == ERR_NONE && bad != UINT32_MAX) {
           release(i, 0, ERR_NOT_CONTIGUOUS, pos + bad);
         } else {

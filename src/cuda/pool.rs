@@ -1323,7 +1323,7 @@ impl DevicePool {
     ) -> Result<(), PoolError> {
         let dest = self.known_dest();
         let count = pages as u32;
-        let grid = known_grid(mode, pages);
+        let grid = known_grid(mode, pages, self.layout.page_size);
         // SAFETY: `kvp_free_known_*` / `kvp_free_segment_*(View, Call, const Index *src,
         // u32 mode, u64 len, u64 start, u32 count)`.
         unsafe {
@@ -1647,15 +1647,22 @@ fn free_grid(items: u64) -> u32 {
 }
 
 /// Blocks of the kernel of a free of `pages` pages whose count the host knows, by `mode`:
-/// a thread per page id or slot, a warp per page of a segment (`kvp_free_segment_*`).
-fn known_grid(mode: u32, pages: u64) -> u32 {
+/// a thread per page id or slot, `segment_lanes(page_size)` lanes per page of a segment
+/// (`kvp_free_segment_*`).
+fn known_grid(mode: u32, pages: u64, page_size: u32) -> u32 {
     if mode == FREE_SEGMENT {
-        pages
-            .div_ceil(u64::from(FREE_BLOCK / 32))
+        (pages * u64::from(segment_lanes(page_size)))
+            .div_ceil(u64::from(FREE_BLOCK))
             .clamp(1, TARGET_BLOCKS) as u32
     } else {
         free_grid(pages)
     }
+}
+
+/// Lanes of `kvp_free_segment_*` that check one page, `kvp::segment_lanes`: enough for the
+/// page at 4 slots each (`kvp::SEGMENT_RUN`), a power of two up to a warp.
+fn segment_lanes(page_size: u32) -> u32 {
+    page_size.div_ceil(4).next_power_of_two().min(32)
 }
 
 /// `KVPOOL_DEBUG` at pool creation: `stream_order` (or `1`) switches the stream-order check
@@ -1693,5 +1700,31 @@ impl Drop for DevicePool {
             }
         };
         release_after(Arc::clone(&self.last_use), Arc::clone(&self.context), owned);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_segment_page_gets_enough_lanes_for_four_slots_each() {
+        for (page_size, lanes) in [
+            (2, 1),
+            (4, 1),
+            (5, 2),
+            (16, 4),
+            (48, 16),
+            (64, 16),
+            (128, 32),
+            (1000, 32),
+        ] {
+            assert_eq!(segment_lanes(page_size), lanes, "page_size {page_size}");
+        }
+        // Enough blocks for a group per page, within TARGET_BLOCKS.
+        assert_eq!(known_grid(FREE_SEGMENT, 1, 16), 1);
+        assert_eq!(known_grid(FREE_SEGMENT, 2048, 64), 32);
+        assert_eq!(known_grid(FREE_SEGMENT, 1 << 20, 16), TARGET_BLOCKS as u32);
+        assert_eq!(known_grid(FREE_SLOTS, 4096, 1), 4);
     }
 }

@@ -521,7 +521,7 @@ impl DevicePool {
                     },
                     Launch {
                         function: self.free_known_kernel(mode),
-                        grid: super::known_grid(mode, pages),
+                        grid: super::known_grid(mode, pages, self.layout.page_size),
                         block: FREE_BLOCK,
                         extra: &free_args,
                     },
