@@ -165,7 +165,8 @@ for step in "${steps[@]}"; do
         fi
         # Other builds of this tree's library (kernel experiments), by the same benchmark
         # binary (bound lazily, so an older library of the same ABI serves the operations it
-        # has): gpu-artifacts/var/NAME/ holds libkvpool.so and libkvpool.so.0.1. A name may
+        # has): gpu-artifacts/var/NAME/ holds libkvpool.so.0.1 (the name the benchmark was
+        # linked against; a copy of libkvpool.so would only take room). A name may
         # repeat (alternating runs show the run-to-run spread): run i of NAME writes
         # bench_cpp_var<i>_NAME.csv.
         i=0
