@@ -9,7 +9,7 @@ mod rng;
 use std::ptr::{null, null_mut};
 use std::time::{Duration, Instant};
 
-use kvpool::cuda::DevicePool;
+use kvpool::cuda::{DevicePool, DeviceSnapshot};
 use kvpool::ffi::*;
 use kvpool::{BackendKind, ErrorKind, IndexType, Pool, PoolConfig};
 
@@ -559,7 +559,7 @@ fn c_calls_leave_the_callers_context_current() {
     }
 }
 
-/// Device and host pools side by side for the large free by index below.
+/// Device and host pools side by side for the frees below.
 struct Pair {
     host: Pool,
     device: DevicePool,
@@ -575,6 +575,46 @@ struct Pair {
 }
 
 impl Pair {
+    /// A host pool and a device pool of `config` (the same but for the backend), with
+    /// buffers for every slot of the pool.
+    fn new(config: impl Fn(BackendKind) -> PoolConfig, seed: u64) -> Self {
+        let host = config(BackendKind::Host);
+        let bytes = 8 * (host.size as usize + host.page_size as usize);
+        let gpu = Gpu::new(true);
+        Pair {
+            host: Pool::new(host).unwrap(),
+            device: DevicePool::new(config(CUDA0)).unwrap(),
+            rng: rng::Rng(seed),
+            indices: DevBuf::new(bytes),
+            out: DevBuf::new(bytes),
+            prefix: DevBuf::new(8 * 1024),
+            seq: DevBuf::new(8 * 1024),
+            last: DevBuf::new(8 * 1024),
+            gpu,
+        }
+    }
+
+    /// Frees `row[start .. start + len]` as a segment on the device pool and waits for it.
+    fn device_free_segment(&mut self, row: &[i64], start: usize, len: usize) {
+        self.indices.upload(row);
+        // SAFETY: `indices` holds the row; synchronized below.
+        unsafe {
+            self.device
+                .free_segment(self.indices.ptr, row.len(), start, len, self.gpu.stream)
+        }
+        .unwrap();
+        self.gpu.sync();
+    }
+
+    /// Brings the faulted device pool back to `before`, and checks that it is clean again.
+    fn recover(&mut self, before: &DeviceSnapshot) {
+        unsafe { self.device.restore_state(before, self.gpu.stream) }.unwrap();
+        self.gpu.sync();
+        assert!(self.device.fault().is_none());
+        let _ = self.device.check_device(); // the stale fault, reported once
+        self.device.check_device().unwrap();
+    }
+
     /// `rows` new requests of `tokens` tokens each, on both pools: the same indices.
     fn extend(&mut self, rows: usize, tokens: i64) -> Vec<Vec<i64>> {
         let prefix = vec![0i64; rows];
@@ -677,19 +717,7 @@ fn a_million_index_paged_free_releases_pages_in_ascending_order() {
         index_type: IndexType::I64,
         backend,
     };
-    let bytes = 8 * (slots as usize + 64);
-    let gpu = Gpu::new(true);
-    let mut p = Pair {
-        host: Pool::new(config(BackendKind::Host)).unwrap(),
-        device: DevicePool::new(config(CUDA0)).unwrap(),
-        rng: rng::Rng(9),
-        indices: DevBuf::new(bytes),
-        out: DevBuf::new(bytes),
-        prefix: DevBuf::new(8 * 1024),
-        seq: DevBuf::new(8 * 1024),
-        last: DevBuf::new(8 * 1024),
-        gpu,
-    };
+    let mut p = Pair::new(config, 9);
     let pages = slots / u64::from(ps);
 
     // The whole pool in 1,024 requests of 64 pages.
@@ -717,11 +745,7 @@ fn a_million_index_paged_free_releases_pages_in_ascending_order() {
             "a faulted free by index freed or left claimed pages"
         );
         assert_eq!(p.device.available_size_bound(), (0, true));
-        unsafe { p.device.restore_state(&before, p.gpu.stream) }.unwrap();
-        p.gpu.sync();
-        assert!(p.device.fault().is_none());
-        let _ = p.device.check_device(); // the stale fault, reported once
-        p.device.check_device().unwrap();
+        p.recover(&before);
     }
 
     // Half of the requests, then new requests with partial last pages from the front of
@@ -757,19 +781,7 @@ fn a_million_index_paged_free_releases_pages_in_ascending_order() {
 fn segment_frees_of_odd_page_sizes_match_the_host() {
     for ps in [2u32, 48, 128, 256] {
         let slots = 4096 * u64::from(ps);
-        let bytes = 8 * (slots as usize + ps as usize);
-        let gpu = Gpu::new(true);
-        let mut p = Pair {
-            host: Pool::new(config(BackendKind::Host, ps)).unwrap(),
-            device: DevicePool::new(config(CUDA0, ps)).unwrap(),
-            rng: rng::Rng(u64::from(ps)),
-            indices: DevBuf::new(bytes),
-            out: DevBuf::new(bytes),
-            prefix: DevBuf::new(8 * 1024),
-            seq: DevBuf::new(8 * 1024),
-            last: DevBuf::new(8 * 1024),
-            gpu,
-        };
+        let mut p = Pair::new(|backend| config(backend, ps), u64::from(ps));
         let psz = ps as usize;
         let rows = p.extend(200, i64::from(ps) * 9 / 2);
         for (r, row) in rows.iter().enumerate() {
@@ -785,19 +797,7 @@ fn segment_frees_of_odd_page_sizes_match_the_host() {
                 let host_err = p.host.free_segment(&bad, cut, row.len() - cut).unwrap_err();
                 let before = unsafe { p.device.backup_state(p.gpu.stream) }.unwrap();
                 let allocated = allocated_pages_on_device(&p.device);
-                p.indices.upload(&bad);
-                // SAFETY: `indices` holds the row; synchronized below.
-                unsafe {
-                    p.device.free_segment(
-                        p.indices.ptr,
-                        bad.len(),
-                        cut,
-                        bad.len() - cut,
-                        p.gpu.stream,
-                    )
-                }
-                .unwrap();
-                p.gpu.sync();
+                p.device_free_segment(&bad, cut, bad.len() - cut);
                 let fault = p
                     .device
                     .fault()
@@ -816,21 +816,11 @@ fn segment_frees_of_odd_page_sizes_match_the_host() {
                     allocated,
                     "page_size {ps}"
                 );
-                unsafe { p.device.restore_state(&before, p.gpu.stream) }.unwrap();
-                p.gpu.sync();
-                let _ = p.device.check_device(); // the stale fault, reported once
-                p.device.check_device().unwrap();
+                p.recover(&before);
             }
             for (start, len) in [(cut, row.len() - cut), (0, cut)] {
                 p.host.free_segment(row, start, len).unwrap();
-                p.indices.upload(row);
-                // SAFETY: as above.
-                unsafe {
-                    p.device
-                        .free_segment(p.indices.ptr, row.len(), start, len, p.gpu.stream)
-                }
-                .unwrap();
-                p.gpu.sync();
+                p.device_free_segment(row, start, len);
                 p.device.check_device().unwrap();
                 assert_eq!(
                     p.device.available_size_bound(),
