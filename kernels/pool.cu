@@ -443,18 +443,6 @@ __device__ inline uint32_t request_of(const unsigned long long *tok_off, uint32_
   return lo;
 }
 
-// The request whose new pages include the block's new page `k` (page_off ascending, `count`
-// requests; a request without new pages has the next one's offset, and is passed over).
-__device__ inline uint32_t owner_of(const unsigned long long *page_off, uint32_t count,
-                                    unsigned long long k) {
-  uint32_t lo = 0, hi = count;
-  while (hi - lo > 1) {
-    const uint32_t mid = (lo + hi) / 2;
-    if (page_off[mid] <= k) lo = mid; else hi = mid;
-  }
-  return lo;
-}
-
 // Checks request `i`'s last_loc: ERR_NONE or what is wrong. It must be its page's last
 // handed-out slot (the fill point), so a stale last_loc cannot hand a slot out twice. A request
 // that writes `added` slots into its prefix's page (`added > 0`) advances the page's fill point
@@ -554,12 +542,18 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   long long bq[BEFORE_BATCH], bp[BEFORE_BATCH];
   // The sums below skip a slot past `first` for the whole warp (and so every later one), the
   // same branch for all lanes; in a warp that straddles `first`, a slot past it holds zero
-  // lengths, an empty request. (The loads are not skipped: a branch between them would
-  // serialize their round trips.)
+  // lengths, an empty request.
   auto warp_done = [&](uint32_t base, uint32_t u) {
     return base - (threadIdx.x & 31) + u * BLOCK >= first;
   };
   auto load_before = [&](uint32_t base) {
+    // A warp with no slot of the batch before `first` skips it whole: one branch ahead of
+    // the loads (a branch between them would serialize their round trips).
+    if (warp_done(base, 0)) {
+#pragma unroll
+      for (uint32_t u = 0; u < BEFORE_BATCH; ++u) bq[u] = bp[u] = 0;
+      return;
+    }
 #pragma unroll
     for (uint32_t u = 0; u < BEFORE_BATCH; ++u) {
       const unsigned long long i = base + (unsigned long long)u * BLOCK;
@@ -637,29 +631,33 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
       fits ? my_tokens : (tok_before < total_tokens ? total_tokens - tok_before : 0);
 
   // The block's new pages are one run of the ring: stage them in shared memory with one
-  // coalesced pass (marking each allocated and setting its fill point: the tokens its request
-  // puts in it), so the token loop below makes no global loads. A block with more pages than
-  // fit (the host sizes blocks to avoid it) reads the ring.
+  // coalesced pass (marking each allocated and setting its fill point), so the token loop
+  // below makes no global loads. A block with more pages than fit (the host sizes blocks to
+  // avoid it) reads the ring. An extend's new pages are full but for each request's last,
+  // whose request sets its fill point after the barrier (a later write of the same block);
+  // a decode's new page holds its one token.
   __shared__ uint32_t pages[STAGE_CAP];
   const bool live = !dead && !short_ && fits;
   const bool staged = my_pages_total <= STAGE_CAP;
   if (live) {
+    const uint32_t full = decode ? 1u : v.page_size;
     for (unsigned long long k = threadIdx.x; k < my_pages_total; k += BLOCK) {
       const uint32_t page = v.ring[ring_pos(c.head, pages_before + k, n)];
       v.state[page] = page_word(KIND_ALLOCATED, call.tag);
-      if (v.page_size > 1) {
-        // A decode's new page holds its one token.
-        unsigned long long left = 1;
-        if (!decode) {
-          const uint32_t q = owner_of(page_off, mine, k);
-          left = tok_off[q + 1] - tok_off[q] - part1[q] - (k - page_off[q]) * v.page_size;
-        }
-        v.fill[page] = fill_word(call.tag, left < v.page_size ? left : v.page_size);
-      }
+      if (v.page_size > 1) v.fill[page] = fill_word(call.tag, full);
       if (staged) pages[k] = page;
     }
   }
   __syncthreads();
+  if (live && !decode && v.page_size > 1 && r < mine && s.new_pages > 0) {
+    // The tokens in the request's last new page (1..page_size; a full one is already set).
+    const unsigned long long tail = mod_ps(s.tokens - s.part1 - 1, v) + 1;
+    if (tail < v.page_size) {
+      const unsigned long long k = page_rank + s.new_pages - 1;
+      const uint32_t page = staged ? pages[k] : v.ring[ring_pos(c.head, pages_before + k, n)];
+      v.fill[page] = fill_word(call.tag, tail);
+    }
+  }
 
   // Write the block's tokens.
   uint32_t lo = 0;  // the request of the thread's last token
