@@ -221,29 +221,39 @@ mod batch_sums {
         pub pages: u64,
     }
 
+    // The checks are unsigned comparisons, so a lane needs few vector instructions: a
+    // negative length read as u64 is at least 2^63, above any pool size. `s > size` or
+    // `p > s` (as u64) holds iff p < 0, s < p or s > size; `s - 1 >= size` iff s < 1 or
+    // s > size. `bad` is a u64 mask, not a bool: a bool accumulator costs a pack per lane.
     #[inline(always)]
     fn extend_generic(prefix: &[i64], seq: &[i64], size: u64, shift: u32) -> Sums {
         let round = (1u64 << shift) - 1;
-        let (mut bad, mut tokens, mut pages) = (false, 0u64, 0u64);
+        let (mut bad, mut tokens, mut pages) = (0u64, 0u64, 0u64);
         for (&p, &s) in prefix.iter().zip(seq) {
-            bad |= (p < 0) | (s < p) | (s as u64 > size);
-            tokens = tokens.wrapping_add(s.wrapping_sub(p) as u64);
-            let ceil = |x: i64| (x as u64).wrapping_add(round) >> shift;
+            let (p, s) = (p as u64, s as u64);
+            bad |= u64::from(s > size) | u64::from(p > s);
+            tokens = tokens.wrapping_add(s.wrapping_sub(p));
+            let ceil = |x: u64| x.wrapping_add(round) >> shift;
             pages = pages.wrapping_add(ceil(s).wrapping_sub(ceil(p)));
         }
-        Sums { bad, tokens, pages }
+        Sums {
+            bad: bad != 0,
+            tokens,
+            pages,
+        }
     }
 
     #[inline(always)]
     fn decode_generic(seq: &[i64], size: u64, shift: u32) -> Sums {
         let mask = (1u64 << shift) - 1;
-        let (mut bad, mut pages) = (false, 0u64);
+        let (mut bad, mut pages) = (0u64, 0u64);
         for &s in seq {
-            bad |= (s < 1) | (s as u64 > size);
-            pages += u64::from((s as u64).wrapping_sub(1) & mask == 0);
+            let before = (s as u64).wrapping_sub(1);
+            bad |= u64::from(before >= size);
+            pages += u64::from(before & mask == 0);
         }
         Sums {
-            bad,
+            bad: bad != 0,
             tokens: seq.len() as u64,
             pages,
         }
@@ -421,6 +431,43 @@ mod tests {
                 ),
                 (a, b) => panic!("round {round}: {a:?} vs {b:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn the_fast_pass_decides_validity_at_every_boundary() {
+        // The fast pass folds the checks into unsigned comparisons: every pair of lengths
+        // around 0 and the pool size, and the extremes, must be judged as request by request.
+        let layout = Layout {
+            size: 1024,
+            page_size: 16,
+            num_pages: 64,
+        };
+        let size = layout.size as i64;
+        let edges = [
+            i64::MIN,
+            -2,
+            -1,
+            0,
+            1,
+            2,
+            size - 1,
+            size,
+            size + 1,
+            i64::MAX,
+        ];
+        for &p in &edges {
+            for &s in &edges {
+                let valid = extend_shape(&layout, 0, p, s).is_ok();
+                let fast = batch_sums::extend(&[p], &[s], layout.size, 4);
+                assert_eq!(fast.bad, !valid, "extend prefix {p} seq {s}");
+            }
+            let valid = (1..=size).contains(&p);
+            assert_eq!(
+                batch_sums::decode(&[p], layout.size, 4).bad,
+                !valid,
+                "decode seq {p}"
+            );
         }
     }
 
