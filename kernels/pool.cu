@@ -530,9 +530,6 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
 
   const uint32_t first = blockIdx.x * per_block;
   const uint32_t mine = first < batch ? min(per_block, batch - first) : 0;
-  auto prefix_of = [&](uint32_t i) -> long long {
-    return decode ? seq_lens[i] - 1 : prefix_lens[i];
-  };
 
   // The lengths of the requests before this block's, BEFORE_BATCH per thread at a time,
   // predicated (no branch between the loads, so a batch is in flight at once): the first
@@ -571,8 +568,12 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   bool sane = true;
   uint32_t err = ERR_NONE;
   if (r < mine) {
-    s = usable_shape(v, prefix_of(first + r), seq_lens[first + r], &sane);
+    // The request's three loads first, so that one round trip serves them (the shape's
+    // branch would otherwise hold the last_loc load back until the lengths arrived).
+    const long long seq = seq_lens[first + r];
+    const long long prefix = decode ? seq - 1 : prefix_lens[first + r];
     ll = (long long)last_loc[first + r];
+    s = usable_shape(v, prefix, seq, &sane);
     if (!dead) {
       // The last_loc checks only decide the verdict, so they run first and their memory
       // latency overlaps the reduction below; they are reported once the block's errors
@@ -580,8 +581,7 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
       // one cannot extend a page twice: no claim needed. (Unusable lengths give an empty
       // shape: no claim, no fill point moved; the call fails below.)
       const bool claim = s.part1 > 0 && batch > 1;
-      err = check_last_loc(v, call, first + r, ll, (unsigned long long)prefix_of(first + r),
-                           s.part1, claim);
+      err = check_last_loc(v, call, first + r, ll, (unsigned long long)prefix, s.part1, claim);
     }
   }
 
@@ -641,11 +641,25 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   const bool staged = my_pages_total <= STAGE_CAP;
   if (live) {
     const uint32_t full = decode ? 1u : v.page_size;
-    for (unsigned long long k = threadIdx.x; k < my_pages_total; k += BLOCK) {
-      const uint32_t page = v.ring[ring_pos(c.head, pages_before + k, n)];
-      v.state[page] = page_word(KIND_ALLOCATED, call.tag);
-      if (v.page_size > 1) v.fill[page] = fill_word(call.tag, full);
-      if (staged) pages[k] = page;
+    // STAGE_BATCH pages a thread at a time: their ring loads are issued together (the
+    // stores between them would otherwise keep each load behind the previous page's).
+    constexpr uint32_t STAGE_BATCH = 4;
+    for (unsigned long long k0 = threadIdx.x; k0 < my_pages_total; k0 += STAGE_BATCH * BLOCK) {
+      uint32_t batch_pages[STAGE_BATCH];
+#pragma unroll
+      for (uint32_t u = 0; u < STAGE_BATCH; ++u) {
+        const unsigned long long k = k0 + u * BLOCK;
+        if (k < my_pages_total) batch_pages[u] = v.ring[ring_pos(c.head, pages_before + k, n)];
+      }
+#pragma unroll
+      for (uint32_t u = 0; u < STAGE_BATCH; ++u) {
+        const unsigned long long k = k0 + u * BLOCK;
+        if (k >= my_pages_total) break;
+        const uint32_t page = batch_pages[u];
+        v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+        if (v.page_size > 1) v.fill[page] = fill_word(call.tag, full);
+        if (staged) pages[k] = page;
+      }
     }
   }
   __syncthreads();
