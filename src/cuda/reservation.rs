@@ -137,6 +137,25 @@ impl DeviceReservation {
     fn at(&self, offset: usize) -> CUdeviceptr {
         self.memory.as_ref().map_or(0, |m| m.at(offset))
     }
+
+    /// The device addresses the step, finish and unhold kernels read.
+    fn parts(&self) -> ReservationParts {
+        ReservationParts {
+            header: self.at(0),
+            lens: self.at(self.offsets.lens),
+            slots: self.at(self.offsets.slots),
+            taken: self.at(self.offsets.taken),
+        }
+    }
+}
+
+/// A reservation's header (`kvp::ResHeader`), lengths at reserve time, `K x batch` slot
+/// table and pages taken per step, in its device memory.
+struct ReservationParts {
+    header: CUdeviceptr,
+    lens: CUdeviceptr,
+    slots: CUdeviceptr,
+    taken: CUdeviceptr,
 }
 
 impl DevicePool {
@@ -411,9 +430,7 @@ impl DevicePool {
             pad: 0,
         };
         let view = self.view;
-        let header = res.at(0);
-        let lens = res.at(res.offsets.lens);
-        let slots = res.at(res.offsets.slots);
+        let parts = res.parts();
         let batch = res.plan.batch as u32;
         let steps = res.plan.steps;
         let block = batch.next_multiple_of(32).clamp(32, RES_BLOCK);
@@ -430,9 +447,9 @@ impl DevicePool {
                 &mut [
                     arg(&view),
                     arg(&call),
-                    arg(&header),
-                    arg(&lens),
-                    arg(&slots),
+                    arg(&parts.header),
+                    arg(&parts.lens),
+                    arg(&parts.slots),
                     arg(&batch),
                     arg(&steps),
                     arg(&out),
@@ -480,10 +497,7 @@ impl DevicePool {
             }
             let first_unused = res.plan.taken_by[steps_used as usize];
             let unused = res.plan.unused_pages(steps_used);
-            let header = res.at(0);
-            let lens = res.at(res.offsets.lens);
-            let slots = res.at(res.offsets.slots);
-            let taken = res.at(res.offsets.taken);
+            let parts = res.parts();
             let batch = res.plan.batch as u32;
             let steps = res.plan.steps;
             // SAFETY: `kvp_reservation_finish_*(View, Call, ResHeader *res, const i64 *lens,
@@ -501,10 +515,10 @@ impl DevicePool {
                     },
                     stream,
                     &[
-                        arg(&header),
-                        arg(&lens),
-                        arg(&slots),
-                        arg(&taken),
+                        arg(&parts.header),
+                        arg(&parts.lens),
+                        arg(&parts.slots),
+                        arg(&parts.taken),
                         arg(&batch),
                         arg(&steps),
                         arg(&steps_used),
@@ -555,10 +569,7 @@ impl DevicePool {
         }
         let view = self.view;
         while let Some(mut res) = self.abandoned.pop() {
-            let header = res.at(0);
-            let lens = res.at(res.offsets.lens);
-            let slots = res.at(res.offsets.slots);
-            let taken = res.at(res.offsets.taken);
+            let parts = res.parts();
             let batch = res.plan.batch as u32;
             let total = res.plan.total_pages;
             // SAFETY: `kvp_reservation_unhold_*(View, ResHeader *res, const i64 *lens, const
@@ -571,10 +582,10 @@ impl DevicePool {
                     stream,
                     &mut [
                         arg(&view),
-                        arg(&header),
-                        arg(&lens),
-                        arg(&slots),
-                        arg(&taken),
+                        arg(&parts.header),
+                        arg(&parts.lens),
+                        arg(&parts.slots),
+                        arg(&parts.taken),
                         arg(&batch),
                         arg(&total),
                     ],
