@@ -190,6 +190,9 @@ for step in "${steps[@]}"; do
         # (a cold cache is not what an engine sees). One CSV per build in the logs
         # (profile-NAME.csv: ncu --page details). PROFILE_METRICS: more metrics (comma-
         # separated), with their instances (e.g. sass__inst_executed_per_opcode).
+        # PROFILE_SASS=1: also one launch (the sixth) per build with per-instruction counters,
+        # exported as profile-NAME-sass.csv (ncu --page source --print-source sass), for
+        # scripts/gpu/sass_summary.py: which machine code ran, how often, where warps waited.
         [[ -x "$LOGS/kvpool_bench" ]] ||
             run bench-build "$NVCC" -O2 -std=c++17 -arch=sm_90 -Iinclude bench-gpu/kvpool_bench.cu \
                 -Lgpu-artifacts/lib -lkvpool -lcuda -Xlinker -rpath -Xlinker "$PWD/gpu-artifacts/lib" -Xlinker -z -Xlinker lazy -o "$LOGS/kvpool_bench"
@@ -203,6 +206,14 @@ for step in "${steps[@]}"; do
                 --section InstructionStats ${PROFILE_METRICS:+--metrics "$PROFILE_METRICS" \
                 --print-metric-instances values} --csv --page details "$bench" --host-only "$@"
             cp "$LOGS/profile-$name.log" "$LOGS/profile-$name.csv"
+            [[ -n "${PROFILE_SASS:-}" ]] || return 0
+            run "profile-sass-$name" env LD_LIBRARY_PATH="$lib" "$NCU" --clock-control none \
+                --cache-control none --kernel-name "regex:${PROFILE_KERNELS:-^kvp_extend_i64$}" \
+                --launch-skip 5 --launch-count 1 --section SourceCounters \
+                --section WarpStateStats --section InstructionStats -f \
+                -o "$LOGS/profile-$name" "$bench" --host-only "$@"
+            "$NCU" -i "$LOGS/profile-$name.ncu-rep" --page source --print-source sass --csv \
+                > "$LOGS/profile-$name-sass.csv"
         }
         ncu_run this "$PWD/gpu-artifacts/lib" "$LOGS/kvpool_bench" ${PROFILE_ARGS:-}
         for variant in $(printf '%s\n' ${BENCH_VARIANTS:-} | sort -u); do
@@ -225,7 +236,7 @@ for step in "${steps[@]}"; do
 done
 
 # Every log, in one file (the device tool brings back at most eight).
-tar -czf "$OUT/logs.tar.gz" -C "$LOGS" --exclude cuda_batch --exclude cuda_graph_decode --exclude kvpool_bench --exclude kvpool_bench_before .
+tar -czf "$OUT/logs.tar.gz" -C "$LOGS" --exclude cuda_batch --exclude cuda_graph_decode --exclude kvpool_bench --exclude kvpool_bench_before --exclude '*.ncu-rep' .
 if [[ ${#failed[@]} -gt 0 ]]; then
     echo "GPU check FAILED: ${failed[*]}"
     exit 1
