@@ -58,7 +58,7 @@ fn prefix_len(i: usize) -> usize {
         return 0;
     }
     let len = 100 + (i * 37) % 300;
-    if len % 16 == 0 {
+    if len.is_multiple_of(16) {
         len + 1
     } else {
         len

@@ -203,7 +203,7 @@ fn run(engine: &mut Engine) -> Result<(), Failure> {
     let every = if terminal { 50 } else { 500 };
     while !engine.is_done() {
         engine.step()?;
-        if engine.steps() % every == 0 {
+        if engine.steps().is_multiple_of(every) {
             let (waiting, chunking, running) = engine.scheduler().counts();
             let line = format!(
                 "step {:>6}  finished {:>5}  waiting {:>5}  chunking {:>2}  running {:>4}  pool {:>5.1}%  ratio {:.3}",
@@ -606,7 +606,7 @@ fn group(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::with_capacity(digits.len() + digits.len() / 3);
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);

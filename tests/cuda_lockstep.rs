@@ -329,7 +329,7 @@ impl Run {
         if bad {
             let row = &self.rows[continuing[0]];
             let len = row.len();
-            if len >= 2 && (len - 1) % self.ps as usize != 0 && self.rng.chance(50) {
+            if len >= 2 && !(len - 1).is_multiple_of(self.ps as usize) && self.rng.chance(50) {
                 // A stale continuation: from the slot before the row's last, same page
                 // (the same number of new tokens, so the totals hold).
                 prefix[0] = len as i64 - 1;
@@ -681,7 +681,7 @@ impl Run {
         let row = self.rows[i].clone();
         let ps = self.ps as usize;
         let last = *row.last().unwrap();
-        let bad = self.rng.chance(10) && !self.in_group && (last as usize + 1) % ps != 0;
+        let bad = self.rng.chance(10) && !self.in_group && !(last as usize + 1).is_multiple_of(ps);
         if bad {
             let ahead = vec![last + 1];
             let before = Some(unsafe { self.device.backup_state(self.gpu.stream) }.unwrap());
@@ -748,7 +748,7 @@ impl Run {
             _ => self.extend(),
         }
         self.check_available();
-        if self.ops % 64 == 0 {
+        if self.ops.is_multiple_of(64) {
             self.check_census();
         }
     }

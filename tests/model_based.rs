@@ -455,7 +455,7 @@ impl Run {
                 let Some(r) = self.pick_row() else { return };
                 let row = &self.held.rows[r];
                 let len = row.len();
-                if len < 2 || (len as u64 - 1) % self.ps == 0 {
+                if len < 2 || (len as u64 - 1).is_multiple_of(self.ps) {
                     return;
                 }
                 let (prefix, seq, stale) = ([len as i64 - 1], [len as i64 + 1], [row[len - 2]]);
@@ -470,7 +470,7 @@ impl Run {
                 let Some(r) = self.pick_row() else { return };
                 let row = &self.held.rows[r];
                 let Some(&last) = row.last() else { return };
-                if (last as u64 + 1) % self.ps == 0 {
+                if (last as u64 + 1).is_multiple_of(self.ps) {
                     return;
                 }
                 let ahead = [last + 1];

@@ -126,7 +126,10 @@ fn run(seed: u64, ps: u32, need_sort: bool, ops: usize) -> (u32, u32, u32) {
                         assert_eq!((g.kind(), g.message()), (e.kind(), e.message()), "{ctx}");
                     }
                     Ok(pages) => {
-                        let expect = seq.iter().filter(|&&s| (s as u64 - 1) % psu == 0).count();
+                        let expect = seq
+                            .iter()
+                            .filter(|&&s| (s as u64 - 1).is_multiple_of(psu))
+                            .count();
                         assert_eq!(pages, expect as u64, "{ctx}");
                         if pages * psu > available {
                             short += 1;

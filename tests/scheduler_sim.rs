@@ -897,7 +897,7 @@ impl Engine {
                 self.ctx()
             );
             let seq = r.row.len() as u64 + 1;
-            new_pages += u64::from((seq - 1) % self.ps == 0);
+            new_pages += u64::from((seq - 1).is_multiple_of(self.ps));
             seq_lens.push(seq as i64);
             last_loc.push(*r.row.last().expect("a running request holds KV"));
         }
@@ -1023,7 +1023,7 @@ impl Engine {
                     i as u64 % ps,
                     "slot {slot} at {i} misaligned"
                 );
-                if i as u64 % ps == 0 {
+                if (i as u64).is_multiple_of(ps) {
                     assert_ne!(
                         self.marks[page as usize], stamp,
                         "page {page} owned twice (step {})",
@@ -1089,7 +1089,7 @@ impl Engine {
             );
         }
         self.check_leak(when);
-        if self.step_no % 4 == 0 {
+        if self.step_no.is_multiple_of(4) {
             self.check_ownership();
         }
     }
@@ -1223,7 +1223,7 @@ fn grid() -> Vec<Sim> {
                         cfg.retraction = RetractionPolicy::Priority;
                     }
                 }
-                if n % 3 == 0 {
+                if n.is_multiple_of(3) {
                     cfg.max_running_requests = Some(rng.range(4, 12) as usize);
                 }
                 if rng.chance(25) {

@@ -217,7 +217,7 @@ impl<I: SlotIndex> Soak<I> {
             return; // reported by own()
         }
         let slot = slot as u64;
-        if slot % self.ps != 0 {
+        if !slot.is_multiple_of(self.ps) {
             return self.violation(format_args!("{what}: new page starts at slot {slot}"));
         }
         if self.s.held[(slot / self.ps) as usize] != 0 {
@@ -235,7 +235,7 @@ impl<I: SlotIndex> Soak<I> {
         let mut prev = last;
         for (k, &v) in out.iter().enumerate() {
             let t = prefix + k as u64;
-            if t % ps == 0 {
+            if t.is_multiple_of(ps) {
                 self.check_new_page(v, what);
             } else if v.get() != prev + 1 {
                 self.violation(format_args!(
@@ -645,7 +645,7 @@ impl<I: SlotIndex> Soak<I> {
                 let Some(r) = self.pick_row() else { return };
                 let row = &self.s.rows[r];
                 let len = row.len();
-                if len < 2 || (len as u64 - 1) % self.ps == 0 {
+                if len < 2 || (len as u64 - 1).is_multiple_of(self.ps) {
                     return;
                 }
                 let stale = [row[len - 2]];
@@ -793,7 +793,7 @@ impl<I: SlotIndex> Soak<I> {
         };
         self.ops += 1;
         self.check_counts(what);
-        if self.ops % self.check_every == 0 {
+        if self.ops.is_multiple_of(self.check_every) {
             self.full_check();
         }
     }

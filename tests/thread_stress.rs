@@ -393,7 +393,7 @@ impl<I: SlotIndex> Worker<I> {
                 }
                 _ => {
                     // A stale last_loc: one slot before the row's last, in the same page.
-                    if len < 2 || (len as u64 - 1) % sh.ps == 0 {
+                    if len < 2 || (len as u64 - 1).is_multiple_of(sh.ps) {
                         return;
                     }
                     let (prefix, seq, stale) = ([len as i64 - 1], [len as i64 + 1], [row[len - 2]]);

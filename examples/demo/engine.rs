@@ -589,7 +589,7 @@ impl Engine {
         }
         let own = &req.row[req.cached..];
         if !own.is_empty() {
-            let by_segment = e.id % 2 == 0;
+            let by_segment = e.id.is_multiple_of(2);
             let result = timed(&mut self.metrics.pool_time, || {
                 if by_segment {
                     self.pool.free_segment(&req.row, req.cached, own.len())

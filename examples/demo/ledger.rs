@@ -74,7 +74,7 @@ impl Ledger {
             ));
         }
         let page = (slot_u / ps) as usize;
-        if pos % ps == 0 {
+        if pos.is_multiple_of(ps) {
             if self.owner[page] != NO_OWNER {
                 return Err(format!(
                     "request {req} position {pos}: new page {page} (slot {slot}) is owned by request {}",
@@ -114,7 +114,7 @@ impl Ledger {
             let page = (slot / ps) as usize;
             self.set_held(slot, false);
             self.slots_held -= 1;
-            if pos as u64 % ps == 0 {
+            if (pos as u64).is_multiple_of(ps) {
                 self.owner[page] = NO_OWNER;
                 self.pages_held -= 1;
             }

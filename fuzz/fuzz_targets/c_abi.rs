@@ -796,7 +796,7 @@ impl Run {
         let got = unsafe { kvp_pool_alloc(self.pool, n, out.ptr(), out_len) };
         let want = match buffer_status(pass, out_len) {
             Some(status) => Err(status),
-            None if n % ps == 0 && out_len < n => Err(kvp_status::BufferTooSmall),
+            None if n.is_multiple_of(ps) && out_len < n => Err(kvp_status::BufferTooSmall),
             None => self.model.alloc(n as u64).map_err(kvp_status::from),
         };
         self.finish_alloc("alloc", got, want, &out, out_len, census, |run, slots| {

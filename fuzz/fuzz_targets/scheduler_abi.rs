@@ -267,7 +267,7 @@ fuzz_target!(|data: &[u8]| {
             }
             3 | 4 => {
                 let (available, evictable) = (input.value(), input.value());
-                let allow_prefill = input.byte() % 8 != 0;
+                let allow_prefill = !input.byte().is_multiple_of(8);
                 let null = input.byte() < 8;
                 let allowed = if null {
                     vec![kvp_status::NullArgument]

@@ -103,7 +103,7 @@ mod tests {
         let p = predictor(1e-6, 0.01);
         assert_eq!(p.predict(0), Some(8192));
         let later = p.predict(65_536).unwrap();
-        assert!(later < 8192 && later % 64 == 0, "{later}");
+        assert!(later < 8192 && later.is_multiple_of(64), "{later}");
         assert!(p.predict(131_000).is_none(), "no room left in the context");
         // Floor: never below a quarter of the base chunk.
         assert!(predictor(1.0, 0.0)

@@ -834,7 +834,7 @@ impl DevicePool {
     ) -> Result<(), PoolError> {
         self.enter(stream, false)?;
         let ps = self.layout.page_size as usize;
-        if n % ps != 0 {
+        if !n.is_multiple_of(ps) {
             return fail(
                 ErrorKind::Unaligned,
                 format!("alloc of {n} tokens is not a multiple of page_size {ps}"),
@@ -1261,7 +1261,7 @@ impl DevicePool {
                 );
             }
             let ps = self.layout.page_size as usize;
-            if self.layout.is_paged() && start_pos % ps != 0 {
+            if self.layout.is_paged() && !start_pos.is_multiple_of(ps) {
                 return fail(
                     ErrorKind::Unaligned,
                     format!("start_pos {start_pos} is not a multiple of page_size {ps}"),
@@ -1483,7 +1483,7 @@ impl DevicePool {
         if out == 0 {
             return fail(ErrorKind::InvalidArgument, "out_device is NULL");
         }
-        if out % 8 != 0 {
+        if !out.is_multiple_of(8) {
             return fail(
                 ErrorKind::InvalidArgument,
                 "out_device is not aligned for a uint64_t",

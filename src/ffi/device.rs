@@ -35,7 +35,7 @@ pub(crate) fn check_device_ptr(
     if len > 0 && ptr.is_null() {
         return Err(fail(kvp_status::NullArgument, format!("{name} is NULL")));
     }
-    if (ptr as usize) % align != 0 {
+    if !(ptr as usize).is_multiple_of(align) {
         return Err(fail(
             kvp_status::InvalidArgument,
             format!("{name} is not aligned for its element type"),

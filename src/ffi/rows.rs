@@ -71,7 +71,7 @@ pub(crate) fn table_of(
     if t.data.is_null() {
         return Err(fail(kvp_status::NullArgument, "table.data is NULL"));
     }
-    if (t.data as usize) % align != 0 {
+    if !(t.data as usize).is_multiple_of(align) {
         return Err(fail(
             kvp_status::InvalidArgument,
             "table.data is not aligned for its element type",

@@ -576,7 +576,7 @@ impl HostStorage {
             return self.collect_named_frees(segment, ("row", start_pos), pages);
         }
         let ps = self.layout.page_size as usize;
-        if start_pos % ps != 0 {
+        if !start_pos.is_multiple_of(ps) {
             return fail(
                 ErrorKind::Unaligned,
                 format!("start_pos {start_pos} is not a multiple of page_size {ps}"),

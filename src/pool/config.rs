@@ -75,7 +75,7 @@ impl Layout {
         if config.size == 0 {
             return fail(ErrorKind::InvalidArgument, "size must be at least one page");
         }
-        if config.size % ps != 0 {
+        if !config.size.is_multiple_of(ps) {
             return fail(
                 ErrorKind::Unaligned,
                 format!(

@@ -240,7 +240,7 @@ impl Pool {
     fn alloc_inner<I: SlotIndex>(&mut self, n: usize, out: &mut [I]) -> Result<(), PoolError> {
         self.check_index_type::<I>()?;
         let ps = self.layout.page_size as usize;
-        if n % ps != 0 {
+        if !n.is_multiple_of(ps) {
             return fail(
                 ErrorKind::Unaligned,
                 format!("alloc of {n} tokens is not a multiple of page_size {ps}"),

@@ -275,7 +275,7 @@ impl Pool {
         let continued: Vec<u32> = lens
             .iter()
             .zip(last_loc)
-            .filter(|(&len, _)| self.layout.is_paged() && len as u64 % ps != 0)
+            .filter(|(&len, _)| self.layout.is_paged() && !(len as u64).is_multiple_of(ps))
             .map(|(_, last)| (last.get() as u64 / ps) as u32)
             .collect();
         self.storage.hold(&pages);

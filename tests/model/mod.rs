@@ -116,7 +116,7 @@ impl Model {
     }
 
     pub fn alloc(&mut self, n: u64) -> Res<Vec<i64>> {
-        if n % self.ps != 0 {
+        if !n.is_multiple_of(self.ps) {
             return Err(ErrorKind::Unaligned);
         }
         let pages = n / self.ps;
@@ -204,7 +204,7 @@ impl Model {
         let pre: Vec<u64> = prefix.iter().map(|&p| p as u64).collect();
         // A request writes into its prefix's page when the prefix ends mid-page and grows.
         let writes: Vec<bool> = (0..pre.len())
-            .map(|i| pre[i] % ps != 0 && seq[i] as u64 > pre[i])
+            .map(|i| !pre[i].is_multiple_of(ps) && seq[i] as u64 > pre[i])
             .collect();
         self.check_last_locs(&pre, last_loc, &writes)?;
         // Pages started = multiples of ps in [prefix, seq).
@@ -345,7 +345,7 @@ impl Model {
             return self.free(segment);
         }
         let ps = self.ps as usize;
-        if start % ps != 0 {
+        if !start.is_multiple_of(ps) {
             return Err(ErrorKind::Unaligned);
         }
         let mut pages = Vec::new();
@@ -422,7 +422,7 @@ impl Model {
         self.check_last_locs(&pre, last_loc, &writes)?;
         // K plain decodes, each with alloc_decode's merge rule and shortage check, on a copy:
         // a shortage at any step refuses the whole reservation with nothing changed.
-        let needed = |s: u64| pre.iter().filter(|&&p| (p + s) % ps == 0).count() as u64;
+        let needed = |s: u64| pre.iter().filter(|&&p| (p + s).is_multiple_of(ps)).count() as u64;
         let mut trial = self.clone();
         for s in 0..k {
             trial.ensure(pre.len() as u64, needed(s))?;
@@ -487,7 +487,7 @@ impl Model {
         let ps = self.ps;
         if used < res.slots.len() && ps > 1 {
             for (i, &l) in res.lens.iter().enumerate() {
-                if (l as u64 + used as u64) % ps != 0 {
+                if !(l as u64 + used as u64).is_multiple_of(ps) {
                     let kept = res.slots[used][i] as u64 - 1;
                     debug_assert!(self.held.contains(&(kept / ps)));
                     self.hand_out(kept as i64);

@@ -873,7 +873,7 @@ impl Scheduler {
         ps.saturating_mul(
             slots
                 .iter()
-                .filter(|&&slot| self.requests[slot].kv_len % ps == 0)
+                .filter(|&&slot| self.requests[slot].kv_len.is_multiple_of(ps))
                 .count() as u64,
         )
     }
@@ -906,7 +906,7 @@ impl Scheduler {
                     _ => 0,
                 };
                 let key = (p, r.spec.output_len, std::cmp::Reverse(r.spec.input_len));
-                (key, slot, r.kv_len % ps == 0)
+                (key, slot, r.kv_len.is_multiple_of(ps))
             })
             .collect();
         order.sort_by_key(|o| std::cmp::Reverse(o.0));
