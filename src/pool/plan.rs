@@ -332,35 +332,28 @@ mod batch_sums {
     mod x86 {
         use super::{decode_generic, extend_generic, Sums};
 
-        #[target_feature(enable = "avx2")]
-        pub(super) unsafe fn extend_avx2(
-            prefix: &[i64],
-            seq: &[i64],
-            size: u64,
-            shift: u32,
-        ) -> Sums {
-            extend_generic(prefix, seq, size, shift)
+        /// Both passes compiled for one instruction set (`$feature`): the generic code.
+        macro_rules! compiled_for {
+            ($feature:literal, $extend:ident, $decode:ident) => {
+                #[target_feature(enable = $feature)]
+                pub(super) unsafe fn $extend(
+                    prefix: &[i64],
+                    seq: &[i64],
+                    size: u64,
+                    shift: u32,
+                ) -> Sums {
+                    extend_generic(prefix, seq, size, shift)
+                }
+
+                #[target_feature(enable = $feature)]
+                pub(super) unsafe fn $decode(seq: &[i64], size: u64, shift: u32) -> Sums {
+                    decode_generic(seq, size, shift)
+                }
+            };
         }
 
-        #[target_feature(enable = "avx2")]
-        pub(super) unsafe fn decode_avx2(seq: &[i64], size: u64, shift: u32) -> Sums {
-            decode_generic(seq, size, shift)
-        }
-
-        #[target_feature(enable = "avx512f")]
-        pub(super) unsafe fn extend_avx512(
-            prefix: &[i64],
-            seq: &[i64],
-            size: u64,
-            shift: u32,
-        ) -> Sums {
-            extend_generic(prefix, seq, size, shift)
-        }
-
-        #[target_feature(enable = "avx512f")]
-        pub(super) unsafe fn decode_avx512(seq: &[i64], size: u64, shift: u32) -> Sums {
-            decode_generic(seq, size, shift)
-        }
+        compiled_for!("avx2", extend_avx2, decode_avx2);
+        compiled_for!("avx512f", extend_avx512, decode_avx512);
     }
 
     pub(super) fn extend(prefix: &[i64], seq: &[i64], size: u64, shift: u32) -> Sums {
