@@ -209,10 +209,11 @@ impl PageCount {
 }
 
 /// The sums a batch plan needs, in one branch-free pass that the compiler vectorizes (and,
-/// where the CPU has AVX-512F or AVX2, in a copy compiled for it, picked at run time): a 4,096-request
-/// batch is planned in about a microsecond, where validating request by request (what the
-/// slow path does, to name the first invalid length) takes several. Power-of-two page sizes
-/// only (a shift); the sums wrap as the slow path's do in a release build.
+/// where the CPU has AVX-512F or AVX2, in a copy compiled for it, picked at run time): a
+/// 4,096-request batch is planned in one to two microseconds, where validating request by
+/// request (what the slow path does, to name the first invalid length) takes several.
+/// Power-of-two page sizes only (a shift); the sums wrap as the slow path's do in a release
+/// build.
 mod batch_sums {
     /// Whether any length is invalid, and the sums (meaningless if so).
     pub(super) struct Sums {
@@ -266,10 +267,16 @@ mod batch_sums {
     pub(super) enum Simd {
         Generic,
         #[cfg(target_arch = "x86_64")]
-        Avx2,
+        Avx2(Detected),
         #[cfg(target_arch = "x86_64")]
-        Avx512,
+        Avx512(Detected),
     }
+
+    /// That the CPU has the instruction set of the variant holding it: made only by
+    /// `Simd::best` and `Simd::available`, after detection, so no other code can name a
+    /// copy the CPU cannot run.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub(super) struct Detected(());
 
     impl Simd {
         /// The best copy this CPU runs (detected once, then a cached load).
@@ -277,10 +284,10 @@ mod batch_sums {
             #[cfg(target_arch = "x86_64")]
             {
                 if std::arch::is_x86_feature_detected!("avx512f") {
-                    return Simd::Avx512;
+                    return Simd::Avx512(Detected(()));
                 }
                 if std::arch::is_x86_feature_detected!("avx2") {
-                    return Simd::Avx2;
+                    return Simd::Avx2(Detected(()));
                 }
             }
             Simd::Generic
@@ -293,25 +300,24 @@ mod batch_sums {
             #[cfg(target_arch = "x86_64")]
             {
                 if std::arch::is_x86_feature_detected!("avx2") {
-                    all.push(Simd::Avx2);
+                    all.push(Simd::Avx2(Detected(())));
                 }
                 if std::arch::is_x86_feature_detected!("avx512f") {
-                    all.push(Simd::Avx512);
+                    all.push(Simd::Avx512(Detected(())));
                 }
             }
             all
         }
 
-        /// `extend_generic` as compiled for this instruction set (which the CPU must have:
-        /// `best` or `available` said so).
+        /// `extend_generic` as compiled for this instruction set.
         pub(super) fn extend(self, prefix: &[i64], seq: &[i64], size: u64, shift: u32) -> Sums {
             match self {
                 Simd::Generic => extend_generic(prefix, seq, size, shift),
-                // SAFETY: `self` names an instruction set the CPU has.
+                // SAFETY (both): `Detected` says the CPU has the instruction set.
                 #[cfg(target_arch = "x86_64")]
-                Simd::Avx2 => unsafe { x86::extend_avx2(prefix, seq, size, shift) },
+                Simd::Avx2(_) => unsafe { x86::extend_avx2(prefix, seq, size, shift) },
                 #[cfg(target_arch = "x86_64")]
-                Simd::Avx512 => unsafe { x86::extend_avx512(prefix, seq, size, shift) },
+                Simd::Avx512(_) => unsafe { x86::extend_avx512(prefix, seq, size, shift) },
             }
         }
 
@@ -319,11 +325,11 @@ mod batch_sums {
         pub(super) fn decode(self, seq: &[i64], size: u64, shift: u32) -> Sums {
             match self {
                 Simd::Generic => decode_generic(seq, size, shift),
-                // SAFETY: `self` names an instruction set the CPU has.
+                // SAFETY (both): `Detected` says the CPU has the instruction set.
                 #[cfg(target_arch = "x86_64")]
-                Simd::Avx2 => unsafe { x86::decode_avx2(seq, size, shift) },
+                Simd::Avx2(_) => unsafe { x86::decode_avx2(seq, size, shift) },
                 #[cfg(target_arch = "x86_64")]
-                Simd::Avx512 => unsafe { x86::decode_avx512(seq, size, shift) },
+                Simd::Avx512(_) => unsafe { x86::decode_avx512(seq, size, shift) },
             }
         }
     }
