@@ -1650,19 +1650,21 @@ fn free_grid(items: u64) -> u32 {
 /// a thread per page id or slot, `segment_lanes(page_size)` lanes per page of a segment
 /// (`kvp_free_segment_*`).
 fn known_grid(mode: u32, pages: u64, page_size: u32) -> u32 {
-    if mode == FREE_SEGMENT {
-        (pages * u64::from(segment_lanes(page_size)))
-            .div_ceil(u64::from(FREE_BLOCK))
-            .clamp(1, TARGET_BLOCKS) as u32
+    let threads_per_page = if mode == FREE_SEGMENT {
+        segment_lanes(page_size)
     } else {
-        free_grid(pages)
-    }
+        1
+    };
+    free_grid(pages * u64::from(threads_per_page))
 }
 
+/// Slots a lane of `kvp_free_segment_*` checks per step (`kvp::SEGMENT_RUN`).
+const SEGMENT_RUN: u32 = 4;
+
 /// Lanes of `kvp_free_segment_*` that check one page, `kvp::segment_lanes`: enough for the
-/// page at 4 slots each (`kvp::SEGMENT_RUN`), a power of two up to a warp.
+/// page at `SEGMENT_RUN` slots each, a power of two up to a warp.
 fn segment_lanes(page_size: u32) -> u32 {
-    page_size.div_ceil(4).next_power_of_two().min(32)
+    page_size.div_ceil(SEGMENT_RUN).next_power_of_two().min(32)
 }
 
 /// `KVPOOL_DEBUG` at pool creation: `stream_order` (or `1`) switches the stream-order check
