@@ -441,17 +441,23 @@ mod tests {
         }
     }
 
-    /// The branch-free pass and the request-by-request path agree on every batch: the
-    /// same sums when all lengths are valid, the same first invalid length otherwise.
-    #[test]
-    fn the_fast_pass_agrees_with_request_by_request_planning() {
-        let mut state = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = |n: u64| {
+    /// A seeded generator of numbers below its argument (an LCG: the tests need a fixed,
+    /// cheap sequence, not quality).
+    fn below(seed: u64) -> impl FnMut(u64) -> u64 {
+        let mut state = seed;
+        move |n| {
             state = state
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             (state >> 33) % n
-        };
+        }
+    }
+
+    /// The branch-free pass and the request-by-request path agree on every batch: the
+    /// same sums when all lengths are valid, the same first invalid length otherwise.
+    #[test]
+    fn the_fast_pass_agrees_with_request_by_request_planning() {
+        let mut next = below(0x9E37_79B9_7F4A_7C15u64);
         for round in 0..3000 {
             let ps = [1u32, 2, 16, 64, 3][round % 5];
             let layout = Layout {
@@ -520,13 +526,7 @@ mod tests {
         // Batches of every length up to a few vectors (the remainders of each width), valid
         // or with one invalid length, through each copy this CPU runs against the generic one.
         let copies = batch_sums::Simd::available();
-        let mut state = 0x2545_F491_4F6C_DD1Du64;
-        let mut next = |n: u64| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (state >> 33) % n
-        };
+        let mut next = below(0x2545_F491_4F6C_DD1Du64);
         let size = 1u64 << 20;
         for round in 0..2000 {
             let n = round % 70;
