@@ -22,6 +22,8 @@ namespace kvp {
 constexpr int SORT_CAP = 4096;
 constexpr unsigned FULL = 0xffffffffu;
 constexpr unsigned long long NO_ERROR = ~0ull;
+// `Header::ticket`'s flag: some block of the call reported an error (see conclude).
+constexpr uint32_t TICKET_ERROR = 1u << 31;
 
 // ---- small block-wide building blocks ----------------------------------------------------
 
@@ -129,22 +131,36 @@ __device__ inline void init_errors(unsigned long long *errors) {
 // After a block's work: true in the one block that finishes last, which then sees every
 // other block's writes and finds the call's verdict (smallest error of any block, or
 // NO_ERROR) in `*errors`. A single-block grid needs only a barrier.
+//
+// Ordering: the barrier, then thread 0's fence before its ticket, order the whole block's
+// writes before the ticket (a fence is cumulative over what the barrier ordered before it: the
+// pattern of cooperative groups' grid sync); the last block fences after its ticket before it
+// reads or overwrites what other blocks wrote. The ticket's top bit says that some block
+// reported an error: such a block lowers `op_error` and sets the bit before taking its ticket,
+// so the last block learns from its own ticket whether `op_error` needs reading (a dependent
+// round trip a clean call skips).
 __device__ bool conclude(Header *h, unsigned long long *errors) {
   if (gridDim.x == 1) {
     __syncthreads();
     return true;
   }
   __shared__ bool last;
-  __threadfence();
   __syncthreads();
   if (threadIdx.x == 0) {
-    if (*errors != NO_ERROR) atomicMin(&h->op_error, *errors);
     __threadfence();
-    last = atomicAdd(&h->ticket, 1u) == gridDim.x - 1;
+    if (*errors != NO_ERROR) {
+      atomicMin(&h->op_error, *errors);
+      __threadfence();
+      atomicOr(&h->ticket, TICKET_ERROR);
+    }
+    const uint32_t seen = atomicAdd(&h->ticket, 1u);
+    last = (seen & ~TICKET_ERROR) == gridDim.x - 1;
     if (last) {
       __threadfence();
-      *errors = *(volatile unsigned long long *)&h->op_error;
-      h->op_error = NO_ERROR;  // ready for the next call
+      if (seen & TICKET_ERROR) {
+        *errors = *(volatile unsigned long long *)&h->op_error;
+        h->op_error = NO_ERROR;  // ready for the next call
+      }
       h->ticket = 0;
     }
   }

@@ -57,7 +57,8 @@ constexpr uint32_t CLAIM_CHUNKS = 1024;
 struct Header {
   Cursor cursor[2];
   uint32_t fault;                // sticky: non-zero once a kernel found invalid input
-  uint32_t ticket;               // last-block-done counter of multi-block kernels
+  uint32_t ticket;               // last-block-done counter of multi-block kernels, with a flag
+                                 // (the top bit): some block reported an error (see conclude)
   unsigned long long op_error;   // smallest (position << 8 | code) found by the current call
   uint32_t sort_count;           // distinct pages claimed by the current free by index
   uint32_t pad[3];
