@@ -393,6 +393,57 @@ fn device_lengths_that_disagree_with_the_host_fault_without_writing_out_of_bound
     }
 }
 
+/// Every allocation kernel (one warp, one block, many blocks: chosen by batch size) refuses a decode whose device lengths disagree with the host's, names the request,
+/// writes only the padding slot and only inside the plan, and takes no page.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn every_decode_kernel_refuses_device_lengths_that_disagree() {
+    const GUARD: usize = 1024;
+    let gpu = Gpu::new(false);
+    for ps in [1u32, 16] {
+        let mut device = DevicePool::new(config(CUDA0, ps)).unwrap();
+        for batch in [2usize, 200, 700, 2000] {
+            let named = batch / 2;
+            let host_seq = vec![1i64; batch];
+            let mut device_seq = host_seq.clone();
+            device_seq[named] = 0;
+            let seq_d = DevBuf::new(8 * batch);
+            let last_d = DevBuf::new(8 * batch);
+            let out = DevBuf::new(8 * (batch + GUARD));
+            seq_d.upload(&device_seq);
+            last_d.upload(&vec![-1i64; batch]);
+            out.upload(&vec![-7i64; batch + GUARD]);
+            // SAFETY: the buffers hold what the call says; the test synchronizes after.
+            unsafe {
+                device
+                    .alloc_decode(&host_seq, seq_d.ptr, last_d.ptr, out.ptr, batch, gpu.stream)
+                    .unwrap();
+            }
+            gpu.sync();
+            let fault = device.fault().expect("the mismatch must fault the pool");
+            assert_eq!(
+                (fault.kind, fault.position),
+                (ErrorKind::InvalidLengths, named as i64),
+                "page size {ps}, batch {batch}: {fault:?}"
+            );
+            let written: Vec<i64> = out.download(batch + GUARD);
+            assert!(
+                written[..batch].iter().all(|&x| x == 0),
+                "page size {ps}, batch {batch}: a slot was handed out"
+            );
+            assert!(
+                written[batch..].iter().all(|&x| x == -7),
+                "page size {ps}, batch {batch}: a write past out[{batch})"
+            );
+            assert_eq!(allocated_pages_on_device(&device), 0, "a page was taken");
+            unsafe { device.clear(gpu.stream) }.unwrap();
+            gpu.sync();
+            assert_eq!(kind_of(device.check_device()), Err(ErrorKind::DeviceFault));
+            assert_eq!(kind_of(device.check_device()), Ok(()));
+        }
+    }
+}
+
 fn kind_of(r: Result<(), kvpool::PoolError>) -> Result<(), ErrorKind> {
     r.map_err(|e| e.kind())
 }

@@ -52,8 +52,10 @@ const SORT_CAP: u64 = 4096;
 /// The one-block kernels, a request a thread: one warp (`kvp_extend_warp_*`) for up to
 /// `WARP_BATCH` requests and `WARP_TOKENS` tokens (a decode of up to 32 requests), else 256
 /// threads (`kvp_extend_block_*`) for a decode of up to `BLOCK` requests or an extend of up to
-/// `BLOCK` requests and `BLOCK_TOKENS` tokens. Larger extends spread their writes over many
-/// blocks.
+/// `BLOCK` requests and `BLOCK_TOKENS` tokens. Larger batches spread over many blocks (one
+/// block of 1,024 threads for decodes of up to 1,024 requests, or of 256 for extends of up to
+/// 4,096 tokens, measured slower than several blocks despite their grid-wide ticket:
+/// BENCHMARKS.md).
 const WARP_BATCH: usize = 32;
 const WARP_TOKENS: u64 = 64;
 const BLOCK_TOKENS: u64 = 1024;
@@ -1000,7 +1002,7 @@ impl DevicePool {
         stream: CUstream,
     ) -> Result<(), PoolError> {
         let (kernel, grid, block, per_block, batch32) =
-            self.extend_shape(batch, decode, tokens, pages)?;
+            Self::extend_shape(batch, decode, tokens, pages)?;
         let function = kernel.function(&self.kernels.typed);
         let decode = u32::from(decode);
         let op = if decode == 1 {
@@ -1036,7 +1038,6 @@ impl DevicePool {
     /// Which extend kernel serves a batch: (kernel, grid, block, requests per block,
     /// batch as `u32`).
     pub(super) fn extend_shape(
-        &self,
         batch: usize,
         decode: bool,
         tokens: u64,
@@ -1728,5 +1729,31 @@ mod tests {
         assert_eq!(known_grid(FREE_SEGMENT, 2048, 64), 32);
         assert_eq!(known_grid(FREE_SEGMENT, 1 << 20, 16), TARGET_BLOCKS as u32);
         assert_eq!(known_grid(FREE_SLOTS, 4096, 1), 4);
+    }
+
+    #[test]
+    fn batches_go_to_the_smallest_kernel_that_holds_them() {
+        // (batch, decode, tokens, pages) -> (kernel, grid, threads)
+        let cases = [
+            ((32, true, 32, 32), (ExtendKernel::Warp, 1, 32)),
+            ((33, true, 33, 33), (ExtendKernel::Block, 1, 256)),
+            ((256, true, 256, 256), (ExtendKernel::Block, 1, 256)),
+            ((257, true, 257, 257), (ExtendKernel::Grid, 2, 256)),
+            ((1024, true, 1024, 1024), (ExtendKernel::Grid, 4, 256)),
+            ((200, false, 1024, 1024), (ExtendKernel::Block, 1, 256)),
+            ((200, false, 1025, 1025), (ExtendKernel::Grid, 200, 256)),
+            ((300, false, 600, 600), (ExtendKernel::Grid, 150, 256)),
+            ((8, false, 4096, 256), (ExtendKernel::Grid, 8, 256)),
+        ];
+        for ((batch, decode, tokens, pages), want) in cases {
+            let (kernel, grid, threads, per_block, _) =
+                DevicePool::extend_shape(batch, decode, tokens, pages).unwrap();
+            assert_eq!(
+                (kernel, grid, threads),
+                want,
+                "batch {batch}, tokens {tokens}"
+            );
+            assert!(grid as usize * per_block as usize >= batch);
+        }
     }
 }

@@ -242,7 +242,7 @@ impl DevicePool {
         }
         let batch32 = batch_u32(batch)?;
         let (kernel, grid, block, per_block, _) =
-            self.extend_shape(batch, decode, tokens, new_pages)?;
+            Self::extend_shape(batch, decode, tokens, new_pages)?;
         let op = if decode {
             DeviceOp::AllocDecodeRows
         } else {
