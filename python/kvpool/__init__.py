@@ -1252,6 +1252,15 @@ _host_array = _buffers.host_array
 _out_buffer = _buffers.out_buffer
 _result = _buffers.result
 _INT64 = _buffers.INT64
+_LIST = _buffers.LIST
+_ARRAY = _buffers.ARRAY
+_KINDS = _buffers._KINDS  # {handler: result kind}; other handlers' results are ARRAY
+_device_pointer = _buffers.device_pointer
+# The hot methods convert a host array with ``_HOST[type(x)](x, elements, what, writable)``:
+# ``_host_array`` without its own Python call (each costs ~0.1 us; a call takes up to four
+# arrays). A given ``out`` likewise (``_buffers.given_out`` inlined): its kind is looked up
+# after the conversion, which has by then remembered the handler of its type.
+_HOST = _buffers.HANDLERS
 
 
 def _optional_size(value, what):
@@ -1261,6 +1270,15 @@ def _optional_size(value, what):
 ExtendNeed = collections.namedtuple("ExtendNeed", "pages tokens")
 ExtendNeed.__doc__ = """``Pool.extend_need``: pages an ``alloc_extend`` takes from the free
 list, and the tokens (``extend_num_tokens``) it writes."""
+
+
+def _no_host_copy(call, what):
+    """The TypeError for a missing ``{what}_host`` argument of ``call``."""
+    return TypeError(
+        f"{call} needs {what}_host: the host copy of {what} (a list, buffer or CPU "
+        f"tensor; SGLang keeps it as {what}_cpu). kvpool sizes and plans the "
+        "allocation on the host, and copying the device tensor here would wait for "
+        "the stream.")
 
 
 class Pool(_Owner):
@@ -1376,8 +1394,9 @@ class Pool(_Owner):
         ``pages`` from the free list, ``tokens`` written (its ``extend_num_tokens``). It
         runs short iff ``pages * page_size > available_size()``. Bad lengths raise the
         allocation's ``KvpError`` (``INVALID_LENGTHS``). Host lengths, either backend."""
-        prefix_p, batch, prefix_keep = _host_array(prefix_lens, _INT64, "prefix_lens")
-        seq_p, seq_n, seq_keep = _host_array(seq_lens, _INT64, "seq_lens")
+        prefix_p, batch, prefix_keep = _HOST[type(prefix_lens)](prefix_lens, _INT64,
+                                                                "prefix_lens", False)
+        seq_p, seq_n, seq_keep = _HOST[type(seq_lens)](seq_lens, _INT64, "seq_lens", False)
         if batch != seq_n:
             raise ValueError("prefix_lens and seq_lens need one entry per request")
         pages = ctypes.c_uint64()
@@ -1392,7 +1411,7 @@ class Pool(_Owner):
     def decode_need(self, seq_lens):
         """Pages ``alloc_decode`` of these lengths (each counting the new token) would take:
         requests with ``(seq_len - 1) % page_size == 0``. Same checks as the allocation."""
-        seq_p, batch, seq_keep = _host_array(seq_lens, _INT64, "seq_lens")
+        seq_p, batch, seq_keep = _HOST[type(seq_lens)](seq_lens, _INT64, "seq_lens", False)
         pages = ctypes.c_uint64()
         status = self._lib.fast.kvp_pool_decode_need(self.handle, seq_p, batch,
                                                      ctypes.byref(pages))
@@ -1408,23 +1427,38 @@ class Pool(_Owner):
     # ``out_cache_loc``); the call returns it (its first k elements if longer). ``out_len``
     # shortens a new output buffer (to test BUFFER_TOO_SMALL).
 
+    # The hot methods below inline what helpers would do (each Python call costs ~0.1 us):
+    # ``self._handle or self.handle`` is ``self.handle`` (which raises once closed) without
+    # the property's call, and an ``out`` exactly filled is returned without ``_result``.
+
     def alloc(self, num_tokens, out_len=None, out=None):
-        num_tokens = _size(num_tokens, "num_tokens")
-        out_len = _optional_size(out_len, "out_len")
-        out, address, length, kind = _out_buffer(
-            num_tokens if out_len is None else out_len, out, self._index)
-        status = self._lib.fast.kvp_pool_alloc(self.handle, num_tokens, address, length)
+        if type(num_tokens) is not int or not 0 <= num_tokens <= _SIZE_MAX:
+            num_tokens = _size(num_tokens, "num_tokens")
+        if out_len is not None:
+            out_len = _size(out_len, "out_len")
+        if out is None:
+            out, address, length, kind = _out_buffer(
+                num_tokens if out_len is None else out_len, None, self._index)
+        else:
+            address, length, _ = _HOST[type(out)](out, self._index, "out", True)
+            kind = _KINDS.get(_HOST[type(out)], _ARRAY)
+        status = self._lib.fast.kvp_pool_alloc(self._handle or self.handle, num_tokens,
+                                               address, length)
         if status:
             self._lib.check(status)
+        if length == num_tokens and kind != _LIST:
+            return out
         return _result(out, kind, num_tokens, length)
 
     def alloc_extend(self, prefix_lens, seq_lens, last_loc, extend_num_tokens=None,
                      out_len=None, out=None):
         """SGLang's ``alloc_extend``. ``extend_num_tokens`` defaults to ``sum(seq_lens) -
         sum(prefix_lens)`` (O(n): pass it, as SGLang has it, to skip the sums)."""
-        prefix_p, batch, prefix_keep = _host_array(prefix_lens, _INT64, "prefix_lens")
-        seq_p, seq_n, seq_keep = _host_array(seq_lens, _INT64, "seq_lens")
-        last_p, last_n, last_keep = _host_array(last_loc, self._index, "last_loc")
+        index = self._index
+        prefix_p, batch, prefix_keep = _HOST[type(prefix_lens)](prefix_lens, _INT64,
+                                                                "prefix_lens", False)
+        seq_p, seq_n, seq_keep = _HOST[type(seq_lens)](seq_lens, _INT64, "seq_lens", False)
+        last_p, last_n, last_keep = _HOST[type(last_loc)](last_loc, index, "last_loc", False)
         if type(extend_num_tokens) is not int or not 0 <= extend_num_tokens <= _SIZE_MAX:
             extend_num_tokens = _extend_num_tokens(extend_num_tokens, seq_lens, prefix_lens,
                                                    seq_keep, prefix_keep)
@@ -1432,30 +1466,44 @@ class Pool(_Owner):
             out_len = _size(out_len, "out_len")
         if batch != seq_n or batch != last_n:
             raise ValueError("prefix_lens, seq_lens and last_loc need one entry per request")
-        out, address, length, kind = _out_buffer(
-            extend_num_tokens if out_len is None else out_len, out, self._index, prefix_lens,
-            seq_lens, last_loc)
+        if out is None:
+            out, address, length, kind = _out_buffer(
+                extend_num_tokens if out_len is None else out_len, None, index, prefix_lens,
+                seq_lens, last_loc)
+        else:
+            address, length, _ = _HOST[type(out)](out, index, "out", True)
+            kind = _KINDS.get(_HOST[type(out)], _ARRAY)
         status = self._lib.fast.kvp_pool_alloc_extend(
-            self.handle, prefix_p, seq_p, last_p, batch, extend_num_tokens, address, length)
+            self._handle or self.handle, prefix_p, seq_p, last_p, batch, extend_num_tokens,
+            address, length)
         if status:
             self._lib.check(status)
         del prefix_keep, seq_keep, last_keep  # the call has returned
+        if length == extend_num_tokens and kind != _LIST:
+            return out
         return _result(out, kind, extend_num_tokens, length)
 
     def alloc_decode(self, seq_lens, last_loc, out_len=None, out=None):
-        seq_p, batch, seq_keep = _host_array(seq_lens, _INT64, "seq_lens")
-        last_p, last_n, last_keep = _host_array(last_loc, self._index, "last_loc")
+        index = self._index
+        seq_p, batch, seq_keep = _HOST[type(seq_lens)](seq_lens, _INT64, "seq_lens", False)
+        last_p, last_n, last_keep = _HOST[type(last_loc)](last_loc, index, "last_loc", False)
         if out_len is not None:
             out_len = _size(out_len, "out_len")
         if batch != last_n:
             raise ValueError("seq_lens and last_loc need one entry per request")
-        out, address, length, kind = _out_buffer(
-            batch if out_len is None else out_len, out, self._index, seq_lens, last_loc)
-        status = self._lib.fast.kvp_pool_alloc_decode(self.handle, seq_p, last_p, batch,
-                                                      address, length)
+        if out is None:
+            out, address, length, kind = _out_buffer(
+                batch if out_len is None else out_len, None, index, seq_lens, last_loc)
+        else:
+            address, length, _ = _HOST[type(out)](out, index, "out", True)
+            kind = _KINDS.get(_HOST[type(out)], _ARRAY)
+        status = self._lib.fast.kvp_pool_alloc_decode(self._handle or self.handle, seq_p,
+                                                      last_p, batch, address, length)
         if status:
             self._lib.check(status)
         del seq_keep, last_keep  # the call has returned
+        if length == batch and kind != _LIST:
+            return out
         return _result(out, kind, batch, length)
 
     # ---- request-to-token tables (SGLang's req_to_token) ----
@@ -1580,14 +1628,19 @@ class Pool(_Owner):
     # ---- frees ----
 
     def _free(self, name, values, what, *args):
-        address, n, keep = _host_array(values, self._index, what)
-        status = getattr(self._lib.fast, name)(self.handle, address, n, *args)
+        address, n, keep = _HOST[type(values)](values, self._index, what, False)
+        status = getattr(self._lib.fast, name)(self._handle or self.handle, address, n, *args)
         if status:
             self._lib.check(status)
         del keep  # the call has returned
 
     def free_indices(self, indices):
-        self._free("kvp_pool_free_indices", indices, "indices")
+        # _free inlined: SGLang frees on every step
+        address, n, keep = _HOST[type(indices)](indices, self._index, "indices", False)
+        status = self._lib.fast.kvp_pool_free_indices(self._handle or self.handle, address, n)
+        if status:
+            self._lib.check(status)
+        del keep  # the call has returned
 
     def free_pages(self, page_ids):
         self._free("kvp_pool_free_pages", page_ids, "page_ids")
@@ -1691,7 +1744,7 @@ class Pool(_Owner):
     def _require_device(self, call):
         """A host pool refuses the *_async calls that take device buffers here, before any
         pointer is formed (the library would refuse them too)."""
-        if not self.is_device:
+        if self.backend != BACKEND_CUDA:  # not self.is_device (no property call)
             raise self._lib.error(STATUS["WRONG_BACKEND"],
                                   f"{call} needs a device pool (backend='cuda'); this pool "
                                   f"is a host pool: use {call[len('kvp_pool_'):-len('_async')]}"
@@ -1703,23 +1756,19 @@ class Pool(_Owner):
 
     def _device_indices(self, tensor, what):
         """(address, length) of a CUDA tensor of the index dtype on the pool's device."""
-        return self._device_buffer(tensor, self.index_dtype, what)
+        return _device_pointer(tensor, self._index, what, self.device)
 
     def _device_lengths(self, tensor, what):
         """(address, length) of a CUDA int64 tensor on the pool's device."""
-        return self._device_buffer(tensor, "int64", what)
+        return _device_pointer(tensor, _INT64, what, self.device)
 
     def _host_lengths(self, values, what, call):
         """(address, length, keep) of the host copy of a length array (any host array:
         list, array.array, numpy, CPU tensor, ...): required, because reading it from the
         device tensor (``.tolist()``, ``.cpu()``) would synchronize with the stream."""
         if values is None:
-            raise TypeError(
-                f"{call} needs {what}_host: the host copy of {what} (a list, buffer or CPU "
-                f"tensor; SGLang keeps it as {what}_cpu). kvpool sizes and plans the "
-                "allocation on the host, and copying the device tensor here would wait for "
-                "the stream.")
-        return _buffers.host_array(values, _buffers.INT64, what + "_host")
+            raise _no_host_copy(call, what)
+        return _HOST[type(values)](values, _INT64, what + "_host", False)
 
     def _current_stream(self):
         """The handle of PyTorch's current stream on the pool's device. The first call per
@@ -1746,7 +1795,8 @@ class Pool(_Owner):
         if stream is None:
             if self.backend != BACKEND_CUDA:
                 return None  # a host pool refuses every *_async call; no torch needed to say so
-            return self._current_stream()
+            raw = self._raw_stream  # _current_stream's fast path, without its call
+            return self._current_stream() if raw is None else raw(self.device)
         if type(stream) is int and 0 <= stream <= _UINTPTR_MAX:
             return stream
         if isinstance(stream, ctypes.c_void_p):
@@ -1788,7 +1838,7 @@ class Pool(_Owner):
 
     def _async_call(self, name, *args):
         """``lib.fast.<name>(pool, *args)`` (addresses as ints), raising on failure."""
-        status = getattr(self._lib.fast, name)(self.handle, *args)
+        status = getattr(self._lib.fast, name)(self._handle or self.handle, *args)
         if status:
             self._lib.check(status)
 
@@ -1804,11 +1854,19 @@ class Pool(_Owner):
     def alloc_async(self, num_tokens, out=None, *, stream=None):
         """Allocates ``num_tokens`` slots (a multiple of page_size) into ``out`` on the device;
         returns ``out[:num_tokens]`` (a new tensor when ``out`` is None)."""
-        self._require_device("kvp_pool_alloc_async")
-        num_tokens = _size(num_tokens, "num_tokens")
+        if self.backend != BACKEND_CUDA:
+            self._require_device("kvp_pool_alloc_async")
+        if type(num_tokens) is not int or not 0 <= num_tokens <= _SIZE_MAX:
+            num_tokens = _size(num_tokens, "num_tokens")
         handle = self._stream_handle(stream)
-        buf, n, out = self._device_out(num_tokens, out, stream, handle)
-        self._async_call("kvp_pool_alloc_async", num_tokens, buf, n, handle)
+        if out is None:
+            buf, n, out = self._device_out(num_tokens, None, stream, handle)
+        else:
+            buf, n = _device_pointer(out, self._index, "out", self.device)
+        status = self._lib.fast.kvp_pool_alloc_async(self._handle or self.handle, num_tokens,
+                                                     buf, n, handle)
+        if status:
+            self._lib.check(status)
         return out if n == num_tokens else out[:num_tokens]
 
     def alloc_extend_async(self, prefix_lens, seq_lens, last_loc, out=None, *,
@@ -1823,22 +1881,39 @@ class Pool(_Owner):
         sum(prefix_lens_host)`` (O(n); pass it to skip the sums). Returns
         ``out[:extend_num_tokens]``."""
         call = "kvp_pool_alloc_extend_async"
-        self._require_device(call)
-        prefix_host, batch, prefix_keep = self._host_lengths(prefix_lens_host, "prefix_lens",
-                                                             call)
-        seq_host, seq_host_n, seq_keep = self._host_lengths(seq_lens_host, "seq_lens", call)
-        prefix_buf, prefix_n = self._device_lengths(prefix_lens, "prefix_lens")
-        seq_buf, seq_n = self._device_lengths(seq_lens, "seq_lens")
-        last_buf, last_n = self._device_indices(last_loc, "last_loc")
+        if self.backend != BACKEND_CUDA:
+            self._require_device(call)
+        # self._host_lengths inlined (one Python call less per host copy)
+        if prefix_lens_host is None:
+            raise _no_host_copy(call, "prefix_lens")
+        prefix_host, batch, prefix_keep = _HOST[type(prefix_lens_host)](
+            prefix_lens_host, _INT64, "prefix_lens_host", False)
+        if seq_lens_host is None:
+            raise _no_host_copy(call, "seq_lens")
+        seq_host, seq_host_n, seq_keep = _HOST[type(seq_lens_host)](
+            seq_lens_host, _INT64, "seq_lens_host", False)
+        device, index = self.device, self._index
+        prefix_buf, prefix_n = _device_pointer(prefix_lens, _INT64, "prefix_lens", device)
+        seq_buf, seq_n = _device_pointer(seq_lens, _INT64, "seq_lens", device)
+        last_buf, last_n = _device_pointer(last_loc, index, "last_loc", device)
         if not batch == seq_host_n == prefix_n == seq_n == last_n:
             raise ValueError("prefix_lens, seq_lens, last_loc and the host copies need one "
                              "entry per request")
-        extend_num_tokens = _extend_num_tokens(extend_num_tokens, seq_lens_host,
-                                               prefix_lens_host, seq_keep, prefix_keep)
-        handle = self._stream_handle(stream)
-        buf, n, out = self._device_out(extend_num_tokens, out, stream, handle)
-        self._async_call(call, prefix_host, seq_host, prefix_buf, seq_buf, last_buf, batch,
-                         extend_num_tokens, buf, n, handle)
+        if type(extend_num_tokens) is not int or not 0 <= extend_num_tokens <= _SIZE_MAX:
+            extend_num_tokens = _extend_num_tokens(extend_num_tokens, seq_lens_host,
+                                                   prefix_lens_host, seq_keep, prefix_keep)
+        raw = self._raw_stream  # stream=None: self._stream_handle(None) without its call
+        handle = (raw(device) if stream is None and raw is not None
+                  else self._stream_handle(stream))
+        if out is None:
+            buf, n, out = self._device_out(extend_num_tokens, None, stream, handle)
+        else:
+            buf, n = _device_pointer(out, index, "out", device)
+        status = self._lib.fast.kvp_pool_alloc_extend_async(
+            self._handle or self.handle, prefix_host, seq_host, prefix_buf, seq_buf, last_buf,
+            batch, extend_num_tokens, buf, n, handle)
+        if status:
+            self._lib.check(status)
         del prefix_keep, seq_keep  # the call has returned: the host copies are read
         return out if n == extend_num_tokens else out[:extend_num_tokens]
 
@@ -1849,15 +1924,28 @@ class Pool(_Owner):
         the host copy of ``seq_lens`` (required, as for ``alloc_extend_async``). Returns
         ``out[:batch]``."""
         call = "kvp_pool_alloc_decode_async"
-        self._require_device(call)
-        seq_host, batch, seq_keep = self._host_lengths(seq_lens_host, "seq_lens", call)
-        seq_buf, seq_n = self._device_lengths(seq_lens, "seq_lens")
-        last_buf, last_n = self._device_indices(last_loc, "last_loc")
+        if self.backend != BACKEND_CUDA:
+            self._require_device(call)
+        if seq_lens_host is None:  # self._host_lengths inlined
+            raise _no_host_copy(call, "seq_lens")
+        seq_host, batch, seq_keep = _HOST[type(seq_lens_host)](
+            seq_lens_host, _INT64, "seq_lens_host", False)
+        device, index = self.device, self._index
+        seq_buf, seq_n = _device_pointer(seq_lens, _INT64, "seq_lens", device)
+        last_buf, last_n = _device_pointer(last_loc, index, "last_loc", device)
         if not batch == seq_n == last_n:
             raise ValueError("seq_lens, last_loc and seq_lens_host need one entry per request")
-        handle = self._stream_handle(stream)
-        buf, n, out = self._device_out(batch, out, stream, handle)
-        self._async_call(call, seq_host, seq_buf, last_buf, batch, buf, n, handle)
+        raw = self._raw_stream  # stream=None: self._stream_handle(None) without its call
+        handle = (raw(device) if stream is None and raw is not None
+                  else self._stream_handle(stream))
+        if out is None:
+            buf, n, out = self._device_out(batch, None, stream, handle)
+        else:
+            buf, n = _device_pointer(out, index, "out", device)
+        status = self._lib.fast.kvp_pool_alloc_decode_async(
+            self._handle or self.handle, seq_host, seq_buf, last_buf, batch, buf, n, handle)
+        if status:
+            self._lib.check(status)
         del seq_keep  # the call has returned: the host copy is read
         return out if n == batch else out[:batch]
 
@@ -1869,10 +1957,14 @@ class Pool(_Owner):
     def free_async(self, indices, *, stream=None):
         """SGLang's ``free``: frees slots by index (a paged pool frees each index's page).
         ``indices`` is a CUDA tensor of the index dtype."""
-        call = "kvp_pool_free_indices_async"
-        self._require_device(call)
-        buf, n = self._device_indices(indices, "indices")
-        self._async_call(call, buf, n, self._stream_handle(stream))
+        if self.backend != BACKEND_CUDA:
+            self._require_device("kvp_pool_free_indices_async")
+        buf, n = _device_pointer(indices, self._index, "indices", self.device)
+        handle = self._stream_handle(stream)
+        status = self._lib.fast.kvp_pool_free_indices_async(self._handle or self.handle, buf, n,
+                                                            handle)
+        if status:
+            self._lib.check(status)
 
     free_indices_async = free_async
 

@@ -270,12 +270,26 @@ def _from_ndarray(values, elements, what, writable):
 
 _UNIT_STRIDE = (1,)  # the stride() of a 1-D contiguous tensor (of more than one element)
 
-_HANDLERS = {
+class _Handlers(dict):
+    """{type: handler}; a type not seen yet gets ``_first_seen``, so that the hot calls find
+    any handler in one lookup, ``HANDLERS[type(values)]``, without a call to dispatch."""
+
+    def __missing__(self, cls):
+        return _first_seen
+
+
+_HANDLERS = HANDLERS = _Handlers({
     array.array: _from_array,
     list: _from_sequence,
     tuple: _from_sequence,
     memoryview: _from_memoryview,
-}
+})
+
+
+def _first_seen(values, elements, what, writable):
+    """The handler of a type not seen yet: finds the real one (``_handler`` remembers it,
+    except for iterables, which stay one-offs) and converts with it."""
+    return _handler(values)(values, elements, what, writable)
 
 
 def _handler(values):
@@ -312,11 +326,10 @@ def _is_buffer(value):
 def host_array(values, elements, what, writable=False):
     """(address, length, keep) of a host array argument (see the module's docs); ``keep``
     owns the memory and must stay referenced until the call returns. ``writable``: an
-    output (``out=``), which must be a tensor or a writable buffer."""
-    handler = _HANDLERS.get(type(values))
-    if handler is None:
-        handler = _handler(values)
-    return handler(values, elements, what, writable)
+    output (``out=``), which must be a tensor or a writable buffer. (The pool's hot methods
+    call ``HANDLERS[type(values)](values, elements, what, writable)`` themselves: one Python
+    call less per array.)"""
+    return _HANDLERS[type(values)](values, elements, what, writable)
 
 
 def total(values, keep):
@@ -334,18 +347,20 @@ LIST, ARRAY, NUMPY, TORCH = range(4)
 _KINDS = {_from_tensor: TORCH, _from_ndarray: NUMPY, _from_sequence: LIST}
 
 
-def _kind(value):
-    handler = _HANDLERS.get(type(value))
-    if handler is None:
-        handler = _handler(value)
-    return _KINDS.get(handler, ARRAY)
-
-
 def result_kind(*inputs):
     """What a call returns when given no ``out``: a tensor if any input is a tensor, else a
     numpy array if any is one, else an ``array.array`` if any is another buffer (array,
-    memoryview, ...), else a list."""
-    return max(map(_kind, inputs), default=LIST)
+    memoryview, ...), else a list. (A loop rather than a function per input: one Python
+    call, not one per input.)"""
+    kind = LIST
+    for value in inputs:
+        found = _HANDLERS[type(value)]
+        if found is _first_seen:
+            found = _handler(value)
+        found = _KINDS.get(found, ARRAY)
+        if found > kind:
+            kind = found
+    return kind
 
 
 def out_buffer(n, out, elements, *inputs):
@@ -353,11 +368,8 @@ def out_buffer(n, out, elements, *inputs):
     writable buffer of the elements: numpy array, array.array, memoryview; written in
     place), else a new buffer of ``n`` elements of the kind ``result_kind(*inputs)``."""
     if out is not None:
-        handler = _HANDLERS.get(type(out))
-        if handler is None:
-            handler = _handler(out)
-        address, length, _ = handler(out, elements, "out", True)
-        return out, address, length, _KINDS.get(handler, ARRAY)
+        address, length, kind = given_out(out, elements)
+        return out, address, length, kind
     kind = result_kind(*inputs)
     if kind == TORCH:
         torch = sys.modules["torch"]
@@ -370,6 +382,16 @@ def out_buffer(n, out, elements, *inputs):
         buffer = elements.zero * n
         address = buffer.buffer_info()[0]
     return buffer, (address if n else EMPTY_ADDRESS), n, kind
+
+
+def given_out(out, elements):
+    """(address, length, kind) of a given ``out`` (a tensor or a writable buffer of the
+    elements): what ``out_buffer`` does with one (the pool's hot methods inline it)."""
+    found = _HANDLERS[type(out)]
+    if found is _first_seen:
+        found = _handler(out)
+    address, length, _ = found(out, elements, "out", True)
+    return address, length, _KINDS.get(found, ARRAY)
 
 
 def result(buffer, kind, k, length):
