@@ -358,21 +358,8 @@ fn device_lengths_that_disagree_with_the_host_fault_without_writing_out_of_bound
             assert_eq!(fault.kind, ErrorKind::InvalidLengths, "{fault:?}");
             assert_eq!(fault.position, named, "{fault:?}");
             assert!(fault.message.contains("disagree"), "{}", fault.message);
-            let written: Vec<i64> = out.download(total + GUARD);
-            assert!(
-                written[..total].iter().all(|&x| x == 0),
-                "{:?}",
-                &written[..total]
-            );
-            assert!(
-                written[total..].iter().all(|&x| x == -7),
-                "page size {ps}: a write past out[{total}) for device seq {seq:?}"
-            );
-            assert_eq!(allocated_pages_on_device(&device), 0, "a page was taken");
-            unsafe { device.clear(gpu.stream) }.unwrap();
-            gpu.sync();
-            assert_eq!(kind_of(device.check_device()), Err(ErrorKind::DeviceFault));
-            assert_eq!(kind_of(device.check_device()), Ok(()));
+            let what = format!("page size {ps}, device seq {seq:?}");
+            assert_refused_cleanly(&mut device, &gpu, &out, total, GUARD, &what);
         }
         // Decode: a device seq_len of 0 (prefix -1) is refused the same way.
         let decode_seq = [1i64, 1];
@@ -426,22 +413,42 @@ fn every_decode_kernel_refuses_device_lengths_that_disagree() {
                 (ErrorKind::InvalidLengths, named as i64),
                 "page size {ps}, batch {batch}: {fault:?}"
             );
-            let written: Vec<i64> = out.download(batch + GUARD);
-            assert!(
-                written[..batch].iter().all(|&x| x == 0),
-                "page size {ps}, batch {batch}: a slot was handed out"
-            );
-            assert!(
-                written[batch..].iter().all(|&x| x == -7),
-                "page size {ps}, batch {batch}: a write past out[{batch})"
-            );
-            assert_eq!(allocated_pages_on_device(&device), 0, "a page was taken");
-            unsafe { device.clear(gpu.stream) }.unwrap();
-            gpu.sync();
-            assert_eq!(kind_of(device.check_device()), Err(ErrorKind::DeviceFault));
-            assert_eq!(kind_of(device.check_device()), Ok(()));
+            let what = format!("page size {ps}, batch {batch}");
+            assert_refused_cleanly(&mut device, &gpu, &out, batch, GUARD, &what);
         }
     }
+}
+
+/// After a refused call (synchronized): `out[..n]` holds only the padding slot, the `guard`
+/// elements after it still hold the -7 they were filled with, no page is allocated; then the
+/// pool is cleared, reports the fault once more, and is healthy.
+fn assert_refused_cleanly(
+    device: &mut DevicePool,
+    gpu: &Gpu,
+    out: &DevBuf,
+    n: usize,
+    guard: usize,
+    what: &str,
+) {
+    let written: Vec<i64> = out.download(n + guard);
+    assert!(
+        written[..n].iter().all(|&x| x == 0),
+        "{what}: a slot was handed out: {:?}",
+        &written[..n]
+    );
+    assert!(
+        written[n..].iter().all(|&x| x == -7),
+        "{what}: a write past out[{n})"
+    );
+    assert_eq!(
+        allocated_pages_on_device(device),
+        0,
+        "{what}: a page was taken"
+    );
+    unsafe { device.clear(gpu.stream) }.unwrap();
+    gpu.sync();
+    assert_eq!(kind_of(device.check_device()), Err(ErrorKind::DeviceFault));
+    assert_eq!(kind_of(device.check_device()), Ok(()));
 }
 
 fn kind_of(r: Result<(), kvpool::PoolError>) -> Result<(), ErrorKind> {
