@@ -1,15 +1,22 @@
-// alloc_extend / alloc_decode of a small batch in one block: the calls engines make most
-// (a decode step, a prefill of a few requests). Included by pool.cu after `extend`, whose
-// helpers it shares.
+// alloc_extend / alloc_decode of a small batch (at most BLOCK * PER requests): the calls
+// engines make most (a decode step, a prefill of a few requests). Included by pool.cu after
+// `extend`, whose helpers it shares.
 //
-// PER requests per thread (batch <= BLOCK * PER). Unlike the multi-block kernel, nothing changes
-// before the verdict: the block validates every request against the plan, one barrier makes
-// the verdict known to all threads, and only then does the call either take effect (page
-// words, fill points, outputs, cursor) or write zeros and fault. So there is no grid ticket,
-// no undo pass and no fill_prev; two requests that continue one page are found in a
-// shared-memory table rather than with global claims. The dependent global round trips are:
-// the cursor and lengths; the ring's new pages together with the prefix pages' words; the
-// writes.
+// PER requests per thread. Unlike the ticketed multi-block kernel, nothing changes before the
+// verdict: the block validates every request against the plan, one barrier makes the verdict
+// known to all threads, and only then does the call either take effect (page words, fill
+// points, outputs, cursor) or write zeros and fault. So there is no grid ticket, no undo pass
+// and no fill_prev; two requests that continue one page are found in a shared-memory table
+// rather than with global claims. The dependent global round trips are: the cursor and
+// lengths; the ring's new pages together with the prefix pages' words; the writes.
+//
+// Several blocks (a long extend of a small batch): every block decides the whole call, from
+// the same inputs, so all reach the same verdict without talking to each other; each then
+// writes only its share of the tokens (a contiguous range), and block 0 alone commits the
+// cursor or faults. Deciding reads nothing another block writes in a call that fails (nothing
+// is written then), and in a call that takes effect the only such word is a continued page's
+// fill point, which a slower block may find already advanced by this call: it recognizes the
+// advance (see `advanced_by_call`) instead of calling it a second continuation.
 
 namespace kvp {
 
@@ -42,14 +49,39 @@ struct PageTable {
   __device__ bool first_of(uint32_t pos, uint32_t r) const {
     return (uint32_t)entry[pos] == r + 1u;
   }
+
+  // After a barrier: the first request that entered `page`, or -1.
+  __device__ int find(uint32_t page) const {
+    for (uint32_t pos = (page * 2654435761u) & (SIZE - 1);; pos = (pos + 1) & (SIZE - 1)) {
+      const unsigned long long e = entry[pos];
+      if (e == 0) return -1;
+      if ((uint32_t)(e >> 32) == page) return (int)(uint32_t)e - 1;
+    }
+  }
 };
+
+// Several blocks: whether a fill word tagged by this very call, found on request `i`'s prefix
+// page, is the advance this call makes (by another block that has already decided the call
+// valid): the page's continuing request (the first in the table, or `i` itself) starts at
+// the same last_loc and the word holds exactly where it ends. Anything else is what one block
+// would call it: a second continuation, or a replayed capture's stale one.
+template <int CAP>
+__device__ bool advanced_by_call(const PageTable<CAP> &claims, uint32_t page, long long ll,
+                                 unsigned long long own_part1, unsigned long long filled,
+                                 const unsigned long long *part1, const long long *last,
+                                 uint32_t batch, const View &v) {
+  const unsigned long long start = mod_ps((unsigned long long)ll, v) + 1;
+  if (own_part1 > 0) return fill_of(filled) == start + own_part1;
+  const int q = batch > 1 ? claims.find(page) : -1;
+  return q >= 0 && last[q] == ll && fill_of(filled) == start + part1[q];
+}
 
 // ROWS: an allocation by request row (alloc_extend_rows / alloc_decode_rows) in this one
 // kernel: `tab.rows` checked (in the table, each row once: a second shared table; seq within
 // row_len), last_loc read from the table (`last_loc` unused), the slots written into the rows
 // after the verdict, and to `out` only when it is not NULL. A failing call writes nothing to
 // the table.
-template <int BLOCK, int PER, typename Index, bool ROWS = false>
+template <int BLOCK, int PER, typename Index, bool ROWS = false, bool GRID = false>
 __device__ void extend_block(View v, Call call, const long long *prefix_lens,
                              const long long *seq_lens, const Index *last_loc, uint32_t batch,
                              uint32_t decode, unsigned long long total_tokens,
@@ -66,6 +98,8 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
   // ROWS: each request's first new table entry, and the rows seen (repeats).
   __shared__ unsigned long long table_at_[ROW_CAP];
   __shared__ PageTable<ROW_CAP> row_claims;
+  // Several blocks: the ring ranks of the new pages this block's tokens use, [lo, hi).
+  __shared__ unsigned long long stage_lo, stage_hi;
 
   // Thread r owns requests r*PER .. r*PER + PER - 1 (consecutive: one scan over the threads'
   // totals orders them all).
@@ -82,6 +116,15 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
   const bool dead = h->fault != 0;
   const bool short_ = !dead && c.free_len < total_pages;
   const bool tracked = v.page_size > 1;
+  // GRID: this block's tokens, [t_begin, t_end) of the plan. (One block: all of them; the
+  // one-block code is kept exactly as it was, as it is the hot path of decode steps.)
+  unsigned long long t_begin = 0, t_end = total_tokens;
+  if constexpr (GRID) {
+    const unsigned long long span = div_slow(total_tokens + gridDim.x - 1, gridDim.x);
+    t_begin = min((unsigned long long)blockIdx.x * span, total_tokens);
+    t_end = min(t_begin + span, total_tokens);
+    if (r == 0) stage_lo = stage_hi = 0;  // published by the barrier in block_scan_pair
+  }
 
   // Round trip 1: this thread's requests. Every load is unconditional (a thread past the
   // batch reads the last request again and ignores it), so they are all in flight at once:
@@ -153,10 +196,11 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
   // the host's totals (checked below), so writes never pass out[total_tokens) and no page
   // beyond the planned run of the ring is taken.
   const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
-  const bool staged = new_pages <= STAGE_CAP;
 
   // Round trip 2: the prefix pages' words (issued first, unconditionally: page 0 stands in
-  // for a request with nothing to check), then the new pages from the ring.
+  // for a request with nothing to check), then the new pages from the ring (of several
+  // blocks, those of the block's tokens: found by the requests holding its first and last
+  // token, which a barrier publishes while the words are in flight).
   uint32_t err[PER], prefix_page[PER], word[PER];
   unsigned long long filled[PER];
   bool check[PER];
@@ -174,9 +218,41 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
     word[u] = v.state[prefix_page[u]];
     filled[u] = tracked ? v.fill[prefix_page[u]] : 0;
   }
-  if (live && staged) {
-    // Several loads in flight per thread before any is used.
-    constexpr uint32_t BATCH = 4;
+  unsigned long long page_lo = 0, page_hi = new_pages;
+  if constexpr (GRID) {
+#pragma unroll
+    for (int u = 0; u < PER; ++u) {
+      // The new page of request token `k` (the request's first new page for part 1).
+      auto page_at = [&](unsigned long long k) {
+        return at[u].b + (k < s[u].part1 ? 0 : div_ps(k - s[u].part1, v));
+      };
+      const unsigned long long a = at[u].a, end = a + s[u].tokens;
+      if (live && a <= t_begin && t_begin < end) stage_lo = page_at(t_begin - a);
+      if (live && a < t_end && t_end <= end)
+        stage_hi = page_at(t_end - 1 - a) + (t_end - 1 - a < s[u].part1 ? 0 : 1);
+    }
+    __syncthreads();
+    page_lo = stage_lo;
+    page_hi = max(stage_lo, stage_hi);
+  }
+  const bool staged = page_hi - page_lo <= STAGE_CAP;
+  // Several loads in flight per thread before any is used.
+  constexpr uint32_t BATCH = 4;
+  if (GRID && live && staged) {
+    for (unsigned long long base = page_lo + r; base < page_hi; base += BATCH * BLOCK) {
+      uint32_t got[BATCH];
+#pragma unroll
+      for (uint32_t u = 0; u < BATCH; ++u) {
+        const unsigned long long k = base + u * BLOCK;
+        got[u] = k < page_hi ? v.ring[ring_pos(c.head, k, n)] : 0;
+      }
+#pragma unroll
+      for (uint32_t u = 0; u < BATCH; ++u) {
+        const unsigned long long k = base + u * BLOCK;
+        if (k < page_hi) pages[k - page_lo] = got[u];
+      }
+    }
+  } else if (live && staged) {
     for (uint32_t base = r; base < new_pages; base += BATCH * BLOCK) {
       uint32_t got[BATCH];
 #pragma unroll
@@ -194,16 +270,20 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
 
   // The same rules as check_last_loc; a page another request of the call continues is found
   // through the table. (A fill word tagged by this very call is a replay of a captured call
-  // whose previous run already moved the page on.)
+  // whose previous run already moved the page on; of several blocks, possibly this call's
+  // own advance, told apart once the table is complete.)
   int entry[PER], row_entry[PER];
+  bool tagged[PER];
   bool any_entry = false;
 #pragma unroll
   for (int u = 0; u < PER; ++u) {
     const uint32_t i = r * PER + u;
     entry[u] = -1;
     row_entry[u] = -1;
+    tagged[u] = false;
     const unsigned long long in_page = mod_ps((unsigned long long)ll[u], v);
     if (check[u] && err[u] == ERR_NONE) {
+      tagged[u] = GRID && tracked && fill_tag(filled[u]) == call.tag;
       if (kind_of(word[u]) != KIND_ALLOCATED) {
         err[u] = unallocated_error(word[u]);
       } else if (tag_of(word[u]) == call.tag) {
@@ -211,14 +291,18 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
       } else if (mod_ps((unsigned long long)ll[u] + 1, v) !=
                  mod_ps((unsigned long long)prefix[u], v)) {
         err[u] = ERR_LAST_LOC;
-      } else if (tracked && fill_tag(filled[u]) == call.tag) {
+      } else if (!GRID && tracked && fill_tag(filled[u]) == call.tag) {
         err[u] = ERR_SHARED_PAGE;
-      } else if (tracked && fill_of(filled[u]) != in_page + 1) {
+      } else if (tracked && !tagged[u] && fill_of(filled[u]) != in_page + 1) {
         err[u] = ERR_FILL;
-      } else if (s[u].part1 > 0 && batch > 1) {
-        entry[u] = (int)claims.enter(prefix_page[u], i);
-        any_entry = true;
+      } else {
+        if (GRID) any_entry |= tagged[u];
+        if (s[u].part1 > 0 && batch > 1) {
+          entry[u] = (int)claims.enter(prefix_page[u], i);
+          any_entry = true;
+        }
       }
+      if (GRID && err[u] != ERR_NONE) tagged[u] = false;
     }
     if (err[u] != ERR_NONE) report(&errors, i, err[u]);
     if (row_err[u] != ERR_NONE) report(&errors, i, row_err[u]);
@@ -242,6 +326,9 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
     for (int u = 0; u < PER; ++u) {
       if (entry[u] >= 0 && !claims.first_of((uint32_t)entry[u], r * PER + u))
         report(&errors, r * PER + u, ERR_SHARED_PAGE);
+      else if (GRID && tagged[u] && !advanced_by_call(claims, prefix_page[u], ll[u], s[u].part1,
+                                              filled[u], part1, last, batch, v))
+        report(&errors, r * PER + u, ERR_SHARED_PAGE);
       if (ROWS && row_entry[u] >= 0 && !row_claims.first_of((uint32_t)row_entry[u], r * PER + u))
         report(&errors, r * PER + u, ERR_ROW_TWICE);
     }
@@ -251,21 +338,24 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
   const bool failed = !dead && (short_ || verdict != NO_ERROR);
 
   if (live && !failed) {
-    // Round trip 3: only writes. New pages become allocated; continued pages move their fill
+    // Round trip 3: only writes (GRID: each by the block whose tokens it concerns). New
+    // pages become allocated (GRID: at their first token); continued pages move their fill
     // points; every token gets its slot, the first token of a new page setting its fill point.
-    for (uint32_t k = r; k < new_pages; k += BLOCK) {
-      const uint32_t page = staged ? pages[k] : v.ring[ring_pos(c.head, k, n)];
-      v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+    if constexpr (!GRID) {
+      for (uint32_t k = r; k < new_pages; k += BLOCK) {
+        const uint32_t page = staged ? pages[k] : v.ring[ring_pos(c.head, k, n)];
+        v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+      }
     }
 #pragma unroll
     for (int u = 0; u < PER; ++u) {
-      if (tracked && s[u].part1 > 0) {
+      if (tracked && s[u].part1 > 0 && (!GRID || (t_begin <= at[u].a && at[u].a < t_end))) {
         const unsigned long long in_page = mod_ps((unsigned long long)ll[u], v);
         v.fill[prefix_page[u]] = fill_word(call.tag, in_page + 1 + s[u].part1);
       }
     }
     uint32_t lo = 0;
-    for (unsigned long long t = r; t < tokens; t += BLOCK) {
+    for (unsigned long long t = t_begin + r; t < (GRID ? t_end : tokens); t += BLOCK) {
       // A decode request has exactly one token (an unusable one failed the call).
       lo = decode ? (uint32_t)t : request_of(tok_off, batch, lo, t);
       const unsigned long long k = t - tok_off[lo];
@@ -275,8 +365,10 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
       } else {
         const unsigned long long j = k - part1[lo];
         const unsigned long long rank_ = page_off[lo] + div_ps(j, v);
-        const uint32_t page = staged ? pages[rank_] : v.ring[ring_pos(c.head, rank_, n)];
+        const uint32_t page =
+            staged ? pages[rank_ - page_lo] : v.ring[ring_pos(c.head, rank_, n)];
         const unsigned long long pos = mod_ps(j, v);
+        if (GRID && pos == 0) v.state[page] = page_word(KIND_ALLOCATED, call.tag);
         if (pos == 0 && tracked) {
           const unsigned long long left = tok_off[lo + 1] - tok_off[lo] - part1[lo] - j;
           v.fill[page] = fill_word(call.tag, left < v.page_size ? left : v.page_size);
@@ -288,10 +380,10 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
     }
   } else if (!ROWS || out != nullptr) {
     // Dead, short or failed: the plan's whole output is the padding slot.
-    for (unsigned long long t = r; t < total_tokens; t += BLOCK) out[t] = 0;
+    for (unsigned long long t = t_begin + r; t < t_end; t += BLOCK) out[t] = 0;
   }
 
-  if (r == 0) {
+  if (r == 0 && (!GRID || blockIdx.x == 0)) {
     const unsigned long long pos = verdict >> 8;
     const uint32_t code = (uint32_t)(verdict & 0xff);
     long long value = 0;

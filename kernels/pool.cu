@@ -1294,6 +1294,16 @@ using namespace kvp;
     extend_block<EXTEND_BLOCK, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, decode, \
                                          total_tokens, total_pages, out);                         \
   }                                                                                               \
+  /* Several blocks that each decide the whole call (batch <= 256), each writing a range of   \
+     the tokens: a long extend of a small batch, with no grid ticket. */                       \
+  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_blocks_##SUFFIX(          \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend_block<EXTEND_BLOCK, 1, INDEX, false, true>(v, call, prefix_lens, seq_lens, last_loc,  \
+                                                      batch, decode, total_tokens, total_pages,   \
+                                                      out);                                       \
+  }                                                                                               \
   /* Page ids and token-pool slots (mode FREE_PAGE_IDS / FREE_SLOTS). */                          \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK, 2) kvp_free_known_##SUFFIX(            \
       View v, Call call, const INDEX *src, uint32_t mode, unsigned long long len,                 \
@@ -1343,6 +1353,14 @@ KVP_INDEX_KERNELS(i32, int)
       unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
     extend_block<EXTEND_BLOCK, 1, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,    \
                                                decode, total_tokens, total_pages, out, tab);      \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_blocks_rows_##SUFFIX(     \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
+      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    extend_block<EXTEND_BLOCK, 1, INDEX, true, true>(v, call, prefix_lens, seq_lens, nullptr,     \
+                                                     batch, decode, total_tokens, total_pages,    \
+                                                     out, tab);                                   \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(ROWS_BLOCK) kvp_rows_gather_##SUFFIX(              \
       View v, Call call, const void *table, uint32_t wide, unsigned long long table_rows,         \

@@ -897,3 +897,160 @@ fn segment_frees_of_odd_page_sizes_match_the_host() {
         p.alloc_all();
     }
 }
+
+/// A long extend of a small batch runs on several blocks that each decide the whole call
+/// (`kvp_extend_blocks_*`, ~512 tokens a block): slots, fill points and verdicts
+/// must be the host's whichever block reads a continued page after another block of the call
+/// has advanced it. Random rounds mix continuations with long fresh requests, sometimes an
+/// empty request on a continued page (valid: it adds nothing), sometimes a stale or a second
+/// continuation late in the batch (refused whole: padding only, nothing past the plan, no
+/// page taken).
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn long_extends_of_small_batches_decide_alike_in_every_block() {
+    const GUARD: usize = 512;
+    const CAP: usize = 1 << 14;
+    let gpu = Gpu::new(false);
+    let (prefix_d, seq_d, last_d) = (
+        DevBuf::new(8 * 256),
+        DevBuf::new(8 * 256),
+        DevBuf::new(8 * 256),
+    );
+    let out = DevBuf::new(8 * (CAP + GUARD));
+    let (mut sharers_accepted, mut refused) = (0, 0);
+    for ps in [1u32, 16, 64] {
+        for seed in 0..12u64 {
+            let mut rng = rng::Rng(seed * 1000 + u64::from(ps));
+            let pool_config = |backend| PoolConfig {
+                size: 32768 * u64::from(ps),
+                ..config(backend, ps)
+            };
+            let mut host = Pool::new(pool_config(BackendKind::Host)).unwrap();
+            let mut device = DevicePool::new(pool_config(CUDA0)).unwrap();
+            let mut rows: Vec<Vec<i64>> = Vec::new();
+            for round in 0..8 {
+                // (prefix, seq, last_loc, row it extends)
+                let mut batch: Vec<(i64, i64, i64, Option<usize>)> = Vec::new();
+                for (i, row) in rows.iter().enumerate() {
+                    if rng.chance(60) {
+                        let len = row.len() as i64;
+                        let add = rng.range(1, 2 * u64::from(ps)) as i64;
+                        batch.push((len, len + add, *row.last().unwrap(), Some(i)));
+                    }
+                }
+                for _ in 0..rng.range(1, 3) {
+                    batch.push((0, rng.range(300, 1500) as i64, -1, None));
+                }
+                for _ in 0..rng.range(0, 6) {
+                    batch.push((0, rng.range(1, 40) as i64, -1, None));
+                }
+                // Shuffle, so that continuations land in any block's tokens.
+                for i in (1..batch.len()).rev() {
+                    batch.swap(i, rng.below(i as u64 + 1) as usize);
+                }
+                // An empty request on a page another request continues.
+                let continued = batch
+                    .iter()
+                    .position(|&(p, s, _, row)| row.is_some() && p % i64::from(ps) != 0 && s > p);
+                let mut sharer = false;
+                if let Some(k) = continued.filter(|_| rng.chance(70)) {
+                    let (p, _, l, _) = batch[k];
+                    batch.insert(rng.below(batch.len() as u64 + 1) as usize, (p, p, l, None));
+                    sharer = true;
+                }
+                // Now and then a bad continuation at the batch's end (only the device sees
+                // it): a second continuation of a page, or a stale one.
+                let bad = round >= 2 && rng.chance(30);
+                if bad {
+                    let k = batch.iter().position(|&(_, _, _, row)| row.is_some());
+                    if let Some(k) = k {
+                        let (p, s, l, row) = batch[k];
+                        let r = &rows[row.unwrap()];
+                        if rng.chance(50)
+                            && r.len() >= 2
+                            && !(r.len() - 1).is_multiple_of(ps as usize)
+                        {
+                            batch.push((p - 1, s - 1, r[r.len() - 2], None));
+                        } else {
+                            batch.push((p, p + 1, l, None));
+                        }
+                    }
+                }
+                let prefix: Vec<i64> = batch.iter().map(|b| b.0).collect();
+                let seq: Vec<i64> = batch.iter().map(|b| b.1).collect();
+                let last: Vec<i64> = batch.iter().map(|b| b.2).collect();
+                let total: usize = batch.iter().map(|b| (b.1 - b.0) as usize).sum();
+                let what = format!("ps {ps} seed {seed} round {round}: {batch:?}");
+                assert!(total <= CAP && batch.len() <= 256, "{what}");
+                let mut want = vec![0i64; total];
+                let host_result = host.alloc_extend(&prefix, &seq, &last, total as u64, &mut want);
+                prefix_d.upload(&prefix);
+                seq_d.upload(&seq);
+                last_d.upload(&last);
+                out.upload(&vec![-7i64; total + GUARD]);
+                let pages_before = allocated_pages_on_device(&device);
+                let backup = unsafe { device.backup_state(gpu.stream) }.unwrap();
+                // SAFETY: the buffers hold what the call says; synchronized below.
+                unsafe {
+                    device
+                        .alloc_extend(
+                            &prefix,
+                            &seq,
+                            prefix_d.ptr,
+                            seq_d.ptr,
+                            last_d.ptr,
+                            total as u64,
+                            out.ptr,
+                            total,
+                            gpu.stream,
+                        )
+                        .unwrap();
+                }
+                gpu.sync();
+                let got: Vec<i64> = out.download(total + GUARD);
+                assert!(
+                    got[total..].iter().all(|&x| x == -7),
+                    "{what}: a write past the plan"
+                );
+                match host_result {
+                    Ok(()) => {
+                        assert!(device.fault().is_none(), "{what}: {:?}", device.fault());
+                        assert_eq!(got[..total], want[..], "{what}");
+                        sharers_accepted += usize::from(sharer);
+                        let mut at = 0;
+                        for &(p, s, _, row) in &batch {
+                            let slots = want[at..at + (s - p) as usize].to_vec();
+                            at += slots.len();
+                            match row {
+                                Some(i) => rows[i].extend(slots),
+                                None if p == 0 => rows.push(slots),
+                                None => {}
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        assert!(bad, "{what}: the host refused a good call: {e}");
+                        let fault = device.fault().unwrap_or_else(|| panic!("{what}: no fault"));
+                        assert_eq!(fault.kind, e.kind(), "{what}: {fault:?} vs {e}");
+                        assert_eq!(fault.position, batch.len() as i64 - 1, "{what}: {fault:?}");
+                        assert!(
+                            got[..total].iter().all(|&x| x == 0),
+                            "{what}: a slot was handed out"
+                        );
+                        assert_eq!(allocated_pages_on_device(&device), pages_before, "{what}");
+                        unsafe { device.restore_state(&backup, gpu.stream) }.unwrap();
+                        gpu.sync();
+                        assert_eq!(kind_of(device.check_device()), Err(ErrorKind::DeviceFault));
+                        assert_eq!(kind_of(device.check_device()), Ok(()));
+                        refused += 1;
+                    }
+                }
+                assert_eq!(device.available_size(), host.available_size(), "{what}");
+            }
+        }
+    }
+    assert!(
+        sharers_accepted > 0 && refused > 0,
+        "{sharers_accepted} sharers, {refused} refusals"
+    );
+}

@@ -49,16 +49,18 @@ const FREE_BLOCK: u32 = 1024;
 /// this many indices (so at most this many distinct pages) is one kernel; larger ones are
 /// two (claim and count per chunk of the page map, release chunk by chunk).
 const SORT_CAP: u64 = 4096;
-/// The one-block kernels, a request a thread: one warp (`kvp_extend_warp_*`) for up to
-/// `WARP_BATCH` requests and `WARP_TOKENS` tokens (a decode of up to 32 requests), else 256
-/// threads (`kvp_extend_block_*`) for a decode of up to `BLOCK` requests or an extend of up to
-/// `BLOCK` requests and `BLOCK_TOKENS` tokens. Larger batches spread over many blocks (one
-/// block of 1,024 threads for decodes of up to 1,024 requests, or of 256 for extends of up to
-/// 4,096 tokens, measured slower than several blocks despite their grid-wide ticket:
-/// BENCHMARKS.md).
+/// The kernels that decide a whole call in every block, a request a thread: one warp
+/// (`kvp_extend_warp_*`) for up to `WARP_BATCH` requests and `WARP_TOKENS` tokens (a decode of
+/// up to 32 requests), else blocks of 256 threads (`kvp_extend_block_*`) for up to `BLOCK`
+/// requests: one block for a decode or an extend of up to `BLOCK_TOKENS` tokens, more for a
+/// longer extend, about `SPAN_TOKENS` tokens each (at most `TARGET_BLOCKS`). Larger batches
+/// go to the ticketed multi-block kernel (one block of 1,024 threads for decodes of up to
+/// 1,024 requests, or of 256 for extends of up to 4,096 tokens, measured slower than several
+/// blocks: BENCHMARKS.md).
 const WARP_BATCH: usize = 32;
 const WARP_TOKENS: u64 = 64;
 const BLOCK_TOKENS: u64 = 1024;
+const SPAN_TOKENS: u64 = 512;
 
 /// The allocation kernel that serves a batch (`extend_shape`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +69,8 @@ pub(super) enum ExtendKernel {
     Warp,
     /// One block (`kvp_extend_block_*`).
     Block,
+    /// Several blocks that each decide the whole call (`kvp_extend_blocks_*`).
+    Blocks,
     /// Many blocks (`kvp_extend_*`).
     Grid,
 }
@@ -76,6 +80,7 @@ impl ExtendKernel {
         match self {
             Self::Warp => typed.extend_warp,
             Self::Block => typed.extend_block,
+            Self::Blocks => typed.extend_blocks,
             Self::Grid => typed.extend,
         }
     }
@@ -1050,6 +1055,9 @@ impl DevicePool {
             (ExtendKernel::Warp, 1, 32, batch32, batch32)
         } else if batch <= BLOCK as usize && (decode || tokens <= BLOCK_TOKENS) {
             (ExtendKernel::Block, 1, BLOCK, batch32, batch32)
+        } else if batch <= BLOCK as usize {
+            let grid = tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32;
+            (ExtendKernel::Blocks, grid, BLOCK, batch32, batch32)
         } else {
             let per_block = Self::extend_per_block(batch, decode, pages);
             (
@@ -1741,9 +1749,18 @@ mod tests {
             ((257, true, 257, 257), (ExtendKernel::Grid, 2, 256)),
             ((1024, true, 1024, 1024), (ExtendKernel::Grid, 4, 256)),
             ((200, false, 1024, 1024), (ExtendKernel::Block, 1, 256)),
-            ((200, false, 1025, 1025), (ExtendKernel::Grid, 200, 256)),
+            ((200, false, 1025, 1025), (ExtendKernel::Blocks, 3, 256)),
+            (
+                (256, false, 1 << 17, 1 << 13),
+                (ExtendKernel::Blocks, 256, 256),
+            ),
+            (
+                (256, false, 1 << 20, 1 << 16),
+                (ExtendKernel::Blocks, 264, 256),
+            ),
+            ((1, false, 4096, 4096), (ExtendKernel::Blocks, 8, 256)),
             ((300, false, 600, 600), (ExtendKernel::Grid, 150, 256)),
-            ((8, false, 4096, 256), (ExtendKernel::Grid, 8, 256)),
+            ((8, false, 4096, 256), (ExtendKernel::Blocks, 8, 256)),
         ];
         for ((batch, decode, tokens, pages), want) in cases {
             let (kernel, grid, threads, per_block, _) =
@@ -1753,7 +1770,12 @@ mod tests {
                 want,
                 "batch {batch}, tokens {tokens}"
             );
-            assert!(grid as usize * per_block as usize >= batch);
+            // Every block of a deciding kernel holds the whole batch; the ticketed kernel's
+            // blocks share it.
+            match kernel {
+                ExtendKernel::Grid => assert!(grid as usize * per_block as usize >= batch),
+                _ => assert!(per_block as usize >= batch),
+            }
         }
     }
 }

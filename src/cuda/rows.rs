@@ -250,9 +250,9 @@ impl DevicePool {
         };
         let decode32 = u32::from(decode);
         let prefix_dev = prefix.map_or(seq_lens, |(_, p)| p);
-        // A batch of the one-block kernels (every decode step up to 256 requests): one kernel
-        // (it enters rows in a 32-bit keyed table; `TableShape::span`, checked above, bounds
-        // the table's rows by 2^32 - 1).
+        // A batch of the kernels that decide a whole call in every block (every decode step
+        // up to 256 requests, an extend of up to 256): one kernel (it enters rows in a 32-bit
+        // keyed table; `TableShape::span`, checked above, bounds the table's rows by 2^32 - 1).
         if kernel != ExtendKernel::Grid {
             let tab = TableArgs {
                 table: table.data,
@@ -264,6 +264,7 @@ impl DevicePool {
             };
             let function = match kernel {
                 ExtendKernel::Warp => self.kernels.typed.extend_warp_rows,
+                ExtendKernel::Blocks => self.kernels.typed.extend_blocks_rows,
                 _ => self.kernels.typed.extend_block_rows,
             };
             let args = [
