@@ -10,13 +10,14 @@
 // rather than with global claims. The dependent global round trips are: the cursor and
 // lengths; the ring's new pages together with the prefix pages' words; the writes.
 //
-// Several blocks (a long extend of a small batch): every block decides the whole call, from
-// the same inputs, so all reach the same verdict without talking to each other; each then
-// writes only its share of the tokens (a contiguous range), and block 0 alone commits the
-// cursor or faults. Deciding reads nothing another block writes in a call that fails (nothing
-// is written then), and in a call that takes effect the only such word is a continued page's
-// fill point, which a slower block may find already advanced by this call: it recognizes the
-// advance (see `advanced_by_call`) instead of calling it a second continuation.
+// GRID, several blocks (a long extend of a small batch): every block decides the whole
+// call, from the same inputs, so all reach the same verdict without talking to each other;
+// each then writes only its share of the tokens (a contiguous range), and block 0 alone
+// commits the cursor or faults. Deciding reads nothing another block writes in a call that
+// fails (nothing is written then), and in a call that takes effect the only such word is a
+// continued page's fill point, which a slower block may find already advanced by this call:
+// it recognizes the advance (see `advanced_by_call`) instead of calling it a second
+// continuation.
 
 namespace kvp {
 
