@@ -1310,7 +1310,8 @@ using namespace kvp;
       unsigned long long start, uint32_t count) {                                                 \
     free_known<INDEX, false>(v, call, src, mode, len, start, count);                              \
   }                                                                                               \
-  /* Segments of a paged pool (mode FREE_SEGMENT). */                                             \
+  /* Segments of a paged pool: kvp_free_known_*'s parameters, so that the host launches      \
+     either alike (`mode` is FREE_SEGMENT here, and unused). */                                   \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK) kvp_free_segment_##SUFFIX(             \
       View v, Call call, const INDEX *src, uint32_t mode, unsigned long long len,                 \
       unsigned long long start, uint32_t count) {                                                 \

@@ -1310,13 +1310,16 @@ impl DevicePool {
         self.record_outcome(result)
     }
 
-    /// The kernel of a free whose page count the host knows, by `mode` (`FREE_*`).
-    pub(super) fn free_known_kernel(&self, mode: u32) -> CUfunction {
-        if mode == FREE_SEGMENT {
+    /// The kernel and grid of a free of `pages` pages whose page count the host knows, by
+    /// `mode` (`FREE_*`): a segment's own kernel with a group of lanes a page, else a thread a
+    /// page. Both kernels take the same parameters (the segment kernel ignores `mode`).
+    pub(super) fn free_known_launch(&self, mode: u32, pages: u64) -> (CUfunction, u32) {
+        let function = if mode == FREE_SEGMENT {
             self.kernels.typed.free_segment
         } else {
             self.kernels.typed.free_known
-        }
+        };
+        (function, known_grid(mode, pages, self.layout.page_size))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1332,12 +1335,12 @@ impl DevicePool {
     ) -> Result<(), PoolError> {
         let dest = self.known_dest();
         let count = pages as u32;
-        let grid = known_grid(mode, pages, self.layout.page_size);
+        let (function, grid) = self.free_known_launch(mode, pages);
         // SAFETY: `kvp_free_known_*` / `kvp_free_segment_*(View, Call, const Index *src,
         // u32 mode, u64 len, u64 start, u32 count)`.
         unsafe {
             self.run(
-                self.free_known_kernel(mode),
+                function,
                 grid,
                 FREE_BLOCK,
                 op as u32,

@@ -495,6 +495,7 @@ impl DevicePool {
             arg(&virt),
             arg(&virt_len),
         ];
+        let (free_function, free_grid) = self.free_known_launch(mode, pages);
         let free_args = [
             arg(&virt),
             arg(&mode),
@@ -521,8 +522,8 @@ impl DevicePool {
                         extra: &segment_args,
                     },
                     Launch {
-                        function: self.free_known_kernel(mode),
-                        grid: super::known_grid(mode, pages, self.layout.page_size),
+                        function: free_function,
+                        grid: free_grid,
                         block: FREE_BLOCK,
                         extra: &free_args,
                     },
