@@ -1294,6 +1294,14 @@ using namespace kvp;
     extend_block<EXTEND_BLOCK, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, decode, \
                                          total_tokens, total_pages, out);                         \
   }                                                                                               \
+  /* Two warps (batch <= 64, at most 256 tokens). */                                             \
+  extern "C" __global__ void __launch_bounds__(64) kvp_extend_block64_##SUFFIX(                   \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend_block<64, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, decode,           \
+                               total_tokens, total_pages, out);                                   \
+  }                                                                                               \
   /* Several blocks that each decide the whole call (batch <= 256), each writing a range of   \
      the tokens: a long extend of a small batch, with no grid ticket. */                       \
   extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_blocks_##SUFFIX(          \
@@ -1346,6 +1354,13 @@ KVP_INDEX_KERNELS(i32, int)
       uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
       unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
     extend_block<32, 1, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch, decode,      \
+                                     total_tokens, total_pages, out, tab);                        \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(64) kvp_extend_block64_rows_##SUFFIX(              \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
+      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    extend_block<64, 1, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch, decode,      \
                                      total_tokens, total_pages, out, tab);                        \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_block_rows_##SUFFIX(      \

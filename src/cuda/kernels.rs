@@ -22,6 +22,8 @@ pub(crate) struct Typed {
     pub extend_warp: CUfunction,
     /// `alloc_extend` / `alloc_decode` of at most 256 requests in one block.
     pub extend_block: CUfunction,
+    /// The same for at most 64 requests and 256 tokens, in two warps.
+    pub extend_block64: CUfunction,
     /// `alloc_extend` of at most 256 requests on several blocks that each decide the call.
     pub extend_blocks: CUfunction,
     /// Frees whose page count the host knows: page ids and token-pool slots
@@ -42,6 +44,7 @@ pub(crate) struct Typed {
     /// read and written by the allocation kernel itself).
     pub extend_warp_rows: CUfunction,
     pub extend_block_rows: CUfunction,
+    pub extend_block64_rows: CUfunction,
     pub extend_blocks_rows: CUfunction,
     /// Decode reservations (`kernels/reservation.cuh`): the reserve, one step (capturable),
     /// the finish, the end of an unfinished reservation's holds.
@@ -108,6 +111,7 @@ impl Kernels {
                 extend: get(c"kvp_extend_i64")?,
                 extend_warp: get(c"kvp_extend_warp_i64")?,
                 extend_block: get(c"kvp_extend_block_i64")?,
+                extend_block64: get(c"kvp_extend_block64_i64")?,
                 extend_blocks: get(c"kvp_extend_blocks_i64")?,
                 free_known: get(c"kvp_free_known_i64")?,
                 free_segment: get(c"kvp_free_segment_i64")?,
@@ -119,6 +123,7 @@ impl Kernels {
                 rows_segments: get(c"kvp_rows_segments_i64")?,
                 extend_warp_rows: get(c"kvp_extend_warp_rows_i64")?,
                 extend_block_rows: get(c"kvp_extend_block_rows_i64")?,
+                extend_block64_rows: get(c"kvp_extend_block64_rows_i64")?,
                 extend_blocks_rows: get(c"kvp_extend_blocks_rows_i64")?,
                 reserve_decode: get(c"kvp_reserve_decode_i64")?,
                 reservation_step: get(c"kvp_reservation_step_i64")?,
@@ -130,6 +135,7 @@ impl Kernels {
                 extend: get(c"kvp_extend_i32")?,
                 extend_warp: get(c"kvp_extend_warp_i32")?,
                 extend_block: get(c"kvp_extend_block_i32")?,
+                extend_block64: get(c"kvp_extend_block64_i32")?,
                 extend_blocks: get(c"kvp_extend_blocks_i32")?,
                 free_known: get(c"kvp_free_known_i32")?,
                 free_segment: get(c"kvp_free_segment_i32")?,
@@ -141,6 +147,7 @@ impl Kernels {
                 rows_segments: get(c"kvp_rows_segments_i32")?,
                 extend_warp_rows: get(c"kvp_extend_warp_rows_i32")?,
                 extend_block_rows: get(c"kvp_extend_block_rows_i32")?,
+                extend_block64_rows: get(c"kvp_extend_block64_rows_i32")?,
                 extend_blocks_rows: get(c"kvp_extend_blocks_rows_i32")?,
                 reserve_decode: get(c"kvp_reserve_decode_i32")?,
                 reservation_step: get(c"kvp_reservation_step_i32")?,

@@ -60,6 +60,7 @@ const SORT_CAP: u64 = 4096;
 const WARP_BATCH: usize = 32;
 const WARP_TOKENS: u64 = 64;
 const BLOCK_TOKENS: u64 = 1024;
+const BLOCK64_TOKENS: u64 = 256;
 const SPAN_TOKENS: u64 = 512;
 
 /// The allocation kernel that serves a batch (`extend_shape`).
@@ -67,6 +68,8 @@ const SPAN_TOKENS: u64 = 512;
 pub(super) enum ExtendKernel {
     /// One warp (`kvp_extend_warp_*`).
     Warp,
+    /// Two warps (`kvp_extend_block64_*`).
+    Block64,
     /// One block (`kvp_extend_block_*`).
     Block,
     /// Several blocks that each decide the whole call (`kvp_extend_blocks_*`).
@@ -79,6 +82,7 @@ impl ExtendKernel {
     pub(super) fn function(self, typed: &crate::cuda::kernels::Typed) -> CUfunction {
         match self {
             Self::Warp => typed.extend_warp,
+            Self::Block64 => typed.extend_block64,
             Self::Block => typed.extend_block,
             Self::Blocks => typed.extend_blocks,
             Self::Grid => typed.extend,
@@ -1053,6 +1057,8 @@ impl DevicePool {
         })?;
         Ok(if batch <= WARP_BATCH && tokens <= WARP_TOKENS {
             (ExtendKernel::Warp, 1, 32, batch32, batch32)
+        } else if batch <= 64 && tokens <= BLOCK64_TOKENS {
+            (ExtendKernel::Block64, 1, 64, batch32, batch32)
         } else if batch <= BLOCK as usize && (decode || tokens <= BLOCK_TOKENS) {
             (ExtendKernel::Block, 1, BLOCK, batch32, batch32)
         } else if batch <= BLOCK as usize {
@@ -1747,7 +1753,10 @@ mod tests {
         // (batch, decode, tokens, pages) -> (kernel, grid, threads)
         let cases = [
             ((32, true, 32, 32), (ExtendKernel::Warp, 1, 32)),
-            ((33, true, 33, 33), (ExtendKernel::Block, 1, 256)),
+            ((33, true, 33, 33), (ExtendKernel::Block64, 1, 64)),
+            ((64, true, 64, 64), (ExtendKernel::Block64, 1, 64)),
+            ((65, true, 65, 65), (ExtendKernel::Block, 1, 256)),
+            ((40, false, 257, 257), (ExtendKernel::Block, 1, 256)),
             ((256, true, 256, 256), (ExtendKernel::Block, 1, 256)),
             ((257, true, 257, 257), (ExtendKernel::Grid, 2, 256)),
             ((1024, true, 1024, 1024), (ExtendKernel::Grid, 4, 256)),

@@ -264,6 +264,7 @@ impl DevicePool {
             };
             let function = match kernel {
                 ExtendKernel::Warp => self.kernels.typed.extend_warp_rows,
+                ExtendKernel::Block64 => self.kernels.typed.extend_block64_rows,
                 ExtendKernel::Blocks => self.kernels.typed.extend_blocks_rows,
                 _ => self.kernels.typed.extend_block_rows,
             };
