@@ -51,12 +51,14 @@ const FREE_BLOCK: u32 = 1024;
 const SORT_CAP: u64 = 4096;
 /// The kernels that decide a whole call in every block, a request a thread: one warp
 /// (`kvp_extend_warp_*`) for up to `WARP_BATCH` requests and `WARP_TOKENS` tokens (a decode of
-/// up to 32 requests), else blocks of 256 threads (`kvp_extend_block_*`) for up to `BLOCK`
-/// requests: one block for a decode or an extend of up to `BLOCK_TOKENS` tokens, more for a
-/// longer extend, about `SPAN_TOKENS` tokens each (at most `TARGET_BLOCKS`). Larger batches
-/// go to the ticketed multi-block kernel (one block of 1,024 threads for decodes of up to
-/// 1,024 requests, or of 256 for extends of up to 4,096 tokens, measured slower than several
-/// blocks: BENCHMARKS.md).
+/// up to 32 requests), two warps (`kvp_extend_block64_*`) for up to 64 requests and
+/// `BLOCK64_TOKENS` tokens (idle threads cost a one-block call time), else blocks of 256
+/// threads (`kvp_extend_block_*`) for up to `BLOCK` requests: one block for a decode or an
+/// extend of up to `BLOCK_TOKENS` tokens, more for a longer extend (`kvp_extend_blocks_*`),
+/// about `SPAN_TOKENS` tokens each (at most `TARGET_BLOCKS`). Larger batches go to the
+/// ticketed multi-block kernel (one block of 1,024 threads for decodes of up to 1,024
+/// requests, one of 256 for extends of up to 4,096 tokens, or deciding blocks of four
+/// requests a thread, all measured slower than several blocks with a ticket: BENCHMARKS.md).
 const WARP_BATCH: usize = 32;
 const WARP_TOKENS: u64 = 64;
 const BLOCK_TOKENS: u64 = 1024;
