@@ -300,6 +300,17 @@ class Bench:
                 if kind == args.kinds[0]:
                     self.row("alloc_extend", bs, "ctypes (prebuilt ints)",
                              _ctypes_cell(cell))
+                if kind != "list" and hasattr(pool, "prepare_alloc_extend"):
+                    prepared = pool.prepare_alloc_extend(prefix, seq, last, out)
+
+                    def py_run_prepared(warmup, reps, call=partial(prepared, bs, ext),
+                                        out=out, kind=kind):
+                        return py_loop(call, None,
+                                       lambda _: self.free_result(h, kind, out), None,
+                                       warmup, reps)
+                    cell, _ = self.measure(c_run, py_run_prepared)
+                    self.check("alloc_extend", bs, kind, out, c_out)
+                    self.row("alloc_extend", bs, kind + " (prepared)", cell)
                 if args.defaults and kind != "list":
                     def py_run_default(warmup, reps, prefix=prefix, seq=seq, last=last,
                                        kind=kind):
@@ -353,6 +364,14 @@ class Bench:
                 self.row("alloc_decode", bs, kind, cell)
                 if kind == args.kinds[0]:
                     self.row("alloc_decode", bs, "ctypes (prebuilt ints)", _ctypes_cell(cell))
+                if kind != "list" and hasattr(pool, "prepare_alloc_decode"):
+                    prepared = pool.prepare_alloc_decode(seq, last, out)
+
+                    def py_run_prepared(warmup, reps, call=partial(prepared, bs)):
+                        return py_loop(call, None, undo, None, warmup, reps)
+                    cell, _ = self.measure(c_run, py_run_prepared)
+                    self.check("alloc_decode", bs, kind, out, d_out)
+                    self.row("alloc_decode", bs, kind + " (prepared)", cell)
             undo_free(fa, bs)
 
             # alloc: bs pages into a preallocated out (no host input: one row per out kind)
@@ -490,6 +509,21 @@ class Bench:
                 if kind == kinds[0]:
                     self.row("alloc_extend_async", bs, "ctypes (prebuilt ints)",
                              _ctypes_cell(cell))
+                if kind != "list" and hasattr(pool, "prepare_alloc_extend_async"):
+                    prepared = pool.prepare_alloc_extend_async(
+                        prefix_d, seq_d, last_d, out_d, prefix_lens_host=prefix_h,
+                        seq_lens_host=seq_h)
+
+                    def py_run_prepared(warmup, reps, call=partial(prepared, bs, ext)):
+                        return py_loop(call, None,
+                                       lambda _: fast.kvp_pool_free_segment_async(
+                                           h, out_d.data_ptr(), ext, 0, ext, sh),
+                                       drain, warmup, reps)
+                    cell, _ = self.measure(c_run, py_run_prepared)
+                    drain()
+                    self.check("alloc_extend_async", bs, kind, out_d, c_out_d)
+                    self.row("alloc_extend_async", bs, "host copies: " + kind + " (prepared)",
+                             cell)
 
             # decode: bs requests of one token each
             first_d = torch.zeros(bs, dtype=torch.int64, device=dev)
@@ -526,6 +560,20 @@ class Bench:
                 drain()
                 self.check("alloc_decode_async", bs, kind, result, c_dout_d)
                 self.row("alloc_decode_async", bs, "host copies: " + kind, cell)
+                if kind != "list" and hasattr(pool, "prepare_alloc_decode_async"):
+                    prepared = pool.prepare_alloc_decode_async(seq2_d, first_d, dout_d,
+                                                               seq_lens_host=seq_h)
+
+                    def py_run_prepared(warmup, reps, call=partial(prepared, bs)):
+                        return py_loop(call, None,
+                                       lambda _: fast.kvp_pool_rewind_async(
+                                           h, first_d.data_ptr(), bs, sh),
+                                       drain, warmup, reps)
+                    cell, _ = self.measure(c_run, py_run_prepared)
+                    drain()
+                    self.check("alloc_decode_async", bs, kind, dout_d, c_dout_d)
+                    self.row("alloc_decode_async", bs, "host copies: " + kind + " (prepared)",
+                             cell)
             pool.clear_async()  # frees the decode's setup
             drain()
 

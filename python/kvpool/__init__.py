@@ -61,6 +61,11 @@ take CPU tensors and refuse a CUDA tensor with ``ValueError`` (its pointer must 
 read as a host pointer). This module never imports torch or numpy; it recognizes their
 arrays once the caller has.
 
+A loop that allocates into the same buffers every step can prepare the call once
+(``prepare_alloc_extend``, ``prepare_alloc_decode`` and their ``_async`` forms): the buffers
+are checked and their addresses kept, and ``prepared(batch)`` (``prepared(batch,
+extend_num_tokens)``) costs little more than the ctypes call (see ``_prepared.py``).
+
 The hot methods call ``lib.fast.kvp_*``: the same functions with every pointer parameter
 declared ``void *``, so that addresses go in as plain ints (ctypes converts an int argument
 fastest; a typed pointer argument costs ~1 us more to build).
@@ -115,7 +120,7 @@ import sys
 import threading
 import types
 
-from . import _buffers
+from . import _buffers, _prepared
 
 __all__ = [
     "ABI_VERSION",
@@ -1506,6 +1511,48 @@ class Pool(_Owner):
             return out
         return _result(out, kind, batch, length)
 
+    # ---- prepared calls: the buffers checked once (see _prepared.py) ----
+
+    def prepare_alloc_extend(self, prefix_lens, seq_lens, last_loc, out):
+        """``alloc_extend`` bound to persistent buffers, for a loop that allocates into the
+        same arrays every step: the buffers are checked here, and ``prepared(batch,
+        extend_num_tokens)`` allocates for the first ``batch`` requests into
+        ``out[:extend_num_tokens]`` (returning None) at little more than the ctypes call's
+        cost. Buffers or tensors only (no lists: they would be copied once); the prepared
+        call keeps them alive and unresizable (a tensor whose memory moves is refused)."""
+        self._require_host("kvp_pool_alloc_extend")
+        keep, tensors = [], []
+        index = self._index
+        prefix, prefix_n = _prepared.host_buffer(prefix_lens, _INT64, "prefix_lens", False,
+                                                 keep, tensors)
+        seq, seq_n = _prepared.host_buffer(seq_lens, _INT64, "seq_lens", False, keep, tensors)
+        last, last_n = _prepared.host_buffer(last_loc, index, "last_loc", False, keep, tensors)
+        buf, n = _prepared.host_buffer(out, index, "out", True, keep, tensors)
+        return _prepared.Prepared(self, self._lib.fast.kvp_pool_alloc_extend,
+                                  (prefix, seq, last), (buf, n), tensors, keep,
+                                  min(prefix_n, seq_n, last_n), n, out, True)
+
+    def prepare_alloc_decode(self, seq_lens, last_loc, out):
+        """``alloc_decode`` bound to persistent buffers (see ``prepare_alloc_extend``):
+        ``prepared(batch)`` allocates for the first ``batch`` requests into
+        ``out[:batch]``."""
+        self._require_host("kvp_pool_alloc_decode")
+        keep, tensors = [], []
+        index = self._index
+        seq, seq_n = _prepared.host_buffer(seq_lens, _INT64, "seq_lens", False, keep, tensors)
+        last, last_n = _prepared.host_buffer(last_loc, index, "last_loc", False, keep, tensors)
+        buf, n = _prepared.host_buffer(out, index, "out", True, keep, tensors)
+        return _prepared.Prepared(self, self._lib.fast.kvp_pool_alloc_decode, (seq, last),
+                                  (buf, n), tensors, keep, min(seq_n, last_n), n, out, False)
+
+    def _require_host(self, call):
+        """A device pool refuses the host calls (as the library would), before any pointer
+        is kept."""
+        if self.backend != BACKEND_HOST:
+            raise self._lib.error(STATUS["WRONG_BACKEND"],
+                                  f"{call} needs a host pool; this pool is a device pool: use "
+                                  f"{call[len('kvp_pool_'):]}_async() with device tensors")
+
     # ---- request-to-token tables (SGLang's req_to_token) ----
     # ``table``: a 2-D int32/int64 tensor or numpy array (rows x max_context_len, any row
     # stride, unit column stride) — on the CPU for a host pool, on the pool's device for the
@@ -1948,6 +1995,54 @@ class Pool(_Owner):
             self._lib.check(status)
         del seq_keep  # the call has returned: the host copy is read
         return out if n == batch else out[:batch]
+
+    def prepare_alloc_extend_async(self, prefix_lens, seq_lens, last_loc, out, *,
+                                   prefix_lens_host, seq_lens_host, stream=None):
+        """``alloc_extend_async`` bound to persistent buffers (see ``prepare_alloc_extend``):
+        ``prepared(batch, extend_num_tokens)`` enqueues the allocation for the first
+        ``batch`` requests into ``out[:extend_num_tokens]`` on the stream fixed here
+        (``stream=None``: PyTorch's current stream now). The host copies are read by every
+        call, so update them in place."""
+        self._require_device("kvp_pool_alloc_extend_async")
+        keep, tensors = [], []
+        prefix_host, prefix_host_n = _prepared.host_buffer(
+            prefix_lens_host, _INT64, "prefix_lens_host", False, keep, tensors)
+        seq_host, seq_host_n = _prepared.host_buffer(seq_lens_host, _INT64, "seq_lens_host",
+                                                     False, keep, tensors)
+        prefix_buf, prefix_n = self._prepared_device(prefix_lens, _INT64, "prefix_lens", tensors)
+        seq_buf, seq_n = self._prepared_device(seq_lens, _INT64, "seq_lens", tensors)
+        last_buf, last_n = self._prepared_device(last_loc, self._index, "last_loc", tensors)
+        buf, n = self._prepared_device(out, self._index, "out", tensors)
+        handle = self._stream_handle(stream)
+        keep.append(stream)  # a Stream object stays alive with its handle
+        return _prepared.Prepared(
+            self, self._lib.fast.kvp_pool_alloc_extend_async,
+            (prefix_host, seq_host, prefix_buf, seq_buf, last_buf), (buf, n, handle), tensors,
+            keep, min(prefix_host_n, seq_host_n, prefix_n, seq_n, last_n), n, out, True)
+
+    def prepare_alloc_decode_async(self, seq_lens, last_loc, out, *, seq_lens_host,
+                                   stream=None):
+        """``alloc_decode_async`` bound to persistent buffers (see
+        ``prepare_alloc_extend_async``): ``prepared(batch)`` enqueues the allocation for the
+        first ``batch`` requests into ``out[:batch]``."""
+        self._require_device("kvp_pool_alloc_decode_async")
+        keep, tensors = [], []
+        seq_host, seq_host_n = _prepared.host_buffer(seq_lens_host, _INT64, "seq_lens_host",
+                                                     False, keep, tensors)
+        seq_buf, seq_n = self._prepared_device(seq_lens, _INT64, "seq_lens", tensors)
+        last_buf, last_n = self._prepared_device(last_loc, self._index, "last_loc", tensors)
+        buf, n = self._prepared_device(out, self._index, "out", tensors)
+        handle = self._stream_handle(stream)
+        keep.append(stream)
+        return _prepared.Prepared(
+            self, self._lib.fast.kvp_pool_alloc_decode_async, (seq_host, seq_buf, last_buf),
+            (buf, n, handle), tensors, keep, min(seq_host_n, seq_n, last_n), n, out, False)
+
+    def _prepared_device(self, tensor, elements, what, tensors):
+        """(address, length) of a CUDA tensor for a prepared call, listed in ``tensors``."""
+        address, n = _device_pointer(tensor, elements, what, self.device)
+        tensors.append((tensor, address))
+        return address, n
 
     # ---- device pools: frees ----
     # An invalid index (double free, foreign index, page 0) is found by a kernel, after the

@@ -1070,6 +1070,84 @@ class TestRelease(CudaTestCase):
         pool.check_device()
 
 
+class TestPrepared(CudaTestCase):
+    """prepare_alloc_extend_async / prepare_alloc_decode_async: persistent device tensors and
+    host copies updated in place between calls give a host pool's slots; a moved tensor is
+    refused."""
+
+    def test_prepared_calls_match_a_host_pool(self):
+        import array  # noqa: PLC0415
+        import random  # noqa: PLC0415
+
+        rng = random.Random(11)
+        cap = 64
+        for page_size in (1, 16):
+            with self.subTest(page_size=page_size):
+                host, pool = self.host_pool(1 << 16, page_size), self.device_pool(1 << 16,
+                                                                                   page_size)
+                prefix_h = torch.zeros(cap, dtype=torch.int64)  # host copies: a CPU tensor
+                seq_h = array.array("q", [0]) * cap             # and an array.array
+                prefix_d, seq_d = self.i64([0] * cap), self.i64([0] * cap)
+                last_d = self.idx(pool, [0] * cap)
+                out = self.empty_out(pool, cap * 64)
+                extend = pool.prepare_alloc_extend_async(
+                    prefix_d, seq_d, last_d, out, prefix_lens_host=prefix_h,
+                    seq_lens_host=seq_h)
+                decode = pool.prepare_alloc_decode_async(seq_d, last_d, out,
+                                                         seq_lens_host=seq_h)
+                rows = []
+                for _ in range(20):
+                    picked = rng.sample(range(len(rows)), min(len(rows), rng.randint(0, 8)))
+                    batch = [(i, len(rows[i]), rows[i][-1]) for i in picked]
+                    batch += [(None, 0, -1)] * rng.randint(1, 5)
+                    lens = [(p, p + rng.randint(1, 40)) for _, p, _ in batch]
+                    n = len(batch)
+                    for k, (p, q) in enumerate(lens):
+                        prefix_h[k], seq_h[k] = p, q
+                    prefix_d[:n].copy_(prefix_h[:n])
+                    seq_d[:n].copy_(torch.tensor(seq_h[:n], dtype=torch.int64))
+                    last_d[:n].copy_(torch.tensor([b[2] for b in batch]))
+                    tokens = sum(q - p for p, q in lens)
+                    want = host.alloc_extend([p for p, _ in lens], [q for _, q in lens],
+                                             [b[2] for b in batch])
+                    extend(n, tokens)
+                    self.assertEqual(out[:tokens].tolist(), want)  # synchronizes
+                    at = 0
+                    for (i, _, _), (p, q) in zip(batch, lens):
+                        if i is None:
+                            rows.append(want[at:at + q - p])
+                        else:
+                            rows[i].extend(want[at:at + q - p])
+                        at += q - p
+                    picked = rng.sample(range(len(rows)), min(len(rows), rng.randint(1, cap)))
+                    for k, i in enumerate(picked):
+                        seq_h[k] = len(rows[i]) + 1
+                    seq_d[:len(picked)].copy_(
+                        torch.tensor(seq_h[:len(picked)], dtype=torch.int64))
+                    last_d[:len(picked)].copy_(torch.tensor([rows[i][-1] for i in picked]))
+                    want = host.alloc_decode([len(rows[i]) + 1 for i in picked],
+                                             [rows[i][-1] for i in picked])
+                    decode(len(picked))
+                    self.assertEqual(out[:len(picked)].tolist(), want)
+                    for i, slot in zip(picked, want):
+                        rows[i].append(slot)
+                pool.check_device()
+
+    def test_a_moved_tensor_is_refused(self):
+        pool = self.device_pool(4096, 16)
+        seq_d, last_d = self.i64([1, 1]), self.idx(pool, [-1, -1])
+        out = self.empty_out(pool, 2)
+        decode = pool.prepare_alloc_decode_async(seq_d, last_d, out,
+                                                 seq_lens_host=torch.tensor([1, 1]))
+        out.set_(self.empty_out(pool, 8))
+        with self.assertRaisesRegex(ValueError, "memory moved since the preparation"):
+            decode(2)
+        torch.cuda.synchronize(self.dev)
+        self.assertEqual(out.tolist(), [SENTINEL] * 8)
+        with self.assertRaisesRegex(TypeError, "a prepared call reads the caller's memory"):
+            pool.prepare_alloc_decode_async(seq_d, last_d, out, seq_lens_host=[1, 1])
+
+
 if __name__ == "__main__":
     if SKIP_REASON is not None:
         print(f"test_cuda.py: every test is skipped: {SKIP_REASON}", file=sys.stderr)

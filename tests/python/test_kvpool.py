@@ -2621,5 +2621,111 @@ class TestReqTable(KvpTestCase):
                             seq_lens_host=[1], stream=0)
 
 
+class TestPreparedCalls(KvpTestCase):
+    """Pool.prepare_alloc_extend / prepare_alloc_decode: the buffers checked once, the batch
+    per call; the same slots as the plain calls, and nothing read or written outside the
+    prepared buffers."""
+
+    CAP = 48
+
+    def kinds(self):
+        kinds = {"array": lambda n: array.array("q", [0]) * n,
+                 "memoryview": lambda n: memoryview(array.array("q", [0]) * n)}
+        if torch is not None:
+            kinds["torch"] = lambda n: torch.zeros(n, dtype=torch.int64)
+        if numpy is not None:
+            kinds["numpy"] = lambda n: numpy.zeros(n, dtype=numpy.int64)
+        return kinds
+
+    def test_prepared_calls_give_the_plain_calls_slots(self):
+        for name, make in self.kinds().items():
+            for page_size in (1, 16):
+                with self.subTest(kind=name, page_size=page_size):
+                    self.run_rounds(make, page_size, random.Random(7 + page_size))
+
+    def run_rounds(self, make, page_size, rng):
+        plain, pool = self.pool(1 << 16, page_size), self.pool(1 << 16, page_size)
+        prefix, seq, last = make(self.CAP), make(self.CAP), make(self.CAP)
+        out = make(self.CAP * 64)
+        extend = pool.prepare_alloc_extend(prefix, seq, last, out)
+        decode = pool.prepare_alloc_decode(seq, last, out)
+        self.assertEqual((extend.capacity, extend.out_len), (self.CAP, self.CAP * 64))
+        rows = []  # each request's slots
+        for _ in range(30):
+            # An extend of some rows (continued) and some new requests.
+            batch = [(i, len(rows[i])) for i in rng.sample(range(len(rows)),
+                                                           min(len(rows), rng.randint(0, 8)))]
+            batch += [(None, 0)] * rng.randint(1, 6)
+            lens = [(p, p + rng.randint(1, 40)) for _, p in batch]
+            lasts = [rows[i][-1] if i is not None else -1 for i, _ in batch]
+            for k, ((p, q), l) in enumerate(zip(lens, lasts)):
+                prefix[k], seq[k], last[k] = p, q, l
+            tokens = sum(q - p for p, q in lens)
+            want = plain.alloc_extend([p for p, _ in lens], [q for _, q in lens], lasts)
+            self.assertIsNone(extend(len(batch), tokens))
+            self.assertEqual([int(x) for x in out[:tokens]], want)
+            at = 0
+            for (i, _), (p, q) in zip(batch, lens):
+                slots = want[at:at + q - p]
+                at += q - p
+                if i is None:
+                    rows.append(slots)
+                else:
+                    rows[i].extend(slots)
+            # A decode step of some rows.
+            picked = rng.sample(range(len(rows)), min(len(rows), rng.randint(1, self.CAP)))
+            for k, i in enumerate(picked):
+                seq[k], last[k] = len(rows[i]) + 1, rows[i][-1]
+            want = plain.alloc_decode([len(rows[i]) + 1 for i in picked],
+                                      [rows[i][-1] for i in picked])
+            self.assertIsNone(decode(len(picked)))
+            self.assertEqual([int(x) for x in out[:len(picked)]], want)
+            for i, slot in zip(picked, want):
+                rows[i].append(slot)
+            self.assertEqual(pool.available_size(), plain.available_size())
+
+    def test_refusals_change_nothing(self):
+        pool = self.pool(4096, 16)
+        seq, last = array.array("q", [5, 5]), array.array("q", [-1, -1])
+        prefix, out = array.array("q", [0, 0]), array.array("q", [0]) * 16
+        with self.assertRaisesRegex(TypeError, "a prepared call reads the caller's memory"):
+            pool.prepare_alloc_extend([0, 0], seq, last, out)
+        with self.assertRaisesRegex(TypeError, "a prepared call reads the caller's memory"):
+            pool.prepare_alloc_decode(memoryview(bytes(16)).cast("q"), last, out)
+        extend = pool.prepare_alloc_extend(prefix, seq, last, out)
+        available = pool.available_size()
+        with self.assertRaisesRegex(ValueError, r"batch = 3 is outside \[0, 2\]"):
+            extend(3, 10)
+        with self.assertRaisesRegex(TypeError, "batch must be an int"):
+            extend(2.0, 10)
+        with self.assertRaisesRegex(ValueError, "extend_num_tokens = -1 is negative"):
+            extend(2, -1)
+        self.assertKvpError("INVALID_LENGTHS", extend, 2, 20)  # the library's own checks
+        self.assertEqual(pool.available_size(), available)
+        self.assertEqual(list(out), [0] * 16)
+        with self.assertRaises(BufferError):  # the prepared call holds the arrays' memory
+            seq.append(1)
+        self.assertKvpError("WRONG_BACKEND", pool.prepare_alloc_decode_async, seq, last, out,
+                            seq_lens_host=seq)
+        extend(2, 10)
+        self.assertEqual(list(out[:10]), [16, 17, 18, 19, 20, 32, 33, 34, 35, 36])
+        pool.close()
+        with self.assertRaisesRegex(ValueError, "closed"):
+            extend(2, 10)
+
+    @unittest.skipIf(torch is None, "torch is not installed")
+    def test_a_tensor_whose_memory_moved_is_refused(self):
+        pool = self.pool(4096, 16)
+        seq, last = torch.tensor([1, 1]), torch.tensor([-1, -1])
+        out = torch.zeros(2, dtype=torch.int64)
+        decode = pool.prepare_alloc_decode(seq, last, out)
+        available = pool.available_size()
+        out.set_(torch.zeros(64, dtype=torch.int64))
+        with self.assertRaisesRegex(ValueError, "memory moved since the preparation"):
+            decode(2)
+        self.assertEqual(pool.available_size(), available)
+        self.assertEqual(out.tolist(), [0] * 64)
+
+
 if __name__ == "__main__":
     unittest.main()

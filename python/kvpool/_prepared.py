@@ -1,0 +1,110 @@
+"""Prepared allocation calls (private to kvpool; made by ``Pool.prepare_*``).
+
+An engine allocates into the same buffers every step (persistent ``seq_lens``, ``last_loc``
+and ``out_cache_loc`` arrays, their host copies, one stream), so everything a call checks
+about those buffers can be checked once: a prepared call keeps each buffer's address and
+length from the preparation and takes only what changes per step, the batch size (and an
+extend's token count). What remains per call is the ctypes call itself, the batch size
+against the prepared capacity, and a check that no prepared tensor was re-pointed.
+
+Buffers stay valid because the prepared call holds them: a buffer-protocol object through a
+``memoryview`` (an exported buffer cannot be resized or freed: ``array.array`` raises
+``BufferError`` on a resize, numpy refuses one), a torch tensor by reference, with its
+``data_ptr()`` compared on every call (``resize_`` / ``set_`` can move a tensor's memory:
+the call then refuses with ``ValueError`` instead of using a stale address). Lists and
+read-only buffers are refused: their converted copy would be a snapshot, not the memory the
+caller updates between steps.
+"""
+
+import array
+
+from . import _buffers
+
+_HANDLERS = _buffers.HANDLERS
+
+
+def host_buffer(values, elements, what, writable, pinned, tensors):
+    """(address, length) of a host array for a prepared call: its memory is kept alive and
+    unmovable in ``pinned`` (or, for a tensor, listed in ``tensors`` with its address)."""
+    address, n, keep = _HANDLERS[type(values)](values, elements, what, writable)
+    if isinstance(keep, array.array) and keep is not values:
+        raise TypeError(f"{what}: a prepared call reads the caller's memory on every call, so "
+                        f"it needs a writable buffer or a tensor (array.array, numpy, "
+                        f"memoryview, torch), not a {type(values).__name__} (a list, a tuple "
+                        "or a read-only buffer would be copied once)")
+    track(values, address, pinned, tensors)
+    return address, n
+
+
+def track(values, address, pinned, tensors):
+    """Keeps ``values`` alive for a prepared call: a tensor by reference with its address
+    (checked per call), anything else through a memoryview (which stops a resize)."""
+    if hasattr(values, "data_ptr"):
+        tensors.append((values, address))
+    else:
+        pinned.append(memoryview(values))
+
+
+def moved(tensors):
+    """The first prepared tensor whose memory moved since the preparation, or None."""
+    for tensor, address in tensors:
+        if tensor.numel() and tensor.data_ptr() != address:
+            return tensor
+    return None
+
+
+class Prepared:
+    """One prepared allocation call: ``prepared(batch)`` (a decode) or ``prepared(batch,
+    extend_num_tokens)`` (an extend) writes the slots into the prepared ``out``
+    (``out[:batch]`` / ``out[:extend_num_tokens]``) and returns None; it raises ``KvpError``
+    as the plain call would. ``capacity``: the most requests a call may name (the shortest
+    prepared per-request array); ``out_len``: the prepared output's length."""
+
+    __slots__ = ("_pool", "_function", "_head", "_tail", "_tensors", "_pinned", "capacity",
+                 "out_len", "out", "_extend")
+
+    def __init__(self, pool, function, head, tail, tensors, pinned, capacity, out_len, out,
+                 extend):
+        self._pool = pool
+        self._function = function  # lib.fast.kvp_pool_*: head..., batch, [tokens], tail...
+        self._head = head
+        self._tail = tail
+        self._tensors = tuple(tensors)
+        self._pinned = tuple(pinned)
+        self.capacity = capacity
+        self.out_len = out_len
+        self.out = out
+        self._extend = extend
+
+    def _refuse(self, batch, tokens):
+        if type(batch) is not int:
+            raise TypeError(f"batch must be an int, not {type(batch).__name__}")
+        if not 0 <= batch <= self.capacity:
+            raise ValueError(f"batch = {batch} is outside [0, {self.capacity}], the prepared "
+                             "arrays' length")
+        if self._extend and type(tokens) is not int:
+            raise TypeError(f"extend_num_tokens must be an int, not {type(tokens).__name__}")
+        if self._extend and tokens < 0:
+            raise ValueError(f"extend_num_tokens = {tokens} is negative")
+        tensor = moved(self._tensors)
+        if tensor is not None:
+            raise ValueError("a prepared tensor's memory moved since the preparation "
+                             f"(data_ptr {tensor.data_ptr():#x}): prepare the call again")
+        raise AssertionError("unreachable")
+
+    def __call__(self, batch, extend_num_tokens=None):
+        if (type(batch) is not int or not 0 <= batch <= self.capacity
+                or (self._extend and (type(extend_num_tokens) is not int
+                                      or extend_num_tokens < 0))):
+            self._refuse(batch, extend_num_tokens)
+        for tensor, address in self._tensors:
+            if tensor.data_ptr() != address and tensor.numel():
+                self._refuse(batch, extend_num_tokens)
+        pool = self._pool
+        handle = pool._handle or pool.handle
+        if self._extend:
+            status = self._function(handle, *self._head, batch, extend_num_tokens, *self._tail)
+        else:
+            status = self._function(handle, *self._head, batch, *self._tail)
+        if status:
+            pool._lib.check(status)
