@@ -30,6 +30,8 @@ starts from the same pool state):
 Kinds of host input: list, array.array ('q'), memoryview (of an array), numpy (int64, if
 numpy is installed), torch (CPU int64 tensor, if torch is installed). Rows "ctypes" call
 ``lib.fast.kvp_*`` with every argument prebuilt (ints): the floor of any ctypes binding.
+Rows "(prepared)" make the same call through ``Pool.prepare_*`` (the buffers prepared once,
+before the timed loop; then ``prepared(bs[, extend_num_tokens])``).
 Every Python result is compared with the C loop's output of the same call.
 """
 
