@@ -11,7 +11,8 @@ Buffers stay valid because the prepared call holds them: a buffer-protocol objec
 ``memoryview`` (an exported buffer cannot be resized or freed: ``array.array`` raises
 ``BufferError`` on a resize, numpy refuses one), a torch tensor by reference, with its
 ``data_ptr()`` compared on every call (``resize_`` / ``set_`` can move a tensor's memory:
-the call then refuses with ``ValueError`` instead of using a stale address). Lists and
+the call then refuses with ``ValueError`` instead of using a stale address). Dropping the
+prepared call lets the buffers go. Lists and
 read-only buffers are refused: their converted copy would be a snapshot, not the memory the
 caller updates between steps.
 """
