@@ -52,7 +52,7 @@ const SORT_CAP: u64 = 4096;
 /// The kernels that decide a whole call in every block, a request a thread: one warp
 /// (`kvp_extend_warp_*`) for up to `WARP_BATCH` requests and `WARP_TOKENS` tokens (a decode of
 /// up to 32 requests), two warps (`kvp_extend_block64_*`) for up to 64 requests and
-/// `BLOCK64_TOKENS` tokens (idle threads cost a one-block call time), else blocks of 256
+/// `BLOCK64_TOKENS` tokens (a one-block call's idle threads cost time), else blocks of 256
 /// threads (`kvp_extend_block_*`) for up to `BLOCK` requests: one block for a decode or an
 /// extend of up to `BLOCK_TOKENS` tokens, more for a longer extend (`kvp_extend_blocks_*`),
 /// about `SPAN_TOKENS` tokens each (at most `TARGET_BLOCKS`). Larger batches go to the
