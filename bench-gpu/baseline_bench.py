@@ -21,6 +21,10 @@ indices exactly.
 
 Usage: baseline_bench.py --lib path/to/libkvpool.so [--quick] [--csv PATH] [--device N]
                          [--page-sizes 1,16,64] [--batch-sizes 1,8,64,256,1024,4096]
+                         [--ops alloc_extend,alloc_decode,free_indices,free_segment]
+
+``--ops`` takes kvpool_bench.cu's list as is (scripts/gpu/run.sh passes both programs the
+same BENCH_ARGS): operations this program has no baseline for are skipped, and said so.
 """
 
 import argparse
@@ -38,6 +42,7 @@ import triton.language as tl
 
 PAGE_SIZES = (1, 16, 64)
 BATCH_SIZES = (1, 8, 64, 256, 1024, 4096)
+OPS = ("alloc_extend", "alloc_decode", "free_indices", "free_segment")
 TOKENS_PER_REQUEST = 512  # extend: new tokens per request (SGLang's reference figures)
 MAX_BATCH = 4096
 MAX_PAGE_SIZE = 64
@@ -958,9 +963,19 @@ def main():
                         help="comma-separated subset of 1,16,64 (default all)")
     parser.add_argument("--batch-sizes", type=subset(BATCH_SIZES), default=list(BATCH_SIZES),
                         help="comma-separated subset of 1,8,64,256,1024,4096 (default all)")
+    parser.add_argument("--ops", type=lambda text: text.split(","), default=list(OPS),
+                        help=f"comma-separated operations, of which {','.join(OPS)} have a "
+                             "baseline here (others are skipped; default all)")
     args = parser.parse_args()
     if not args.lib:
         parser.error("--lib (or $KVPOOL_LIB) is required")
+    skipped = [op for op in args.ops if op not in OPS]
+    if skipped:
+        print(f"no baseline here for {','.join(skipped)}: skipped", file=sys.stderr)
+    ops = [op for op in OPS if op in args.ops]
+    if not ops:
+        print("nothing to measure", file=sys.stderr)
+        return
 
     cfg = Settings(args.quick)
     lib = Kvpool(args.lib)
@@ -976,16 +991,19 @@ def main():
             try:
                 for bs in args.batch_sizes:
                     print(f"page_size {ps} bs {bs}", file=sys.stderr)
-                    bench.extend(bs)
-                    bench.decode(bs)
-                    bench.free(bs, by_index=True)
-                    bench.free(bs, by_index=False)
+                    if "alloc_extend" in ops:
+                        bench.extend(bs)
+                    if "alloc_decode" in ops:
+                        bench.decode(bs)
+                    if "free_indices" in ops:
+                        bench.free(bs, by_index=True)
+                    if "free_segment" in ops:
+                        bench.free(bs, by_index=False)
             finally:
                 sync()
                 bench.close()
             rows.extend(bench.rows)
-    order = ["alloc_extend", "alloc_decode", "free_indices", "free_segment"]
-    rows.sort(key=lambda r: order.index(r["op"]))  # stable: page size, then bs, within an op
+    rows.sort(key=lambda r: OPS.index(r["op"]))  # stable: page size, then bs, within an op
     print_report(rows, floors, cfg, lib)
     if args.csv:
         write_csv(args.csv, rows, floors)
