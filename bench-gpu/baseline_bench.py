@@ -961,8 +961,9 @@ def main():
 
     parser.add_argument("--page-sizes", type=subset(PAGE_SIZES), default=list(PAGE_SIZES),
                         help="comma-separated subset of 1,16,64 (default all)")
-    parser.add_argument("--batch-sizes", type=subset(BATCH_SIZES), default=list(BATCH_SIZES),
-                        help="comma-separated subset of 1,8,64,256,1024,4096 (default all)")
+    parser.add_argument("--batch-sizes", type=subset(range(1, MAX_BATCH + 1)),
+                        default=list(BATCH_SIZES),
+                        help="comma-separated, each 1..4096 (default 1,8,64,256,1024,4096)")
     parser.add_argument("--ops", type=lambda text: text.split(","), default=list(OPS),
                         help=f"comma-separated operations, of which {','.join(OPS)} have a "
                              "baseline here (others are skipped; default all)")

@@ -932,8 +932,8 @@ void usage() {
       "  --csv PATH          also write the table as CSV to PATH\n"
       "  --device N          CUDA device ordinal (default 0)\n"
       "  --page-sizes LIST   comma-separated subset of 1,16,64 (default all)\n"
-      "  --batch-sizes LIST  comma-separated subset of 1,8,64,256,1024,2048,4096 (default all\n"
-      "                      but 2048: a free by index of 2048 x 512 = 1 M indices)\n"
+      "  --batch-sizes LIST  comma-separated, each 1..4096 (default 1,8,64,256,1024,4096;\n"
+      "                      2048 is a free by index of 2048 x 512 = 1 M indices)\n"
       "  --ops LIST          comma-separated subset of alloc_extend,alloc_decode,\n"
       "                      alloc_decode_rows,free_indices,free_segment (default all)\n"
       "  --host-only         host timing only (under a profiler that serializes kernels)");
@@ -955,6 +955,13 @@ std::vector<int64_t> parse_list(const std::string &text, const std::vector<int64
     pos = comma + 1;
   }
   return values;
+}
+
+// Comma-separated batch sizes, each 1..kMaxBatch (the pool is sized for kMaxBatch).
+std::vector<int64_t> parse_batch_sizes(const std::string &text) {
+  std::vector<int64_t> every(kMaxBatch);
+  for (int64_t b = 1; b <= kMaxBatch; ++b) every[b - 1] = b;
+  return parse_list(text, every);
 }
 
 // A comma-separated subset of `allowed` names.
@@ -988,7 +995,7 @@ Settings parse_args(int argc, char **argv) {
     } else if (arg == "--page-sizes" && i + 1 < argc) {
       cfg.page_sizes = parse_list(argv[++i], Settings().page_sizes);
     } else if (arg == "--batch-sizes" && i + 1 < argc) {
-      cfg.batch_sizes = parse_list(argv[++i], {1, 8, 64, 256, 1024, 2048, 4096});
+      cfg.batch_sizes = parse_batch_sizes(argv[++i]);
     } else if (arg == "--ops" && i + 1 < argc) {
       cfg.ops = parse_names(argv[++i], Settings().ops);
     } else if (arg == "-h" || arg == "--help") {

@@ -756,6 +756,7 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
 
 #include "req_table.cuh"
 #include "extend_block.cuh"
+#include "decode_block.cuh"
 
 namespace kvp {
 
@@ -1405,6 +1406,34 @@ KVP_INDEX_KERNELS(i32, int)
 
 KVP_ROWS_KERNELS(i64, long long)
 KVP_ROWS_KERNELS(i32, int)
+
+// alloc_decode (and alloc_decode_rows) of up to THREADS requests (decode_block.cuh): the
+// parameters of kvp_extend_*_ (and kvp_extend_*_rows_), so the host launches either alike;
+// `prefix_lens`, `per_block` and `decode` are unused.
+#define KVP_DECODE_KERNEL(THREADS, SUFFIX, INDEX)                                                 \
+  extern "C" __global__ void __launch_bounds__(THREADS) kvp_decode_##THREADS##_##SUFFIX(          \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    decode_block<THREADS, INDEX>(v, call, seq_lens, last_loc, batch, total_tokens, total_pages,   \
+                                 out);                                                            \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(THREADS) kvp_decode_##THREADS##_rows_##SUFFIX(     \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
+      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    decode_block<THREADS, INDEX, true>(v, call, seq_lens, nullptr, batch, total_tokens,           \
+                                       total_pages, out, tab);                                    \
+  }
+#define KVP_DECODE_KERNELS(SUFFIX, INDEX)                                                         \
+  KVP_DECODE_KERNEL(32, SUFFIX, INDEX)                                                            \
+  KVP_DECODE_KERNEL(64, SUFFIX, INDEX)                                                            \
+  KVP_DECODE_KERNEL(128, SUFFIX, INDEX)                                                           \
+  KVP_DECODE_KERNEL(256, SUFFIX, INDEX)                                                           \
+  KVP_DECODE_KERNEL(1024, SUFFIX, INDEX)
+
+KVP_DECODE_KERNELS(i64, long long)
+KVP_DECODE_KERNELS(i32, int)
 
 // Decode reservations (reservation.cuh): the pool's index type a suffix, a request-to-token
 // table's element type a run-time flag (`wide`: int64) as for the rows kernels.

@@ -1054,3 +1054,192 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
         "{sharers_accepted} sharers, {refused} refusals"
     );
 }
+
+/// Where a host error names its request: `last_loc[i]`, `seq_lens[i]` or `request i`.
+fn host_position(message: &str) -> Option<i64> {
+    ["last_loc[", "seq_lens[", "request "]
+        .iter()
+        .find_map(|key| {
+            let at = message.find(key)? + key.len();
+            let digits: String = message[at..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            digits.parse().ok()
+        })
+}
+
+/// Decodes of every size on the kernels that serve them (`kvp_decode_{32,64,128,256,1024}_*`
+/// up to 1,024 requests, the ticketed kernel beyond): against the host pool, the same slots
+/// for good batches, and for batches with bad last_locs (stale, a second continuation of a
+/// page, out of range, in the reserved page, off its page position, non-empty for an empty
+/// prefix; sometimes two) the same error kind naming the same request, padding only, nothing
+/// past the batch, no page taken.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn decode_kernels_of_every_size_name_the_hosts_first_bad_request() {
+    const GUARD: usize = 256;
+    const ROWS: usize = 1300;
+    const SIZES: [usize; 14] = [
+        1, 5, 32, 33, 64, 65, 128, 129, 256, 257, 600, 1024, 1025, 1300,
+    ];
+    let gpu = Gpu::new(false);
+    let (seq_d, last_d, prefix_d) = (
+        DevBuf::new(8 * ROWS),
+        DevBuf::new(8 * ROWS),
+        DevBuf::new(8 * ROWS),
+    );
+    let out = DevBuf::new(8 * (4 * 64 * ROWS + GUARD));
+    // Rounds per batch size (KVPOOL_DECODE_ROUNDS; fewer under a sanitizer).
+    let rounds: usize = std::env::var("KVPOOL_DECODE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    let (mut accepted, mut refused) = (0, 0);
+    for ps in [1u32, 16, 64] {
+        let ps64 = i64::from(ps);
+        for seed in 0..2u64 {
+            let mut rng = rng::Rng(seed * 7919 + u64::from(ps));
+            let pool_config = |backend| PoolConfig {
+                size: 16384 * u64::from(ps),
+                ..config(backend, ps)
+            };
+            let size = pool_config(BackendKind::Host).size as i64;
+            let mut host = Pool::new(pool_config(BackendKind::Host)).unwrap();
+            let mut device = DevicePool::new(pool_config(CUDA0)).unwrap();
+            // The requests: fresh extends of 1 .. 3 pages' worth of tokens, 260 a call.
+            let mut rows: Vec<Vec<i64>> = Vec::new();
+            while rows.len() < ROWS {
+                let seq: Vec<i64> = (0..260.min(ROWS - rows.len()))
+                    .map(|_| rng.range(1, 3 * u64::from(ps)) as i64)
+                    .collect();
+                let prefix = vec![0i64; seq.len()];
+                let last = vec![-1i64; seq.len()];
+                let total: usize = seq.iter().sum::<i64>() as usize;
+                let mut want = vec![0i64; total];
+                host.alloc_extend(&prefix, &seq, &last, total as u64, &mut want)
+                    .unwrap();
+                prefix_d.upload(&prefix);
+                seq_d.upload(&seq);
+                last_d.upload(&last);
+                // SAFETY: the buffers hold what the call says; synchronized below.
+                unsafe {
+                    device
+                        .alloc_extend(
+                            &prefix,
+                            &seq,
+                            prefix_d.ptr,
+                            seq_d.ptr,
+                            last_d.ptr,
+                            total as u64,
+                            out.ptr,
+                            total,
+                            gpu.stream,
+                        )
+                        .unwrap();
+                }
+                gpu.sync();
+                assert_eq!(
+                    out.download::<i64>(total),
+                    want,
+                    "ps {ps}: the set-up extend"
+                );
+                let mut at = 0;
+                for &s in &seq {
+                    rows.push(want[at..at + s as usize].to_vec());
+                    at += s as usize;
+                }
+            }
+            for round in 0..rounds * SIZES.len() {
+                let bs = SIZES[round % SIZES.len()];
+                // Distinct requests in random order: (row, seq, last_loc).
+                let mut order: Vec<usize> = (0..ROWS).collect();
+                for i in (1..ROWS).rev() {
+                    order.swap(i, rng.below(i as u64 + 1) as usize);
+                }
+                let mut batch: Vec<(usize, i64, i64)> = order[..bs]
+                    .iter()
+                    .map(|&r| (r, rows[r].len() as i64 + 1, *rows[r].last().unwrap()))
+                    .collect();
+                let bad = rng.chance(60);
+                let corruptions = if bad { rng.range(1, 2) } else { 0 };
+                for _ in 0..corruptions {
+                    let k = rng.below(bs as u64) as usize;
+                    let (r, seq, last) = batch[k];
+                    batch[k] = match rng.below(6) {
+                        0 if rows[r].len() >= 2 => (r, seq, rows[r][rows[r].len() - 2]),
+                        1 if bs > 1 => {
+                            let j = (k + 1 + rng.below(bs as u64 - 1) as usize) % bs;
+                            batch[j]
+                        }
+                        2 => (r, seq, size + 3 * ps64),
+                        3 => (r, seq, ps64 - 1),
+                        4 => (r, seq, last - 1),
+                        _ => (r, 1, last),
+                    };
+                }
+                let seq: Vec<i64> = batch.iter().map(|b| b.1).collect();
+                let last: Vec<i64> = batch.iter().map(|b| b.2).collect();
+                let what = format!("ps {ps} seed {seed} round {round}, batch {bs}");
+                let mut want = vec![0i64; bs];
+                let host_result = host.alloc_decode(&seq, &last, &mut want);
+                seq_d.upload(&seq);
+                last_d.upload(&last);
+                out.upload(&vec![-7i64; bs + GUARD]);
+                let pages_before = allocated_pages_on_device(&device);
+                let backup = unsafe { device.backup_state(gpu.stream) }.unwrap();
+                // SAFETY: the buffers hold what the call says; synchronized below.
+                unsafe {
+                    device
+                        .alloc_decode(&seq, seq_d.ptr, last_d.ptr, out.ptr, bs, gpu.stream)
+                        .unwrap();
+                }
+                gpu.sync();
+                let got: Vec<i64> = out.download(bs + GUARD);
+                assert!(
+                    got[bs..].iter().all(|&x| x == -7),
+                    "{what}: a write past out[{bs})"
+                );
+                match host_result {
+                    Ok(()) => {
+                        assert!(device.fault().is_none(), "{what}: {:?}", device.fault());
+                        assert_eq!(got[..bs], want[..], "{what}");
+                        // A request repeated whole (a page start, so valid) is one request.
+                        let mut seen = std::collections::HashSet::new();
+                        for (k, &(r, _, _)) in batch.iter().enumerate() {
+                            if seen.insert(r) {
+                                rows[r].push(want[k]);
+                            }
+                        }
+                        accepted += 1;
+                    }
+                    Err(e) => {
+                        let fault = device
+                            .fault()
+                            .unwrap_or_else(|| panic!("{what}: no fault ({e})"));
+                        assert_eq!(
+                            (fault.kind, Some(fault.position)),
+                            (e.kind(), host_position(e.message())),
+                            "{what}: device {fault:?}, host {e}"
+                        );
+                        assert!(
+                            got[..bs].iter().all(|&x| x == 0),
+                            "{what}: a slot was handed out"
+                        );
+                        assert_eq!(allocated_pages_on_device(&device), pages_before, "{what}");
+                        unsafe { device.restore_state(&backup, gpu.stream) }.unwrap();
+                        gpu.sync();
+                        assert_eq!(kind_of(device.check_device()), Err(ErrorKind::DeviceFault));
+                        assert_eq!(kind_of(device.check_device()), Ok(()));
+                        refused += 1;
+                    }
+                }
+                assert_eq!(device.available_size(), host.available_size(), "{what}");
+            }
+        }
+    }
+    assert!(
+        accepted > 20 && refused > 20,
+        "{accepted} accepted, {refused} refused"
+    );
+}

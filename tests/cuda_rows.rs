@@ -411,22 +411,42 @@ fn bad_rows_fault_the_device_pool_and_write_nothing() {
         return;
     }
     let gpu = Gpu::new(false);
+    // (rows, prefix_lens (None: a decode), seq_lens, the status)
     for (rows, prefix, seq, kind) in [
         (
             vec![0i64, ROWS as i64],
-            vec![0i64, 0],
+            Some(vec![0i64, 0]),
             vec![3i64, 3],
             kvp_status::IndexOutOfRange,
         ),
-        (vec![-1], vec![0], vec![2], kvp_status::IndexOutOfRange),
+        (
+            vec![-1],
+            Some(vec![0]),
+            vec![2],
+            kvp_status::IndexOutOfRange,
+        ),
         (
             vec![4, 5, 4],
-            vec![0, 0, 0],
+            Some(vec![0, 0, 0]),
             vec![1, 1, 1],
             kvp_status::InvalidArgument,
         ),
         // Continuing row 0 from a stale prefix: its last_loc is not the fill point.
-        (vec![0], vec![2], vec![6], kvp_status::LastLocMismatch),
+        (vec![0], Some(vec![2]), vec![6], kvp_status::LastLocMismatch),
+        // The same as decodes (the decode kernels): row 0 continues, the next is outside.
+        (
+            vec![0, ROWS as i64],
+            None,
+            vec![6, 1],
+            kvp_status::IndexOutOfRange,
+        ),
+        (
+            vec![4, 5, 4],
+            None,
+            vec![1, 1, 1],
+            kvp_status::InvalidArgument,
+        ),
+        (vec![0], None, vec![4], kvp_status::LastLocMismatch),
     ] {
         let p = pools(4096, 4, false, I64);
         let mut host_table = vec![0i32; SPAN];
@@ -486,34 +506,63 @@ fn bad_rows_fault_the_device_pool_and_write_nothing() {
             );
             gpu.sync();
             let before = host_table.clone();
-            let total: i64 = seq.iter().zip(&prefix).map(|(s, p)| s - p).sum();
-            let sh = kvp_pool_alloc_extend_rows(
-                p.host,
-                &hd,
-                rows.as_ptr(),
-                prefix.as_ptr(),
-                seq.as_ptr(),
-                n,
-                total as usize,
-                null_mut(),
-                0,
-            );
+            let (r, sq) = (up(&rows), up(&seq));
+            let (sh, sd) = match &prefix {
+                Some(prefix) => {
+                    let total: i64 = seq.iter().zip(prefix).map(|(s, p)| s - p).sum();
+                    let pr = up(prefix);
+                    (
+                        kvp_pool_alloc_extend_rows(
+                            p.host,
+                            &hd,
+                            rows.as_ptr(),
+                            prefix.as_ptr(),
+                            seq.as_ptr(),
+                            n,
+                            total as usize,
+                            null_mut(),
+                            0,
+                        ),
+                        kvp_pool_alloc_extend_rows_async(
+                            p.device,
+                            &dd,
+                            r.ptr as usize as *const i64,
+                            prefix.as_ptr(),
+                            seq.as_ptr(),
+                            pr.ptr as usize as *const i64,
+                            sq.ptr as usize as *const i64,
+                            n,
+                            total as usize,
+                            null_mut(),
+                            0,
+                            gpu.stream.cast(),
+                        ),
+                    )
+                }
+                None => (
+                    kvp_pool_alloc_decode_rows(
+                        p.host,
+                        &hd,
+                        rows.as_ptr(),
+                        seq.as_ptr(),
+                        n,
+                        null_mut(),
+                        0,
+                    ),
+                    kvp_pool_alloc_decode_rows_async(
+                        p.device,
+                        &dd,
+                        r.ptr as usize as *const i64,
+                        seq.as_ptr(),
+                        sq.ptr as usize as *const i64,
+                        n,
+                        null_mut(),
+                        0,
+                        gpu.stream.cast(),
+                    ),
+                ),
+            };
             assert_eq!(sh, kind, "host: {}", last_error());
-            let (r, pr, sq) = (up(&rows), up(&prefix), up(&seq));
-            let sd = kvp_pool_alloc_extend_rows_async(
-                p.device,
-                &dd,
-                r.ptr as usize as *const i64,
-                prefix.as_ptr(),
-                seq.as_ptr(),
-                pr.ptr as usize as *const i64,
-                sq.ptr as usize as *const i64,
-                n,
-                total as usize,
-                null_mut(),
-                0,
-                gpu.stream.cast(),
-            );
             assert_eq!(sd, kvp_status::Ok, "enqueued");
             gpu.sync();
             assert_eq!(kvp_pool_check_device(p.device), kvp_status::DeviceFault);

@@ -49,16 +49,19 @@ const FREE_BLOCK: u32 = 1024;
 /// this many indices (so at most this many distinct pages) is one kernel; larger ones are
 /// two (claim and count per chunk of the page map, release chunk by chunk).
 const SORT_CAP: u64 = 4096;
-/// The kernels that decide a whole call in every block, a request a thread: one warp
-/// (`kvp_extend_warp_*`) for up to `WARP_BATCH` requests and `WARP_TOKENS` tokens (a decode of
-/// up to 32 requests), two warps (`kvp_extend_block64_*`) for up to 64 requests and
-/// `BLOCK64_TOKENS` tokens (a one-block call's idle threads cost time), else blocks of 256
-/// threads (`kvp_extend_block_*`) for up to `BLOCK` requests: one block for a decode or an
-/// extend of up to `BLOCK_TOKENS` tokens, more for a longer extend (`kvp_extend_blocks_*`),
+/// The kernels that decide a whole call in every block, a request a thread. A decode of up
+/// to `DECODE_BATCH` requests runs on `kvp_decode_{N}_*`, one block of the fewest threads in
+/// `DECODE_THREADS` that hold it (a one-block call's idle threads cost time). An extend runs
+/// on one warp (`kvp_extend_warp_*`) for up to `WARP_BATCH` requests and `WARP_TOKENS`
+/// tokens, two warps (`kvp_extend_block64_*`) for up to 64 requests and `BLOCK64_TOKENS`
+/// tokens, else blocks of 256 threads (`kvp_extend_block_*`) for up to `BLOCK` requests: one
+/// block for up to `BLOCK_TOKENS` tokens, more for a longer extend (`kvp_extend_blocks_*`),
 /// about `SPAN_TOKENS` tokens each (at most `TARGET_BLOCKS`). Larger batches go to the
-/// ticketed multi-block kernel (one block of 1,024 threads for decodes of up to 1,024
-/// requests, one of 256 for extends of up to 4,096 tokens, or deciding blocks of four
-/// requests a thread, all measured slower than several blocks with a ticket: BENCHMARKS.md).
+/// ticketed multi-block kernel (for extends, one block of 256 threads for up to 4,096
+/// tokens, or deciding blocks of four requests a thread, were both measured slower than
+/// several blocks with a ticket: BENCHMARKS.md).
+const DECODE_THREADS: [u32; 5] = [32, 64, 128, 256, 1024];
+const DECODE_BATCH: usize = 1024;
 const WARP_BATCH: usize = 32;
 const WARP_TOKENS: u64 = 64;
 const BLOCK_TOKENS: u64 = 1024;
@@ -78,6 +81,9 @@ pub(super) enum ExtendKernel {
     Blocks,
     /// Many blocks (`kvp_extend_*`).
     Grid,
+    /// A decode in one block of this many threads, one of `DECODE_THREADS`
+    /// (`kvp_decode_{N}_*`).
+    Decode(u32),
 }
 
 impl ExtendKernel {
@@ -88,7 +94,20 @@ impl ExtendKernel {
             Self::Block => typed.extend_block,
             Self::Blocks => typed.extend_blocks,
             Self::Grid => typed.extend,
+            Self::Decode(threads) => typed.decode[decode_slot(threads)],
         }
+    }
+}
+
+/// Where the decode kernel of `threads` threads (one of `DECODE_THREADS`) sits in
+/// `Typed::decode` and `Typed::decode_rows`.
+pub(super) fn decode_slot(threads: u32) -> usize {
+    match threads {
+        32 => 0,
+        64 => 1,
+        128 => 2,
+        256 => 3,
+        _ => 4,
     }
 }
 
@@ -1057,7 +1076,13 @@ impl DevicePool {
         let batch32 = u32::try_from(batch).map_err(|_| {
             PoolError::new(ErrorKind::InvalidLengths, "batch_size exceeds 2^32 - 1")
         })?;
-        Ok(if batch <= WARP_BATCH && tokens <= WARP_TOKENS {
+        Ok(if decode && batch <= DECODE_BATCH {
+            let threads = DECODE_THREADS
+                .into_iter()
+                .find(|&t| batch <= t as usize)
+                .unwrap_or(DECODE_BATCH as u32);
+            (ExtendKernel::Decode(threads), 1, threads, batch32, batch32)
+        } else if batch <= WARP_BATCH && tokens <= WARP_TOKENS {
             (ExtendKernel::Warp, 1, 32, batch32, batch32)
         } else if batch <= 64 && tokens <= BLOCK64_TOKENS {
             (ExtendKernel::Block64, 1, 64, batch32, batch32)
@@ -1751,17 +1776,35 @@ mod tests {
     }
 
     #[test]
+    fn decode_kernels_sit_in_the_order_of_their_blocks() {
+        for (slot, threads) in DECODE_THREADS.into_iter().enumerate() {
+            assert_eq!(decode_slot(threads), slot);
+        }
+        assert_eq!(DECODE_THREADS.last().copied(), Some(DECODE_BATCH as u32));
+    }
+
+    #[test]
     fn batches_go_to_the_smallest_kernel_that_holds_them() {
         // (batch, decode, tokens, pages) -> (kernel, grid, threads)
         let cases = [
-            ((32, true, 32, 32), (ExtendKernel::Warp, 1, 32)),
-            ((33, true, 33, 33), (ExtendKernel::Block64, 1, 64)),
-            ((64, true, 64, 64), (ExtendKernel::Block64, 1, 64)),
-            ((65, true, 65, 65), (ExtendKernel::Block, 1, 256)),
+            ((1, true, 1, 1), (ExtendKernel::Decode(32), 1, 32)),
+            ((32, true, 32, 32), (ExtendKernel::Decode(32), 1, 32)),
+            ((33, true, 33, 33), (ExtendKernel::Decode(64), 1, 64)),
+            ((64, true, 64, 64), (ExtendKernel::Decode(64), 1, 64)),
+            ((65, true, 65, 65), (ExtendKernel::Decode(128), 1, 128)),
+            ((129, true, 129, 129), (ExtendKernel::Decode(256), 1, 256)),
+            ((256, true, 256, 256), (ExtendKernel::Decode(256), 1, 256)),
+            ((257, true, 257, 257), (ExtendKernel::Decode(1024), 1, 1024)),
+            (
+                (1024, true, 1024, 1024),
+                (ExtendKernel::Decode(1024), 1, 1024),
+            ),
+            ((1025, true, 1025, 1025), (ExtendKernel::Grid, 5, 256)),
+            ((32, false, 32, 32), (ExtendKernel::Warp, 1, 32)),
+            ((33, false, 33, 33), (ExtendKernel::Block64, 1, 64)),
+            ((64, false, 256, 64), (ExtendKernel::Block64, 1, 64)),
+            ((65, false, 65, 65), (ExtendKernel::Block, 1, 256)),
             ((40, false, 257, 257), (ExtendKernel::Block, 1, 256)),
-            ((256, true, 256, 256), (ExtendKernel::Block, 1, 256)),
-            ((257, true, 257, 257), (ExtendKernel::Grid, 2, 256)),
-            ((1024, true, 1024, 1024), (ExtendKernel::Grid, 4, 256)),
             ((200, false, 1024, 1024), (ExtendKernel::Block, 1, 256)),
             ((200, false, 1025, 1025), (ExtendKernel::Blocks, 3, 256)),
             (

@@ -7,7 +7,9 @@
 
 use cudarc::driver::sys::{CUdeviceptr, CUstream};
 
-use super::{arg, DevicePool, ExtendKernel, Launch, BLOCK, FREE_BLOCK, FREE_SEGMENT, FREE_SLOTS};
+use super::{
+    arg, decode_slot, DevicePool, ExtendKernel, Launch, BLOCK, FREE_BLOCK, FREE_SEGMENT, FREE_SLOTS,
+};
 use crate::cuda::counts::Step;
 use crate::cuda::kernels::launch;
 use crate::cuda::layout::DeviceOp;
@@ -250,10 +252,19 @@ impl DevicePool {
         };
         let decode32 = u32::from(decode);
         let prefix_dev = prefix.map_or(seq_lens, |(_, p)| p);
-        // A batch of the kernels that decide a whole call in every block (every decode step
-        // up to 256 requests, an extend of up to 256): one kernel (it enters rows in a 32-bit
+        // A batch of the kernels that decide a whole call in every block (a decode step of up
+        // to 1,024 requests, an extend of up to 256): one kernel (it enters rows in a 32-bit
         // keyed table; `TableShape::span`, checked above, bounds the table's rows by 2^32 - 1).
-        if kernel != ExtendKernel::Grid {
+        let typed = &self.kernels.typed;
+        let one_kernel = match kernel {
+            ExtendKernel::Warp => Some(typed.extend_warp_rows),
+            ExtendKernel::Block64 => Some(typed.extend_block64_rows),
+            ExtendKernel::Block => Some(typed.extend_block_rows),
+            ExtendKernel::Blocks => Some(typed.extend_blocks_rows),
+            ExtendKernel::Decode(threads) => Some(typed.decode_rows[decode_slot(threads)]),
+            ExtendKernel::Grid => None,
+        };
+        if let Some(function) = one_kernel {
             let tab = TableArgs {
                 table: table.data,
                 wide: table.wide(),
@@ -261,12 +272,6 @@ impl DevicePool {
                 stride: table.shape.row_stride,
                 row_len: table.shape.row_len,
                 rows,
-            };
-            let function = match kernel {
-                ExtendKernel::Warp => self.kernels.typed.extend_warp_rows,
-                ExtendKernel::Block64 => self.kernels.typed.extend_block64_rows,
-                ExtendKernel::Blocks => self.kernels.typed.extend_blocks_rows,
-                _ => self.kernels.typed.extend_block_rows,
             };
             let args = [
                 arg(&prefix_dev),

@@ -1,0 +1,242 @@
+// alloc_decode of up to BLOCK requests (at most 1,024) in one block, a request a thread: the
+// call a decode step makes, every step. Included by pool.cu after extend_block.cuh, whose
+// checks it makes in the same order with the same verdict (the smallest position, then the
+// smallest code), so it differs from `extend_block` only in what a decode lets it leave out.
+//
+// Why a kernel of its own: a one-block call's time is mostly the latency of the instructions
+// its one path runs (BENCHMARKS.md: fetching them, and the dependent arithmetic), and a
+// decode needs few. Each request is one token, so its shape is one bit (it starts a page or
+// continues its last one); token ranks are request ranks and page ranks a ballot's popcount,
+// all 32-bit; no token-to-request search and no staging of new pages (a starting request
+// reads its own page from the ring, in the same round trip as its prefix page's words). One
+// warp needs no barrier and no shared memory: repeats are found with match_any and the
+// verdict with a warp reduction.
+
+namespace kvp {
+
+// The smallest of (position << 8 | code) over the block, 32-bit (positions < 2^24).
+constexpr uint32_t NO_ERROR32 = ~0u;
+
+__device__ inline unsigned long long widen_error(uint32_t key) {
+  return key == NO_ERROR32 ? NO_ERROR : (unsigned long long)key;
+}
+
+// Counts over the block: each thread gets the number of earlier threads whose `flag` holds
+// (its rank) and the block's total. One barrier when BLOCK > 32 (`counts` has BLOCK / 32
+// entries); two flags at once, in the halves of a 32-bit word.
+template <int BLOCK>
+__device__ inline void block_rank2(bool f0, bool f1, uint32_t *counts, uint32_t *rank0,
+                                   uint32_t *rank1, uint32_t *total0, uint32_t *total1) {
+  const uint32_t lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint32_t b0 = __ballot_sync(FULL, f0), b1 = __ballot_sync(FULL, f1);
+  const uint32_t below = (1u << lane) - 1;
+  uint32_t r0 = __popc(b0 & below), r1 = __popc(b1 & below);
+  uint32_t t0 = __popc(b0), t1 = __popc(b1);
+  if constexpr (BLOCK > 32) {
+    if (lane == 0) counts[warp] = t0 | (t1 << 16);
+    __syncthreads();
+    uint32_t before = 0, all = 0;
+#pragma unroll
+    for (int w = 0; w < BLOCK / 32; ++w) {
+      const uint32_t c = counts[w];
+      if ((uint32_t)w < warp) before += c;
+      all += c;
+    }
+    r0 += before & 0xffff;
+    r1 += before >> 16;
+    t0 = all & 0xffff;
+    t1 = all >> 16;
+  }
+  *rank0 = r0;
+  *rank1 = r1;
+  *total0 = t0;
+  *total1 = t1;
+}
+
+// Whether this thread is the first (lowest) of the block to enter `key` (`enter`); threads
+// that do not enter get true. One warp: match_any. More: a shared table, whose barrier the
+// caller passes between `enter_key` and `first_key` (`table` zeroed before an earlier one).
+template <int BLOCK, int CAP>
+struct FirstOf {
+  PageTable<CAP> *table;
+  uint32_t pos = 0;
+  bool mine = false, first = true;
+
+  // One warp: settled at once (every lane must call this).
+  __device__ void enter_key(bool enter, uint32_t key) {
+    mine = enter;
+    if constexpr (BLOCK == 32) {
+      const unsigned long long k =
+          enter ? (unsigned long long)key : (1ull << 32) | (unsigned long long)threadIdx.x;
+      const uint32_t same = __match_any_sync(FULL, k);
+      first = !enter || __ffs(same) - 1 == (int)threadIdx.x;
+    } else if (enter) {
+      pos = table->enter(key, threadIdx.x);
+    }
+  }
+  __device__ bool first_key() const {
+    if constexpr (BLOCK == 32) return first;
+    return !mine || table->first_of(pos, threadIdx.x);
+  }
+};
+
+template <int BLOCK>
+__device__ inline void block_sync() {
+  if constexpr (BLOCK == 32) __syncwarp();
+  else __syncthreads();
+}
+
+// ROWS: by request row, as extend_block (rows checked and seen once, last_loc from the table,
+// the slot into the table and to `out` when it is not NULL).
+template <int BLOCK, typename Index, bool ROWS = false>
+__device__ void decode_block(View v, Call call, const long long *seq_lens, const Index *last_loc,
+                             uint32_t batch, unsigned long long total_tokens,
+                             unsigned long long total_pages, Index *out, TableArgs tab = {}) {
+  constexpr bool WARP = BLOCK == 32;
+  constexpr int TABLE_CAP = WARP ? 1 : BLOCK;
+  __shared__ PageTable<TABLE_CAP> claims;
+  __shared__ PageTable<ROWS ? TABLE_CAP : 1> row_claims;
+  __shared__ uint32_t counts[WARP ? 1 : BLOCK / 32];
+  __shared__ uint32_t errors;
+  __shared__ long long last[WARP ? 1 : BLOCK];
+
+  const uint32_t r = threadIdx.x;
+  if constexpr (!WARP) {
+    // Published by the barrier in block_rank2.
+    if (r == 0) errors = NO_ERROR32;
+    for (uint32_t e = r; e < PageTable<TABLE_CAP>::SIZE; e += BLOCK) claims.entry[e] = 0;
+    if (ROWS)
+      for (uint32_t e = r; e < PageTable<TABLE_CAP>::SIZE; e += BLOCK) row_claims.entry[e] = 0;
+  }
+
+  // Round trip 1: the cursor, the fault flag and this thread's request (a thread past the
+  // batch reads the last request again and ignores it: every load unconditional).
+  Header *h = v.header;
+  const Cursor c = h->cursor[call.in];
+  const bool dead = h->fault != 0;
+  const uint32_t i = min(r, batch - 1);
+  const long long seq = seq_lens[i];
+  const long long row = ROWS ? tab.rows[i] : 0;
+  long long ll = ROWS ? -1 : (long long)last_loc[i];
+
+  const bool valid = r < batch;
+  const long long prefix = seq - 1;
+  const bool usable = valid && lengths_sane(v, prefix, seq);
+  // The request's shape: a decode token starts a page or continues the prefix's last one.
+  const bool starts = usable && mod_ps((unsigned long long)prefix, v) == 0;
+  const bool continues = usable && !starts;
+  uint32_t row_err = ERR_NONE;
+  if (ROWS) {
+    if (valid && (row < 0 || (unsigned long long)row >= tab.rows_in_table)) row_err = ERR_ROW;
+    else if (valid && seq > 0 && (unsigned long long)seq > tab.row_len) row_err = ERR_ROW_LEN;
+    if (valid && row_err == ERR_NONE && usable && prefix > 0)
+      ll = table_last_loc<Index>(
+          table_at(tab.table, tab.wide, (unsigned long long)row * tab.stride + prefix - 1));
+  }
+  if (!valid) ll = -1;
+  if constexpr (!WARP) last[r] = ll;
+
+  uint32_t tok_rank, page_rank, tokens, new_pages;
+  block_rank2<BLOCK>(usable, starts, counts, &tok_rank, &page_rank, &tokens, &new_pages);
+  const bool short_ = !dead && c.free_len < total_pages;
+  const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
+  const bool tracked = v.page_size > 1;
+
+  // Round trip 2: the prefix page's words (page 0 stands in when there is nothing to check)
+  // and, for a request that starts a page, its page from the ring (rank < new_pages <=
+  // free_len when live; else the ring's head stands in).
+  const bool check = usable && !dead && prefix > 0 && row_err == ERR_NONE;
+  uint32_t err = ERR_NONE;
+  if (usable && !dead && prefix == 0 && ll != -1) err = ERR_LAST_LOC_EMPTY;
+  if (check) err = slot_error(ll, v);
+  const uint32_t prefix_page =
+      check && err == ERR_NONE ? (uint32_t)div_ps((unsigned long long)ll, v) : 0;
+  const uint32_t word = v.state[prefix_page];
+  const unsigned long long filled = tracked ? v.fill[prefix_page] : 0;
+  const uint32_t page = v.ring[ring_pos(c.head, live && starts ? page_rank : 0, v.num_pages)];
+
+  // extend_block's checks, in its order.
+  const unsigned long long in_page = mod_ps((unsigned long long)ll, v);
+  bool enters = false;
+  if (check && err == ERR_NONE) {
+    if (kind_of(word) != KIND_ALLOCATED) err = unallocated_error(word);
+    else if (tag_of(word) == call.tag) err = ERR_NOT_ALLOCATED;
+    else if (mod_ps((unsigned long long)ll + 1, v) != mod_ps((unsigned long long)prefix, v))
+      err = ERR_LAST_LOC;
+    else if (tracked && fill_tag(filled) == call.tag) err = ERR_SHARED_PAGE;
+    else if (tracked && fill_of(filled) != in_page + 1) err = ERR_FILL;
+    else enters = continues && batch > 1;
+  }
+  uint32_t key = NO_ERROR32;
+  auto report32 = [&](uint32_t code) { key = min(key, (r << 8) | code); };
+  if (err != ERR_NONE) report32(err);
+  if (row_err != ERR_NONE) report32(row_err);
+  // Device lengths against the plan, as extend_block (tokens are ranked by request).
+  if (valid && row_err == ERR_NONE &&
+      (!usable || tok_rank + 1ull > total_tokens || page_rank + (starts ? 1ull : 0ull) > total_pages))
+    report32(ERR_LENGTHS);
+  if (r == 0 && (tokens < total_tokens || new_pages < total_pages))
+    key = min(key, ((batch - 1) << 8) | ERR_LENGTHS);
+
+  // Two requests continuing one page; two requests of one row.
+  FirstOf<BLOCK, TABLE_CAP> page_seen{&claims};
+  FirstOf<BLOCK, ROWS ? TABLE_CAP : 1> row_seen{&row_claims};
+  page_seen.enter_key(enters, prefix_page);
+  const bool row_enters = ROWS && valid && row_err == ERR_NONE && batch > 1;
+  if (ROWS) row_seen.enter_key(row_enters, (uint32_t)row);
+  unsigned long long verdict;
+  if constexpr (WARP) {
+    if (!page_seen.first_key()) report32(ERR_SHARED_PAGE);
+    if (ROWS && !row_seen.first_key()) report32(ERR_ROW_TWICE);
+    verdict = widen_error(__reduce_min_sync(FULL, key));
+  } else {
+    if (key != NO_ERROR32) atomicMin(&errors, key);
+    if (__syncthreads_or(enters || row_enters)) {
+      key = NO_ERROR32;
+      if (!page_seen.first_key()) report32(ERR_SHARED_PAGE);
+      if (ROWS && !row_seen.first_key()) report32(ERR_ROW_TWICE);
+      if (key != NO_ERROR32) atomicMin(&errors, key);
+      __syncthreads();
+    }
+    verdict = widen_error(errors);
+  }
+  const bool failed = !dead && (short_ || verdict != NO_ERROR);
+
+  if (live && !failed) {
+    // Round trip 3, only writes: a new page becomes allocated with one slot handed out; a
+    // continued page moves its fill point on by one.
+    Index slot;
+    if (starts) {
+      v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+      if (tracked) v.fill[page] = fill_word(call.tag, 1);
+      slot = (Index)((unsigned long long)page * v.page_size);
+    } else {
+      if (continues) v.fill[prefix_page] = fill_word(call.tag, in_page + 2);
+      slot = (Index)(ll + 1);
+    }
+    if (valid && (!ROWS || out != nullptr)) out[r] = slot;
+    if (ROWS && valid)
+      table_put(tab.table, tab.wide, (unsigned long long)row * tab.stride + prefix, (long long)slot);
+  } else if (!ROWS || out != nullptr) {
+    // Dead, short or failed: the plan's whole output is the padding slot.
+    for (unsigned long long t = r; t < total_tokens; t += BLOCK) out[t] = 0;
+  }
+
+  // The value a fault names: the lengths, the row, or last_loc (as read).
+  long long named = ll;
+  if constexpr (WARP) named = __shfl_sync(FULL, ll, (int)min(verdict >> 8, 31ull));
+  if (r == 0) {
+    const unsigned long long pos = verdict >> 8;
+    const uint32_t code = (uint32_t)(verdict & 0xff);
+    long long value = 0;
+    if (failed && !short_) {
+      if (code == ERR_LENGTHS || code == ERR_ROW_LEN) value = seq_lens[pos];
+      else if (code == ERR_ROW || code == ERR_ROW_TWICE) value = tab.rows[pos];
+      else if constexpr (WARP) value = named;
+      else value = last[pos];
+    }
+    conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
+  }
+}
+
+}  // namespace kvp
