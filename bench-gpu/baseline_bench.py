@@ -8,7 +8,9 @@ Measured per operation, page size and batch size (the same grid as kvpool_bench.
   p90 after warm-up; the stream is drained every 64 calls outside the timed region;
 - device time: the call captured into a ``torch.cuda.CUDAGraph`` (for the baseline just its
   Triton kernel launch, as SGLang's reference figures), replayed back to back behind a
-  spinning kernel and timed with CUDA events, i.e. device time per graph replay. Frees
+  spinning kernel and timed with CUDA events, i.e. device time per graph replay. A decode
+  that continues pages is replayed with a rewind of them after it (kvpool refuses a stale
+  continuation) and the rewind alone is subtracted, for kvpool and the baseline alike. Frees
   cannot be replayed (they would free the same slots twice), so they are timed with events
   around one call, queued behind a spinner; the baseline's paged free synchronizes
   (``torch.unique``) and gets no device figure;
@@ -768,11 +770,19 @@ class Bench:
         kv_host = time_host(cfg, kv.alloc_decode(b, out), after=kv_undo)
         kv.check_settled(POOL_SIZE - held, what + " (host timing)")
 
+        # kvpool's step below is the decode and a rewind, less the rewind alone; the baseline's
+        # kernel is timed the same way (the rewind changes nothing there: the pages are where
+        # the setup left them), so both figures are a kernel's cost inside a graph.
+        rewind_us = graph_device_us(cfg, self.stream, kv_rewind) if continuing_at.numel() else 0.0
         base_dev = None
         if ps > 1:
             scratch = torch.empty_like(out)
-            base_dev = graph_device_us(cfg, self.stream,
-                                       lambda: base.launch_decode(b.seq, b.last_loc, scratch))
+
+            def base_step():
+                base.launch_decode(b.seq, b.last_loc, scratch)
+                kv_rewind()
+
+            base_dev = graph_device_us(cfg, self.stream, base_step) - rewind_us
 
         # Replays start from the state of the first call: a clear and the setup.
         def reset():
@@ -797,8 +807,7 @@ class Bench:
         if method != "graph":
             kv.check_settled(POOL_SIZE - held, what + " (event timing)")
         if continuing_at.numel():
-            reset()
-            kv_dev -= graph_device_us(cfg, self.stream, kv_rewind)
+            kv_dev -= rewind_us
             method += " less rewind"
         kv.clear()
         self.row("alloc_decode", bs, base_host, base_dev, kv_host, kv_dev, method)
@@ -921,7 +930,10 @@ def print_report(rows, floors, cfg, lib):
           f"between events; one-element torch op {f['torch_graph']:.3f} per graph replay")
     print("- device method: graph = one call per captured graph, replays back to back behind "
           "a spinner (the baseline: its Triton kernel only; floor: empty Triton kernel per "
-          "replay); events = events around one call behind a spinner (floor: empty Triton "
+          "replay); graph less rewind = a decode and kvpool's rewind of the continued pages "
+          "per captured graph, less the rewind alone (the baseline's decode kernel is timed "
+          "the same way, so both are a kernel's cost inside a graph, without the graph's "
+          "launch: compare with the floor per launch in a graph of 100); events = events around one call behind a spinner (floor: empty Triton "
           "kernel between events), for frees and for a kvpool allocation whose graph replay "
           "faulted the pool. – = no kernel (token-pool baseline allocations are slices) or a "
           "synchronizing call (the baseline's paged free, torch.unique)\n")

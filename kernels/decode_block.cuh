@@ -86,19 +86,33 @@ __device__ inline void block_sync() {
   else __syncthreads();
 }
 
+// The decode kernels' shared memory (one warp needs none but the unused minimum).
+template <int BLOCK, bool ROWS>
+struct DecodeShared {
+  static constexpr bool WARP = BLOCK == 32;
+  static constexpr int TABLE_CAP = WARP ? 1 : BLOCK;
+  PageTable<TABLE_CAP> claims;
+  PageTable<ROWS ? TABLE_CAP : 1> row_claims;
+  uint32_t counts[WARP ? 1 : BLOCK / 32];
+  uint32_t errors;
+  long long last[WARP ? 1 : BLOCK];
+};
+
 // ROWS: by request row, as extend_block (rows checked and seen once, last_loc from the table,
-// the slot into the table and to `out` when it is not NULL).
-template <int BLOCK, typename Index, bool ROWS = false>
-__device__ void decode_block(View v, Call call, const long long *seq_lens, const Index *last_loc,
-                             uint32_t batch, unsigned long long total_tokens,
-                             unsigned long long total_pages, Index *out, TableArgs tab = {}) {
+// the slot into the table and to `out` when it is not NULL). POW2: the page size is a power
+// of two (shifts and masks, no call to the 64-bit division on the path).
+template <int BLOCK, typename Index, bool ROWS, bool POW2>
+__device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View v, Call call,
+                                             const long long *seq_lens, const Index *last_loc,
+                                             uint32_t batch, unsigned long long total_tokens,
+                                             unsigned long long total_pages, Index *out,
+                                             TableArgs tab) {
   constexpr bool WARP = BLOCK == 32;
-  constexpr int TABLE_CAP = WARP ? 1 : BLOCK;
-  __shared__ PageTable<TABLE_CAP> claims;
-  __shared__ PageTable<ROWS ? TABLE_CAP : 1> row_claims;
-  __shared__ uint32_t counts[WARP ? 1 : BLOCK / 32];
-  __shared__ uint32_t errors;
-  __shared__ long long last[WARP ? 1 : BLOCK];
+  constexpr int TABLE_CAP = DecodeShared<BLOCK, ROWS>::TABLE_CAP;
+  auto &claims = sh.claims;
+  auto &row_claims = sh.row_claims;
+  auto &errors = sh.errors;
+  auto *last = sh.last;
 
   const uint32_t r = threadIdx.x;
   if constexpr (!WARP) {
@@ -123,7 +137,7 @@ __device__ void decode_block(View v, Call call, const long long *seq_lens, const
   const long long prefix = seq - 1;
   const bool usable = valid && lengths_sane(v, prefix, seq);
   // The request's shape: a decode token starts a page or continues the prefix's last one.
-  const bool starts = usable && mod_ps((unsigned long long)prefix, v) == 0;
+  const bool starts = usable && mod_ps<POW2>((unsigned long long)prefix, v) == 0;
   const bool continues = usable && !starts;
   uint32_t row_err = ERR_NONE;
   if (ROWS) {
@@ -137,7 +151,7 @@ __device__ void decode_block(View v, Call call, const long long *seq_lens, const
   if constexpr (!WARP) last[r] = ll;
 
   uint32_t tok_rank, page_rank, tokens, new_pages;
-  block_rank2<BLOCK>(usable, starts, counts, &tok_rank, &page_rank, &tokens, &new_pages);
+  block_rank2<BLOCK>(usable, starts, sh.counts, &tok_rank, &page_rank, &tokens, &new_pages);
   const bool short_ = !dead && c.free_len < total_pages;
   const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
   const bool tracked = v.page_size > 1;
@@ -150,18 +164,18 @@ __device__ void decode_block(View v, Call call, const long long *seq_lens, const
   if (usable && !dead && prefix == 0 && ll != -1) err = ERR_LAST_LOC_EMPTY;
   if (check) err = slot_error(ll, v);
   const uint32_t prefix_page =
-      check && err == ERR_NONE ? (uint32_t)div_ps((unsigned long long)ll, v) : 0;
+      check && err == ERR_NONE ? (uint32_t)div_ps<POW2>((unsigned long long)ll, v) : 0;
   const uint32_t word = v.state[prefix_page];
   const unsigned long long filled = tracked ? v.fill[prefix_page] : 0;
   const uint32_t page = v.ring[ring_pos(c.head, live && starts ? page_rank : 0, v.num_pages)];
 
   // extend_block's checks, in its order.
-  const unsigned long long in_page = mod_ps((unsigned long long)ll, v);
+  const unsigned long long in_page = mod_ps<POW2>((unsigned long long)ll, v);
   bool enters = false;
   if (check && err == ERR_NONE) {
     if (kind_of(word) != KIND_ALLOCATED) err = unallocated_error(word);
     else if (tag_of(word) == call.tag) err = ERR_NOT_ALLOCATED;
-    else if (mod_ps((unsigned long long)ll + 1, v) != mod_ps((unsigned long long)prefix, v))
+    else if (mod_ps<POW2>((unsigned long long)ll + 1, v) != mod_ps<POW2>((unsigned long long)prefix, v))
       err = ERR_LAST_LOC;
     else if (tracked && fill_tag(filled) == call.tag) err = ERR_SHARED_PAGE;
     else if (tracked && fill_of(filled) != in_page + 1) err = ERR_FILL;
@@ -222,9 +236,10 @@ __device__ void decode_block(View v, Call call, const long long *seq_lens, const
     for (unsigned long long t = r; t < total_tokens; t += BLOCK) out[t] = 0;
   }
 
-  // The value a fault names: the lengths, the row, or last_loc (as read).
+  // The value a fault names: the lengths, the row, or last_loc (as read). (`failed` is the
+  // same in every lane.)
   long long named = ll;
-  if constexpr (WARP) named = __shfl_sync(FULL, ll, (int)min(verdict >> 8, 31ull));
+  if (WARP && failed) named = __shfl_sync(FULL, ll, (int)min(verdict >> 8, 31ull));
   if (r == 0) {
     const unsigned long long pos = verdict >> 8;
     const uint32_t code = (uint32_t)(verdict & 0xff);
@@ -237,6 +252,21 @@ __device__ void decode_block(View v, Call call, const long long *seq_lens, const
     }
     conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
   }
+}
+
+// The body is instantiated for both kinds of page size, so a power of two (the usual case)
+// runs straight through.
+template <int BLOCK, typename Index, bool ROWS = false>
+__device__ void decode_kernel(View v, Call call, const long long *seq_lens, const Index *last_loc,
+                              uint32_t batch, unsigned long long total_tokens,
+                              unsigned long long total_pages, Index *out, TableArgs tab = {}) {
+  __shared__ DecodeShared<BLOCK, ROWS> sh;
+  if (v.page_shift != NOT_POW2)
+    decode_block<BLOCK, Index, ROWS, true>(sh, v, call, seq_lens, last_loc, batch, total_tokens,
+                                           total_pages, out, tab);
+  else
+    decode_block<BLOCK, Index, ROWS, false>(sh, v, call, seq_lens, last_loc, batch, total_tokens,
+                                            total_pages, out, tab);
 }
 
 }  // namespace kvp

@@ -66,41 +66,63 @@ struct PageTable {
 // valid): the page's continuing request (the first in the table, or `i` itself) starts at
 // the same last_loc and the word holds exactly where it ends. Anything else is what one block
 // would call it: a second continuation, or a replayed capture's stale one.
-template <int CAP>
+template <bool POW2, int CAP>
 __device__ bool advanced_by_call(const PageTable<CAP> &claims, uint32_t page, long long ll,
                                  unsigned long long own_part1, unsigned long long filled,
                                  const unsigned long long *part1, const long long *last,
                                  uint32_t batch, const View &v) {
-  const unsigned long long start = mod_ps((unsigned long long)ll, v) + 1;
+  const unsigned long long start = mod_ps<POW2>((unsigned long long)ll, v) + 1;
   if (own_part1 > 0) return fill_of(filled) == start + own_part1;
   const int q = batch > 1 ? claims.find(page) : -1;
   return q >= 0 && last[q] == ll && fill_of(filled) == start + part1[q];
 }
 
+// extend_block's shared memory: a struct, so that the body's two instantiations (page sizes
+// that are powers of two, and others) share one allocation.
+template <int BLOCK, int PER, bool ROWS>
+struct ExtendShared {
+  static constexpr int CAP = BLOCK * PER;  // requests of the block
+  static constexpr int ROW_CAP = ROWS ? CAP : 1;
+  unsigned long long tok_off[CAP + 1];
+  unsigned long long page_off[CAP];
+  unsigned long long part1[CAP];
+  long long last[CAP];
+  unsigned long long errors;
+  PageTable<CAP> claims;
+  uint32_t pages[STAGE_CAP];
+  // ROWS: each request's first new table entry, and the rows seen (repeats).
+  unsigned long long table_at_[ROW_CAP];
+  PageTable<ROW_CAP> row_claims;
+  // Several blocks: the ring ranks of the new pages this block's tokens use, [lo, hi).
+  unsigned long long stage_lo, stage_hi;
+};
+
 // ROWS: an allocation by request row (alloc_extend_rows / alloc_decode_rows) in this one
 // kernel: `tab.rows` checked (in the table, each row once: a second shared table; seq within
 // row_len), last_loc read from the table (`last_loc` unused), the slots written into the rows
 // after the verdict, and to `out` only when it is not NULL. A failing call writes nothing to
-// the table.
-template <int BLOCK, int PER, typename Index, bool ROWS = false, bool GRID = false>
-__device__ void extend_block(View v, Call call, const long long *prefix_lens,
-                             const long long *seq_lens, const Index *last_loc, uint32_t batch,
-                             uint32_t decode, unsigned long long total_tokens,
-                             unsigned long long total_pages, Index *out, TableArgs tab = {}) {
+// the table. POW2: the page size is a power of two (see extend_kernel).
+template <int BLOCK, int PER, typename Index, bool ROWS, bool GRID, bool POW2>
+__device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh, View v,
+                                             Call call, const long long *prefix_lens,
+                                             const long long *seq_lens, const Index *last_loc,
+                                             uint32_t batch, uint32_t decode,
+                                             unsigned long long total_tokens,
+                                             unsigned long long total_pages, Index *out,
+                                             TableArgs tab) {
   constexpr int CAP = BLOCK * PER;  // requests of the block
-  constexpr int ROW_CAP = ROWS ? CAP : 1;
-  __shared__ unsigned long long tok_off[CAP + 1];
-  __shared__ unsigned long long page_off[CAP];
-  __shared__ unsigned long long part1[CAP];
-  __shared__ long long last[CAP];
-  __shared__ unsigned long long errors;
-  __shared__ PageTable<CAP> claims;
-  __shared__ uint32_t pages[STAGE_CAP];
-  // ROWS: each request's first new table entry, and the rows seen (repeats).
-  __shared__ unsigned long long table_at_[ROW_CAP];
-  __shared__ PageTable<ROW_CAP> row_claims;
-  // Several blocks: the ring ranks of the new pages this block's tokens use, [lo, hi).
-  __shared__ unsigned long long stage_lo, stage_hi;
+  auto &tok_off = sh.tok_off;
+  auto &page_off = sh.page_off;
+  auto &part1 = sh.part1;
+  auto &last = sh.last;
+  auto &errors = sh.errors;
+  auto &claims = sh.claims;
+  auto &pages = sh.pages;
+  auto &table_at_ = sh.table_at_;
+  auto &row_claims = sh.row_claims;
+  auto &stage_lo = sh.stage_lo;
+  auto &stage_hi = sh.stage_hi;
+  constexpr int ROW_CAP = ExtendShared<BLOCK, PER, ROWS>::ROW_CAP;
 
   // Thread r owns requests r*PER .. r*PER + PER - 1 (consecutive: one scan over the threads'
   // totals orders them all).
@@ -152,7 +174,7 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
       ll[u] = -1;
     }
     sane[u] = !valid || lengths_sane(v, prefix[u], seq[u]);
-    s[u] = valid && sane[u] ? shape_of((unsigned long long)prefix[u], (unsigned long long)seq[u], v)
+    s[u] = valid && sane[u] ? shape_of<POW2>((unsigned long long)prefix[u], (unsigned long long)seq[u], v)
                             : Shape{0, 0, 0};
     own.a += s[u].tokens;
     own.b += s[u].new_pages;
@@ -212,7 +234,7 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
     check[u] = i < batch && !dead && sane[u] && prefix[u] > 0 && row_err[u] == ERR_NONE;
     if (i < batch && !dead && sane[u] && prefix[u] == 0 && ll[u] != -1) err[u] = ERR_LAST_LOC_EMPTY;
     if (check[u]) err[u] = slot_error(ll[u], v);
-    prefix_page[u] = check[u] && err[u] == ERR_NONE ? (uint32_t)div_ps((unsigned long long)ll[u], v) : 0;
+    prefix_page[u] = check[u] && err[u] == ERR_NONE ? (uint32_t)div_ps<POW2>((unsigned long long)ll[u], v) : 0;
   }
 #pragma unroll
   for (int u = 0; u < PER; ++u) {
@@ -225,7 +247,7 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
     for (int u = 0; u < PER; ++u) {
       // The new page of request token `k` (the request's first new page for part 1).
       auto page_at = [&](unsigned long long k) {
-        return at[u].b + (k < s[u].part1 ? 0 : div_ps(k - s[u].part1, v));
+        return at[u].b + (k < s[u].part1 ? 0 : div_ps<POW2>(k - s[u].part1, v));
       };
       const unsigned long long a = at[u].a, end = a + s[u].tokens;
       if (live && a <= t_begin && t_begin < end) stage_lo = page_at(t_begin - a);
@@ -282,15 +304,15 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
     entry[u] = -1;
     row_entry[u] = -1;
     tagged[u] = false;
-    const unsigned long long in_page = mod_ps((unsigned long long)ll[u], v);
+    const unsigned long long in_page = mod_ps<POW2>((unsigned long long)ll[u], v);
     if (check[u] && err[u] == ERR_NONE) {
       tagged[u] = GRID && tracked && fill_tag(filled[u]) == call.tag;
       if (kind_of(word[u]) != KIND_ALLOCATED) {
         err[u] = unallocated_error(word[u]);
       } else if (tag_of(word[u]) == call.tag) {
         err[u] = ERR_NOT_ALLOCATED;
-      } else if (mod_ps((unsigned long long)ll[u] + 1, v) !=
-                 mod_ps((unsigned long long)prefix[u], v)) {
+      } else if (mod_ps<POW2>((unsigned long long)ll[u] + 1, v) !=
+                 mod_ps<POW2>((unsigned long long)prefix[u], v)) {
         err[u] = ERR_LAST_LOC;
       } else if (!GRID && tracked && fill_tag(filled[u]) == call.tag) {
         err[u] = ERR_SHARED_PAGE;
@@ -327,7 +349,7 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
     for (int u = 0; u < PER; ++u) {
       if (entry[u] >= 0 && !claims.first_of((uint32_t)entry[u], r * PER + u))
         report(&errors, r * PER + u, ERR_SHARED_PAGE);
-      else if (GRID && tagged[u] && !advanced_by_call(claims, prefix_page[u], ll[u], s[u].part1,
+      else if (GRID && tagged[u] && !advanced_by_call<POW2>(claims, prefix_page[u], ll[u], s[u].part1,
                                               filled[u], part1, last, batch, v))
         report(&errors, r * PER + u, ERR_SHARED_PAGE);
       if (ROWS && row_entry[u] >= 0 && !row_claims.first_of((uint32_t)row_entry[u], r * PER + u))
@@ -351,7 +373,7 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
 #pragma unroll
     for (int u = 0; u < PER; ++u) {
       if (tracked && s[u].part1 > 0 && (!GRID || (t_begin <= at[u].a && at[u].a < t_end))) {
-        const unsigned long long in_page = mod_ps((unsigned long long)ll[u], v);
+        const unsigned long long in_page = mod_ps<POW2>((unsigned long long)ll[u], v);
         v.fill[prefix_page[u]] = fill_word(call.tag, in_page + 1 + s[u].part1);
       }
     }
@@ -365,10 +387,10 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
         slot = (Index)(last[lo] + 1 + (long long)k);
       } else {
         const unsigned long long j = k - part1[lo];
-        const unsigned long long rank_ = page_off[lo] + div_ps(j, v);
+        const unsigned long long rank_ = page_off[lo] + div_ps<POW2>(j, v);
         const uint32_t page =
             staged ? pages[rank_ - page_lo] : v.ring[ring_pos(c.head, rank_, n)];
-        const unsigned long long pos = mod_ps(j, v);
+        const unsigned long long pos = mod_ps<POW2>(j, v);
         if (GRID && pos == 0) v.state[page] = page_word(KIND_ALLOCATED, call.tag);
         if (pos == 0 && tracked) {
           const unsigned long long left = tok_off[lo + 1] - tok_off[lo] - part1[lo] - j;
@@ -396,6 +418,24 @@ __device__ void extend_block(View v, Call call, const long long *prefix_lens,
     }
     conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
   }
+}
+
+// The body is instantiated for both kinds of page size, so a power of two (the usual case)
+// runs without a branch or a call per division.
+template <int BLOCK, int PER, typename Index, bool ROWS = false, bool GRID = false>
+__device__ void extend_kernel(View v, Call call, const long long *prefix_lens,
+                              const long long *seq_lens, const Index *last_loc, uint32_t batch,
+                              uint32_t decode, unsigned long long total_tokens,
+                              unsigned long long total_pages, Index *out, TableArgs tab = {}) {
+  __shared__ ExtendShared<BLOCK, PER, ROWS> sh;
+  if (v.page_shift != NOT_POW2)
+    extend_block<BLOCK, PER, Index, ROWS, GRID, true>(sh, v, call, prefix_lens, seq_lens,
+                                                      last_loc, batch, decode, total_tokens,
+                                                      total_pages, out, tab);
+  else
+    extend_block<BLOCK, PER, Index, ROWS, GRID, false>(sh, v, call, prefix_lens, seq_lens,
+                                                       last_loc, batch, decode, total_tokens,
+                                                       total_pages, out, tab);
 }
 
 }  // namespace kvp

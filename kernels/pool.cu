@@ -214,6 +214,15 @@ __device__ inline unsigned long long div_ps(unsigned long long x, const View &v)
 __device__ inline unsigned long long mod_ps(unsigned long long x, const View &v) {
   return v.page_shift != NOT_POW2 ? x & (v.page_size - 1) : mod_slow(x, v.page_size);
 }
+// The same where the caller already knows which (a kernel body instantiated for both).
+template <bool POW2>
+__device__ inline unsigned long long div_ps(unsigned long long x, const View &v) {
+  return POW2 ? x >> v.page_shift : div_slow(x, v.page_size);
+}
+template <bool POW2>
+__device__ inline unsigned long long mod_ps(unsigned long long x, const View &v) {
+  return POW2 ? x & (v.page_size - 1) : mod_slow(x, v.page_size);
+}
 // `head + k` around the ring, for `k < num_pages`.
 __device__ inline uint32_t ring_pos(uint32_t head, unsigned long long k, uint32_t n) {
   const unsigned long long p = head + k;
@@ -433,6 +442,18 @@ struct Shape {
   unsigned long long new_pages;  // pages taken from the free list
 };
 
+template <bool POW2>
+__device__ inline Shape shape_of(unsigned long long prefix, unsigned long long seq,
+                                 const View &v) {
+  Shape s;
+  s.tokens = seq - prefix;
+  const unsigned long long prefix_pages = div_ps<POW2>(prefix + v.page_size - 1, v);
+  const unsigned long long filled = prefix_pages * v.page_size;
+  s.part1 = (seq < filled ? seq : filled) - prefix;
+  const unsigned long long seq_pages = div_ps<POW2>(seq + v.page_size - 1, v);
+  s.new_pages = seq_pages > prefix_pages ? seq_pages - prefix_pages : 0;
+  return s;
+}
 __device__ inline Shape shape_of(unsigned long long prefix, unsigned long long seq,
                                  const View &v) {
   Shape s;
@@ -467,9 +488,15 @@ __device__ inline uint32_t request_of(const unsigned long long *tok_off, uint32_
 // requests of the call meet in one page. With `claim`, the request also claims the page, so
 // two requests extending it are caught whichever checks first. Token pools (one slot a page)
 // have nothing to track.
+//
+// `*named`: the request the error names, `i` but for a shared page: the later in batch order
+// of `i` and the request found on the page's claim word (the host names the second request
+// of a page; exact for two requests on one page, while with three or more the claim word
+// may hold another one than the first).
 __device__ uint32_t check_last_loc(const View &v, const Call &call, uint32_t i, long long ll,
                                    unsigned long long prefix, unsigned long long added,
-                                   bool claim) {
+                                   bool claim, uint32_t *named) {
+  *named = i;
   if (prefix == 0) return ll == -1 ? ERR_NONE : ERR_LAST_LOC_EMPTY;
   const uint32_t err = slot_error(ll, v);
   if (err != ERR_NONE) return err;
@@ -483,14 +510,25 @@ __device__ uint32_t check_last_loc(const View &v, const Call &call, uint32_t i, 
   if (tag_of(word) == call.tag) return ERR_NOT_ALLOCATED;
   const unsigned long long in_page = mod_ps((unsigned long long)ll, v);
   if (mod_ps((unsigned long long)ll + 1, v) != mod_ps(prefix, v)) return ERR_LAST_LOC;
+  // The request that claimed the page before `i` in this call, if any (claims are 1-based).
+  auto later_of = [&](unsigned long long holder) {
+    if ((holder >> 32) == call.tag && (uint32_t)holder != 0) *named = max(i, (uint32_t)holder - 1);
+  };
   if (tracked) {
-    if (fill_tag(filled) == call.tag) return ERR_SHARED_PAGE;
+    if (fill_tag(filled) == call.tag) {
+      // Advanced by the request that claimed the page (error path only: one more load).
+      later_of(__ldcg(&v.claim[page]));
+      return ERR_SHARED_PAGE;
+    }
     if (fill_of(filled) != in_page + 1) return ERR_FILL;
   }
   if (claim) {
     const unsigned long long mine = ((unsigned long long)call.tag << 32) | (i + 1u);
     const unsigned long long old = atomicExch(&v.claim[page], mine);
-    if ((old >> 32) == call.tag && old != mine) return ERR_SHARED_PAGE;
+    if ((old >> 32) == call.tag && old != mine) {
+      later_of(old);
+      return ERR_SHARED_PAGE;
+    }
   }
   if (added > 0 && tracked) {
     v.fill_prev[page] = fill_of(filled);
@@ -582,7 +620,7 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   Shape s{0, 0, 0};
   long long ll = -1;
   bool sane = true;
-  uint32_t err = ERR_NONE;
+  uint32_t err = ERR_NONE, named = first + r;
   if (r < mine) {
     // The request's three loads first, so that one round trip serves them (the shape's
     // branch would otherwise hold the last_loc load back until the lengths arrived).
@@ -597,7 +635,8 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
       // one cannot extend a page twice: no claim needed. (Unusable lengths give an empty
       // shape: no claim, no fill point moved; the call fails below.)
       const bool claim = s.part1 > 0 && batch > 1;
-      err = check_last_loc(v, call, first + r, ll, (unsigned long long)prefix, s.part1, claim);
+      err = check_last_loc(v, call, first + r, ll, (unsigned long long)prefix, s.part1, claim,
+                           &named);
     }
   }
 
@@ -633,7 +672,7 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
     page_off[r] = page_rank;
     part1[r] = s.part1;
     last[r] = ll;
-    if (err != ERR_NONE && sane) report(&errors, first + r, err);
+    if (err != ERR_NONE && sane) report(&errors, named, err);
   }
   if (r == 0) tok_off[mine] = my_tokens;
   __syncthreads();
@@ -1285,14 +1324,14 @@ using namespace kvp;
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_block<32, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, decode,           \
+    extend_kernel<32, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, decode,           \
                                total_tokens, total_pages, out);                                   \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_block_##SUFFIX(           \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_block<EXTEND_BLOCK, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, decode, \
+    extend_kernel<EXTEND_BLOCK, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, decode, \
                                          total_tokens, total_pages, out);                         \
   }                                                                                               \
   /* Two warps (batch <= 64, at most 256 tokens). */                                             \
@@ -1300,7 +1339,7 @@ using namespace kvp;
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_block<64, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, decode,           \
+    extend_kernel<64, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, decode,           \
                                total_tokens, total_pages, out);                                   \
   }                                                                                               \
   /* Several blocks that each decide the whole call (batch <= 256), each writing a range of   \
@@ -1309,7 +1348,7 @@ using namespace kvp;
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_block<EXTEND_BLOCK, 1, INDEX, false, true>(v, call, prefix_lens, seq_lens, last_loc,  \
+    extend_kernel<EXTEND_BLOCK, 1, INDEX, false, true>(v, call, prefix_lens, seq_lens, last_loc,  \
                                                       batch, decode, total_tokens, total_pages,   \
                                                       out);                                       \
   }                                                                                               \
@@ -1354,28 +1393,28 @@ KVP_INDEX_KERNELS(i32, int)
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
       unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
-    extend_block<32, 1, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch, decode,      \
+    extend_kernel<32, 1, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch, decode,      \
                                      total_tokens, total_pages, out, tab);                        \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(64) kvp_extend_block64_rows_##SUFFIX(              \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
       unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
-    extend_block<64, 1, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch, decode,      \
+    extend_kernel<64, 1, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch, decode,      \
                                      total_tokens, total_pages, out, tab);                        \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_block_rows_##SUFFIX(      \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
       unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
-    extend_block<EXTEND_BLOCK, 1, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,    \
+    extend_kernel<EXTEND_BLOCK, 1, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,    \
                                                decode, total_tokens, total_pages, out, tab);      \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_blocks_rows_##SUFFIX(     \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
       unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
-    extend_block<EXTEND_BLOCK, 1, INDEX, true, true>(v, call, prefix_lens, seq_lens, nullptr,     \
+    extend_kernel<EXTEND_BLOCK, 1, INDEX, true, true>(v, call, prefix_lens, seq_lens, nullptr,     \
                                                      batch, decode, total_tokens, total_pages,    \
                                                      out, tab);                                   \
   }                                                                                               \
@@ -1415,15 +1454,15 @@ KVP_ROWS_KERNELS(i32, int)
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    decode_block<THREADS, INDEX>(v, call, seq_lens, last_loc, batch, total_tokens, total_pages,   \
-                                 out);                                                            \
+    decode_kernel<THREADS, INDEX>(v, call, seq_lens, last_loc, batch, total_tokens, total_pages,  \
+                                  out);                                                           \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(THREADS) kvp_decode_##THREADS##_rows_##SUFFIX(     \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
       unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
-    decode_block<THREADS, INDEX, true>(v, call, seq_lens, nullptr, batch, total_tokens,           \
-                                       total_pages, out, tab);                                    \
+    decode_kernel<THREADS, INDEX, true>(v, call, seq_lens, nullptr, batch, total_tokens,          \
+                                        total_pages, out, tab);                                   \
   }
 #define KVP_DECODE_KERNELS(SUFFIX, INDEX)                                                         \
   KVP_DECODE_KERNEL(32, SUFFIX, INDEX)                                                            \

@@ -41,7 +41,7 @@ __host__ __device__ inline uint32_t fill_tag(unsigned long long word) {
 // The free list's shape. Kept twice (`Header::cursor[2]`): a kernel reads cursor[in] and
 // writes cursor[in ^ 1]; the host flips `in` after every launch. Multi-block kernels can then
 // update the shape without a grid-wide barrier: nobody reads what is being written.
-struct Cursor {
+struct __align__(16) Cursor {  // two 16-byte loads and stores
   uint32_t head;           // ring position of the next page to hand out
   uint32_t free_len;       // pages in the ring from head on
   uint32_t staged_len;     // pages in `staged`

@@ -6,7 +6,7 @@ use std::ffi::c_void;
 use crate::pool::ErrorKind;
 
 /// The free list's shape (`kvp::Cursor`).
-#[repr(C)]
+#[repr(C, align(16))]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Cursor {
     pub head: u32,
