@@ -1,11 +1,13 @@
 // A minimal driver for profiling kvpool's allocation kernels with Nsight Compute: it repeats
 // [alloc_extend of `bs` requests x `tokens` new tokens, alloc_decode of the same requests
-// (continuing their pages), clear] on one stream, so the kvp_extend_* launches alternate
-// extend (even) and decode (odd).
+// (continuing their pages), clear] on one stream, so the allocation kernels' launches
+// (kvp_extend_* and, for decodes of up to 1,024 requests, kvp_decode_*) alternate extend
+// (even) and decode (odd).
 //
 //   nvcc -O2 -std=c++17 -arch=sm_90 -Iinclude bench-gpu/profile_calls.cu -Lgpu-artifacts/lib \
 //        -lkvpool -o profile_calls
-//   ncu --clock-control none --kernel-name regex:kvp_extend --launch-skip 40 --launch-count 2 \
+//   ncu --clock-control none --kernel-name "regex:kvp_(extend|decode)" --launch-skip 40 \
+//       --launch-count 2 \
 //       ./profile_calls --page-size 16 --bs 1 --tokens 100 --iterations 40
 #include <cuda_runtime.h>
 

@@ -1469,6 +1469,7 @@ KVP_ROWS_KERNELS(i32, int)
   KVP_DECODE_KERNEL(64, SUFFIX, INDEX)                                                            \
   KVP_DECODE_KERNEL(128, SUFFIX, INDEX)                                                           \
   KVP_DECODE_KERNEL(256, SUFFIX, INDEX)                                                           \
+  KVP_DECODE_KERNEL(512, SUFFIX, INDEX)                                                           \
   KVP_DECODE_KERNEL(1024, SUFFIX, INDEX)
 
 KVP_DECODE_KERNELS(i64, long long)

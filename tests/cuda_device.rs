@@ -1069,7 +1069,7 @@ fn host_position(message: &str) -> Option<i64> {
         })
 }
 
-/// Decodes of every size on the kernels that serve them (`kvp_decode_{32,64,128,256,1024}_*`
+/// Decodes of every size on the kernels that serve them (`kvp_decode_{32,...,1024}_*`
 /// up to 1,024 requests, the ticketed kernel beyond): against the host pool, the same slots
 /// for good batches, and for batches with bad last_locs (stale, a second continuation of a
 /// page, out of range, in the reserved page, off its page position, non-empty for an empty
@@ -1081,8 +1081,8 @@ fn host_position(message: &str) -> Option<i64> {
 fn decode_kernels_of_every_size_name_the_hosts_first_bad_request() {
     const GUARD: usize = 256;
     const ROWS: usize = 1300;
-    const SIZES: [usize; 14] = [
-        1, 5, 32, 33, 64, 65, 128, 129, 256, 257, 600, 1024, 1025, 1300,
+    const SIZES: [usize; 15] = [
+        1, 5, 32, 33, 64, 65, 128, 129, 256, 257, 512, 513, 1024, 1025, 1300,
     ];
     let gpu = Gpu::new(false);
     let (seq_d, last_d, prefix_d) = (

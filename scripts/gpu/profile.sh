@@ -21,7 +21,7 @@ cuobjdump --dump-sass --function kvp_extend_i64 kernels/pool.fatbin > "$OUT/sass
 for config in ${PROFILE_CONFIGS:-16:1 16:64 16:256 16:4096}; do
     ps=${config%%:*}; bs=${config##*:}
     echo "##### page_size $ps batch $bs (launch 40 = extend, 41 = decode)" | tee -a "$OUT/profile.txt"
-    "$NCU" --clock-control none --kernel-name regex:kvp_extend --launch-skip 40 --launch-count 2 \
+    "$NCU" --clock-control none --kernel-name "regex:kvp_(extend|decode)" --launch-skip 40 --launch-count 2 \
         --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
         --section SchedulerStats --section SourceCounters --section MemoryWorkloadAnalysis \
         "$BUILD/profile_calls" --page-size "$ps" --bs "$bs" --tokens "${PROFILE_TOKENS:-512}" \

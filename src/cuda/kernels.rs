@@ -26,10 +26,10 @@ pub(crate) struct Typed {
     pub extend_block64: CUfunction,
     /// `alloc_extend` of at most 256 requests on several blocks that each decide the call.
     pub extend_blocks: CUfunction,
-    /// `alloc_decode` of up to 32, 64, 128, 256 and 1,024 requests in one block of that many
-    /// threads (`kvp_decode_{N}_*`; `pool::DECODE_THREADS`), and by request row.
-    pub decode: [CUfunction; 5],
-    pub decode_rows: [CUfunction; 5],
+    /// `alloc_decode` of up to 32, 64, 128, 256, 512 and 1,024 requests in one block of that
+    /// many threads (`kvp_decode_{N}_*`; `pool::DECODE_THREADS`), and by request row.
+    pub decode: [CUfunction; 6],
+    pub decode_rows: [CUfunction; 6],
     /// Frees whose page count the host knows: page ids and token-pool slots
     /// (`kvp_free_known_*`), segments of a paged pool (`kvp_free_segment_*`).
     pub free_known: CUfunction,
@@ -122,6 +122,7 @@ impl Kernels {
                     get(c"kvp_decode_64_i64")?,
                     get(c"kvp_decode_128_i64")?,
                     get(c"kvp_decode_256_i64")?,
+                    get(c"kvp_decode_512_i64")?,
                     get(c"kvp_decode_1024_i64")?,
                 ],
                 decode_rows: [
@@ -129,6 +130,7 @@ impl Kernels {
                     get(c"kvp_decode_64_rows_i64")?,
                     get(c"kvp_decode_128_rows_i64")?,
                     get(c"kvp_decode_256_rows_i64")?,
+                    get(c"kvp_decode_512_rows_i64")?,
                     get(c"kvp_decode_1024_rows_i64")?,
                 ],
                 free_known: get(c"kvp_free_known_i64")?,
@@ -160,6 +162,7 @@ impl Kernels {
                     get(c"kvp_decode_64_i32")?,
                     get(c"kvp_decode_128_i32")?,
                     get(c"kvp_decode_256_i32")?,
+                    get(c"kvp_decode_512_i32")?,
                     get(c"kvp_decode_1024_i32")?,
                 ],
                 decode_rows: [
@@ -167,6 +170,7 @@ impl Kernels {
                     get(c"kvp_decode_64_rows_i32")?,
                     get(c"kvp_decode_128_rows_i32")?,
                     get(c"kvp_decode_256_rows_i32")?,
+                    get(c"kvp_decode_512_rows_i32")?,
                     get(c"kvp_decode_1024_rows_i32")?,
                 ],
                 free_known: get(c"kvp_free_known_i32")?,

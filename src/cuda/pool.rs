@@ -60,7 +60,7 @@ const SORT_CAP: u64 = 4096;
 /// ticketed multi-block kernel (for extends, one block of 256 threads for up to 4,096
 /// tokens, or deciding blocks of four requests a thread, were both measured slower than
 /// several blocks with a ticket: BENCHMARKS.md).
-const DECODE_THREADS: [u32; 5] = [32, 64, 128, 256, 1024];
+const DECODE_THREADS: [u32; 6] = [32, 64, 128, 256, 512, 1024];
 const DECODE_BATCH: usize = 1024;
 const WARP_BATCH: usize = 32;
 const WARP_TOKENS: u64 = 64;
@@ -107,7 +107,8 @@ pub(super) fn decode_slot(threads: u32) -> usize {
         64 => 1,
         128 => 2,
         256 => 3,
-        _ => 4,
+        512 => 4,
+        _ => 5,
     }
 }
 
@@ -1794,7 +1795,9 @@ mod tests {
             ((65, true, 65, 65), (ExtendKernel::Decode(128), 1, 128)),
             ((129, true, 129, 129), (ExtendKernel::Decode(256), 1, 256)),
             ((256, true, 256, 256), (ExtendKernel::Decode(256), 1, 256)),
-            ((257, true, 257, 257), (ExtendKernel::Decode(1024), 1, 1024)),
+            ((257, true, 257, 257), (ExtendKernel::Decode(512), 1, 512)),
+            ((512, true, 512, 512), (ExtendKernel::Decode(512), 1, 512)),
+            ((513, true, 513, 513), (ExtendKernel::Decode(1024), 1, 1024)),
             (
                 (1024, true, 1024, 1024),
                 (ExtendKernel::Decode(1024), 1, 1024),
