@@ -118,9 +118,8 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   if constexpr (!WARP) {
     // Published by the barrier in block_rank2.
     if (r == 0) errors = NO_ERROR32;
-    for (uint32_t e = r; e < PageTable<TABLE_CAP>::SIZE; e += BLOCK) claims.entry[e] = 0;
-    if (ROWS)
-      for (uint32_t e = r; e < PageTable<TABLE_CAP>::SIZE; e += BLOCK) row_claims.entry[e] = 0;
+    claims.template clear<BLOCK>();
+    if (ROWS) row_claims.template clear<BLOCK>();
   }
 
   // Round trip 1: the cursor, the fault flag and this thread's request (a thread past the

@@ -31,6 +31,12 @@ struct PageTable {
   static constexpr uint32_t SIZE = 2 * CAP;  // at most half full
   unsigned long long entry[SIZE];
 
+  // Empties the table, the block's BLOCK threads together (a barrier must follow).
+  template <int BLOCK>
+  __device__ void clear() {
+    for (uint32_t e = threadIdx.x; e < SIZE; e += BLOCK) entry[e] = 0;
+  }
+
   // Enters `page` for request `r`; returns the entry's position.
   __device__ uint32_t enter(uint32_t page, uint32_t r) {
     const unsigned long long key = ((unsigned long long)page << 32) | (r + 1u);
@@ -110,7 +116,6 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
                                              unsigned long long total_tokens,
                                              unsigned long long total_pages, Index *out,
                                              TableArgs tab) {
-  constexpr int CAP = BLOCK * PER;  // requests of the block
   auto &tok_off = sh.tok_off;
   auto &page_off = sh.page_off;
   auto &part1 = sh.part1;
@@ -122,16 +127,14 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   auto &row_claims = sh.row_claims;
   auto &stage_lo = sh.stage_lo;
   auto &stage_hi = sh.stage_hi;
-  constexpr int ROW_CAP = ExtendShared<BLOCK, PER, ROWS>::ROW_CAP;
 
   // Thread r owns requests r*PER .. r*PER + PER - 1 (consecutive: one scan over the threads'
   // totals orders them all).
   const uint32_t r = threadIdx.x;
   // Both published by the barrier in block_scan_pair.
   if (r == 0) errors = NO_ERROR;
-  for (uint32_t e = r; e < PageTable<CAP>::SIZE; e += BLOCK) claims.entry[e] = 0;
-  if (ROWS)
-    for (uint32_t e = r; e < PageTable<ROW_CAP>::SIZE; e += BLOCK) row_claims.entry[e] = 0;
+  claims.template clear<BLOCK>();
+  if (ROWS) row_claims.template clear<BLOCK>();
 
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];

@@ -1243,8 +1243,11 @@ fn decode_kernels_of_every_size_name_the_hosts_first_bad_request() {
             }
         }
     }
+    // Both outcomes, many times (about 40% of the 6 * 15 * rounds batches are good).
+    eprintln!("decode kernels: {accepted} batches accepted, {refused} refused");
+    let least = 10 * rounds;
     assert!(
-        accepted > 20 && refused > 20,
+        accepted > least && refused > least,
         "{accepted} accepted, {refused} refused"
     );
 }
