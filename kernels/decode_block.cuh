@@ -80,12 +80,6 @@ struct FirstOf {
   }
 };
 
-template <int BLOCK>
-__device__ inline void block_sync() {
-  if constexpr (BLOCK == 32) __syncwarp();
-  else __syncthreads();
-}
-
 // The decode kernels' shared memory (one warp needs none but the unused minimum).
 template <int BLOCK, bool ROWS>
 struct DecodeShared {

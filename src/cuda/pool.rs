@@ -1087,7 +1087,7 @@ impl DevicePool {
             (ExtendKernel::Warp, 1, 32, batch32, batch32)
         } else if batch <= 64 && tokens <= BLOCK64_TOKENS {
             (ExtendKernel::Block64, 1, 64, batch32, batch32)
-        } else if batch <= BLOCK as usize && (decode || tokens <= BLOCK_TOKENS) {
+        } else if batch <= BLOCK as usize && tokens <= BLOCK_TOKENS {
             (ExtendKernel::Block, 1, BLOCK, batch32, batch32)
         } else if batch <= BLOCK as usize {
             let grid = tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32;
