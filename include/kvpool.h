@@ -2692,7 +2692,7 @@ enum kvp_status kvp_pool_page_table(struct kvp_pool *pool,
  * NULL) receives `out_cache_loc`.
  *
  * On the device, one kernel for a batch the one-block allocation kernels serve (a decode
- * of up to 256 requests, an extend of up to 256 requests and 1,024 tokens: the rows
+ * of up to 1,024 requests, an extend of up to 256 requests and 1,024 tokens: the rows
  * checked, `last_loc` read and the slots written by the allocation kernel), else one call
  * of three kernels: the first checks the rows (in the table, distinct, device
  * `seq_lens[i] <= row_len`) and reads each request's `last_loc` from the table into the

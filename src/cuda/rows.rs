@@ -111,7 +111,7 @@ impl DevicePool {
     /// device, the new slots written into the table rows and (when `out` is not 0) to
     /// `out[..extend_num_tokens]`. The `*_host` slices are host copies of the device
     /// lengths, as for [`alloc_extend`](Self::alloc_extend). One kernel for a batch the
-    /// one-block allocation kernels serve (every decode of up to 256 requests), else three
+    /// one-block allocation kernels serve (every decode of up to 1,024 requests), else three
     /// (gather, extend, scatter) of one call; a bad row faults the pool (naming the request)
     /// and nothing is written to the table.
     ///
