@@ -1318,8 +1318,8 @@ using namespace kvp;
     extend<EXTEND_BLOCK, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, per_block,       \
                                 decode, total_tokens, total_pages, out);                          \
   }                                                                                               \
-  /* One block, a request a thread: one warp (batch <= 32) or 256 threads (batch <= 256)       \
-     (extend_block.cuh); the same parameters. */                  \
+  /* alloc_extend in one block, a request a thread: one warp (batch <= 32) or 256 threads      \
+     (batch <= 256) (extend_block.cuh); the same parameters. */                                  \
   extern "C" __global__ void __launch_bounds__(32) kvp_extend_warp_##SUFFIX(                      \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
@@ -1387,8 +1387,8 @@ KVP_INDEX_KERNELS(i32, int)
 // Request-to-token tables (rows.cuh): the table's element type is a run-time flag (`wide`:
 // int64), the pool's index type a suffix.
 #define KVP_ROWS_KERNELS(SUFFIX, INDEX)                                                           \
-  /* alloc_extend_rows / alloc_decode_rows of a batch the one-block kernels serve, in one    \
-     kernel: extend_block with the table (out may be NULL). */                                \
+  /* alloc_extend_rows of a batch the one-block kernels serve, in one kernel: extend_block    \
+     with the table (out may be NULL; decodes by row: kvp_decode_N_rows_*). */                  \
   extern "C" __global__ void __launch_bounds__(32) kvp_extend_warp_rows_##SUFFIX(                 \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
