@@ -2,12 +2,13 @@
 //! compute_90 PTX, built by `scripts/build-kernels.sh` with a pinned nvcc) and loaded into
 //! the pool's context by name. No CUDA toolkit is needed to build or run the library.
 
-use std::ffi::{c_void, CStr};
+use std::ffi::{c_void, CString};
 
 use cudarc::driver::sys::{self, CUfunction, CUmodule, CUstream};
 
 use super::driver::check;
-use crate::pool::{IndexType, PoolError};
+use super::pool::DECODE_THREADS;
+use crate::pool::{ErrorKind, IndexType, PoolError};
 
 /// The fatbin built from `kernels/pool.cu` (`kernels/pool.fatbin.sha256` records its
 /// sources; CI fails when they disagree).
@@ -26,10 +27,10 @@ pub(crate) struct Typed {
     pub extend_block64: CUfunction,
     /// `alloc_extend` of at most 256 requests on several blocks that each decide the call.
     pub extend_blocks: CUfunction,
-    /// `alloc_decode` of up to 32, 64, 128, 256, 512 and 1,024 requests in one block of that
-    /// many threads (`kvp_decode_{N}_*`; `pool::DECODE_THREADS`), and by request row.
-    pub decode: [CUfunction; 6],
-    pub decode_rows: [CUfunction; 6],
+    /// `alloc_decode` in one block of each of `DECODE_THREADS` threads, in that order
+    /// (`kvp_decode_{N}_*`), and by request row.
+    pub decode: [CUfunction; DECODE_THREADS.len()],
+    pub decode_rows: [CUfunction; DECODE_THREADS.len()],
     /// Frees whose page count the host knows: page ids and token-pool slots
     /// (`kvp_free_known_*`), segments of a paged pool (`kvp_free_segment_*`).
     pub free_known: CUfunction,
@@ -100,7 +101,10 @@ impl Kernels {
             unsafe { sys::cuModuleLoadData(&mut module, image.as_ptr().cast::<c_void>()) },
             "cuModuleLoadData (the embedded kernels: is the GPU older than sm_80?)",
         )?;
-        let get = |name: &CStr| -> Result<CUfunction, PoolError> {
+        let get = |name: &str| -> Result<CUfunction, PoolError> {
+            let name = CString::new(name).map_err(|_| {
+                PoolError::new(ErrorKind::CudaError, "a kernel name holds a NUL byte")
+            })?;
             let mut function = std::ptr::null_mut();
             // SAFETY: `module` is loaded; `name` is NUL-terminated.
             check(
@@ -109,102 +113,78 @@ impl Kernels {
             )?;
             Ok(function)
         };
-        let typed = match index_type {
-            IndexType::I64 => Typed {
-                alloc: get(c"kvp_alloc_i64")?,
-                extend: get(c"kvp_extend_i64")?,
-                extend_warp: get(c"kvp_extend_warp_i64")?,
-                extend_block: get(c"kvp_extend_block_i64")?,
-                extend_block64: get(c"kvp_extend_block64_i64")?,
-                extend_blocks: get(c"kvp_extend_blocks_i64")?,
-                decode: [
-                    get(c"kvp_decode_32_i64")?,
-                    get(c"kvp_decode_64_i64")?,
-                    get(c"kvp_decode_128_i64")?,
-                    get(c"kvp_decode_256_i64")?,
-                    get(c"kvp_decode_512_i64")?,
-                    get(c"kvp_decode_1024_i64")?,
-                ],
-                decode_rows: [
-                    get(c"kvp_decode_32_rows_i64")?,
-                    get(c"kvp_decode_64_rows_i64")?,
-                    get(c"kvp_decode_128_rows_i64")?,
-                    get(c"kvp_decode_256_rows_i64")?,
-                    get(c"kvp_decode_512_rows_i64")?,
-                    get(c"kvp_decode_1024_rows_i64")?,
-                ],
-                free_known: get(c"kvp_free_known_i64")?,
-                free_segment: get(c"kvp_free_segment_i64")?,
-                free_slots_paged: get(c"kvp_free_slots_paged_i64")?,
-                claim_slots_paged: get(c"kvp_claim_slots_paged_i64")?,
-                rewind: get(c"kvp_rewind_i64")?,
-                rows_gather: get(c"kvp_rows_gather_i64")?,
-                rows_scatter: get(c"kvp_rows_scatter_i64")?,
-                rows_segments: get(c"kvp_rows_segments_i64")?,
-                extend_warp_rows: get(c"kvp_extend_warp_rows_i64")?,
-                extend_block_rows: get(c"kvp_extend_block_rows_i64")?,
-                extend_block64_rows: get(c"kvp_extend_block64_rows_i64")?,
-                extend_blocks_rows: get(c"kvp_extend_blocks_rows_i64")?,
-                reserve_decode: get(c"kvp_reserve_decode_i64")?,
-                reservation_step: get(c"kvp_reservation_step_i64")?,
-                reservation_finish: get(c"kvp_reservation_finish_i64")?,
-                reservation_unhold: get(c"kvp_reservation_unhold_i64")?,
-            },
-            IndexType::I32 => Typed {
-                alloc: get(c"kvp_alloc_i32")?,
-                extend: get(c"kvp_extend_i32")?,
-                extend_warp: get(c"kvp_extend_warp_i32")?,
-                extend_block: get(c"kvp_extend_block_i32")?,
-                extend_block64: get(c"kvp_extend_block64_i32")?,
-                extend_blocks: get(c"kvp_extend_blocks_i32")?,
-                decode: [
-                    get(c"kvp_decode_32_i32")?,
-                    get(c"kvp_decode_64_i32")?,
-                    get(c"kvp_decode_128_i32")?,
-                    get(c"kvp_decode_256_i32")?,
-                    get(c"kvp_decode_512_i32")?,
-                    get(c"kvp_decode_1024_i32")?,
-                ],
-                decode_rows: [
-                    get(c"kvp_decode_32_rows_i32")?,
-                    get(c"kvp_decode_64_rows_i32")?,
-                    get(c"kvp_decode_128_rows_i32")?,
-                    get(c"kvp_decode_256_rows_i32")?,
-                    get(c"kvp_decode_512_rows_i32")?,
-                    get(c"kvp_decode_1024_rows_i32")?,
-                ],
-                free_known: get(c"kvp_free_known_i32")?,
-                free_segment: get(c"kvp_free_segment_i32")?,
-                free_slots_paged: get(c"kvp_free_slots_paged_i32")?,
-                claim_slots_paged: get(c"kvp_claim_slots_paged_i32")?,
-                rewind: get(c"kvp_rewind_i32")?,
-                rows_gather: get(c"kvp_rows_gather_i32")?,
-                rows_scatter: get(c"kvp_rows_scatter_i32")?,
-                rows_segments: get(c"kvp_rows_segments_i32")?,
-                extend_warp_rows: get(c"kvp_extend_warp_rows_i32")?,
-                extend_block_rows: get(c"kvp_extend_block_rows_i32")?,
-                extend_block64_rows: get(c"kvp_extend_block64_rows_i32")?,
-                extend_blocks_rows: get(c"kvp_extend_blocks_rows_i32")?,
-                reserve_decode: get(c"kvp_reserve_decode_i32")?,
-                reservation_step: get(c"kvp_reservation_step_i32")?,
-                reservation_finish: get(c"kvp_reservation_finish_i32")?,
-                reservation_unhold: get(c"kvp_reservation_unhold_i32")?,
-            },
+        Self::resolve(module, &get, index_type)
+    }
+
+    /// The entry points of `module`, each found by its name through `get`: those of
+    /// `index_type` (`_i64` / `_i32`) and the untyped ones.
+    fn resolve(
+        module: CUmodule,
+        get: Lookup<'_>,
+        index_type: IndexType,
+    ) -> Result<Self, PoolError> {
+        let index = match index_type {
+            IndexType::I64 => "i64",
+            IndexType::I32 => "i32",
         };
         Ok(Self {
             module,
-            typed,
-            group_end: get(c"kvp_group_end")?,
-            release_claimed: get(c"kvp_release_claimed")?,
-            merge: get(c"kvp_merge")?,
-            reset: get(c"kvp_reset")?,
-            retag: get(c"kvp_retag")?,
-            backup: get(c"kvp_backup")?,
-            restore: get(c"kvp_restore")?,
-            digest: get(c"kvp_digest")?,
-            debug_check: get(c"kvp_debug_check")?,
-            debug_mark: get(c"kvp_debug_mark")?,
-            page_table: get(c"kvp_page_table")?,
+            typed: Typed::resolve(get, index)?,
+            group_end: get("kvp_group_end")?,
+            release_claimed: get("kvp_release_claimed")?,
+            merge: get("kvp_merge")?,
+            reset: get("kvp_reset")?,
+            retag: get("kvp_retag")?,
+            backup: get("kvp_backup")?,
+            restore: get("kvp_restore")?,
+            digest: get("kvp_digest")?,
+            debug_check: get("kvp_debug_check")?,
+            debug_mark: get("kvp_debug_mark")?,
+            page_table: get("kvp_page_table")?,
+        })
+    }
+}
+
+/// Finds an entry point of the module by name.
+type Lookup<'a> = &'a dyn Fn(&str) -> Result<CUfunction, PoolError>;
+
+impl Typed {
+    /// The entry points instantiated per index type, `kvp_{name}_{index}`.
+    fn resolve(get: Lookup<'_>, index: &str) -> Result<Self, PoolError> {
+        let typed = |name: &str| get(&format!("kvp_{name}_{index}"));
+        // `kvp_decode_{threads}{form}_{index}`, in the order of DECODE_THREADS.
+        let decode = |form: &str| -> Result<[CUfunction; DECODE_THREADS.len()], PoolError> {
+            let mut functions = [std::ptr::null_mut(); DECODE_THREADS.len()];
+            for (function, threads) in functions.iter_mut().zip(DECODE_THREADS) {
+                *function = typed(&format!("decode_{threads}{form}"))?;
+            }
+            Ok(functions)
+        };
+        Ok(Self {
+            alloc: typed("alloc")?,
+            extend: typed("extend")?,
+            extend_warp: typed("extend_warp")?,
+            extend_block: typed("extend_block")?,
+            extend_block64: typed("extend_block64")?,
+            extend_blocks: typed("extend_blocks")?,
+            decode: decode("")?,
+            decode_rows: decode("_rows")?,
+            free_known: typed("free_known")?,
+            free_segment: typed("free_segment")?,
+            free_slots_paged: typed("free_slots_paged")?,
+            claim_slots_paged: typed("claim_slots_paged")?,
+            rewind: typed("rewind")?,
+            rows_gather: typed("rows_gather")?,
+            rows_scatter: typed("rows_scatter")?,
+            rows_segments: typed("rows_segments")?,
+            extend_warp_rows: typed("extend_warp_rows")?,
+            extend_block_rows: typed("extend_block_rows")?,
+            extend_block64_rows: typed("extend_block64_rows")?,
+            extend_blocks_rows: typed("extend_blocks_rows")?,
+            reserve_decode: typed("reserve_decode")?,
+            reservation_step: typed("reservation_step")?,
+            reservation_finish: typed("reservation_finish")?,
+            reservation_unhold: typed("reservation_unhold")?,
         })
     }
 }
@@ -247,4 +227,42 @@ pub(crate) unsafe fn launch(
         },
         "cuLaunchKernel",
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// Every entry point the loader asks for, of both index types, is named in the embedded
+    /// fatbin (its ELF string tables hold the names as NUL-terminated strings), so a kernel
+    /// renamed or left out fails here rather than at the first pool on a GPU.
+    #[test]
+    fn every_entry_point_the_loader_asks_for_is_in_the_fatbin() {
+        let asked = RefCell::new(Vec::new());
+        let get = |name: &str| -> Result<CUfunction, PoolError> {
+            let wanted = format!("{name}\0");
+            assert!(
+                FATBIN.windows(wanted.len()).any(|w| w == wanted.as_bytes()),
+                "{name} is not in kernels/pool.fatbin"
+            );
+            asked.borrow_mut().push(name.to_owned());
+            Ok(std::ptr::null_mut())
+        };
+        for index_type in [IndexType::I64, IndexType::I32] {
+            let kernels = Kernels::resolve(std::ptr::null_mut(), &get, index_type).unwrap();
+            // No module was loaded: nothing to unload.
+            std::mem::forget(kernels);
+        }
+        let asked = asked.into_inner();
+        for name in [
+            "kvp_decode_32_i64",
+            "kvp_decode_1024_rows_i32",
+            "kvp_page_table",
+        ] {
+            assert!(asked.iter().any(|n| n == name), "{name} was not asked for");
+        }
+        // 22 typed entry points + 2 x DECODE_THREADS decode kernels per index type, 11 others.
+        assert_eq!(asked.len(), 2 * (22 + 2 * DECODE_THREADS.len() + 11));
+    }
 }

@@ -60,7 +60,7 @@ const SORT_CAP: u64 = 4096;
 /// ticketed multi-block kernel (for extends, one block of 256 threads for up to 4,096
 /// tokens, or deciding blocks of four requests a thread, were both measured slower than
 /// several blocks with a ticket: BENCHMARKS.md).
-const DECODE_THREADS: [u32; 6] = [32, 64, 128, 256, 512, 1024];
+pub(super) const DECODE_THREADS: [u32; 6] = [32, 64, 128, 256, 512, 1024];
 const DECODE_BATCH: usize = 1024;
 const WARP_BATCH: usize = 32;
 const WARP_TOKENS: u64 = 64;
