@@ -461,6 +461,58 @@ fn kind_of(r: Result<(), kvpool::PoolError>) -> Result<(), ErrorKind> {
     r.map_err(|e| e.kind())
 }
 
+/// Uploads an extend's lengths (prefix_lens, seq_lens, last_loc) into `bufs` and enqueues
+/// the device pool's `alloc_extend` of them into `out` (the stream is not synchronized).
+fn extend_on_device(
+    device: &mut DevicePool,
+    gpu: &Gpu,
+    bufs: [&DevBuf; 3],
+    lengths: [&[i64]; 3],
+    out: &DevBuf,
+) {
+    for (buf, values) in bufs.iter().zip(lengths) {
+        buf.upload(values);
+    }
+    let [prefix, seq, _] = lengths;
+    let total: i64 = seq.iter().zip(prefix).map(|(s, p)| s - p).sum();
+    // SAFETY: the buffers hold what the call says; the caller synchronizes.
+    unsafe {
+        device
+            .alloc_extend(
+                prefix,
+                seq,
+                bufs[0].ptr,
+                bufs[1].ptr,
+                bufs[2].ptr,
+                total as u64,
+                out.ptr,
+                total as usize,
+                gpu.stream,
+            )
+            .unwrap();
+    }
+}
+
+/// After a call the device refused (synchronized): `got`, the call's whole output, holds
+/// only the padding slot and the pool still has the `pages_before` allocated pages it had
+/// before the call; then the pool is restored from `backup`, reports the fault once more,
+/// and is healthy.
+fn assert_refused_then_restore(
+    device: &mut DevicePool,
+    gpu: &Gpu,
+    got: &[i64],
+    pages_before: usize,
+    backup: &DeviceSnapshot,
+    what: &str,
+) {
+    assert!(got.iter().all(|&x| x == 0), "{what}: a slot was handed out");
+    assert_eq!(allocated_pages_on_device(device), pages_before, "{what}");
+    unsafe { device.restore_state(backup, gpu.stream) }.unwrap();
+    gpu.sync();
+    assert_eq!(kind_of(device.check_device()), Err(ErrorKind::DeviceFault));
+    assert_eq!(kind_of(device.check_device()), Ok(()));
+}
+
 /// Issue 13's reproducer on the device: a stale continuation faults the pool (the slot is
 /// not handed out twice), and a rewind lets the owner continue from its last kept slot.
 #[test]
@@ -984,28 +1036,11 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
                 assert!(total <= CAP && batch.len() <= 256, "{what}");
                 let mut want = vec![0i64; total];
                 let host_result = host.alloc_extend(&prefix, &seq, &last, total as u64, &mut want);
-                prefix_d.upload(&prefix);
-                seq_d.upload(&seq);
-                last_d.upload(&last);
                 out.upload(&vec![-7i64; total + GUARD]);
                 let pages_before = allocated_pages_on_device(&device);
                 let backup = unsafe { device.backup_state(gpu.stream) }.unwrap();
-                // SAFETY: the buffers hold what the call says; synchronized below.
-                unsafe {
-                    device
-                        .alloc_extend(
-                            &prefix,
-                            &seq,
-                            prefix_d.ptr,
-                            seq_d.ptr,
-                            last_d.ptr,
-                            total as u64,
-                            out.ptr,
-                            total,
-                            gpu.stream,
-                        )
-                        .unwrap();
-                }
+                let lengths = [&prefix_d, &seq_d, &last_d];
+                extend_on_device(&mut device, &gpu, lengths, [&prefix, &seq, &last], &out);
                 gpu.sync();
                 let got: Vec<i64> = out.download(total + GUARD);
                 assert!(
@@ -1033,15 +1068,15 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
                         let fault = device.fault().unwrap_or_else(|| panic!("{what}: no fault"));
                         assert_eq!(fault.kind, e.kind(), "{what}: {fault:?} vs {e}");
                         assert_eq!(fault.position, batch.len() as i64 - 1, "{what}: {fault:?}");
-                        assert!(
-                            got[..total].iter().all(|&x| x == 0),
-                            "{what}: a slot was handed out"
+                        let got = &got[..total];
+                        assert_refused_then_restore(
+                            &mut device,
+                            &gpu,
+                            got,
+                            pages_before,
+                            &backup,
+                            &what,
                         );
-                        assert_eq!(allocated_pages_on_device(&device), pages_before, "{what}");
-                        unsafe { device.restore_state(&backup, gpu.stream) }.unwrap();
-                        gpu.sync();
-                        assert_eq!(kind_of(device.check_device()), Err(ErrorKind::DeviceFault));
-                        assert_eq!(kind_of(device.check_device()), Ok(()));
                         refused += 1;
                     }
                 }
@@ -1120,25 +1155,8 @@ fn decode_kernels_of_every_size_name_the_hosts_first_bad_request() {
                 let mut want = vec![0i64; total];
                 host.alloc_extend(&prefix, &seq, &last, total as u64, &mut want)
                     .unwrap();
-                prefix_d.upload(&prefix);
-                seq_d.upload(&seq);
-                last_d.upload(&last);
-                // SAFETY: the buffers hold what the call says; synchronized below.
-                unsafe {
-                    device
-                        .alloc_extend(
-                            &prefix,
-                            &seq,
-                            prefix_d.ptr,
-                            seq_d.ptr,
-                            last_d.ptr,
-                            total as u64,
-                            out.ptr,
-                            total,
-                            gpu.stream,
-                        )
-                        .unwrap();
-                }
+                let lengths = [&prefix_d, &seq_d, &last_d];
+                extend_on_device(&mut device, &gpu, lengths, [&prefix, &seq, &last], &out);
                 gpu.sync();
                 assert_eq!(
                     out.download::<i64>(total),
@@ -1227,15 +1245,15 @@ fn decode_kernels_of_every_size_name_the_hosts_first_bad_request() {
                             (e.kind(), host_position(e.message())),
                             "{what}: device {fault:?}, host {e}"
                         );
-                        assert!(
-                            got[..bs].iter().all(|&x| x == 0),
-                            "{what}: a slot was handed out"
+                        let got = &got[..bs];
+                        assert_refused_then_restore(
+                            &mut device,
+                            &gpu,
+                            got,
+                            pages_before,
+                            &backup,
+                            &what,
                         );
-                        assert_eq!(allocated_pages_on_device(&device), pages_before, "{what}");
-                        unsafe { device.restore_state(&backup, gpu.stream) }.unwrap();
-                        gpu.sync();
-                        assert_eq!(kind_of(device.check_device()), Err(ErrorKind::DeviceFault));
-                        assert_eq!(kind_of(device.check_device()), Ok(()));
                         refused += 1;
                     }
                 }
