@@ -1,5 +1,6 @@
-// alloc_extend / alloc_decode of a small batch (at most BLOCK * PER requests): the calls
-// engines make most (a decode step, a prefill of a few requests). Included by pool.cu after
+// alloc_extend of a small batch (at most BLOCK * PER requests): the calls engines make most
+// after decode steps (a prefill of a few requests; decodes of up to 1,024 requests run on
+// decode_block.cuh's kernels, larger ones on the ticketed kernel). Included by pool.cu after
 // `extend`, whose helpers it shares.
 //
 // PER requests per thread. Unlike the ticketed multi-block kernel, nothing changes before the
@@ -8,7 +9,8 @@
 // points, outputs, cursor) or write zeros and fault. So there is no grid ticket, no undo pass
 // and no fill_prev; two requests that continue one page are found in a shared-memory table
 // rather than with global claims. The dependent global round trips are: the cursor and
-// lengths; the ring's new pages together with the prefix pages' words; the writes.
+// lengths; the prefix pages' words (in flight during the scan) and the ring's new pages; the
+// writes.
 //
 // GRID, several blocks (a long extend of a small batch): every block decides the whole
 // call, from the same inputs, so all reach the same verdict without talking to each other;
@@ -101,7 +103,21 @@ struct ExtendShared {
   PageTable<ROW_CAP> row_claims;
   // Several blocks: the ring ranks of the new pages this block's tokens use, [lo, hi).
   unsigned long long stage_lo, stage_hi;
+  // Each thread's input to the scan, passed through shared memory (see after_loads).
+  unsigned long long scan_in[BLOCK][2];
 };
+
+// Returns `x`, but only after every global load issued above: a warp barrier orders memory
+// accesses, and `x` goes through shared memory after it. The scan that takes `x` runs while
+// those loads are in flight; otherwise ptxas schedules its shuffles first and the loads
+// after them (a round trip later).
+__device__ __forceinline__ Pair after_loads(Pair x, unsigned long long (*slot)[2]) {
+  __syncwarp();
+  volatile unsigned long long *s = *slot;
+  s[0] = x.a;
+  s[1] = x.b;
+  return Pair{s[0], s[1]};
+}
 
 // ROWS: an allocation by request row (alloc_extend_rows / alloc_decode_rows) in this one
 // kernel: `tab.rows` checked (in the table, each row once: a second shared table; seq within
@@ -112,7 +128,7 @@ template <int BLOCK, int PER, typename Index, bool ROWS, bool GRID, bool POW2>
 __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh, View v,
                                              Call call, const long long *prefix_lens,
                                              const long long *seq_lens, const Index *last_loc,
-                                             uint32_t batch, uint32_t decode,
+                                             uint32_t batch,
                                              unsigned long long total_tokens,
                                              unsigned long long total_pages, Index *out,
                                              TableArgs tab) {
@@ -142,8 +158,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   const bool dead = h->fault != 0;
   const bool short_ = !dead && c.free_len < total_pages;
   const bool tracked = v.page_size > 1;
-  // GRID: this block's tokens, [t_begin, t_end) of the plan. (One block: all of them; the
-  // one-block code is kept exactly as it was, as it is the hot path of decode steps.)
+  // GRID: this block's tokens, [t_begin, t_end) of the plan. (One block: all of them.)
   unsigned long long t_begin = 0, t_end = total_tokens;
   if constexpr (GRID) {
     const unsigned long long span = div_slow(total_tokens + gridDim.x - 1, gridDim.x);
@@ -165,13 +180,16 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     seq[u] = seq_lens[i];
     row[u] = ROWS ? tab.rows[i] : 0;
     if (!ROWS) ll[u] = (long long)last_loc[i];
-    prefix[u] = decode ? 0 : prefix_lens[i];
+    prefix[u] = prefix_lens[i];
   }
+  // Left to itself, ptxas issues the loads of last_loc and the cursor after the scan below,
+  // which waits for the lengths: a second round trip before the prefix pages' words. A warp
+  // barrier (no instruction: the warp is converged) keeps every load above it.
+  __syncwarp();
   Pair own{0, 0};
 #pragma unroll
   for (int u = 0; u < PER; ++u) {
     const bool valid = r * PER + u < batch;
-    if (decode) prefix[u] = seq[u] - 1;
     if (!valid) {
       prefix[u] = 0;
       ll[u] = -1;
@@ -197,6 +215,27 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
                        tab.table, tab.wide, (unsigned long long)row[u] * tab.stride + prefix[u] - 1))
                  : -1;
   }
+  // Round trip 2, first part: the prefix pages' words, issued unconditionally (page 0 stands
+  // in for a request with nothing to check) before the scan, so that the scan and its
+  // barrier run while they are in flight.
+  uint32_t err[PER], prefix_page[PER], word[PER];
+  unsigned long long filled[PER];
+  bool check[PER];
+#pragma unroll
+  for (int u = 0; u < PER; ++u) {
+    const uint32_t i = r * PER + u;
+    err[u] = ERR_NONE;
+    check[u] = i < batch && !dead && sane[u] && prefix[u] > 0 && row_err[u] == ERR_NONE;
+    if (i < batch && !dead && sane[u] && prefix[u] == 0 && ll[u] != -1) err[u] = ERR_LAST_LOC_EMPTY;
+    if (check[u]) err[u] = slot_error(ll[u], v);
+    prefix_page[u] = check[u] && err[u] == ERR_NONE ? (uint32_t)div_ps<POW2>((unsigned long long)ll[u], v) : 0;
+  }
+#pragma unroll
+  for (int u = 0; u < PER; ++u) {
+    word[u] = v.state[prefix_page[u]];
+    filled[u] = tracked ? v.fill[prefix_page[u]] : 0;
+  }
+  own = after_loads(own, &sh.scan_in[r]);
   Pair total;
   Pair rank = block_scan_pair<BLOCK>(own, &total);
   const unsigned long long tokens = total.a, new_pages = total.b;
@@ -223,27 +262,9 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   // beyond the planned run of the ring is taken.
   const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
 
-  // Round trip 2: the prefix pages' words (issued first, unconditionally: page 0 stands in
-  // for a request with nothing to check), then the new pages from the ring (of several
-  // blocks, those of the block's tokens: found by the requests holding its first and last
-  // token, which a barrier publishes while the words are in flight).
-  uint32_t err[PER], prefix_page[PER], word[PER];
-  unsigned long long filled[PER];
-  bool check[PER];
-#pragma unroll
-  for (int u = 0; u < PER; ++u) {
-    const uint32_t i = r * PER + u;
-    err[u] = ERR_NONE;
-    check[u] = i < batch && !dead && sane[u] && prefix[u] > 0 && row_err[u] == ERR_NONE;
-    if (i < batch && !dead && sane[u] && prefix[u] == 0 && ll[u] != -1) err[u] = ERR_LAST_LOC_EMPTY;
-    if (check[u]) err[u] = slot_error(ll[u], v);
-    prefix_page[u] = check[u] && err[u] == ERR_NONE ? (uint32_t)div_ps<POW2>((unsigned long long)ll[u], v) : 0;
-  }
-#pragma unroll
-  for (int u = 0; u < PER; ++u) {
-    word[u] = v.state[prefix_page[u]];
-    filled[u] = tracked ? v.fill[prefix_page[u]] : 0;
-  }
+  // Round trip 2, second part: the new pages from the ring (of several blocks, those of the
+  // block's tokens: found by the requests holding its first and last token, which a barrier
+  // publishes while the words are in flight).
   unsigned long long page_lo = 0, page_hi = new_pages;
   if constexpr (GRID) {
 #pragma unroll
@@ -382,8 +403,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     }
     uint32_t lo = 0;
     for (unsigned long long t = t_begin + r; t < (GRID ? t_end : tokens); t += BLOCK) {
-      // A decode request has exactly one token (an unusable one failed the call).
-      lo = decode ? (uint32_t)t : request_of(tok_off, batch, lo, t);
+      lo = request_of(tok_off, batch, lo, t);
       const unsigned long long k = t - tok_off[lo];
       Index slot;
       if (k < part1[lo]) {
@@ -428,16 +448,16 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
 template <int BLOCK, int PER, typename Index, bool ROWS = false, bool GRID = false>
 __device__ void extend_kernel(View v, Call call, const long long *prefix_lens,
                               const long long *seq_lens, const Index *last_loc, uint32_t batch,
-                              uint32_t decode, unsigned long long total_tokens,
-                              unsigned long long total_pages, Index *out, TableArgs tab = {}) {
+                              unsigned long long total_tokens, unsigned long long total_pages,
+                              Index *out, TableArgs tab = {}) {
   __shared__ ExtendShared<BLOCK, PER, ROWS> sh;
   if (v.page_shift != NOT_POW2)
     extend_block<BLOCK, PER, Index, ROWS, GRID, true>(sh, v, call, prefix_lens, seq_lens,
-                                                      last_loc, batch, decode, total_tokens,
+                                                      last_loc, batch, total_tokens,
                                                       total_pages, out, tab);
   else
     extend_block<BLOCK, PER, Index, ROWS, GRID, false>(sh, v, call, prefix_lens, seq_lens,
-                                                       last_loc, batch, decode, total_tokens,
+                                                       last_loc, batch, total_tokens,
                                                        total_pages, out, tab);
 }
 

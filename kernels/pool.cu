@@ -1318,38 +1318,39 @@ using namespace kvp;
     extend<EXTEND_BLOCK, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, per_block,       \
                                 decode, total_tokens, total_pages, out);                          \
   }                                                                                               \
-  /* alloc_extend in one block, a request a thread: one warp (batch <= 32) or 256 threads      \
-     (batch <= 256) (extend_block.cuh); the same parameters. */                                  \
+  /* alloc_extend in one block, a request a thread: one warp (batch <= 32) or 256 threads         \
+     (batch <= 256) (extend_block.cuh); the same parameters, `decode` always 0 (decodes run on    \
+     kvp_decode_*, or kvp_extend past 1,024 requests). */                                         \
   extern "C" __global__ void __launch_bounds__(32) kvp_extend_warp_##SUFFIX(                      \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_kernel<32, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, decode,           \
+    extend_kernel<32, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch,                  \
                                total_tokens, total_pages, out);                                   \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_block_##SUFFIX(           \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_kernel<EXTEND_BLOCK, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, decode, \
+    extend_kernel<EXTEND_BLOCK, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch,        \
                                          total_tokens, total_pages, out);                         \
   }                                                                                               \
-  /* Two warps (batch <= 64, at most 256 tokens). */                                             \
+  /* Two warps (batch <= 64, at most 256 tokens). */                                              \
   extern "C" __global__ void __launch_bounds__(64) kvp_extend_block64_##SUFFIX(                   \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_kernel<64, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, decode,           \
+    extend_kernel<64, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch,                  \
                                total_tokens, total_pages, out);                                   \
   }                                                                                               \
-  /* Several blocks that each decide the whole call (batch <= 256), each writing a range of   \
-     the tokens: a long extend of a small batch, with no grid ticket. */                       \
+  /* Several blocks that each decide the whole call (batch <= 256), each writing a range of       \
+     the tokens: a long extend of a small batch, with no grid ticket. */                          \
   extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_blocks_##SUFFIX(          \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
     extend_kernel<EXTEND_BLOCK, 1, INDEX, false, true>(v, call, prefix_lens, seq_lens, last_loc,  \
-                                                      batch, decode, total_tokens, total_pages,   \
+                                                      batch, total_tokens, total_pages,           \
                                                       out);                                       \
   }                                                                                               \
   /* Page ids and token-pool slots (mode FREE_PAGE_IDS / FREE_SLOTS). */                          \
@@ -1358,7 +1359,7 @@ using namespace kvp;
       unsigned long long start, uint32_t count) {                                                 \
     free_known<INDEX, false>(v, call, src, mode, len, start, count);                              \
   }                                                                                               \
-  /* Segments of a paged pool: kvp_free_known_*'s parameters, so that the host launches      \
+  /* Segments of a paged pool: kvp_free_known_*'s parameters, so that the host launches           \
      either alike (`mode` is FREE_SEGMENT here, and unused). */                                   \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK) kvp_free_segment_##SUFFIX(             \
       View v, Call call, const INDEX *src, uint32_t mode, unsigned long long len,                 \
@@ -1387,35 +1388,35 @@ KVP_INDEX_KERNELS(i32, int)
 // Request-to-token tables (rows.cuh): the table's element type is a run-time flag (`wide`:
 // int64), the pool's index type a suffix.
 #define KVP_ROWS_KERNELS(SUFFIX, INDEX)                                                           \
-  /* alloc_extend_rows of a batch the one-block kernels serve, in one kernel: extend_block    \
-     with the table (out may be NULL; decodes by row: kvp_decode_N_rows_*). */                  \
+  /* alloc_extend_rows of a batch the one-block kernels serve, in one kernel: extend_block        \
+     with the table (out may be NULL; decodes by row: kvp_decode_N_rows_*). */                    \
   extern "C" __global__ void __launch_bounds__(32) kvp_extend_warp_rows_##SUFFIX(                 \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
       unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
-    extend_kernel<32, 1, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch, decode,      \
+    extend_kernel<32, 1, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,             \
                                      total_tokens, total_pages, out, tab);                        \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(64) kvp_extend_block64_rows_##SUFFIX(              \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
       unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
-    extend_kernel<64, 1, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch, decode,      \
+    extend_kernel<64, 1, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,             \
                                      total_tokens, total_pages, out, tab);                        \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_block_rows_##SUFFIX(      \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
       unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
-    extend_kernel<EXTEND_BLOCK, 1, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,    \
-                                               decode, total_tokens, total_pages, out, tab);      \
+    extend_kernel<EXTEND_BLOCK, 1, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,   \
+                                                total_tokens, total_pages, out, tab);             \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_blocks_rows_##SUFFIX(     \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
       unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
-    extend_kernel<EXTEND_BLOCK, 1, INDEX, true, true>(v, call, prefix_lens, seq_lens, nullptr,     \
-                                                     batch, decode, total_tokens, total_pages,    \
+    extend_kernel<EXTEND_BLOCK, 1, INDEX, true, true>(v, call, prefix_lens, seq_lens, nullptr,    \
+                                                     batch,  total_tokens, total_pages,           \
                                                      out, tab);                                   \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(ROWS_BLOCK) kvp_rows_gather_##SUFFIX(              \
