@@ -12,7 +12,9 @@
 # two; ranks share the GPU, with gloo instead of NCCL, on a one-GPU machine), TP_STEPS steps
 # (default 10000) with equal digests, then a perturbed rank caught at its step.
 #
-# Environment: OUT (logs), OVERHEAD_ARGS (extra python_overhead.py arguments), SANITIZE_OPS (lockstep operations per configuration under the
+# Environment: OUT (logs), STEP_TIMEOUT (seconds a step may run, default 480: a hung step
+# fails instead of holding the machine; the lockstep soak has LOCKSTEP_SOAK_SECONDS),
+# OVERHEAD_ARGS (extra python_overhead.py arguments), SANITIZE_OPS (lockstep operations per configuration under the
 # sanitizers, default 600), BENCH_PYTHON=0 (C++ benchmark only), BENCH_ARGS, TAIL_LINES,
 # BENCH_BEFORE (gpu-artifacts/before, made by `scripts/gpu/pack.sh --before REV`: the C++
 # benchmark of that revision, built against its own header and library, runs right after
@@ -38,16 +40,36 @@ steps=("$@")
 [[ ${#steps[@]} -eq 0 ]] && steps=(tests sanitize python tp example demo bench)
 failed=()
 
+# Every log so far, in one file (the device tool brings back at most eight), rewritten after
+# each step: a call cut short (a hung kernel, the tool's time limit) still brings back the
+# logs of the steps that ran.
+save_logs() {
+    tar -czf "$OUT/logs.tar.gz" -C "$LOGS" --exclude cuda_batch --exclude cuda_graph_decode \
+        --exclude kvpool_bench --exclude kvpool_bench_before --exclude '*.ncu-rep' .
+}
+
 run() { # name, command...
     local name=$1; shift
     echo "=== $name: $*"
-    local start=$SECONDS
-    if "$@" > "$LOGS/$name.log" 2>&1; then
+    local start=$SECONDS rc
+    if [[ $(type -t "$1") == function ]]; then
+        "$@" > "$LOGS/$name.log" 2>&1
+        rc=$?
+    else
+        # A step that hangs (a kernel that never finishes) fails after STEP_TIMEOUT seconds
+        # (default 480) instead of holding the GPU machine until the call's limit.
+        timeout --kill-after=10 "${STEP_TIMEOUT:-480}" "$@" > "$LOGS/$name.log" 2>&1
+        rc=$?
+    fi
+    if [[ $rc == 0 ]]; then
         echo "=== $name: ok ($((SECONDS - start)) s)"
+    elif [[ $rc == 124 || $rc == 137 ]]; then
+        echo "=== $name: FAILED: timed out after ${STEP_TIMEOUT:-480} s"; failed+=("$name")
     else
         echo "=== $name: FAILED ($((SECONDS - start)) s)"; failed+=("$name")
     fi
     tail -n "${TAIL_LINES:-25}" "$LOGS/$name.log"
+    save_logs
 }
 
 # The 12 lockstep configurations, LOCKSTEP_SOAK_SEEDS runs of each (different seeds), as
@@ -239,8 +261,7 @@ for step in "${steps[@]}"; do
     esac
 done
 
-# Every log, in one file (the device tool brings back at most eight).
-tar -czf "$OUT/logs.tar.gz" -C "$LOGS" --exclude cuda_batch --exclude cuda_graph_decode --exclude kvpool_bench --exclude kvpool_bench_before --exclude '*.ncu-rep' .
+save_logs
 if [[ ${#failed[@]} -gt 0 ]]; then
     echo "GPU check FAILED: ${failed[*]}"
     exit 1
