@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds, on a machine with the Rust toolchain, everything the GPU check needs, into the
 # git-ignored gpu-artifacts/ (the GPU machine has no Rust): the release library and the
-# GPU test binaries. Then run scripts/gpu/run.sh on the GPU machine with gpu-artifacts/
+# GPU test binaries (compressed: gpu-artifacts/bin.tar.xz). Other builds of the library to
+# benchmark against go in gpu-artifacts/var/NAME/libkvpool.so.0.1 (BENCH_VARIANTS). Then run scripts/gpu/run.sh on the GPU machine with gpu-artifacts/
 # carried along (the device tool: carry ["gpu-artifacts"]).
 #
 #   scripts/gpu/pack.sh [--before REV]
@@ -40,7 +41,12 @@ for line in sys.stdin:
 # Debug info is not needed there and would crowd the 64 MiB the device tool carries.
 strip --strip-debug gpu-artifacts/bin/* gpu-artifacts/lib/*
 ls -la gpu-artifacts/bin gpu-artifacts/lib
-du -sh gpu-artifacts/bin gpu-artifacts/lib
+# The binaries each embed the same kernels: compressed together they take about a tenth of
+# their 45-50 MB. run.sh unpacks them (and makes libkvpool.so from libkvpool.so.0.1) on
+# every call, so a warm machine never runs a previous pack's binaries.
+tar -cJf gpu-artifacts/bin.tar.xz -C gpu-artifacts bin
+rm -rf gpu-artifacts/bin gpu-artifacts/lib/libkvpool.so
+du -sh gpu-artifacts/bin.tar.xz gpu-artifacts/lib
 
 if [[ -n "$BEFORE_REV" ]]; then
     tree=$(mktemp -d)
@@ -49,7 +55,6 @@ if [[ -n "$BEFORE_REV" ]]; then
         { git worktree remove --force "$tree"; exit 1; }
     rm -rf gpu-artifacts/before
     mkdir -p gpu-artifacts/before/lib gpu-artifacts/before/include
-    cp target/before/release/libkvpool.so gpu-artifacts/before/lib/libkvpool.so
     cp target/before/release/libkvpool.so gpu-artifacts/before/lib/libkvpool.so.0.1
     cp "$tree"/include/kvpool.h gpu-artifacts/before/include/
     cp "$tree"/bench-gpu/kvpool_bench.cu gpu-artifacts/before/

@@ -32,6 +32,20 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
 LOGS=$(mktemp -d)
 mkdir -p "$OUT"
+# What pack.sh left compressed or out: the test binaries (unpacked afresh on every call:
+# a warm machine keeps the previous call's files) and each library's link name.
+if [[ -f gpu-artifacts/bin.tar.xz ]]; then
+    rm -rf gpu-artifacts/bin
+    python3 -c 'import tarfile
+with tarfile.open("gpu-artifacts/bin.tar.xz") as t:
+    try:
+        t.extractall("gpu-artifacts", filter="data")
+    except TypeError:  # Python without extraction filters
+        t.extractall("gpu-artifacts")' || echo "could not unpack gpu-artifacts/bin.tar.xz"
+fi
+for lib in gpu-artifacts/lib gpu-artifacts/before/lib gpu-artifacts/var/*; do
+    [[ -f $lib/libkvpool.so.0.1 ]] && cp "$lib/libkvpool.so.0.1" "$lib/libkvpool.so"
+done
 export KVPOOL_LIB=$PWD/gpu-artifacts/lib/libkvpool.so
 export LD_LIBRARY_PATH=$PWD/gpu-artifacts/lib:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
