@@ -493,6 +493,42 @@ fn extend_on_device(
     }
 }
 
+/// What a guarded device call left: its `n` output slots and the pool as it was before it.
+struct Guarded {
+    got: Vec<i64>,
+    pages_before: usize,
+    backup: DeviceSnapshot,
+}
+
+/// Fills `out[..n + guard]` with -7, records the pool (allocated pages, a backup), runs
+/// `call`, synchronizes, and asserts that nothing past `out[n)` was written.
+fn call_guarded(
+    device: &mut DevicePool,
+    gpu: &Gpu,
+    out: &DevBuf,
+    n: usize,
+    guard: usize,
+    what: &str,
+    call: impl FnOnce(&mut DevicePool),
+) -> Guarded {
+    out.upload(&vec![-7i64; n + guard]);
+    let pages_before = allocated_pages_on_device(device);
+    let backup = unsafe { device.backup_state(gpu.stream) }.unwrap();
+    call(device);
+    gpu.sync();
+    let mut got: Vec<i64> = out.download(n + guard);
+    assert!(
+        got[n..].iter().all(|&x| x == -7),
+        "{what}: a write past out[{n})"
+    );
+    got.truncate(n);
+    Guarded {
+        got,
+        pages_before,
+        backup,
+    }
+}
+
 /// After a call the device refused (synchronized): `got`, the call's whole output, holds
 /// only the padding slot and the pool still has the `pages_before` allocated pages it had
 /// before the call; then the pool is restored from `backup`, reports the fault once more,
@@ -1036,21 +1072,14 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
                 assert!(total <= CAP && batch.len() <= 256, "{what}");
                 let mut want = vec![0i64; total];
                 let host_result = host.alloc_extend(&prefix, &seq, &last, total as u64, &mut want);
-                out.upload(&vec![-7i64; total + GUARD]);
-                let pages_before = allocated_pages_on_device(&device);
-                let backup = unsafe { device.backup_state(gpu.stream) }.unwrap();
                 let lengths = [&prefix_d, &seq_d, &last_d];
-                extend_on_device(&mut device, &gpu, lengths, [&prefix, &seq, &last], &out);
-                gpu.sync();
-                let got: Vec<i64> = out.download(total + GUARD);
-                assert!(
-                    got[total..].iter().all(|&x| x == -7),
-                    "{what}: a write past the plan"
-                );
+                let call = call_guarded(&mut device, &gpu, &out, total, GUARD, &what, |device| {
+                    extend_on_device(device, &gpu, lengths, [&prefix, &seq, &last], &out)
+                });
                 match host_result {
                     Ok(()) => {
                         assert!(device.fault().is_none(), "{what}: {:?}", device.fault());
-                        assert_eq!(got[..total], want[..], "{what}");
+                        assert_eq!(call.got, want, "{what}");
                         sharers_accepted += usize::from(sharer);
                         let mut at = 0;
                         for &(p, s, _, row) in &batch {
@@ -1068,13 +1097,12 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
                         let fault = device.fault().unwrap_or_else(|| panic!("{what}: no fault"));
                         assert_eq!(fault.kind, e.kind(), "{what}: {fault:?} vs {e}");
                         assert_eq!(fault.position, batch.len() as i64 - 1, "{what}: {fault:?}");
-                        let got = &got[..total];
                         assert_refused_then_restore(
                             &mut device,
                             &gpu,
-                            got,
-                            pages_before,
-                            &backup,
+                            &call.got,
+                            call.pages_before,
+                            &call.backup,
                             &what,
                         );
                         refused += 1;
@@ -1208,25 +1236,18 @@ fn decode_kernels_of_every_size_name_the_hosts_first_bad_request() {
                 let host_result = host.alloc_decode(&seq, &last, &mut want);
                 seq_d.upload(&seq);
                 last_d.upload(&last);
-                out.upload(&vec![-7i64; bs + GUARD]);
-                let pages_before = allocated_pages_on_device(&device);
-                let backup = unsafe { device.backup_state(gpu.stream) }.unwrap();
-                // SAFETY: the buffers hold what the call says; synchronized below.
-                unsafe {
-                    device
-                        .alloc_decode(&seq, seq_d.ptr, last_d.ptr, out.ptr, bs, gpu.stream)
-                        .unwrap();
-                }
-                gpu.sync();
-                let got: Vec<i64> = out.download(bs + GUARD);
-                assert!(
-                    got[bs..].iter().all(|&x| x == -7),
-                    "{what}: a write past out[{bs})"
-                );
+                let call = call_guarded(&mut device, &gpu, &out, bs, GUARD, &what, |device| {
+                    // SAFETY: the buffers hold what the call says; call_guarded synchronizes.
+                    unsafe {
+                        device
+                            .alloc_decode(&seq, seq_d.ptr, last_d.ptr, out.ptr, bs, gpu.stream)
+                            .unwrap();
+                    }
+                });
                 match host_result {
                     Ok(()) => {
                         assert!(device.fault().is_none(), "{what}: {:?}", device.fault());
-                        assert_eq!(got[..bs], want[..], "{what}");
+                        assert_eq!(call.got, want, "{what}");
                         // A request repeated whole (a page start, so valid) is one request.
                         let mut seen = std::collections::HashSet::new();
                         for (k, &(r, _, _)) in batch.iter().enumerate() {
@@ -1245,13 +1266,12 @@ fn decode_kernels_of_every_size_name_the_hosts_first_bad_request() {
                             (e.kind(), host_position(e.message())),
                             "{what}: device {fault:?}, host {e}"
                         );
-                        let got = &got[..bs];
                         assert_refused_then_restore(
                             &mut device,
                             &gpu,
-                            got,
-                            pages_before,
-                            &backup,
+                            &call.got,
+                            call.pages_before,
+                            &call.backup,
                             &what,
                         );
                         refused += 1;
