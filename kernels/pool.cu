@@ -796,6 +796,7 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
 #include "req_table.cuh"
 #include "extend_block.cuh"
 #include "decode_block.cuh"
+#include "extend_few.cuh"
 
 namespace kvp {
 
@@ -1318,16 +1319,9 @@ using namespace kvp;
     extend<EXTEND_BLOCK, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, per_block,       \
                                 decode, total_tokens, total_pages, out);                          \
   }                                                                                               \
-  /* alloc_extend in one block, a request a thread: one warp (batch <= 32) or 256 threads         \
-     (batch <= 256) (extend_block.cuh); the same parameters, `decode` always 0 (decodes run on    \
-     kvp_decode_*, or kvp_extend past 1,024 requests). */                                         \
-  extern "C" __global__ void __launch_bounds__(32) kvp_extend_warp_##SUFFIX(                      \
-      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
-      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
-      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_kernel<32, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch,                  \
-                               total_tokens, total_pages, out);                                   \
-  }                                                                                               \
+  /* alloc_extend in one block of 256 threads, a request a thread (batch <= 256; batches of       \
+     at most 32 run on kvp_extend_few_*) (extend_block.cuh); the same parameters, `decode`        \
+     always 0 (decodes run on kvp_decode_*, or kvp_extend past 1,024 requests). */                \
   extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_block_##SUFFIX(           \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
@@ -1475,6 +1469,33 @@ KVP_ROWS_KERNELS(i32, int)
 
 KVP_DECODE_KERNELS(i64, long long)
 KVP_DECODE_KERNELS(i32, int)
+
+// alloc_extend of up to 32 requests (extend_few.cuh): warp 0 decides, then THREADS threads
+// write (one block), or several blocks of EXTEND_BLOCK (kvp_extend_few_blocks_*, a long
+// prefill). kvp_extend_*'s parameters, so the host launches either alike; `per_block` and
+// `decode` (0) are unused.
+#define KVP_EXTEND_FEW_KERNEL(THREADS, SUFFIX, INDEX)                                             \
+  extern "C" __global__ void __launch_bounds__(THREADS) kvp_extend_few_##THREADS##_##SUFFIX(      \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend_few_kernel<THREADS, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch,            \
+                                      total_tokens, total_pages, out);                            \
+  }
+#define KVP_EXTEND_FEW_KERNELS(SUFFIX, INDEX)                                                     \
+  KVP_EXTEND_FEW_KERNEL(32, SUFFIX, INDEX)                                                        \
+  KVP_EXTEND_FEW_KERNEL(64, SUFFIX, INDEX)                                                        \
+  KVP_EXTEND_FEW_KERNEL(256, SUFFIX, INDEX)                                                       \
+  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_few_blocks_##SUFFIX(      \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend_few_kernel<EXTEND_BLOCK, INDEX, true>(v, call, prefix_lens, seq_lens, last_loc, batch, \
+                                                 total_tokens, total_pages, out);                 \
+  }
+
+KVP_EXTEND_FEW_KERNELS(i64, long long)
+KVP_EXTEND_FEW_KERNELS(i32, int)
 
 // Decode reservations (reservation.cuh): the pool's index type a suffix, a request-to-token
 // table's element type a run-time flag (`wide`: int64) as for the rows kernels.

@@ -1006,6 +1006,9 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
     );
     let out = DevBuf::new(8 * (CAP + GUARD));
     let (mut sharers_accepted, mut refused) = (0, 0);
+    // Batches of at most 32 requests run on kvp_extend_few_blocks_*, larger ones on
+    // kvp_extend_blocks_*.
+    let (mut few, mut more) = (0, 0);
     for ps in [1u32, 16, 64] {
         for seed in 0..12u64 {
             let mut rng = rng::Rng(seed * 1000 + u64::from(ps));
@@ -1070,6 +1073,13 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
                 let total: usize = batch.iter().map(|b| (b.1 - b.0) as usize).sum();
                 let what = format!("ps {ps} seed {seed} round {round}: {batch:?}");
                 assert!(total <= CAP && batch.len() <= 256, "{what}");
+                if total > 1024 {
+                    if batch.len() <= 32 {
+                        few += 1;
+                    } else {
+                        more += 1;
+                    }
+                }
                 let mut want = vec![0i64; total];
                 let host_result = host.alloc_extend(&prefix, &seq, &last, total as u64, &mut want);
                 let lengths = [&prefix_d, &seq_d, &last_d];
@@ -1112,9 +1122,13 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
             }
         }
     }
+    println!(
+        "long extends: {few} batches of at most 32 requests, {more} larger; {sharers_accepted} \
+         with a sharer accepted, {refused} refused"
+    );
     assert!(
-        sharers_accepted > 0 && refused > 0,
-        "{sharers_accepted} sharers, {refused} refusals"
+        sharers_accepted > 0 && refused > 0 && few > 0,
+        "{sharers_accepted} sharers, {refused} refusals, {few} batches of at most 32"
     );
 }
 
@@ -1284,6 +1298,155 @@ fn decode_kernels_of_every_size_name_the_hosts_first_bad_request() {
     // Both outcomes, many times (about 40% of the 6 * 15 * rounds batches are good).
     eprintln!("decode kernels: {accepted} batches accepted, {refused} refused");
     let least = 10 * rounds;
+    assert!(
+        accepted > least && refused > least,
+        "{accepted} accepted, {refused} refused"
+    );
+}
+
+/// Extends of a few requests on every shape of `kvp_extend_few_*` (one warp decides; one
+/// block of 32, 64 or 256 threads, or several blocks) and, past 32 requests, the kernels
+/// they replace: against the host pool, the same slots for good batches, and for batches
+/// with a bad request (a stale last_loc, a second continuation of a page, out of range, in
+/// the reserved page, off its page position, non-empty for an empty prefix) the same error
+/// kind naming the same request, padding only, nothing past the plan, no page taken.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn extends_of_a_few_requests_name_the_hosts_first_bad_request() {
+    const GUARD: usize = 256;
+    const ROWS: usize = 64;
+    const CAP: usize = 1 << 14;
+    const SIZES: [usize; 6] = [1, 3, 8, 17, 32, 33];
+    // Tokens a batch adds, in all: each of the one-block shapes (at most 64, 256 and 1,024
+    // tokens) and several blocks.
+    const TOKENS: [u64; 4] = [40, 200, 900, 3000];
+    let gpu = Gpu::new(false);
+    let (prefix_d, seq_d, last_d) = (
+        DevBuf::new(8 * ROWS),
+        DevBuf::new(8 * ROWS),
+        DevBuf::new(8 * ROWS),
+    );
+    let out = DevBuf::new(8 * (CAP + GUARD));
+    let rounds: usize = std::env::var("KVPOOL_EXTEND_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let (mut accepted, mut refused) = (0, 0);
+    for ps in [1u32, 16, 64] {
+        let ps64 = i64::from(ps);
+        for seed in 0..2u64 {
+            let mut rng = rng::Rng(seed * 104_729 + u64::from(ps));
+            let pool_config = |backend| PoolConfig {
+                size: 1 << 20,
+                ..config(backend, ps)
+            };
+            let size = pool_config(BackendKind::Host).size as i64;
+            let mut host = Pool::new(pool_config(BackendKind::Host)).unwrap();
+            let mut device = DevicePool::new(pool_config(CUDA0)).unwrap();
+            let mut rows: Vec<Vec<i64>> = Vec::new();
+            for round in 0..rounds * SIZES.len() * TOKENS.len() {
+                let bs = SIZES[round % SIZES.len()];
+                let per = (TOKENS[round / SIZES.len() % TOKENS.len()] / bs as u64).max(1);
+                // (prefix, seq, last_loc, row): rows continued in random order, new ones
+                // while there are fewer than ROWS.
+                let mut order: Vec<usize> = (0..rows.len()).collect();
+                for i in (1..order.len()).rev() {
+                    order.swap(i, rng.below(i as u64 + 1) as usize);
+                }
+                let mut batch: Vec<(i64, i64, i64, Option<usize>)> = Vec::new();
+                for k in 0..bs {
+                    let add = rng.range(1, 2 * per) as i64;
+                    match order.get(k) {
+                        Some(&r) if rows.len() >= ROWS || rng.chance(70) => {
+                            let len = rows[r].len() as i64;
+                            batch.push((len, len + add, *rows[r].last().unwrap(), Some(r)));
+                        }
+                        _ => batch.push((0, add, -1, None)),
+                    }
+                }
+                let bad = rng.chance(50);
+                if bad {
+                    let k = rng.below(bs as u64) as usize;
+                    let (p, s, l, row) = batch[k];
+                    batch[k] = match (rng.below(6), row) {
+                        (0, Some(r)) if rows[r].len() >= 2 => {
+                            (p, s, rows[r][rows[r].len() - 2], None)
+                        }
+                        (1, Some(_)) if bs > 1 => {
+                            // Another request continuing the same page.
+                            let j = (k + 1 + rng.below(bs as u64 - 1) as usize) % bs;
+                            let (_, s2, _, _) = batch[j];
+                            batch[j] = (p, p + (s2 - batch[j].0).max(1), l, None);
+                            (p, s, l, row)
+                        }
+                        (2, _) => (p.max(1), s.max(p.max(1)), size + 3 * ps64, None),
+                        (3, _) => (p.max(1), s.max(p.max(1)), ps64 - 1, None),
+                        (4, Some(_)) => (p, s, l - 1, None),
+                        _ => (0, s - p, 5 * ps64, None),
+                    };
+                }
+                let prefix: Vec<i64> = batch.iter().map(|b| b.0).collect();
+                let seq: Vec<i64> = batch.iter().map(|b| b.1).collect();
+                let last: Vec<i64> = batch.iter().map(|b| b.2).collect();
+                let total: usize = batch.iter().map(|b| (b.1 - b.0) as usize).sum();
+                let what = format!("ps {ps} seed {seed} round {round}: {batch:?}");
+                assert!(total <= CAP, "{what}");
+                let mut want = vec![0i64; total];
+                let host_result = host.alloc_extend(&prefix, &seq, &last, total as u64, &mut want);
+                out.upload(&vec![-7i64; total + GUARD]);
+                let pages_before = allocated_pages_on_device(&device);
+                let backup = unsafe { device.backup_state(gpu.stream) }.unwrap();
+                let lengths = [&prefix_d, &seq_d, &last_d];
+                extend_on_device(&mut device, &gpu, lengths, [&prefix, &seq, &last], &out);
+                gpu.sync();
+                let got: Vec<i64> = out.download(total + GUARD);
+                assert!(
+                    got[total..].iter().all(|&x| x == -7),
+                    "{what}: a write past the plan"
+                );
+                match host_result {
+                    Ok(()) => {
+                        assert!(device.fault().is_none(), "{what}: {:?}", device.fault());
+                        assert_eq!(got[..total], want[..], "{what}");
+                        let mut at = 0;
+                        for &(p, s, _, row) in &batch {
+                            let slots = want[at..at + (s - p) as usize].to_vec();
+                            at += slots.len();
+                            match row {
+                                Some(r) => rows[r].extend(slots),
+                                None if p == 0 && rows.len() < ROWS => rows.push(slots),
+                                None => {}
+                            }
+                        }
+                        accepted += 1;
+                    }
+                    Err(e) => {
+                        assert!(bad, "{what}: the host refused a good call: {e}");
+                        let fault = device
+                            .fault()
+                            .unwrap_or_else(|| panic!("{what}: no fault ({e})"));
+                        assert_eq!(
+                            (fault.kind, Some(fault.position)),
+                            (e.kind(), host_position(e.message())),
+                            "{what}: device {fault:?}, host {e}"
+                        );
+                        assert_refused_then_restore(
+                            &mut device,
+                            &gpu,
+                            &got[..total],
+                            pages_before,
+                            &backup,
+                            &what,
+                        );
+                        refused += 1;
+                    }
+                }
+                assert_eq!(device.available_size(), host.available_size(), "{what}");
+            }
+        }
+    }
+    eprintln!("extends of a few requests: {accepted} batches accepted, {refused} refused");
+    let least = 5 * rounds;
     assert!(
         accepted > least && refused > least,
         "{accepted} accepted, {refused} refused"

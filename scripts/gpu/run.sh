@@ -154,12 +154,15 @@ for step in "${steps[@]}"; do
             --error-exitcode 9 "$BIN/cuda_reservation" --ignored --test-threads=1
         run sanitize-racecheck-reservation "$SANITIZER" --tool racecheck \
             --error-exitcode 9 "$BIN/cuda_reservation" --ignored --test-threads=1
-        KVPOOL_DECODE_ROUNDS=1 run sanitize-memcheck-device "$SANITIZER" --tool memcheck --error-exitcode 9 \
-            "$BIN/cuda_device" --ignored --test-threads=1 --skip no_call_waits
-        # The decode kernels' shared tables with repeats and refusals (lockstep has none).
-        KVPOOL_DECODE_ROUNDS=1 run sanitize-racecheck-decode "$SANITIZER" --tool racecheck \
-            --error-exitcode 9 "$BIN/cuda_device" --ignored --exact \
-            decode_kernels_of_every_size_name_the_hosts_first_bad_request
+        KVPOOL_DECODE_ROUNDS=1 KVPOOL_EXTEND_ROUNDS=1 run sanitize-memcheck-device "$SANITIZER" \
+            --tool memcheck --error-exitcode 9 "$BIN/cuda_device" --ignored --test-threads=1 \
+            --skip no_call_waits
+        # The decode and few-request extend kernels with repeats and refusals (lockstep has
+        # none).
+        KVPOOL_DECODE_ROUNDS=1 KVPOOL_EXTEND_ROUNDS=1 run sanitize-racecheck-decode "$SANITIZER" \
+            --tool racecheck --error-exitcode 9 "$BIN/cuda_device" --ignored --exact \
+            decode_kernels_of_every_size_name_the_hosts_first_bad_request \
+            extends_of_a_few_requests_name_the_hosts_first_bad_request
         # Stream-ordered release under memcheck: a free under a queued kernel would show as an
         # invalid access. KVPOOL_SANITIZER: kernels may be serialized, so timing is not
         # asserted, and the unordered-streams detection (which needs overlap) is skipped.

@@ -7,7 +7,7 @@ use std::ffi::{c_void, CString};
 use cudarc::driver::sys::{self, CUfunction, CUmodule, CUstream};
 
 use super::driver::check;
-use super::pool::DECODE_THREADS;
+use super::pool::{DECODE_THREADS, FEW_THREADS};
 use crate::pool::{ErrorKind, IndexType, PoolError};
 
 /// The fatbin built from `kernels/pool.cu` (`kernels/pool.fatbin.sha256` records its
@@ -19,14 +19,16 @@ static FATBIN: &[u8] = include_bytes!("../../kernels/pool.fatbin");
 pub(crate) struct Typed {
     pub alloc: CUfunction,
     pub extend: CUfunction,
-    /// `alloc_extend` / `alloc_decode` of at most 32 requests in one warp.
-    pub extend_warp: CUfunction,
-    /// `alloc_extend` / `alloc_decode` of at most 256 requests in one block.
+    /// `alloc_extend` of at most 256 requests in one block, a request a thread.
     pub extend_block: CUfunction,
     /// The same for at most 64 requests and 256 tokens, in two warps.
     pub extend_block64: CUfunction,
     /// `alloc_extend` of at most 256 requests on several blocks that each decide the call.
     pub extend_blocks: CUfunction,
+    /// `alloc_extend` of at most 32 requests decided by one warp (`extend_few.cuh`): one
+    /// block of each of `FEW_THREADS` threads, in that order, and several blocks.
+    pub extend_few: [CUfunction; FEW_THREADS.len()],
+    pub extend_few_blocks: CUfunction,
     /// `alloc_decode` in one block of each of `DECODE_THREADS` threads, in that order
     /// (`kvp_decode_{N}_*`), and by request row.
     pub decode: [CUfunction; DECODE_THREADS.len()],
@@ -163,10 +165,17 @@ impl Typed {
         Ok(Self {
             alloc: typed("alloc")?,
             extend: typed("extend")?,
-            extend_warp: typed("extend_warp")?,
             extend_block: typed("extend_block")?,
             extend_block64: typed("extend_block64")?,
             extend_blocks: typed("extend_blocks")?,
+            extend_few: {
+                let mut functions = [std::ptr::null_mut(); FEW_THREADS.len()];
+                for (function, threads) in functions.iter_mut().zip(FEW_THREADS) {
+                    *function = typed(&format!("extend_few_{threads}"))?;
+                }
+                functions
+            },
+            extend_few_blocks: typed("extend_few_blocks")?,
             decode: decode("")?,
             decode_rows: decode("_rows")?,
             free_known: typed("free_known")?,
@@ -256,13 +265,19 @@ mod tests {
         }
         let asked = asked.into_inner();
         for name in [
+            "kvp_extend_few_256_i64",
+            "kvp_extend_few_blocks_i32",
             "kvp_decode_32_i64",
             "kvp_decode_1024_rows_i32",
             "kvp_page_table",
         ] {
             assert!(asked.iter().any(|n| n == name), "{name} was not asked for");
         }
-        // 22 typed entry points + 2 x DECODE_THREADS decode kernels per index type, 11 others.
-        assert_eq!(asked.len(), 2 * (22 + 2 * DECODE_THREADS.len() + 11));
+        // Per index type: 22 typed entry points, 2 x DECODE_THREADS decode kernels,
+        // FEW_THREADS one-block extend_few kernels, and the 11 others.
+        assert_eq!(
+            asked.len(),
+            2 * (22 + 2 * DECODE_THREADS.len() + FEW_THREADS.len() + 11)
+        );
     }
 }

@@ -51,16 +51,23 @@ const FREE_BLOCK: u32 = 1024;
 const SORT_CAP: u64 = 4096;
 /// The kernels that decide a whole call in every block, a request a thread. A decode of up
 /// to `DECODE_BATCH` requests runs on `kvp_decode_{N}_*`, one block of the fewest threads in
-/// `DECODE_THREADS` that hold it (a one-block call's idle threads cost time). An extend runs
-/// on one warp (`kvp_extend_warp_*`) for up to `WARP_BATCH` requests and `WARP_TOKENS`
-/// tokens, two warps (`kvp_extend_block64_*`) for up to 64 requests and `BLOCK64_TOKENS`
-/// tokens, else blocks of 256 threads (`kvp_extend_block_*`) for up to `BLOCK` requests: one
-/// block for up to `BLOCK_TOKENS` tokens, more for a longer extend (`kvp_extend_blocks_*`),
-/// about `SPAN_TOKENS` tokens each (at most `TARGET_BLOCKS`). Larger batches go to the
+/// `DECODE_THREADS` that hold it (a one-block call's idle threads cost time). An extend of up
+/// to `WARP_BATCH` requests runs on `kvp_extend_few_*`, where one warp decides and the block
+/// writes: one warp (`FEW_THREADS`) for up to `WARP_TOKENS` tokens, two for up to
+/// `BLOCK64_TOKENS`, 256 threads for up to `BLOCK_TOKENS`, else several blocks of 256 of
+/// about `SPAN_TOKENS` tokens each (at most `TARGET_BLOCKS`). A larger extend runs a request
+/// a thread: on two warps (`kvp_extend_block64_*`) for up to 64 requests and
+/// `BLOCK64_TOKENS` tokens, else blocks of 256 threads (`kvp_extend_block_*`) for up to
+/// `BLOCK` requests: one block for up to `BLOCK_TOKENS` tokens, more for a longer extend
+/// (`kvp_extend_blocks_*`). By request row the extend_few shapes run on the request-a-thread
+/// kernels of the same shape (`kvp_extend_{warp,block64,block,blocks}_rows_*`). Larger
+/// batches go to the
 /// ticketed multi-block kernel (for extends, one block of 256 threads for up to 4,096
 /// tokens, or deciding blocks of four requests a thread, were both measured slower than
 /// several blocks with a ticket: BENCHMARKS.md).
 pub(super) const DECODE_THREADS: [u32; 6] = [32, 64, 128, 256, 512, 1024];
+/// The one-block `kvp_extend_few_{N}_*` kernels, by threads (`few_slot`).
+pub(super) const FEW_THREADS: [u32; 3] = [32, 64, BLOCK];
 const DECODE_BATCH: usize = 1024;
 const WARP_BATCH: usize = 32;
 const WARP_TOKENS: u64 = 64;
@@ -71,8 +78,6 @@ const SPAN_TOKENS: u64 = 512;
 /// The allocation kernel that serves a batch (`extend_shape`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum ExtendKernel {
-    /// One warp (`kvp_extend_warp_*`).
-    Warp,
     /// Two warps (`kvp_extend_block64_*`).
     Block64,
     /// One block (`kvp_extend_block_*`).
@@ -84,18 +89,33 @@ pub(super) enum ExtendKernel {
     /// A decode in one block of this many threads, one of `DECODE_THREADS`
     /// (`kvp_decode_{N}_*`).
     Decode(u32),
+    /// An extend of at most `WARP_BATCH` requests in one block of this many threads, one of
+    /// `FEW_THREADS` (`kvp_extend_few_{N}_*`): by row, `Warp`, `Block64` or `Block`.
+    Few(u32),
+    /// The same on several blocks (`kvp_extend_few_blocks_*`): by row, `Blocks`.
+    FewBlocks,
 }
 
 impl ExtendKernel {
     pub(super) fn function(self, typed: &crate::cuda::kernels::Typed) -> CUfunction {
         match self {
-            Self::Warp => typed.extend_warp,
             Self::Block64 => typed.extend_block64,
             Self::Block => typed.extend_block,
             Self::Blocks => typed.extend_blocks,
             Self::Grid => typed.extend,
             Self::Decode(threads) => typed.decode[decode_slot(threads)],
+            Self::Few(threads) => typed.extend_few[few_slot(threads)],
+            Self::FewBlocks => typed.extend_few_blocks,
         }
+    }
+}
+
+/// Where the kernel of `threads` threads (one of `FEW_THREADS`) sits in `Typed::extend_few`.
+pub(super) fn few_slot(threads: u32) -> usize {
+    match threads {
+        32 => 0,
+        64 => 1,
+        _ => 2,
     }
 }
 
@@ -1083,8 +1103,18 @@ impl DevicePool {
                 .find(|&t| batch <= t as usize)
                 .unwrap_or(DECODE_BATCH as u32);
             (ExtendKernel::Decode(threads), 1, threads, batch32, batch32)
-        } else if batch <= WARP_BATCH && tokens <= WARP_TOKENS {
-            (ExtendKernel::Warp, 1, 32, batch32, batch32)
+        } else if !decode && batch <= WARP_BATCH {
+            let (kernel, grid, threads) = if tokens <= WARP_TOKENS {
+                (ExtendKernel::Few(32), 1, 32)
+            } else if tokens <= BLOCK64_TOKENS {
+                (ExtendKernel::Few(64), 1, 64)
+            } else if tokens <= BLOCK_TOKENS {
+                (ExtendKernel::Few(BLOCK), 1, BLOCK)
+            } else {
+                let grid = tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32;
+                (ExtendKernel::FewBlocks, grid, BLOCK)
+            };
+            (kernel, grid, threads, batch32, batch32)
         } else if batch <= 64 && tokens <= BLOCK64_TOKENS {
             (ExtendKernel::Block64, 1, 64, batch32, batch32)
         } else if batch <= BLOCK as usize && tokens <= BLOCK_TOKENS {
@@ -1781,6 +1811,9 @@ mod tests {
         for (slot, threads) in DECODE_THREADS.into_iter().enumerate() {
             assert_eq!(decode_slot(threads), slot);
         }
+        for (slot, threads) in FEW_THREADS.into_iter().enumerate() {
+            assert_eq!(few_slot(threads), slot);
+        }
         assert_eq!(DECODE_THREADS.last().copied(), Some(DECODE_BATCH as u32));
     }
 
@@ -1803,7 +1836,13 @@ mod tests {
                 (ExtendKernel::Decode(1024), 1, 1024),
             ),
             ((1025, true, 1025, 1025), (ExtendKernel::Grid, 5, 256)),
-            ((32, false, 32, 32), (ExtendKernel::Warp, 1, 32)),
+            ((1, false, 1, 1), (ExtendKernel::Few(32), 1, 32)),
+            ((32, false, 64, 32), (ExtendKernel::Few(32), 1, 32)),
+            ((32, false, 65, 32), (ExtendKernel::Few(64), 1, 64)),
+            ((1, false, 256, 16), (ExtendKernel::Few(64), 1, 64)),
+            ((1, false, 512, 32), (ExtendKernel::Few(256), 1, 256)),
+            ((32, false, 1024, 64), (ExtendKernel::Few(256), 1, 256)),
+            ((32, false, 1025, 65), (ExtendKernel::FewBlocks, 3, 256)),
             ((33, false, 33, 33), (ExtendKernel::Block64, 1, 64)),
             ((64, false, 256, 64), (ExtendKernel::Block64, 1, 64)),
             ((65, false, 65, 65), (ExtendKernel::Block, 1, 256)),
@@ -1818,9 +1857,10 @@ mod tests {
                 (256, false, 1 << 20, 1 << 16),
                 (ExtendKernel::Blocks, 264, 256),
             ),
-            ((1, false, 4096, 4096), (ExtendKernel::Blocks, 8, 256)),
+            ((1, false, 4096, 4096), (ExtendKernel::FewBlocks, 8, 256)),
             ((300, false, 600, 600), (ExtendKernel::Grid, 150, 256)),
-            ((8, false, 4096, 256), (ExtendKernel::Blocks, 8, 256)),
+            ((8, false, 4096, 256), (ExtendKernel::FewBlocks, 8, 256)),
+            ((33, false, 4096, 256), (ExtendKernel::Blocks, 8, 256)),
         ];
         for ((batch, decode, tokens, pages), want) in cases {
             let (kernel, grid, threads, per_block, _) =

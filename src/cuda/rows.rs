@@ -257,10 +257,11 @@ impl DevicePool {
         // keyed table; `TableShape::span`, checked above, bounds the table's rows by 2^32 - 1).
         let typed = &self.kernels.typed;
         let one_kernel = match kernel {
-            ExtendKernel::Warp => Some(typed.extend_warp_rows),
-            ExtendKernel::Block64 => Some(typed.extend_block64_rows),
-            ExtendKernel::Block => Some(typed.extend_block_rows),
-            ExtendKernel::Blocks => Some(typed.extend_blocks_rows),
+            // An extend_few shape runs on the rows kernel of the same grid and threads.
+            ExtendKernel::Few(32) => Some(typed.extend_warp_rows),
+            ExtendKernel::Block64 | ExtendKernel::Few(64) => Some(typed.extend_block64_rows),
+            ExtendKernel::Block | ExtendKernel::Few(_) => Some(typed.extend_block_rows),
+            ExtendKernel::Blocks | ExtendKernel::FewBlocks => Some(typed.extend_blocks_rows),
             ExtendKernel::Decode(threads) => Some(typed.decode_rows[decode_slot(threads)]),
             ExtendKernel::Grid => None,
         };

@@ -1,0 +1,297 @@
+// alloc_extend of up to 32 requests (a prefill of a few requests: the extend engines make
+// most): one warp decides the call, the whole block writes it. Included by pool.cu after
+// extend_block.cuh and decode_block.cuh, whose checks it makes in extend_block's order with
+// the same verdict (the smallest position, then the smallest code).
+//
+// Why a kernel of its own: a small extend's time is the deciding warp's instructions
+// (BENCHMARKS.md, tenth session: 577 a warp for one request on extend_block's 256 threads,
+// about 7 cycles each, against 260 for a decode). With every request in warp 0, the scan of
+// tokens and new pages is a warp scan, two requests continuing one page are found with
+// match_any and the verdict with a warp reduction: no shared table to clear, no atomics, no
+// block scan. The other warps do nothing until the verdict, then write tokens. Per request
+// each lane keeps in registers what extend_block keeps in shared memory; the writers read
+// the requests' offsets from shared memory once per request, not once per token.
+//
+// GRID, several blocks (a long prefill of a few requests): as extend_block's GRID, every
+// block decides the whole call from the same inputs and writes its range of the tokens;
+// block 0 alone commits or faults (see extend_block.cuh for why a fill word tagged by this
+// very call may be this call's own advance, made by a faster block).
+
+namespace kvp {
+
+struct FewShared {
+  unsigned long long tok_off[33];  // each request's first token (of the plan's output), and
+                                   // the total after the last request
+  unsigned long long part1[32];    // tokens into the prefix's partial page
+  unsigned long long page_off[32];  // ring rank of the request's first new page
+  long long last[32];               // last_loc as read
+  unsigned long long scan_in[32][2];  // see after_loads
+  unsigned long long verdict, tokens, new_pages, page_lo, page_hi;
+  uint32_t pages[STAGE_CAP];  // the new pages of this block's tokens, from the ring
+};
+
+// Warp 0 of extend_few: decides the call for requests `lane` (at most 32), publishes what the
+// writers need in `sh` and leaves the continued page's fill point to its request's lane
+// (`*fill_page`, `*fill_to`: set when the call takes effect and this block writes it).
+template <typename Index, bool GRID, bool POW2>
+__device__ __forceinline__ void decide_few(FewShared &sh, const View &v, const Call &call,
+                                           const Cursor &c, bool dead, bool short_,
+                                           const long long *prefix_lens,
+                                           const long long *seq_lens, const Index *last_loc,
+                                           uint32_t batch, unsigned long long total_tokens,
+                                           unsigned long long total_pages,
+                                           unsigned long long t_begin, unsigned long long t_end,
+                                           long long *fill_page, unsigned long long *fill_to) {
+  const uint32_t r = threadIdx.x;
+  const bool tracked = v.page_size > 1;
+
+  // Round trip 1 (the cursor and fault flag were issued by the caller): every load
+  // unconditional, a lane past the batch reading the last request again.
+  const uint32_t i = min(r, batch - 1);
+  long long seq = seq_lens[i];
+  long long prefix = prefix_lens[i];
+  long long ll = (long long)last_loc[i];
+  __syncwarp();  // keeps the loads together (see extend_block)
+
+  const bool valid = r < batch;
+  if (!valid) {
+    prefix = 0;
+    ll = -1;
+  }
+  const bool sane = !valid || lengths_sane(v, prefix, seq);
+  const Shape s = valid && sane ? shape_of<POW2>((unsigned long long)prefix, (unsigned long long)seq, v)
+                                : Shape{0, 0, 0};
+
+  // Round trip 2: the prefix page's words, in flight during the scan.
+  const bool check = valid && !dead && sane && prefix > 0;
+  uint32_t err = ERR_NONE;
+  if (valid && !dead && sane && prefix == 0 && ll != -1) err = ERR_LAST_LOC_EMPTY;
+  if (check) err = slot_error(ll, v);
+  const uint32_t prefix_page =
+      check && err == ERR_NONE ? (uint32_t)div_ps<POW2>((unsigned long long)ll, v) : 0;
+  const uint32_t word = v.state[prefix_page];
+  const unsigned long long filled = tracked ? v.fill[prefix_page] : 0;
+
+  const Pair own = after_loads(Pair{s.tokens, s.new_pages}, &sh.scan_in[r]);
+  const Pair incl = warp_inclusive_scan(own);
+  const unsigned long long at_tok = incl.a - own.a, at_page = incl.b - own.b;
+  const unsigned long long tokens = __shfl_sync(FULL, incl.a, 31);
+  const unsigned long long new_pages = __shfl_sync(FULL, incl.b, 31);
+  const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
+
+  // extend_block's checks, in its order.
+  const unsigned long long in_page = mod_ps<POW2>((unsigned long long)ll, v);
+  bool tagged = false, enters = false;
+  if (check && err == ERR_NONE) {
+    tagged = GRID && tracked && fill_tag(filled) == call.tag;
+    if (kind_of(word) != KIND_ALLOCATED) err = unallocated_error(word);
+    else if (tag_of(word) == call.tag) err = ERR_NOT_ALLOCATED;
+    else if (mod_ps<POW2>((unsigned long long)ll + 1, v) != mod_ps<POW2>((unsigned long long)prefix, v))
+      err = ERR_LAST_LOC;
+    else if (!GRID && tracked && fill_tag(filled) == call.tag) err = ERR_SHARED_PAGE;
+    else if (tracked && !tagged && fill_of(filled) != in_page + 1) err = ERR_FILL;
+    else enters = s.part1 > 0 && batch > 1;
+    if (err != ERR_NONE) tagged = false;
+  }
+  uint32_t key = NO_ERROR32;
+  auto report32 = [&](uint32_t code) { key = min(key, (r << 8) | code); };
+  if (err != ERR_NONE) report32(err);
+  // Device lengths against the plan: an unusable request, else the first request that runs
+  // past the plan, else (device totals short of it) the last request.
+  if (valid && (!sane || at_tok + s.tokens > total_tokens || at_page + s.new_pages > total_pages))
+    report32(ERR_LENGTHS);
+  if (r == 0 && (tokens < total_tokens || new_pages < total_pages))
+    key = min(key, ((batch - 1) << 8) | ERR_LENGTHS);
+
+  // Two requests continuing one page: every one but the first (in batch order) is a repeat.
+  // GRID: a request finding its page's fill word tagged by this call looks for the page's
+  // first continuing request (extend_block's advanced_by_call, with the table's lookup done
+  // by match_any).
+  const bool looks = enters || (GRID && tagged && s.part1 == 0 && batch > 1);
+  const unsigned long long k =
+      looks ? (unsigned long long)prefix_page : (1ull << 32) | (unsigned long long)r;
+  const uint32_t same = __match_any_sync(FULL, k) & __ballot_sync(FULL, enters);
+  const int first = same ? __ffs(same) - 1 : -1;
+  const long long first_last = __shfl_sync(FULL, ll, first < 0 ? (int)r : first);
+  const unsigned long long first_part1 = __shfl_sync(FULL, s.part1, first < 0 ? (int)r : first);
+  if (enters && first != (int)r) {
+    report32(ERR_SHARED_PAGE);
+  } else if (GRID && tagged) {
+    const unsigned long long start = in_page + 1;
+    const bool advanced = s.part1 > 0 ? fill_of(filled) == start + s.part1
+                                      : first >= 0 && first_last == ll &&
+                                            fill_of(filled) == start + first_part1;
+    if (!advanced) report32(ERR_SHARED_PAGE);
+  }
+  const unsigned long long verdict = widen_error(__reduce_min_sync(FULL, key));
+
+  // GRID: the ring ranks of the new pages this block's tokens use, [lo, hi), from the
+  // requests holding its first and last token.
+  unsigned long long page_lo = 0, page_hi = new_pages;
+  if constexpr (GRID) {
+    auto page_at = [&](unsigned long long t) {
+      return at_page + (t < s.part1 ? 0 : div_ps<POW2>(t - s.part1, v));
+    };
+    const unsigned long long end = at_tok + s.tokens;
+    const bool holds_lo = live && at_tok <= t_begin && t_begin < end;
+    const bool holds_hi = live && at_tok < t_end && t_end <= end;
+    const unsigned long long lo = holds_lo ? page_at(t_begin - at_tok) : 0;
+    const unsigned long long hi =
+        holds_hi ? page_at(t_end - 1 - at_tok) + (t_end - 1 - at_tok < s.part1 ? 0 : 1) : 0;
+    const uint32_t lo_lane = __ballot_sync(FULL, holds_lo), hi_lane = __ballot_sync(FULL, holds_hi);
+    page_lo = lo_lane ? __shfl_sync(FULL, lo, __ffs(lo_lane) - 1) : 0;
+    page_hi = max(page_lo, hi_lane ? __shfl_sync(FULL, hi, __ffs(hi_lane) - 1) : 0);
+  }
+
+  if (valid) {
+    sh.tok_off[r] = at_tok;
+    sh.part1[r] = s.part1;
+    sh.page_off[r] = at_page;
+    sh.last[r] = ll;
+  }
+  if (r == 0) {
+    sh.tok_off[min(batch, 32u)] = tokens;  // the host sends at most 32 requests
+    sh.verdict = verdict;
+    sh.tokens = tokens;
+    sh.new_pages = new_pages;
+    sh.page_lo = page_lo;
+    sh.page_hi = page_hi;
+  }
+  *fill_page = -1;
+  if (live && verdict == NO_ERROR && tracked && s.part1 > 0 &&
+      (!GRID || (t_begin <= at_tok && at_tok < t_end))) {
+    *fill_page = prefix_page;
+    *fill_to = in_page + 1 + s.part1;
+  }
+}
+
+template <int BLOCK, typename Index, bool GRID, bool POW2>
+__device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
+                                           const long long *prefix_lens,
+                                           const long long *seq_lens, const Index *last_loc,
+                                           uint32_t batch, unsigned long long total_tokens,
+                                           unsigned long long total_pages, Index *out) {
+  const uint32_t r = threadIdx.x;
+  Header *h = v.header;
+  const Cursor c = h->cursor[call.in];
+  const uint32_t n = v.num_pages;
+  const bool dead = h->fault != 0;
+  const bool short_ = !dead && c.free_len < total_pages;
+  const bool tracked = v.page_size > 1;
+  // GRID: this block's tokens, [t_begin, t_end) of the plan. (One block: all of them.)
+  unsigned long long t_begin = 0, t_end = total_tokens;
+  if constexpr (GRID) {
+    const unsigned long long span = div_slow(total_tokens + gridDim.x - 1, gridDim.x);
+    t_begin = min((unsigned long long)blockIdx.x * span, total_tokens);
+    t_end = min(t_begin + span, total_tokens);
+  }
+
+  long long fill_page = -1;
+  unsigned long long fill_to = 0;
+  if (r < 32)
+    decide_few<Index, GRID, POW2>(sh, v, call, c, dead, short_, prefix_lens, seq_lens, last_loc,
+                                  batch, total_tokens, total_pages, t_begin, t_end, &fill_page,
+                                  &fill_to);
+  __syncthreads();
+  const unsigned long long verdict = sh.verdict;
+  const unsigned long long tokens = sh.tokens, new_pages = sh.new_pages;
+  const unsigned long long page_lo = sh.page_lo, page_hi = sh.page_hi;
+  const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
+  const bool failed = !dead && (short_ || verdict != NO_ERROR);
+
+  if (live && !failed) {
+    // Round trip 3: the new pages of this block's tokens from the ring (one block: each
+    // becomes allocated here; several: at its first token, by the block that writes it).
+    const bool staged = page_hi - page_lo <= STAGE_CAP;
+    constexpr uint32_t BATCH = 4;  // loads in flight per thread before any is used
+    if (staged) {
+      for (unsigned long long base = page_lo + r; base < page_hi; base += BATCH * BLOCK) {
+        uint32_t got[BATCH];
+#pragma unroll
+        for (uint32_t u = 0; u < BATCH; ++u) {
+          const unsigned long long k = base + u * BLOCK;
+          got[u] = k < page_hi ? v.ring[ring_pos(c.head, k, n)] : 0;
+        }
+#pragma unroll
+        for (uint32_t u = 0; u < BATCH; ++u) {
+          const unsigned long long k = base + u * BLOCK;
+          if (k < page_hi) {
+            sh.pages[k - page_lo] = got[u];
+            if (!GRID) v.state[got[u]] = page_word(KIND_ALLOCATED, call.tag);
+          }
+        }
+      }
+    } else if (!GRID) {
+      for (unsigned long long k = r; k < new_pages; k += BLOCK)
+        v.state[v.ring[ring_pos(c.head, k, n)]] = page_word(KIND_ALLOCATED, call.tag);
+    }
+    if (fill_page >= 0) v.fill[fill_page] = fill_word(call.tag, fill_to);
+    __syncthreads();
+
+    // Every token its slot; the first token of a new page sets the page's fill point. The
+    // request's offsets are read once per request (a thread's tokens are BLOCK apart, so
+    // most threads stay within one request).
+    uint32_t q = 0;
+    unsigned long long q_tok = sh.tok_off[0], q_end = sh.tok_off[1], q_part1 = sh.part1[0];
+    unsigned long long q_page = sh.page_off[0];
+    long long q_last = sh.last[0];
+    for (unsigned long long t = t_begin + r; t < t_end; t += BLOCK) {
+      if (t >= q_end) {
+        q = request_of(sh.tok_off, batch, q, t);
+        q_tok = sh.tok_off[q];
+        q_end = sh.tok_off[q + 1];
+        q_part1 = sh.part1[q];
+        q_page = sh.page_off[q];
+        q_last = sh.last[q];
+      }
+      const unsigned long long k = t - q_tok;
+      Index slot;
+      if (k < q_part1) {
+        slot = (Index)(q_last + 1 + (long long)k);
+      } else {
+        const unsigned long long j = k - q_part1;
+        const unsigned long long rank = q_page + div_ps<POW2>(j, v);
+        const uint32_t page = staged ? sh.pages[rank - page_lo] : v.ring[ring_pos(c.head, rank, n)];
+        const unsigned long long pos = mod_ps<POW2>(j, v);
+        if (pos == 0) {
+          if (GRID) v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+          if (tracked) {
+            const unsigned long long left = q_end - q_tok - q_part1 - j;
+            v.fill[page] = fill_word(call.tag, left < v.page_size ? left : v.page_size);
+          }
+        }
+        slot = (Index)((unsigned long long)page * v.page_size + pos);
+      }
+      out[t] = slot;
+    }
+  } else {
+    // Dead, short or failed: the plan's whole output is the padding slot.
+    for (unsigned long long t = t_begin + r; t < t_end; t += BLOCK) out[t] = 0;
+  }
+
+  if (r == 0 && (!GRID || blockIdx.x == 0)) {
+    const unsigned long long pos = verdict >> 8;
+    long long value = 0;
+    // The value the fault names: the lengths or last_loc (as read).
+    if (failed && !short_)
+      value = (verdict & 0xff) == ERR_LENGTHS ? seq_lens[pos] : sh.last[pos];
+    conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
+  }
+}
+
+// The body is instantiated for both kinds of page size (see extend_kernel).
+template <int BLOCK, typename Index, bool GRID = false>
+__device__ void extend_few_kernel(View v, Call call, const long long *prefix_lens,
+                                  const long long *seq_lens, const Index *last_loc,
+                                  uint32_t batch, unsigned long long total_tokens,
+                                  unsigned long long total_pages, Index *out) {
+  __shared__ FewShared sh;
+  if (v.page_shift != NOT_POW2)
+    extend_few<BLOCK, Index, GRID, true>(sh, v, call, prefix_lens, seq_lens, last_loc, batch,
+                                         total_tokens, total_pages, out);
+  else
+    extend_few<BLOCK, Index, GRID, false>(sh, v, call, prefix_lens, seq_lens, last_loc, batch,
+                                          total_tokens, total_pages, out);
+}
+
+}  // namespace kvp
