@@ -25,59 +25,32 @@ struct FewShared {
   unsigned long long part1[32];    // tokens into the prefix's partial page
   unsigned long long page_off[32];  // ring rank of the request's first new page
   long long last[32];               // last_loc as read
-  unsigned long long scan_in[32][2];  // see after_loads
-  unsigned long long verdict, tokens, new_pages, page_lo, page_hi;
+  unsigned long long scan_in[32][2];  // warp 0's, see after_loads
+  unsigned long long verdict;
   uint32_t pages[STAGE_CAP];  // the new pages of this block's tokens, from the ring
 };
 
-// Warp 0 of extend_few: decides the call for requests `lane` (at most 32), publishes what the
-// writers need in `sh` and leaves the continued page's fill point to its request's lane
-// (`*fill_page`, `*fill_to`: set when the call takes effect and this block writes it).
-template <typename Index, bool GRID, bool POW2>
+// Warp 0 of extend_few, once every warp has scanned the requests: extend_block's checks of
+// request `lane` (its words `word`, `filled` loaded before the scan), the verdict by a warp
+// reduction, and what the writers need in `sh`; the continued page's fill point is left to
+// the request's lane (`*fill_page`, `*fill_to`: set when the call takes effect and this
+// block writes it).
+template <bool GRID, bool POW2>
 __device__ __forceinline__ void decide_few(FewShared &sh, const View &v, const Call &call,
-                                           const Cursor &c, bool dead, bool short_,
-                                           const long long *prefix_lens,
-                                           const long long *seq_lens, const Index *last_loc,
-                                           uint32_t batch, unsigned long long total_tokens,
+                                           bool dead, uint32_t batch, long long prefix,
+                                           long long ll, bool sane, const Shape &s,
+                                           uint32_t err, bool check, uint32_t prefix_page,
+                                           uint32_t word, unsigned long long filled,
+                                           unsigned long long at_tok, unsigned long long at_page,
+                                           unsigned long long tokens,
+                                           unsigned long long new_pages, bool live,
+                                           unsigned long long total_tokens,
                                            unsigned long long total_pages,
                                            unsigned long long t_begin, unsigned long long t_end,
                                            long long *fill_page, unsigned long long *fill_to) {
   const uint32_t r = threadIdx.x;
-  const bool tracked = v.page_size > 1;
-
-  // Round trip 1 (the cursor and fault flag were issued by the caller): every load
-  // unconditional, a lane past the batch reading the last request again.
-  const uint32_t i = min(r, batch - 1);
-  long long seq = seq_lens[i];
-  long long prefix = prefix_lens[i];
-  long long ll = (long long)last_loc[i];
-  __syncwarp();  // keeps the loads together (see extend_block)
-
   const bool valid = r < batch;
-  if (!valid) {
-    prefix = 0;
-    ll = -1;
-  }
-  const bool sane = !valid || lengths_sane(v, prefix, seq);
-  const Shape s = valid && sane ? shape_of<POW2>((unsigned long long)prefix, (unsigned long long)seq, v)
-                                : Shape{0, 0, 0};
-
-  // Round trip 2: the prefix page's words, in flight during the scan.
-  const bool check = valid && !dead && sane && prefix > 0;
-  uint32_t err = ERR_NONE;
-  if (valid && !dead && sane && prefix == 0 && ll != -1) err = ERR_LAST_LOC_EMPTY;
-  if (check) err = slot_error(ll, v);
-  const uint32_t prefix_page =
-      check && err == ERR_NONE ? (uint32_t)div_ps<POW2>((unsigned long long)ll, v) : 0;
-  const uint32_t word = v.state[prefix_page];
-  const unsigned long long filled = tracked ? v.fill[prefix_page] : 0;
-
-  const Pair own = after_loads(Pair{s.tokens, s.new_pages}, &sh.scan_in[r]);
-  const Pair incl = warp_inclusive_scan(own);
-  const unsigned long long at_tok = incl.a - own.a, at_page = incl.b - own.b;
-  const unsigned long long tokens = __shfl_sync(FULL, incl.a, 31);
-  const unsigned long long new_pages = __shfl_sync(FULL, incl.b, 31);
-  const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
+  const bool tracked = v.page_size > 1;
 
   // extend_block's checks, in its order.
   const unsigned long long in_page = mod_ps<POW2>((unsigned long long)ll, v);
@@ -112,18 +85,99 @@ __device__ __forceinline__ void decide_few(FewShared &sh, const View &v, const C
       looks ? (unsigned long long)prefix_page : (1ull << 32) | (unsigned long long)r;
   const uint32_t same = __match_any_sync(FULL, k) & __ballot_sync(FULL, enters);
   const int first = same ? __ffs(same) - 1 : -1;
-  const long long first_last = __shfl_sync(FULL, ll, first < 0 ? (int)r : first);
-  const unsigned long long first_part1 = __shfl_sync(FULL, s.part1, first < 0 ? (int)r : first);
   if (enters && first != (int)r) {
     report32(ERR_SHARED_PAGE);
-  } else if (GRID && tagged) {
+  } else if (GRID) {
+    const long long first_last = __shfl_sync(FULL, ll, first < 0 ? (int)r : first);
+    const unsigned long long first_part1 = __shfl_sync(FULL, s.part1, first < 0 ? (int)r : first);
     const unsigned long long start = in_page + 1;
     const bool advanced = s.part1 > 0 ? fill_of(filled) == start + s.part1
                                       : first >= 0 && first_last == ll &&
                                             fill_of(filled) == start + first_part1;
-    if (!advanced) report32(ERR_SHARED_PAGE);
+    if (tagged && !advanced) report32(ERR_SHARED_PAGE);
   }
   const unsigned long long verdict = widen_error(__reduce_min_sync(FULL, key));
+
+  if (valid) {
+    sh.tok_off[r] = at_tok;
+    sh.part1[r] = s.part1;
+    sh.page_off[r] = at_page;
+    sh.last[r] = ll;
+  }
+  if (r == 0) {
+    sh.tok_off[min(batch, 32u)] = tokens;  // the host sends at most 32 requests
+    sh.verdict = verdict;
+  }
+  *fill_page = -1;
+  if (live && verdict == NO_ERROR && tracked && s.part1 > 0 &&
+      (!GRID || (t_begin <= at_tok && at_tok < t_end))) {
+    *fill_page = prefix_page;
+    *fill_to = in_page + 1 + s.part1;
+  }
+}
+
+template <int BLOCK, typename Index, bool GRID, bool POW2>
+__device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
+                                           const long long *prefix_lens,
+                                           const long long *seq_lens, const Index *last_loc,
+                                           uint32_t batch, unsigned long long total_tokens,
+                                           unsigned long long total_pages, Index *out) {
+  const uint32_t r = threadIdx.x, lane = r & 31;
+  const bool decides = r < 32;  // warp 0
+  Header *h = v.header;
+  const Cursor c = h->cursor[call.in];
+  const uint32_t n = v.num_pages;
+  const bool dead = h->fault != 0;
+  const bool short_ = !dead && c.free_len < total_pages;
+  const bool tracked = v.page_size > 1;
+  // GRID: this block's tokens, [t_begin, t_end) of the plan. (One block: all of them.)
+  unsigned long long t_begin = 0, t_end = total_tokens;
+  if constexpr (GRID) {
+    const unsigned long long span = div_slow(total_tokens + gridDim.x - 1, gridDim.x);
+    t_begin = min((unsigned long long)blockIdx.x * span, total_tokens);
+    t_end = min(t_begin + span, total_tokens);
+  }
+
+  // Round trip 1, in every warp (lane i, request i): every load unconditional, a lane past
+  // the batch reading the last request again.
+  const uint32_t i = min(lane, batch - 1);
+  long long seq = seq_lens[i];
+  long long prefix = prefix_lens[i];
+  long long ll = (long long)last_loc[i];
+  __syncwarp();  // keeps the loads together (see extend_block)
+  const bool valid = lane < batch;
+  if (!valid) {
+    prefix = 0;
+    ll = -1;
+  }
+  const bool sane = !valid || lengths_sane(v, prefix, seq);
+
+  // Round trip 2, warp 0: the prefix pages' words, issued before anything else is worked
+  // out (their address needs last_loc alone), in flight during the shapes and the scan.
+  const bool check = valid && !dead && sane && prefix > 0;
+  uint32_t err = ERR_NONE;
+  if (valid && !dead && sane && prefix == 0 && ll != -1) err = ERR_LAST_LOC_EMPTY;
+  if (check) err = slot_error(ll, v);
+  const uint32_t prefix_page =
+      check && err == ERR_NONE ? (uint32_t)div_ps<POW2>((unsigned long long)ll, v) : 0;
+  uint32_t word = 0;
+  unsigned long long filled = 0;
+  if (decides) {
+    word = v.state[prefix_page];
+    filled = tracked ? v.fill[prefix_page] : 0;
+    __syncwarp();
+  }
+  const Shape s = valid && sane ? shape_of<POW2>((unsigned long long)prefix, (unsigned long long)seq, v)
+                                : Shape{0, 0, 0};
+  Pair own{s.tokens, s.new_pages};
+  if (decides) own = after_loads(own, &sh.scan_in[r]);
+
+  // Every warp scans the requests (a warp's work: cheaper than publishing it).
+  const Pair incl = warp_inclusive_scan(own);
+  const unsigned long long at_tok = incl.a - own.a, at_page = incl.b - own.b;
+  const unsigned long long tokens = __shfl_sync(FULL, incl.a, 31);
+  const unsigned long long new_pages = __shfl_sync(FULL, incl.b, 31);
+  const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
 
   // GRID: the ring ranks of the new pages this block's tokens use, [lo, hi), from the
   // requests holding its first and last token.
@@ -143,93 +197,51 @@ __device__ __forceinline__ void decide_few(FewShared &sh, const View &v, const C
     page_hi = max(page_lo, hi_lane ? __shfl_sync(FULL, hi, __ffs(hi_lane) - 1) : 0);
   }
 
-  if (valid) {
-    sh.tok_off[r] = at_tok;
-    sh.part1[r] = s.part1;
-    sh.page_off[r] = at_page;
-    sh.last[r] = ll;
-  }
-  if (r == 0) {
-    sh.tok_off[min(batch, 32u)] = tokens;  // the host sends at most 32 requests
-    sh.verdict = verdict;
-    sh.tokens = tokens;
-    sh.new_pages = new_pages;
-    sh.page_lo = page_lo;
-    sh.page_hi = page_hi;
-  }
-  *fill_page = -1;
-  if (live && verdict == NO_ERROR && tracked && s.part1 > 0 &&
-      (!GRID || (t_begin <= at_tok && at_tok < t_end))) {
-    *fill_page = prefix_page;
-    *fill_to = in_page + 1 + s.part1;
-  }
-}
-
-template <int BLOCK, typename Index, bool GRID, bool POW2>
-__device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
-                                           const long long *prefix_lens,
-                                           const long long *seq_lens, const Index *last_loc,
-                                           uint32_t batch, unsigned long long total_tokens,
-                                           unsigned long long total_pages, Index *out) {
-  const uint32_t r = threadIdx.x;
-  Header *h = v.header;
-  const Cursor c = h->cursor[call.in];
-  const uint32_t n = v.num_pages;
-  const bool dead = h->fault != 0;
-  const bool short_ = !dead && c.free_len < total_pages;
-  const bool tracked = v.page_size > 1;
-  // GRID: this block's tokens, [t_begin, t_end) of the plan. (One block: all of them.)
-  unsigned long long t_begin = 0, t_end = total_tokens;
-  if constexpr (GRID) {
-    const unsigned long long span = div_slow(total_tokens + gridDim.x - 1, gridDim.x);
-    t_begin = min((unsigned long long)blockIdx.x * span, total_tokens);
-    t_end = min(t_begin + span, total_tokens);
+  // Round trip 3, while warp 0 decides: the new pages of this block's tokens, from the ring
+  // into shared memory (`live`: they are in the free list, new_pages <= free_len), by the
+  // other warps (one warp: by it, before it decides).
+  const bool staged = page_hi - page_lo <= STAGE_CAP;
+  constexpr uint32_t STAGERS = BLOCK > 32 ? BLOCK - 32 : 32;
+  if (live && staged && (BLOCK == 32 || !decides)) {
+    constexpr uint32_t BATCH = 4;  // loads in flight per thread before any is used
+    const uint32_t at = BLOCK > 32 ? r - 32 : r;
+    for (unsigned long long base = page_lo + at; base < page_hi; base += BATCH * STAGERS) {
+      uint32_t got[BATCH];
+#pragma unroll
+      for (uint32_t u = 0; u < BATCH; ++u) {
+        const unsigned long long k = base + u * STAGERS;
+        got[u] = k < page_hi ? v.ring[ring_pos(c.head, k, n)] : 0;
+      }
+#pragma unroll
+      for (uint32_t u = 0; u < BATCH; ++u) {
+        const unsigned long long k = base + u * STAGERS;
+        if (k < page_hi) sh.pages[k - page_lo] = got[u];
+      }
+    }
   }
 
   long long fill_page = -1;
   unsigned long long fill_to = 0;
-  if (r < 32)
-    decide_few<Index, GRID, POW2>(sh, v, call, c, dead, short_, prefix_lens, seq_lens, last_loc,
-                                  batch, total_tokens, total_pages, t_begin, t_end, &fill_page,
-                                  &fill_to);
+  if (decides)
+    decide_few<GRID, POW2>(sh, v, call, dead, batch, prefix, ll, sane, s, err, check,
+                           prefix_page, word, filled, at_tok, at_page, tokens, new_pages, live,
+                           total_tokens, total_pages, t_begin, t_end, &fill_page, &fill_to);
   __syncthreads();
   const unsigned long long verdict = sh.verdict;
-  const unsigned long long tokens = sh.tokens, new_pages = sh.new_pages;
-  const unsigned long long page_lo = sh.page_lo, page_hi = sh.page_hi;
-  const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
   const bool failed = !dead && (short_ || verdict != NO_ERROR);
 
   if (live && !failed) {
-    // Round trip 3: the new pages of this block's tokens from the ring (one block: each
-    // becomes allocated here; several: at its first token, by the block that writes it).
-    const bool staged = page_hi - page_lo <= STAGE_CAP;
-    constexpr uint32_t BATCH = 4;  // loads in flight per thread before any is used
-    if (staged) {
-      for (unsigned long long base = page_lo + r; base < page_hi; base += BATCH * BLOCK) {
-        uint32_t got[BATCH];
-#pragma unroll
-        for (uint32_t u = 0; u < BATCH; ++u) {
-          const unsigned long long k = base + u * BLOCK;
-          got[u] = k < page_hi ? v.ring[ring_pos(c.head, k, n)] : 0;
-        }
-#pragma unroll
-        for (uint32_t u = 0; u < BATCH; ++u) {
-          const unsigned long long k = base + u * BLOCK;
-          if (k < page_hi) {
-            sh.pages[k - page_lo] = got[u];
-            if (!GRID) v.state[got[u]] = page_word(KIND_ALLOCATED, call.tag);
-          }
-        }
+    // Round trip 4, only writes. New pages become allocated (GRID: at their first token, by
+    // the block that writes it); continued pages move their fill points; every token gets
+    // its slot, the first token of a new page setting its fill point.
+    if constexpr (!GRID) {
+      for (unsigned long long k = r; k < new_pages; k += BLOCK) {
+        const uint32_t page = staged ? sh.pages[k] : v.ring[ring_pos(c.head, k, n)];
+        v.state[page] = page_word(KIND_ALLOCATED, call.tag);
       }
-    } else if (!GRID) {
-      for (unsigned long long k = r; k < new_pages; k += BLOCK)
-        v.state[v.ring[ring_pos(c.head, k, n)]] = page_word(KIND_ALLOCATED, call.tag);
     }
     if (fill_page >= 0) v.fill[fill_page] = fill_word(call.tag, fill_to);
-    __syncthreads();
-
-    // Every token its slot; the first token of a new page sets the page's fill point. The
-    // request's offsets are read once per request (a thread's tokens are BLOCK apart, so
+    // The request's offsets are read once per request (a thread's tokens are BLOCK apart, so
     // most threads stay within one request).
     uint32_t q = 0;
     unsigned long long q_tok = sh.tok_off[0], q_end = sh.tok_off[1], q_part1 = sh.part1[0];
