@@ -85,11 +85,13 @@ __device__ __forceinline__ void decide_few(FewShared &sh, const View &v, const C
       looks ? (unsigned long long)prefix_page : (1ull << 32) | (unsigned long long)r;
   const uint32_t same = __match_any_sync(FULL, k) & __ballot_sync(FULL, enters);
   const int first = same ? __ffs(same) - 1 : -1;
+  // (Every lane shuffles: a shuffle some lanes skip would hang the warp.)
+  const long long first_last = GRID ? __shfl_sync(FULL, ll, first < 0 ? (int)r : first) : 0;
+  const unsigned long long first_part1 =
+      GRID ? __shfl_sync(FULL, s.part1, first < 0 ? (int)r : first) : 0;
   if (enters && first != (int)r) {
     report32(ERR_SHARED_PAGE);
   } else if (GRID) {
-    const long long first_last = __shfl_sync(FULL, ll, first < 0 ? (int)r : first);
-    const unsigned long long first_part1 = __shfl_sync(FULL, s.part1, first < 0 ? (int)r : first);
     const unsigned long long start = in_page + 1;
     const bool advanced = s.part1 > 0 ? fill_of(filled) == start + s.part1
                                       : first >= 0 && first_last == ll &&
