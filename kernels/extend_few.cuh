@@ -5,12 +5,16 @@
 //
 // Why a kernel of its own: a small extend's time is the deciding warp's instructions
 // (BENCHMARKS.md, tenth session: 577 a warp for one request on extend_block's 256 threads,
-// about 7 cycles each, against 260 for a decode). With every request in warp 0, the scan of
-// tokens and new pages is a warp scan, two requests continuing one page are found with
-// match_any and the verdict with a warp reduction: no shared table to clear, no atomics, no
-// block scan. The other warps do nothing until the verdict, then write tokens. Per request
-// each lane keeps in registers what extend_block keeps in shared memory; the writers read
-// the requests' offsets from shared memory once per request, not once per token.
+// about 7 cycles each, against 260 for a decode). With at most 32 requests, lane i of every
+// warp holds request i: each warp scans tokens and new pages itself (a warp's work, cheaper
+// than publishing it), the other warps stage the ring's new pages while warp 0 checks, two
+// requests continuing one page are found with match_any and the verdict with a warp
+// reduction: no shared table to clear, no atomics, no block scan, one barrier before the
+// writes. The writers read a request's offsets from shared memory once per request, not
+// once per token.
+//
+// Status (2026-12-02): not yet verified on a GPU in this form (BENCHMARKS.md, tenth
+// session: the first form passed every GPU test but was slower; this one is the fix).
 //
 // GRID, several blocks (a long prefill of a few requests): as extend_block's GRID, every
 // block decides the whole call from the same inputs and writes its range of the tokens;
