@@ -808,20 +808,28 @@ namespace kvp {
 template <typename Index>
 __device__ void rewind(View v, Call call, const Index *last_kept, unsigned long long len) {
   __shared__ unsigned long long errors;
-  init_errors(&errors);
+  if (threadIdx.x == 0) errors = NO_ERROR;  // published by the first barrier in the loop
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
   const bool dead = h->fault != 0;
-  for (unsigned long long i = threadIdx.x; i < len && !dead; i += blockDim.x) {
-    const long long value = (long long)last_kept[i];
+  const bool tracked = v.page_size > 1;
+  // Round trips: the header with last_kept; the page's word with its fill point (both read
+  // whatever the checks will say: page 0 stands in for a slot out of range); the claim.
+  // (Before, each waited for the one before it: five in a row.)
+  for (unsigned long long base = 0; base < len; base += blockDim.x) {
+    const unsigned long long i = base + threadIdx.x;
+    const bool in = i < len;
+    const long long value = in ? (long long)last_kept[i] : 0;
     unsigned long long pos = i;
-    uint32_t err = slot_error(value, v);
-    if (err == ERR_NONE) {
-      const uint32_t page = (uint32_t)div_ps((unsigned long long)value, v);
-      const uint32_t word = v.state[page];
+    uint32_t err = in ? slot_error(value, v) : ERR_NONE;
+    const uint32_t page = in && err == ERR_NONE ? (uint32_t)div_ps((unsigned long long)value, v) : 0;
+    const uint32_t word = v.state[page];
+    const unsigned long long filled = tracked ? v.fill[page] : 0;
+    if (base == 0) __syncthreads();  // the same in every thread
+    if (in && !dead && err == ERR_NONE) {
       if (kind_of(word) != KIND_ALLOCATED) {
         err = unallocated_error(word);
-      } else if (v.page_size > 1 && mod_ps((unsigned long long)value, v) >= fill_of(v.fill[page])) {
+      } else if (tracked && mod_ps((unsigned long long)value, v) >= fill_of(filled)) {
         err = ERR_REWIND_AHEAD;
       } else {
         const unsigned long long mine = ((unsigned long long)call.tag << 32) | (i + 1);
@@ -834,11 +842,11 @@ __device__ void rewind(View v, Call call, const Index *last_kept, unsigned long 
         }
       }
     }
-    if (err != ERR_NONE) report(&errors, pos, err);
+    if (in && !dead && err != ERR_NONE) report(&errors, pos, err);
   }
   __syncthreads();
   const unsigned long long verdict = errors;
-  if (!dead && verdict == NO_ERROR && v.page_size > 1) {
+  if (!dead && verdict == NO_ERROR && tracked) {
     for (unsigned long long i = threadIdx.x; i < len; i += blockDim.x) {
       const unsigned long long slot = (unsigned long long)last_kept[i];
       v.fill[div_ps(slot, v)] = fill_word(call.tag, mod_ps(slot, v) + 1);
