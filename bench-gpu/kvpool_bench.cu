@@ -803,18 +803,28 @@ void bench_decode(Context &c, int64_t bs, bool by_rows = false) {
       });
   p.check_settled(held + (device.graph ? static_cast<uint64_t>(count * ps) : 0),
                   what + " (device timing)");
+  DeviceTime rewind_time{NAN, true, "graph"};
   if (!continuing_at.empty()) {
     reset();
     cudaGraph_t g = capture(p.s, rewind);
-    const double rewind_us = graph_device_us(c.cfg, p.s, g, c.cfg.graph_copies, 1);
+    rewind_time.us = graph_device_us(c.cfg, p.s, g, c.cfg.graph_copies, 1);
     CUDA_CHECK(cudaGraphDestroy(g));
     p.check_settled(held, what + " (rewind replays)");
-    device.us -= rewind_us;
+    device.us -= rewind_time.us;
     device.method += " less rewind";
   }
   p.clear();
 
   add_row(c, op, bs, host, device, 8.0 * bs);
+  // The rewind of the continued pages alone (speculative decoding's undo), as subtracted
+  // above; its host time on a pool where it is valid again and again (it is idempotent).
+  if (!by_rows && !continuing_at.empty() && device.graph) {
+    p.alloc_extend(setup, setup_out);
+    const Stats rewind_host = time_host(c.cfg, p.s, [] {}, rewind, [] {});
+    p.check_settled(held, where("rewind", ps, bs) + " (host timing)");
+    p.clear();
+    add_row(c, "rewind", bs, rewind_host, rewind_time, 8.0 * continuing_at.size());
+  }
 }
 
 // Frees of one extend batch's indices (bs requests x 512 tokens): by index (SGLang's `free`,
@@ -1049,8 +1059,8 @@ int main(int argc, char **argv) {
     }
   }
   // Group the table by op, then page size, then batch size.
-  const std::vector<std::string> order = {"alloc_extend", "alloc_decode", "alloc_decode_rows",
-                                          "free_indices", "free_segment"};
+  const std::vector<std::string> order = {"alloc_extend", "alloc_decode", "rewind",
+                                          "alloc_decode_rows", "free_indices", "free_segment"};
   std::stable_sort(rows.begin(), rows.end(), [&](const Row &a, const Row &b) {
     const auto ia = std::find(order.begin(), order.end(), a.op) - order.begin();
     const auto ib = std::find(order.begin(), order.end(), b.op) - order.begin();
