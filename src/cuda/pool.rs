@@ -61,10 +61,9 @@ const SORT_CAP: u64 = 4096;
 /// `BLOCK` requests: one block for up to `BLOCK_TOKENS` tokens, more for a longer extend
 /// (`kvp_extend_blocks_*`). By request row the extend_few shapes run on the request-a-thread
 /// kernels of the same shape (`kvp_extend_{warp,block64,block,blocks}_rows_*`). Larger
-/// batches go to the
-/// ticketed multi-block kernel (for extends, one block of 256 threads for up to 4,096
-/// tokens, or deciding blocks of four requests a thread, were both measured slower than
-/// several blocks with a ticket: BENCHMARKS.md).
+/// batches go to the ticketed multi-block kernel (for extends, one block of 256 threads for
+/// up to 4,096 tokens, or deciding blocks of four requests a thread, were both measured
+/// slower than several blocks with a ticket: BENCHMARKS.md).
 pub(super) const DECODE_THREADS: [u32; 6] = [32, 64, 128, 256, 512, 1024];
 /// The one-block `kvp_extend_few_{N}_*` kernels, by threads (`few_slot`).
 pub(super) const FEW_THREADS: [u32; 3] = [32, 64, BLOCK];
@@ -90,9 +89,10 @@ pub(super) enum ExtendKernel {
     /// (`kvp_decode_{N}_*`).
     Decode(u32),
     /// An extend of at most `WARP_BATCH` requests in one block of this many threads, one of
-    /// `FEW_THREADS` (`kvp_extend_few_{N}_*`): by row, `Warp`, `Block64` or `Block`.
+    /// `FEW_THREADS` (`kvp_extend_few_{N}_*`); by row, the rows kernel of as many threads
+    /// (`kvp_extend_{warp,block64,block}_rows_*`).
     Few(u32),
-    /// The same on several blocks (`kvp_extend_few_blocks_*`): by row, `Blocks`.
+    /// The same on several blocks (`kvp_extend_few_blocks_*`); by row, `Blocks`'s.
     FewBlocks,
 }
 
