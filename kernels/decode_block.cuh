@@ -143,15 +143,11 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   if (!valid) ll = -1;
   if constexpr (!WARP) last[r] = ll;
 
-  uint32_t tok_rank, page_rank, tokens, new_pages;
-  block_rank2<BLOCK>(usable, starts, sh.counts, &tok_rank, &page_rank, &tokens, &new_pages);
-  const bool short_ = !dead && c.free_len < total_pages;
-  const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
+  // Round trip 2: the prefix page's words (page 0 stands in when there is nothing to check),
+  // issued first (their address needs last_loc alone), then, once the ranks are known, for a
+  // request that starts a page its page from the ring (rank < new_pages <= free_len when
+  // live; else the ring's head stands in).
   const bool tracked = v.page_size > 1;
-
-  // Round trip 2: the prefix page's words (page 0 stands in when there is nothing to check)
-  // and, for a request that starts a page, its page from the ring (rank < new_pages <=
-  // free_len when live; else the ring's head stands in).
   const bool check = usable && !dead && prefix > 0 && row_err == ERR_NONE;
   uint32_t err = ERR_NONE;
   if (usable && !dead && prefix == 0 && ll != -1) err = ERR_LAST_LOC_EMPTY;
@@ -160,6 +156,12 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
       check && err == ERR_NONE ? (uint32_t)div_ps<POW2>((unsigned long long)ll, v) : 0;
   const uint32_t word = v.state[prefix_page];
   const unsigned long long filled = tracked ? v.fill[prefix_page] : 0;
+  __syncwarp();
+
+  uint32_t tok_rank, page_rank, tokens, new_pages;
+  block_rank2<BLOCK>(usable, starts, sh.counts, &tok_rank, &page_rank, &tokens, &new_pages);
+  const bool short_ = !dead && c.free_len < total_pages;
+  const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
   const uint32_t page = v.ring[ring_pos(c.head, live && starts ? page_rank : 0, v.num_pages)];
 
   // extend_block's checks, in its order.
