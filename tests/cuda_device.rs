@@ -1393,21 +1393,14 @@ fn extends_of_a_few_requests_name_the_hosts_first_bad_request() {
                 assert!(total <= CAP, "{what}");
                 let mut want = vec![0i64; total];
                 let host_result = host.alloc_extend(&prefix, &seq, &last, total as u64, &mut want);
-                out.upload(&vec![-7i64; total + GUARD]);
-                let pages_before = allocated_pages_on_device(&device);
-                let backup = unsafe { device.backup_state(gpu.stream) }.unwrap();
                 let lengths = [&prefix_d, &seq_d, &last_d];
-                extend_on_device(&mut device, &gpu, lengths, [&prefix, &seq, &last], &out);
-                gpu.sync();
-                let got: Vec<i64> = out.download(total + GUARD);
-                assert!(
-                    got[total..].iter().all(|&x| x == -7),
-                    "{what}: a write past the plan"
-                );
+                let call = call_guarded(&mut device, &gpu, &out, total, GUARD, &what, |device| {
+                    extend_on_device(device, &gpu, lengths, [&prefix, &seq, &last], &out)
+                });
                 match host_result {
                     Ok(()) => {
                         assert!(device.fault().is_none(), "{what}: {:?}", device.fault());
-                        assert_eq!(got[..total], want[..], "{what}");
+                        assert_eq!(call.got, want, "{what}");
                         let mut at = 0;
                         for &(p, s, _, row) in &batch {
                             let slots = want[at..at + (s - p) as usize].to_vec();
@@ -1433,9 +1426,9 @@ fn extends_of_a_few_requests_name_the_hosts_first_bad_request() {
                         assert_refused_then_restore(
                             &mut device,
                             &gpu,
-                            &got[..total],
-                            pages_before,
-                            &backup,
+                            &call.got,
+                            call.pages_before,
+                            &call.backup,
                             &what,
                         );
                         refused += 1;
