@@ -186,6 +186,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   // which waits for the lengths: a second round trip before the prefix pages' words. A warp
   // barrier (no instruction: the warp is converged) keeps every load above it.
   __syncwarp();
+  Pair own{0, 0};
 #pragma unroll
   for (int u = 0; u < PER; ++u) {
     const bool valid = r * PER + u < batch;
@@ -194,6 +195,10 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
       ll[u] = -1;
     }
     sane[u] = !valid || lengths_sane(v, prefix[u], seq[u]);
+    s[u] = valid && sane[u] ? shape_of<POW2>((unsigned long long)prefix[u], (unsigned long long)seq[u], v)
+                            : Shape{0, 0, 0};
+    own.a += s[u].tokens;
+    own.b += s[u].new_pages;
   }
   // ROWS: the rows' checks, then last_loc from the table (a dependent load, issued for every
   // request at once; a request with an unusable row or lengths reads nothing and is refused).
@@ -211,9 +216,8 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
                  : -1;
   }
   // Round trip 2, first part: the prefix pages' words, issued unconditionally (page 0 stands
-  // in for a request with nothing to check) before anything else is worked out (their
-  // address needs last_loc alone), so that the shapes, the scan and its barrier run while
-  // they are in flight.
+  // in for a request with nothing to check) before the scan, so that the scan and its
+  // barrier run while they are in flight.
   uint32_t err[PER], prefix_page[PER], word[PER];
   unsigned long long filled[PER];
   bool check[PER];
@@ -230,16 +234,6 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   for (int u = 0; u < PER; ++u) {
     word[u] = v.state[prefix_page[u]];
     filled[u] = tracked ? v.fill[prefix_page[u]] : 0;
-  }
-  __syncwarp();
-  Pair own{0, 0};
-#pragma unroll
-  for (int u = 0; u < PER; ++u) {
-    const bool valid = r * PER + u < batch;
-    s[u] = valid && sane[u] ? shape_of<POW2>((unsigned long long)prefix[u], (unsigned long long)seq[u], v)
-                            : Shape{0, 0, 0};
-    own.a += s[u].tokens;
-    own.b += s[u].new_pages;
   }
   own = after_loads(own, &sh.scan_in[r]);
   Pair total;

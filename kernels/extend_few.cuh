@@ -209,7 +209,11 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   const bool staged = page_hi - page_lo <= STAGE_CAP;
   constexpr uint32_t STAGERS = BLOCK > 32 ? BLOCK - 32 : 32;
   if (live && staged && (BLOCK == 32 || !decides)) {
-    constexpr uint32_t BATCH = 4;  // loads in flight per thread before any is used
+    // Loads in flight per thread before any is used: enough for a one-block shape's most
+    // new pages (page size 1: 4 x BLOCK tokens) to come in one round trip (run s11-1: 1,024
+    // pages in two rounds made 2 requests at page size 1 1.09x slower than extend_block); a
+    // block of several writes about 512 tokens (pool.rs, SPAN_TOKENS).
+    constexpr uint32_t BATCH = GRID ? 4 : (4 * BLOCK + STAGERS - 1) / STAGERS;
     const uint32_t at = BLOCK > 32 ? r - 32 : r;
     for (unsigned long long base = page_lo + at; base < page_hi; base += BATCH * STAGERS) {
       uint32_t got[BATCH];
