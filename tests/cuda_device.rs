@@ -986,6 +986,82 @@ fn segment_frees_of_odd_page_sizes_match_the_host() {
     }
 }
 
+/// Segments of more pages than the segment kernel's grid has lane groups (page size 16:
+/// 67,584 groups of 4 lanes at 264 blocks, page size 64: 16,896 of 16), so that each group
+/// takes several pages, one a pass (the lockstep test's segments fit in one pass). One
+/// request's row of about 2.4 M slots is freed as a segment on both pools; first, on a
+/// snapshot, with one slot broken in each quarter of the row (not a page's first: not
+/// contiguous) and with the row's second half already freed (every page of it already
+/// free): the device must fault as the host refuses, naming the same position, and free
+/// nothing. At the end the free lists must be the host's, in order.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn segment_frees_longer_than_the_grid_match_the_host() {
+    for (ps, pages) in [(16u32, 150_000usize), (64, 40_000)] {
+        let psz = ps as usize;
+        let size = (pages as u64 + 64) * u64::from(ps);
+        let mut p = Pair::new(
+            |backend| PoolConfig {
+                size,
+                ..config(backend, ps)
+            },
+            u64::from(ps),
+        );
+        let row = p.extend(1, (pages * psz) as i64).remove(0);
+        let half = row.len() / 2 / psz * psz;
+        let expect_fault = |p: &mut Pair, bad: &[i64], start: usize, what: &str| {
+            let host_err = p
+                .host
+                .free_segment(bad, start, bad.len() - start)
+                .unwrap_err();
+            let before = unsafe { p.device.backup_state(p.gpu.stream) }.unwrap();
+            let allocated = allocated_pages_on_device(&p.device);
+            p.device_free_segment(bad, start, bad.len() - start);
+            let fault = p.device.fault().expect("the device pool faults");
+            assert_eq!(
+                fault.kind,
+                host_err.kind(),
+                "page_size {ps}, {what}: {fault:?}"
+            );
+            assert!(
+                host_err
+                    .message()
+                    .contains(&format!("row[{}]", fault.position)),
+                "page_size {ps}, {what}: {fault:?} / {host_err}"
+            );
+            assert_eq!(
+                allocated_pages_on_device(&p.device),
+                allocated,
+                "page_size {ps}, {what}: nothing freed"
+            );
+            p.recover(&before);
+            fault.position
+        };
+        for quarter in 0..4 {
+            let page = (quarter * pages + p.rng.below(pages as u64) as usize) / 4;
+            let at = page * psz + 1 + p.rng.below(u64::from(ps) - 1) as usize;
+            let mut bad = row.clone();
+            bad[at] += 1;
+            let named = expect_fault(&mut p, &bad, 0, "a broken slot");
+            assert_eq!(named, at as i64, "page_size {ps}: the broken slot");
+        }
+        // The second half freed, then the whole row: its first page already free is named.
+        p.host.free_segment(&row, half, row.len() - half).unwrap();
+        p.device_free_segment(&row, half, row.len() - half);
+        let named = expect_fault(&mut p, &row, 0, "half already free");
+        assert_eq!(
+            named, half as i64,
+            "page_size {ps}: the first page already free"
+        );
+        p.host.free_segment(&row, 0, half).unwrap();
+        p.device_free_segment(&row, 0, half);
+        p.device.check_device().unwrap();
+        assert_eq!(p.host.available_size(), size);
+        assert_eq!(p.device.available_size_bound(), (size, true));
+        p.alloc_all();
+    }
+}
+
 /// A long extend of a small batch runs on several blocks that each decide the whole call
 /// (`kvp_extend_blocks_*`, ~512 tokens a block): slots, fill points and verdicts
 /// must be the host's whichever block reads a continued page after another block of the call

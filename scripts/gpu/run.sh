@@ -163,6 +163,10 @@ for step in "${steps[@]}"; do
             --tool racecheck --error-exitcode 9 "$BIN/cuda_device" --ignored --exact \
             decode_kernels_of_every_size_name_the_hosts_first_bad_request \
             extends_of_a_few_requests_name_the_hosts_first_bad_request
+        # Segment frees of several passes of the grid, with faults (the lockstep test's
+        # segments fit in one pass).
+        run sanitize-racecheck-segments "$SANITIZER" --tool racecheck --error-exitcode 9 \
+            "$BIN/cuda_device" --ignored --exact segment_frees_longer_than_the_grid_match_the_host
         # Stream-ordered release under memcheck: a free under a queued kernel would show as an
         # invalid access. KVPOOL_SANITIZER: kernels may be serialized, so timing is not
         # asserted, and the unordered-streams detection (which needs overlap) is skipped.
