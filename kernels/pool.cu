@@ -871,12 +871,12 @@ enum FreeMode : uint32_t {
 // Slots a lane of a segment free checks per step, and the lanes that check one page: enough
 // for the page at SEGMENT_RUN slots each, a power of two up to a warp (the host sizes the
 // grid with the same rule: `segment_lanes` in src/cuda/pool.rs).
+// The kernel takes their log2, so that dividing by the lanes is a shift (a division by a
+// runtime divisor and the loop finding the lanes were in every warp's path; run s11-4).
 constexpr uint32_t SEGMENT_RUN = 4;
-__device__ inline uint32_t segment_lanes(uint32_t page_size) {
+__device__ inline uint32_t segment_lanes_log2(uint32_t page_size) {
   const uint32_t need = (page_size + SEGMENT_RUN - 1) / SEGMENT_RUN;
-  uint32_t lanes = 1;
-  while (lanes < need && lanes < 32) lanes <<= 1;
-  return lanes;
+  return need <= 1 ? 0 : min(5u, 32u - (uint32_t)__clz(need - 1));
 }
 
 // Frees whose page count the host knows: page ids, token-pool slots, segments; element `i`
@@ -929,17 +929,19 @@ __device__ void free_known(View v, Call call, const Index *src, uint32_t mode,
     // read a page's worth of memory alone, strided by the page across the warp: that
     // traffic set the time); the smallest offset that does not follow is the group's
     // minimum, and the group's first lane releases the page. Whole warps step together.
-    const uint32_t lanes = segment_lanes(v.page_size);
-    const uint32_t lane = threadIdx.x % 32, g = lane % lanes, per_warp = 32 / lanes;
-    for (unsigned long long base = thread / 32 * per_warp; base < count && !dead;
-         base += stride / 32 * per_warp) {
-      const unsigned long long i = base + lane / lanes;
+    const uint32_t shift = segment_lanes_log2(v.page_size), lanes = 1u << shift;
+    const uint32_t lane = threadIdx.x % 32, g = lane & (lanes - 1);
+    // Pages a warp takes a pass: 32 / lanes.
+    for (unsigned long long base = (thread / 32) << (5 - shift); base < count && !dead;
+         base += (stride / 32) << (5 - shift)) {
+      const unsigned long long i = base + (lane >> shift);
       const bool here = i < count;
       const unsigned long long pos = start + i * ps;
-      const unsigned long long end = here ? min(ps, start + len - pos) : 1;
+      // Offsets within the page are 32-bit (a page has at most 2^32 - 1 slots).
+      const uint32_t end = here ? (uint32_t)min(ps, start + len - pos) : 1;
       // A lane's slots of the first step are read with the page's first slot (their
       // addresses do not depend on it); a slot past the page reads its last one again.
-      unsigned long long j0 = g * SEGMENT_RUN;
+      uint32_t j0 = g * SEGMENT_RUN;
       long long got[SEGMENT_RUN];
       auto load_step = [&] {
 #pragma unroll
@@ -955,8 +957,7 @@ __device__ void free_known(View v, Call call, const Index *src, uint32_t mode,
         for (;;) {
 #pragma unroll
           for (uint32_t u = 0; u < SEGMENT_RUN; ++u)
-            if (j0 + u < end && got[u] != value + (long long)(j0 + u))
-              bad = min(bad, (uint32_t)(j0 + u));
+            if (j0 + u < end && got[u] != value + (long long)(j0 + u)) bad = min(bad, j0 + u);
           j0 += lanes * SEGMENT_RUN;
           if (j0 >= end || bad != UINT32_MAX) break;
           load_step();

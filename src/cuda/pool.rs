@@ -1737,7 +1737,7 @@ fn known_grid(mode: u32, pages: u64, page_size: u32) -> u32 {
 /// Slots a lane of `kvp_free_segment_*` checks per step (`kvp::SEGMENT_RUN`).
 const SEGMENT_RUN: u32 = 4;
 
-/// Lanes of `kvp_free_segment_*` that check one page, `kvp::segment_lanes`: enough for the
+/// Lanes of `kvp_free_segment_*` that check one page, `kvp::segment_lanes_log2`'s power: enough for the
 /// page at `SEGMENT_RUN` slots each, a power of two up to a warp.
 fn segment_lanes(page_size: u32) -> u32 {
     page_size.div_ceil(SEGMENT_RUN).next_power_of_two().min(32)
