@@ -158,9 +158,10 @@ for step in "${steps[@]}"; do
             --tool memcheck --error-exitcode 9 "$BIN/cuda_device" --ignored --test-threads=1 \
             --skip no_call_waits
         # The decode and few-request extend kernels with repeats and refusals (lockstep has
-        # none).
+        # none). One test at a time, as in the other steps (run s11-5: the two side by side
+        # under racecheck ran past 150 s, where they had taken 8-10 s).
         KVPOOL_DECODE_ROUNDS=1 KVPOOL_EXTEND_ROUNDS=1 run sanitize-racecheck-decode "$SANITIZER" \
-            --tool racecheck --error-exitcode 9 "$BIN/cuda_device" --ignored --exact \
+            --tool racecheck --error-exitcode 9 "$BIN/cuda_device" --ignored --test-threads=1 --exact \
             decode_kernels_of_every_size_name_the_hosts_first_bad_request \
             extends_of_a_few_requests_name_the_hosts_first_bad_request
         # Segment frees of several passes of the grid, with faults (the lockstep test's
