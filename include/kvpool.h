@@ -862,7 +862,8 @@ struct kvp_pool_config {
   uint64_t size;
   /**
    * Tokens per page. 1 gives a token pool (freed slots reused first-in first-out);
-   * more gives a paged pool (most recently freed page reused first).
+   * more gives a paged pool (most recently freed page reused first). A device pool
+   * takes at most 2^31 (`KVP_STATUS_INVALID_ARGUMENT` above).
    */
   uint32_t page_size;
   /**

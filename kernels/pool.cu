@@ -937,7 +937,8 @@ __device__ void free_known(View v, Call call, const Index *src, uint32_t mode,
       const unsigned long long i = base + (lane >> shift);
       const bool here = i < count;
       const unsigned long long pos = start + i * ps;
-      // Offsets within the page are 32-bit (a page has at most 2^32 - 1 slots).
+      // Offsets within the page are 32-bit: a device pool's pages have at most 2^31 slots
+      // (DevicePool::new), so stepping past a page's end cannot wrap.
       const uint32_t end = here ? (uint32_t)min(ps, start + len - pos) : 1;
       // A lane's slots of the first step are read with the page's first slot (their
       // addresses do not depend on it); a slot past the page reads its last one again.

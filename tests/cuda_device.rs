@@ -927,7 +927,7 @@ fn a_million_index_paged_free_releases_pages_in_ascending_order() {
 /// page boundary, then the head, on both pools; one row in four is first freed with one slot
 /// of the tail broken (not the first of its page): the device must fault as the host
 /// refuses, naming the same position, free nothing, and recover from a snapshot. At the end
-/// the free lists must be the host's, in order. (Not yet run on a GPU when written.)
+/// the free lists must be the host's, in order.
 #[test]
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
 fn segment_frees_of_odd_page_sizes_match_the_host() {

@@ -65,6 +65,10 @@ const SORT_CAP: u64 = 4096;
 /// up to 4,096 tokens, or deciding blocks of four requests a thread, were both measured
 /// slower than several blocks with a ticket: BENCHMARKS.md).
 pub(super) const DECODE_THREADS: [u32; 6] = [32, 64, 128, 256, 512, 1024];
+/// The largest page size of a device pool: the kernels count slots within a page in 32
+/// bits, with room to step past the page's end (`kvp_free_segment_*` steps a page 128
+/// slots at a time).
+const MAX_DEVICE_PAGE_SIZE: u32 = 1 << 31;
 /// The one-block `kvp_extend_few_{N}_*` kernels, by threads (`few_slot`).
 pub(super) const FEW_THREADS: [u32; 3] = [32, 64, BLOCK];
 const DECODE_BATCH: usize = 1024;
@@ -282,6 +286,16 @@ impl DevicePool {
     /// synchronize the device.
     pub fn new(config: PoolConfig) -> Result<Self, PoolError> {
         let layout = Layout::new(&config)?;
+        if layout.page_size > MAX_DEVICE_PAGE_SIZE {
+            return fail(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "page_size {} exceeds {MAX_DEVICE_PAGE_SIZE}, the largest a device pool \
+                     takes (its kernels count slots within a page in 32 bits)",
+                    layout.page_size
+                ),
+            );
+        }
         let BackendKind::Cuda { ordinal } = config.backend else {
             return fail(
                 ErrorKind::WrongBackend,
@@ -1737,8 +1751,9 @@ fn known_grid(mode: u32, pages: u64, page_size: u32) -> u32 {
 /// Slots a lane of `kvp_free_segment_*` checks per step (`kvp::SEGMENT_RUN`).
 const SEGMENT_RUN: u32 = 4;
 
-/// Lanes of `kvp_free_segment_*` that check one page, `kvp::segment_lanes_log2`'s power: enough for the
-/// page at `SEGMENT_RUN` slots each, a power of two up to a warp.
+/// Lanes of `kvp_free_segment_*` that check one page (the kernel works with their log2,
+/// `kvp::segment_lanes_log2`): enough for the page at `SEGMENT_RUN` slots each, a power of
+/// two up to a warp.
 fn segment_lanes(page_size: u32) -> u32 {
     page_size.div_ceil(SEGMENT_RUN).next_power_of_two().min(32)
 }
@@ -1804,6 +1819,27 @@ mod tests {
         assert_eq!(known_grid(FREE_SEGMENT, 2048, 64), 32);
         assert_eq!(known_grid(FREE_SEGMENT, 1 << 20, 16), TARGET_BLOCKS as u32);
         assert_eq!(known_grid(FREE_SLOTS, 4096, 1), 4);
+    }
+
+    /// Refused before any CUDA call, so this runs without a GPU.
+    #[test]
+    fn a_device_pool_refuses_pages_its_kernels_cannot_count() {
+        let page_size = (1u32 << 31) + 1;
+        let Err(err) = DevicePool::new(PoolConfig {
+            size: u64::from(page_size),
+            page_size,
+            need_sort: false,
+            index_type: crate::pool::IndexType::I64,
+            backend: BackendKind::Cuda { ordinal: 0 },
+        }) else {
+            panic!("a page of 2^31 + 1 slots is refused");
+        };
+        assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+        assert!(
+            err.message()
+                .contains(&format!("page_size {page_size} exceeds")),
+            "{err}"
+        );
     }
 
     #[test]

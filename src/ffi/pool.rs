@@ -58,7 +58,8 @@ pub struct kvp_pool_config {
     /// `page_size`. KV buffers need `size + page_size` rows: page 0 is the padding sink.
     pub size: u64,
     /// Tokens per page. 1 gives a token pool (freed slots reused first-in first-out);
-    /// more gives a paged pool (most recently freed page reused first).
+    /// more gives a paged pool (most recently freed page reused first). A device pool
+    /// takes at most 2^31 (`KVP_STATUS_INVALID_ARGUMENT` above).
     pub page_size: u32,
     /// One of `kvp_index_type`: the element type of every index buffer of this pool.
     pub index_type: u32,
