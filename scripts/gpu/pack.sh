@@ -5,17 +5,38 @@
 # benchmark against go in gpu-artifacts/var/NAME/libkvpool.so.0.1 (BENCH_VARIANTS). Then run scripts/gpu/run.sh on the GPU machine with gpu-artifacts/
 # carried along (the device tool: carry ["gpu-artifacts"]).
 #
-#   scripts/gpu/pack.sh [--before REV]
+#   scripts/gpu/pack.sh [--before REV] [--variant NAME=REV]...
 #
 # --before REV also packs revision REV's library, header and C++ benchmark into
 # gpu-artifacts/before/ (built in a temporary worktree), for BENCH_BEFORE=gpu-artifacts/before
 # scripts/gpu/run.sh bench: before/after figures from one GPU run.
+# --variant NAME=REV packs revision REV's library (built in a temporary worktree; REV `.`:
+# this tree's, as just built) as gpu-artifacts/var/NAME/libkvpool.so.0.1, for
+# BENCH_VARIANTS="NAME ..." (this tree's C++ benchmark against that library: an A/B of two
+# builds that alternate in one run, e.g. --variant P=main --variant T=.).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BEFORE_REV=""
-if [[ "${1:-}" == "--before" ]]; then
-    BEFORE_REV=${2:?--before needs a revision}
-fi
+VARIANTS=()
+while [[ $# -gt 0 ]]; do
+    case "$1" in
+        --before) BEFORE_REV=${2:?--before needs a revision}; shift 2 ;;
+        --variant)
+            [[ "${2:-}" =~ ^[A-Za-z0-9_-]+=.+$ ]] || { echo "--variant needs NAME=REV" >&2; exit 2; }
+            VARIANTS+=("$2"); shift 2 ;;
+        *) echo "unknown argument: $1" >&2; exit 2 ;;
+    esac
+done
+
+# Builds revision $2's library in a temporary worktree (target dir $1) and echoes its path.
+build_revision() {
+    local target=$1 rev=$2 tree
+    tree=$(mktemp -d)
+    git worktree add --quiet --detach "$tree" "$rev" >&2
+    (cd "$tree" && CARGO_TARGET_DIR="$OLDPWD/$target" cargo build --release --lib >&2) ||
+        { git worktree remove --force "$tree"; return 1; }
+    echo "$tree"
+}
 
 scripts/build-kernels.sh --verify
 cargo build --release --lib --example demo
@@ -49,10 +70,7 @@ rm -rf gpu-artifacts/bin gpu-artifacts/lib/libkvpool.so
 du -sh gpu-artifacts/bin.tar.xz gpu-artifacts/lib
 
 if [[ -n "$BEFORE_REV" ]]; then
-    tree=$(mktemp -d)
-    git worktree add --quiet --detach "$tree" "$BEFORE_REV"
-    (cd "$tree" && CARGO_TARGET_DIR="$OLDPWD/target/before" cargo build --release --lib) ||
-        { git worktree remove --force "$tree"; exit 1; }
+    tree=$(build_revision target/before "$BEFORE_REV")
     rm -rf gpu-artifacts/before
     mkdir -p gpu-artifacts/before/lib gpu-artifacts/before/include
     cp target/before/release/libkvpool.so gpu-artifacts/before/lib/libkvpool.so.0.1
@@ -62,3 +80,18 @@ if [[ -n "$BEFORE_REV" ]]; then
     git worktree remove --force "$tree"
     echo "packed revision $BEFORE_REV into gpu-artifacts/before"
 fi
+
+for variant in ${VARIANTS[@]+"${VARIANTS[@]}"}; do
+    name=${variant%%=*} rev=${variant#*=}
+    rm -rf "gpu-artifacts/var/$name"
+    mkdir -p "gpu-artifacts/var/$name"
+    if [[ "$rev" == "." ]]; then
+        cp gpu-artifacts/lib/libkvpool.so.0.1 "gpu-artifacts/var/$name/"
+    else
+        tree=$(build_revision "target/var-$name" "$rev")
+        git worktree remove --force "$tree"
+        cp "target/var-$name/release/libkvpool.so" "gpu-artifacts/var/$name/libkvpool.so.0.1"
+        strip --strip-debug "gpu-artifacts/var/$name/libkvpool.so.0.1"
+    fi
+    echo "packed $rev's library as gpu-artifacts/var/$name (BENCH_VARIANTS)"
+done

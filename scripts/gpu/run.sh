@@ -20,8 +20,9 @@
 # benchmark of that revision, built against its own header and library, runs right after
 # this one, for before/after figures from one machine and one run), CXX (the C++ compiler
 # for tests/cpp/cuda_release_test.cpp, default c++), BENCH_VARIANTS (names of other builds
-# of the library in gpu-artifacts/var/NAME/, each run by this tree's C++ benchmark after it;
-# a name may repeat), LOCKSTEP_SOAK_OPS
+# of the library in gpu-artifacts/var/NAME/, made by `scripts/gpu/pack.sh --variant
+# NAME=REV`, each run by this tree's C++ benchmark after it; a name may repeat, so that
+# "P T P" alternates two builds), LOCKSTEP_SOAK_OPS
 # (lockstep-soak: operations in all, split over the 12 configurations, default 10,000,000),
 # LOCKSTEP_SOAK_SEEDS (runs of each configuration, default 4), LOCKSTEP_SOAK_JOBS (runs at
 # once, as threads of one process, default 16), LOCKSTEP_SOAK_SECONDS (each run stops after
