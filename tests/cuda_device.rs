@@ -529,24 +529,45 @@ fn call_guarded(
     }
 }
 
-/// After a call the device refused (synchronized): `got`, the call's whole output, holds
-/// only the padding slot and the pool still has the `pages_before` allocated pages it had
-/// before the call; then the pool is restored from `backup`, reports the fault once more,
-/// and is healthy.
-fn assert_refused_then_restore(
-    device: &mut DevicePool,
-    gpu: &Gpu,
-    got: &[i64],
-    pages_before: usize,
-    backup: &DeviceSnapshot,
-    what: &str,
-) {
-    assert!(got.iter().all(|&x| x == 0), "{what}: a slot was handed out");
-    assert_eq!(allocated_pages_on_device(device), pages_before, "{what}");
-    unsafe { device.restore_state(backup, gpu.stream) }.unwrap();
-    gpu.sync();
-    assert_eq!(kind_of(device.check_device()), Err(ErrorKind::DeviceFault));
-    assert_eq!(kind_of(device.check_device()), Ok(()));
+impl Guarded {
+    /// After a call the device refused: its whole output holds only the padding slot and
+    /// the pool still has the allocated pages it had before the call; then the pool is
+    /// restored from the backup, reports the fault once more, and is healthy.
+    fn assert_refused_then_restore(&self, device: &mut DevicePool, gpu: &Gpu, what: &str) {
+        assert!(
+            self.got.iter().all(|&x| x == 0),
+            "{what}: a slot was handed out"
+        );
+        assert_eq!(
+            allocated_pages_on_device(device),
+            self.pages_before,
+            "{what}"
+        );
+        unsafe { device.restore_state(&self.backup, gpu.stream) }.unwrap();
+        gpu.sync();
+        assert_eq!(kind_of(device.check_device()), Err(ErrorKind::DeviceFault));
+        assert_eq!(kind_of(device.check_device()), Ok(()));
+    }
+
+    /// A call the host refused with `e`: the device faulted with the host's error kind,
+    /// naming the request the host's message names; then as `assert_refused_then_restore`.
+    fn assert_refused_as_host(
+        &self,
+        device: &mut DevicePool,
+        gpu: &Gpu,
+        e: &kvpool::PoolError,
+        what: &str,
+    ) {
+        let fault = device
+            .fault()
+            .unwrap_or_else(|| panic!("{what}: no fault ({e})"));
+        assert_eq!(
+            (fault.kind, Some(fault.position)),
+            (e.kind(), host_position(e.message())),
+            "{what}: device {fault:?}, host {e}"
+        );
+        self.assert_refused_then_restore(device, gpu, what);
+    }
 }
 
 /// Issue 13's reproducer on the device: a stale continuation faults the pool (the slot is
@@ -758,6 +779,32 @@ impl Pair {
         self.gpu.sync();
     }
 
+    /// Frees `row[start..]` as a segment on both pools, where the host refuses: the device
+    /// must fault with the host's error kind, at a position the host's message names
+    /// (`row[i]`), and free nothing; then it is recovered. Returns the position named.
+    fn refused_segment_free(&mut self, row: &[i64], start: usize, what: &str) -> i64 {
+        let len = row.len() - start;
+        let host_err = self.host.free_segment(row, start, len).unwrap_err();
+        let before = unsafe { self.device.backup_state(self.gpu.stream) }.unwrap();
+        let allocated = allocated_pages_on_device(&self.device);
+        self.device_free_segment(row, start, len);
+        let fault = self.device.fault().expect("the device pool faults");
+        assert_eq!(fault.kind, host_err.kind(), "{what}: {fault:?}");
+        assert!(
+            host_err
+                .message()
+                .contains(&format!("row[{}]", fault.position)),
+            "{what}: {fault:?} / {host_err}"
+        );
+        assert_eq!(
+            allocated_pages_on_device(&self.device),
+            allocated,
+            "{what}: nothing freed"
+        );
+        self.recover(&before);
+        fault.position
+    }
+
     /// Brings the faulted device pool back to `before`, and checks that it is clean again.
     fn recover(&mut self, before: &DeviceSnapshot) {
         unsafe { self.device.restore_state(before, self.gpu.stream) }.unwrap();
@@ -810,7 +857,7 @@ impl Pair {
     /// Frees the slots of `rows` by index in one call on both pools, shuffled.
     fn free_rows(&mut self, rows: &[Vec<i64>]) {
         let mut indices: Vec<i64> = rows.concat();
-        self.shuffle(&mut indices);
+        self.rng.shuffle(&mut indices);
         assert!(indices.len() > 4096, "the multi-block path");
         self.host.free(&indices).unwrap();
         self.indices.upload(&indices);
@@ -826,13 +873,6 @@ impl Pair {
             self.device.available_size_bound(),
             (self.host.available_size(), true)
         );
-    }
-
-    fn shuffle(&mut self, v: &mut [i64]) {
-        for k in (1..v.len()).rev() {
-            let j = self.rng.below(k as u64 + 1) as usize;
-            v.swap(k, j);
-        }
     }
 
     /// Allocates every free slot on both pools (`alloc`): the whole free list, in order.
@@ -881,7 +921,7 @@ fn a_million_index_paged_free_releases_pages_in_ascending_order() {
     // page left claimed.
     for bad in [rows[700][5], 0] {
         let mut indices: Vec<i64> = rows[1..].concat();
-        p.shuffle(&mut indices);
+        p.rng.shuffle(&mut indices);
         let at = p.rng.below(indices.len() as u64) as usize;
         indices.insert(at, bad);
         let host_err = p.host.free(&indices).unwrap_err().kind();
@@ -946,29 +986,8 @@ fn segment_frees_of_odd_page_sizes_match_the_host() {
                 let at = head + 1 + p.rng.below(ps as u64 - 1) as usize;
                 let mut bad = row.clone();
                 bad[at] += 1;
-                let host_err = p.host.free_segment(&bad, cut, row.len() - cut).unwrap_err();
-                let before = unsafe { p.device.backup_state(p.gpu.stream) }.unwrap();
-                let allocated = allocated_pages_on_device(&p.device);
-                p.device_free_segment(&bad, cut, bad.len() - cut);
-                let fault = p
-                    .device
-                    .fault()
-                    .expect("the broken row faults the device pool");
-                assert_eq!(fault.kind, host_err.kind(), "page_size {ps}: {fault:?}");
-                assert_eq!(
-                    fault.position, at as i64,
-                    "page_size {ps}: {fault:?} / {host_err}"
-                );
-                assert!(
-                    host_err.message().contains(&format!("row[{at}]")),
-                    "page_size {ps}: {host_err}"
-                );
-                assert_eq!(
-                    allocated_pages_on_device(&p.device),
-                    allocated,
-                    "page_size {ps}"
-                );
-                p.recover(&before);
+                let named = p.refused_segment_free(&bad, cut, &format!("page_size {ps}"));
+                assert_eq!(named, at as i64, "page_size {ps}: the broken slot");
             }
             for (start, len) in [(cut, row.len() - cut), (0, cut)] {
                 p.host.free_segment(row, start, len).unwrap();
@@ -1009,46 +1028,18 @@ fn segment_frees_longer_than_the_grid_match_the_host() {
         );
         let row = p.extend(1, (pages * psz) as i64).remove(0);
         let half = row.len() / 2 / psz * psz;
-        let expect_fault = |p: &mut Pair, bad: &[i64], start: usize, what: &str| {
-            let host_err = p
-                .host
-                .free_segment(bad, start, bad.len() - start)
-                .unwrap_err();
-            let before = unsafe { p.device.backup_state(p.gpu.stream) }.unwrap();
-            let allocated = allocated_pages_on_device(&p.device);
-            p.device_free_segment(bad, start, bad.len() - start);
-            let fault = p.device.fault().expect("the device pool faults");
-            assert_eq!(
-                fault.kind,
-                host_err.kind(),
-                "page_size {ps}, {what}: {fault:?}"
-            );
-            assert!(
-                host_err
-                    .message()
-                    .contains(&format!("row[{}]", fault.position)),
-                "page_size {ps}, {what}: {fault:?} / {host_err}"
-            );
-            assert_eq!(
-                allocated_pages_on_device(&p.device),
-                allocated,
-                "page_size {ps}, {what}: nothing freed"
-            );
-            p.recover(&before);
-            fault.position
-        };
         for quarter in 0..4 {
             let page = (quarter * pages + p.rng.below(pages as u64) as usize) / 4;
             let at = page * psz + 1 + p.rng.below(u64::from(ps) - 1) as usize;
             let mut bad = row.clone();
             bad[at] += 1;
-            let named = expect_fault(&mut p, &bad, 0, "a broken slot");
+            let named = p.refused_segment_free(&bad, 0, &format!("page_size {ps}, a broken slot"));
             assert_eq!(named, at as i64, "page_size {ps}: the broken slot");
         }
         // The second half freed, then the whole row: its first page already free is named.
         p.host.free_segment(&row, half, row.len() - half).unwrap();
         p.device_free_segment(&row, half, row.len() - half);
-        let named = expect_fault(&mut p, &row, 0, "half already free");
+        let named = p.refused_segment_free(&row, 0, &format!("page_size {ps}, half free"));
         assert_eq!(
             named, half as i64,
             "page_size {ps}: the first page already free"
@@ -1112,9 +1103,7 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
                     batch.push((0, rng.range(1, 40) as i64, -1, None));
                 }
                 // Shuffle, so that continuations land in any block's tokens.
-                for i in (1..batch.len()).rev() {
-                    batch.swap(i, rng.below(i as u64 + 1) as usize);
-                }
+                rng.shuffle(&mut batch);
                 // An empty request on a page another request continues.
                 let continued = batch
                     .iter()
@@ -1183,14 +1172,7 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
                         let fault = device.fault().unwrap_or_else(|| panic!("{what}: no fault"));
                         assert_eq!(fault.kind, e.kind(), "{what}: {fault:?} vs {e}");
                         assert_eq!(fault.position, batch.len() as i64 - 1, "{what}: {fault:?}");
-                        assert_refused_then_restore(
-                            &mut device,
-                            &gpu,
-                            &call.got,
-                            call.pages_before,
-                            &call.backup,
-                            &what,
-                        );
+                        call.assert_refused_then_restore(&mut device, &gpu, &what);
                         refused += 1;
                     }
                 }
@@ -1291,9 +1273,7 @@ fn decode_kernels_of_every_size_name_the_hosts_first_bad_request() {
                 let bs = SIZES[round % SIZES.len()];
                 // Distinct requests in random order: (row, seq, last_loc).
                 let mut order: Vec<usize> = (0..ROWS).collect();
-                for i in (1..ROWS).rev() {
-                    order.swap(i, rng.below(i as u64 + 1) as usize);
-                }
+                rng.shuffle(&mut order);
                 let mut batch: Vec<(usize, i64, i64)> = order[..bs]
                     .iter()
                     .map(|&r| (r, rows[r].len() as i64 + 1, *rows[r].last().unwrap()))
@@ -1348,22 +1328,7 @@ fn decode_kernels_of_every_size_name_the_hosts_first_bad_request() {
                         accepted += 1;
                     }
                     Err(e) => {
-                        let fault = device
-                            .fault()
-                            .unwrap_or_else(|| panic!("{what}: no fault ({e})"));
-                        assert_eq!(
-                            (fault.kind, Some(fault.position)),
-                            (e.kind(), host_position(e.message())),
-                            "{what}: device {fault:?}, host {e}"
-                        );
-                        assert_refused_then_restore(
-                            &mut device,
-                            &gpu,
-                            &call.got,
-                            call.pages_before,
-                            &call.backup,
-                            &what,
-                        );
+                        call.assert_refused_as_host(&mut device, &gpu, &e, &what);
                         refused += 1;
                     }
                 }
@@ -1426,9 +1391,7 @@ fn extends_of_a_few_requests_name_the_hosts_first_bad_request() {
                 // (prefix, seq, last_loc, row): rows continued in random order, new ones
                 // while there are fewer than ROWS.
                 let mut order: Vec<usize> = (0..rows.len()).collect();
-                for i in (1..order.len()).rev() {
-                    order.swap(i, rng.below(i as u64 + 1) as usize);
-                }
+                rng.shuffle(&mut order);
                 let mut batch: Vec<(i64, i64, i64, Option<usize>)> = Vec::new();
                 for k in 0..bs {
                     let add = rng.range(1, 2 * per) as i64;
@@ -1491,22 +1454,7 @@ fn extends_of_a_few_requests_name_the_hosts_first_bad_request() {
                     }
                     Err(e) => {
                         assert!(bad, "{what}: the host refused a good call: {e}");
-                        let fault = device
-                            .fault()
-                            .unwrap_or_else(|| panic!("{what}: no fault ({e})"));
-                        assert_eq!(
-                            (fault.kind, Some(fault.position)),
-                            (e.kind(), host_position(e.message())),
-                            "{what}: device {fault:?}, host {e}"
-                        );
-                        assert_refused_then_restore(
-                            &mut device,
-                            &gpu,
-                            &call.got,
-                            call.pages_before,
-                            &call.backup,
-                            &what,
-                        );
+                        call.assert_refused_as_host(&mut device, &gpu, &e, &what);
                         refused += 1;
                     }
                 }

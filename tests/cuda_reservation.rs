@@ -295,9 +295,7 @@ fn setup(gpu: &Gpu, rng: &mut Rng, ps: u32, index_type: u32, bs: usize) -> (Trio
     let p = Trio::new(size, ps, index_type);
     let filler = p.alloc(gpu, rng.range(1, 30) as usize * ps as usize);
     let mut heads: Vec<i64> = filler.chunks(ps as usize).map(|c| c[0]).collect();
-    for i in (1..heads.len()).rev() {
-        heads.swap(i, rng.below(i as u64 + 1) as usize);
-    }
+    rng.shuffle(&mut heads);
     heads.truncate(heads.len() / 2);
     p.free(gpu, &heads);
     let lens: Vec<i64> = (0..bs)
@@ -315,9 +313,7 @@ fn setup(gpu: &Gpu, rng: &mut Rng, ps: u32, index_type: u32, bs: usize) -> (Trio
         .map(|s| s.last().copied().unwrap_or(-1))
         .collect();
     let mut rows: Vec<i64> = (0..ROWS as i64).collect();
-    for i in (1..rows.len()).rev() {
-        rows.swap(i, rng.below(i as u64 + 1) as usize);
-    }
+    rng.shuffle(&mut rows);
     rows.truncate(bs);
     p.agree(gpu, "setup");
     (p, Batch { lens, last, rows })

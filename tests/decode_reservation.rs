@@ -44,9 +44,7 @@ fn twins(rng: &mut Rng, ps: u32, size: u64, bs: usize) -> (Pool, Pool, Batch) {
     a.alloc(filler.len(), &mut filler).unwrap();
     b.alloc(filler.len(), &mut filler.clone()).unwrap();
     let mut heads: Vec<i64> = filler.chunks(ps as usize).map(|c| c[0]).collect();
-    for i in (1..heads.len()).rev() {
-        heads.swap(i, rng.below(i as u64 + 1) as usize);
-    }
+    rng.shuffle(&mut heads);
     heads.truncate(heads.len() / 2);
     a.free(&heads).unwrap();
     b.free(&heads).unwrap();
