@@ -1190,6 +1190,15 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
     );
 }
 
+/// Rounds of a randomized GPU test: `var` if set to a number (run.sh sets fewer under a
+/// sanitizer), else `default`.
+fn rounds_from_env(var: &str, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 /// Where a host error names its request: `last_loc[i]`, `seq_lens[i]` or `request i`.
 fn host_position(message: &str) -> Option<i64> {
     ["last_loc[", "seq_lens[", "request "]
@@ -1227,10 +1236,7 @@ fn decode_kernels_of_every_size_name_the_hosts_first_bad_request() {
     );
     let out = DevBuf::new(8 * (4 * 64 * ROWS + GUARD));
     // Rounds per batch size (KVPOOL_DECODE_ROUNDS; fewer under a sanitizer).
-    let rounds: usize = std::env::var("KVPOOL_DECODE_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3);
+    let rounds = rounds_from_env("KVPOOL_DECODE_ROUNDS", 3);
     let (mut accepted, mut refused) = (0, 0);
     for ps in [1u32, 16, 64] {
         let ps64 = i64::from(ps);
@@ -1368,10 +1374,7 @@ fn extends_of_a_few_requests_name_the_hosts_first_bad_request() {
         DevBuf::new(8 * ROWS),
     );
     let out = DevBuf::new(8 * (CAP + GUARD));
-    let rounds: usize = std::env::var("KVPOOL_EXTEND_ROUNDS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2);
+    let rounds = rounds_from_env("KVPOOL_EXTEND_ROUNDS", 2);
     let (mut accepted, mut refused) = (0, 0);
     for ps in [1u32, 16, 64] {
         let ps64 = i64::from(ps);
