@@ -1835,11 +1835,14 @@ mod tests {
     #[test]
     fn segment_frees_of_more_than_one_wave_take_the_wide_kernel() {
         // 1,024 requests of 512 tokens at page 16: 128 blocks, one wave at one block an SM.
-        assert!(!segment_grid_is_wide(known_grid(FREE_SEGMENT, 1024 * 32, 16)));
+        let pages = 1024 * 512 / 16;
+        assert_eq!(known_grid(FREE_SEGMENT, pages, 16), 128);
+        assert!(!segment_grid_is_wide(128));
         assert!(!segment_grid_is_wide(132));
         assert!(segment_grid_is_wide(133));
         // 4,096 such requests: the full grid.
-        assert!(segment_grid_is_wide(known_grid(FREE_SEGMENT, 4096 * 32, 16)));
+        let grid = known_grid(FREE_SEGMENT, 4 * pages, 16);
+        assert!(segment_grid_is_wide(grid), "{grid} blocks");
     }
 
     /// Refused before any CUDA call, so this runs without a GPU.
