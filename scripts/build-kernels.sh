@@ -22,7 +22,10 @@ FLAGS=(-fatbin -O3 -std=c++17
        -gencode arch=compute_80,code=sm_80
        -gencode arch=compute_90,code=sm_90
        -gencode arch=compute_90,code=compute_90)
-SOURCES=(kernels/pool.cu kernels/pool_state.cuh kernels/extend_block.cuh kernels/digest.cuh kernels/rows.cuh kernels/req_table.cuh kernels/reservation.cuh)
+# Every header beside pool.cu (a listed subset left decode_block.cuh and extend_few.cuh out
+# of the stamp, so that only the rebuild would have caught a stale fatbin after them).
+LC_ALL=C  # the glob's order, as the stamp lists it
+SOURCES=(kernels/pool.cu kernels/*.cuh)
 OUT=kernels/pool.fatbin
 STAMP=kernels/pool.fatbin.sha256
 

@@ -34,9 +34,11 @@ pub(crate) struct Typed {
     pub decode: [CUfunction; DECODE_THREADS.len()],
     pub decode_rows: [CUfunction; DECODE_THREADS.len()],
     /// Frees whose page count the host knows: page ids and token-pool slots
-    /// (`kvp_free_known_*`), segments of a paged pool (`kvp_free_segment_*`).
+    /// (`kvp_free_known_*`), segments of a paged pool (`kvp_free_segment_*`; at two blocks
+    /// an SM, for grids larger than one wave of one a SM: `kvp_free_segment_wide_*`).
     pub free_known: CUfunction,
     pub free_segment: CUfunction,
+    pub free_segment_wide: CUfunction,
     pub free_slots_paged: CUfunction,
     /// The first kernel of a large paged free by index: claims and counts the claimed pages
     /// per chunk of the page map (then [`Kernels::release_claimed`]).
@@ -180,6 +182,7 @@ impl Typed {
             decode_rows: decode("_rows")?,
             free_known: typed("free_known")?,
             free_segment: typed("free_segment")?,
+            free_segment_wide: typed("free_segment_wide")?,
             free_slots_paged: typed("free_slots_paged")?,
             claim_slots_paged: typed("claim_slots_paged")?,
             rewind: typed("rewind")?,

@@ -1392,12 +1392,14 @@ impl DevicePool {
     /// `mode` (`FREE_*`): a segment's own kernel with a group of lanes a page, else a thread a
     /// page. Both kernels take the same parameters (the segment kernel ignores `mode`).
     pub(super) fn free_known_launch(&self, mode: u32, pages: u64) -> (CUfunction, u32) {
-        let function = if mode == FREE_SEGMENT {
-            self.kernels.typed.free_segment
-        } else {
-            self.kernels.typed.free_known
+        let grid = known_grid(mode, pages, self.layout.page_size);
+        let typed = &self.kernels.typed;
+        let function = match mode {
+            FREE_SEGMENT if segment_grid_is_wide(grid) => typed.free_segment_wide,
+            FREE_SEGMENT => typed.free_segment,
+            _ => typed.free_known,
         };
-        (function, known_grid(mode, pages, self.layout.page_size))
+        (function, grid)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1748,6 +1750,15 @@ fn known_grid(mode: u32, pages: u64, page_size: u32) -> u32 {
     free_grid(pages * u64::from(threads_per_page))
 }
 
+/// Whether a segment free of `grid` blocks runs `kvp_free_segment_wide_*` (two blocks an
+/// SM, a few registers spilled) rather than `kvp_free_segment_*` (one block an SM): when the
+/// grid is more than one block for each SM of an H100/H200, which at one block an SM would
+/// run in two waves (run s12-1: the wide kernel took 0.88x the time at 264 blocks, 1.07-1.11x
+/// at 1-128 blocks).
+fn segment_grid_is_wide(grid: u32) -> bool {
+    u64::from(grid) > TARGET_BLOCKS / 2
+}
+
 /// Slots a lane of `kvp_free_segment_*` checks per step (`kvp::SEGMENT_RUN`).
 const SEGMENT_RUN: u32 = 4;
 
@@ -1819,6 +1830,19 @@ mod tests {
         assert_eq!(known_grid(FREE_SEGMENT, 2048, 64), 32);
         assert_eq!(known_grid(FREE_SEGMENT, 1 << 20, 16), TARGET_BLOCKS as u32);
         assert_eq!(known_grid(FREE_SLOTS, 4096, 1), 4);
+    }
+
+    #[test]
+    fn segment_frees_of_more_than_one_wave_take_the_wide_kernel() {
+        // 1,024 requests of 512 tokens at page 16: 128 blocks, one wave at one block an SM.
+        let pages = 1024 * 512 / 16;
+        assert_eq!(known_grid(FREE_SEGMENT, pages, 16), 128);
+        assert!(!segment_grid_is_wide(128));
+        assert!(!segment_grid_is_wide(132));
+        assert!(segment_grid_is_wide(133));
+        // 4,096 such requests: the full grid.
+        let grid = known_grid(FREE_SEGMENT, 4 * pages, 16);
+        assert!(segment_grid_is_wide(grid), "{grid} blocks");
     }
 
     /// Refused before any CUDA call, so this runs without a GPU.
