@@ -273,14 +273,15 @@ mod tests {
             "kvp_decode_32_i64",
             "kvp_decode_1024_rows_i32",
             "kvp_page_table",
+            "kvp_free_segment_wide_i64",
         ] {
             assert!(asked.iter().any(|n| n == name), "{name} was not asked for");
         }
-        // Per index type: 22 typed entry points, 2 x DECODE_THREADS decode kernels,
+        // Per index type: 23 typed entry points, 2 x DECODE_THREADS decode kernels,
         // FEW_THREADS one-block extend_few kernels, and the 11 others.
         assert_eq!(
             asked.len(),
-            2 * (22 + 2 * DECODE_THREADS.len() + FEW_THREADS.len() + 11)
+            2 * (23 + 2 * DECODE_THREADS.len() + FEW_THREADS.len() + 11)
         );
     }
 }
