@@ -40,7 +40,8 @@ build_revision() {
 
 scripts/build-kernels.sh --verify
 cargo build --release --lib --example demo
-rm -rf gpu-artifacts/bin gpu-artifacts/lib
+# Variants and a before-build of an earlier pack would travel with this one: gone.
+rm -rf gpu-artifacts/bin gpu-artifacts/lib gpu-artifacts/var gpu-artifacts/before
 mkdir -p gpu-artifacts/bin gpu-artifacts/lib
 cp target/release/libkvpool.so gpu-artifacts/lib/
 # Programs linked with -lkvpool record the SONAME; a copy, since links may not travel.
