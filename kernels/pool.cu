@@ -1372,7 +1372,7 @@ using namespace kvp;
   }                                                                                               \
   /* The same at two blocks an SM (32 registers, a few spilled), for grids of more blocks than    \
      an SM count: at one block an SM such a grid ran in two waves (run s12-1: 0.88x the time at   \
-     4,096 requests, but 1.07-1.11x below 132 blocks, where one wave holds the grid anyway). */   \
+     4,096 requests, but 1.05-1.11x below 132 blocks, where one wave holds the grid anyway). */   \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK, 2) kvp_free_segment_wide_##SUFFIX(     \
       View v, Call call, const INDEX *src, uint32_t mode, unsigned long long len,                 \
       unsigned long long start, uint32_t count) {                                                 \
