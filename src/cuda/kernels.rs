@@ -34,8 +34,8 @@ pub(crate) struct Typed {
     pub decode: [CUfunction; DECODE_THREADS.len()],
     pub decode_rows: [CUfunction; DECODE_THREADS.len()],
     /// Frees whose page count the host knows: page ids and token-pool slots
-    /// (`kvp_free_known_*`), segments of a paged pool (`kvp_free_segment_*`; at two blocks
-    /// an SM, for grids larger than one wave of one a SM: `kvp_free_segment_wide_*`).
+    /// (`kvp_free_known_*`), segments of a paged pool (`kvp_free_segment_*`; grids of more
+    /// blocks than one wave holds at one block an SM: `kvp_free_segment_wide_*`, two an SM).
     pub free_known: CUfunction,
     pub free_segment: CUfunction,
     pub free_segment_wide: CUfunction,

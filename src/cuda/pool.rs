@@ -1752,7 +1752,7 @@ fn known_grid(mode: u32, pages: u64, page_size: u32) -> u32 {
 
 /// Whether a segment free of `grid` blocks runs `kvp_free_segment_wide_*` (two blocks an
 /// SM, a few registers spilled) rather than `kvp_free_segment_*` (one block an SM): when the
-/// grid is more than one block for each SM of an H100/H200, which at one block an SM would
+/// grid has more blocks than an H200 (or H100 SXM) has SMs, 132, which at one block an SM would
 /// run in two waves (run s12-1: the wide kernel took 0.88x the time at 264 blocks, 1.05-1.11x
 /// at 1-128 blocks).
 fn segment_grid_is_wide(grid: u32) -> bool {
