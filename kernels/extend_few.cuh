@@ -136,13 +136,8 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   const bool dead = h->fault != 0;
   const bool short_ = !dead && c.free_len < total_pages;
   const bool tracked = v.page_size > 1;
-  // GRID: this block's tokens, [t_begin, t_end) of the plan. (One block: all of them.)
-  unsigned long long t_begin = 0, t_end = total_tokens;
-  if constexpr (GRID) {
-    const unsigned long long span = div_slow(total_tokens + gridDim.x - 1, gridDim.x);
-    t_begin = min((unsigned long long)blockIdx.x * span, total_tokens);
-    t_end = min(t_begin + span, total_tokens);
-  }
+  const TokenRange block_range = block_tokens<GRID>(total_tokens);
+  const unsigned long long t_begin = block_range.begin, t_end = block_range.end;
 
   // Round trip 1, in every warp (lane i, request i): every load unconditional, a lane past
   // the batch reading the last request again.

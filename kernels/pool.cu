@@ -791,6 +791,20 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   }
 }
 
+// The tokens [begin, end) of a plan of `total` tokens that this block writes: all of them
+// for one block, an even share of them for a grid of blocks that each decide the whole call
+// (GRID: extend_block.cuh's kvp_extend_blocks_*, extend_few.cuh's kvp_extend_few_blocks_*).
+struct TokenRange {
+  unsigned long long begin, end;
+};
+template <bool GRID>
+__device__ __forceinline__ TokenRange block_tokens(unsigned long long total) {
+  if constexpr (!GRID) return {0, total};
+  const unsigned long long span = div_slow(total + gridDim.x - 1, gridDim.x);
+  const unsigned long long begin = min((unsigned long long)blockIdx.x * span, total);
+  return {begin, min(begin + span, total)};
+}
+
 }  // namespace kvp
 
 #include "req_table.cuh"
