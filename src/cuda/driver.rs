@@ -135,6 +135,25 @@ impl PrimaryContext {
         Ok(context)
     }
 
+    /// The device's streaming multiprocessors (how many blocks of a kernel at one block an SM
+    /// run in one wave).
+    pub fn multiprocessors(&self) -> Result<u32, PoolError> {
+        let mut count = 0;
+        // SAFETY: `self.device` is a valid device handle; valid out-pointer.
+        check(
+            unsafe {
+                sys::cuDeviceGetAttribute(
+                    &mut count,
+                    sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                    self.device,
+                )
+            },
+            "cuDeviceGetAttribute",
+        )?;
+        // A device reports at least one; 1 keeps the arithmetic defined if one did not.
+        Ok(u32::try_from(count).unwrap_or(0).max(1))
+    }
+
     /// Makes the context current on the calling thread (a no-op when it already is).
     pub fn bind(&self) -> Result<(), PoolError> {
         let mut current = std::ptr::null_mut();

@@ -270,6 +270,8 @@ pub struct DevicePool {
     recovered_at: u32,
     /// The fault most recently reported by [`check_device`](Self::check_device).
     reported_fault: u64,
+    /// The device's SMs: a segment free of more blocks runs its two-blocks-an-SM kernel.
+    multiprocessors: u32,
     context: Arc<PrimaryContext>,
 }
 
@@ -306,6 +308,7 @@ impl DevicePool {
         // (in their own contexts, maybe of other devices: so before binding this one).
         reap_ready();
         let context = Arc::new(PrimaryContext::retain(ordinal)?);
+        let multiprocessors = context.multiprocessors()?;
         let last_use = Arc::new(LastUse::new()?);
         let kernels = Kernels::load(config.index_type)?;
         let arrays = Arrays::new(layout.num_pages, layout.kv_rows());
@@ -365,6 +368,7 @@ impl DevicePool {
             stats: PoolStats::default(),
             recovered_at: 0,
             reported_fault: 0,
+            multiprocessors,
             context,
         };
         if let Some(flags) = debug_from_env() {
@@ -1395,7 +1399,9 @@ impl DevicePool {
         let grid = known_grid(mode, pages, self.layout.page_size);
         let typed = &self.kernels.typed;
         let function = match mode {
-            FREE_SEGMENT if segment_grid_is_wide(grid) => typed.free_segment_wide,
+            FREE_SEGMENT if segment_grid_is_wide(grid, self.multiprocessors) => {
+                typed.free_segment_wide
+            }
             FREE_SEGMENT => typed.free_segment,
             _ => typed.free_known,
         };
@@ -1752,11 +1758,11 @@ fn known_grid(mode: u32, pages: u64, page_size: u32) -> u32 {
 
 /// Whether a segment free of `grid` blocks runs `kvp_free_segment_wide_*` (two blocks an
 /// SM, a few registers spilled) rather than `kvp_free_segment_*` (one block an SM): when the
-/// grid has more blocks than an H200 (or H100 SXM) has SMs, 132, which at one block an SM would
-/// run in two waves (run s12-1: the wide kernel took 0.88x the time at 264 blocks, 1.05-1.11x
-/// at 1-128 blocks).
-fn segment_grid_is_wide(grid: u32) -> bool {
-    u64::from(grid) > TARGET_BLOCKS / 2
+/// grid has more blocks than the device has SMs, which at one block an SM would run in two
+/// waves (H200, 132 SMs, run s12-1: the wide kernel took 0.88x the time at 264 blocks,
+/// 1.05-1.11x at 1-128 blocks).
+fn segment_grid_is_wide(grid: u32, multiprocessors: u32) -> bool {
+    grid > multiprocessors
 }
 
 /// Slots a lane of `kvp_free_segment_*` checks per step (`kvp::SEGMENT_RUN`).
@@ -1835,14 +1841,16 @@ mod tests {
     #[test]
     fn segment_frees_of_more_than_one_wave_take_the_wide_kernel() {
         // 1,024 requests of 512 tokens at page 16: 128 blocks, one wave at one block an SM.
+        // On an H200 (132 SMs) that is the narrow kernel; on a GPU of 108 SMs the wide one.
         let pages = 1024 * 512 / 16;
         assert_eq!(known_grid(FREE_SEGMENT, pages, 16), 128);
-        assert!(!segment_grid_is_wide(128));
-        assert!(!segment_grid_is_wide(132));
-        assert!(segment_grid_is_wide(133));
+        assert!(!segment_grid_is_wide(128, 132));
+        assert!(!segment_grid_is_wide(132, 132));
+        assert!(segment_grid_is_wide(133, 132));
+        assert!(segment_grid_is_wide(128, 108));
         // 4,096 such requests: the full grid.
         let grid = known_grid(FREE_SEGMENT, 4 * pages, 16);
-        assert!(segment_grid_is_wide(grid), "{grid} blocks");
+        assert!(segment_grid_is_wide(grid, 132), "{grid} blocks");
     }
 
     /// Refused before any CUDA call, so this runs without a GPU.
