@@ -31,7 +31,11 @@ Kinds of host input: list, array.array ('q'), memoryview (of an array), numpy (i
 numpy is installed), torch (CPU int64 tensor, if torch is installed). Rows "ctypes" call
 ``lib.fast.kvp_*`` with every argument prebuilt (ints): the floor of any ctypes binding.
 Rows "(prepared)" make the same call through ``Pool.prepare_*`` (the buffers prepared once,
-before the timed loop; then ``prepared(bs[, extend_num_tokens])``).
+before the timed loop; then ``prepared(bs[, extend_num_tokens])``). The plain rows of
+buffer kinds (array, memoryview, numpy) go through the library's Python entry points
+(``lib.python``, src/ffi/python.rs) where the package has them; rows "(general path)" time
+the same call with those turned off (``lib.python = None``): the package's pure-Python
+conversion, what the plain rows measured before.
 Every Python result is compared with the C loop's output of the same call.
 """
 
@@ -240,6 +244,22 @@ class Bench:
                 cell.ctypes += ctypes_run(warmup, reps)[0]
         return cell, result
 
+    def has_native(self, kind):
+        """Whether the package calls the library's Python entry points (``lib.python``) for
+        host arrays of ``kind``: then a "(general path)" row times the same call without
+        them."""
+        return kind not in ("list", "torch") and getattr(self.lib, "python", None) is not None
+
+    def general(self, py_run):
+        """``py_run`` with ``lib.python`` off: the package's general (pure Python) path."""
+        def run(warmup, reps):
+            native, self.lib.python = self.lib.python, None
+            try:
+                return py_run(warmup, reps)
+            finally:
+                self.lib.python = native
+        return run
+
     def row(self, op, bs, kind, cell, note=""):
         c, py = med_us(cell.c), med_us(cell.py)
         self.rows.append(dict(op=op, bs=bs, kind=kind, c=c, py=py, delta=py - c,
@@ -302,6 +322,10 @@ class Bench:
                 if kind == args.kinds[0]:
                     self.row("alloc_extend", bs, "ctypes (prebuilt ints)",
                              _ctypes_cell(cell))
+                if self.has_native(kind):
+                    cell, result = self.measure(c_run, self.general(py_run))
+                    self.check("alloc_extend", bs, kind, result, c_out)
+                    self.row("alloc_extend", bs, kind + " (general path)", cell)
                 if kind != "list" and hasattr(pool, "prepare_alloc_extend"):
                     prepared = pool.prepare_alloc_extend(prefix, seq, last, out)
 
@@ -366,6 +390,10 @@ class Bench:
                 self.row("alloc_decode", bs, kind, cell)
                 if kind == args.kinds[0]:
                     self.row("alloc_decode", bs, "ctypes (prebuilt ints)", _ctypes_cell(cell))
+                if self.has_native(kind):
+                    cell, result = self.measure(c_run, self.general(py_run))
+                    self.check("alloc_decode", bs, kind, result, d_out)
+                    self.row("alloc_decode", bs, kind + " (general path)", cell)
                 if kind != "list" and hasattr(pool, "prepare_alloc_decode"):
                     prepared = pool.prepare_alloc_decode(seq, last, out)
 

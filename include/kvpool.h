@@ -129,6 +129,14 @@
 #define KVP_DIGEST_VERSION 1
 
 /**
+ * What a `kvp_python_pool_*` call returns when it did not call the pool (an array that is
+ * not a 1-D C-contiguous buffer of the call's element type, a read-only `out`, lengths that
+ * disagree, a handle that is not a host pool): nothing changed, and the Python package
+ * takes its general path. Any other value is the pool call's `kvp_status`.
+ */
+#define KVP_PYTHON_FALLBACK -1
+
+/**
  * Major version of the kvpool this header belongs to.
  */
 #define KVP_VERSION_MAJOR 0
@@ -2350,6 +2358,79 @@ KVP_NODISCARD enum kvp_status kvp_pool_merge_and_sort_free(struct kvp_pool *pool
  * `pool` must be a live pool or NULL.
  */
 KVP_NODISCARD enum kvp_status kvp_pool_clear(struct kvp_pool *pool);
+
+/**
+ * The Python package's entry points (`python/kvpool` loads them through `ctypes.PyDLL`;
+ * C and C++ callers have no use for them): the hot host-pool calls with their arrays given
+ * as `PyObject *`, whose memory the library finds through CPython's buffer protocol.
+ *
+ * Gives the entry points below the addresses of CPython's `PyObject_GetBuffer`,
+ * `PyBuffer_Release`, `PyEval_SaveThread`, `PyEval_RestoreThread` and `PyErr_Clear`, in
+ * that order (the package passes `ctypes.pythonapi`'s). The first call sets them for the
+ * process; a later call with the same functions is a no-op.
+ *
+ * # Errors
+ * `KVP_STATUS_NULL_ARGUMENT` if one is NULL; `KVP_STATUS_INVALID_STATE` if an earlier call
+ * gave other functions (a second Python runtime in the process).
+ *
+ * # Safety
+ * Each argument is NULL or the address of the CPython function it is named for.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_python_init(const void *get_buffer,
+                                const void *release_buffer,
+                                const void *save_thread,
+                                const void *restore_thread,
+                                const void *clear_error);
+
+/**
+ * `kvp_pool_alloc_extend` on Python objects: `prefix_lens`, `seq_lens` (int64) and
+ * `last_loc` (the pool's index type) of one length, the batch size; `out` a writable buffer
+ * of the pool's index type, `out_len` its length. Returns the call's `kvp_status`, or
+ * `KVP_PYTHON_FALLBACK` having called nothing. The GIL is released for the pool call.
+ *
+ * # Safety
+ * Called with the GIL held (`ctypes.PyDLL`), after `kvp_python_init`; each object is a live
+ * `PyObject *` (or NULL: falls back).
+ */
+KVP_NODISCARD
+int32_t kvp_python_pool_alloc_extend(struct kvp_pool *pool,
+                                     void *prefix_lens,
+                                     void *seq_lens,
+                                     void *last_loc,
+                                     size_t extend_num_tokens,
+                                     void *out);
+
+/**
+ * `kvp_pool_alloc_decode` on Python objects: `seq_lens` (int64) and `last_loc` of one
+ * length, `out` writable (see `kvp_python_pool_alloc_extend`).
+ *
+ * # Safety
+ * As `kvp_python_pool_alloc_extend`.
+ */
+KVP_NODISCARD
+int32_t kvp_python_pool_alloc_decode(struct kvp_pool *pool,
+                                     void *seq_lens,
+                                     void *last_loc,
+                                     void *out);
+
+/**
+ * `kvp_pool_alloc` into a Python object: `out` writable, of the pool's index type (see
+ * `kvp_python_pool_alloc_extend`).
+ *
+ * # Safety
+ * As `kvp_python_pool_alloc_extend`.
+ */
+KVP_NODISCARD int32_t kvp_python_pool_alloc(struct kvp_pool *pool, size_t num_tokens, void *out);
+
+/**
+ * `kvp_pool_free_indices` of a Python object of the pool's index type (see
+ * `kvp_python_pool_alloc_extend`).
+ *
+ * # Safety
+ * As `kvp_python_pool_alloc_extend`.
+ */
+KVP_NODISCARD int32_t kvp_python_pool_free_indices(struct kvp_pool *pool, void *indices);
 
 /**
  * Reserves `steps` decode steps of a batch on a host pool and writes the new reservation

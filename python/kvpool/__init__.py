@@ -68,7 +68,12 @@ extend_num_tokens)``) costs little more than the ctypes call (see ``_prepared.py
 
 The hot methods call ``lib.fast.kvp_*``: the same functions with every pointer parameter
 declared ``void *``, so that addresses go in as plain ints (ctypes converts an int argument
-fastest; a typed pointer argument costs ~1 us more to build).
+fastest; a typed pointer argument costs ~1 us more to build). Given buffers for every
+array and ``out`` (numpy arrays, array.array, memoryviews), ``alloc_extend``,
+``alloc_decode``, ``alloc`` and ``free_indices`` call ``lib.python.kvp_python_pool_*``
+instead, which take the arrays as Python objects and read their buffers in the library
+(tens of nanoseconds an array, against 0.5-0.9 us here; see ``_native.py``); anything
+else, or ``KVPOOL_PYTHON_NATIVE=0``, takes the path above.
 
 Device pools (``Pool(size, page_size=16, backend="cuda", device=0)``; the library uses the
 device's primary context, the one PyTorch uses) keep their state in device memory and are
@@ -120,7 +125,7 @@ import sys
 import threading
 import types
 
-from . import _buffers, _prepared
+from . import _buffers, _native, _prepared
 
 __all__ = [
     "ABI_VERSION",
@@ -695,6 +700,16 @@ SIGNATURES = {
     "kvp_pool_free_group_end": (_status, [_handle]),
     "kvp_pool_merge_and_sort_free": (_status, [_handle]),
     "kvp_pool_clear": (_status, [_handle]),
+    # The package's own entry points: called through ``lib.python`` (_native.py, a PyDLL:
+    # with the GIL held), never through these CDLL objects.
+    "kvp_python_init": (_status, [ctypes.c_void_p] * 5),
+    "kvp_python_pool_alloc_extend": (ctypes.c_int32, [_handle, ctypes.c_void_p, ctypes.c_void_p,
+                                                    ctypes.c_void_p, ctypes.c_size_t,
+                                                    ctypes.c_void_p]),
+    "kvp_python_pool_alloc_decode": (ctypes.c_int32, [_handle, ctypes.c_void_p, ctypes.c_void_p,
+                                                    ctypes.c_void_p]),
+    "kvp_python_pool_alloc": (ctypes.c_int32, [_handle, ctypes.c_size_t, ctypes.c_void_p]),
+    "kvp_python_pool_free_indices": (ctypes.c_int32, [_handle, ctypes.c_void_p]),
     "kvp_pool_backup_state": (_status, [_handle, ctypes.POINTER(_handle)]),
     "kvp_pool_restore_state": (_status, [_handle, _handle]),
     "kvp_snapshot_free": (None, [_handle]),
@@ -1005,6 +1020,9 @@ class Library:
             fast.argtypes = [_address_type(t) for t in argtypes]
             setattr(self.fast, name, fast)
         self._fast_loaded = dict(vars(self.fast))
+        # ``lib.python.kvp_python_pool_*`` (None where unavailable or turned off): the hot
+        # calls on buffers, which the library reads through the buffer protocol.
+        self.python = _native.load(path)
         if self.kvp_abi_version() != ABI_VERSION:
             raise RuntimeError(f"{path} has ABI version {self.kvp_abi_version()}; this binding "
                                f"is for ABI version {ABI_VERSION}")
@@ -1266,6 +1284,10 @@ _device_pointer = _buffers.device_pointer
 # arrays). A given ``out`` likewise (``_buffers.given_out`` inlined): its kind is looked up
 # after the conversion, which has by then remembered the handler of its type.
 _HOST = _buffers.HANDLERS
+# Handlers of buffer types: given one for ``out`` (and ``lib.python`` loaded), a hot call
+# tries ``lib.python`` first (a torch ``out`` goes straight to the path above).
+_BUFFER_HANDLERS = _buffers.BUFFER_HANDLERS
+_FALLBACK = _native.FALLBACK
 
 
 def _optional_size(value, what):
@@ -1439,6 +1461,13 @@ class Pool(_Owner):
     def alloc(self, num_tokens, out_len=None, out=None):
         if type(num_tokens) is not int or not 0 <= num_tokens <= _SIZE_MAX:
             num_tokens = _size(num_tokens, "num_tokens")
+        if out_len is None and out is not None and _HOST[type(out)] in _BUFFER_HANDLERS:
+            native = self._lib.python
+            if native is not None:
+                status = native.kvp_python_pool_alloc(self._handle or self.handle, num_tokens,
+                                                      out)
+                if status != _FALLBACK:
+                    return self._native_result(status, out, num_tokens)
         if out_len is not None:
             out_len = _size(out_len, "out_len")
         if out is None:
@@ -1459,6 +1488,15 @@ class Pool(_Owner):
                      out_len=None, out=None):
         """SGLang's ``alloc_extend``. ``extend_num_tokens`` defaults to ``sum(seq_lens) -
         sum(prefix_lens)`` (O(n): pass it, as SGLang has it, to skip the sums)."""
+        if (out_len is None and out is not None and type(extend_num_tokens) is int
+                and _HOST[type(out)] in _BUFFER_HANDLERS and 0 <= extend_num_tokens <= _SIZE_MAX):
+            native = self._lib.python
+            if native is not None:
+                status = native.kvp_python_pool_alloc_extend(
+                    self._handle or self.handle, prefix_lens, seq_lens, last_loc,
+                    extend_num_tokens, out)
+                if status != _FALLBACK:
+                    return self._native_result(status, out, extend_num_tokens)
         index = self._index
         prefix_p, batch, prefix_keep = _HOST[type(prefix_lens)](prefix_lens, _INT64,
                                                                 "prefix_lens", False)
@@ -1489,6 +1527,13 @@ class Pool(_Owner):
         return _result(out, kind, extend_num_tokens, length)
 
     def alloc_decode(self, seq_lens, last_loc, out_len=None, out=None):
+        if out_len is None and out is not None and _HOST[type(out)] in _BUFFER_HANDLERS:
+            native = self._lib.python
+            if native is not None:
+                status = native.kvp_python_pool_alloc_decode(self._handle or self.handle,
+                                                             seq_lens, last_loc, out)
+                if status != _FALLBACK:
+                    return self._native_result(status, out, len(seq_lens))
         index = self._index
         seq_p, batch, seq_keep = _HOST[type(seq_lens)](seq_lens, _INT64, "seq_lens", False)
         last_p, last_n, last_keep = _HOST[type(last_loc)](last_loc, index, "last_loc", False)
@@ -1510,6 +1555,16 @@ class Pool(_Owner):
         if length == batch and kind != _LIST:
             return out
         return _result(out, kind, batch, length)
+
+    def _native_result(self, status, out, k):
+        """What a hot call made through ``lib.python`` returns: ``out`` when exactly filled,
+        else its first ``k`` elements (as ``_result``); raises on a failed status."""
+        if status:
+            self._lib.check(status)
+        length = len(out)
+        if length == k:
+            return out
+        return _result(out, _KINDS.get(_HOST[type(out)], _ARRAY), k, length)
 
     # ---- prepared calls: the buffers checked once (see _prepared.py) ----
 
@@ -1682,6 +1737,15 @@ class Pool(_Owner):
         del keep  # the call has returned
 
     def free_indices(self, indices):
+        if _HOST[type(indices)] in _BUFFER_HANDLERS:
+            native = self._lib.python
+            if native is not None:
+                status = native.kvp_python_pool_free_indices(self._handle or self.handle,
+                                                             indices)
+                if status != _FALLBACK:
+                    if status:
+                        self._lib.check(status)
+                    return
         # _free inlined: SGLang frees on every step
         address, n, keep = _HOST[type(indices)](indices, self._index, "indices", False)
         status = self._lib.fast.kvp_pool_free_indices(self._handle or self.handle, address, n)

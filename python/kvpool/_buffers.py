@@ -17,6 +17,11 @@ each costs:
   C type; only then is the sequence walked in Python, to name the element in the
   ``OverflowError`` (or ``TypeError`` for a non-integer).
 
+Given buffers for every array and ``out``, the hot calls (``alloc_extend``, ``alloc_decode``,
+``alloc``, ``free_indices``) skip this module: the library reads the buffers itself
+(``_native.py``), for tens of nanoseconds an array instead of 0.5-0.9 us, and reads a
+read-only input in place. What it does not take falls back to the conversion here.
+
 The elements of a buffer or tensor are not looked at here: the library checks every length
 and index it is given (the lengths are signed, so a negative one is refused by the library,
 not read as a huge unsigned number).
@@ -342,6 +347,9 @@ def total(values, keep):
 
 
 # ---- outputs --------------------------------------------------------------------------------
+
+# The handlers of buffer-protocol types (what the library's Python entry points can read).
+BUFFER_HANDLERS = frozenset({_from_array, _from_memoryview, _from_ndarray, _from_buffer_object})
 
 LIST, ARRAY, NUMPY, TORCH = range(4)
 _KINDS = {_from_tensor: TORCH, _from_ndarray: NUMPY, _from_sequence: LIST}

@@ -2509,6 +2509,266 @@ class TestHostArrayKinds(KvpTestCase):
                     self.assertIs(plain, ctypes.c_void_p if pointer else typed)
 
 
+class TestHostArrayKindsGeneralPath(TestHostArrayKinds):
+    """TestHostArrayKinds with the library's Python entry points off (``lib.python =
+    None``): the package's general path converts every buffer itself."""
+
+    def setUp(self):
+        self.assertIsNotNone(LIB.python, "the library's Python entry points did not load")
+        native, LIB.python = LIB.python, None
+        self.addCleanup(setattr, LIB, "python", native)
+
+
+def spy_native(test):
+    """Wraps ``LIB.python``'s entry points for the rest of `test`; returns the list of
+    (name, status) of every call."""
+    calls = []
+    for name in kvp._native.SIGNATURES:
+        original = getattr(LIB.python, name)
+
+        def wrapper(*args, _name=name, _original=original):
+            status = _original(*args)
+            calls.append((_name, status))
+            return status
+
+        setattr(LIB.python, name, wrapper)
+        test.addCleanup(setattr, LIB.python, name, original)
+    return calls
+
+
+class TestNativeCalls(KvpTestCase):
+    """The hot calls on buffers go through the library's Python entry points
+    (src/ffi/python.rs), which read the buffers themselves; anything they do not take falls
+    back, having changed nothing, to the general path, which gives the same results and
+    errors."""
+
+    FALLBACK = kvp._native.FALLBACK
+
+    def setUp(self):
+        self.assertIsNotNone(LIB.python, "the library's Python entry points did not load")
+
+    def buffer_kinds(self):
+        kinds = {"array": lambda values, code: array.array(code, values),
+                 "memoryview": lambda values, code: memoryview(array.array(code, values))}
+        if numpy is not None:
+            kinds["numpy"] = lambda values, code: numpy.array(
+                values, dtype=numpy.int64 if code == "q" else numpy.int32)
+        return kinds
+
+    def test_buffers_take_the_native_path(self):
+        for index_type, code in ((kvp.INDEX_TYPE_I64, "q"), (kvp.INDEX_TYPE_I32, "i")):
+            for kind, make in self.buffer_kinds().items():
+                with self.subTest(kind=kind, index_type=index_type):
+                    pool = self.pool(64, 4, index_type=index_type)
+                    calls = spy_native(self)
+                    out = make([-1] * 6, code)
+                    got = pool.alloc_extend(make([0, 0], "q"), make([2, 3], "q"),
+                                            make([-1, -1], code), 5, out=out)
+                    self.assertEqual(as_list(got), [4, 5, 8, 9, 10])
+                    self.assertEqual(as_list(out), [4, 5, 8, 9, 10, -1])
+                    dec = make([0, 0], code)
+                    self.assertIs(pool.alloc_decode(make([3, 4], "q"), make([5, 10], code),
+                                                    out=dec), dec)
+                    self.assertEqual(as_list(dec), [6, 11])
+                    page = make([0] * 4, code)
+                    self.assertIs(pool.alloc(4, out=page), page)
+                    self.assertEqual(as_list(page), [12, 13, 14, 15])
+                    pool.free_indices(make([12, 13, 14, 15], code))
+                    self.assertEqual(pool.available_size(), 64 - 8)
+                    self.assertEqual([name for name, _ in calls],
+                                     ["kvp_python_pool_alloc_extend",
+                                      "kvp_python_pool_alloc_decode", "kvp_python_pool_alloc",
+                                      "kvp_python_pool_free_indices"])
+                    self.assertEqual([status for _, status in calls], [0, 0, 0, 0])
+
+    def test_failed_calls_raise_as_the_general_path_does(self):
+        q = lambda values: array.array("q", values)  # noqa: E731
+        pool = self.pool(64, 4)
+        calls = spy_native(self)
+        self.assertKvpError("BUFFER_TOO_SMALL", pool.alloc_extend, q([0]), q([3]), q([-1]), 3,
+                            out=q([0, 0]))
+        self.assertKvpError("INVALID_LENGTHS", pool.alloc_extend, q([0]), q([3]), q([-1]), 4,
+                            out=q([0] * 4))
+        self.assertKvpError("OUT_OF_SLOTS", pool.alloc, 128, out=q([0] * 128))
+        self.assertKvpError("INDEX_OUT_OF_RANGE", pool.free_indices, q([-5]))
+        self.assertKvpError("NOT_ALLOCATED", pool.alloc_decode, q([2]), q([4]), out=q([0]))
+        self.assertEqual([status for _, status in calls],
+                         [kvp.STATUS[name] for name in ("BUFFER_TOO_SMALL", "INVALID_LENGTHS",
+                                                        "OUT_OF_SLOTS", "INDEX_OUT_OF_RANGE",
+                                                        "NOT_ALLOCATED")])
+        self.assertEqual(pool.available_size(), 64)
+
+    def test_what_the_entry_points_do_not_take_falls_back_unchanged(self):
+        q = lambda values: array.array("q", values)  # noqa: E731
+        pool = self.pool(64, 4)
+        pool32 = self.pool(64, 4, index_type=kvp.INDEX_TYPE_I32)
+        native = LIB.python
+        read_only = memoryview(bytes(16)).cast("q")
+        cases = [
+            # (pool, entry point, arguments after the handle)
+            (pool, "kvp_python_pool_free_indices", ([4],)),
+            (pool, "kvp_python_pool_free_indices", ((4,),)),
+            (pool, "kvp_python_pool_free_indices", (b"\x04\x00\x00\x00\x00\x00\x00\x00",)),
+            (pool, "kvp_python_pool_free_indices", (bytearray(8),)),
+            (pool, "kvp_python_pool_free_indices", (array.array("Q", [4]),)),
+            (pool, "kvp_python_pool_free_indices", (array.array("d", [4]),)),
+            (pool, "kvp_python_pool_free_indices", (array.array("i", [4]),)),
+            (pool32, "kvp_python_pool_free_indices", (q([4]),)),
+            (pool, "kvp_python_pool_free_indices", (memoryview(q([4, 0, 5]))[::2],)),
+            (pool, "kvp_python_pool_free_indices",
+             (memoryview(q([1, 2])).cast("B").cast("q", (1, 2)),)),
+            (pool, "kvp_python_pool_free_indices", (None,)),
+            (pool, "kvp_python_pool_free_indices", (4,)),
+            (pool, "kvp_python_pool_alloc", (4, read_only)),
+            (pool, "kvp_python_pool_alloc", (4, array.array("d", [0] * 4))),
+            (pool, "kvp_python_pool_alloc_decode", (q([5, 6]), q([4]), q([0, 0]))),
+            (pool, "kvp_python_pool_alloc_decode", (q([5]), q([4, 5]), q([0]))),
+            (pool, "kvp_python_pool_alloc_extend", (q([0]), q([2, 3]), q([-1]), 2, q([0] * 8))),
+            (pool, "kvp_python_pool_alloc_extend", (q([0]), q([2]), q([-1, -1]), 2, q([0] * 8))),
+            (pool, "kvp_python_pool_alloc_extend",
+             (q([0]), array.array("i", [2]), q([-1]), 2, q([0] * 8))),
+            (pool32, "kvp_python_pool_alloc_extend", (q([0]), q([2]), q([-1]), 2, q([0] * 8))),
+        ]
+        if numpy is not None:
+            frozen = numpy.zeros(4, numpy.int64)
+            frozen.flags.writeable = False
+            cases += [
+                (pool, "kvp_python_pool_free_indices", (numpy.array([4], numpy.uint64),)),
+                (pool, "kvp_python_pool_free_indices", (numpy.array([4], numpy.float64),)),
+                (pool, "kvp_python_pool_free_indices", (numpy.array([[4]]),)),
+                (pool, "kvp_python_pool_free_indices", (numpy.array(4),)),
+                (pool, "kvp_python_pool_free_indices", (numpy.array([4, 0, 5])[::2],)),
+                (pool, "kvp_python_pool_free_indices", (numpy.array([4], ">i8"),)),
+                (pool, "kvp_python_pool_alloc", (4, frozen)),
+            ]
+        if torch is not None:
+            cases.append((pool, "kvp_python_pool_free_indices", (torch.tensor([4]),)))
+        before = [p.stats().as_dict() for p in (pool, pool32)]
+        for target, name, args in cases:
+            with self.subTest(entry=name, args=repr(args)[:80]):
+                self.assertEqual(getattr(native, name)(target.handle, *args), self.FALLBACK)
+        self.assertEqual([p.stats().as_dict() for p in (pool, pool32)], before)
+        self.assertEqual((pool.available_size(), pool32.available_size()), (64, 64))
+
+    def test_a_handle_that_is_no_host_pool_falls_back(self):
+        pool = self.pool(64, 4)
+        self.assertEqual(LIB.python.kvp_python_pool_free_indices(None, array.array("q", [4])),
+                         self.FALLBACK)
+        # A handle of another kind is refused by with_pool's tag check: falls back too.
+        adder = self.adder(100)
+        self.assertEqual(LIB.python.kvp_python_pool_free_indices(
+            adder.handle, array.array("q", [4])), self.FALLBACK)
+        self.assertEqual(pool.available_size(), 64)
+
+    def test_read_only_inputs_are_read_in_place(self):
+        pool = self.pool(64, 4)
+        frozen = lambda values: memoryview(bytes(array.array("q", values))).cast("q")  # noqa: E731
+        out = array.array("q", [0] * 3)
+        status = LIB.python.kvp_python_pool_alloc_extend(
+            pool.handle, frozen([0]), frozen([3]), frozen([-1]), 3, out)
+        self.assertEqual(status, 0)
+        self.assertEqual(out.tolist(), [4, 5, 6])
+        self.assertEqual(LIB.python.kvp_python_pool_free_indices(pool.handle, frozen([4, 5, 6])),
+                         0)
+        self.assertEqual(pool.available_size(), 64)
+
+    def test_init_keeps_the_first_functions(self):
+        dll = ctypes.PyDLL(LIB.path)
+        init = dll.kvp_python_init
+        init.argtypes = [ctypes.c_void_p] * 5
+        init.restype = ctypes.c_int32
+        api = [ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
+               for name in kvp._native._API]
+        self.assertEqual(init(*api), 0)  # the same functions again: a no-op
+        self.assertEqual(init(*api[:4], None), kvp.STATUS["NULL_ARGUMENT"])
+        swapped = [api[1], api[0]] + api[2:]
+        self.assertEqual(init(*swapped), kvp.STATUS["INVALID_STATE"])
+        self.assertIn("other Python C-API functions", LIB.last_error_message())
+        # and the entry points still work
+        pool = self.pool(64, 4)
+        out = array.array("q", [0] * 4)
+        self.assertEqual(LIB.python.kvp_python_pool_alloc(pool.handle, 4, out), 0)
+        self.assertEqual(out.tolist(), [4, 5, 6, 7])
+
+    def test_random_calls_match_the_general_path(self):
+        """Two pools in lockstep, one through the entry points, one through the general path:
+        the same results, the same errors, the same stats, over random batches (some too long
+        for the pool, some with a too short out, some freeing twice)."""
+        rng = random.Random(20261202)
+        kinds = list(self.buffer_kinds().items())
+        for index_type, code in ((kvp.INDEX_TYPE_I64, "q"), (kvp.INDEX_TYPE_I32, "i")):
+            pools = [self.pool(512, 4, index_type=index_type) for _ in range(2)]
+            calls = spy_native(self)
+            live = []  # the slots of each request
+            for step in range(400):
+                kind, make = rng.choice(kinds)
+                op = rng.choice(("extend", "extend", "decode", "alloc", "free", "free"))
+                if op == "extend" or not live:
+                    bs = rng.randint(0, 4)
+                    prefix = [0] * bs
+                    seq = [rng.randint(1, 40) for _ in range(bs)]
+                    n = sum(seq)
+                    out_len = n if rng.random() < 0.9 else max(n - 1, 0)
+                    args = lambda: (make(prefix, "q"), make(seq, "q"), make([-1] * bs, code),  # noqa: E731
+                                    n)
+                    call = "alloc_extend"
+                elif op == "decode":
+                    picked = rng.sample(range(len(live)), rng.randint(1, min(4, len(live))))
+                    seq = [len(live[i]) + 1 for i in picked]
+                    last = [live[i][-1] for i in picked]
+                    out_len = len(picked)
+                    args = lambda: (make(seq, "q"), make(last, code))  # noqa: E731
+                    call = "alloc_decode"
+                elif op == "alloc":
+                    n = rng.choice((4, 8, 16))
+                    out_len = n
+                    args = lambda: (n,)  # noqa: E731
+                    call = "alloc"
+                else:
+                    taken = rng.sample(range(len(live)), rng.randint(1, min(3, len(live))))
+                    slots = [slot for i in taken for slot in live[i]]
+                    if rng.random() < 0.1:
+                        slots.append(slots[0])  # a double free: refused, nothing freed
+                    args = lambda: (make(slots, code),)  # noqa: E731
+                    call = "free_indices"
+                outcomes = []
+                for p, native in zip(pools, (LIB.python, None)):
+                    saved, LIB.python = LIB.python, native
+                    try:
+                        kwargs = {}
+                        if call != "free_indices":
+                            kwargs["out"] = make([-1] * out_len, code)
+                        got = getattr(p, call)(*args(), **kwargs)
+                        outcomes.append(("ok", None if got is None else as_list(got)))
+                    except kvp.KvpError as err:
+                        outcomes.append(("error", err.name, err.message))
+                    finally:
+                        LIB.python = saved
+                with self.subTest(step=step, call=call, kind=kind):
+                    self.assertEqual(outcomes[0], outcomes[1])
+                if outcomes[0][0] == "ok":
+                    if call == "alloc_extend":
+                        start = 0
+                        for length in seq:
+                            live.append(outcomes[0][1][start:start + length])
+                            start += length
+                    elif call == "alloc_decode":
+                        for j, i in enumerate(picked):
+                            live[i].append(outcomes[0][1][j])
+                    elif call == "free_indices":
+                        for i in sorted(set(taken), reverse=True):
+                            del live[i]
+                    elif call == "alloc":
+                        pools[0].free_indices(make(outcomes[0][1], code))
+                        pools[1].free_indices(make(outcomes[0][1], code))
+                self.assertEqual(pools[0].stats().as_dict(), pools[1].stats().as_dict())
+                self.assertEqual(pools[0].available_size(), pools[1].available_size())
+            statuses = [status for _, status in calls]
+            self.assertGreater(statuses.count(0), 100)
+            self.assertGreater(len([s for s in statuses if s > 0]), 5)
+            self.assertNotIn(self.FALLBACK, statuses)
+
+
 class TestDebugOptions(KvpTestCase):
     """kvp_pool_set_debug on a host pool (accepted, ignored), unknown flags, and the
     stream-ordered release count (the device behaviour: tests/cuda_contract.rs)."""
