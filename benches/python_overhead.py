@@ -539,6 +539,12 @@ class Bench:
                 if kind == kinds[0]:
                     self.row("alloc_extend_async", bs, "ctypes (prebuilt ints)",
                              _ctypes_cell(cell))
+                if self.has_native(kind):
+                    cell, result = self.measure(c_run, self.general(py_run))
+                    drain()
+                    self.check("alloc_extend_async", bs, kind, result, c_out_d)
+                    self.row("alloc_extend_async", bs, "host copies: " + kind +
+                             " (general path)", cell)
                 if kind != "list" and hasattr(pool, "prepare_alloc_extend_async"):
                     prepared = pool.prepare_alloc_extend_async(
                         prefix_d, seq_d, last_d, out_d, prefix_lens_host=prefix_h,
@@ -590,6 +596,12 @@ class Bench:
                 drain()
                 self.check("alloc_decode_async", bs, kind, result, c_dout_d)
                 self.row("alloc_decode_async", bs, "host copies: " + kind, cell)
+                if self.has_native(kind):
+                    cell, result = self.measure(c_run, self.general(py_run))
+                    drain()
+                    self.check("alloc_decode_async", bs, kind, result, c_dout_d)
+                    self.row("alloc_decode_async", bs, "host copies: " + kind +
+                             " (general path)", cell)
                 if kind != "list" and hasattr(pool, "prepare_alloc_decode_async"):
                     prepared = pool.prepare_alloc_decode_async(seq2_d, first_d, dout_d,
                                                                seq_lens_host=seq_h)

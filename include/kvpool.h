@@ -2433,6 +2433,45 @@ KVP_NODISCARD int32_t kvp_python_pool_alloc(struct kvp_pool *pool, size_t num_to
 KVP_NODISCARD int32_t kvp_python_pool_free_indices(struct kvp_pool *pool, void *indices);
 
 /**
+ * `kvp_pool_alloc_extend_async` with the host copies `prefix_lens_host` and
+ * `seq_lens_host` given as Python objects (int64 buffers of `batch_size` entries); the device
+ * arguments and the stream as for the C call. Returns as `kvp_python_pool_alloc_extend`.
+ *
+ * # Safety
+ * As `kvp_python_pool_alloc_extend` for the objects; the other arguments as for
+ * `kvp_pool_alloc_extend_async`.
+ */
+KVP_NODISCARD
+int32_t kvp_python_pool_alloc_extend_async(struct kvp_pool *pool,
+                                           void *prefix_lens_host,
+                                           void *seq_lens_host,
+                                           const int64_t *prefix_lens,
+                                           const int64_t *seq_lens,
+                                           const void *last_loc,
+                                           size_t batch_size,
+                                           size_t extend_num_tokens,
+                                           void *out,
+                                           size_t out_len,
+                                           struct CUstream_st *stream);
+
+/**
+ * `kvp_pool_alloc_decode_async` with the host copy `seq_lens_host` given as a Python object
+ * (see `kvp_python_pool_alloc_extend_async`).
+ *
+ * # Safety
+ * As `kvp_python_pool_alloc_extend_async`.
+ */
+KVP_NODISCARD
+int32_t kvp_python_pool_alloc_decode_async(struct kvp_pool *pool,
+                                           void *seq_lens_host,
+                                           const int64_t *seq_lens,
+                                           const void *last_loc,
+                                           size_t batch_size,
+                                           void *out,
+                                           size_t out_len,
+                                           struct CUstream_st *stream);
+
+/**
  * Reserves `steps` decode steps of a batch on a host pool and writes the new reservation
  * to `*out_reservation` (release it with `kvp_decode_reservation_free`).
  *

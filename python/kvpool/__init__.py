@@ -710,6 +710,12 @@ SIGNATURES = {
                                                     ctypes.c_void_p]),
     "kvp_python_pool_alloc": (ctypes.c_int32, [_handle, ctypes.c_size_t, ctypes.c_void_p]),
     "kvp_python_pool_free_indices": (ctypes.c_int32, [_handle, ctypes.c_void_p]),
+    "kvp_python_pool_alloc_extend_async": (ctypes.c_int32, [
+        _handle, ctypes.c_void_p, ctypes.c_void_p, _i64_array, _i64_array, _buffer,
+        ctypes.c_size_t, ctypes.c_size_t, _buffer, ctypes.c_size_t, _stream]),
+    "kvp_python_pool_alloc_decode_async": (ctypes.c_int32, [
+        _handle, ctypes.c_void_p, _i64_array, _buffer, ctypes.c_size_t, _buffer,
+        ctypes.c_size_t, _stream]),
     "kvp_pool_backup_state": (_status, [_handle, ctypes.POINTER(_handle)]),
     "kvp_pool_restore_state": (_status, [_handle, _handle]),
     "kvp_snapshot_free": (None, [_handle]),
@@ -1994,6 +2000,16 @@ class Pool(_Owner):
         call = "kvp_pool_alloc_extend_async"
         if self.backend != BACKEND_CUDA:
             self._require_device(call)
+        native = self._lib.python
+        if (native is not None and type(extend_num_tokens) is int
+                and _HOST[type(prefix_lens_host)] in _BUFFER_HANDLERS
+                and _HOST[type(seq_lens_host)] in _BUFFER_HANDLERS
+                and 0 <= extend_num_tokens <= _SIZE_MAX):
+            done = self._extend_async_native(native, prefix_lens, seq_lens, last_loc, out,
+                                             prefix_lens_host, seq_lens_host,
+                                             extend_num_tokens, stream)
+            if done is not None:
+                return done
         # self._host_lengths inlined (one Python call less per host copy)
         if prefix_lens_host is None:
             raise _no_host_copy(call, "prefix_lens")
@@ -2028,6 +2044,56 @@ class Pool(_Owner):
         del prefix_keep, seq_keep  # the call has returned: the host copies are read
         return out if n == extend_num_tokens else out[:extend_num_tokens]
 
+    # The *_async calls through ``lib.python`` (host copies that are buffers, read by the
+    # library): the device arguments as on the general path; None if the library fell back
+    # (then nothing was called, and the general path converts or names what it did not take).
+
+    def _extend_async_native(self, native, prefix_lens, seq_lens, last_loc, out,
+                             prefix_lens_host, seq_lens_host, extend_num_tokens, stream):
+        device, index = self.device, self._index
+        prefix_buf, batch = _device_pointer(prefix_lens, _INT64, "prefix_lens", device)
+        seq_buf, seq_n = _device_pointer(seq_lens, _INT64, "seq_lens", device)
+        last_buf, last_n = _device_pointer(last_loc, index, "last_loc", device)
+        if not batch == seq_n == last_n:
+            return None
+        raw = self._raw_stream
+        handle = (raw(device) if stream is None and raw is not None
+                  else self._stream_handle(stream))
+        if out is None:
+            buf, n, out = self._device_out(extend_num_tokens, None, stream, handle)
+        else:
+            buf, n = _device_pointer(out, index, "out", device)
+        status = native.kvp_python_pool_alloc_extend_async(
+            self._handle or self.handle, prefix_lens_host, seq_lens_host, prefix_buf, seq_buf,
+            last_buf, batch, extend_num_tokens, buf, n, handle)
+        if status == _FALLBACK:
+            return None
+        if status:
+            self._lib.check(status)
+        return out if n == extend_num_tokens else out[:extend_num_tokens]
+
+    def _decode_async_native(self, native, seq_lens, last_loc, out, seq_lens_host, stream):
+        device, index = self.device, self._index
+        seq_buf, batch = _device_pointer(seq_lens, _INT64, "seq_lens", device)
+        last_buf, last_n = _device_pointer(last_loc, index, "last_loc", device)
+        if batch != last_n:
+            return None
+        raw = self._raw_stream
+        handle = (raw(device) if stream is None and raw is not None
+                  else self._stream_handle(stream))
+        if out is None:
+            buf, n, out = self._device_out(batch, None, stream, handle)
+        else:
+            buf, n = _device_pointer(out, index, "out", device)
+        status = native.kvp_python_pool_alloc_decode_async(
+            self._handle or self.handle, seq_lens_host, seq_buf, last_buf, batch, buf, n,
+            handle)
+        if status == _FALLBACK:
+            return None
+        if status:
+            self._lib.check(status)
+        return out if n == batch else out[:batch]
+
     def alloc_decode_async(self, seq_lens, last_loc, out=None, *, seq_lens_host=None,
                            stream=None):
         """SGLang's ``alloc_decode`` on the device: one slot per request. ``seq_lens``
@@ -2037,6 +2103,12 @@ class Pool(_Owner):
         call = "kvp_pool_alloc_decode_async"
         if self.backend != BACKEND_CUDA:
             self._require_device(call)
+        native = self._lib.python
+        if native is not None and _HOST[type(seq_lens_host)] in _BUFFER_HANDLERS:
+            done = self._decode_async_native(native, seq_lens, last_loc, out, seq_lens_host,
+                                             stream)
+            if done is not None:
+                return done
         if seq_lens_host is None:  # self._host_lengths inlined
             raise _no_host_copy(call, "seq_lens")
         seq_host, batch, seq_keep = _HOST[type(seq_lens_host)](

@@ -1,6 +1,6 @@
 """The library's Python entry points (private to kvpool): ``kvp_python_pool_*`` take a hot
-call's arrays as Python objects and find their memory through the buffer protocol in the
-library, which costs tens of nanoseconds an array where ``_buffers`` costs 0.5-0.9 us (see
+call's host arrays (a device pool's: its host copies) as Python objects and find their
+memory through the buffer protocol in the library, which costs tens of nanoseconds an array where ``_buffers`` costs 0.5-0.9 us (see
 src/ffi/python.rs).
 
 They are loaded through ``ctypes.PyDLL`` (called with the GIL held; the library releases it
@@ -22,12 +22,17 @@ FALLBACK = -1  # KVP_PYTHON_FALLBACK
 _API = ("PyObject_GetBuffer", "PyBuffer_Release", "PyEval_SaveThread", "PyEval_RestoreThread",
         "PyErr_Clear")
 
-_OBJ, _SIZE, _HANDLE = ctypes.py_object, ctypes.c_size_t, ctypes.c_void_p
+_OBJ, _SIZE, _HANDLE, _ADDR = ctypes.py_object, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p
 SIGNATURES = {
     "kvp_python_pool_alloc_extend": [_HANDLE, _OBJ, _OBJ, _OBJ, _SIZE, _OBJ],
     "kvp_python_pool_alloc_decode": [_HANDLE, _OBJ, _OBJ, _OBJ],
     "kvp_python_pool_alloc": [_HANDLE, _SIZE, _OBJ],
     "kvp_python_pool_free_indices": [_HANDLE, _OBJ],
+    # device pools: the host copies as objects, device arrays and the stream as addresses
+    "kvp_python_pool_alloc_extend_async": [_HANDLE, _OBJ, _OBJ, _ADDR, _ADDR, _ADDR, _SIZE,
+                                           _SIZE, _ADDR, _SIZE, _ADDR],
+    "kvp_python_pool_alloc_decode_async": [_HANDLE, _OBJ, _ADDR, _ADDR, _SIZE, _ADDR, _SIZE,
+                                           _ADDR],
 }
 
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds, on a machine with the Rust toolchain, everything the GPU check needs, into the
-# git-ignored gpu-artifacts/ (the GPU machine has no Rust): the release library and the
-# GPU test binaries (compressed: gpu-artifacts/bin.tar.xz). Other builds of the library to
+# git-ignored gpu-artifacts/ (the GPU machine has no Rust): the release library, the
+# GPU test binaries (compressed: gpu-artifacts/bin.tar.xz) and the library with the test-only
+# `testing` feature (gpu-artifacts/testing/, for the Python tests). Other builds of the library to
 # benchmark against go in gpu-artifacts/var/NAME/libkvpool.so.0.1 (BENCH_VARIANTS). Then run scripts/gpu/run.sh on the GPU machine with gpu-artifacts/
 # carried along (the device tool: carry ["gpu-artifacts"]).
 #
@@ -69,6 +70,15 @@ ls -la gpu-artifacts/bin gpu-artifacts/lib
 tar -cJf gpu-artifacts/bin.tar.xz -C gpu-artifacts bin
 rm -rf gpu-artifacts/bin gpu-artifacts/lib/libkvpool.so
 du -sh gpu-artifacts/bin.tar.xz gpu-artifacts/lib
+
+# The library with the test-only `testing` feature, for the Python binding's tests
+# (tests/python/test_kvpool.py: run.sh python), built apart so target/release keeps the
+# release library.
+rm -rf gpu-artifacts/testing
+mkdir -p gpu-artifacts/testing
+CARGO_TARGET_DIR=target/testing cargo build --release --lib --features testing
+cp target/testing/release/libkvpool.so gpu-artifacts/testing/libkvpool.so
+strip --strip-debug gpu-artifacts/testing/libkvpool.so
 
 if [[ -n "$BEFORE_REV" ]]; then
     tree=$(build_revision target/before "$BEFORE_REV")

@@ -178,6 +178,14 @@ for step in "${steps[@]}"; do
         ;;
     python)
         run python-cuda python3 tests/python/test_cuda.py -v
+        # The binding's host tests, here with numpy and PyTorch installed (CI has neither),
+        # against the library built with the `testing` feature (pack.sh).
+        if [[ -f gpu-artifacts/testing/libkvpool.so ]]; then
+            KVPOOL_LIB=$PWD/gpu-artifacts/testing/libkvpool.so run python-host \
+                python3 tests/python/test_kvpool.py -v
+        else
+            echo "python-host: skipped (no gpu-artifacts/testing/libkvpool.so: scripts/gpu/pack.sh)"
+        fi
         ;;
     tp)
         gpus=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)

@@ -1,6 +1,7 @@
 //! Entry points for the Python package (`python/kvpool`, through `ctypes.PyDLL`): the hot
-//! host-pool calls with their arrays given as Python objects, whose memory is found here
-//! through CPython's buffer protocol.
+//! host-pool calls with their arrays given as Python objects, and the device pool's
+//! allocations with their host copies so given, whose memory is found here through CPython's
+//! buffer protocol (device arrays stay addresses: a CUDA tensor is no buffer).
 //!
 //! Why: from Python, finding a numpy array's (or array.array's, memoryview's) address costs
 //! about 0.5-0.9 µs an array (`ctypes.c_char.from_buffer` and the checks around it), so a
@@ -26,6 +27,7 @@ use std::mem::size_of;
 use std::sync::OnceLock;
 
 use super::boundary::{fail, ffi_boundary, PanicDefault};
+use super::device::{kvp_pool_alloc_decode_async, kvp_pool_alloc_extend_async, CUstream_st};
 use super::pool::{
     kvp_pool, kvp_pool_alloc, kvp_pool_alloc_decode, kvp_pool_alloc_extend, kvp_pool_free_indices,
     with_pool,
@@ -317,7 +319,14 @@ fn python_call<const N: usize>(
         let views = views.map(|view| view.expect("checked above"));
         // The views are dropped after this returns, with the GIL held again.
         without_gil(api, || {
-            let Some(index) = index_width(pool) else {
+            // Host copies of lengths need no pool (a device pool's calls take only those).
+            let needs_index = elements.iter().any(|e| matches!(e, Elements::Indices));
+            let index = if needs_index {
+                index_width(pool)
+            } else {
+                Some(0)
+            };
+            let Some(index) = index else {
                 return KVP_PYTHON_FALLBACK;
             };
             let widths_agree = views.iter().zip(elements).all(|(view, elements)| {
@@ -453,6 +462,96 @@ pub unsafe extern "C" fn kvp_python_pool_free_indices(
     python_call(pool, [(indices, Elements::Indices, false)], |[indices]| {
         // SAFETY: the view's memory holds its `len()` elements of the checked width.
         let status = unsafe { kvp_pool_free_indices(pool, indices.ptr(), indices.len()) };
+        status as i32
+    })
+}
+
+/// `kvp_pool_alloc_extend_async` with the host copies `prefix_lens_host` and
+/// `seq_lens_host` given as Python objects (int64 buffers of `batch_size` entries); the device
+/// arguments and the stream as for the C call. Returns as `kvp_python_pool_alloc_extend`.
+///
+/// # Safety
+/// As `kvp_python_pool_alloc_extend` for the objects; the other arguments as for
+/// `kvp_pool_alloc_extend_async`.
+#[no_mangle]
+#[must_use]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn kvp_python_pool_alloc_extend_async(
+    pool: *mut kvp_pool,
+    prefix_lens_host: *mut c_void,
+    seq_lens_host: *mut c_void,
+    prefix_lens: *const i64,
+    seq_lens: *const i64,
+    last_loc: *const c_void,
+    batch_size: usize,
+    extend_num_tokens: usize,
+    out: *mut c_void,
+    out_len: usize,
+    stream: *mut CUstream_st,
+) -> i32 {
+    let arrays = [
+        (prefix_lens_host, Elements::Lengths, false),
+        (seq_lens_host, Elements::Lengths, false),
+    ];
+    python_call(pool, arrays, |[prefix, seq]| {
+        if prefix.len() != batch_size || seq.len() != batch_size {
+            return KVP_PYTHON_FALLBACK;
+        }
+        // SAFETY: the views hold `batch_size` int64 each; the rest is the caller's contract.
+        let status = unsafe {
+            kvp_pool_alloc_extend_async(
+                pool,
+                prefix.ptr().cast(),
+                seq.ptr().cast(),
+                prefix_lens,
+                seq_lens,
+                last_loc,
+                batch_size,
+                extend_num_tokens,
+                out,
+                out_len,
+                stream,
+            )
+        };
+        status as i32
+    })
+}
+
+/// `kvp_pool_alloc_decode_async` with the host copy `seq_lens_host` given as a Python object
+/// (see `kvp_python_pool_alloc_extend_async`).
+///
+/// # Safety
+/// As `kvp_python_pool_alloc_extend_async`.
+#[no_mangle]
+#[must_use]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn kvp_python_pool_alloc_decode_async(
+    pool: *mut kvp_pool,
+    seq_lens_host: *mut c_void,
+    seq_lens: *const i64,
+    last_loc: *const c_void,
+    batch_size: usize,
+    out: *mut c_void,
+    out_len: usize,
+    stream: *mut CUstream_st,
+) -> i32 {
+    python_call(pool, [(seq_lens_host, Elements::Lengths, false)], |[seq]| {
+        if seq.len() != batch_size {
+            return KVP_PYTHON_FALLBACK;
+        }
+        // SAFETY: the view holds `batch_size` int64; the rest is the caller's contract.
+        let status = unsafe {
+            kvp_pool_alloc_decode_async(
+                pool,
+                seq.ptr().cast(),
+                seq_lens,
+                last_loc,
+                batch_size,
+                out,
+                out_len,
+                stream,
+            )
+        };
         status as i32
     })
 }

@@ -13,6 +13,7 @@ itself never synchronizes; these tests do (torch.cuda.synchronize) before they r
 device output. KVPOOL_CUDA_STEPS sets the operations per lockstep run (default 1000).
 """
 
+import array
 import collections
 import os
 import random
@@ -146,7 +147,14 @@ class Lockstep:
         return self.rng.choice([None, self.t.stream, self.t.stream.cuda_stream])
 
     def host_lengths(self, values):
-        return list(values) if self.rng.random() < 0.5 else torch.tensor(values)
+        """A host copy as a list, a CPU tensor (the package converts both) or an array.array
+        (the library reads it: kvp_python_pool_*_async)."""
+        pick = self.rng.random()
+        if pick < 1 / 3:
+            return list(values)
+        if pick < 2 / 3:
+            return torch.tensor(values)
+        return array.array("q", values)
 
     def out(self, n):
         """None (the call allocates) or a preallocated tensor with spare room."""
@@ -546,10 +554,40 @@ class TestStreamSharing(CudaTestCase):
 
     def test_host_copies_of_every_kind(self):
         """The host copies of the lengths may be lists, array.array, numpy arrays (where
-        installed) or CPU tensors: the same slots. An out of exactly the written length is
-        returned itself (no slice), a longer one as out[:k]."""
-        import array  # noqa: PLC0415
+        installed) or CPU tensors: the same slots, with the library's Python entry points
+        (which read the buffers: array, numpy) and without them (the general path). An out of
+        exactly the written length is returned itself (no slice), a longer one as out[:k]."""
+        self.assertIsNotNone(LIB.python, "the library's Python entry points did not load")
+        for native in (LIB.python, None):
+            with self.subTest(path="native" if native is not None else "general"):
+                saved, LIB.python = LIB.python, native
+                try:
+                    calls = self.spy_native(saved)
+                    self.check_host_copies_of_every_kind()
+                finally:
+                    LIB.python = saved
+                buffers = 2 if numpy_installed() else 1  # array (and numpy) kinds
+                want = [("kvp_python_pool_alloc_extend_async", 0),
+                        ("kvp_python_pool_alloc_decode_async", 0)] * buffers
+                self.assertEqual(calls, want if native is not None else [])
 
+    def spy_native(self, native):
+        """Wraps the async entry points of ``native`` (LIB.python) for the rest of the test;
+        returns the list of (name, status) of every call."""
+        calls = []
+        for name in ("kvp_python_pool_alloc_extend_async", "kvp_python_pool_alloc_decode_async"):
+            original = getattr(native, name)
+
+            def wrapper(*args, _name=name, _original=original):
+                status = _original(*args)
+                calls.append((_name, status))
+                return status
+
+            setattr(native, name, wrapper)
+            self.addCleanup(setattr, native, name, original)
+        return calls
+
+    def check_host_copies_of_every_kind(self):
         kinds = {"list": list, "array": lambda v: array.array("q", v),
                  "cpu tensor": lambda v: torch.tensor(v, dtype=torch.int64)}
         try:
@@ -579,6 +617,14 @@ class TestStreamSharing(CudaTestCase):
                 self.assertEqual(got2.tolist(), want_decode)
                 self.assertEqual(out2.tolist()[2], SENTINEL)
                 pool.check_device()
+
+
+def numpy_installed():
+    try:
+        import numpy  # noqa: F401, PLC0415
+    except ImportError:
+        return False
+    return True
 
 
 # ---- (c) faults found on the device -------------------------------------------------------
