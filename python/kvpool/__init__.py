@@ -1493,7 +1493,8 @@ class Pool(_Owner):
     def alloc_extend(self, prefix_lens, seq_lens, last_loc, extend_num_tokens=None,
                      out_len=None, out=None):
         """SGLang's ``alloc_extend``. ``extend_num_tokens`` defaults to ``sum(seq_lens) -
-        sum(prefix_lens)`` (O(n): pass it, as SGLang has it, to skip the sums)."""
+        sum(prefix_lens)`` (O(n): pass it, as SGLang has it, to skip the sums; with it and
+        an ``out``, buffers are read by the library, the cheapest plain call)."""
         if (out_len is None and out is not None and type(extend_num_tokens) is int
                 and _HOST[type(out)] in _BUFFER_HANDLERS and 0 <= extend_num_tokens <= _SIZE_MAX):
             native = self._lib.python
@@ -1995,7 +1996,8 @@ class Pool(_Owner):
         tensors; lists are converted in O(n) at C speed, the others zero-copy), required:
         kvpool plans and checks the allocation on the host from them without waiting for
         the device. ``extend_num_tokens`` defaults to ``sum(seq_lens_host) -
-        sum(prefix_lens_host)`` (O(n); pass it to skip the sums). Returns
+        sum(prefix_lens_host)`` (O(n); pass it to skip the sums: then host copies that are
+        buffers are read by the library, the cheapest plain call). Returns
         ``out[:extend_num_tokens]``."""
         call = "kvp_pool_alloc_extend_async"
         if self.backend != BACKEND_CUDA:
