@@ -9,7 +9,9 @@ thread-state and error functions. Each returns the call's status, or ``FALLBACK`
 called nothing: an array that is not a 1-D C-contiguous buffer of the call's element type
 (torch tensors, lists, other dtypes, strided views), a read-only ``out``, lengths that
 disagree. The pool's methods then take their general path (``_buffers``), which converts
-what it can and names what it cannot. ``KVPOOL_PYTHON_NATIVE=0`` in the environment, or
+what it can and names what it cannot. The package tries them for types it knows as buffers,
+so a type's first call in a process (before its handler is remembered) takes the general
+path. ``KVPOOL_PYTHON_NATIVE=0`` in the environment, or
 ``lib.python = None``, turns them off.
 """
 
