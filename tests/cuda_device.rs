@@ -570,6 +570,58 @@ impl Guarded {
     }
 }
 
+/// Batches against the host pool, settled alike by the decode and few-request extend tests:
+/// one the host accepted gives the host's slots without a fault, one it refused is refused on
+/// the device as the host refused it (`Guarded::assert_refused_as_host`); after either, the
+/// pools have the same free count. Both outcomes are counted.
+#[derive(Default)]
+struct Outcomes {
+    accepted: usize,
+    refused: usize,
+}
+
+impl Outcomes {
+    /// Settles one batch (`host_result` and `want` from the host pool, `call` from the device
+    /// pool); true if the host accepted it.
+    #[allow(clippy::too_many_arguments)]
+    fn settle(
+        &mut self,
+        host: &Pool,
+        host_result: Result<(), kvpool::PoolError>,
+        want: &[i64],
+        device: &mut DevicePool,
+        gpu: &Gpu,
+        call: &Guarded,
+        what: &str,
+    ) -> bool {
+        let accepted = match host_result {
+            Ok(()) => {
+                assert!(device.fault().is_none(), "{what}: {:?}", device.fault());
+                assert_eq!(call.got, want, "{what}");
+                self.accepted += 1;
+                true
+            }
+            Err(e) => {
+                call.assert_refused_as_host(device, gpu, &e, what);
+                self.refused += 1;
+                false
+            }
+        };
+        assert_eq!(device.available_size(), host.available_size(), "{what}");
+        accepted
+    }
+
+    /// Both outcomes came more than `least` times (else the test did not test both).
+    fn assert_both_more_than(&self, least: usize, test: &str) {
+        let Outcomes { accepted, refused } = *self;
+        eprintln!("{test}: {accepted} batches accepted, {refused} refused");
+        assert!(
+            accepted > least && refused > least,
+            "{accepted} accepted, {refused} refused"
+        );
+    }
+}
+
 /// Issue 13's reproducer on the device: a stale continuation faults the pool (the slot is
 /// not handed out twice), and a rewind lets the owner continue from its last kept slot.
 #[test]
@@ -1237,7 +1289,7 @@ fn decode_kernels_of_every_size_name_the_hosts_first_bad_request() {
     let out = DevBuf::new(8 * (4 * 64 * ROWS + GUARD));
     // Rounds per batch size (KVPOOL_DECODE_ROUNDS; fewer under a sanitizer).
     let rounds = rounds_from_env("KVPOOL_DECODE_ROUNDS", 3);
-    let (mut accepted, mut refused) = (0, 0);
+    let mut outcomes = Outcomes::default();
     for ps in [1u32, 16, 64] {
         let ps64 = i64::from(ps);
         for seed in 0..2u64 {
@@ -1320,35 +1372,20 @@ fn decode_kernels_of_every_size_name_the_hosts_first_bad_request() {
                             .unwrap();
                     }
                 });
-                match host_result {
-                    Ok(()) => {
-                        assert!(device.fault().is_none(), "{what}: {:?}", device.fault());
-                        assert_eq!(call.got, want, "{what}");
-                        // A request repeated whole (a page start, so valid) is one request.
-                        let mut seen = std::collections::HashSet::new();
-                        for (k, &(r, _, _)) in batch.iter().enumerate() {
-                            if seen.insert(r) {
-                                rows[r].push(want[k]);
-                            }
+                if outcomes.settle(&host, host_result, &want, &mut device, &gpu, &call, &what) {
+                    // A request repeated whole (a page start, so valid) is one request.
+                    let mut seen = std::collections::HashSet::new();
+                    for (k, &(r, _, _)) in batch.iter().enumerate() {
+                        if seen.insert(r) {
+                            rows[r].push(want[k]);
                         }
-                        accepted += 1;
-                    }
-                    Err(e) => {
-                        call.assert_refused_as_host(&mut device, &gpu, &e, &what);
-                        refused += 1;
                     }
                 }
-                assert_eq!(device.available_size(), host.available_size(), "{what}");
             }
         }
     }
     // Both outcomes, many times (about 40% of the 6 * 15 * rounds batches are good).
-    eprintln!("decode kernels: {accepted} batches accepted, {refused} refused");
-    let least = 10 * rounds;
-    assert!(
-        accepted > least && refused > least,
-        "{accepted} accepted, {refused} refused"
-    );
+    outcomes.assert_both_more_than(10 * rounds, "decode kernels");
 }
 
 /// Extends of a few requests on every shape of `kvp_extend_few_*` (one warp decides; one
@@ -1375,7 +1412,7 @@ fn extends_of_a_few_requests_name_the_hosts_first_bad_request() {
     );
     let out = DevBuf::new(8 * (CAP + GUARD));
     let rounds = rounds_from_env("KVPOOL_EXTEND_ROUNDS", 2);
-    let (mut accepted, mut refused) = (0, 0);
+    let mut outcomes = Outcomes::default();
     for ps in [1u32, 16, 64] {
         let ps64 = i64::from(ps);
         for seed in 0..2u64 {
@@ -1439,36 +1476,23 @@ fn extends_of_a_few_requests_name_the_hosts_first_bad_request() {
                 let call = call_guarded(&mut device, &gpu, &out, total, GUARD, &what, |device| {
                     extend_on_device(device, &gpu, lengths, [&prefix, &seq, &last], &out)
                 });
-                match host_result {
-                    Ok(()) => {
-                        assert!(device.fault().is_none(), "{what}: {:?}", device.fault());
-                        assert_eq!(call.got, want, "{what}");
-                        let mut at = 0;
-                        for &(p, s, _, row) in &batch {
-                            let slots = want[at..at + (s - p) as usize].to_vec();
-                            at += slots.len();
-                            match row {
-                                Some(r) => rows[r].extend(slots),
-                                None if p == 0 && rows.len() < ROWS => rows.push(slots),
-                                None => {}
-                            }
+                if let Err(e) = &host_result {
+                    assert!(bad, "{what}: the host refused a good call: {e}");
+                }
+                if outcomes.settle(&host, host_result, &want, &mut device, &gpu, &call, &what) {
+                    let mut at = 0;
+                    for &(p, s, _, row) in &batch {
+                        let slots = want[at..at + (s - p) as usize].to_vec();
+                        at += slots.len();
+                        match row {
+                            Some(r) => rows[r].extend(slots),
+                            None if p == 0 && rows.len() < ROWS => rows.push(slots),
+                            None => {}
                         }
-                        accepted += 1;
-                    }
-                    Err(e) => {
-                        assert!(bad, "{what}: the host refused a good call: {e}");
-                        call.assert_refused_as_host(&mut device, &gpu, &e, &what);
-                        refused += 1;
                     }
                 }
-                assert_eq!(device.available_size(), host.available_size(), "{what}");
             }
         }
     }
-    eprintln!("extends of a few requests: {accepted} batches accepted, {refused} refused");
-    let least = 5 * rounds;
-    assert!(
-        accepted > least && refused > least,
-        "{accepted} accepted, {refused} refused"
-    );
+    outcomes.assert_both_more_than(5 * rounds, "extends of a few requests");
 }
