@@ -226,19 +226,28 @@ mod batch_sums {
     // negative length read as u64 is at least 2^63, above any pool size. `s > size` or
     // `p > s` (as u64) holds iff p < 0, s < p or s > size; `s - 1 >= size` iff s < 1 or
     // s > size. `bad` is a u64 mask, not a bool: a bool accumulator costs a pack per lane.
+    //
+    // Extends go one step further: with `size < 2^63`, `s > size || p > s` (as u64) holds
+    // iff the top bit of `s | p | (size - s) | (s - p)` (wrapping) is set — s or p negative,
+    // or, both below 2^63, one of the differences negative — and `s - p` is the request's
+    // token count, needed anyway. So a lane ORs four words into one accumulator (two
+    // ternary-logic ops with AVX-512) where two compares, a mask merge and a widening took
+    // five or six. A pool of 2^63 slots or more (never made in practice: slot indices are
+    // int64) takes the request-by-request path.
     #[inline(always)]
     fn extend_generic(prefix: &[i64], seq: &[i64], size: u64, shift: u32) -> Sums {
         let round = (1u64 << shift) - 1;
-        let (mut bad, mut tokens, mut pages) = (0u64, 0u64, 0u64);
+        let (mut high, mut tokens, mut pages) = (size, 0u64, 0u64);
         for (&p, &s) in prefix.iter().zip(seq) {
             let (p, s) = (p as u64, s as u64);
-            bad |= u64::from(s > size) | u64::from(p > s);
-            tokens = tokens.wrapping_add(s.wrapping_sub(p));
+            let extend = s.wrapping_sub(p);
+            high |= s | p | size.wrapping_sub(s) | extend;
+            tokens = tokens.wrapping_add(extend);
             let ceil = |x: u64| x.wrapping_add(round) >> shift;
             pages = pages.wrapping_add(ceil(s).wrapping_sub(ceil(p)));
         }
         Sums {
-            bad: bad != 0,
+            bad: high >> 63 != 0,
             tokens,
             pages,
         }
