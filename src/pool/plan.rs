@@ -232,8 +232,9 @@ mod batch_sums {
     // or, both below 2^63, one of the differences negative — and `s - p` is the request's
     // token count, needed anyway. So a lane ORs four words into one accumulator (two
     // ternary-logic ops with AVX-512) where two compares, a mask merge and a widening took
-    // five or six. A pool of 2^63 slots or more (never made in practice: slot indices are
-    // int64) takes the request-by-request path.
+    // five or six. The accumulator starts at `size`, so a pool of 2^63 slots or more (never
+    // made in practice: slot indices are int64) sends every batch to the request-by-request
+    // path, where the identity does not hold.
     #[inline(always)]
     fn extend_generic(prefix: &[i64], seq: &[i64], size: u64, shift: u32) -> Sums {
         let round = (1u64 << shift) - 1;
