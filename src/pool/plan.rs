@@ -610,6 +610,24 @@ mod tests {
     }
 
     #[test]
+    fn a_pool_of_2_pow_63_slots_plans_request_by_request() {
+        // The fast pass's top-bit identity needs size < 2^63: at 2^63 it declines every
+        // batch, and the request-by-request path gives the sums.
+        let layout = Layout {
+            size: 1 << 63,
+            page_size: 1 << 31,
+            num_pages: u32::MAX,
+        };
+        assert!(batch_sums::extend(&[0], &[5], layout.size, 31).bad);
+        let plan = plan_extend_lengths(&layout, &[0, 3], &[5, i64::MAX]).unwrap();
+        assert_eq!(plan.tokens, 5 + (i64::MAX as u64 - 3));
+        assert_eq!(
+            plan.new_pages,
+            1 + ((i64::MAX as u64).div_ceil(1 << 31) - 1)
+        );
+    }
+
+    #[test]
     fn decode_needs_page_at_boundaries() {
         assert!(decode_needs_page(1, 16));
         assert!(!decode_needs_page(16, 16));
