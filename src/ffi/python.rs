@@ -345,7 +345,8 @@ fn python_call<const N: usize>(
 
 /// `kvp_pool_alloc_extend` on Python objects: `prefix_lens`, `seq_lens` (int64) and
 /// `last_loc` (the pool's index type) of one length, the batch size; `out` a writable buffer
-/// of the pool's index type, `out_len` its length. Returns the call's `kvp_status`, or
+/// of the pool's index type, whose length is the call's `out_len`. Returns the call's
+/// `kvp_status`, or
 /// `KVP_PYTHON_FALLBACK` having called nothing. The GIL is released for the pool call.
 ///
 /// # Safety
