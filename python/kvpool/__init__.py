@@ -69,9 +69,9 @@ extend_num_tokens)``) costs little more than the ctypes call (see ``_prepared.py
 The hot methods call ``lib.fast.kvp_*``: the same functions with every pointer parameter
 declared ``void *``, so that addresses go in as plain ints (ctypes converts an int argument
 fastest; a typed pointer argument costs ~1 us more to build). Given buffers for every
-array and ``out`` (numpy arrays, array.array, memoryviews), ``alloc_extend``,
-``alloc_decode``, ``alloc`` and ``free_indices`` call ``lib.python.kvp_python_pool_*``
-instead, which take the arrays as Python objects and read their buffers in the library
+array (numpy arrays, array.array, memoryviews; ``out`` too, or none: a new one of the
+inputs' kind), ``alloc_extend`` (with ``extend_num_tokens``), ``alloc_decode``, ``alloc``
+(with ``out``) and ``free_indices`` call ``lib.python.kvp_python_pool_*`` instead, which take the arrays as Python objects and read their buffers in the library
 (tens of nanoseconds an array, against 0.5-0.9 us here; see ``_native.py``); anything
 else, or ``KVPOOL_PYTHON_NATIVE=0``, takes the path above.
 
@@ -1294,6 +1294,8 @@ _HOST = _buffers.HANDLERS
 # tries ``lib.python`` first (a torch ``out`` goes straight to the path above).
 _BUFFER_HANDLERS = _buffers.BUFFER_HANDLERS
 _FALLBACK = _native.FALLBACK
+_buffer_kind = _buffers.buffer_kind
+_new_output = _buffers.new_output
 
 
 def _optional_size(value, what):
@@ -1493,12 +1495,16 @@ class Pool(_Owner):
     def alloc_extend(self, prefix_lens, seq_lens, last_loc, extend_num_tokens=None,
                      out_len=None, out=None):
         """SGLang's ``alloc_extend``. ``extend_num_tokens`` defaults to ``sum(seq_lens) -
-        sum(prefix_lens)`` (O(n): pass it, as SGLang has it, to skip the sums; with it and
-        an ``out``, buffers are read by the library, the cheapest plain call)."""
-        if (out_len is None and out is not None and type(extend_num_tokens) is int
-                and _HOST[type(out)] in _BUFFER_HANDLERS and 0 <= extend_num_tokens <= _SIZE_MAX):
-            native = self._lib.python
-            if native is not None:
+        sum(prefix_lens)`` (O(n): pass it, as SGLang has it, to skip the sums; with it,
+        buffers are read by the library, the cheapest plain call)."""
+        native = self._lib.python
+        if (native is not None and out_len is None and type(extend_num_tokens) is int
+                and 0 <= extend_num_tokens <= _SIZE_MAX):
+            if out is None:  # a new output of the inputs' kind, if they are all buffers
+                kind = _buffer_kind(prefix_lens, seq_lens, last_loc)
+                if kind is not None:
+                    out = _new_output(kind, extend_num_tokens, self._index)
+            if out is not None and _HOST[type(out)] in _BUFFER_HANDLERS:
                 status = native.kvp_python_pool_alloc_extend(
                     self._handle or self.handle, prefix_lens, seq_lens, last_loc,
                     extend_num_tokens, out)
@@ -1534,9 +1540,13 @@ class Pool(_Owner):
         return _result(out, kind, extend_num_tokens, length)
 
     def alloc_decode(self, seq_lens, last_loc, out_len=None, out=None):
-        if out_len is None and out is not None and _HOST[type(out)] in _BUFFER_HANDLERS:
-            native = self._lib.python
-            if native is not None:
+        native = self._lib.python
+        if native is not None and out_len is None:
+            if out is None:  # a new output of the inputs' kind, if they are all buffers
+                kind = _buffer_kind(seq_lens, last_loc)
+                if kind is not None and getattr(seq_lens, "ndim", 1) == 1:
+                    out = _new_output(kind, len(seq_lens), self._index)
+            if out is not None and _HOST[type(out)] in _BUFFER_HANDLERS:
                 status = native.kvp_python_pool_alloc_decode(self._handle or self.handle,
                                                              seq_lens, last_loc, out)
                 if status != _FALLBACK:

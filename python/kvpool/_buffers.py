@@ -371,6 +371,28 @@ def result_kind(*inputs):
     return kind
 
 
+def buffer_kind(*inputs):
+    """NUMPY or ARRAY, the kind ``result_kind`` gives, when every input is a buffer of a type
+    already seen (the library's Python entry points can read them all); None otherwise (a
+    tensor, a list, a type not seen yet: the general path decides)."""
+    kind = ARRAY
+    for value in inputs:
+        found = _HANDLERS[type(value)]
+        if found not in BUFFER_HANDLERS:
+            return None
+        if found is _from_ndarray:
+            kind = NUMPY
+    return kind
+
+
+def new_output(kind, n, elements):
+    """A new output of ``n`` elements of ``kind`` (NUMPY or ARRAY), as ``out_buffer`` makes
+    one, without taking its address."""
+    if kind == NUMPY:
+        return sys.modules["numpy"].empty(n, dtype=elements.name)
+    return elements.zero * n
+
+
 def out_buffer(n, out, elements, *inputs):
     """(buffer, address, length, kind) of a host output: ``out`` if given (a tensor, or a
     writable buffer of the elements: numpy array, array.array, memoryview; written in

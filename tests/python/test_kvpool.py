@@ -2575,11 +2575,21 @@ class TestNativeCalls(KvpTestCase):
                     self.assertEqual(as_list(page), [12, 13, 14, 15])
                     pool.free_indices(make([12, 13, 14, 15], code))
                     self.assertEqual(pool.available_size(), 64 - 8)
+                    # Without out=: a new output of the inputs' kind, through the library too.
+                    new = pool.alloc_extend(make([0], "q"), make([3], "q"), make([-1], code), 3)
+                    want_type = numpy.ndarray if kind == "numpy" else array.array
+                    self.assertIsInstance(new, want_type)
+                    self.assertEqual(as_list(new), [12, 13, 14])
+                    new = pool.alloc_decode(make([4], "q"), make([14], code))
+                    self.assertIsInstance(new, want_type)
+                    self.assertEqual(as_list(new), [15])
                     self.assertEqual([name for name, _ in calls],
                                      ["kvp_python_pool_alloc_extend",
                                       "kvp_python_pool_alloc_decode", "kvp_python_pool_alloc",
-                                      "kvp_python_pool_free_indices"])
-                    self.assertEqual([status for _, status in calls], [0, 0, 0, 0])
+                                      "kvp_python_pool_free_indices",
+                                      "kvp_python_pool_alloc_extend",
+                                      "kvp_python_pool_alloc_decode"])
+                    self.assertEqual([status for _, status in calls], [0] * 6)
 
     def test_failed_calls_raise_as_the_general_path_does(self):
         q = lambda values: array.array("q", values)  # noqa: E731
@@ -2649,6 +2659,14 @@ class TestNativeCalls(KvpTestCase):
                 self.assertEqual(getattr(native, name)(target.handle, *args), self.FALLBACK)
         self.assertEqual([p.stats().as_dict() for p in (pool, pool32)], before)
         self.assertEqual((pool.available_size(), pool32.available_size()), (64, 64))
+
+    @unittest.skipIf(numpy is None, "numpy is not installed")
+    def test_a_0_d_array_without_out_is_named_by_the_general_path(self):
+        pool = self.pool(64, 4)
+        with self.assertRaises(ValueError) as ctx:
+            pool.alloc_decode(numpy.array(5), numpy.array([4]))
+        self.assertIn("1-D", str(ctx.exception))
+        self.assertEqual(pool.available_size(), 64)
 
     def test_a_handle_that_is_no_host_pool_falls_back(self):
         pool = self.pool(64, 4)
