@@ -338,6 +338,16 @@ class Bench:
                     self.check("alloc_extend", bs, kind, out, c_out)
                     self.row("alloc_extend", bs, kind + " (prepared)", cell)
                 if args.defaults and kind != "list":
+                    def py_run_no_out(warmup, reps, prefix=prefix, seq=seq, last=last,
+                                      kind=kind):
+                        return py_loop(partial(pool.alloc_extend, prefix, seq, last,
+                                               extend_num_tokens=ext), None,
+                                       partial(self.free_result, h, kind), None, warmup,
+                                       reps)
+                    cell, result = self.measure(c_run, py_run_no_out)
+                    self.check("alloc_extend", bs, kind, result, c_out)
+                    self.row("alloc_extend", bs, kind + " (no out)", cell)
+
                     def py_run_default(warmup, reps, prefix=prefix, seq=seq, last=last,
                                        kind=kind):
                         return py_loop(partial(pool.alloc_extend, prefix, seq, last), None,
@@ -402,6 +412,13 @@ class Bench:
                     cell, _ = self.measure(c_run, py_run_prepared)
                     self.check("alloc_decode", bs, kind, out, d_out)
                     self.row("alloc_decode", bs, kind + " (prepared)", cell)
+                if args.defaults and kind != "list":
+                    def py_run_no_out(warmup, reps, seq=seq, last=last):
+                        return py_loop(partial(pool.alloc_decode, seq, last), None, undo, None,
+                                       warmup, reps)
+                    cell, result = self.measure(c_run, py_run_no_out)
+                    self.check("alloc_decode", bs, kind, result, d_out)
+                    self.row("alloc_decode", bs, kind + " (no out)", cell)
             undo_free(fa, bs)
 
             # alloc: bs pages into a preallocated out (no host input: one row per out kind)
@@ -742,7 +759,8 @@ def main():
     p.add_argument("--reps", type=int, default=400, help="timed calls per round and side")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--defaults", action="store_true",
-                   help="also time alloc_extend without out and extend_num_tokens")
+                   help="also time the calls without out (rows '(no out)') and alloc_extend "
+                        "without out and extend_num_tokens ('(no out, no ext)')")
     p.add_argument("--pool-size", type=int, default=1 << 20)
     p.add_argument("--cc", default=os.environ.get("CC", "cc"))
     p.add_argument("--csv", help="also write the table as CSV here")
