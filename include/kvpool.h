@@ -2365,8 +2365,8 @@ KVP_NODISCARD enum kvp_status kvp_pool_clear(struct kvp_pool *pool);
  * as `PyObject *`, whose memory the library finds through CPython's buffer protocol.
  *
  * Gives the entry points below the addresses of CPython's `PyObject_GetBuffer`,
- * `PyBuffer_Release`, `PyEval_SaveThread`, `PyEval_RestoreThread` and `PyErr_Clear`, in
- * that order (the package passes `ctypes.pythonapi`'s). The first call sets them for the
+ * `PyBuffer_Release`, `PyEval_SaveThread`, `PyEval_RestoreThread`, `PyErr_Clear` and
+ * `PyGILState_Check`, in that order (the package passes `ctypes.pythonapi`'s). The first call sets them for the
  * process; a later call with the same functions is a no-op.
  *
  * # Errors
@@ -2381,7 +2381,8 @@ enum kvp_status kvp_python_init(const void *get_buffer,
                                 const void *release_buffer,
                                 const void *save_thread,
                                 const void *restore_thread,
-                                const void *clear_error);
+                                const void *clear_error,
+                                const void *holds_gil);
 
 /**
  * `kvp_pool_alloc_extend` on Python objects: `prefix_lens`, `seq_lens` (int64) and

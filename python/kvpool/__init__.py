@@ -71,9 +71,10 @@ declared ``void *``, so that addresses go in as plain ints (ctypes converts an i
 fastest; a typed pointer argument costs ~1 us more to build). Given buffers for every
 array (numpy arrays, array.array, memoryviews; ``out`` too, or none: a new one of the
 inputs' kind), ``alloc_extend`` (with ``extend_num_tokens``), ``alloc_decode``, ``alloc``
-(with ``out``) and ``free_indices`` call ``lib.python.kvp_python_pool_*`` instead, which take the arrays as Python objects and read their buffers in the library
-(tens of nanoseconds an array, against 0.5-0.9 us here; see ``_native.py``); anything
-else, or ``KVPOOL_PYTHON_NATIVE=0``, takes the path above.
+(with ``out``) and ``free_indices`` call ``lib.python.kvp_python_pool_*`` instead, which
+take the arrays as Python objects and read their buffers in the library (tens of
+nanoseconds an array, against 0.5-0.9 us here; see ``_native.py``); anything else, or
+``KVPOOL_PYTHON_NATIVE=0``, takes the path above.
 
 Device pools (``Pool(size, page_size=16, backend="cuda", device=0)``; the library uses the
 device's primary context, the one PyTorch uses) keep their state in device memory and are
@@ -702,7 +703,7 @@ SIGNATURES = {
     "kvp_pool_clear": (_status, [_handle]),
     # The package's own entry points: called through ``lib.python`` (_native.py, a PyDLL:
     # with the GIL held), never through these CDLL objects.
-    "kvp_python_init": (_status, [ctypes.c_void_p] * 5),
+    "kvp_python_init": (_status, [ctypes.c_void_p] * 6),
     "kvp_python_pool_alloc_extend": (ctypes.c_int32, [_handle, ctypes.c_void_p, ctypes.c_void_p,
                                                     ctypes.c_void_p, ctypes.c_size_t,
                                                     ctypes.c_void_p]),

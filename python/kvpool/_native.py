@@ -5,7 +5,8 @@ src/ffi/python.rs).
 
 They are loaded through ``ctypes.PyDLL`` (called with the GIL held; the library releases it
 for the pool call) after ``kvp_python_init`` has been given ``ctypes.pythonapi``'s buffer,
-thread-state and error functions. Each returns the call's status, or ``FALLBACK`` having
+thread-state, error and GIL-check functions (an entry point called without the GIL, as
+through a CDLL, declines). Each returns the call's status, or ``FALLBACK`` having
 called nothing: an array that is not a 1-D C-contiguous buffer of the call's element type
 (torch tensors, lists, other dtypes, strided views), a read-only ``out``, lengths that
 disagree. The pool's methods then take their general path (``_buffers``), which converts
@@ -22,7 +23,7 @@ import types
 FALLBACK = -1  # KVP_PYTHON_FALLBACK
 
 _API = ("PyObject_GetBuffer", "PyBuffer_Release", "PyEval_SaveThread", "PyEval_RestoreThread",
-        "PyErr_Clear")
+        "PyErr_Clear", "PyGILState_Check")
 
 _OBJ, _SIZE, _HANDLE, _ADDR = ctypes.py_object, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p
 SIGNATURES = {

@@ -8,7 +8,7 @@
 //! plain `alloc_extend` of four arrays cost 4-8 µs over the same call from C. Here each array
 //! costs one `PyObject_GetBuffer` (tens of nanoseconds).
 //!
-//! How: CPython is not linked. `kvp_python_init` is given the five C-API functions used, as
+//! How: CPython is not linked. `kvp_python_init` is given the six C-API functions used, as
 //! `ctypes.pythonapi` has them. An entry point is called with the GIL held (PyDLL), takes a
 //! buffer view of each array, releases the GIL for the pool call (as the package's CDLL
 //! calls do), takes it back and releases the views. The pool call is the C function a C
@@ -73,6 +73,8 @@ type SaveThreadFn = unsafe extern "C" fn() -> *mut c_void;
 type RestoreThreadFn = unsafe extern "C" fn(*mut c_void);
 /// `void PyErr_Clear(void)`.
 type ClearErrorFn = unsafe extern "C" fn();
+/// `int PyGILState_Check(void)`.
+type HoldsGilFn = unsafe extern "C" fn() -> c_int;
 
 /// The C-API functions the entry points call.
 #[derive(Clone, Copy)]
@@ -82,17 +84,19 @@ struct PythonApi {
     save_thread: SaveThreadFn,
     restore_thread: RestoreThreadFn,
     clear_error: ClearErrorFn,
+    holds_gil: HoldsGilFn,
 }
 
 impl PythonApi {
     /// The functions' addresses (what tells two runtimes' functions apart).
-    fn addresses(&self) -> [usize; 5] {
+    fn addresses(&self) -> [usize; 6] {
         [
             self.get_buffer as usize,
             self.release_buffer as usize,
             self.save_thread as usize,
             self.restore_thread as usize,
             self.clear_error as usize,
+            self.holds_gil as usize,
         ]
     }
 }
@@ -110,8 +114,8 @@ impl PanicDefault for i32 {
 /// as `PyObject *`, whose memory the library finds through CPython's buffer protocol.
 ///
 /// Gives the entry points below the addresses of CPython's `PyObject_GetBuffer`,
-/// `PyBuffer_Release`, `PyEval_SaveThread`, `PyEval_RestoreThread` and `PyErr_Clear`, in
-/// that order (the package passes `ctypes.pythonapi`'s). The first call sets them for the
+/// `PyBuffer_Release`, `PyEval_SaveThread`, `PyEval_RestoreThread`, `PyErr_Clear` and
+/// `PyGILState_Check`, in that order (the package passes `ctypes.pythonapi`'s). The first call sets them for the
 /// process; a later call with the same functions is a no-op.
 ///
 /// # Errors
@@ -128,6 +132,7 @@ pub unsafe extern "C" fn kvp_python_init(
     save_thread: *const c_void,
     restore_thread: *const c_void,
     clear_error: *const c_void,
+    holds_gil: *const c_void,
 ) -> kvp_status {
     ffi_boundary(|| {
         let addresses = [
@@ -136,6 +141,7 @@ pub unsafe extern "C" fn kvp_python_init(
             save_thread,
             restore_thread,
             clear_error,
+            holds_gil,
         ];
         if addresses.iter().any(|a| a.is_null()) {
             return fail(kvp_status::NullArgument, "a Python C-API function is NULL");
@@ -154,6 +160,7 @@ pub unsafe extern "C" fn kvp_python_init(
                     restore_thread,
                 ),
                 clear_error: std::mem::transmute::<*const c_void, ClearErrorFn>(clear_error),
+                holds_gil: std::mem::transmute::<*const c_void, HoldsGilFn>(holds_gil),
             }
         };
         if API.get_or_init(|| api).addresses() != api.addresses() {
@@ -310,6 +317,12 @@ fn python_call<const N: usize>(
         let Some(&api) = API.get() else {
             return KVP_PYTHON_FALLBACK;
         };
+        // Called without the GIL (through a CDLL function, which releases it), no C-API
+        // function may be called: decline rather than crash.
+        // SAFETY: PyGILState_Check may be called from any thread, GIL held or not.
+        if unsafe { (api.holds_gil)() } == 0 {
+            return KVP_PYTHON_FALLBACK;
+        }
         let elements = arrays.map(|(_, elements, _)| elements);
         // SAFETY: the GIL is held and the objects are live (the entry points' contract).
         let views = arrays.map(|(object, _, writable)| unsafe { View::of(api, object, writable) });

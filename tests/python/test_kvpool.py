@@ -2678,6 +2678,19 @@ class TestNativeCalls(KvpTestCase):
             adder.handle, array.array("q", [4])), self.FALLBACK)
         self.assertEqual(pool.available_size(), 64)
 
+    def test_an_entry_point_called_without_the_gil_declines(self):
+        """Through the CDLL function (which releases the GIL) an entry point must not touch
+        the C API: it falls back, and the pool is unchanged."""
+        pool = self.pool(64, 4)
+        slots = pool.alloc(4)
+        indices = array.array("q", slots)
+        cdll = LIB.function("kvp_python_pool_free_indices")
+        self.assertEqual(cdll(pool.handle, id(indices)), self.FALLBACK)
+        self.assertEqual(pool.available_size(), 60)
+        # with the GIL (LIB.python: a PyDLL function) the same call frees them
+        self.assertEqual(LIB.python.kvp_python_pool_free_indices(pool.handle, indices), 0)
+        self.assertEqual(pool.available_size(), 64)
+
     def test_read_only_inputs_are_read_in_place(self):
         pool = self.pool(64, 4)
         frozen = lambda values: memoryview(bytes(array.array("q", values))).cast("q")  # noqa: E731
@@ -2693,12 +2706,12 @@ class TestNativeCalls(KvpTestCase):
     def test_init_keeps_the_first_functions(self):
         dll = ctypes.PyDLL(LIB.path)
         init = dll.kvp_python_init
-        init.argtypes = [ctypes.c_void_p] * 5
+        init.argtypes = [ctypes.c_void_p] * 6
         init.restype = ctypes.c_int32
         api = [ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
                for name in kvp._native._API]
         self.assertEqual(init(*api), 0)  # the same functions again: a no-op
-        self.assertEqual(init(*api[:4], None), kvp.STATUS["NULL_ARGUMENT"])
+        self.assertEqual(init(*api[:5], None), kvp.STATUS["NULL_ARGUMENT"])
         swapped = [api[1], api[0]] + api[2:]
         self.assertEqual(init(*swapped), kvp.STATUS["INVALID_STATE"])
         self.assertIn("other Python C-API functions", LIB.last_error_message())
