@@ -2385,6 +2385,18 @@ enum kvp_status kvp_python_init(const void *get_buffer,
                                 const void *holds_gil);
 
 /**
+ * `sum(seq_lens) - sum(prefix_lens)` of two int64 buffers of one length (Python objects),
+ * or 0 if that is negative (the allocation then names the offending length, as the package
+ * does): `alloc_extend`'s default `extend_num_tokens`, summed here in one pass where the
+ * package would sum each array in Python. -1 if either is not such a buffer, their lengths
+ * differ, or the sum exceeds `INT64_MAX` (the package then sums them itself).
+ *
+ * # Safety
+ * As `kvp_python_pool_alloc_extend`.
+ */
+KVP_NODISCARD int64_t kvp_python_extend_tokens(void *prefix_lens, void *seq_lens);
+
+/**
  * `kvp_pool_alloc_extend` on Python objects: `prefix_lens`, `seq_lens` (int64) and
  * `last_loc` (the pool's index type) of one length, the batch size; `out` a writable buffer
  * of the pool's index type, whose length is the call's `out_len`. Returns the call's

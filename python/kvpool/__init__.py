@@ -70,7 +70,8 @@ The hot methods call ``lib.fast.kvp_*``: the same functions with every pointer p
 declared ``void *``, so that addresses go in as plain ints (ctypes converts an int argument
 fastest; a typed pointer argument costs ~1 us more to build). Given buffers for every
 array (numpy arrays, array.array, memoryviews; ``out`` too, or none: a new one of the
-inputs' kind), ``alloc_extend`` (with ``extend_num_tokens``), ``alloc_decode``, ``alloc``
+inputs' kind), ``alloc_extend`` (its default ``extend_num_tokens`` summed there too),
+``alloc_decode``, ``alloc``
 (with ``out``) and ``free_indices`` call ``lib.python.kvp_python_pool_*`` instead, which
 take the arrays as Python objects and read their buffers in the library (tens of
 nanoseconds an array, against 0.5-0.9 us here; see ``_native.py``); anything else, or
@@ -717,6 +718,7 @@ SIGNATURES = {
     "kvp_python_pool_alloc_decode_async": (ctypes.c_int32, [
         _handle, ctypes.c_void_p, _i64_array, _buffer, ctypes.c_size_t, _buffer,
         ctypes.c_size_t, _stream]),
+    "kvp_python_extend_tokens": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_void_p]),
     "kvp_pool_backup_state": (_status, [_handle, ctypes.POINTER(_handle)]),
     "kvp_pool_restore_state": (_status, [_handle, _handle]),
     "kvp_snapshot_free": (None, [_handle]),
@@ -1295,6 +1297,7 @@ _HOST = _buffers.HANDLERS
 # tries ``lib.python`` first (a torch ``out`` goes straight to the path above).
 _BUFFER_HANDLERS = _buffers.BUFFER_HANDLERS
 _FALLBACK = _native.FALLBACK
+_NO_SUM = _native.NO_SUM
 _buffer_kind = _buffers.buffer_kind
 _new_output = _buffers.new_output
 
@@ -1496,9 +1499,15 @@ class Pool(_Owner):
     def alloc_extend(self, prefix_lens, seq_lens, last_loc, extend_num_tokens=None,
                      out_len=None, out=None):
         """SGLang's ``alloc_extend``. ``extend_num_tokens`` defaults to ``sum(seq_lens) -
-        sum(prefix_lens)`` (O(n): pass it, as SGLang has it, to skip the sums; with it,
-        buffers are read by the library, the cheapest plain call)."""
+        sum(prefix_lens)`` (O(n): pass it, as SGLang has it, to skip the sums; over
+        buffers the library sums them, in C)."""
         native = self._lib.python
+        if (native is not None and extend_num_tokens is None and out_len is None
+                and _buffer_kind(prefix_lens, seq_lens, last_loc) is not None):
+            # The default, summed by the library over buffers (NO_SUM: summed below).
+            total = native.kvp_python_extend_tokens(prefix_lens, seq_lens)
+            if total != _NO_SUM:
+                extend_num_tokens = total
         if (native is not None and out_len is None and type(extend_num_tokens) is int
                 and 0 <= extend_num_tokens <= _SIZE_MAX):
             if out is None:  # a new output of the inputs' kind, if they are all buffers

@@ -26,17 +26,22 @@ _API = ("PyObject_GetBuffer", "PyBuffer_Release", "PyEval_SaveThread", "PyEval_R
         "PyErr_Clear", "PyGILState_Check")
 
 _OBJ, _SIZE, _HANDLE, _ADDR = ctypes.py_object, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p
+_STATUS = ctypes.c_int32  # a kvp_status, or FALLBACK
+# name -> (restype, argtypes)
 SIGNATURES = {
-    "kvp_python_pool_alloc_extend": [_HANDLE, _OBJ, _OBJ, _OBJ, _SIZE, _OBJ],
-    "kvp_python_pool_alloc_decode": [_HANDLE, _OBJ, _OBJ, _OBJ],
-    "kvp_python_pool_alloc": [_HANDLE, _SIZE, _OBJ],
-    "kvp_python_pool_free_indices": [_HANDLE, _OBJ],
+    "kvp_python_pool_alloc_extend": (_STATUS, [_HANDLE, _OBJ, _OBJ, _OBJ, _SIZE, _OBJ]),
+    "kvp_python_pool_alloc_decode": (_STATUS, [_HANDLE, _OBJ, _OBJ, _OBJ]),
+    "kvp_python_pool_alloc": (_STATUS, [_HANDLE, _SIZE, _OBJ]),
+    "kvp_python_pool_free_indices": (_STATUS, [_HANDLE, _OBJ]),
     # device pools: the host copies as objects, device arrays and the stream as addresses
-    "kvp_python_pool_alloc_extend_async": [_HANDLE, _OBJ, _OBJ, _ADDR, _ADDR, _ADDR, _SIZE,
-                                           _SIZE, _ADDR, _SIZE, _ADDR],
-    "kvp_python_pool_alloc_decode_async": [_HANDLE, _OBJ, _ADDR, _ADDR, _SIZE, _ADDR, _SIZE,
-                                           _ADDR],
+    "kvp_python_pool_alloc_extend_async": (_STATUS, [_HANDLE, _OBJ, _OBJ, _ADDR, _ADDR, _ADDR,
+                                                     _SIZE, _SIZE, _ADDR, _SIZE, _ADDR]),
+    "kvp_python_pool_alloc_decode_async": (_STATUS, [_HANDLE, _OBJ, _ADDR, _ADDR, _SIZE, _ADDR,
+                                                     _SIZE, _ADDR]),
+    # alloc_extend's default extend_num_tokens, or NO_SUM
+    "kvp_python_extend_tokens": (ctypes.c_int64, [_OBJ, _OBJ]),
 }
+NO_SUM = -1  # kvp_python_extend_tokens could not sum: the package sums
 
 
 def load(path):
@@ -58,9 +63,9 @@ def load(path):
     if init(*api) != 0:
         return None
     native = types.SimpleNamespace()
-    for name, argtypes in SIGNATURES.items():
+    for name, (restype, argtypes) in SIGNATURES.items():
         function = dll[name]
         function.argtypes = argtypes
-        function.restype = ctypes.c_int32
+        function.restype = restype
         setattr(native, name, function)
     return native

@@ -356,6 +356,67 @@ fn python_call<const N: usize>(
     })
 }
 
+/// What `kvp_python_extend_tokens` returns when it cannot give the sum.
+const NO_SUM: i64 = -1;
+
+/// `sum(seq_lens) - sum(prefix_lens)` of two int64 buffers of one length (Python objects),
+/// or 0 if that is negative (the allocation then names the offending length, as the package
+/// does): `alloc_extend`'s default `extend_num_tokens`, summed here in one pass where the
+/// package would sum each array in Python. -1 if either is not such a buffer, their lengths
+/// differ, or the sum exceeds `INT64_MAX` (the package then sums them itself).
+///
+/// # Safety
+/// As `kvp_python_pool_alloc_extend`.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_python_extend_tokens(
+    prefix_lens: *mut c_void,
+    seq_lens: *mut c_void,
+) -> i64 {
+    ffi_boundary(|| {
+        let Some(&api) = API.get() else {
+            return NO_SUM;
+        };
+        // SAFETY: as in `python_call`.
+        if unsafe { (api.holds_gil)() } == 0 {
+            return NO_SUM;
+        }
+        // SAFETY: the GIL is held and the objects are live (this function's contract).
+        let views = unsafe {
+            (
+                View::of(api, prefix_lens, false),
+                View::of(api, seq_lens, false),
+            )
+        };
+        let (Some(prefix_view), Some(seq_view)) = views else {
+            return NO_SUM;
+        };
+        let width = size_of::<i64>();
+        if !prefix_view.holds(width)
+            || !seq_view.holds(width)
+            || prefix_view.len() != seq_view.len()
+        {
+            return NO_SUM;
+        }
+        // SAFETY: each view holds `len()` int64 (checked above) and outlives the slices.
+        let (prefix, seq) = unsafe {
+            (
+                std::slice::from_raw_parts(prefix_view.ptr().cast::<i64>(), prefix_view.len()),
+                std::slice::from_raw_parts(seq_view.ptr().cast::<i64>(), seq_view.len()),
+            )
+        };
+        let total: i128 = seq.iter().map(|&s| i128::from(s)).sum::<i128>()
+            - prefix.iter().map(|&p| i128::from(p)).sum::<i128>();
+        i64::try_from(total.max(0)).unwrap_or(NO_SUM)
+    })
+}
+
+impl PanicDefault for i64 {
+    fn on_panic() -> Self {
+        NO_SUM
+    }
+}
+
 /// `kvp_pool_alloc_extend` on Python objects: `prefix_lens`, `seq_lens` (int64) and
 /// `last_loc` (the pool's index type) of one length, the batch size; `out` a writable buffer
 /// of the pool's index type, whose length is the call's `out_len`. Returns the call's

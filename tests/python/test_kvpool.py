@@ -2583,13 +2583,19 @@ class TestNativeCalls(KvpTestCase):
                     new = pool.alloc_decode(make([4], "q"), make([14], code))
                     self.assertIsInstance(new, want_type)
                     self.assertEqual(as_list(new), [15])
+                    # Without extend_num_tokens either: the library sums the lengths.
+                    new = pool.alloc_extend(make([0, 4], "q"), make([2, 5], "q"),
+                                            make([-1, 15], code))
+                    self.assertEqual(as_list(new), [16, 17, 20])
                     self.assertEqual([name for name, _ in calls],
                                      ["kvp_python_pool_alloc_extend",
                                       "kvp_python_pool_alloc_decode", "kvp_python_pool_alloc",
                                       "kvp_python_pool_free_indices",
                                       "kvp_python_pool_alloc_extend",
-                                      "kvp_python_pool_alloc_decode"])
-                    self.assertEqual([status for _, status in calls], [0] * 6)
+                                      "kvp_python_pool_alloc_decode",
+                                      "kvp_python_extend_tokens",
+                                      "kvp_python_pool_alloc_extend"])
+                    self.assertEqual([status for _, status in calls], [0] * 6 + [3, 0])
 
     def test_failed_calls_raise_as_the_general_path_does(self):
         q = lambda values: array.array("q", values)  # noqa: E731
@@ -2678,6 +2684,32 @@ class TestNativeCalls(KvpTestCase):
             adder.handle, array.array("q", [4])), self.FALLBACK)
         self.assertEqual(pool.available_size(), 64)
 
+    def test_the_library_sums_the_default_extend_num_tokens_as_the_package_does(self):
+        q = lambda values: array.array("q", values)  # noqa: E731
+        tokens = LIB.python.kvp_python_extend_tokens
+        self.assertEqual(tokens(q([0, 4]), q([2, 9])), 7)
+        self.assertEqual(tokens(q([]), q([])), 0)
+        self.assertEqual(tokens(q([5]), q([2])), 0)  # negative: 0, the call names the length
+        no_sum = kvp._native.NO_SUM
+        self.assertEqual(tokens(q([0]), q([1, 2])), no_sum)  # lengths differ
+        self.assertEqual(tokens(array.array("i", [0]), array.array("i", [1])), no_sum)
+        self.assertEqual(tokens([0], [1]), no_sum)
+        self.assertEqual(tokens(q([0, 0]), q([2**62, 2**62])), no_sum)  # past INT64_MAX
+        self.assertEqual(tokens(q([-2**63, 0]), q([2**63 - 1, 2**63 - 1])), no_sum)
+        pool = self.pool(64, 4)
+        for native in (LIB.python, None):
+            saved, LIB.python = LIB.python, native
+            try:
+                # past INT64_MAX the package sums; the library names the length
+                self.assertKvpError("INVALID_LENGTHS", pool.alloc_extend, q([0, 0]),
+                                    q([2**62, 2**62]), q([-1, -1]), out=q([0] * 4),
+                                    message="seq_lens[0]")
+                self.assertKvpError("INVALID_LENGTHS", pool.alloc_extend, q([5]), q([2]),
+                                    q([3]), message="seq_lens[0]")
+            finally:
+                LIB.python = saved
+        self.assertEqual(pool.available_size(), 64)
+
     def test_an_entry_point_called_without_the_gil_declines(self):
         """Through the CDLL function (which releases the GIL) an entry point must not touch
         the C API: it falls back, and the pool is unchanged."""
@@ -2740,8 +2772,9 @@ class TestNativeCalls(KvpTestCase):
                     seq = [rng.randint(1, 40) for _ in range(bs)]
                     n = sum(seq)
                     out_len = n if rng.random() < 0.9 else max(n - 1, 0)
+                    given = n if rng.random() < 0.7 else None  # None: the default sum
                     args = lambda: (make(prefix, "q"), make(seq, "q"), make([-1] * bs, code),  # noqa: E731
-                                    n)
+                                    given)
                     call = "alloc_extend"
                 elif op == "decode":
                     picked = rng.sample(range(len(live)), rng.randint(1, min(4, len(live))))
