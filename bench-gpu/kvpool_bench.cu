@@ -1021,6 +1021,41 @@ Settings parse_args(int argc, char **argv) {
 
 }  // namespace
 
+// The host CPU's model and the instruction sets the library's host planning picks from
+// (Linux: /proc/cpuinfo; "unknown" elsewhere), so a run's host figures say what ran them.
+struct HostCpu {
+  std::string model = "unknown";
+  bool avx512f = false;
+  bool avx2 = false;
+};
+
+HostCpu host_cpu() {
+  HostCpu cpu;
+  FILE *f = std::fopen("/proc/cpuinfo", "r");
+  if (f == nullptr) return cpu;
+  char line[8192];
+  bool have_model = false, have_flags = false;
+  while ((!have_model || !have_flags) && std::fgets(line, sizeof line, f) != nullptr) {
+    const std::string text(line);
+    const size_t colon = text.find(':');
+    if (colon == std::string::npos) continue;
+    std::string value = text.substr(colon + 1);
+    value.erase(0, value.find_first_not_of(' '));
+    value.erase(value.find_last_not_of(" \n") + 1);
+    if (!have_model && text.rfind("model name", 0) == 0) {
+      cpu.model = value;
+      have_model = true;
+    } else if (!have_flags && text.rfind("flags", 0) == 0) {
+      const std::string flags = " " + value + " ";
+      cpu.avx512f = flags.find(" avx512f ") != std::string::npos;
+      cpu.avx2 = flags.find(" avx2 ") != std::string::npos;
+      have_flags = true;
+    }
+  }
+  std::fclose(f);
+  return cpu;
+}
+
 int main(int argc, char **argv) {
   const Settings cfg = parse_args(argc, argv);
 
@@ -1071,6 +1106,10 @@ int main(int argc, char **argv) {
   std::printf("- GPU: %s (sm_%d%d), driver %d, runtime %d; int64 indices; pool of %llu slots\n",
               prop.name, prop.major, prop.minor, driver, runtime,
               static_cast<unsigned long long>(pool_size));
+  const HostCpu cpu = host_cpu();
+  std::printf("- host CPU: %s; AVX-512F %s, AVX2 %s (the host planning's copies: "
+              "src/pool/plan.rs)\n",
+              cpu.model.c_str(), cpu.avx512f ? "yes" : "no", cpu.avx2 ? "yes" : "no");
   std::printf("- empty kernel, host launch: median %.2f µs, p90 %.2f µs (%zu samples)\n",
               floors.host.median, floors.host.p90, floors.host.samples);
   std::printf("- empty kernel, device: %.3f µs per launch in a graph of 100 launches; "
