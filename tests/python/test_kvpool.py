@@ -2710,6 +2710,42 @@ class TestNativeCalls(KvpTestCase):
                 LIB.python = saved
         self.assertEqual(pool.available_size(), 64)
 
+    def test_threads_call_the_entry_points_at_once(self):
+        """Four threads allocate and free through the entry points (each releases the GIL
+        for its pool call, so they overlap in the library): every call succeeds or runs
+        short of slots, and every slot comes back."""
+        pool = self.pool(1 << 14, 16)
+        errors, done = [], [0] * 4
+
+        def worker(k):
+            rng = random.Random(k)
+            try:
+                for _ in range(1500):
+                    bs = rng.randint(1, 4)
+                    seq = array.array("q", [rng.randint(1, 40) for _ in range(bs)])
+                    try:
+                        out = pool.alloc_extend(array.array("q", [0] * bs), seq,
+                                                array.array("q", [-1] * bs), sum(seq))
+                    except kvp.KvpError as err:
+                        if err.name != "KVP_STATUS_OUT_OF_SLOTS":
+                            raise
+                        continue
+                    pool.free_indices(out)
+                    done[k] += 1
+            except Exception as err:  # noqa: BLE001 - reported below
+                errors.append(repr(err))
+
+        calls = spy_native(self)
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.assertEqual(errors, [])
+        self.assertGreater(sum(done), 4000)
+        self.assertEqual(pool.available_size(), 1 << 14)
+        self.assertNotIn(self.FALLBACK, [status for _, status in calls])
+
     def test_an_entry_point_called_without_the_gil_declines(self):
         """Through the CDLL function (which releases the GIL) an entry point must not touch
         the C API: it falls back, and the pool is unchanged."""
