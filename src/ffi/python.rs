@@ -305,6 +305,29 @@ enum Elements {
     Indices,
 }
 
+/// The C-API functions and a view of each of `objects` (object, writable; see
+/// [`View::of`]), or None — nothing held — before `kvp_python_init`, without the GIL (a
+/// call through a CDLL function, which releases it: no C-API function may be called then,
+/// so the entry point declines rather than crash), or when an object gives no such view.
+///
+/// # Safety
+/// Each object is NULL or a live `PyObject *` (the entry points' contract).
+unsafe fn views_of<const N: usize>(
+    objects: [(*mut c_void, bool); N],
+) -> Option<(PythonApi, [View; N])> {
+    let &api = API.get()?;
+    // SAFETY: PyGILState_Check may be called from any thread, GIL held or not.
+    if unsafe { (api.holds_gil)() } == 0 {
+        return None;
+    }
+    // SAFETY: the GIL is held; caller contract for the objects.
+    let views = objects.map(|(object, writable)| unsafe { View::of(api, object, writable) });
+    if views.iter().any(Option::is_none) {
+        return None; // the views that were had are released here, GIL held
+    }
+    Some((api, views.map(|view| view.expect("checked above"))))
+}
+
 /// Runs an entry point: a view of each of `arrays` (object, elements, writable), then, with
 /// the GIL released and the views' element widths checked, `call` on the views. Falls back
 /// (having called nothing) when a view cannot be had or holds other elements.
@@ -314,22 +337,13 @@ fn python_call<const N: usize>(
     call: impl FnOnce(&[View; N]) -> i32,
 ) -> i32 {
     ffi_boundary(|| {
-        let Some(&api) = API.get() else {
+        let elements = arrays.map(|(_, elements, _)| elements);
+        // SAFETY: the entry points' contract.
+        let Some((api, views)) =
+            (unsafe { views_of(arrays.map(|(object, _, writable)| (object, writable))) })
+        else {
             return KVP_PYTHON_FALLBACK;
         };
-        // Called without the GIL (through a CDLL function, which releases it), no C-API
-        // function may be called: decline rather than crash.
-        // SAFETY: PyGILState_Check may be called from any thread, GIL held or not.
-        if unsafe { (api.holds_gil)() } == 0 {
-            return KVP_PYTHON_FALLBACK;
-        }
-        let elements = arrays.map(|(_, elements, _)| elements);
-        // SAFETY: the GIL is held and the objects are live (the entry points' contract).
-        let views = arrays.map(|(object, _, writable)| unsafe { View::of(api, object, writable) });
-        if views.iter().any(Option::is_none) {
-            return KVP_PYTHON_FALLBACK;
-        }
-        let views = views.map(|view| view.expect("checked above"));
         // The views are dropped after this returns, with the GIL held again.
         without_gil(api, || {
             // Host copies of lengths need no pool (a device pool's calls take only those).
@@ -374,21 +388,10 @@ pub unsafe extern "C" fn kvp_python_extend_tokens(
     seq_lens: *mut c_void,
 ) -> i64 {
     ffi_boundary(|| {
-        let Some(&api) = API.get() else {
-            return NO_SUM;
-        };
-        // SAFETY: as in `python_call`.
-        if unsafe { (api.holds_gil)() } == 0 {
-            return NO_SUM;
-        }
-        // SAFETY: the GIL is held and the objects are live (this function's contract).
-        let views = unsafe {
-            (
-                View::of(api, prefix_lens, false),
-                View::of(api, seq_lens, false),
-            )
-        };
-        let (Some(prefix_view), Some(seq_view)) = views else {
+        // SAFETY: this function's contract.
+        let Some((_, [prefix_view, seq_view])) =
+            (unsafe { views_of([(prefix_lens, false), (seq_lens, false)]) })
+        else {
             return NO_SUM;
         };
         let width = size_of::<i64>();
