@@ -1502,24 +1502,25 @@ class Pool(_Owner):
         sum(prefix_lens)`` (O(n): pass it, as SGLang has it, to skip the sums; over
         buffers the library sums them, in C)."""
         native = self._lib.python
-        if (native is not None and extend_num_tokens is None and out_len is None
-                and _buffer_kind(prefix_lens, seq_lens, last_loc) is not None):
-            # The default, summed by the library over buffers (NO_SUM: summed below).
-            total = native.kvp_python_extend_tokens(prefix_lens, seq_lens)
-            if total != _NO_SUM:
-                extend_num_tokens = total
-        if (native is not None and out_len is None and type(extend_num_tokens) is int
-                and 0 <= extend_num_tokens <= _SIZE_MAX):
-            if out is None:  # a new output of the inputs' kind, if they are all buffers
-                kind = _buffer_kind(prefix_lens, seq_lens, last_loc)
-                if kind is not None:
+        if native is not None and out_len is None:
+            # The inputs' kind if they are all buffers (else None), looked up once: both the
+            # default sum and a new output need it.
+            kind = (_buffer_kind(prefix_lens, seq_lens, last_loc)
+                    if extend_num_tokens is None or out is None else None)
+            if extend_num_tokens is None and kind is not None:
+                # The default, summed by the library over buffers (NO_SUM: summed below).
+                total = native.kvp_python_extend_tokens(prefix_lens, seq_lens)
+                if total != _NO_SUM:
+                    extend_num_tokens = total
+            if type(extend_num_tokens) is int and 0 <= extend_num_tokens <= _SIZE_MAX:
+                if out is None and kind is not None:  # a new output of the inputs' kind
                     out = _new_output(kind, extend_num_tokens, self._index)
-            if out is not None and _HOST[type(out)] in _BUFFER_HANDLERS:
-                status = native.kvp_python_pool_alloc_extend(
-                    self._handle or self.handle, prefix_lens, seq_lens, last_loc,
-                    extend_num_tokens, out)
-                if status != _FALLBACK:
-                    return self._native_result(status, out, extend_num_tokens)
+                if out is not None and _HOST[type(out)] in _BUFFER_HANDLERS:
+                    status = native.kvp_python_pool_alloc_extend(
+                        self._handle or self.handle, prefix_lens, seq_lens, last_loc,
+                        extend_num_tokens, out)
+                    if status != _FALLBACK:
+                        return self._native_result(status, out, extend_num_tokens)
         index = self._index
         prefix_p, batch, prefix_keep = _HOST[type(prefix_lens)](prefix_lens, _INT64,
                                                                 "prefix_lens", False)
