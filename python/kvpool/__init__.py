@@ -1262,7 +1262,8 @@ def _extend_num_tokens(given, seq_lens, prefix_lens, seq_keep, prefix_keep):
     ``sum(seq_lens) - sum(prefix_lens)`` (``*_keep``: the arrays ``_buffers.host_array``
     made of them; O(n), vectorized for tensors and numpy arrays, C-speed ``sum`` otherwise).
     A negative default means some ``seq_len < prefix_len``; it becomes 0 so that the
-    library names that element (INVALID_LENGTHS)."""
+    library names that element (INVALID_LENGTHS). (The pool's calls first ask the library
+    for the default: ``Pool._planned_tokens``.)"""
     if given is not None:
         return _int(given, "size_t", "extend_num_tokens")
     total = _buffers.total(seq_lens, seq_keep) - _buffers.total(prefix_lens, prefix_keep)
@@ -1459,6 +1460,21 @@ class Pool(_Owner):
         del seq_keep  # the call has returned
         return pages.value
 
+    def _planned_tokens(self, prefix_p, seq_p, batch, seq_n):
+        """The default ``extend_num_tokens`` of host lengths already converted (addresses
+        and counts), from the library's planning (``kvp_pool_extend_need``: O(n) in C,
+        where summing a tensor costs two torch reductions, ~3 us each); None when the
+        lengths disagree in count or the planning refuses them (then the caller sums them
+        itself, as before, and the allocation names what is wrong)."""
+        if batch != seq_n:
+            return None
+        pages, tokens = ctypes.c_uint64(), ctypes.c_uint64()
+        if self._lib.fast.kvp_pool_extend_need(self._handle or self.handle, prefix_p, seq_p,
+                                               batch, ctypes.byref(pages),
+                                               ctypes.byref(tokens)):
+            return None
+        return tokens.value
+
     # ---- allocation ----
     # Inputs: lists (converted in O(n) at C speed), array.array / numpy arrays / memoryviews
     # / CPU tensors (zero-copy). Results: a list for list inputs, else the inputs' kind.
@@ -1499,8 +1515,8 @@ class Pool(_Owner):
     def alloc_extend(self, prefix_lens, seq_lens, last_loc, extend_num_tokens=None,
                      out_len=None, out=None):
         """SGLang's ``alloc_extend``. ``extend_num_tokens`` defaults to ``sum(seq_lens) -
-        sum(prefix_lens)`` (O(n): pass it, as SGLang has it, to skip the sums; over
-        buffers the library sums them, in C)."""
+        sum(prefix_lens)`` (O(n), summed by the library in C whatever the inputs' kind;
+        pass it, as SGLang has it, to skip the sums)."""
         native = self._lib.python
         if native is not None and out_len is None:
             # The inputs' kind if they are all buffers (else None), looked up once: both the
@@ -1526,6 +1542,9 @@ class Pool(_Owner):
                                                                 "prefix_lens", False)
         seq_p, seq_n, seq_keep = _HOST[type(seq_lens)](seq_lens, _INT64, "seq_lens", False)
         last_p, last_n, last_keep = _HOST[type(last_loc)](last_loc, index, "last_loc", False)
+        if extend_num_tokens is None and out_len is None:  # (out_len, a test knob: its
+            # range check below comes before any library call)
+            extend_num_tokens = self._planned_tokens(prefix_p, seq_p, batch, seq_n)
         if type(extend_num_tokens) is not int or not 0 <= extend_num_tokens <= _SIZE_MAX:
             extend_num_tokens = _extend_num_tokens(extend_num_tokens, seq_lens, prefix_lens,
                                                    seq_keep, prefix_keep)
@@ -1685,6 +1704,8 @@ class Pool(_Owner):
         seq_p, seq_n, seq_keep = _host_array(seq_lens, _INT64, "seq_lens")
         if not batch == prefix_n == seq_n:
             raise ValueError("rows, prefix_lens and seq_lens need one entry per request")
+        if extend_num_tokens is None:
+            extend_num_tokens = self._planned_tokens(prefix_p, seq_p, batch, seq_n)
         if type(extend_num_tokens) is not int or not 0 <= extend_num_tokens <= _SIZE_MAX:
             extend_num_tokens = _extend_num_tokens(extend_num_tokens, seq_lens, prefix_lens,
                                                    seq_keep, prefix_keep)
@@ -2017,8 +2038,9 @@ class Pool(_Owner):
         tensors; lists are converted in O(n) at C speed, the others zero-copy), required:
         kvpool plans and checks the allocation on the host from them without waiting for
         the device. ``extend_num_tokens`` defaults to ``sum(seq_lens_host) -
-        sum(prefix_lens_host)`` (O(n); pass it to skip the sums: then host copies that are
-        buffers are read by the library, the cheapest plain call). Returns
+        sum(prefix_lens_host)`` (O(n), summed by the library in C; pass it to skip the
+        sums: then host copies that are buffers are read by the library, the cheapest
+        plain call). Returns
         ``out[:extend_num_tokens]``."""
         call = "kvp_pool_alloc_extend_async"
         if self.backend != BACKEND_CUDA:
@@ -2049,6 +2071,8 @@ class Pool(_Owner):
         if not batch == seq_host_n == prefix_n == seq_n == last_n:
             raise ValueError("prefix_lens, seq_lens, last_loc and the host copies need one "
                              "entry per request")
+        if extend_num_tokens is None:
+            extend_num_tokens = self._planned_tokens(prefix_host, seq_host, batch, seq_host_n)
         if type(extend_num_tokens) is not int or not 0 <= extend_num_tokens <= _SIZE_MAX:
             extend_num_tokens = _extend_num_tokens(extend_num_tokens, seq_lens_host,
                                                    prefix_lens_host, seq_keep, prefix_keep)
@@ -2270,6 +2294,8 @@ class Pool(_Owner):
         if not batch == seq_host_n == prefix_n == seq_n == rows_n:
             raise ValueError("rows, prefix_lens, seq_lens and the host copies need one entry "
                              "per request")
+        if extend_num_tokens is None:
+            extend_num_tokens = self._planned_tokens(prefix_host, seq_host, batch, seq_host_n)
         extend_num_tokens = _extend_num_tokens(extend_num_tokens, seq_lens_host,
                                                prefix_lens_host, seq_keep, prefix_keep)
         handle = self._stream_handle(stream)

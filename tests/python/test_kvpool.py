@@ -2710,6 +2710,40 @@ class TestNativeCalls(KvpTestCase):
                 LIB.python = saved
         self.assertEqual(pool.available_size(), 64)
 
+    def test_the_general_path_takes_the_default_extend_num_tokens_from_the_planning(self):
+        """Without the entry points (lists, tensors, or lib.python off), the default
+        extend_num_tokens comes from kvp_pool_extend_need, once a call; where the planning
+        refuses the lengths the package sums them itself and the allocation names the bad
+        one, as before; lengths that disagree in count never reach it."""
+        saved, LIB.python = LIB.python, None
+        self.addCleanup(setattr, LIB, "python", saved)
+        calls = spy_calls(self, ["kvp_pool_extend_need"])
+        for name, (make, installed) in host_kinds().items():
+            if not installed:
+                continue
+            with self.subTest(kind=name):
+                q = lambda values: make(values, "q")  # noqa: E731
+                pool, twin = self.pool(256, 4), self.pool(256, 4)
+                for p in (pool, twin):
+                    p.alloc_extend([0], [3], [-1], extend_num_tokens=3)  # slots 4-6
+                del calls[:]
+                got = pool.alloc_extend(q([0, 3]), q([5, 6]), q([-1, 6]))
+                self.assertEqual(calls, ["kvp_pool_extend_need"])
+                self.assertEqual(as_list(got), as_list(twin.alloc_extend(
+                    q([0, 3]), q([5, 6]), q([-1, 6]), extend_num_tokens=8)))
+                self.assertEqual(len(got), 8)
+                # refused by the planning: summed here (to 0), named by the allocation
+                self.assertKvpError("INVALID_LENGTHS", pool.alloc_extend, q([5]), q([2]),
+                                    q([3]), message="seq_lens[0]")
+                self.assertKvpError("INVALID_LENGTHS", pool.alloc_extend, q([0, 0]),
+                                    q([2**62, 2**62]), q([-1, -1]),
+                                    out=array.array("q", [0] * 4), message="seq_lens[0]")
+                self.assertEqual(len(calls), 3)
+                with self.assertRaisesRegex(ValueError, "one entry per request"):
+                    pool.alloc_extend(q([0]), q([1, 2]), q([-1]))
+                self.assertEqual(len(calls), 3)
+                self.assertEqual(pool.available_size(), twin.available_size())
+
     def test_threads_call_the_entry_points_at_once(self):
         """Four threads allocate and free through the entry points (each releases the GIL
         for its pool call, so they overlap in the library): every call succeeds or runs
