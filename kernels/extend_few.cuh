@@ -87,7 +87,10 @@ __device__ __forceinline__ void decide_few(FewShared &sh, const View &v, const C
   const bool looks = enters || (GRID && tagged && s.part1 == 0 && batch > 1);
   const unsigned long long k =
       looks ? (unsigned long long)prefix_page : (1ull << 32) | (unsigned long long)r;
-  const uint32_t same = __match_any_sync(FULL, k) & __ballot_sync(FULL, enters);
+  // (No request enters: no match_any, a slow instruction, e.g. one request or fresh ones;
+  // the branch is the same in every lane.)
+  const uint32_t entering = __ballot_sync(FULL, enters);
+  const uint32_t same = entering ? __match_any_sync(FULL, k) & entering : 0;
   const int first = same ? __ffs(same) - 1 : -1;
   // (Every lane shuffles: a shuffle some lanes skip would hang the warp.)
   const long long first_last = GRID ? __shfl_sync(FULL, ll, first < 0 ? (int)r : first) : 0;
@@ -119,6 +122,113 @@ __device__ __forceinline__ void decide_few(FewShared &sh, const View &v, const C
       (!GRID || (t_begin <= at_tok && at_tok < t_end))) {
     *fill_page = prefix_page;
     *fill_to = in_page + 1 + s.part1;
+  }
+}
+
+// Where each request's tokens and new pages start (exclusive prefix sums over the batch, lane
+// i request i) and the batch's totals: what every warp of extend_few works out for itself.
+struct Offsets {
+  unsigned long long at_tok, at_page, tokens, new_pages;
+};
+
+// A 32-bit sum is exact below 2^26 a total (32 lanes of at most 2^26 + 1 stay below 2^32).
+constexpr unsigned long long NARROW_TOTAL = 1ull << 26;
+
+// One request needs no scan. Otherwise, when the plan's totals are below NARROW_TOTAL (every
+// extend whose output is under 64 M slots), a 32-bit scan of each value clamped to the plan's
+// total + 1: a request whose own value passes the total + 1 makes every running sum from it
+// on pass the total, so each request past the plan is still found past it (the verdict's
+// ERR_LENGTHS, the first such request, is unchanged) and the call is not live; without such a
+// request the sums are exact. Half the shuffles and adds of the 64-bit scan, on the deciding
+// warp's path (BENCHMARKS.md, fourteenth session).
+__device__ __forceinline__ Offsets request_offsets(Pair own, uint32_t batch,
+                                                   unsigned long long total_tokens,
+                                                   unsigned long long total_pages) {
+  const uint32_t lane = threadIdx.x & 31;
+  if (batch == 1) {  // (uniform: every lane takes the same branch)
+    const unsigned long long tokens = __shfl_sync(FULL, own.a, 0);
+    const unsigned long long new_pages = __shfl_sync(FULL, own.b, 0);
+    return lane == 0 ? Offsets{0, 0, tokens, new_pages}
+                     : Offsets{tokens, new_pages, tokens, new_pages};
+  }
+  if (total_tokens < NARROW_TOTAL && total_pages < NARROW_TOTAL) {
+    const uint32_t a = (uint32_t)min(own.a, total_tokens + 1);
+    const uint32_t b = (uint32_t)min(own.b, total_pages + 1);
+    uint32_t ia = a, ib = b;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const uint32_t ya = __shfl_up_sync(FULL, ia, o);
+      const uint32_t yb = __shfl_up_sync(FULL, ib, o);
+      if (lane >= (uint32_t)o) {
+        ia += ya;
+        ib += yb;
+      }
+    }
+    return Offsets{ia - a, ib - b, __shfl_sync(FULL, ia, 31), __shfl_sync(FULL, ib, 31)};
+  }
+  const Pair incl = warp_inclusive_scan(own);
+  return Offsets{incl.a - own.a, incl.b - own.b, __shfl_sync(FULL, incl.a, 31),
+                 __shfl_sync(FULL, incl.b, 31)};
+}
+
+// x / page_size and x % page_size in the width of x (32 bits: no 64-bit division or shifts).
+template <bool POW2, typename Off>
+__device__ __forceinline__ Off div_page(Off x, const View &v) {
+  if constexpr (sizeof(Off) == 4) return POW2 ? x >> v.page_shift : x / v.page_size;
+  else return div_ps<POW2>(x, v);
+}
+template <bool POW2, typename Off>
+__device__ __forceinline__ Off mod_page(Off x, const View &v) {
+  if constexpr (sizeof(Off) == 4) return POW2 ? x & (v.page_size - 1) : x % v.page_size;
+  else return mod_ps<POW2>(x, v);
+}
+
+// The slots of this block's tokens [t_begin, t_end) into `out`, from the offsets warp 0
+// published (the first token of a new page setting its fill point). Off: the width of token
+// and page offsets, 32 bits only when every offset of the call and t_end + BLOCK fit.
+template <int BLOCK, typename Off, bool GRID, bool POW2, typename Index>
+__device__ __forceinline__ void write_slots(const FewShared &sh, const View &v, const Call &call,
+                                            const Cursor &c, uint32_t batch, bool staged,
+                                            unsigned long long page_lo,
+                                            unsigned long long t_begin,
+                                            unsigned long long t_end, Index *out) {
+  const bool tracked = v.page_size > 1;
+  const uint32_t n = v.num_pages;
+  // The request's offsets are read once per request (a thread's tokens are BLOCK apart, so
+  // most threads stay within one request).
+  uint32_t q = 0;
+  Off q_tok = (Off)sh.tok_off[0], q_end = (Off)sh.tok_off[1], q_part1 = (Off)sh.part1[0];
+  Off q_page = (Off)sh.page_off[0];
+  long long q_last = sh.last[0];
+  for (Off t = (Off)t_begin + (Off)threadIdx.x; t < (Off)t_end; t += BLOCK) {
+    if (t >= q_end) {
+      q = request_of(sh.tok_off, batch, q, t);
+      q_tok = (Off)sh.tok_off[q];
+      q_end = (Off)sh.tok_off[q + 1];
+      q_part1 = (Off)sh.part1[q];
+      q_page = (Off)sh.page_off[q];
+      q_last = sh.last[q];
+    }
+    const Off k = t - q_tok;
+    Index slot;
+    if (k < q_part1) {
+      slot = (Index)(q_last + 1 + (long long)k);
+    } else {
+      const Off j = k - q_part1;
+      const Off rank = q_page + div_page<POW2>(j, v);
+      const uint32_t page =
+          staged ? sh.pages[rank - (Off)page_lo] : v.ring[ring_pos(c.head, rank, n)];
+      const Off pos = mod_page<POW2>(j, v);
+      if (pos == 0) {
+        if (GRID) v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+        if (tracked) {
+          const Off left = q_end - q_tok - q_part1 - j;
+          v.fill[page] = fill_word(call.tag, left < v.page_size ? left : v.page_size);
+        }
+      }
+      slot = (Index)((unsigned long long)page * v.page_size + pos);
+    }
+    out[t] = slot;
   }
 }
 
@@ -174,10 +284,9 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   if (decides) own = after_loads(own, &sh.scan_in[r]);
 
   // Every warp scans the requests (a warp's work: cheaper than publishing it).
-  const Pair incl = warp_inclusive_scan(own);
-  const unsigned long long at_tok = incl.a - own.a, at_page = incl.b - own.b;
-  const unsigned long long tokens = __shfl_sync(FULL, incl.a, 31);
-  const unsigned long long new_pages = __shfl_sync(FULL, incl.b, 31);
+  const Offsets at = request_offsets(own, batch, total_tokens, total_pages);
+  const unsigned long long at_tok = at.at_tok, at_page = at.at_page;
+  const unsigned long long tokens = at.tokens, new_pages = at.new_pages;
   const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
 
   // GRID: the ring ranks of the new pages this block's tokens use, [lo, hi), from the
@@ -209,18 +318,22 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     // pages in two rounds made 2 requests at page size 1 1.09x slower than extend_block); a
     // block of several writes about 512 tokens (pool.rs, SPAN_TOKENS).
     constexpr uint32_t BATCH = GRID ? 4 : (4 * BLOCK + STAGERS - 1) / STAGERS;
-    const uint32_t at = BLOCK > 32 ? r - 32 : r;
-    for (unsigned long long base = page_lo + at; base < page_hi; base += BATCH * STAGERS) {
+    // In 32 bits (the stagers' path runs from the scan to the barrier, and this block's
+    // pages are at most STAGE_CAP): the q-th page is at ring position first + q, wrapping
+    // once (first < n, and first + count stays within the free list's n positions).
+    const uint32_t first = ring_pos(c.head, page_lo, n);
+    const uint32_t count = (uint32_t)(page_hi - page_lo), to_end = n - first;
+    for (uint32_t base = BLOCK > 32 ? r - 32 : r; base < count; base += BATCH * STAGERS) {
       uint32_t got[BATCH];
 #pragma unroll
       for (uint32_t u = 0; u < BATCH; ++u) {
-        const unsigned long long k = base + u * STAGERS;
-        got[u] = k < page_hi ? v.ring[ring_pos(c.head, k, n)] : 0;
+        const uint32_t q = base + u * STAGERS;
+        got[u] = q < count ? v.ring[q < to_end ? first + q : q - to_end] : 0;
       }
 #pragma unroll
       for (uint32_t u = 0; u < BATCH; ++u) {
-        const unsigned long long k = base + u * STAGERS;
-        if (k < page_hi) sh.pages[k - page_lo] = got[u];
+        const uint32_t q = base + u * STAGERS;
+        if (q < count) sh.pages[q] = got[u];
       }
     }
   }
@@ -246,41 +359,14 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
       }
     }
     if (fill_page >= 0) v.fill[fill_page] = fill_word(call.tag, fill_to);
-    // The request's offsets are read once per request (a thread's tokens are BLOCK apart, so
-    // most threads stay within one request).
-    uint32_t q = 0;
-    unsigned long long q_tok = sh.tok_off[0], q_end = sh.tok_off[1], q_part1 = sh.part1[0];
-    unsigned long long q_page = sh.page_off[0];
-    long long q_last = sh.last[0];
-    for (unsigned long long t = t_begin + r; t < t_end; t += BLOCK) {
-      if (t >= q_end) {
-        q = request_of(sh.tok_off, batch, q, t);
-        q_tok = sh.tok_off[q];
-        q_end = sh.tok_off[q + 1];
-        q_part1 = sh.part1[q];
-        q_page = sh.page_off[q];
-        q_last = sh.last[q];
-      }
-      const unsigned long long k = t - q_tok;
-      Index slot;
-      if (k < q_part1) {
-        slot = (Index)(q_last + 1 + (long long)k);
-      } else {
-        const unsigned long long j = k - q_part1;
-        const unsigned long long rank = q_page + div_ps<POW2>(j, v);
-        const uint32_t page = staged ? sh.pages[rank - page_lo] : v.ring[ring_pos(c.head, rank, n)];
-        const unsigned long long pos = mod_ps<POW2>(j, v);
-        if (pos == 0) {
-          if (GRID) v.state[page] = page_word(KIND_ALLOCATED, call.tag);
-          if (tracked) {
-            const unsigned long long left = q_end - q_tok - q_part1 - j;
-            v.fill[page] = fill_word(call.tag, left < v.page_size ? left : v.page_size);
-          }
-        }
-        slot = (Index)((unsigned long long)page * v.page_size + pos);
-      }
-      out[t] = slot;
-    }
+    // Offsets in 32 bits where the plan allows (a one-block call writes at most BLOCK_TOKENS,
+    // pool.rs): the loop every thread runs after the barrier, at half the instructions.
+    if (!GRID && total_tokens < (1ull << 31))
+      write_slots<BLOCK, uint32_t, GRID, POW2>(sh, v, call, c, batch, staged, page_lo, t_begin,
+                                               t_end, out);
+    else
+      write_slots<BLOCK, unsigned long long, GRID, POW2>(sh, v, call, c, batch, staged,
+                                                         page_lo, t_begin, t_end, out);
   } else {
     // Dead, short or failed: the plan's whole output is the padding slot.
     for (unsigned long long t = t_begin + r; t < t_end; t += BLOCK) out[t] = 0;
