@@ -322,11 +322,12 @@ fn device_lengths_that_disagree_with_the_host_fault_without_writing_out_of_bound
         let host_seq = [5i64, 3, 4];
         let total = 12usize;
         // (device prefix, device seq, request the fault must name)
-        let cases: [([i64; 3], [i64; 3], i64); 4] = [
-            ([0, 0, 0], [5, 3000, 4], 1), // runs far past the plan
-            ([0, 0, 0], [5, 3, 9], 2),    // the last request overruns
-            ([0, 0, 0], [5, 1, 4], 2),    // totals short of the plan: the last request
-            ([0, 9, 0], [5, 3, 4], 1),    // seq < prefix on the device
+        let cases: [([i64; 3], [i64; 3], i64); 5] = [
+            ([0, 0, 0], [5, 3000, 4], 1),  // runs far past the plan
+            ([0, 0, 0], [5, 100, 200], 1), // two past it: the first is named
+            ([0, 0, 0], [5, 3, 9], 2),     // the last request overruns
+            ([0, 0, 0], [5, 1, 4], 2),     // totals short of the plan: the last request
+            ([0, 9, 0], [5, 3, 4], 1),     // seq < prefix on the device
         ];
         let prefix_d = DevBuf::new(8 * 3);
         let seq_d = DevBuf::new(8 * 3);
