@@ -140,8 +140,8 @@ constexpr unsigned long long NARROW_TOTAL = 1ull << 26;
 // total + 1: a request whose own value passes the total + 1 makes every running sum from it
 // on pass the total, so each request past the plan is still found past it (the verdict's
 // ERR_LENGTHS, the first such request, is unchanged) and the call is not live; without such a
-// request the sums are exact. Half the shuffles and adds of the 64-bit scan, on the deciding
-// warp's path (BENCHMARKS.md, fourteenth session).
+// request the sums are exact. Half the shuffles and adds of the 64-bit scan, which the
+// stagers wait for before their ring loads (BENCHMARKS.md, fourteenth session).
 __device__ __forceinline__ Offsets request_offsets(Pair own, uint32_t batch,
                                                    unsigned long long total_tokens,
                                                    unsigned long long total_pages) {
