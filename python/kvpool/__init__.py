@@ -1263,7 +1263,7 @@ def _extend_num_tokens(given, seq_lens, prefix_lens, seq_keep, prefix_keep):
     made of them; O(n), vectorized for tensors and numpy arrays, C-speed ``sum`` otherwise).
     A negative default means some ``seq_len < prefix_len``; it becomes 0 so that the
     library names that element (INVALID_LENGTHS). (The pool's calls first ask the library
-    for the default: ``Pool._planned_tokens``.)"""
+    for the default: ``Pool._extend_tokens``.)"""
     if given is not None:
         return _int(given, "size_t", "extend_num_tokens")
     total = _buffers.total(seq_lens, seq_keep) - _buffers.total(prefix_lens, prefix_keep)
@@ -1460,20 +1460,21 @@ class Pool(_Owner):
         del seq_keep  # the call has returned
         return pages.value
 
-    def _planned_tokens(self, prefix_p, seq_p, batch, seq_n):
-        """The default ``extend_num_tokens`` of host lengths already converted (addresses
-        and counts), from the library's planning (``kvp_pool_extend_need``: O(n) in C,
-        where summing a tensor costs two torch reductions, ~3 us each); None when the
-        lengths disagree in count or the planning refuses them (then the caller sums them
-        itself, as before, and the allocation names what is wrong)."""
-        if batch != seq_n:
-            return None
-        pages, tokens = ctypes.c_uint64(), ctypes.c_uint64()
-        if self._lib.fast.kvp_pool_extend_need(self._handle or self.handle, prefix_p, seq_p,
-                                               batch, ctypes.byref(pages),
-                                               ctypes.byref(tokens)):
-            return None
-        return tokens.value
+    def _extend_tokens(self, given, prefix_lens, seq_lens, prefix_p, seq_p, batch, seq_n,
+                       prefix_keep, seq_keep, plan=True):
+        """``extend_num_tokens`` of a call whose host lengths are converted (addresses,
+        counts, ``*_keep``): ``given``, range-checked, or by default (``plan``) the
+        library's planning's (``kvp_pool_extend_need``: O(n) in C, where summing a tensor
+        costs two torch reductions, ~3 us each); where the counts disagree or the planning
+        refuses the lengths, ``_extend_num_tokens``' own sum (the allocation then names
+        what is wrong)."""
+        if given is None and plan and batch == seq_n:
+            pages, tokens = ctypes.c_uint64(), ctypes.c_uint64()
+            if not self._lib.fast.kvp_pool_extend_need(
+                    self._handle or self.handle, prefix_p, seq_p, batch, ctypes.byref(pages),
+                    ctypes.byref(tokens)):
+                return tokens.value
+        return _extend_num_tokens(given, seq_lens, prefix_lens, seq_keep, prefix_keep)
 
     # ---- allocation ----
     # Inputs: lists (converted in O(n) at C speed), array.array / numpy arrays / memoryviews
@@ -1542,12 +1543,12 @@ class Pool(_Owner):
                                                                 "prefix_lens", False)
         seq_p, seq_n, seq_keep = _HOST[type(seq_lens)](seq_lens, _INT64, "seq_lens", False)
         last_p, last_n, last_keep = _HOST[type(last_loc)](last_loc, index, "last_loc", False)
-        if extend_num_tokens is None and out_len is None:  # (out_len, a test knob: its
-            # range check below comes before any library call)
-            extend_num_tokens = self._planned_tokens(prefix_p, seq_p, batch, seq_n)
         if type(extend_num_tokens) is not int or not 0 <= extend_num_tokens <= _SIZE_MAX:
-            extend_num_tokens = _extend_num_tokens(extend_num_tokens, seq_lens, prefix_lens,
-                                                   seq_keep, prefix_keep)
+            # (Given out_len, a test knob, no planning: its range check below comes before
+            # any library call.)
+            extend_num_tokens = self._extend_tokens(extend_num_tokens, prefix_lens, seq_lens,
+                                                    prefix_p, seq_p, batch, seq_n,
+                                                    prefix_keep, seq_keep, out_len is None)
         if out_len is not None:
             out_len = _size(out_len, "out_len")
         if batch != seq_n or batch != last_n:
@@ -1704,11 +1705,10 @@ class Pool(_Owner):
         seq_p, seq_n, seq_keep = _host_array(seq_lens, _INT64, "seq_lens")
         if not batch == prefix_n == seq_n:
             raise ValueError("rows, prefix_lens and seq_lens need one entry per request")
-        if extend_num_tokens is None:
-            extend_num_tokens = self._planned_tokens(prefix_p, seq_p, batch, seq_n)
         if type(extend_num_tokens) is not int or not 0 <= extend_num_tokens <= _SIZE_MAX:
-            extend_num_tokens = _extend_num_tokens(extend_num_tokens, seq_lens, prefix_lens,
-                                                   seq_keep, prefix_keep)
+            extend_num_tokens = self._extend_tokens(extend_num_tokens, prefix_lens, seq_lens,
+                                                    prefix_p, seq_p, batch, seq_n,
+                                                    prefix_keep, seq_keep)
         if out_cache_loc:
             out, address, length, kind = _out_buffer(extend_num_tokens, out, self._index,
                                                       prefix_lens, seq_lens)
@@ -2071,11 +2071,10 @@ class Pool(_Owner):
         if not batch == seq_host_n == prefix_n == seq_n == last_n:
             raise ValueError("prefix_lens, seq_lens, last_loc and the host copies need one "
                              "entry per request")
-        if extend_num_tokens is None:
-            extend_num_tokens = self._planned_tokens(prefix_host, seq_host, batch, seq_host_n)
         if type(extend_num_tokens) is not int or not 0 <= extend_num_tokens <= _SIZE_MAX:
-            extend_num_tokens = _extend_num_tokens(extend_num_tokens, seq_lens_host,
-                                                   prefix_lens_host, seq_keep, prefix_keep)
+            extend_num_tokens = self._extend_tokens(
+                extend_num_tokens, prefix_lens_host, seq_lens_host, prefix_host, seq_host,
+                batch, seq_host_n, prefix_keep, seq_keep)
         raw = self._raw_stream  # stream=None: self._stream_handle(None) without its call
         handle = (raw(device) if stream is None and raw is not None
                   else self._stream_handle(stream))
@@ -2294,10 +2293,9 @@ class Pool(_Owner):
         if not batch == seq_host_n == prefix_n == seq_n == rows_n:
             raise ValueError("rows, prefix_lens, seq_lens and the host copies need one entry "
                              "per request")
-        if extend_num_tokens is None:
-            extend_num_tokens = self._planned_tokens(prefix_host, seq_host, batch, seq_host_n)
-        extend_num_tokens = _extend_num_tokens(extend_num_tokens, seq_lens_host,
-                                               prefix_lens_host, seq_keep, prefix_keep)
+        extend_num_tokens = self._extend_tokens(extend_num_tokens, prefix_lens_host,
+                                                seq_lens_host, prefix_host, seq_host, batch,
+                                                seq_host_n, prefix_keep, seq_keep)
         handle = self._stream_handle(stream)
         if out_cache_loc:
             buf, n, out = self._device_out(extend_num_tokens, out, stream, handle)
