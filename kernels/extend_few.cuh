@@ -156,15 +156,7 @@ __device__ __forceinline__ Offsets request_offsets(Pair own, uint32_t batch,
     const uint32_t a = (uint32_t)min(own.a, total_tokens + 1);
     const uint32_t b = (uint32_t)min(own.b, total_pages + 1);
     uint32_t ia = a, ib = b;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const uint32_t ya = __shfl_up_sync(FULL, ia, o);
-      const uint32_t yb = __shfl_up_sync(FULL, ib, o);
-      if (lane >= (uint32_t)o) {
-        ia += ya;
-        ib += yb;
-      }
-    }
+    warp_inclusive_scan2(ia, ib);
     return Offsets{ia - a, ib - b, __shfl_sync(FULL, ia, 31), __shfl_sync(FULL, ib, 31)};
   }
   const Pair incl = warp_inclusive_scan(own);

@@ -62,16 +62,23 @@ struct Pair {
   unsigned long long a, b;
 };
 
-__device__ inline Pair warp_inclusive_scan(Pair x) {
+// Inclusive prefix sums of two values over the warp, in their own width (extend_few.cuh
+// scans in 32 bits where the sums fit).
+template <typename T>
+__device__ inline void warp_inclusive_scan2(T &a, T &b) {
   const int lane = threadIdx.x & 31;
   for (int o = 1; o < 32; o <<= 1) {
-    const unsigned long long ya = __shfl_up_sync(FULL, x.a, o);
-    const unsigned long long yb = __shfl_up_sync(FULL, x.b, o);
+    const T ya = __shfl_up_sync(FULL, a, o);
+    const T yb = __shfl_up_sync(FULL, b, o);
     if (lane >= o) {
-      x.a += ya;
-      x.b += yb;
+      a += ya;
+      b += yb;
     }
   }
+}
+
+__device__ inline Pair warp_inclusive_scan(Pair x) {
+  warp_inclusive_scan2(x.a, x.b);
   return x;
 }
 
