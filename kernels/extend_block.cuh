@@ -280,37 +280,8 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     page_hi = max(stage_lo, stage_hi);
   }
   const bool staged = page_hi - page_lo <= STAGE_CAP;
-  // Several loads in flight per thread before any is used.
-  constexpr uint32_t BATCH = 4;
-  if (GRID && live && staged) {
-    for (unsigned long long base = page_lo + r; base < page_hi; base += BATCH * BLOCK) {
-      uint32_t got[BATCH];
-#pragma unroll
-      for (uint32_t u = 0; u < BATCH; ++u) {
-        const unsigned long long k = base + u * BLOCK;
-        got[u] = k < page_hi ? v.ring[ring_pos(c.head, k, n)] : 0;
-      }
-#pragma unroll
-      for (uint32_t u = 0; u < BATCH; ++u) {
-        const unsigned long long k = base + u * BLOCK;
-        if (k < page_hi) pages[k - page_lo] = got[u];
-      }
-    }
-  } else if (live && staged) {
-    for (uint32_t base = r; base < new_pages; base += BATCH * BLOCK) {
-      uint32_t got[BATCH];
-#pragma unroll
-      for (uint32_t u = 0; u < BATCH; ++u) {
-        const uint32_t k = base + u * BLOCK;
-        got[u] = k < new_pages ? v.ring[ring_pos(c.head, k, n)] : 0;
-      }
-#pragma unroll
-      for (uint32_t u = 0; u < BATCH; ++u) {
-        const uint32_t k = base + u * BLOCK;
-        if (k < new_pages) pages[k] = got[u];
-      }
-    }
-  }
+  // Four loads in flight per thread before any is used.
+  if (live && staged) stage_pages<4, BLOCK>(pages, v, c, page_lo, page_hi, r);
 
   // The same rules as check_last_loc; a page another request of the call continues is found
   // through the table. (A fill word tagged by this very call is a replay of a captured call
@@ -398,29 +369,9 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
         v.fill[prefix_page[u]] = fill_word(call.tag, in_page + 1 + s[u].part1);
       }
     }
-    uint32_t lo = 0;
-    for (unsigned long long t = t_begin + r; t < (GRID ? t_end : tokens); t += BLOCK) {
-      lo = request_of(tok_off, batch, lo, t);
-      const unsigned long long k = t - tok_off[lo];
-      Index slot;
-      if (k < part1[lo]) {
-        slot = (Index)(last[lo] + 1 + (long long)k);
-      } else {
-        const unsigned long long j = k - part1[lo];
-        const unsigned long long rank_ = page_off[lo] + div_ps<POW2>(j, v);
-        const uint32_t page =
-            staged ? pages[rank_ - page_lo] : v.ring[ring_pos(c.head, rank_, n)];
-        const unsigned long long pos = mod_ps<POW2>(j, v);
-        if (GRID && pos == 0) v.state[page] = page_word(KIND_ALLOCATED, call.tag);
-        if (pos == 0 && tracked) {
-          const unsigned long long left = tok_off[lo + 1] - tok_off[lo] - part1[lo] - j;
-          v.fill[page] = fill_word(call.tag, left < v.page_size ? left : v.page_size);
-        }
-        slot = (Index)((unsigned long long)page * v.page_size + pos);
-      }
-      if (!ROWS || out != nullptr) out[t] = slot;
-      if (ROWS) table_put(tab.table, tab.wide, table_at_[lo] + k, (long long)slot);
-    }
+    // (A one-block call's t_end is the plan's total, which the device's equals here.)
+    write_call_slots<BLOCK, GRID, POW2, ROWS>(sh, v, call, c, batch, staged, page_lo, t_begin,
+                                              t_end, total_tokens, total_pages, out, tab);
   } else if (!ROWS || out != nullptr) {
     // Dead, short or failed: the plan's whole output is the padding slot.
     for (unsigned long long t = t_begin + r; t < t_end; t += BLOCK) out[t] = 0;

@@ -164,67 +164,6 @@ __device__ __forceinline__ Offsets request_offsets(Pair own, uint32_t batch,
                  __shfl_sync(FULL, incl.b, 31)};
 }
 
-// x / page_size and x % page_size in the width of x (32 bits: no 64-bit division or shifts).
-template <bool POW2, typename Off>
-__device__ __forceinline__ Off div_page(Off x, const View &v) {
-  if constexpr (sizeof(Off) == 4) return POW2 ? x >> v.page_shift : x / v.page_size;
-  else return div_ps<POW2>(x, v);
-}
-template <bool POW2, typename Off>
-__device__ __forceinline__ Off mod_page(Off x, const View &v) {
-  if constexpr (sizeof(Off) == 4) return POW2 ? x & (v.page_size - 1) : x % v.page_size;
-  else return mod_ps<POW2>(x, v);
-}
-
-// The slots of this block's tokens [t_begin, t_end) into `out`, from the offsets warp 0
-// published (the first token of a new page setting its fill point). Off: the width of token
-// and page offsets, 32 bits only when every offset of the call and t_end + BLOCK fit.
-template <int BLOCK, typename Off, bool GRID, bool POW2, typename Index>
-__device__ __forceinline__ void write_slots(const FewShared &sh, const View &v, const Call &call,
-                                            const Cursor &c, uint32_t batch, bool staged,
-                                            unsigned long long page_lo,
-                                            unsigned long long t_begin,
-                                            unsigned long long t_end, Index *out) {
-  const bool tracked = v.page_size > 1;
-  const uint32_t n = v.num_pages;
-  // The request's offsets are read once per request (a thread's tokens are BLOCK apart, so
-  // most threads stay within one request).
-  uint32_t q = 0;
-  Off q_tok = (Off)sh.tok_off[0], q_end = (Off)sh.tok_off[1], q_part1 = (Off)sh.part1[0];
-  Off q_page = (Off)sh.page_off[0];
-  long long q_last = sh.last[0];
-  for (Off t = (Off)t_begin + (Off)threadIdx.x; t < (Off)t_end; t += BLOCK) {
-    if (t >= q_end) {
-      q = request_of(sh.tok_off, batch, q, t);
-      q_tok = (Off)sh.tok_off[q];
-      q_end = (Off)sh.tok_off[q + 1];
-      q_part1 = (Off)sh.part1[q];
-      q_page = (Off)sh.page_off[q];
-      q_last = sh.last[q];
-    }
-    const Off k = t - q_tok;
-    Index slot;
-    if (k < q_part1) {
-      slot = (Index)(q_last + 1 + (long long)k);
-    } else {
-      const Off j = k - q_part1;
-      const Off rank = q_page + div_page<POW2>(j, v);
-      const uint32_t page =
-          staged ? sh.pages[rank - (Off)page_lo] : v.ring[ring_pos(c.head, rank, n)];
-      const Off pos = mod_page<POW2>(j, v);
-      if (pos == 0) {
-        if (GRID) v.state[page] = page_word(KIND_ALLOCATED, call.tag);
-        if (tracked) {
-          const Off left = q_end - q_tok - q_part1 - j;
-          v.fill[page] = fill_word(call.tag, left < v.page_size ? left : v.page_size);
-        }
-      }
-      slot = (Index)((unsigned long long)page * v.page_size + pos);
-    }
-    out[t] = slot;
-  }
-}
-
 template <int BLOCK, typename Index, bool GRID, bool POW2>
 __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
                                            const long long *prefix_lens,
@@ -311,24 +250,8 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     // pages in two rounds made 2 requests at page size 1 1.09x slower than extend_block); a
     // block of several writes about 512 tokens (pool.rs, SPAN_TOKENS).
     constexpr uint32_t BATCH = GRID ? 4 : (4 * BLOCK + STAGERS - 1) / STAGERS;
-    // In 32 bits (the stagers' path runs from the scan to the barrier, and this block's
-    // pages are at most STAGE_CAP): the q-th page is at ring position first + q, wrapping
-    // once (first < n, and first + count stays within the free list's n positions).
-    const uint32_t first = ring_pos(c.head, page_lo, n);
-    const uint32_t count = (uint32_t)(page_hi - page_lo), to_end = n - first;
-    for (uint32_t base = BLOCK > 32 ? r - 32 : r; base < count; base += BATCH * STAGERS) {
-      uint32_t got[BATCH];
-#pragma unroll
-      for (uint32_t u = 0; u < BATCH; ++u) {
-        const uint32_t q = base + u * STAGERS;
-        got[u] = q < count ? v.ring[q < to_end ? first + q : q - to_end] : 0;
-      }
-#pragma unroll
-      for (uint32_t u = 0; u < BATCH; ++u) {
-        const uint32_t q = base + u * STAGERS;
-        if (q < count) sh.pages[q] = got[u];
-      }
-    }
+    // (In 32 bits: the stagers' path runs from the scan to the barrier.)
+    stage_pages<BATCH, STAGERS>(sh.pages, v, c, page_lo, page_hi, BLOCK > 32 ? r - 32 : r);
   }
 
   long long fill_page = -1;
@@ -352,14 +275,10 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
       }
     }
     if (fill_page >= 0) v.fill[fill_page] = fill_word(call.tag, fill_to);
-    // Offsets in 32 bits where the plan allows (a one-block call writes at most BLOCK_TOKENS,
-    // pool.rs): the loop every thread runs after the barrier, at half the instructions.
-    if (!GRID && total_tokens < (1ull << 31))
-      write_slots<BLOCK, uint32_t, GRID, POW2>(sh, v, call, c, batch, staged, page_lo, t_begin,
-                                               t_end, out);
-    else
-      write_slots<BLOCK, unsigned long long, GRID, POW2>(sh, v, call, c, batch, staged,
-                                                         page_lo, t_begin, t_end, out);
+    // Offsets in 32 bits where the plan allows: the loop every thread runs after the
+    // barrier, at half the instructions.
+    write_call_slots<BLOCK, GRID, POW2, false>(sh, v, call, c, batch, staged, page_lo, t_begin,
+                                               t_end, total_tokens, total_pages, out, {});
   } else {
     // Dead, short or failed: the plan's whole output is the padding slot.
     for (unsigned long long t = t_begin + r; t < t_end; t += BLOCK) out[t] = 0;

@@ -815,6 +815,7 @@ __device__ __forceinline__ TokenRange block_tokens(unsigned long long total) {
 }  // namespace kvp
 
 #include "req_table.cuh"
+#include "extend_writes.cuh"
 #include "extend_block.cuh"
 #include "decode_block.cuh"
 #include "extend_few.cuh"

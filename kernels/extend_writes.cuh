@@ -1,0 +1,132 @@
+// The write side shared by the deciding extend kernels (extend_block.cuh, extend_few.cuh):
+// staging the ring's new pages in shared memory, and the loop after the verdict that hands
+// each token its slot. Included by pool.cu before both.
+//
+// Both are the loops every thread of a small call runs on its critical path, so they work in
+// 32 bits where the call allows (BENCHMARKS.md, fourteenth and fifteenth sessions: the 64-bit
+// offsets and ring positions were about a tenth of a small extend's time).
+
+namespace kvp {
+
+// x / page_size and x % page_size in the width of x (32 bits: no 64-bit division or shifts).
+template <bool POW2, typename Off>
+__device__ __forceinline__ Off div_page(Off x, const View &v) {
+  if constexpr (sizeof(Off) == 4) return POW2 ? x >> v.page_shift : x / v.page_size;
+  else return div_ps<POW2>(x, v);
+}
+template <bool POW2, typename Off>
+__device__ __forceinline__ Off mod_page(Off x, const View &v) {
+  if constexpr (sizeof(Off) == 4) return POW2 ? x & (v.page_size - 1) : x % v.page_size;
+  else return mod_ps<POW2>(x, v);
+}
+
+// Copies the ring's pages of ranks [page_lo, page_hi) (at most STAGE_CAP; the call is live,
+// so they are in the free list) into `pages`: thread `me` of STAGERS, BATCH loads in flight
+// before any is used. In 32 bits: the q-th page is at ring position first + q, wrapping at
+// most once (first < n, and the free list holds at most n pages).
+template <uint32_t BATCH, uint32_t STAGERS>
+__device__ __forceinline__ void stage_pages(uint32_t *pages, const View &v, const Cursor &c,
+                                            unsigned long long page_lo,
+                                            unsigned long long page_hi, uint32_t me) {
+  const uint32_t n = v.num_pages;
+  const uint32_t first = ring_pos(c.head, page_lo, n);
+  const uint32_t count = (uint32_t)(page_hi - page_lo), to_end = n - first;
+  for (uint32_t base = me; base < count; base += BATCH * STAGERS) {
+    uint32_t got[BATCH];
+#pragma unroll
+    for (uint32_t u = 0; u < BATCH; ++u) {
+      const uint32_t q = base + u * STAGERS;
+      got[u] = q < count ? v.ring[q < to_end ? first + q : q - to_end] : 0;
+    }
+#pragma unroll
+    for (uint32_t u = 0; u < BATCH; ++u) {
+      const uint32_t q = base + u * STAGERS;
+      if (q < count) pages[q] = got[u];
+    }
+  }
+}
+
+// Whether write_slots may count in 32 bits: every token and page offset of the plan, and a
+// thread's last token position plus the block's width, fit.
+__device__ __forceinline__ bool narrow_offsets(unsigned long long total_tokens,
+                                               unsigned long long total_pages) {
+  return total_tokens < (1ull << 31) && total_pages < (1ull << 31);
+}
+
+// The slots of this block's tokens [t_begin, t_end) (after the verdict, the call taking
+// effect), from the offsets the deciding threads published in `sh` (`tok_off` with the
+// total after the last request, `part1`, `page_off`, `last`, and the staged `pages` of
+// ranks from `page_lo`): the first token of a new page sets its fill point (GRID: and makes
+// the page allocated, the block writing that token). ROWS: each slot also goes into the
+// request's row (`sh.table_at_`), and to `out` only when it is not NULL. Off: the width of
+// token and page offsets, 32 bits only where `narrow_offsets` holds.
+template <int BLOCK, typename Off, bool GRID, bool POW2, bool ROWS, typename Shared,
+          typename Index>
+__device__ __forceinline__ void write_slots(const Shared &sh, const View &v, const Call &call,
+                                            const Cursor &c, uint32_t batch, bool staged,
+                                            unsigned long long page_lo,
+                                            unsigned long long t_begin,
+                                            unsigned long long t_end, Index *out,
+                                            const TableArgs &tab) {
+  const bool tracked = v.page_size > 1;
+  const uint32_t n = v.num_pages;
+  // The request's offsets are read once per request (a thread's tokens are BLOCK apart, so
+  // most threads stay within one request).
+  uint32_t q = 0;
+  Off q_tok = (Off)sh.tok_off[0], q_end = (Off)sh.tok_off[1], q_part1 = (Off)sh.part1[0];
+  Off q_page = (Off)sh.page_off[0];
+  long long q_last = sh.last[0];
+  for (Off t = (Off)t_begin + (Off)threadIdx.x; t < (Off)t_end; t += BLOCK) {
+    if (t >= q_end) {
+      q = request_of(sh.tok_off, batch, q, t);
+      q_tok = (Off)sh.tok_off[q];
+      q_end = (Off)sh.tok_off[q + 1];
+      q_part1 = (Off)sh.part1[q];
+      q_page = (Off)sh.page_off[q];
+      q_last = sh.last[q];
+    }
+    const Off k = t - q_tok;
+    Index slot;
+    if (k < q_part1) {
+      slot = (Index)(q_last + 1 + (long long)k);
+    } else {
+      const Off j = k - q_part1;
+      const Off rank = q_page + div_page<POW2>(j, v);
+      const uint32_t page =
+          staged ? sh.pages[rank - (Off)page_lo] : v.ring[ring_pos(c.head, rank, n)];
+      const Off pos = mod_page<POW2>(j, v);
+      if (pos == 0) {
+        if (GRID) v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+        if (tracked) {
+          const Off left = q_end - q_tok - q_part1 - j;
+          v.fill[page] = fill_word(call.tag, left < v.page_size ? left : v.page_size);
+        }
+      }
+      slot = (Index)((unsigned long long)page * v.page_size + pos);
+    }
+    if (!ROWS || out != nullptr) out[t] = slot;
+    if constexpr (ROWS) table_put(tab.table, tab.wide, sh.table_at_[q] + k, (long long)slot);
+  }
+}
+
+// write_slots in 32 bits where the plan allows, else in 64.
+template <int BLOCK, bool GRID, bool POW2, bool ROWS, typename Shared, typename Index>
+__device__ __forceinline__ void write_call_slots(const Shared &sh, const View &v,
+                                                 const Call &call, const Cursor &c,
+                                                 uint32_t batch, bool staged,
+                                                 unsigned long long page_lo,
+                                                 unsigned long long t_begin,
+                                                 unsigned long long t_end,
+                                                 unsigned long long total_tokens,
+                                                 unsigned long long total_pages, Index *out,
+                                                 const TableArgs &tab) {
+  if (narrow_offsets(total_tokens, total_pages))
+    write_slots<BLOCK, uint32_t, GRID, POW2, ROWS>(sh, v, call, c, batch, staged, page_lo,
+                                                   t_begin, t_end, out, tab);
+  else
+    write_slots<BLOCK, unsigned long long, GRID, POW2, ROWS>(sh, v, call, c, batch, staged,
+                                                             page_lo, t_begin, t_end, out,
+                                                             tab);
+}
+
+}  // namespace kvp
