@@ -370,8 +370,9 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
       }
     }
     // (A one-block call's t_end is the plan's total, which the device's equals here.)
-    write_call_slots<BLOCK, GRID, POW2, ROWS>(sh, v, call, c, batch, staged, page_lo, t_begin,
-                                              t_end, total_tokens, total_pages, out, tab);
+    write_call_slots<BLOCK, true, GRID, POW2, ROWS>(sh, v, call, c, batch, staged, page_lo,
+                                                    t_begin, t_end, total_tokens, total_pages,
+                                                    out, tab);
   } else if (!ROWS || out != nullptr) {
     // Dead, short or failed: the plan's whole output is the padding slot.
     for (unsigned long long t = t_begin + r; t < t_end; t += BLOCK) out[t] = 0;

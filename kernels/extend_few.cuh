@@ -275,10 +275,11 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
       }
     }
     if (fill_page >= 0) v.fill[fill_page] = fill_word(call.tag, fill_to);
-    // Offsets in 32 bits where the plan allows: the loop every thread runs after the
-    // barrier, at half the instructions.
-    write_call_slots<BLOCK, GRID, POW2, false>(sh, v, call, c, batch, staged, page_lo, t_begin,
-                                               t_end, total_tokens, total_pages, out, {});
+    // Offsets in 32 bits where the plan allows (one block: the loop every thread runs after
+    // the barrier, at half the instructions).
+    write_call_slots<BLOCK, !GRID, GRID, POW2, false>(sh, v, call, c, batch, staged, page_lo,
+                                                      t_begin, t_end, total_tokens, total_pages,
+                                                      out, {});
   } else {
     // Dead, short or failed: the plan's whole output is the padding slot.
     for (unsigned long long t = t_begin + r; t < t_end; t += BLOCK) out[t] = 0;

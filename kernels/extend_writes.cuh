@@ -109,8 +109,11 @@ __device__ __forceinline__ void write_slots(const Shared &sh, const View &v, con
   }
 }
 
-// write_slots in 32 bits where the plan allows, else in 64.
-template <int BLOCK, bool GRID, bool POW2, bool ROWS, typename Shared, typename Index>
+// write_slots in 32 bits where the plan allows, else in 64. NARROW: whether the kernel has
+// the 32-bit copy at all (extend_few's several-block kernel is faster without it: run s15-1,
+// 1.01x the time with it at 8-32 requests, where extend_block's gained 0.95-0.99x).
+template <int BLOCK, bool NARROW, bool GRID, bool POW2, bool ROWS, typename Shared,
+          typename Index>
 __device__ __forceinline__ void write_call_slots(const Shared &sh, const View &v,
                                                  const Call &call, const Cursor &c,
                                                  uint32_t batch, bool staged,
@@ -120,7 +123,7 @@ __device__ __forceinline__ void write_call_slots(const Shared &sh, const View &v
                                                  unsigned long long total_tokens,
                                                  unsigned long long total_pages, Index *out,
                                                  const TableArgs &tab) {
-  if (narrow_offsets(total_tokens, total_pages))
+  if (NARROW && narrow_offsets(total_tokens, total_pages))
     write_slots<BLOCK, uint32_t, GRID, POW2, ROWS>(sh, v, call, c, batch, staged, page_lo,
                                                    t_begin, t_end, out, tab);
   else

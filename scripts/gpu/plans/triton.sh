@@ -1,0 +1,4 @@
+# kvpool against SGLang's Triton kernels (scripts/gpu/steps.sh): the C++ benchmark and
+# bench-gpu/baseline_bench.py (both timed one call per graph replay there) on the sizes of
+# issue 9's table; TRITON_ARGS replaces them.
+step triton BENCH_ARGS="${TRITON_ARGS:---ops alloc_extend,alloc_decode --page-sizes 16,64 --batch-sizes 1,8,64,256,1024,4096}" bench

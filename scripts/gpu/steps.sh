@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Several scripts/gpu/run.sh invocations in one device call (device time is scarce: a
+# machine is started once), each with its own environment and log folder $OUT/NAME. Prints
+# each step's summary lines and packs every folder into $OUT/all.tgz (the device tool brings
+# back only a few files).
+#
+#   scripts/gpu/steps.sh PLAN...
+#
+# Each PLAN is a bash file of `step NAME [VAR=value ...] RUN_STEP ...` lines (run.sh's steps and
+# environment), e.g. scripts/gpu/plans/kernel-ab.sh: every GPU test, an A/B benchmark of
+# two packed builds, both sanitizers and the Python tests, what a kernel change needs.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+[[ $# -gt 0 ]] || { echo "usage: scripts/gpu/steps.sh PLAN..." >&2; exit 2; }
+ROOT=${OUT:-$PWD/gpu-out}
+mkdir -p "$ROOT"
+
+step() { # NAME [VAR=value ...] RUN_STEP ...
+    local name=$1; shift
+    local vars=()
+    while [[ $# -gt 0 && $1 == *=* ]]; do vars+=("$1"); shift; done
+    mkdir -p "$ROOT/$name"
+    env "${vars[@]}" OUT="$ROOT/$name" scripts/gpu/run.sh "$@" 2>&1 |
+        grep -E '^=== |GPU check|FAIL|panicked|test result'
+}
+
+for plan in "$@"; do
+    # shellcheck source=/dev/null
+    source "$plan"
+done
+(cd "$ROOT" && tar -czf all.tgz --exclude all.tgz -- */)
+echo "=== steps: logs in $ROOT/all.tgz"
