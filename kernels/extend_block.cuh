@@ -101,8 +101,10 @@ struct ExtendShared {
   // ROWS: each request's first new table entry, and the rows seen (repeats).
   unsigned long long table_at_[ROW_CAP];
   PageTable<ROW_CAP> row_claims;
-  // Several blocks: the ring ranks of the new pages this block's tokens use, [lo, hi).
+  // Several blocks: the ring ranks of the new pages this block's tokens use, [lo, hi), and
+  // the request holding its first token.
   unsigned long long stage_lo, stage_hi;
+  uint32_t stage_first;
   // Each thread's input to the scan, passed through shared memory (see after_loads).
   unsigned long long scan_in[BLOCK][2];
 };
@@ -147,7 +149,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   // Thread r owns requests r*PER .. r*PER + PER - 1 (consecutive: one scan over the threads'
   // totals orders them all).
   const uint32_t r = threadIdx.x;
-  // Both published by the barrier in block_scan_pair.
+  // Both published by the barrier in block_scan_plan.
   if (r == 0) errors = NO_ERROR;
   claims.template clear<BLOCK>();
   if (ROWS) row_claims.template clear<BLOCK>();
@@ -161,7 +163,10 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   const TokenRange block_range = block_tokens<GRID>(total_tokens);
   const unsigned long long t_begin = block_range.begin, t_end = block_range.end;
   if constexpr (GRID) {
-    if (r == 0) stage_lo = stage_hi = 0;  // published by the barrier in block_scan_pair
+    if (r == 0) {  // published by the barrier in block_scan_plan
+      stage_lo = stage_hi = 0;
+      sh.stage_first = 0;
+    }
   }
 
   // Round trip 1: this thread's requests. Every load is unconditional (a thread past the
@@ -234,7 +239,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   }
   own = after_loads(own, &sh.scan_in[r]);
   Pair total;
-  Pair rank = block_scan_pair<BLOCK>(own, &total);
+  Pair rank = block_scan_plan<BLOCK>(own, total_tokens, total_pages, &total);
   const unsigned long long tokens = total.a, new_pages = total.b;
   Pair at[PER];  // each request's offsets
 #pragma unroll
@@ -263,6 +268,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   // block's tokens: found by the requests holding its first and last token, which a barrier
   // publishes while the words are in flight).
   unsigned long long page_lo = 0, page_hi = new_pages;
+  uint32_t first = 0;  // the request holding token t_begin (when live)
   if constexpr (GRID) {
 #pragma unroll
     for (int u = 0; u < PER; ++u) {
@@ -271,13 +277,17 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
         return at[u].b + (k < s[u].part1 ? 0 : div_ps<POW2>(k - s[u].part1, v));
       };
       const unsigned long long a = at[u].a, end = a + s[u].tokens;
-      if (live && a <= t_begin && t_begin < end) stage_lo = page_at(t_begin - a);
+      if (live && a <= t_begin && t_begin < end) {
+        stage_lo = page_at(t_begin - a);
+        sh.stage_first = r * PER + u;
+      }
       if (live && a < t_end && t_end <= end)
         stage_hi = page_at(t_end - 1 - a) + (t_end - 1 - a < s[u].part1 ? 0 : 1);
     }
     __syncthreads();
     page_lo = stage_lo;
     page_hi = max(stage_lo, stage_hi);
+    first = sh.stage_first;
   }
   const bool staged = page_hi - page_lo <= STAGE_CAP;
   // Four loads in flight per thread before any is used.
@@ -371,8 +381,8 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     }
     // (A one-block call's t_end is the plan's total, which the device's equals here.)
     write_call_slots<BLOCK, true, GRID, POW2, ROWS>(sh, v, call, c, batch, staged, page_lo,
-                                                    t_begin, t_end, total_tokens, total_pages,
-                                                    out, tab);
+                                                    first, t_begin, t_end, total_tokens,
+                                                    total_pages, out, tab);
   } else if (!ROWS || out != nullptr) {
     // Dead, short or failed: the plan's whole output is the padding slot.
     for (unsigned long long t = t_begin + r; t < t_end; t += BLOCK) out[t] = 0;

@@ -224,6 +224,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // GRID: the ring ranks of the new pages this block's tokens use, [lo, hi), from the
   // requests holding its first and last token.
   unsigned long long page_lo = 0, page_hi = new_pages;
+  uint32_t first = 0;  // the request holding token t_begin (when live)
   if constexpr (GRID) {
     auto page_at = [&](unsigned long long t) {
       return at_page + (t < s.part1 ? 0 : div_ps<POW2>(t - s.part1, v));
@@ -235,7 +236,8 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     const unsigned long long hi =
         holds_hi ? page_at(t_end - 1 - at_tok) + (t_end - 1 - at_tok < s.part1 ? 0 : 1) : 0;
     const uint32_t lo_lane = __ballot_sync(FULL, holds_lo), hi_lane = __ballot_sync(FULL, holds_hi);
-    page_lo = lo_lane ? __shfl_sync(FULL, lo, __ffs(lo_lane) - 1) : 0;
+    first = lo_lane ? __ffs(lo_lane) - 1 : 0;
+    page_lo = lo_lane ? __shfl_sync(FULL, lo, (int)first) : 0;
     page_hi = max(page_lo, hi_lane ? __shfl_sync(FULL, hi, __ffs(hi_lane) - 1) : 0);
   }
 
@@ -278,8 +280,8 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     // Offsets in 32 bits where the plan allows (one block: the loop every thread runs after
     // the barrier, at half the instructions).
     write_call_slots<BLOCK, !GRID, GRID, POW2, false>(sh, v, call, c, batch, staged, page_lo,
-                                                      t_begin, t_end, total_tokens, total_pages,
-                                                      out, {});
+                                                      first, t_begin, t_end, total_tokens,
+                                                      total_pages, out, {});
   } else {
     // Dead, short or failed: the plan's whole output is the padding slot.
     for (unsigned long long t = t_begin + r; t < t_end; t += BLOCK) out[t] = 0;

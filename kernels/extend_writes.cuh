@@ -56,7 +56,8 @@ __device__ __forceinline__ bool narrow_offsets(unsigned long long total_tokens,
 // The slots of this block's tokens [t_begin, t_end) (after the verdict, the call taking
 // effect), from the offsets the deciding threads published in `sh` (`tok_off` with the
 // total after the last request, `part1`, `page_off`, `last`, and the staged `pages` of
-// ranks from `page_lo`): the first token of a new page sets its fill point (GRID: and makes
+// ranks from `page_lo`; `first`, the request holding token t_begin, where each thread's
+// search for its requests starts): the first token of a new page sets its fill point (GRID: and makes
 // the page allocated, the block writing that token). ROWS: each slot also goes into the
 // request's row (`sh.table_at_`), and to `out` only when it is not NULL. Off: the width of
 // token and page offsets, 32 bits only where `narrow_offsets` holds.
@@ -64,7 +65,7 @@ template <int BLOCK, typename Off, bool GRID, bool POW2, bool ROWS, typename Sha
           typename Index>
 __device__ __forceinline__ void write_slots(const Shared &sh, const View &v, const Call &call,
                                             const Cursor &c, uint32_t batch, bool staged,
-                                            unsigned long long page_lo,
+                                            unsigned long long page_lo, uint32_t first,
                                             unsigned long long t_begin,
                                             unsigned long long t_end, Index *out,
                                             const TableArgs &tab) {
@@ -72,10 +73,10 @@ __device__ __forceinline__ void write_slots(const Shared &sh, const View &v, con
   const uint32_t n = v.num_pages;
   // The request's offsets are read once per request (a thread's tokens are BLOCK apart, so
   // most threads stay within one request).
-  uint32_t q = 0;
-  Off q_tok = (Off)sh.tok_off[0], q_end = (Off)sh.tok_off[1], q_part1 = (Off)sh.part1[0];
-  Off q_page = (Off)sh.page_off[0];
-  long long q_last = sh.last[0];
+  uint32_t q = first;
+  Off q_tok = (Off)sh.tok_off[q], q_end = (Off)sh.tok_off[q + 1], q_part1 = (Off)sh.part1[q];
+  Off q_page = (Off)sh.page_off[q];
+  long long q_last = sh.last[q];
   for (Off t = (Off)t_begin + (Off)threadIdx.x; t < (Off)t_end; t += BLOCK) {
     if (t >= q_end) {
       q = request_of(sh.tok_off, batch, q, t);
@@ -117,7 +118,7 @@ template <int BLOCK, bool NARROW, bool GRID, bool POW2, bool ROWS, typename Shar
 __device__ __forceinline__ void write_call_slots(const Shared &sh, const View &v,
                                                  const Call &call, const Cursor &c,
                                                  uint32_t batch, bool staged,
-                                                 unsigned long long page_lo,
+                                                 unsigned long long page_lo, uint32_t first,
                                                  unsigned long long t_begin,
                                                  unsigned long long t_end,
                                                  unsigned long long total_tokens,
@@ -125,11 +126,11 @@ __device__ __forceinline__ void write_call_slots(const Shared &sh, const View &v
                                                  const TableArgs &tab) {
   if (NARROW && narrow_offsets(total_tokens, total_pages))
     write_slots<BLOCK, uint32_t, GRID, POW2, ROWS>(sh, v, call, c, batch, staged, page_lo,
-                                                   t_begin, t_end, out, tab);
+                                                   first, t_begin, t_end, out, tab);
   else
     write_slots<BLOCK, unsigned long long, GRID, POW2, ROWS>(sh, v, call, c, batch, staged,
-                                                             page_lo, t_begin, t_end, out,
-                                                             tab);
+                                                             page_lo, first, t_begin, t_end,
+                                                             out, tab);
 }
 
 }  // namespace kvp

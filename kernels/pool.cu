@@ -82,26 +82,60 @@ __device__ inline Pair warp_inclusive_scan(Pair x) {
   return x;
 }
 
-template <int BLOCK>
-__device__ Pair block_scan_pair(Pair x, Pair *total) {
-  __shared__ Pair warp_totals[BLOCK / 32];
+// The exclusive prefixes of (a, b) over the block and its totals (`*ta`, `*tb`), in the width
+// of T.
+template <int BLOCK, typename T>
+__device__ __forceinline__ void block_scan2(T &a, T &b, T *ta, T *tb) {
+  __shared__ T warp_totals[BLOCK / 32][2];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const Pair inclusive = warp_inclusive_scan(x);
-  if (lane == 31) warp_totals[warp] = inclusive;
+  T ia = a, ib = b;
+  warp_inclusive_scan2(ia, ib);
+  if (lane == 31) {
+    warp_totals[warp][0] = ia;
+    warp_totals[warp][1] = ib;
+  }
   __syncthreads();
-  Pair before{0, 0}, sum{0, 0};
+  T before_a = 0, before_b = 0, sum_a = 0, sum_b = 0;
 #pragma unroll
   for (int w = 0; w < BLOCK / 32; ++w) {
-    const Pair t = warp_totals[w];
+    const T wa = warp_totals[w][0], wb = warp_totals[w][1];
     if (w < warp) {
-      before.a += t.a;
-      before.b += t.b;
+      before_a += wa;
+      before_b += wb;
     }
-    sum.a += t.a;
-    sum.b += t.b;
+    sum_a += wa;
+    sum_b += wb;
   }
-  *total = sum;
-  return Pair{before.a + inclusive.a - x.a, before.b + inclusive.b - x.b};
+  *ta = sum_a;
+  *tb = sum_b;
+  a = before_a + ia - a;
+  b = before_b + ib - b;
+}
+
+template <int BLOCK>
+__device__ Pair block_scan_pair(Pair x, Pair *total) {
+  block_scan2<BLOCK>(x.a, x.b, &total->a, &total->b);
+  return x;
+}
+
+// block_scan_pair of values bounded by a plan's totals: in 32 bits when the totals are below
+// (2^31 / BLOCK), each value clamped to its total + 1 (as extend_few's request_offsets: a
+// thread past the plan still makes every running sum from it on pass the total, so the first
+// request past the plan and whether the call is live are those of the exact sums; without
+// one the sums are exact), else in 64. Half the shuffles of the 64-bit scan on the path
+// every thread of extend_block runs before the ring loads.
+template <int BLOCK>
+__device__ __forceinline__ Pair block_scan_plan(Pair x, unsigned long long total_tokens,
+                                                unsigned long long total_pages, Pair *total) {
+  constexpr unsigned long long NARROW = (1ull << 31) / BLOCK;
+  if (total_tokens < NARROW && total_pages < NARROW) {
+    uint32_t a = (uint32_t)min(x.a, total_tokens + 1), b = (uint32_t)min(x.b, total_pages + 1);
+    uint32_t ta, tb;
+    block_scan2<BLOCK>(a, b, &ta, &tb);
+    *total = Pair{ta, tb};
+    return Pair{a, b};
+  }
+  return block_scan_pair<BLOCK>(x, total);
 }
 
 // The block's totals of (a, b), with one barrier (shared memory used once, as above).
@@ -474,13 +508,23 @@ __device__ inline Shape shape_of(unsigned long long prefix, unsigned long long s
 }
 
 // The last request whose first token is at or before `t` (tok_off ascending, `count`
-// requests), searching from `lo`, the answer for an earlier token of the same thread: usually
-// one comparison, as a thread's tokens lie a block's width apart.
+// requests), searching on from `lo`, a request whose first
+// token is at or before `t` (the answer for an earlier token of the same thread, or the
+// request holding the block's first token). Galloping: the same or the next request costs one
+// or two comparisons, a request d further on about 2 log2(d) — a binary search over the rest of
+// the batch from the first request took 8 dependent shared loads per thread at 256 requests
+// (BENCHMARKS.md, fifteenth session).
 __device__ inline uint32_t request_of(const unsigned long long *tok_off, uint32_t count,
                                       uint32_t lo, unsigned long long t) {
   if (lo + 1 >= count || tok_off[lo + 1] > t) return lo;
-  uint32_t hi = count;
-  for (++lo; hi - lo > 1;) {
+  ++lo;
+  uint32_t step = 1;
+  while (lo + step < count && tok_off[lo + step] <= t) {
+    lo += step;
+    step <<= 1;
+  }
+  uint32_t hi = lo + step < count ? lo + step : count;
+  while (hi - lo > 1) {  // tok_off[lo] <= t < tok_off[hi] (or hi == count)
     const uint32_t mid = (lo + hi) / 2;
     if (tok_off[mid] <= t) lo = mid; else hi = mid;
   }
