@@ -57,8 +57,8 @@ __device__ __forceinline__ bool narrow_offsets(unsigned long long total_tokens,
 // effect), from the offsets the deciding threads published in `sh` (`tok_off` with the
 // total after the last request, `part1`, `page_off`, `last`, and the staged `pages` of
 // ranks from `page_lo`; `first`, the request holding token t_begin, where each thread's
-// search for its requests starts): the first token of a new page sets its fill point (GRID: and makes
-// the page allocated, the block writing that token). ROWS: each slot also goes into the
+// search for its requests starts): the first token of a new page sets its fill point
+// (GRID: and makes the page allocated, the block writing that token). ROWS: each slot also goes into the
 // request's row (`sh.table_at_`), and to `out` only when it is not NULL. Off: the width of
 // token and page offsets, 32 bits only where `narrow_offsets` holds.
 template <int BLOCK, typename Off, bool GRID, bool POW2, bool ROWS, typename Shared,
