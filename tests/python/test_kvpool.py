@@ -2378,6 +2378,22 @@ class TestHostArrayKinds(KvpTestCase):
             out = torch.full((4,), -7, dtype=torch.int64)
             self.assertIs(pool.alloc(4, out=out), out)
 
+    def test_new_numpy_outputs_have_the_pools_index_dtype(self):
+        if numpy is None:
+            self.skipTest("numpy is not installed")
+        for index_type, dtype in ((kvp.INDEX_TYPE_I64, numpy.int64),
+                                  (kvp.INDEX_TYPE_I32, numpy.int32)):
+            with self.subTest(dtype=dtype.__name__):
+                pool = self.pool(256, 4, index_type=index_type)
+                lengths = lambda values: numpy.array(values, dtype=numpy.int64)  # noqa: E731
+                r = pool.alloc_extend(lengths([0]), lengths([2]), numpy.array([-1], dtype=dtype))
+                self.assertEqual((r.dtype, r.tolist()), (numpy.dtype(dtype), [4, 5]))
+                r = pool.alloc_extend(lengths([0]), lengths([2]), numpy.array([-1], dtype=dtype),
+                                      extend_num_tokens=2)
+                self.assertEqual((r.dtype, r.tolist()), (numpy.dtype(dtype), [8, 9]))
+                r = pool.alloc_decode(lengths([3]), numpy.array([9], dtype=dtype))
+                self.assertEqual((r.dtype, r.tolist()), (numpy.dtype(dtype), [10]))
+
     def test_default_extend_num_tokens_of_every_kind(self):
         for name, (make, installed) in host_kinds().items():
             with self.subTest(kind=name):
