@@ -508,12 +508,12 @@ __device__ inline Shape shape_of(unsigned long long prefix, unsigned long long s
 }
 
 // The last request whose first token is at or before `t` (tok_off ascending, `count`
-// requests), searching on from `lo`, a request whose first
-// token is at or before `t` (the answer for an earlier token of the same thread, or the
-// request holding the block's first token). Galloping: the same or the next request costs one
-// or two comparisons, a request d further on about 2 log2(d) — a binary search over the rest of
-// the batch from the first request took 8 dependent shared loads per thread at 256 requests
-// (BENCHMARKS.md, fifteenth session).
+// requests), searching on from `lo`, a request whose first token is at or before `t` (the
+// answer for an earlier token of the same thread, or the request holding the block's first
+// token). Galloping: the same or the next request costs one or two comparisons, a request d
+// further on about 2 log2(d) (a binary search over the rest of the batch from the first
+// request took 8 dependent shared loads per thread at 256 requests: BENCHMARKS.md, fifteenth
+// session).
 __device__ inline uint32_t request_of(const unsigned long long *tok_off, uint32_t count,
                                       uint32_t lo, unsigned long long t) {
   if (lo + 1 >= count || tok_off[lo + 1] > t) return lo;
