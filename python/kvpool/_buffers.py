@@ -411,12 +411,14 @@ def out_buffer(n, out, elements, *inputs):
         torch = sys.modules["torch"]
         buffer = torch.empty(n, dtype=elements.torch_dtype(torch))
         address = buffer.data_ptr()
-    elif kind == NUMPY:
-        buffer = sys.modules["numpy"].empty(n, elements.numpy_dtype())
-        address = _addressof(_from_buffer(buffer)) if n else 0
     else:
-        buffer = elements.zero * n
-        address = buffer.buffer_info()[0]
+        buffer = new_output(kind, n, elements)
+        if not n:
+            address = EMPTY_ADDRESS
+        elif kind == NUMPY:
+            address = _addressof(_from_buffer(buffer))
+        else:
+            address = buffer.buffer_info()[0]
     return buffer, (address if n else EMPTY_ADDRESS), n, kind
 
 
