@@ -24,6 +24,10 @@ indices exactly.
 Usage: baseline_bench.py --lib path/to/libkvpool.so [--quick] [--csv PATH] [--device N]
                          [--page-sizes 1,16,64] [--batch-sizes 1,8,64,256,1024,4096]
                          [--ops alloc_extend,alloc_decode,free_indices,free_segment]
+                         [--host-only]
+
+``--host-only`` skips every device timing (the figures print as nan): for a profiler that
+serializes kernels, under which nothing can be queued behind a spinner.
 
 ``--ops`` takes kvpool_bench.cu's list as is (scripts/gpu/run.sh passes both programs the
 same BENCH_ARGS): operations this program has no baseline for are skipped, and said so.
@@ -56,8 +60,9 @@ I64 = torch.int64
 
 
 class Settings:
-    def __init__(self, quick):
+    def __init__(self, quick, host_only=False):
         self.quick = quick
+        self.host_only = host_only  # no device timing (under a profiler)
         self.warmup = 5 if quick else 50
         self.min_samples = 30 if quick else 101
         self.max_samples = 30 if quick else 2000
@@ -540,6 +545,8 @@ def replay_device_us(cfg, graph):
 def graph_device_us(cfg, stream, enqueue):
     """Captures `enqueue` (already warmed up: no compile, no allocation inside) into a graph
     on our stream and times its replays."""
+    if cfg.host_only:
+        return math.nan
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
         enqueue()
@@ -552,6 +559,8 @@ def event_device_us(cfg, call, prepare=None, after=None):
     """Device time of `call` by events around it, `prepare` queued untimed before it and
     `after` run untimed once the cycle is drained; each cycle behind a spinner. Mean over
     the cycles (an event pair resolves about 0.5 us; the mean of many is finer)."""
+    if cfg.host_only:
+        return math.nan
     prepare = prepare or (lambda: None)
     after = after or (lambda: None)
     samples = []
@@ -642,6 +651,8 @@ class Bench:
         from a conflict); then the pool is cleared and the call is timed with events, and
         the row says so. `reset` brings the pool to the state the call expects, `undo` gives
         the call's slots back, `verify` checks the pool and the replayed call's outputs."""
+        if self.cfg.host_only:
+            return math.nan, "none (--host-only)"
         reset()
         graph_us = graph_device_us(self.cfg, self.stream, call)
         sync()
@@ -979,6 +990,8 @@ def main():
     parser.add_argument("--ops", type=lambda text: text.split(","), default=list(OPS),
                         help=f"comma-separated operations, of which {','.join(OPS)} have a "
                              "baseline here (others are skipped; default all)")
+    parser.add_argument("--host-only", action="store_true",
+                        help="host timing only (under a profiler that serializes kernels)")
     args = parser.parse_args()
     if not args.lib:
         parser.error("--lib (or $KVPOOL_LIB) is required")
@@ -990,7 +1003,7 @@ def main():
         print("nothing to measure", file=sys.stderr)
         return
 
-    cfg = Settings(args.quick)
+    cfg = Settings(args.quick, args.host_only)
     lib = Kvpool(args.lib)
     torch.cuda.set_device(args.device)
     torch.zeros(1, device="cuda")  # the primary context, shared with kvpool

@@ -249,33 +249,45 @@ for step in "${steps[@]}"; do
         # separated), with their instances (e.g. sass__inst_executed_per_opcode).
         # PROFILE_SASS=1: also one launch (the sixth) per build with per-instruction counters,
         # exported as profile-NAME-sass.csv (ncu --page source --print-source sass), for
-        # scripts/gpu/sass_summary.py: which machine code ran, how often, where warps waited.
+        # scripts/gpu/sass_summary.py: which machine code ran, how often, where warps waited
+        # (PROFILE_SAMPLING: ncu's --warp-sampling-interval, 0 the finest, for a kernel of a
+        # few microseconds, which the default samples a handful of times).
         [[ -x "$LOGS/kvpool_bench" ]] ||
             run bench-build "$NVCC" -O2 -std=c++17 -arch=sm_90 -Iinclude bench-gpu/kvpool_bench.cu \
                 -Lgpu-artifacts/lib -lkvpool -lcuda -Xlinker -rpath -Xlinker "$PWD/gpu-artifacts/lib" -Xlinker -z -Xlinker lazy -o "$LOGS/kvpool_bench"
         NCU=${NCU:-$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)}
-        ncu_run() { # name, library dir, benchmark, arguments...
-            local name=$1 lib=$2 bench=$3; shift 3
+        ncu_run() { # name, library dir, kernel regex, command...
+            local name=$1 lib=$2 kernels=$3; shift 3
             run "profile-$name" env LD_LIBRARY_PATH="$lib" "$NCU" --clock-control none \
-                --cache-control none --kernel-name "regex:${PROFILE_KERNELS:-^kvp_extend_i64$}" \
+                --cache-control none --kernel-name "regex:$kernels" \
                 --launch-count "${PROFILE_LAUNCHES:-20}" --section SpeedOfLight \
                 --section LaunchStats --section Occupancy --section WarpStateStats \
                 --section InstructionStats ${PROFILE_METRICS:+--metrics "$PROFILE_METRICS" \
-                --print-metric-instances values} --csv --page details "$bench" --host-only "$@"
+                --print-metric-instances values} --csv --page details "$@"
             cp "$LOGS/profile-$name.log" "$LOGS/profile-$name.csv"
             [[ -n "${PROFILE_SASS:-}" ]] || return 0
             run "profile-sass-$name" env LD_LIBRARY_PATH="$lib" "$NCU" --clock-control none \
-                --cache-control none --kernel-name "regex:${PROFILE_KERNELS:-^kvp_extend_i64$}" \
+                --cache-control none --kernel-name "regex:$kernels" \
                 --launch-skip 5 --launch-count 1 --section SourceCounters \
+                --warp-sampling-interval "${PROFILE_SAMPLING:-auto}" \
                 --section WarpStateStats --section InstructionStats -f \
-                -o "$LOGS/profile-$name" "$bench" --host-only "$@"
+                -o "$LOGS/profile-$name" "$@"
             "$NCU" -i "$LOGS/profile-$name.ncu-rep" --page source --print-source sass --csv \
                 > "$LOGS/profile-$name-sass.csv"
         }
-        ncu_run this "$PWD/gpu-artifacts/lib" "$LOGS/kvpool_bench" ${PROFILE_ARGS:-}
+        kernels=${PROFILE_KERNELS:-^kvp_extend_i64$}
+        ncu_run this "$PWD/gpu-artifacts/lib" "$kernels" "$LOGS/kvpool_bench" --host-only ${PROFILE_ARGS:-}
         for variant in $(printf '%s\n' ${BENCH_VARIANTS:-} | sort -u); do
-            ncu_run "$variant" "$PWD/gpu-artifacts/var/$variant" "$LOGS/kvpool_bench" ${PROFILE_ARGS:-}
+            ncu_run "$variant" "$PWD/gpu-artifacts/var/$variant" "$kernels" "$LOGS/kvpool_bench" \
+                --host-only ${PROFILE_ARGS:-}
         done
+        # PROFILE_TRITON (a regex of the baseline's Triton kernels, e.g. ^extend_kernel$): the
+        # same counters for SGLang's algorithm, bench-gpu/baseline_bench.py --quick given
+        # PROFILE_ARGS (profile-triton*.csv), to set kvpool's kernel against it launch for launch.
+        if [[ -n "${PROFILE_TRITON:-}" ]]; then
+            ncu_run triton "$PWD/gpu-artifacts/lib" "$PROFILE_TRITON" python3 \
+                bench-gpu/baseline_bench.py --lib "$KVPOOL_LIB" --quick --host-only ${PROFILE_ARGS:-}
+        fi
         ;;
     python-overhead)
         # What a call costs from Python over the same call from C (benches/python_overhead.py:

@@ -1,0 +1,13 @@
+# Where kvpool's time goes against SGLang's Triton kernels (scripts/gpu/steps.sh): Nsight
+# Compute on the kernel each call runs and on the baseline's kernel for the same call, page 16
+# (scripts/gpu/run.sh profile with PROFILE_TRITON; per-instruction counters with
+# PROFILE_SASS, for scripts/gpu/sass_summary.py).
+step extend-1 PROFILE_KERNELS='^kvp_extend_few_256_i64$' PROFILE_TRITON='^extend_kernel$' \
+    PROFILE_SASS=1 PROFILE_SAMPLING=0 PROFILE_LAUNCHES=10 \
+    PROFILE_ARGS="--ops alloc_extend --page-sizes 16 --batch-sizes 1" profile
+step extend-64 PROFILE_KERNELS='^kvp_extend_blocks_i64$' PROFILE_TRITON='^extend_kernel$' \
+    PROFILE_SASS=1 PROFILE_SAMPLING=0 PROFILE_LAUNCHES=10 \
+    PROFILE_ARGS="--ops alloc_extend --page-sizes 16 --batch-sizes 64" profile
+step decode-1 PROFILE_KERNELS='^kvp_decode_32_i64$' PROFILE_TRITON='^decode_kernel$' \
+    PROFILE_SASS=1 PROFILE_SAMPLING=0 PROFILE_LAUNCHES=10 \
+    PROFILE_ARGS="--ops alloc_decode --page-sizes 16 --batch-sizes 1" profile
