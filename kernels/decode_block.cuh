@@ -62,14 +62,15 @@ struct FirstOf {
   uint32_t pos = 0;
   bool mine = false, first = true;
 
-  // One warp: settled at once (every lane must call this).
+  // One warp: settled at once (every lane must call this). match_any is slow (run s16-2: a
+  // sixth of a one-request decode's warp stall samples waited on it), so it runs only when
+  // some lane enters (uniform), on the 32-bit key, kept to the lanes that enter.
   __device__ void enter_key(bool enter, uint32_t key) {
     mine = enter;
     if constexpr (BLOCK == 32) {
-      const unsigned long long k =
-          enter ? (unsigned long long)key : (1ull << 32) | (unsigned long long)threadIdx.x;
-      const uint32_t same = __match_any_sync(FULL, k);
-      first = !enter || __ffs(same) - 1 == (int)threadIdx.x;
+      const uint32_t entering = __ballot_sync(FULL, enter);
+      const uint32_t same = entering ? __match_any_sync(FULL, key) & entering : 0;
+      first = !enter || (same & ((1u << threadIdx.x) - 1)) == 0;
     } else if (enter) {
       pos = table->enter(key, threadIdx.x);
     }

@@ -160,8 +160,6 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   const bool dead = h->fault != 0;
   const bool short_ = !dead && c.free_len < total_pages;
   const bool tracked = v.page_size > 1;
-  const TokenRange block_range = block_tokens<GRID>(total_tokens);
-  const unsigned long long t_begin = block_range.begin, t_end = block_range.end;
   if constexpr (GRID) {
     if (r == 0) {  // published by the barrier in block_scan_plan
       stage_lo = stage_hi = 0;
@@ -188,6 +186,9 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   // which waits for the lengths: a second round trip before the prefix pages' words. A warp
   // barrier (no instruction: the warp is converged) keeps every load above it.
   __syncwarp();
+  // This block's tokens, worked out while the loads are in flight (GRID: a division).
+  const TokenRange block_range = block_tokens<GRID>(total_tokens);
+  const unsigned long long t_begin = block_range.begin, t_end = block_range.end;
   Pair own{0, 0};
 #pragma unroll
   for (int u = 0; u < PER; ++u) {

@@ -85,13 +85,11 @@ __device__ __forceinline__ void decide_few(FewShared &sh, const View &v, const C
   // GRID: a request finding its page's fill word tagged by this call looks for the page's
   // first continuing request (extend_block's advanced_by_call, with the table's lookup done
   // by match_any).
-  const bool looks = enters || (GRID && tagged && s.part1 == 0 && batch > 1);
-  const unsigned long long k =
-      looks ? (unsigned long long)prefix_page : (1ull << 32) | (unsigned long long)r;
   // (No request enters: no match_any, a slow instruction, e.g. one request or fresh ones;
-  // the branch is the same in every lane.)
+  // the branch is the same in every lane. The key is 32-bit and the match kept to the lanes
+  // that enter: `first` is read only by a lane that looks.)
   const uint32_t entering = __ballot_sync(FULL, enters);
-  const uint32_t same = entering ? __match_any_sync(FULL, k) & entering : 0;
+  const uint32_t same = entering ? __match_any_sync(FULL, prefix_page) & entering : 0;
   const int first = same ? __ffs(same) - 1 : -1;
   // (Every lane shuffles: a shuffle some lanes skip would hang the warp.)
   const long long first_last = GRID ? __shfl_sync(FULL, ll, first < 0 ? (int)r : first) : 0;
@@ -178,8 +176,6 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   const bool dead = h->fault != 0;
   const bool short_ = !dead && c.free_len < total_pages;
   const bool tracked = v.page_size > 1;
-  const TokenRange block_range = block_tokens<GRID>(total_tokens);
-  const unsigned long long t_begin = block_range.begin, t_end = block_range.end;
 
   // Round trip 1, in every warp (lane i, request i): every load unconditional, a lane past
   // the batch reading the last request again.
@@ -188,6 +184,9 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   long long prefix = prefix_lens[i];
   long long ll = (long long)last_loc[i];
   __syncwarp();  // keeps the loads together (see extend_block)
+  // This block's tokens, worked out while the loads are in flight (GRID: a division).
+  const TokenRange block_range = block_tokens<GRID>(total_tokens);
+  const unsigned long long t_begin = block_range.begin, t_end = block_range.end;
   const bool valid = lane < batch;
   if (!valid) {
     prefix = 0;
