@@ -54,31 +54,20 @@ __device__ inline void block_rank2(bool f0, bool f1, uint32_t *counts, uint32_t 
 }
 
 // Whether this thread is the first (lowest) of the block to enter `key` (`enter`); threads
-// that do not enter get true. One warp: match_any. More: a shared table, whose barrier the
-// caller passes between `enter_key` and `first_key` (`table` zeroed before an earlier one).
-template <int BLOCK, int CAP>
+// that do not enter get true: a shared table, whose barrier the caller passes between
+// `enter_key` and `first_key` (`table` zeroed before an earlier one). (One warp finds its
+// repeats with match_any instead: see decode_block.)
+template <int CAP>
 struct FirstOf {
   PageTable<CAP> *table;
   uint32_t pos = 0;
-  bool mine = false, first = true;
+  bool mine = false;
 
-  // One warp: settled at once (every lane must call this). match_any is slow (run s16-2: a
-  // sixth of a one-request decode's warp stall samples waited on it), so it runs only when
-  // some lane enters (uniform), on the 32-bit key, kept to the lanes that enter.
   __device__ void enter_key(bool enter, uint32_t key) {
     mine = enter;
-    if constexpr (BLOCK == 32) {
-      const uint32_t entering = __ballot_sync(FULL, enter);
-      const uint32_t same = entering ? __match_any_sync(FULL, key) & entering : 0;
-      first = !enter || (same & ((1u << threadIdx.x) - 1)) == 0;
-    } else if (enter) {
-      pos = table->enter(key, threadIdx.x);
-    }
+    if (enter) pos = table->enter(key, threadIdx.x);
   }
-  __device__ bool first_key() const {
-    if constexpr (BLOCK == 32) return first;
-    return !mine || table->first_of(pos, threadIdx.x);
-  }
+  __device__ bool first_key() const { return !mine || table->first_of(pos, threadIdx.x); }
 };
 
 // The decode kernels' shared memory (one warp needs none but the unused minimum).
@@ -188,18 +177,31 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   if (r == 0 && (tokens < total_tokens || new_pages < total_pages))
     key = min(key, ((batch - 1) << 8) | ERR_LENGTHS);
 
-  // Two requests continuing one page; two requests of one row.
-  FirstOf<BLOCK, TABLE_CAP> page_seen{&claims};
-  FirstOf<BLOCK, ROWS ? TABLE_CAP : 1> row_seen{&row_claims};
-  page_seen.enter_key(enters, prefix_page);
+  // Two requests continuing one page; two requests of one row: every one but the first (in
+  // batch order) is a repeat.
   const bool row_enters = ROWS && valid && row_err == ERR_NONE && batch > 1;
-  if (ROWS) row_seen.enter_key(row_enters, (uint32_t)row);
   unsigned long long verdict;
   if constexpr (WARP) {
-    if (!page_seen.first_key()) report32(ERR_SHARED_PAGE);
-    if (ROWS && !row_seen.first_key()) report32(ERR_ROW_TWICE);
+    // match_any, on 32-bit keys, kept to the lanes that enter. It is slow (run s16-2: a sixth
+    // of a one-request decode's stall samples waited on it), so it runs only when some lane
+    // enters (the test is the same in every lane), and both in one place, to be issued back
+    // to back (run s16-3: by row, each under its own test, 32 requests took 1.07x the time).
+    const uint32_t page_in = __ballot_sync(FULL, enters);
+    const uint32_t row_in = ROWS ? __ballot_sync(FULL, row_enters) : 0;
+    uint32_t page_same = 0, row_same = 0;
+    if (page_in | row_in) {
+      page_same = __match_any_sync(FULL, prefix_page) & page_in;
+      if (ROWS) row_same = __match_any_sync(FULL, (uint32_t)row) & row_in;
+    }
+    const uint32_t earlier = (1u << r) - 1;
+    if (enters && (page_same & earlier)) report32(ERR_SHARED_PAGE);
+    if (ROWS && row_enters && (row_same & earlier)) report32(ERR_ROW_TWICE);
     verdict = widen_error(__reduce_min_sync(FULL, key));
   } else {
+    FirstOf<TABLE_CAP> page_seen{&claims};
+    FirstOf<ROWS ? TABLE_CAP : 1> row_seen{&row_claims};
+    page_seen.enter_key(enters, prefix_page);
+    if (ROWS) row_seen.enter_key(row_enters, (uint32_t)row);
     if (key != NO_ERROR32) atomicMin(&errors, key);
     if (__syncthreads_or(enters || row_enters)) {
       key = NO_ERROR32;
