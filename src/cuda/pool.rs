@@ -54,8 +54,9 @@ const SORT_CAP: u64 = 4096;
 /// `DECODE_THREADS` that hold it (a one-block call's idle threads cost time). An extend of up
 /// to `WARP_BATCH` requests runs on `kvp_extend_few_*`, where one warp decides and the block
 /// writes: one warp (`FEW_THREADS`) for up to `WARP_TOKENS` tokens, two for up to
-/// `BLOCK64_TOKENS`, 256 threads for up to `BLOCK_TOKENS`, else several blocks of 256 of
-/// about `SPAN_TOKENS` tokens each (at most `TARGET_BLOCKS`). A larger extend runs a request
+/// `BLOCK64_TOKENS`, 256 threads for up to `SPAN_TOKENS`, else several blocks of 256 of
+/// about `SPAN_TOKENS` tokens each (at most `TARGET_BLOCKS`: two blocks of 512 tokens took
+/// 0.8x one block's time of 1,024, BENCHMARKS.md, sixteenth session). A larger extend runs a request
 /// a thread: on two warps (`kvp_extend_block64_*`) for up to 64 requests and
 /// `BLOCK64_TOKENS` tokens, else blocks of 256 threads (`kvp_extend_block_*`) for up to
 /// `BLOCK` requests: one block for up to `BLOCK_TOKENS` tokens, more for a longer extend
@@ -1126,7 +1127,7 @@ impl DevicePool {
                 (ExtendKernel::Few(32), 1, 32)
             } else if tokens <= BLOCK64_TOKENS {
                 (ExtendKernel::Few(64), 1, 64)
-            } else if tokens <= BLOCK_TOKENS {
+            } else if tokens <= SPAN_TOKENS {
                 (ExtendKernel::Few(BLOCK), 1, BLOCK)
             } else {
                 let grid = tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32;
@@ -1909,7 +1910,9 @@ mod tests {
             ((32, false, 65, 32), (ExtendKernel::Few(64), 1, 64)),
             ((1, false, 256, 16), (ExtendKernel::Few(64), 1, 64)),
             ((1, false, 512, 32), (ExtendKernel::Few(256), 1, 256)),
-            ((32, false, 1024, 64), (ExtendKernel::Few(256), 1, 256)),
+            ((32, false, 512, 64), (ExtendKernel::Few(256), 1, 256)),
+            ((1, false, 513, 33), (ExtendKernel::FewBlocks, 2, 256)),
+            ((32, false, 1024, 64), (ExtendKernel::FewBlocks, 2, 256)),
             ((32, false, 1025, 65), (ExtendKernel::FewBlocks, 3, 256)),
             ((33, false, 33, 33), (ExtendKernel::Block64, 1, 64)),
             ((64, false, 256, 64), (ExtendKernel::Block64, 1, 64)),
