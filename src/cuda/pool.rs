@@ -55,9 +55,9 @@ const SORT_CAP: u64 = 4096;
 /// to `WARP_BATCH` requests runs on `kvp_extend_few_*`, where one warp decides and the block
 /// writes: one warp (`FEW_THREADS`) for up to `WARP_TOKENS` tokens, two for up to
 /// `BLOCK64_TOKENS`, 256 threads for up to `SPAN_TOKENS`, else several blocks of 256 of
-/// about `SPAN_TOKENS` tokens each (at most `TARGET_BLOCKS`: two blocks of 512 tokens took
-/// 0.8x one block's time of 1,024, BENCHMARKS.md, sixteenth session). A larger extend runs a request
-/// a thread: on two warps (`kvp_extend_block64_*`) for up to 64 requests and
+/// about `SPAN_TOKENS` tokens each (at most `TARGET_BLOCKS`; two blocks of 512 tokens take
+/// 0.80-0.90x the time of one block of 1,024: BENCHMARKS.md, sixteenth session). A larger
+/// extend runs a request a thread: on two warps (`kvp_extend_block64_*`) for up to 64 requests and
 /// `BLOCK64_TOKENS` tokens, else blocks of 256 threads (`kvp_extend_block_*`) for up to
 /// `BLOCK` requests: one block for up to `BLOCK_TOKENS` tokens, more for a longer extend
 /// (`kvp_extend_blocks_*`). By request row the extend_few shapes run on the request-a-thread
