@@ -247,9 +247,10 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   constexpr uint32_t STAGERS = BLOCK > 32 ? BLOCK - 32 : 32;
   if (live && staged && (BLOCK == 32 || !decides)) {
     // Loads in flight per thread before any is used: enough for a one-block shape's most
-    // new pages (page size 1: 4 x BLOCK tokens) to come in one round trip (run s11-1: 1,024
-    // pages in two rounds made 2 requests at page size 1 1.09x slower than extend_block); a
-    // block of several writes about 512 tokens (pool.rs, SPAN_TOKENS).
+    // new pages (page size 1: at most 4 x BLOCK tokens; since the sixteenth session 256
+    // threads take at most 512) to come in one round trip (run s11-1: 1,024 pages in two
+    // rounds made 2 requests at page size 1 1.09x slower than extend_block); a block of
+    // several writes about 512 tokens (pool.rs, SPAN_TOKENS).
     constexpr uint32_t BATCH = GRID ? 4 : (4 * BLOCK + STAGERS - 1) / STAGERS;
     // (In 32 bits: the stagers' path runs from the scan to the barrier.)
     stage_pages<BATCH, STAGERS>(sh.pages, v, c, page_lo, page_hi, BLOCK > 32 ? r - 32 : r);

@@ -57,10 +57,10 @@ const SORT_CAP: u64 = 4096;
 /// `BLOCK64_TOKENS`, 256 threads for up to `SPAN_TOKENS`, else several blocks of 256 of
 /// about `SPAN_TOKENS` tokens each (at most `TARGET_BLOCKS`; two blocks of 512 tokens take
 /// 0.80-0.90x the time of one block of 1,024: BENCHMARKS.md, sixteenth session). A larger
-/// extend runs a request a thread: on two warps (`kvp_extend_block64_*`) for up to 64 requests and
-/// `BLOCK64_TOKENS` tokens, else blocks of 256 threads (`kvp_extend_block_*`) for up to
-/// `BLOCK` requests: one block for up to `BLOCK_TOKENS` tokens, more for a longer extend
-/// (`kvp_extend_blocks_*`). By request row the extend_few shapes run on the request-a-thread
+/// extend runs a request a thread: on two warps (`kvp_extend_block64_*`) for up to 64
+/// requests and `BLOCK64_TOKENS` tokens, else blocks of 256 threads (`kvp_extend_block_*`)
+/// for up to `BLOCK` requests: one block for up to `BLOCK_TOKENS` tokens, more for a longer
+/// extend (`kvp_extend_blocks_*`). By request row the extend_few shapes run on the request-a-thread
 /// kernels of the same shape (`kvp_extend_{warp,block64,block,blocks}_rows_*`). Larger
 /// batches go to the ticketed multi-block kernel (for extends, one block of 256 threads for
 /// up to 4,096 tokens, or deciding blocks of four requests a thread, were both measured
