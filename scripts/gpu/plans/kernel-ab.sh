@@ -1,7 +1,8 @@
 # What a kernel change needs before it lands (scripts/gpu/steps.sh): every GPU test, an A/B
 # of two builds packed with `scripts/gpu/pack.sh --variant P=REV --variant T=.` (the C++
 # benchmark only, alternating AB_VARIANTS, default "P T P T"; operations and sizes in
-# AB_ARGS), both sanitizers with the C++ examples, and the Python tests.
+# AB_ARGS), both sanitizers with the C++ examples, and the Python tests. The A/B table:
+# scripts/gpu/ab_table.py $OUT/bench P T.
 step tests tests
 step bench BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
     BENCH_ARGS="${AB_ARGS:---ops alloc_extend,alloc_decode --page-sizes 16 --batch-sizes 1,8,64,256}" bench

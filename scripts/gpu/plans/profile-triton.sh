@@ -1,7 +1,8 @@
 # Where kvpool's time goes against SGLang's Triton kernels (scripts/gpu/steps.sh): Nsight
 # Compute on the kernel each call runs and on the baseline's kernel for the same call, page 16
 # (scripts/gpu/run.sh profile with PROFILE_TRITON; per-instruction counters with
-# PROFILE_SASS, for scripts/gpu/sass_summary.py).
+# PROFILE_SASS). Read with scripts/gpu/ncu_summary.py */profile-this.csv */profile-triton.csv
+# and scripts/gpu/sass_summary.py */profile-*-sass.csv.
 step extend-1 PROFILE_KERNELS='^kvp_extend_few_256_i64$' PROFILE_TRITON='^extend_kernel$' \
     PROFILE_SASS=1 PROFILE_SAMPLING=0 PROFILE_LAUNCHES=10 \
     PROFILE_ARGS="--ops alloc_extend --page-sizes 16 --batch-sizes 1" profile
