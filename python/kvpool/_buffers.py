@@ -410,16 +410,17 @@ def out_buffer(n, out, elements, *inputs):
     if kind == TORCH:
         torch = sys.modules["torch"]
         buffer = torch.empty(n, dtype=elements.torch_dtype(torch))
-        address = buffer.data_ptr()
     else:
         buffer = new_output(kind, n, elements)
-        if not n:
-            address = EMPTY_ADDRESS
-        elif kind == NUMPY:
-            address = _addressof(_from_buffer(buffer))
-        else:
-            address = buffer.buffer_info()[0]
-    return buffer, (address if n else EMPTY_ADDRESS), n, kind
+    if not n:
+        address = EMPTY_ADDRESS  # (an empty numpy array has no buffer to take)
+    elif kind == TORCH:
+        address = buffer.data_ptr()
+    elif kind == NUMPY:
+        address = _addressof(_from_buffer(buffer))
+    else:
+        address = buffer.buffer_info()[0]
+    return buffer, address, n, kind
 
 
 def given_out(out, elements):

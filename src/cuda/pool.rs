@@ -60,11 +60,11 @@ const SORT_CAP: u64 = 4096;
 /// extend runs a request a thread: on two warps (`kvp_extend_block64_*`) for up to 64
 /// requests and `BLOCK64_TOKENS` tokens, else blocks of 256 threads (`kvp_extend_block_*`)
 /// for up to `BLOCK` requests: one block for up to `BLOCK_TOKENS` tokens, more for a longer
-/// extend (`kvp_extend_blocks_*`). By request row the extend_few shapes run on the request-a-thread
-/// kernels of the same shape (`kvp_extend_{warp,block64,block,blocks}_rows_*`). Larger
-/// batches go to the ticketed multi-block kernel (for extends, one block of 256 threads for
-/// up to 4,096 tokens, or deciding blocks of four requests a thread, were both measured
-/// slower than several blocks with a ticket: BENCHMARKS.md).
+/// extend (`kvp_extend_blocks_*`). By request row the extend_few shapes run on the
+/// request-a-thread kernels of the same shape (`kvp_extend_{warp,block64,block,blocks}_rows_*`).
+/// Larger batches go to the ticketed multi-block kernel (for extends, one block of 256
+/// threads for up to 4,096 tokens, or deciding blocks of four requests a thread, were both
+/// measured slower than several blocks with a ticket: BENCHMARKS.md).
 pub(super) const DECODE_THREADS: [u32; 6] = [32, 64, 128, 256, 512, 1024];
 /// The largest page size of a device pool: the kernels count slots within a page in 32
 /// bits, with room to step past the page's end (`kvp_free_segment_*` steps a page 128
