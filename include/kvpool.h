@@ -2360,14 +2360,15 @@ KVP_NODISCARD enum kvp_status kvp_pool_merge_and_sort_free(struct kvp_pool *pool
 KVP_NODISCARD enum kvp_status kvp_pool_clear(struct kvp_pool *pool);
 
 /**
- * The Python package's entry points (`python/kvpool` loads them through `ctypes.PyDLL`;
- * C and C++ callers have no use for them): the hot host-pool calls with their arrays given
- * as `PyObject *`, whose memory the library finds through CPython's buffer protocol.
+ * The Python package's entry points (`python/kvpool` calls them as builtins, see
+ * `kvp_python_methods`; C and C++ callers have no use for them): the hot host-pool calls
+ * with their arrays given as `PyObject *`, whose memory the library finds through CPython's
+ * buffer protocol.
  *
  * Gives the entry points below the addresses of CPython's `PyObject_GetBuffer`,
  * `PyBuffer_Release`, `PyEval_SaveThread`, `PyEval_RestoreThread`, `PyErr_Clear` and
- * `PyGILState_Check`, in that order (the package passes `ctypes.pythonapi`'s). The first call sets them for the
- * process; a later call with the same functions is a no-op.
+ * `PyGILState_Check`, in that order (the package passes `ctypes.pythonapi`'s). The first
+ * call sets them for the process; a later call with the same functions is a no-op.
  *
  * # Errors
  * `KVP_STATUS_NULL_ARGUMENT` if one is NULL; `KVP_STATUS_INVALID_STATE` if an earlier call
@@ -2404,8 +2405,8 @@ KVP_NODISCARD int64_t kvp_python_extend_tokens(void *prefix_lens, void *seq_lens
  * `KVP_PYTHON_FALLBACK` having called nothing. The GIL is released for the pool call.
  *
  * # Safety
- * Called with the GIL held (`ctypes.PyDLL`), after `kvp_python_init`; each object is a live
- * `PyObject *` (or NULL: falls back).
+ * Called with the GIL held (as a builtin, or through `ctypes.PyDLL`), after
+ * `kvp_python_init`; each object is a live `PyObject *` (or NULL: falls back).
  */
 KVP_NODISCARD
 int32_t kvp_python_pool_alloc_extend(struct kvp_pool *pool,
@@ -2484,6 +2485,36 @@ int32_t kvp_python_pool_alloc_decode_async(struct kvp_pool *pool,
                                            void *out,
                                            size_t out_len,
                                            struct CUstream_st *stream);
+
+/**
+ * The Python package's entry points as a table of CPython `PyMethodDef`s (`METH_FASTCALL`,
+ * named as the `kvp_python_*` functions, ended by a NULL name) for `PyCFunction_NewEx`:
+ * builtins that take the arguments of those functions and return their result as a
+ * Python int, without ctypes' per-call argument conversion (C and C++ callers have no use
+ * for them).
+ *
+ * Takes the addresses of CPython's `PyLong_AsSize_t`, `PyLong_AsVoidPtr`,
+ * `PyLong_FromLongLong`, `PyErr_Occurred` and `PyErr_Clear`, and of `Py_None`, after
+ * `kvp_python_init`; writes the table's address to `*methods` (static: it outlives the
+ * builtins). A later call with the same functions gives the same table.
+ *
+ * # Errors
+ * `KVP_STATUS_NULL_ARGUMENT` if an argument is NULL; `KVP_STATUS_INVALID_STATE` before
+ * `kvp_python_init`, or if an earlier call gave other functions. `*methods` is then
+ * unchanged.
+ *
+ * # Safety
+ * Each function argument is NULL or the address of the CPython function it is named for,
+ * `none` NULL or `Py_None`, `methods` NULL or writable.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_python_methods(const void *as_size_t,
+                                   const void *as_void_ptr,
+                                   const void *from_long_long,
+                                   const void *error_occurred,
+                                   const void *clear_error,
+                                   const void *none,
+                                   const void **methods);
 
 /**
  * Reserves `steps` decode steps of a batch on a host pool and writes the new reservation

@@ -72,9 +72,10 @@ fastest; a typed pointer argument costs ~1 us more to build). Given buffers for 
 array (numpy arrays, array.array, memoryviews; ``out`` too, or none: a new one of the
 inputs' kind), ``alloc_extend`` (its default ``extend_num_tokens`` summed there too),
 ``alloc_decode``, ``alloc``
-(with ``out``) and ``free_indices`` call ``lib.python.kvp_python_pool_*`` instead, which
-take the arrays as Python objects and read their buffers in the library (tens of
-nanoseconds an array, against 0.5-0.9 us here; see ``_native.py``); anything else, or
+(with ``out``) and ``free_indices`` call ``lib.python.kvp_python_pool_*`` instead, the
+library's own builtins, which take the arrays as Python objects and read their buffers in
+the library (tens of nanoseconds an array, against 0.5-0.9 us here, and no ctypes argument
+conversion; see ``_native.py``); anything else, or
 ``KVPOOL_PYTHON_NATIVE=0``, takes the path above.
 
 Device pools (``Pool(size, page_size=16, backend="cuda", device=0)``; the library uses the
@@ -702,9 +703,11 @@ SIGNATURES = {
     "kvp_pool_free_group_end": (_status, [_handle]),
     "kvp_pool_merge_and_sort_free": (_status, [_handle]),
     "kvp_pool_clear": (_status, [_handle]),
-    # The package's own entry points: called through ``lib.python`` (_native.py, a PyDLL:
-    # with the GIL held), never through these CDLL objects.
+    # The package's own entry points: called through ``lib.python`` (_native.py: builtins
+    # the library makes, and a PyDLL for the two calls that set them up), never through
+    # these CDLL objects.
     "kvp_python_init": (_status, [ctypes.c_void_p] * 6),
+    "kvp_python_methods": (_status, [ctypes.c_void_p] * 6 + [ctypes.POINTER(ctypes.c_void_p)]),
     "kvp_python_pool_alloc_extend": (ctypes.c_int32, [_handle, ctypes.c_void_p, ctypes.c_void_p,
                                                     ctypes.c_void_p, ctypes.c_size_t,
                                                     ctypes.c_void_p]),

@@ -1,7 +1,8 @@
-//! Entry points for the Python package (`python/kvpool`, through `ctypes.PyDLL`): the hot
-//! host-pool calls with their arrays given as Python objects, and the device pool's
-//! allocations with their host copies so given, whose memory is found here through CPython's
-//! buffer protocol (device arrays stay addresses: a CUDA tensor is no buffer).
+//! Entry points for the Python package (`python/kvpool`, which calls them as builtins:
+//! `python_methods.rs`): the hot host-pool calls with their arrays given as Python objects,
+//! and the device pool's allocations with their host copies so given, whose memory is found
+//! here through CPython's buffer protocol (device arrays stay addresses: a CUDA tensor is
+//! no buffer).
 //!
 //! Why: from Python, finding a numpy array's (or array.array's, memoryview's) address costs
 //! about 0.5-0.9 µs an array (`ctypes.c_char.from_buffer` and the checks around it), so a
@@ -9,7 +10,7 @@
 //! costs one `PyObject_GetBuffer` (tens of nanoseconds).
 //!
 //! How: CPython is not linked. `kvp_python_init` is given the six C-API functions used, as
-//! `ctypes.pythonapi` has them. An entry point is called with the GIL held (PyDLL), takes a
+//! `ctypes.pythonapi` has them. An entry point is called with the GIL held, takes a
 //! buffer view of each array, releases the GIL for the pool call (as the package's CDLL
 //! calls do), takes it back and releases the views. The pool call is the C function a C
 //! caller would make, so every check, status and message is the C API's.
@@ -103,20 +104,26 @@ impl PythonApi {
 
 static API: OnceLock<PythonApi> = OnceLock::new();
 
+/// Whether `kvp_python_init` has set the C-API functions (the entry points need them).
+pub(super) fn python_initialized() -> bool {
+    API.get().is_some()
+}
+
 impl PanicDefault for i32 {
     fn on_panic() -> Self {
         kvp_status::Panic as i32
     }
 }
 
-/// The Python package's entry points (`python/kvpool` loads them through `ctypes.PyDLL`;
-/// C and C++ callers have no use for them): the hot host-pool calls with their arrays given
-/// as `PyObject *`, whose memory the library finds through CPython's buffer protocol.
+/// The Python package's entry points (`python/kvpool` calls them as builtins, see
+/// `kvp_python_methods`; C and C++ callers have no use for them): the hot host-pool calls
+/// with their arrays given as `PyObject *`, whose memory the library finds through CPython's
+/// buffer protocol.
 ///
 /// Gives the entry points below the addresses of CPython's `PyObject_GetBuffer`,
 /// `PyBuffer_Release`, `PyEval_SaveThread`, `PyEval_RestoreThread`, `PyErr_Clear` and
-/// `PyGILState_Check`, in that order (the package passes `ctypes.pythonapi`'s). The first call sets them for the
-/// process; a later call with the same functions is a no-op.
+/// `PyGILState_Check`, in that order (the package passes `ctypes.pythonapi`'s). The first
+/// call sets them for the process; a later call with the same functions is a no-op.
 ///
 /// # Errors
 /// `KVP_STATUS_NULL_ARGUMENT` if one is NULL; `KVP_STATUS_INVALID_STATE` if an earlier call
@@ -277,7 +284,7 @@ fn without_gil<R>(api: PythonApi, body: impl FnOnce() -> R) -> R {
             unsafe { (self.0.restore_thread)(self.1) }
         }
     }
-    // SAFETY: called with the GIL held (every entry point is, through ctypes.PyDLL).
+    // SAFETY: called with the GIL held (every entry point is, as a builtin).
     let _restore = Restore(api, unsafe { (api.save_thread)() });
     body()
 }
@@ -427,8 +434,8 @@ impl PanicDefault for i64 {
 /// `KVP_PYTHON_FALLBACK` having called nothing. The GIL is released for the pool call.
 ///
 /// # Safety
-/// Called with the GIL held (`ctypes.PyDLL`), after `kvp_python_init`; each object is a live
-/// `PyObject *` (or NULL: falls back).
+/// Called with the GIL held (as a builtin, or through `ctypes.PyDLL`), after
+/// `kvp_python_init`; each object is a live `PyObject *` (or NULL: falls back).
 #[no_mangle]
 #[must_use]
 pub unsafe extern "C" fn kvp_python_pool_alloc_extend(

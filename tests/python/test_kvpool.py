@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import types
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -140,6 +141,7 @@ C_TO_CTYPES = {
     "const struct kvp_req_table *": ctypes.POINTER(kvp.ReqTable),
     "void *": ctypes.c_void_p,
     "const void *": ctypes.c_void_p,
+    "const void * *": ctypes.POINTER(ctypes.c_void_p),
     # device pools
     "struct CUstream_st *": ctypes.c_void_p,
     "bool *": ctypes.POINTER(ctypes.c_bool),
@@ -2539,7 +2541,7 @@ def spy_native(test):
     """Wraps ``LIB.python``'s entry points for the rest of `test`; returns the list of
     (name, status) of every call."""
     calls = []
-    for name in kvp._native.SIGNATURES:
+    for name in kvp._native.ENTRY_POINTS:
         original = getattr(LIB.python, name)
 
         def wrapper(*args, _name=name, _original=original):
@@ -2820,6 +2822,72 @@ class TestNativeCalls(KvpTestCase):
         self.assertEqual(LIB.python.kvp_python_pool_free_indices(pool.handle, frozen([4, 5, 6])),
                          0)
         self.assertEqual(pool.available_size(), 64)
+
+    def test_the_entry_points_are_the_librarys_builtins(self):
+        # Made from kvp_python_methods' table, not ctypes functions (whose argument
+        # conversion cost about a microsecond a call).
+        for name in kvp._native.ENTRY_POINTS:
+            with self.subTest(entry=name):
+                builtin = getattr(LIB.python, name)
+                self.assertIsInstance(builtin, types.BuiltinFunctionType)
+                self.assertEqual(builtin.__name__, name)
+
+    def test_the_builtins_fall_back_on_arguments_they_cannot_convert(self):
+        q = lambda values: array.array("q", values)  # noqa: E731
+        pool = self.pool(64, 4)
+        native = LIB.python
+        cases = [
+            ("kvp_python_pool_alloc", (pool.handle, 4)),  # an argument short
+            ("kvp_python_pool_alloc", (pool.handle, 4, q([0] * 4), None)),  # one too many
+            ("kvp_python_pool_alloc", ()),
+            ("kvp_python_pool_alloc", (str(pool.handle), 4, q([0] * 4))),  # no int
+            ("kvp_python_pool_alloc", (float(pool.handle), 4, q([0] * 4))),
+            ("kvp_python_pool_alloc", (pool.handle, -4, q([0] * 4))),  # no size_t
+            ("kvp_python_pool_alloc", (pool.handle, 2**64, q([0] * 4))),
+            ("kvp_python_pool_alloc", (pool.handle, 4.0, q([0] * 4))),
+            ("kvp_python_pool_alloc", (pool.handle, None, q([0] * 4))),
+            ("kvp_python_pool_alloc", (2**64, 4, q([0] * 4))),
+            ("kvp_python_pool_alloc_extend", (pool.handle, q([0]), q([4]), q([-1]), "4",
+                                              q([0] * 4))),
+            ("kvp_python_pool_alloc_extend_async", (pool.handle, q([0]), q([4]), 0, 0, 0, 1,
+                                                    4, 0, 4, "stream")),
+            ("kvp_python_pool_alloc_decode_async", (pool.handle, q([4]), 0, 0, 1, 0, 1)),
+        ]
+        for name, args in cases:
+            with self.subTest(entry=name, args=repr(args)[:80]):
+                self.assertEqual(getattr(native, name)(*args), self.FALLBACK)
+        self.assertEqual(native.kvp_python_extend_tokens(q([0])), kvp._native.NO_SUM)
+        self.assertEqual(native.kvp_python_extend_tokens("a", 1, 2), kvp._native.NO_SUM)
+        self.assertEqual(pool.available_size(), 64)
+        # no exception was left set: the same builtin then works
+        out = q([0] * 4)
+        self.assertEqual(native.kvp_python_pool_alloc(pool.handle, 4, out), 0)
+        self.assertEqual(out.tolist(), [4, 5, 6, 7])
+
+    def test_methods_keep_the_first_functions(self):
+        dll = ctypes.PyDLL(LIB.path)
+        methods = dll.kvp_python_methods
+        methods.argtypes = [ctypes.c_void_p] * 6 + [ctypes.POINTER(ctypes.c_void_p)]
+        methods.restype = ctypes.c_int32
+        api = [ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
+               for name in kvp._native._INT_API] + [id(None)]
+        first, again = ctypes.c_void_p(), ctypes.c_void_p()
+        self.assertEqual(methods(*api, ctypes.byref(first)), 0)
+        self.assertEqual(methods(*api, ctypes.byref(again)), 0)  # a no-op: the same table
+        self.assertEqual(first.value, again.value)
+        untouched = ctypes.c_void_p(12345)
+        self.assertEqual(methods(*api[:5], None, ctypes.byref(untouched)),
+                         kvp.STATUS["NULL_ARGUMENT"])
+        self.assertEqual(methods(*api, None), kvp.STATUS["NULL_ARGUMENT"])
+        swapped = [api[1], api[0]] + api[2:]
+        self.assertEqual(methods(*swapped, ctypes.byref(untouched)), kvp.STATUS["INVALID_STATE"])
+        self.assertIn("other Python C-API functions", LIB.last_error_message())
+        self.assertEqual(untouched.value, 12345)
+        # and the builtins still work
+        pool = self.pool(64, 4)
+        out = array.array("q", [0] * 4)
+        self.assertEqual(LIB.python.kvp_python_pool_alloc(pool.handle, 4, out), 0)
+        self.assertEqual(out.tolist(), [4, 5, 6, 7])
 
     def test_init_keeps_the_first_functions(self):
         dll = ctypes.PyDLL(LIB.path)
