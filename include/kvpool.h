@@ -2487,25 +2487,25 @@ int32_t kvp_python_pool_alloc_decode_async(struct kvp_pool *pool,
                                            struct CUstream_st *stream);
 
 /**
- * The Python package's entry points as a table of CPython `PyMethodDef`s (`METH_FASTCALL`,
- * named as the `kvp_python_*` functions, ended by a NULL name) for `PyCFunction_NewEx`:
- * builtins that take the arguments of those functions and return their result as a
- * Python int, without ctypes' per-call argument conversion (C and C++ callers have no use
- * for them).
+ * The Python package's hot calls as a table of CPython `PyMethodDef`s (`METH_FASTCALL`,
+ * ended by a NULL name) for `PyCFunction_NewEx`: builtins named as the `kvp_python_*`
+ * entry points and as the C functions the package calls with int arguments, which take
+ * those functions' arguments and return their result as a Python int, without ctypes'
+ * per-call argument conversion (C and C++ callers have no use for them).
  *
  * Takes the addresses of CPython's `PyLong_AsSize_t`, `PyLong_AsVoidPtr`,
- * `PyLong_FromLongLong`, `PyErr_Occurred` and `PyErr_Clear`, and of `Py_None`, after
- * `kvp_python_init`; writes the table's address to `*methods` (static: it outlives the
- * builtins). A later call with the same functions gives the same table.
+ * `PyLong_FromLongLong`, `PyErr_Occurred`, `PyErr_Clear` and `PyErr_SetString`, of
+ * `Py_None` and of `PyExc_TypeError`, after `kvp_python_init`; writes the table's address
+ * to `*methods` (static: it outlives the builtins). A later call with the same functions
+ * gives the same table.
  *
  * # Errors
  * `KVP_STATUS_NULL_ARGUMENT` if an argument is NULL; `KVP_STATUS_INVALID_STATE` before
- * `kvp_python_init`, or if an earlier call gave other functions. `*methods` is then
- * unchanged.
+ * `kvp_python_init`, or if an earlier call gave others. `*methods` is then unchanged.
  *
  * # Safety
- * Each function argument is NULL or the address of the CPython function it is named for,
- * `none` NULL or `Py_None`, `methods` NULL or writable.
+ * Each argument is NULL or the address of the CPython function or object it is named
+ * for; `methods` NULL or writable.
  */
 KVP_NODISCARD
 enum kvp_status kvp_python_methods(const void *as_size_t,
@@ -2513,7 +2513,9 @@ enum kvp_status kvp_python_methods(const void *as_size_t,
                                    const void *from_long_long,
                                    const void *error_occurred,
                                    const void *clear_error,
+                                   const void *set_string,
                                    const void *none,
+                                   const void *type_error,
                                    const void **methods);
 
 /**

@@ -64,11 +64,13 @@ arrays once the caller has.
 A loop that allocates into the same buffers every step can prepare the call once
 (``prepare_alloc_extend``, ``prepare_alloc_decode`` and their ``_async`` forms): the buffers
 are checked and their addresses kept, and ``prepared(batch)`` (``prepared(batch,
-extend_num_tokens)``) costs little more than the ctypes call (see ``_prepared.py``).
+extend_num_tokens)``) costs little more than the library call (see ``_prepared.py``).
 
 The hot methods call ``lib.fast.kvp_*``: the same functions with every pointer parameter
 declared ``void *``, so that addresses go in as plain ints (ctypes converts an int argument
-fastest; a typed pointer argument costs ~1 us more to build). Given buffers for every
+fastest; a typed pointer argument costs ~1 us more to build); the hottest of them
+(``_native.CALLS``) are the library's own builtins, which take the same ints without
+ctypes' conversion. Given buffers for every
 array (numpy arrays, array.array, memoryviews; ``out`` too, or none: a new one of the
 inputs' kind), ``alloc_extend`` (its default ``extend_num_tokens`` summed there too),
 ``alloc_decode``, ``alloc``
@@ -707,7 +709,7 @@ SIGNATURES = {
     # the library makes, and a PyDLL for the two calls that set them up), never through
     # these CDLL objects.
     "kvp_python_init": (_status, [ctypes.c_void_p] * 6),
-    "kvp_python_methods": (_status, [ctypes.c_void_p] * 6 + [ctypes.POINTER(ctypes.c_void_p)]),
+    "kvp_python_methods": (_status, [ctypes.c_void_p] * 8 + [ctypes.POINTER(ctypes.c_void_p)]),
     "kvp_python_pool_alloc_extend": (ctypes.c_int32, [_handle, ctypes.c_void_p, ctypes.c_void_p,
                                                     ctypes.c_void_p, ctypes.c_size_t,
                                                     ctypes.c_void_p]),
@@ -1035,6 +1037,12 @@ class Library:
         # ``lib.python.kvp_python_pool_*`` (None where unavailable or turned off): the hot
         # calls on buffers, which the library reads through the buffer protocol.
         self.python = _native.load(path)
+        if self.python is not None:
+            # The library's builtins for lib.fast's hot functions: the same arguments, no
+            # ctypes conversion (about 1 us a call).
+            for name in _native.CALLS:
+                setattr(self.fast, name, getattr(self.python, name))
+                self._fast_loaded[name] = getattr(self.python, name)
         if self.kvp_abi_version() != ABI_VERSION:
             raise RuntimeError(f"{path} has ABI version {self.kvp_abi_version()}; this binding "
                                f"is for ABI version {ABI_VERSION}")
@@ -1045,8 +1053,8 @@ class Library:
 
     def fast_function(self, name):
         """The function `name` as ``lib.fast`` has it when loaded: every pointer parameter
-        ``c_void_p``, so that an address goes in as a plain int (bypassing any override of
-        ``lib.fast.<name>``)."""
+        ``c_void_p``, so that an address goes in as a plain int, or the library's builtin
+        taking the same ints (bypassing any override of ``lib.fast.<name>``)."""
         return self._fast_loaded[name]
 
     # ---- statuses and messages ----

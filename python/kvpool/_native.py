@@ -8,7 +8,7 @@ They are the library's own CPython builtins (``METH_FASTCALL``: made here once w
 held, which the library releases for the pool call. A builtin takes the same arguments as
 the ``kvp_python_*`` function of its name (objects for the arrays, ints for the handle,
 sizes, device addresses and the stream; None is NULL) without ctypes' argument conversion,
-which cost about 1-1.5 us a call. Each returns the call's status, or ``FALLBACK`` having
+which cost about 1 us a call. Each returns the call's status, or ``FALLBACK`` having
 called nothing: an array that is not a 1-D C-contiguous buffer of the call's element type
 (torch tensors, lists, other dtypes, strided views), a read-only ``out``, lengths that
 disagree, an argument that is no int where one is needed. The pool's methods then take
@@ -16,6 +16,12 @@ their general path (``_buffers``), which converts what it can and names what it 
 The package tries them for types it knows as buffers, so a type's first call in a process
 (before its handler is remembered) takes the general path. ``KVPOOL_PYTHON_NATIVE=0`` in
 the environment, or ``lib.python = None``, turns them off.
+
+The same table has builtins for the C functions of ``CALLS``, named as those functions,
+taking every argument as an int (None is NULL) and releasing the GIL for the call, as the
+ctypes functions of ``lib.fast`` do, which they replace (``Library``); they raise
+``TypeError`` / ``OverflowError`` for an argument that is no such int. With
+``KVPOOL_PYTHON_NATIVE=0``, ``lib.fast`` keeps its ctypes functions.
 """
 
 import ctypes
@@ -27,9 +33,9 @@ FALLBACK = -1  # KVP_PYTHON_FALLBACK
 # kvp_python_init's C-API functions
 _API = ("PyObject_GetBuffer", "PyBuffer_Release", "PyEval_SaveThread", "PyEval_RestoreThread",
         "PyErr_Clear", "PyGILState_Check")
-# kvp_python_methods' (then Py_None's address)
+# kvp_python_methods' (then the addresses of None and TypeError)
 _INT_API = ("PyLong_AsSize_t", "PyLong_AsVoidPtr", "PyLong_FromLongLong", "PyErr_Occurred",
-            "PyErr_Clear")
+            "PyErr_Clear", "PyErr_SetString")
 
 # The builtins, named as the C functions whose arguments they take:
 ENTRY_POINTS = (
@@ -46,6 +52,14 @@ ENTRY_POINTS = (
     "kvp_python_extend_tokens",            # alloc_extend's default extend_num_tokens, or NO_SUM
 )
 NO_SUM = -1  # kvp_python_extend_tokens could not sum: the package sums
+
+# The C functions the table has as builtins (lib.fast's hot ones: every argument an int).
+CALLS = (
+    "kvp_pool_alloc_extend", "kvp_pool_alloc_decode", "kvp_pool_alloc", "kvp_pool_free_indices",
+    "kvp_pool_alloc_extend_async", "kvp_pool_alloc_decode_async", "kvp_pool_alloc_async",
+    "kvp_pool_free_indices_async", "kvp_pool_alloc_extend_rows", "kvp_pool_alloc_decode_rows",
+    "kvp_pool_free_rows", "kvp_decode_reservation_step", "kvp_decode_reservation_step_async",
+)
 
 
 class _MethodDef(ctypes.Structure):
@@ -78,10 +92,11 @@ def load(path):
         return None
     init.argtypes = [ctypes.c_void_p] * len(_API)
     init.restype = ctypes.c_int32
-    methods.argtypes = [ctypes.c_void_p] * (len(_INT_API) + 1) + [ctypes.POINTER(ctypes.c_void_p)]
+    methods.argtypes = [ctypes.c_void_p] * (len(_INT_API) + 2) + [ctypes.POINTER(ctypes.c_void_p)]
     methods.restype = ctypes.c_int32
     table = ctypes.c_void_p()
-    if init(*api) != 0 or methods(*int_api, id(None), ctypes.byref(table)) != 0:
+    objects = (id(None), id(TypeError))  # CPython: an object's id is its address
+    if init(*api) != 0 or methods(*int_api, *objects, ctypes.byref(table)) != 0:
         return None
     native = types.SimpleNamespace(_dll=dll)  # the table lives in the library: keep it loaded
     size = ctypes.sizeof(_MethodDef)
@@ -90,6 +105,6 @@ def load(path):
         if name is None:
             break
         setattr(native, name.decode(), new_builtin(at, None, None))
-    if not all(hasattr(native, name) for name in ENTRY_POINTS):
+    if not all(hasattr(native, name) for name in ENTRY_POINTS + CALLS):
         return None
     return native

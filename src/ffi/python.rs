@@ -274,6 +274,15 @@ fn signed_format_width(format: &[u8]) -> Option<usize> {
     })
 }
 
+/// Runs `body` with the GIL released (called with it held, after `kvp_python_init`), as a
+/// ctypes call does: other Python threads run meanwhile.
+pub(super) fn gil_released<R>(body: impl FnOnce() -> R) -> R {
+    match API.get() {
+        Some(&api) => without_gil(api, body),
+        None => body(), // no runtime given: nothing to release
+    }
+}
+
 /// Runs `body` with the GIL released, taking it back before returning (also when `body`
 /// panics, so the views are released with the GIL held).
 fn without_gil<R>(api: PythonApi, body: impl FnOnce() -> R) -> R {

@@ -1,29 +1,31 @@
-//! The Python package's entry points (`kvp_python_*`, see `python.rs`) as CPython builtin
-//! functions (`METH_FASTCALL`), which the package makes once (`PyCFunction_NewEx` on the
-//! table [`kvp_python_methods`] gives) and calls as it called their ctypes functions.
+//! The Python package's hot calls as CPython builtin functions (`METH_FASTCALL`), which the
+//! package makes once (`PyCFunction_NewEx` on the table [`kvp_python_methods`] gives) and
+//! calls where it called ctypes functions:
+//!
+//! - the entry points of `python.rs` (`kvp_python_*`: arrays as Python objects), and
+//! - the C functions the package's hot methods call with every argument an int (`lib.fast`:
+//!   the device pool's `*_async` allocations and frees, the host pool's, the request-table
+//!   and reservation calls), each named as its C function.
 //!
 //! Why: a ctypes call converts every argument through its argtype and builds a libffi
-//! frame: 1.2-1.6 µs for the six arguments of `alloc_extend` on the development VM, against
-//! 0.1-0.15 µs for a builtin taking the same objects (measured side by side in one
-//! process, a C prototype of this shim). That was most of what a hot call cost from Python
-//! over the same call from C.
+//! frame: a pair of calls (`alloc` + `free_indices` on buffers) took 1.33 µs through ctypes
+//! against 0.42 µs as builtins on the development VM, same process, same library. That was
+//! most of what a hot call cost from Python over the same call from C.
 //!
-//! A builtin converts its integer arguments (the handle, sizes, device addresses, the
-//! stream) as ctypes would (`None` is NULL for an address), calls the entry point, and
-//! returns its status (or sum) as a Python int. An argument count other than the entry
-//! point's, or an integer CPython cannot convert, returns [`KVP_PYTHON_FALLBACK`] (the
-//! error cleared) having called nothing, as the entry points do for what they do not take.
+//! A builtin converts its integer arguments as ctypes would (`None` is NULL for an address;
+//! a size is a non-negative int), then calls. An entry point's builtin returns its status
+//! (or sum) as a Python int, and [`KVP_PYTHON_FALLBACK`] — having called nothing, the
+//! error cleared — for the wrong argument count or an integer CPython cannot convert, as
+//! the entry points do for anything they do not take. A C function's builtin releases the
+//! GIL for the call (as ctypes does) and returns its `kvp_status` as an int; it raises
+//! `TypeError` for the wrong argument count and CPython's `TypeError` / `OverflowError` for
+//! an argument that is no such int, having called nothing.
 
-use std::ffi::{c_char, c_int, c_void, CStr};
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::OnceLock;
 
 use super::boundary::{fail, ffi_boundary, PanicDefault};
-use super::python::{
-    kvp_python_extend_tokens, kvp_python_pool_alloc, kvp_python_pool_alloc_decode,
-    kvp_python_pool_alloc_decode_async, kvp_python_pool_alloc_extend,
-    kvp_python_pool_alloc_extend_async, kvp_python_pool_free_indices, python_initialized,
-    KVP_PYTHON_FALLBACK,
-};
+use super::python::{gil_released, python_initialized, KVP_PYTHON_FALLBACK};
 use super::status::kvp_status;
 
 /// `size_t PyLong_AsSize_t(PyObject *)`.
@@ -36,8 +38,10 @@ type FromI64Fn = unsafe extern "C" fn(i64) -> *mut c_void;
 type ErrorOccurredFn = unsafe extern "C" fn() -> *mut c_void;
 /// `void PyErr_Clear(void)`.
 type ClearErrorFn = unsafe extern "C" fn();
+/// `void PyErr_SetString(PyObject *type, const char *message)`.
+type SetErrorFn = unsafe extern "C" fn(*mut c_void, *const c_char);
 
-/// The C-API functions the builtins call, and `None`.
+/// The C-API functions the builtins call, and two objects.
 #[derive(Clone, Copy)]
 struct IntApi {
     as_size: AsSizeFn,
@@ -45,40 +49,45 @@ struct IntApi {
     from_i64: FromI64Fn,
     error_occurred: ErrorOccurredFn,
     clear_error: ClearErrorFn,
+    set_error: SetErrorFn,
     /// `Py_None`'s address (an immortal object: never moves or goes).
     none: usize,
+    /// `PyExc_TypeError` (a static type object).
+    type_error: usize,
 }
 
 impl IntApi {
-    /// The functions' addresses and `None`'s (what tells two runtimes apart).
-    fn addresses(&self) -> [usize; 6] {
+    /// The functions' and objects' addresses (what tells two runtimes apart).
+    fn addresses(&self) -> [usize; 8] {
         [
             self.as_size as usize,
             self.as_address as usize,
             self.from_i64 as usize,
             self.error_occurred as usize,
             self.clear_error as usize,
+            self.set_error as usize,
             self.none,
+            self.type_error,
         ]
     }
 }
 
 static INT_API: OnceLock<IntApi> = OnceLock::new();
 
-/// A builtin's arguments (`PyObject *const *args` of `nargs`), with the GIL held.
+/// A builtin's arguments (`PyObject *const *args` of `nargs`), with the GIL held. A
+/// conversion that fails returns None and leaves CPython's exception set.
 struct Args<'a> {
     api: IntApi,
     args: &'a [*mut c_void],
 }
 
 impl Args<'_> {
-    /// Argument `i` as the object it is (the entry points take buffers so).
-    fn object(&self, i: usize) -> *mut c_void {
-        self.args[i]
+    /// Argument `i` as the object it is (the entry points take arrays so).
+    fn object(&self, i: usize) -> Option<*mut c_void> {
+        Some(self.args[i])
     }
 
-    /// Argument `i` as an address: NULL for `None`, else an int's value; None (the error
-    /// cleared) for anything else.
+    /// Argument `i` as an address: NULL for `None`, else an int's value.
     fn address(&self, i: usize) -> Option<*mut c_void> {
         let object = self.args[i];
         if object as usize == self.api.none {
@@ -86,38 +95,63 @@ impl Args<'_> {
         }
         // SAFETY: GIL held; `object` is a live argument.
         let address = unsafe { (self.api.as_address)(object) };
-        (!address.is_null() || self.converted()).then_some(address)
+        (!address.is_null() || self.no_error()).then_some(address)
     }
 
-    /// Argument `i` as a `size_t`: a non-negative int; None (the error cleared) else.
+    /// Argument `i` as a `size_t`: a non-negative int.
     fn size(&self, i: usize) -> Option<usize> {
         // SAFETY: GIL held; the argument is live.
         let size = unsafe { (self.api.as_size)(self.args[i]) };
-        (size != usize::MAX || self.converted()).then_some(size)
+        (size != usize::MAX || self.no_error()).then_some(size)
     }
 
-    /// Whether the conversion that returned its error value succeeded (the value was
-    /// meant); if not, its exception is cleared.
-    fn converted(&self) -> bool {
+    /// Whether no exception is set (a conversion that returned its error value meant it).
+    fn no_error(&self) -> bool {
         // SAFETY: GIL held.
-        if unsafe { (self.api.error_occurred)() }.is_null() {
-            return true;
-        }
-        // SAFETY: GIL held; clears the conversion's exception.
-        unsafe { (self.api.clear_error)() };
-        false
+        unsafe { (self.api.error_occurred)() }.is_null()
     }
 }
 
-/// Runs a builtin of `N` arguments: `call` on them (None: an argument did not convert),
-/// the result as a Python int. The wrong count falls back.
+/// A pointer parameter of any type from an address argument.
+trait FromAddress {
+    fn from_address(address: *mut c_void) -> Self;
+}
+
+impl<T> FromAddress for *mut T {
+    fn from_address(address: *mut c_void) -> Self {
+        address.cast()
+    }
+}
+
+impl<T> FromAddress for *const T {
+    fn from_address(address: *mut c_void) -> Self {
+        address.cast_const().cast()
+    }
+}
+
+/// The argument slice of a builtin of `n` arguments, if CPython gave `n`.
+///
+/// # Safety
+/// `args` holds `nargs` live objects (CPython's METH_FASTCALL contract).
+unsafe fn arguments<'a>(
+    args: *const *mut c_void,
+    nargs: isize,
+    n: usize,
+) -> Option<&'a [*mut c_void]> {
+    // SAFETY: the contract above.
+    (nargs == n as isize).then(|| unsafe { std::slice::from_raw_parts(args, n) })
+}
+
+/// Runs an entry point's builtin: `call` on its `n` arguments (None: one did not convert),
+/// the result as a Python int; the wrong count, or a failed conversion, falls back.
 ///
 /// # Safety
 /// Called by CPython as a `METH_FASTCALL` function: the GIL held, `args` holding `nargs`
 /// live objects.
-unsafe fn builtin<const N: usize, R: PanicDefault + Into<i64> + From<i32>>(
+unsafe fn entry_builtin<R: PanicDefault + Into<i64> + From<i32>>(
     args: *const *mut c_void,
     nargs: isize,
+    n: usize,
     call: impl FnOnce(&Args) -> Option<R>,
 ) -> *mut c_void {
     let Some(&api) = INT_API.get() else {
@@ -126,18 +160,62 @@ unsafe fn builtin<const N: usize, R: PanicDefault + Into<i64> + From<i32>>(
         return std::ptr::null_mut();
     };
     let result = ffi_boundary(|| {
-        if nargs != N as isize {
+        // SAFETY: this function's contract.
+        let Some(args) = (unsafe { arguments(args, nargs, n) }) else {
             return R::from(KVP_PYTHON_FALLBACK);
-        }
-        // SAFETY: CPython passes `nargs` arguments (the contract above).
-        let args = Args {
-            api,
-            args: unsafe { std::slice::from_raw_parts(args, N) },
         };
-        call(&args).unwrap_or(R::from(KVP_PYTHON_FALLBACK))
+        call(&Args { api, args }).unwrap_or_else(|| {
+            // SAFETY: GIL held; clears the failed conversion's exception.
+            unsafe { (api.clear_error)() };
+            R::from(KVP_PYTHON_FALLBACK)
+        })
     });
     // SAFETY: GIL held. NULL (out of memory) comes back with CPython's exception set.
     unsafe { (api.from_i64)(result.into()) }
+}
+
+/// Runs a C function's builtin `name`: `convert` its `n` arguments (None: one did not
+/// convert, its exception set), then, with the GIL released, the call it returns; the
+/// status as a Python int.
+///
+/// # Safety
+/// As [`entry_builtin`].
+unsafe fn call_builtin<F: FnOnce() -> kvp_status>(
+    name: &CStr,
+    args: *const *mut c_void,
+    nargs: isize,
+    n: usize,
+    convert: impl FnOnce(&Args) -> Option<F>,
+) -> *mut c_void {
+    let Some(&api) = INT_API.get() else {
+        return std::ptr::null_mut(); // unreachable, as in entry_builtin
+    };
+    let status = ffi_boundary(|| {
+        // SAFETY: this function's contract.
+        let Some(args) = (unsafe { arguments(args, nargs, n) }) else {
+            let message = format!(
+                "{} takes {n} arguments ({nargs} given)",
+                name.to_string_lossy()
+            );
+            let message = CString::new(message).expect("no NUL in a name or a number");
+            // SAFETY: GIL held; PyExc_TypeError and a NUL-terminated message.
+            unsafe { (api.set_error)(api.type_error as *mut c_void, message.as_ptr()) };
+            return None;
+        };
+        let call = convert(&Args { api, args })?;
+        Some(gil_released(call))
+    });
+    match status {
+        // SAFETY: GIL held (taken back); NULL (out of memory) comes with its exception.
+        Some(status) => unsafe { (api.from_i64)(status as i64) },
+        None => std::ptr::null_mut(), // the exception is set
+    }
+}
+
+impl PanicDefault for Option<kvp_status> {
+    fn on_panic() -> Self {
+        Some(kvp_status::Panic)
+    }
 }
 
 /// A `METH_FASTCALL` function: `(self, args, nargs) -> new reference or NULL`.
@@ -155,12 +233,6 @@ struct MethodDef {
 /// `METH_FASTCALL`.
 const METH_FASTCALL: c_int = 0x0080;
 
-/// The table `kvp_python_methods` gives: every entry point, then a NULL name.
-struct MethodTable([MethodDef; 8]);
-
-// SAFETY: the table is never written; its pointers are to static strings and functions.
-unsafe impl Sync for MethodTable {}
-
 const fn method(name: &'static CStr, call: FastCall) -> MethodDef {
     MethodDef {
         name: name.as_ptr(),
@@ -170,175 +242,136 @@ const fn method(name: &'static CStr, call: FastCall) -> MethodDef {
     }
 }
 
-// The builtins: each converts its entry point's arguments in order and returns its result.
-// SAFETY (every one): called by CPython as a METH_FASTCALL function; the entry point's
-// objects are live arguments, its integers what the package gives it (the contract of each
-// entry point, as through ctypes).
-
-unsafe extern "C" fn alloc_extend(
-    _: *mut c_void,
-    args: *const *mut c_void,
-    n: isize,
-) -> *mut c_void {
-    unsafe {
-        builtin::<6, i32>(args, n, |a| {
-            Some(kvp_python_pool_alloc_extend(
-                a.address(0)?.cast(),
-                a.object(1),
-                a.object(2),
-                a.object(3),
-                a.size(4)?,
-                a.object(5),
-            ))
-        })
+const fn c_name(name: &'static str) -> &'static CStr {
+    match CStr::from_bytes_with_nul(name.as_bytes()) {
+        Ok(name) => name,
+        Err(_) => panic!("a builtin's name is NUL-terminated and has no other NUL"),
     }
 }
 
-unsafe extern "C" fn alloc_decode(
-    _: *mut c_void,
-    args: *const *mut c_void,
-    n: isize,
-) -> *mut c_void {
-    unsafe {
-        builtin::<4, i32>(args, n, |a| {
-            Some(kvp_python_pool_alloc_decode(
-                a.address(0)?.cast(),
-                a.object(1),
-                a.object(2),
-                a.object(3),
-            ))
-        })
-    }
+/// The table of builtins, one per line: `entry NAME(PARAM: KIND, ...) -> RESULT` for an
+/// entry point of `python.rs`, `call NAME(PARAM: KIND, ...)` for a C function that returns
+/// a `kvp_status`; each argument converted by its KIND (`o`: the object, `a`: an address,
+/// `s`: a size) and passed to `super::NAME`.
+macro_rules! builtins {
+    ($($how:ident $name:ident($($param:ident: $kind:ident),* $(,)?) $(-> $result:ty)?;)*) => {
+        /// Every builtin, then a NULL name.
+        struct MethodTable([MethodDef; [$(stringify!($name)),*].len() + 1]);
+        // SAFETY: never written; its pointers are to static strings and functions.
+        unsafe impl Sync for MethodTable {}
+
+        static METHODS: MethodTable = MethodTable([
+            $(method(c_name(concat!(stringify!($name), "\0")), {
+                unsafe extern "C" fn builtin(
+                    _self: *mut c_void,
+                    args: *const *mut c_void,
+                    nargs: isize,
+                ) -> *mut c_void {
+                    builtins!(@body $how $name args nargs ($($param: $kind),*) $(-> $result)?)
+                }
+                builtin
+            }),)*
+            MethodDef { name: std::ptr::null(), call: None, flags: 0, doc: std::ptr::null() },
+        ]);
+    };
+    (@body entry $name:ident $args:ident $nargs:ident ($($param:ident: $kind:ident),*) -> $result:ty) => {{
+        const N: usize = [$(stringify!($param)),*].len();
+        // SAFETY: called by CPython as a METH_FASTCALL function; the entry point's objects
+        // are live arguments, its integers what the package gives it (its contract).
+        unsafe {
+            entry_builtin::<$result>($args, $nargs, N, |a| {
+                let mut _i = 0usize;
+                $(let $param = builtins!(@convert a _i $kind)?; _i += 1;)*
+                Some(super::$name($(builtins!(@pass $param $kind)),*))
+            })
+        }
+    }};
+    (@body call $name:ident $args:ident $nargs:ident ($($param:ident: $kind:ident),*)) => {{
+        const N: usize = [$(stringify!($param)),*].len();
+        // SAFETY: called by CPython as a METH_FASTCALL function; the C function's contract
+        // is the package's, as through ctypes (it passes what it passed there).
+        unsafe {
+            call_builtin(c_name(concat!(stringify!($name), "\0")), $args, $nargs, N, |a| {
+                let mut _i = 0usize;
+                $(let $param = builtins!(@convert a _i $kind)?; _i += 1;)*
+                Some(move || super::$name($(builtins!(@pass $param $kind)),*))
+            })
+        }
+    }};
+    (@convert $a:ident $i:ident o) => { $a.object($i) };
+    (@convert $a:ident $i:ident a) => { $a.address($i) };
+    (@convert $a:ident $i:ident s) => { $a.size($i) };
+    (@pass $param:ident o) => { $param };
+    (@pass $param:ident a) => { FromAddress::from_address($param) };
+    (@pass $param:ident s) => { $param };
 }
 
-unsafe extern "C" fn alloc(_: *mut c_void, args: *const *mut c_void, n: isize) -> *mut c_void {
-    unsafe {
-        builtin::<3, i32>(args, n, |a| {
-            Some(kvp_python_pool_alloc(
-                a.address(0)?.cast(),
-                a.size(1)?,
-                a.object(2),
-            ))
-        })
-    }
+builtins! {
+    entry kvp_python_pool_alloc_extend(pool: a, prefix_lens: o, seq_lens: o, last_loc: o,
+        extend_num_tokens: s, out: o) -> i32;
+    entry kvp_python_pool_alloc_decode(pool: a, seq_lens: o, last_loc: o, out: o) -> i32;
+    entry kvp_python_pool_alloc(pool: a, num_tokens: s, out: o) -> i32;
+    entry kvp_python_pool_free_indices(pool: a, indices: o) -> i32;
+    entry kvp_python_pool_alloc_extend_async(pool: a, prefix_lens_host: o, seq_lens_host: o,
+        prefix_lens: a, seq_lens: a, last_loc: a, batch_size: s, extend_num_tokens: s, out: a,
+        out_len: s, stream: a) -> i32;
+    entry kvp_python_pool_alloc_decode_async(pool: a, seq_lens_host: o, seq_lens: a,
+        last_loc: a, batch_size: s, out: a, out_len: s, stream: a) -> i32;
+    entry kvp_python_extend_tokens(prefix_lens: o, seq_lens: o) -> i64;
+    call kvp_pool_alloc_extend(pool: a, prefix_lens: a, seq_lens: a, last_loc: a,
+        batch_size: s, extend_num_tokens: s, out: a, out_len: s);
+    call kvp_pool_alloc_decode(pool: a, seq_lens: a, last_loc: a, batch_size: s, out: a,
+        out_len: s);
+    call kvp_pool_alloc(pool: a, num_tokens: s, out: a, out_len: s);
+    call kvp_pool_free_indices(pool: a, indices: a, len: s);
+    call kvp_pool_alloc_extend_async(pool: a, prefix_lens_host: a, seq_lens_host: a,
+        prefix_lens: a, seq_lens: a, last_loc: a, batch_size: s, extend_num_tokens: s, out: a,
+        out_len: s, stream: a);
+    call kvp_pool_alloc_decode_async(pool: a, seq_lens_host: a, seq_lens: a, last_loc: a,
+        batch_size: s, out: a, out_len: s, stream: a);
+    call kvp_pool_alloc_async(pool: a, num_tokens: s, out: a, out_len: s, stream: a);
+    call kvp_pool_free_indices_async(pool: a, indices: a, len: s, stream: a);
+    call kvp_pool_alloc_extend_rows(pool: a, table: a, rows: a, prefix_lens: a, seq_lens: a,
+        batch_size: s, extend_num_tokens: s, out: a, out_len: s);
+    call kvp_pool_alloc_decode_rows(pool: a, table: a, rows: a, seq_lens: a, batch_size: s,
+        out: a, out_len: s);
+    call kvp_pool_free_rows(pool: a, table: a, rows: a, starts: a, ends: a, batch_size: s);
+    call kvp_decode_reservation_step(reservation: a, out: a, out_len: s, table: a, rows: a);
+    call kvp_decode_reservation_step_async(reservation: a, out: a, table: a, rows: a,
+        stream: a);
 }
 
-unsafe extern "C" fn free_indices(
-    _: *mut c_void,
-    args: *const *mut c_void,
-    n: isize,
-) -> *mut c_void {
-    unsafe {
-        builtin::<2, i32>(args, n, |a| {
-            Some(kvp_python_pool_free_indices(
-                a.address(0)?.cast(),
-                a.object(1),
-            ))
-        })
-    }
-}
-
-unsafe extern "C" fn alloc_extend_async(
-    _: *mut c_void,
-    args: *const *mut c_void,
-    n: isize,
-) -> *mut c_void {
-    unsafe {
-        builtin::<11, i32>(args, n, |a| {
-            Some(kvp_python_pool_alloc_extend_async(
-                a.address(0)?.cast(),
-                a.object(1),
-                a.object(2),
-                a.address(3)?.cast(),
-                a.address(4)?.cast(),
-                a.address(5)?,
-                a.size(6)?,
-                a.size(7)?,
-                a.address(8)?,
-                a.size(9)?,
-                a.address(10)?.cast(),
-            ))
-        })
-    }
-}
-
-unsafe extern "C" fn alloc_decode_async(
-    _: *mut c_void,
-    args: *const *mut c_void,
-    n: isize,
-) -> *mut c_void {
-    unsafe {
-        builtin::<8, i32>(args, n, |a| {
-            Some(kvp_python_pool_alloc_decode_async(
-                a.address(0)?.cast(),
-                a.object(1),
-                a.address(2)?.cast(),
-                a.address(3)?,
-                a.size(4)?,
-                a.address(5)?,
-                a.size(6)?,
-                a.address(7)?.cast(),
-            ))
-        })
-    }
-}
-
-unsafe extern "C" fn extend_tokens(
-    _: *mut c_void,
-    args: *const *mut c_void,
-    n: isize,
-) -> *mut c_void {
-    unsafe {
-        builtin::<2, i64>(args, n, |a| {
-            Some(kvp_python_extend_tokens(a.object(0), a.object(1)))
-        })
-    }
-}
-
-static METHODS: MethodTable = MethodTable([
-    method(c"kvp_python_pool_alloc_extend", alloc_extend),
-    method(c"kvp_python_pool_alloc_decode", alloc_decode),
-    method(c"kvp_python_pool_alloc", alloc),
-    method(c"kvp_python_pool_free_indices", free_indices),
-    method(c"kvp_python_pool_alloc_extend_async", alloc_extend_async),
-    method(c"kvp_python_pool_alloc_decode_async", alloc_decode_async),
-    method(c"kvp_python_extend_tokens", extend_tokens),
-    MethodDef {
-        name: std::ptr::null(),
-        call: None,
-        flags: 0,
-        doc: std::ptr::null(),
-    },
-]);
-
-/// The Python package's entry points as a table of CPython `PyMethodDef`s (`METH_FASTCALL`,
-/// named as the `kvp_python_*` functions, ended by a NULL name) for `PyCFunction_NewEx`:
-/// builtins that take the arguments of those functions and return their result as a
-/// Python int, without ctypes' per-call argument conversion (C and C++ callers have no use
-/// for them).
+/// The Python package's hot calls as a table of CPython `PyMethodDef`s (`METH_FASTCALL`,
+/// ended by a NULL name) for `PyCFunction_NewEx`: builtins named as the `kvp_python_*`
+/// entry points and as the C functions the package calls with int arguments, which take
+/// those functions' arguments and return their result as a Python int, without ctypes'
+/// per-call argument conversion (C and C++ callers have no use for them).
 ///
 /// Takes the addresses of CPython's `PyLong_AsSize_t`, `PyLong_AsVoidPtr`,
-/// `PyLong_FromLongLong`, `PyErr_Occurred` and `PyErr_Clear`, and of `Py_None`, after
-/// `kvp_python_init`; writes the table's address to `*methods` (static: it outlives the
-/// builtins). A later call with the same functions gives the same table.
+/// `PyLong_FromLongLong`, `PyErr_Occurred`, `PyErr_Clear` and `PyErr_SetString`, of
+/// `Py_None` and of `PyExc_TypeError`, after `kvp_python_init`; writes the table's address
+/// to `*methods` (static: it outlives the builtins). A later call with the same functions
+/// gives the same table.
 ///
 /// # Errors
 /// `KVP_STATUS_NULL_ARGUMENT` if an argument is NULL; `KVP_STATUS_INVALID_STATE` before
-/// `kvp_python_init`, or if an earlier call gave other functions. `*methods` is then
-/// unchanged.
+/// `kvp_python_init`, or if an earlier call gave others. `*methods` is then unchanged.
 ///
 /// # Safety
-/// Each function argument is NULL or the address of the CPython function it is named for,
-/// `none` NULL or `Py_None`, `methods` NULL or writable.
+/// Each argument is NULL or the address of the CPython function or object it is named
+/// for; `methods` NULL or writable.
 #[no_mangle]
 #[must_use]
+#[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn kvp_python_methods(
     as_size_t: *const c_void,
     as_void_ptr: *const c_void,
     from_long_long: *const c_void,
     error_occurred: *const c_void,
     clear_error: *const c_void,
+    set_string: *const c_void,
     none: *const c_void,
+    type_error: *const c_void,
     methods: *mut *const c_void,
 ) -> kvp_status {
     ffi_boundary(|| {
@@ -348,7 +381,9 @@ pub unsafe extern "C" fn kvp_python_methods(
             from_long_long,
             error_occurred,
             clear_error,
+            set_string,
             none,
+            type_error,
         ];
         if given.iter().any(|a| a.is_null()) || methods.is_null() {
             return fail(
@@ -374,7 +409,9 @@ pub unsafe extern "C" fn kvp_python_methods(
                     error_occurred,
                 ),
                 clear_error: std::mem::transmute::<*const c_void, ClearErrorFn>(clear_error),
+                set_error: std::mem::transmute::<*const c_void, SetErrorFn>(set_string),
                 none: none as usize,
+                type_error: type_error as usize,
             }
         };
         if INT_API.get_or_init(|| api).addresses() != api.addresses() {
@@ -384,7 +421,7 @@ pub unsafe extern "C" fn kvp_python_methods(
             );
         }
         // SAFETY: `methods` is writable (the contract above).
-        unsafe { *methods = (&METHODS.0 as *const [MethodDef; 8]).cast() };
+        unsafe { *methods = std::ptr::from_ref(&METHODS.0).cast() };
         kvp_status::Ok
     })
 }
@@ -397,20 +434,23 @@ mod tests {
     fn the_table_is_refused_before_init_and_without_an_argument() {
         let f = kvp_python_methods as *const c_void; // any non-NULL address
         let mut methods: *const c_void = std::ptr::null();
+        let null = std::ptr::null();
         // SAFETY: refused before any function is called or `methods` written.
-        let null = unsafe { kvp_python_methods(f, f, f, f, f, std::ptr::null(), &mut methods) };
-        assert_eq!(null, kvp_status::NullArgument);
+        let status = unsafe { kvp_python_methods(f, f, f, f, f, f, null, f, &mut methods) };
+        assert_eq!(status, kvp_status::NullArgument);
         if !python_initialized() {
             // SAFETY: as above (no Python runtime in this process: refused before use).
-            let early = unsafe { kvp_python_methods(f, f, f, f, f, f, &mut methods) };
+            let early = unsafe { kvp_python_methods(f, f, f, f, f, f, f, f, &mut methods) };
             assert_eq!(early, kvp_status::InvalidState);
         }
         assert!(methods.is_null());
     }
 
     #[test]
-    fn the_table_names_every_entry_point_once_and_ends() {
-        let names: Vec<&CStr> = METHODS.0[..METHODS.0.len() - 1]
+    fn the_table_names_each_builtin_once_and_ends() {
+        let (end, entries) = METHODS.0.split_last().expect("a table");
+        assert!(end.name.is_null() && end.call.is_none());
+        let names: Vec<&CStr> = entries
             .iter()
             .map(|m| {
                 assert_eq!(m.flags, METH_FASTCALL);
@@ -419,12 +459,10 @@ mod tests {
                 unsafe { CStr::from_ptr(m.name) }
             })
             .collect();
-        assert_eq!(names.len(), 7);
+        assert_eq!(names.len(), 20);
         for (i, name) in names.iter().enumerate() {
-            assert!(name.to_bytes().starts_with(b"kvp_python_"), "{name:?}");
+            assert!(name.to_bytes().starts_with(b"kvp_"), "{name:?}");
             assert!(!names[..i].contains(name), "{name:?} twice");
         }
-        let end = METHODS.0.last().expect("a table");
-        assert!(end.name.is_null() && end.call.is_none());
     }
 }

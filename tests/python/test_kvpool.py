@@ -2520,6 +2520,11 @@ class TestHostArrayKinds(KvpTestCase):
                 fast = getattr(LIB.fast, name)
                 self.assertIs(fast, LIB.fast_function(name))
                 self.assertIsNot(fast, LIB.function(name))
+                if name in kvp._native.CALLS and os.environ.get("KVPOOL_PYTHON_NATIVE") != "0":
+                    # the library's builtin, taking the same ints (also with lib.python off)
+                    self.assertIsInstance(fast, types.BuiltinFunctionType)
+                    self.assertEqual(fast.__name__, name)
+                    continue
                 self.assertIs(fast.restype, restype)
                 self.assertEqual(len(fast.argtypes), len(argtypes))
                 for typed, plain in zip(argtypes, fast.argtypes):
@@ -2867,16 +2872,16 @@ class TestNativeCalls(KvpTestCase):
     def test_methods_keep_the_first_functions(self):
         dll = ctypes.PyDLL(LIB.path)
         methods = dll.kvp_python_methods
-        methods.argtypes = [ctypes.c_void_p] * 6 + [ctypes.POINTER(ctypes.c_void_p)]
+        methods.argtypes = [ctypes.c_void_p] * 8 + [ctypes.POINTER(ctypes.c_void_p)]
         methods.restype = ctypes.c_int32
         api = [ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
-               for name in kvp._native._INT_API] + [id(None)]
+               for name in kvp._native._INT_API] + [id(None), id(TypeError)]
         first, again = ctypes.c_void_p(), ctypes.c_void_p()
         self.assertEqual(methods(*api, ctypes.byref(first)), 0)
         self.assertEqual(methods(*api, ctypes.byref(again)), 0)  # a no-op: the same table
         self.assertEqual(first.value, again.value)
         untouched = ctypes.c_void_p(12345)
-        self.assertEqual(methods(*api[:5], None, ctypes.byref(untouched)),
+        self.assertEqual(methods(*api[:6], None, api[7], ctypes.byref(untouched)),
                          kvp.STATUS["NULL_ARGUMENT"])
         self.assertEqual(methods(*api, None), kvp.STATUS["NULL_ARGUMENT"])
         swapped = [api[1], api[0]] + api[2:]
