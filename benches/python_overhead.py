@@ -29,7 +29,10 @@ starts from the same pool state):
 
 Kinds of host input: list, array.array ('q'), memoryview (of an array), numpy (int64, if
 numpy is installed), torch (CPU int64 tensor, if torch is installed). Rows "ctypes" call
-``lib.fast.kvp_*`` with every argument prebuilt (ints): the floor of any ctypes binding.
+the library's functions through ctypes functions of the benchmark's own (every pointer
+``void *``) with every argument prebuilt (ints): the floor of any ctypes binding (the
+package's hot calls now go under it: they are the library's builtins, see
+python/kvpool/_native.py).
 Rows "(prepared)" make the same call through ``Pool.prepare_*`` (the buffers prepared once,
 before the timed loop; then ``prepared(bs[, extend_num_tokens])``). The plain rows of
 buffer kinds (array, memoryview, numpy) go through the library's Python entry points

@@ -14,7 +14,9 @@
 # --variant NAME=REV packs revision REV's library (built in a temporary worktree; REV `.`:
 # this tree's, as just built) as gpu-artifacts/var/NAME/libkvpool.so.0.1, for
 # BENCH_VARIANTS="NAME ..." (this tree's C++ benchmark against that library: an A/B of two
-# builds that alternate in one run, e.g. --variant P=main --variant T=.).
+# builds that alternate in one run, e.g. --variant P=main --variant T=.), and its Python
+# package as gpu-artifacts/var/NAME/python/kvpool, for OVERHEAD_VARIANTS="NAME ..." (run.sh
+# python-overhead: that package on that library).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BEFORE_REV=""
@@ -96,10 +98,13 @@ for variant in ${VARIANTS[@]+"${VARIANTS[@]}"}; do
     name=${variant%%=*} rev=${variant#*=}
     rm -rf "gpu-artifacts/var/$name"
     mkdir -p "gpu-artifacts/var/$name"
+    mkdir -p "gpu-artifacts/var/$name/python"
     if [[ "$rev" == "." ]]; then
         cp gpu-artifacts/lib/libkvpool.so.0.1 "gpu-artifacts/var/$name/"
+        cp -r python/kvpool "gpu-artifacts/var/$name/python/"
     else
         tree=$(build_revision "target/var-$name" "$rev")
+        cp -r "$tree/python/kvpool" "gpu-artifacts/var/$name/python/"
         git worktree remove --force "$tree"
         cp "target/var-$name/release/libkvpool.so" "gpu-artifacts/var/$name/libkvpool.so.0.1"
         strip --strip-debug "gpu-artifacts/var/$name/libkvpool.so.0.1"

@@ -6,6 +6,7 @@
 #   scripts/gpu/run.sh [tests] [sanitize] [python] [tp] [example] [demo] [bench] ...  (default: all)
 #   scripts/gpu/run.sh lockstep-soak     (not in the default set; long: see LOCKSTEP_SOAK_*)
 #   scripts/gpu/run.sh python-overhead   (not in the default set: Python vs C per call, ~3 min)
+#   scripts/gpu/run.sh python-builtins   (not in the default set: builtins vs ctypes, ~1 min)
 #   scripts/gpu/run.sh profile           (not in the default set: Nsight Compute, see below)
 #
 # tp: the tensor-parallel digest test (tests/tp/tp_digest.py): one rank per GPU (at least
@@ -14,7 +15,8 @@
 #
 # Environment: OUT (logs), STEP_TIMEOUT (seconds a step may run, default 480: a hung step
 # fails instead of holding the machine; the lockstep soak has LOCKSTEP_SOAK_SECONDS),
-# OVERHEAD_ARGS (extra python_overhead.py arguments), SANITIZE_OPS (lockstep operations per configuration under the
+# OVERHEAD_ARGS (extra python_overhead.py arguments), OVERHEAD_VARIANTS (see
+# python-overhead below), SANITIZE_OPS (lockstep operations per configuration under the
 # sanitizers, default 600), BENCH_PYTHON=0 (C++ benchmark only), BENCH_ARGS, TAIL_LINES,
 # BENCH_BEFORE (gpu-artifacts/before, made by `scripts/gpu/pack.sh --before REV`: the C++
 # benchmark of that revision, built against its own header and library, runs right after
@@ -289,16 +291,39 @@ for step in "${steps[@]}"; do
                 bench-gpu/baseline_bench.py --lib "$KVPOOL_LIB" --quick --host-only ${PROFILE_ARGS:-}
         fi
         ;;
+    python-builtins)
+        # The package's call mechanism alone: the library's builtins against ctypes
+        # functions of the same symbols, one process (benches/python_builtins.py).
+        run python-builtins bash -c "python3 benches/python_builtins.py --lib '$KVPOOL_LIB' \
+            | tee '$OUT/python_builtins.md'"
+        ;;
     python-overhead)
         # What a call costs from Python over the same call from C (benches/python_overhead.py:
         # C timing loops compiled here with cc, the Python package, one process): the device
-        # pool's *_async methods, then a host pool. Tables in $OUT/python_overhead_*.md.
-        run python-overhead-cuda python3 benches/python_overhead.py --device cuda \
-            --lib "$KVPOOL_LIB" --md "$OUT/python_overhead_cuda.md" \
-            --csv "$OUT/python_overhead_cuda.csv" ${OVERHEAD_ARGS:-}
-        run python-overhead-host python3 benches/python_overhead.py --device cpu \
-            --lib "$KVPOOL_LIB" --md "$OUT/python_overhead_host.md" \
-            --csv "$OUT/python_overhead_host.csv" ${OVERHEAD_ARGS:-}
+        # pool's *_async methods, then a host pool. Tables in $OUT/python_overhead_*.md. With
+        # OVERHEAD_VARIANTS="P T P T": each named build (pack.sh --variant: its package on its
+        # library) in turn, both pools each time, tables python_overhead_{cuda,host}_N_NAME.md.
+        if [[ -z "${OVERHEAD_VARIANTS:-}" ]]; then
+            run python-overhead-cuda python3 benches/python_overhead.py --device cuda \
+                --lib "$KVPOOL_LIB" --md "$OUT/python_overhead_cuda.md" \
+                --csv "$OUT/python_overhead_cuda.csv" ${OVERHEAD_ARGS:-}
+            run python-overhead-host python3 benches/python_overhead.py --device cpu \
+                --lib "$KVPOOL_LIB" --md "$OUT/python_overhead_host.md" \
+                --csv "$OUT/python_overhead_host.csv" ${OVERHEAD_ARGS:-}
+        else
+            n=0
+            for name in $OVERHEAD_VARIANTS; do
+                n=$((n + 1))
+                var=gpu-artifacts/var/$name
+                for pool in cuda cpu; do
+                    tag=${pool/cpu/host}_${n}_$name
+                    run "python-overhead-$tag" python3 benches/python_overhead.py \
+                        --device "$pool" --lib "$PWD/$var/libkvpool.so" \
+                        --package "$var/python" --md "$OUT/python_overhead_$tag.md" \
+                        --csv "$OUT/python_overhead_$tag.csv" ${OVERHEAD_ARGS:-}
+                done
+            done
+        fi
         ;;
     *) echo "unknown step $step"; failed+=("$step") ;;
     esac
