@@ -137,6 +137,11 @@
 #define KVP_PYTHON_FALLBACK -1
 
 /**
+ * How many addresses `kvp_python_methods` takes (the length of its `api` array).
+ */
+#define KVP_PYTHON_METHODS_API_LEN 8
+
+/**
  * Major version of the kvpool this header belongs to.
  */
 #define KVP_VERSION_MAJOR 0
@@ -2493,29 +2498,26 @@ int32_t kvp_python_pool_alloc_decode_async(struct kvp_pool *pool,
  * those functions' arguments and return their result as a Python int, without ctypes'
  * per-call argument conversion (C and C++ callers have no use for them).
  *
- * Takes the addresses of CPython's `PyLong_AsSize_t`, `PyLong_AsVoidPtr`,
- * `PyLong_FromLongLong`, `PyErr_Occurred`, `PyErr_Clear` and `PyErr_SetString`, of
- * `Py_None` and of `PyExc_TypeError`, after `kvp_python_init`; writes the table's address
- * to `*methods` (static: it outlives the builtins). A later call with the same functions
- * gives the same table.
+ * `api` holds `api_len` (`KVP_PYTHON_METHODS_API_LEN`) addresses: CPython's
+ * `PyLong_AsSize_t`, `PyLong_AsVoidPtr`, `PyLong_FromLongLong`, `PyErr_Occurred`,
+ * `PyErr_Clear` and `PyErr_SetString`, then the objects `Py_None` and `PyExc_TypeError`
+ * (a length other than this library's is a package of another version: refused before
+ * any is read). Called after `kvp_python_init`; writes the table's address to `*methods`
+ * (static: it outlives the builtins). A later call with the same addresses gives the same
+ * table.
  *
  * # Errors
- * `KVP_STATUS_NULL_ARGUMENT` if an argument is NULL; `KVP_STATUS_INVALID_STATE` before
+ * `KVP_STATUS_NULL_ARGUMENT` if `api`, `methods` or an address is NULL;
+ * `KVP_STATUS_INVALID_ARGUMENT` for another `api_len`; `KVP_STATUS_INVALID_STATE` before
  * `kvp_python_init`, or if an earlier call gave others. `*methods` is then unchanged.
  *
  * # Safety
- * Each argument is NULL or the address of the CPython function or object it is named
- * for; `methods` NULL or writable.
+ * `api` is NULL or holds `api_len` addresses, each NULL or that of the CPython function or
+ * object it is named for; `methods` NULL or writable.
  */
 KVP_NODISCARD
-enum kvp_status kvp_python_methods(const void *as_size_t,
-                                   const void *as_void_ptr,
-                                   const void *from_long_long,
-                                   const void *error_occurred,
-                                   const void *clear_error,
-                                   const void *set_string,
-                                   const void *none,
-                                   const void *type_error,
+enum kvp_status kvp_python_methods(const void *const *api,
+                                   size_t api_len,
                                    const void **methods);
 
 /**

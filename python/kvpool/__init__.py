@@ -709,7 +709,8 @@ SIGNATURES = {
     # the library makes, and a PyDLL for the two calls that set them up), never through
     # these CDLL objects.
     "kvp_python_init": (_status, [ctypes.c_void_p] * 6),
-    "kvp_python_methods": (_status, [ctypes.c_void_p] * 8 + [ctypes.POINTER(ctypes.c_void_p)]),
+    "kvp_python_methods": (_status, [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t,
+                                     ctypes.POINTER(ctypes.c_void_p)]),
     "kvp_python_pool_alloc_extend": (ctypes.c_int32, [_handle, ctypes.c_void_p, ctypes.c_void_p,
                                                     ctypes.c_void_p, ctypes.c_size_t,
                                                     ctypes.c_void_p]),
@@ -1034,6 +1035,9 @@ class Library:
             fast.argtypes = [_address_type(t) for t in argtypes]
             setattr(self.fast, name, fast)
         self._fast_loaded = dict(vars(self.fast))
+        if self.kvp_abi_version() != ABI_VERSION:
+            raise RuntimeError(f"{path} has ABI version {self.kvp_abi_version()}; this binding "
+                               f"is for ABI version {ABI_VERSION}")
         # ``lib.python.kvp_python_pool_*`` (None where unavailable or turned off): the hot
         # calls on buffers, which the library reads through the buffer protocol.
         self.python = _native.load(path)
@@ -1043,9 +1047,6 @@ class Library:
             for name in _native.CALLS:
                 setattr(self.fast, name, getattr(self.python, name))
                 self._fast_loaded[name] = getattr(self.python, name)
-        if self.kvp_abi_version() != ABI_VERSION:
-            raise RuntimeError(f"{path} has ABI version {self.kvp_abi_version()}; this binding "
-                               f"is for ABI version {ABI_VERSION}")
 
     def function(self, name):
         """The configured ctypes function `name` (as loaded, bypassing any override)."""

@@ -92,11 +92,16 @@ def load(path):
         return None
     init.argtypes = [ctypes.c_void_p] * len(_API)
     init.restype = ctypes.c_int32
-    methods.argtypes = [ctypes.c_void_p] * (len(_INT_API) + 2) + [ctypes.POINTER(ctypes.c_void_p)]
+    methods.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t,
+                        ctypes.POINTER(ctypes.c_void_p)]
     methods.restype = ctypes.c_int32
+    # then None and TypeError (CPython: an object's id is its address); the library refuses
+    # another count (a library of another version)
+    addresses = int_api + [id(None), id(TypeError)]
     table = ctypes.c_void_p()
-    objects = (id(None), id(TypeError))  # CPython: an object's id is its address
-    if init(*api) != 0 or methods(*int_api, *objects, ctypes.byref(table)) != 0:
+    if (init(*api) != 0
+            or methods((ctypes.c_void_p * len(addresses))(*addresses), len(addresses),
+                       ctypes.byref(table)) != 0):
         return None
     native = types.SimpleNamespace(_dll=dll)  # the table lives in the library: keep it loaded
     size = ctypes.sizeof(_MethodDef)

@@ -341,54 +341,60 @@ builtins! {
         stream: a);
 }
 
+/// How many addresses `kvp_python_methods` takes (the length of its `api` array).
+pub const KVP_PYTHON_METHODS_API_LEN: usize = 8;
+
 /// The Python package's hot calls as a table of CPython `PyMethodDef`s (`METH_FASTCALL`,
 /// ended by a NULL name) for `PyCFunction_NewEx`: builtins named as the `kvp_python_*`
 /// entry points and as the C functions the package calls with int arguments, which take
 /// those functions' arguments and return their result as a Python int, without ctypes'
 /// per-call argument conversion (C and C++ callers have no use for them).
 ///
-/// Takes the addresses of CPython's `PyLong_AsSize_t`, `PyLong_AsVoidPtr`,
-/// `PyLong_FromLongLong`, `PyErr_Occurred`, `PyErr_Clear` and `PyErr_SetString`, of
-/// `Py_None` and of `PyExc_TypeError`, after `kvp_python_init`; writes the table's address
-/// to `*methods` (static: it outlives the builtins). A later call with the same functions
-/// gives the same table.
+/// `api` holds `api_len` (`KVP_PYTHON_METHODS_API_LEN`) addresses: CPython's
+/// `PyLong_AsSize_t`, `PyLong_AsVoidPtr`, `PyLong_FromLongLong`, `PyErr_Occurred`,
+/// `PyErr_Clear` and `PyErr_SetString`, then the objects `Py_None` and `PyExc_TypeError`
+/// (a length other than this library's is a package of another version: refused before
+/// any is read). Called after `kvp_python_init`; writes the table's address to `*methods`
+/// (static: it outlives the builtins). A later call with the same addresses gives the same
+/// table.
 ///
 /// # Errors
-/// `KVP_STATUS_NULL_ARGUMENT` if an argument is NULL; `KVP_STATUS_INVALID_STATE` before
+/// `KVP_STATUS_NULL_ARGUMENT` if `api`, `methods` or an address is NULL;
+/// `KVP_STATUS_INVALID_ARGUMENT` for another `api_len`; `KVP_STATUS_INVALID_STATE` before
 /// `kvp_python_init`, or if an earlier call gave others. `*methods` is then unchanged.
 ///
 /// # Safety
-/// Each argument is NULL or the address of the CPython function or object it is named
-/// for; `methods` NULL or writable.
+/// `api` is NULL or holds `api_len` addresses, each NULL or that of the CPython function or
+/// object it is named for; `methods` NULL or writable.
 #[no_mangle]
 #[must_use]
-#[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn kvp_python_methods(
-    as_size_t: *const c_void,
-    as_void_ptr: *const c_void,
-    from_long_long: *const c_void,
-    error_occurred: *const c_void,
-    clear_error: *const c_void,
-    set_string: *const c_void,
-    none: *const c_void,
-    type_error: *const c_void,
+    api: *const *const c_void,
+    api_len: usize,
     methods: *mut *const c_void,
 ) -> kvp_status {
     ffi_boundary(|| {
-        let given = [
-            as_size_t,
-            as_void_ptr,
-            from_long_long,
-            error_occurred,
-            clear_error,
-            set_string,
-            none,
-            type_error,
-        ];
-        if given.iter().any(|a| a.is_null()) || methods.is_null() {
+        if api.is_null() || methods.is_null() {
             return fail(
                 kvp_status::NullArgument,
-                "kvp_python_methods: an argument is NULL",
+                "kvp_python_methods: api or methods is NULL",
+            );
+        }
+        if api_len != KVP_PYTHON_METHODS_API_LEN {
+            return fail(
+                kvp_status::InvalidArgument,
+                format!(
+                    "kvp_python_methods: {api_len} addresses given, this library takes \
+                     {KVP_PYTHON_METHODS_API_LEN} (a Python package of another version)"
+                ),
+            );
+        }
+        // SAFETY: `api` holds `api_len` addresses (the contract above).
+        let given = unsafe { std::slice::from_raw_parts(api, api_len) };
+        if given.iter().any(|a| a.is_null()) {
+            return fail(
+                kvp_status::NullArgument,
+                "kvp_python_methods: an address is NULL",
             );
         }
         if !python_initialized() {
@@ -397,21 +403,19 @@ pub unsafe extern "C" fn kvp_python_methods(
                 "kvp_python_methods before kvp_python_init",
             );
         }
-        // SAFETY: the caller gives these functions' addresses (the contract above); a
-        // function pointer and a data pointer have one representation on every platform
-        // CPython runs on.
+        // SAFETY: the caller gives these functions' addresses, in this order (the contract
+        // above); a function pointer and a data pointer have one representation on every
+        // platform CPython runs on.
         let api = unsafe {
             IntApi {
-                as_size: std::mem::transmute::<*const c_void, AsSizeFn>(as_size_t),
-                as_address: std::mem::transmute::<*const c_void, AsAddressFn>(as_void_ptr),
-                from_i64: std::mem::transmute::<*const c_void, FromI64Fn>(from_long_long),
-                error_occurred: std::mem::transmute::<*const c_void, ErrorOccurredFn>(
-                    error_occurred,
-                ),
-                clear_error: std::mem::transmute::<*const c_void, ClearErrorFn>(clear_error),
-                set_error: std::mem::transmute::<*const c_void, SetErrorFn>(set_string),
-                none: none as usize,
-                type_error: type_error as usize,
+                as_size: std::mem::transmute::<*const c_void, AsSizeFn>(given[0]),
+                as_address: std::mem::transmute::<*const c_void, AsAddressFn>(given[1]),
+                from_i64: std::mem::transmute::<*const c_void, FromI64Fn>(given[2]),
+                error_occurred: std::mem::transmute::<*const c_void, ErrorOccurredFn>(given[3]),
+                clear_error: std::mem::transmute::<*const c_void, ClearErrorFn>(given[4]),
+                set_error: std::mem::transmute::<*const c_void, SetErrorFn>(given[5]),
+                none: given[6] as usize,
+                type_error: given[7] as usize,
             }
         };
         if INT_API.get_or_init(|| api).addresses() != api.addresses() {
@@ -434,13 +438,31 @@ mod tests {
     fn the_table_is_refused_before_init_and_without_an_argument() {
         let f = kvp_python_methods as *const c_void; // any non-NULL address
         let mut methods: *const c_void = std::ptr::null();
-        let null = std::ptr::null();
-        // SAFETY: refused before any function is called or `methods` written.
-        let status = unsafe { kvp_python_methods(f, f, f, f, f, f, null, f, &mut methods) };
-        assert_eq!(status, kvp_status::NullArgument);
+        let full = [f; KVP_PYTHON_METHODS_API_LEN];
+        let mut one_null = full;
+        one_null[6] = std::ptr::null();
+        let call = |api: *const *const c_void, len: usize, out: *mut *const c_void| {
+            // SAFETY: each is refused before an address is called or `out` written.
+            unsafe { kvp_python_methods(api, len, out) }
+        };
+        assert_eq!(
+            call(one_null.as_ptr(), full.len(), &mut methods),
+            kvp_status::NullArgument
+        );
+        assert_eq!(
+            call(std::ptr::null(), full.len(), &mut methods),
+            kvp_status::NullArgument
+        );
+        assert_eq!(
+            call(full.as_ptr(), full.len(), std::ptr::null_mut()),
+            kvp_status::NullArgument
+        );
+        // A package of another version passes another count: refused before reading them.
+        let status = call(full.as_ptr(), full.len() - 1, &mut methods);
+        assert_eq!(status, kvp_status::InvalidArgument);
         if !python_initialized() {
-            // SAFETY: as above (no Python runtime in this process: refused before use).
-            let early = unsafe { kvp_python_methods(f, f, f, f, f, f, f, f, &mut methods) };
+            // No Python runtime in this process: refused before use.
+            let early = call(full.as_ptr(), full.len(), &mut methods);
             assert_eq!(early, kvp_status::InvalidState);
         }
         assert!(methods.is_null());

@@ -142,6 +142,7 @@ C_TO_CTYPES = {
     "void *": ctypes.c_void_p,
     "const void *": ctypes.c_void_p,
     "const void * *": ctypes.POINTER(ctypes.c_void_p),
+    "const void * const *": ctypes.POINTER(ctypes.c_void_p),
     # device pools
     "struct CUstream_st *": ctypes.c_void_p,
     "bool *": ctypes.POINTER(ctypes.c_bool),
@@ -2869,23 +2870,60 @@ class TestNativeCalls(KvpTestCase):
         self.assertEqual(native.kvp_python_pool_alloc(pool.handle, 4, out), 0)
         self.assertEqual(out.tolist(), [4, 5, 6, 7])
 
+    def test_the_c_functions_builtins_raise_on_arguments_they_cannot_convert(self):
+        # lib.fast's builtins (_native.CALLS) take the C function's arguments as ints; a
+        # wrong count or an argument that is no such int raises, having called nothing.
+        pool = self.pool(64, 4)
+        alloc = LIB.fast.kvp_pool_alloc
+        self.assertIsInstance(alloc, types.BuiltinFunctionType)
+        out = array.array("q", [0] * 4)
+        address = out.buffer_info()[0]
+        with self.assertRaises(TypeError) as ctx:
+            alloc(pool.handle, 4, address)
+        self.assertIn("kvp_pool_alloc takes 4 arguments (3 given)", str(ctx.exception))
+        for args, error in (((pool.handle, -4, address, 4), OverflowError),
+                            ((pool.handle, 2**64, address, 4), OverflowError),
+                            ((pool.handle, 4.0, address, 4), TypeError),
+                            ((pool.handle, 4, "out", 4), TypeError),
+                            ((str(pool.handle), 4, address, 4), TypeError)):
+            with self.subTest(args=args):
+                with self.assertRaises(error):
+                    alloc(*args)
+        self.assertEqual(pool.available_size(), 64)
+        self.assertEqual(out.tolist(), [0] * 4)
+        # None is NULL, as through ctypes: the library names it
+        self.assertEqual(alloc(pool.handle, 4, None, 4), kvp.STATUS["NULL_ARGUMENT"])
+        self.assertEqual(alloc(pool.handle, 4, address, 4), 0)
+        self.assertEqual(out.tolist(), [4, 5, 6, 7])
+
     def test_methods_keep_the_first_functions(self):
         dll = ctypes.PyDLL(LIB.path)
         methods = dll.kvp_python_methods
-        methods.argtypes = [ctypes.c_void_p] * 8 + [ctypes.POINTER(ctypes.c_void_p)]
+        methods.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t,
+                            ctypes.POINTER(ctypes.c_void_p)]
         methods.restype = ctypes.c_int32
         api = [ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
                for name in kvp._native._INT_API] + [id(None), id(TypeError)]
+
+        def call(addresses, out, n=None):
+            array_ = (ctypes.c_void_p * len(addresses))(*addresses)
+            return methods(array_, len(addresses) if n is None else n, out)
+
         first, again = ctypes.c_void_p(), ctypes.c_void_p()
-        self.assertEqual(methods(*api, ctypes.byref(first)), 0)
-        self.assertEqual(methods(*api, ctypes.byref(again)), 0)  # a no-op: the same table
+        self.assertEqual(call(api, ctypes.byref(first)), 0)
+        self.assertEqual(call(api, ctypes.byref(again)), 0)  # a no-op: the same table
         self.assertEqual(first.value, again.value)
         untouched = ctypes.c_void_p(12345)
-        self.assertEqual(methods(*api[:6], None, api[7], ctypes.byref(untouched)),
+        self.assertEqual(call(api[:6] + [None] + api[7:], ctypes.byref(untouched)),
                          kvp.STATUS["NULL_ARGUMENT"])
-        self.assertEqual(methods(*api, None), kvp.STATUS["NULL_ARGUMENT"])
+        self.assertEqual(call(api, None), kvp.STATUS["NULL_ARGUMENT"])
+        # another count: a package of another version
+        self.assertEqual(call(api + [id(None)], ctypes.byref(untouched)),
+                         kvp.STATUS["INVALID_ARGUMENT"])
+        self.assertIn("9 addresses given, this library takes 8", LIB.last_error_message())
+        self.assertEqual(call(api[:7], ctypes.byref(untouched)), kvp.STATUS["INVALID_ARGUMENT"])
         swapped = [api[1], api[0]] + api[2:]
-        self.assertEqual(methods(*swapped, ctypes.byref(untouched)), kvp.STATUS["INVALID_STATE"])
+        self.assertEqual(call(swapped, ctypes.byref(untouched)), kvp.STATUS["INVALID_STATE"])
         self.assertIn("other Python C-API functions", LIB.last_error_message())
         self.assertEqual(untouched.value, 12345)
         # and the builtins still work
