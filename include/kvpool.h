@@ -139,7 +139,7 @@
 /**
  * How many addresses `kvp_python_methods` takes (the length of its `api` array).
  */
-#define KVP_PYTHON_METHODS_API_LEN 8
+#define KVP_PYTHON_METHODS_API_LEN 7
 
 /**
  * Major version of the kvpool this header belongs to.
@@ -2499,8 +2499,9 @@ int32_t kvp_python_pool_alloc_decode_async(struct kvp_pool *pool,
  * per-call argument conversion (C and C++ callers have no use for them).
  *
  * `api` holds `api_len` (`KVP_PYTHON_METHODS_API_LEN`) addresses: CPython's
- * `PyLong_AsSize_t`, `PyLong_AsVoidPtr`, `PyLong_FromLongLong`, `PyErr_Occurred`,
- * `PyErr_Clear` and `PyErr_SetString`, then the objects `Py_None` and `PyExc_TypeError`
+ * `PyLong_AsSize_t`, `PyLong_AsVoidPtr`, `PyLong_FromLongLong`, `PyErr_Occurred` and
+ * `PyErr_SetString`, then the objects `Py_None` and `PyExc_TypeError` (`PyErr_Clear` is
+ * the one `kvp_python_init` was given)
  * (a length other than this library's is a package of another version: refused before
  * any is read). Called after `kvp_python_init`; writes the table's address to `*methods`
  * (static: it outlives the builtins). A later call with the same addresses gives the same

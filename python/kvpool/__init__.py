@@ -1045,8 +1045,9 @@ class Library:
             # The library's builtins for lib.fast's hot functions: the same arguments, no
             # ctypes conversion (about 1 us a call).
             for name in _native.CALLS:
-                setattr(self.fast, name, getattr(self.python, name))
-                self._fast_loaded[name] = getattr(self.python, name)
+                builtin = getattr(self.python, name)
+                setattr(self.fast, name, builtin)
+                self._fast_loaded[name] = builtin
 
     def function(self, name):
         """The configured ctypes function `name` (as loaded, bypassing any override)."""

@@ -35,7 +35,7 @@ _API = ("PyObject_GetBuffer", "PyBuffer_Release", "PyEval_SaveThread", "PyEval_R
         "PyErr_Clear", "PyGILState_Check")
 # kvp_python_methods' (then the addresses of None and TypeError)
 _INT_API = ("PyLong_AsSize_t", "PyLong_AsVoidPtr", "PyLong_FromLongLong", "PyErr_Occurred",
-            "PyErr_Clear", "PyErr_SetString")
+            "PyErr_SetString")
 
 # The builtins, named as the C functions whose arguments they take:
 ENTRY_POINTS = (

@@ -274,6 +274,15 @@ fn signed_format_width(format: &[u8]) -> Option<usize> {
     })
 }
 
+/// Clears the calling thread's Python exception (called with the GIL held, after
+/// `kvp_python_init`; without it there is no exception to clear).
+pub(super) fn clear_python_error() {
+    if let Some(api) = API.get() {
+        // SAFETY: GIL held (this function's contract).
+        unsafe { (api.clear_error)() }
+    }
+}
+
 /// Runs `body` with the GIL released (called with it held, after `kvp_python_init`), as a
 /// ctypes call does: other Python threads run meanwhile.
 pub(super) fn gil_released<R>(body: impl FnOnce() -> R) -> R {

@@ -25,7 +25,7 @@ use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::OnceLock;
 
 use super::boundary::{fail, ffi_boundary, PanicDefault};
-use super::python::{gil_released, python_initialized, KVP_PYTHON_FALLBACK};
+use super::python::{clear_python_error, gil_released, python_initialized, KVP_PYTHON_FALLBACK};
 use super::status::kvp_status;
 
 /// `size_t PyLong_AsSize_t(PyObject *)`.
@@ -36,8 +36,6 @@ type AsAddressFn = unsafe extern "C" fn(*mut c_void) -> *mut c_void;
 type FromI64Fn = unsafe extern "C" fn(i64) -> *mut c_void;
 /// `PyObject *PyErr_Occurred(void)`.
 type ErrorOccurredFn = unsafe extern "C" fn() -> *mut c_void;
-/// `void PyErr_Clear(void)`.
-type ClearErrorFn = unsafe extern "C" fn();
 /// `void PyErr_SetString(PyObject *type, const char *message)`.
 type SetErrorFn = unsafe extern "C" fn(*mut c_void, *const c_char);
 
@@ -48,7 +46,6 @@ struct IntApi {
     as_address: AsAddressFn,
     from_i64: FromI64Fn,
     error_occurred: ErrorOccurredFn,
-    clear_error: ClearErrorFn,
     set_error: SetErrorFn,
     /// `Py_None`'s address (an immortal object: never moves or goes).
     none: usize,
@@ -58,13 +55,12 @@ struct IntApi {
 
 impl IntApi {
     /// The functions' and objects' addresses (what tells two runtimes apart).
-    fn addresses(&self) -> [usize; 8] {
+    fn addresses(&self) -> [usize; KVP_PYTHON_METHODS_API_LEN] {
         [
             self.as_size as usize,
             self.as_address as usize,
             self.from_i64 as usize,
             self.error_occurred as usize,
-            self.clear_error as usize,
             self.set_error as usize,
             self.none,
             self.type_error,
@@ -165,8 +161,7 @@ unsafe fn entry_builtin<R: PanicDefault + Into<i64> + From<i32>>(
             return R::from(KVP_PYTHON_FALLBACK);
         };
         call(&Args { api, args }).unwrap_or_else(|| {
-            // SAFETY: GIL held; clears the failed conversion's exception.
-            unsafe { (api.clear_error)() };
+            clear_python_error(); // the failed conversion's exception
             R::from(KVP_PYTHON_FALLBACK)
         })
     });
@@ -342,7 +337,7 @@ builtins! {
 }
 
 /// How many addresses `kvp_python_methods` takes (the length of its `api` array).
-pub const KVP_PYTHON_METHODS_API_LEN: usize = 8;
+pub const KVP_PYTHON_METHODS_API_LEN: usize = 7;
 
 /// The Python package's hot calls as a table of CPython `PyMethodDef`s (`METH_FASTCALL`,
 /// ended by a NULL name) for `PyCFunction_NewEx`: builtins named as the `kvp_python_*`
@@ -351,8 +346,9 @@ pub const KVP_PYTHON_METHODS_API_LEN: usize = 8;
 /// per-call argument conversion (C and C++ callers have no use for them).
 ///
 /// `api` holds `api_len` (`KVP_PYTHON_METHODS_API_LEN`) addresses: CPython's
-/// `PyLong_AsSize_t`, `PyLong_AsVoidPtr`, `PyLong_FromLongLong`, `PyErr_Occurred`,
-/// `PyErr_Clear` and `PyErr_SetString`, then the objects `Py_None` and `PyExc_TypeError`
+/// `PyLong_AsSize_t`, `PyLong_AsVoidPtr`, `PyLong_FromLongLong`, `PyErr_Occurred` and
+/// `PyErr_SetString`, then the objects `Py_None` and `PyExc_TypeError` (`PyErr_Clear` is
+/// the one `kvp_python_init` was given)
 /// (a length other than this library's is a package of another version: refused before
 /// any is read). Called after `kvp_python_init`; writes the table's address to `*methods`
 /// (static: it outlives the builtins). A later call with the same addresses gives the same
@@ -412,10 +408,9 @@ pub unsafe extern "C" fn kvp_python_methods(
                 as_address: std::mem::transmute::<*const c_void, AsAddressFn>(given[1]),
                 from_i64: std::mem::transmute::<*const c_void, FromI64Fn>(given[2]),
                 error_occurred: std::mem::transmute::<*const c_void, ErrorOccurredFn>(given[3]),
-                clear_error: std::mem::transmute::<*const c_void, ClearErrorFn>(given[4]),
-                set_error: std::mem::transmute::<*const c_void, SetErrorFn>(given[5]),
-                none: given[6] as usize,
-                type_error: given[7] as usize,
+                set_error: std::mem::transmute::<*const c_void, SetErrorFn>(given[4]),
+                none: given[5] as usize,
+                type_error: given[6] as usize,
             }
         };
         if INT_API.get_or_init(|| api).addresses() != api.addresses() {
@@ -440,7 +435,7 @@ mod tests {
         let mut methods: *const c_void = std::ptr::null();
         let full = [f; KVP_PYTHON_METHODS_API_LEN];
         let mut one_null = full;
-        one_null[6] = std::ptr::null();
+        one_null[5] = std::ptr::null();
         let call = |api: *const *const c_void, len: usize, out: *mut *const c_void| {
             // SAFETY: each is refused before an address is called or `out` written.
             unsafe { kvp_python_methods(api, len, out) }

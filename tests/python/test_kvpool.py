@@ -2914,14 +2914,14 @@ class TestNativeCalls(KvpTestCase):
         self.assertEqual(call(api, ctypes.byref(again)), 0)  # a no-op: the same table
         self.assertEqual(first.value, again.value)
         untouched = ctypes.c_void_p(12345)
-        self.assertEqual(call(api[:6] + [None] + api[7:], ctypes.byref(untouched)),
+        self.assertEqual(call(api[:5] + [None] + api[6:], ctypes.byref(untouched)),
                          kvp.STATUS["NULL_ARGUMENT"])
         self.assertEqual(call(api, None), kvp.STATUS["NULL_ARGUMENT"])
         # another count: a package of another version
         self.assertEqual(call(api + [id(None)], ctypes.byref(untouched)),
                          kvp.STATUS["INVALID_ARGUMENT"])
-        self.assertIn("9 addresses given, this library takes 8", LIB.last_error_message())
-        self.assertEqual(call(api[:7], ctypes.byref(untouched)), kvp.STATUS["INVALID_ARGUMENT"])
+        self.assertIn("8 addresses given, this library takes 7", LIB.last_error_message())
+        self.assertEqual(call(api[:6], ctypes.byref(untouched)), kvp.STATUS["INVALID_ARGUMENT"])
         swapped = [api[1], api[0]] + api[2:]
         self.assertEqual(call(swapped, ctypes.byref(untouched)), kvp.STATUS["INVALID_STATE"])
         self.assertIn("other Python C-API functions", LIB.last_error_message())
