@@ -209,9 +209,11 @@ impl PageCount {
 }
 
 /// The sums a batch plan needs, in one branch-free pass that the compiler vectorizes (and,
-/// where the CPU has AVX-512F or AVX2, in a copy compiled for it, picked at run time): a
-/// 4,096-request batch is planned in one to two microseconds, where validating request by
-/// request (what the slow path does, to name the first invalid length) takes several.
+/// where the CPU has AVX-512F or AVX2, in a copy compiled for it, picked at run time): on
+/// this project's CPU VM (AVX-512) a 4,096-request extend is planned in 0.6 µs at page size
+/// 1 (four instructions a vector of 8 requests: about the rate its 64 KiB of lengths stream
+/// from L2) to 0.8 µs at larger pages (ten), a decode in 0.3 µs, where validating request
+/// by request (what the slow path does, to name the first invalid length) takes several.
 /// Power-of-two page sizes only (a shift); the sums wrap as the slow path's do in a release
 /// build.
 mod batch_sums {
@@ -223,56 +225,123 @@ mod batch_sums {
     }
 
     // The checks are unsigned comparisons, so a lane needs few vector instructions: a
-    // negative length read as u64 is at least 2^63, above any pool size. `s > size` or
-    // `p > s` (as u64) holds iff p < 0, s < p or s > size; `s - 1 >= size` iff s < 1 or
-    // s > size. `bad` is a u64 mask, not a bool: a bool accumulator costs a pack per lane.
+    // negative length read as u64 is at least 2^63, above any pool size. Each pass comes in
+    // two forms, by `MAX`: where the instruction set has an unsigned 64-bit maximum
+    // (AVX-512F: vpmaxuq), a running maximum, compared with `size` once after the loop,
+    // checks the upper bound in one instruction a vector; elsewhere top bits and compares
+    // are OR-ed into a word (AVX2 has no 64-bit maximum: LLVM emulates one with two XORs, a
+    // compare and a blend, more than the OR form costs). Both forms give the same `bad` for
+    // every input (the tests compare them at every boundary).
     //
-    // Extends go one step further: with `size < 2^63`, `s > size || p > s` (as u64) holds
-    // iff the top bit of `s | p | (size - s) | (s - p)` (wrapping) is set — s or p negative,
-    // or, both below 2^63, one of the differences negative — and `s - p` is the request's
-    // token count, needed anyway. So a lane ORs four words into one accumulator (two
-    // ternary-logic ops with AVX-512) where two compares, a mask merge and a widening took
-    // five or six. The accumulator starts at `size`, so a pool of 2^63 slots or more (never
-    // made in practice: slot indices are int64) sends every batch to the request-by-request
-    // path, where the identity does not hold.
+    // Extends, with `size < 2^63`: request (p, s) is valid (0 <= p <= s <= size as i64)
+    // iff, read as u64,
+    //   (a) `s <= size`, and
+    //   (b) the top bit of `p | (s - p)` (wrapping) is clear.
+    // - Valid: s <= size; p < 2^63; `s - p` lies in 0..=s, below 2^63.
+    // - Invalid: if s < 0 or s > size, (a) fails (a negative s reads as 2^63 or more).
+    //   Otherwise 0 <= s <= size < 2^63, and either p < 0 (the top bit of p is set) or
+    //   s < p <= i64::MAX, where `s - p` wraps to 2^64 - (p - s) with p - s in 1..2^63:
+    //   2^63 + 1 or more, top bit set.
+    // `MAX`: (a) holds for every request iff the batch's largest `s` (unsigned) is at most
+    // `size`, and (b) iff the OR of every `p | (s - p)` (one ternary-logic op a vector) has
+    // its top bit clear. Without: (a) iff the top bit of `s | (size - s)` is clear (a
+    // negative s has it; for 0 <= s < 2^63, `size - s` wraps to 2^63 or more iff s > size),
+    // so each request ORs `s | p | (size - s) | (s - p)` into the word. `s - p` is the
+    // request's token count, needed anyway. The OR starts at `size`, so a pool of 2^63 slots
+    // or more (never made: under 2^32 pages of at most 2^31 slots) sends every batch to the
+    // request-by-request path, where neither identity holds.
     #[inline(always)]
-    fn extend_generic(prefix: &[i64], seq: &[i64], size: u64, shift: u32) -> Sums {
-        let round = (1u64 << shift) - 1;
-        let (mut high, mut tokens, mut pages) = (size, 0u64, 0u64);
-        for (&p, &s) in prefix.iter().zip(seq) {
-            let (p, s) = (p as u64, s as u64);
-            let extend = s.wrapping_sub(p);
-            high |= s | p | size.wrapping_sub(s) | extend;
-            tokens = tokens.wrapping_add(extend);
-            let ceil = |x: u64| x.wrapping_add(round) >> shift;
-            pages = pages.wrapping_add(ceil(s).wrapping_sub(ceil(p)));
-        }
-        Sums {
-            bad: high >> 63 != 0,
-            tokens,
-            pages,
+    pub(super) fn extend_generic<const MAX: bool>(
+        prefix: &[i64],
+        seq: &[i64],
+        size: u64,
+        shift: u32,
+    ) -> Sums {
+        // Page size 1 (SGLang's default): a request's new pages are its tokens, and the
+        // loop drops the six instructions a vector that count pages.
+        if shift == 0 {
+            extend_pass::<MAX, false>(prefix, seq, size, 0)
+        } else {
+            extend_pass::<MAX, true>(prefix, seq, size, shift)
         }
     }
 
     #[inline(always)]
-    fn decode_generic(seq: &[i64], size: u64, shift: u32) -> Sums {
-        let mask = (1u64 << shift) - 1;
-        let (mut bad, mut pages) = (0u64, 0u64);
-        for &s in seq {
-            let before = (s as u64).wrapping_sub(1);
-            bad |= u64::from(before >= size);
-            pages += u64::from(before & mask == 0);
+    fn extend_pass<const MAX: bool, const PAGES: bool>(
+        prefix: &[i64],
+        seq: &[i64],
+        size: u64,
+        shift: u32,
+    ) -> Sums {
+        let round = (1u64 << shift) - 1;
+        let (mut max_s, mut high, mut tokens, mut pages) = (0u64, size, 0u64, 0u64);
+        for (&p, &s) in prefix.iter().zip(seq) {
+            let (p, s) = (p as u64, s as u64);
+            let extend = s.wrapping_sub(p);
+            if MAX {
+                max_s = max_s.max(s);
+                high |= p | extend;
+            } else {
+                high |= s | p | size.wrapping_sub(s) | extend;
+            }
+            tokens = tokens.wrapping_add(extend);
+            if PAGES {
+                let ceil = |x: u64| x.wrapping_add(round) >> shift;
+                pages = pages.wrapping_add(ceil(s).wrapping_sub(ceil(p)));
+            }
         }
         Sums {
-            bad: bad != 0,
-            tokens: seq.len() as u64,
-            pages,
+            bad: (MAX && max_s > size) || high >> 63 != 0,
+            tokens,
+            // With a shift of 0, `ceil(s) - ceil(p)` is `s - p`: the same wrapping sum.
+            pages: if PAGES { pages } else { tokens },
+        }
+    }
+
+    // Decodes, with `size < 2^63`: s is valid (1 <= s <= size as i64) iff `s - 1` (wrapping,
+    // as u64) is below `size`: s = 0 wraps to 2^64 - 1, a negative s reads as 2^63 or more
+    // so `s - 1` is 2^63 - 1 or more, and a positive s gives `s - 1 < size` iff s <= size.
+    // `MAX`: every request passes iff the batch's largest `s - 1` is below `size`; without,
+    // each request ORs its comparison into a word. A pool of 2^63 slots or more goes to the
+    // request-by-request path (there a negative s would pass).
+    #[inline(always)]
+    pub(super) fn decode_generic<const MAX: bool>(seq: &[i64], size: u64, shift: u32) -> Sums {
+        // Page size 1: every decode step takes a page.
+        if shift == 0 {
+            decode_pass::<MAX, false>(seq, size, 0)
+        } else {
+            decode_pass::<MAX, true>(seq, size, shift)
+        }
+    }
+
+    #[inline(always)]
+    fn decode_pass<const MAX: bool, const PAGES: bool>(seq: &[i64], size: u64, shift: u32) -> Sums {
+        let mask = (1u64 << shift) - 1;
+        // `bad` is a u64 mask, not a bool: a bool accumulator costs a pack per lane.
+        let (mut max_before, mut bad, mut pages) = (0u64, 0u64, 0u64);
+        for &s in seq {
+            let before = (s as u64).wrapping_sub(1);
+            if MAX {
+                max_before = max_before.max(before);
+            } else {
+                bad |= u64::from(before >= size);
+            }
+            if PAGES {
+                pages += u64::from(before & mask == 0);
+            }
+        }
+        let n = seq.len() as u64;
+        Sums {
+            // (An empty batch is not bad, in either form, even for a size of 0.)
+            bad: (MAX && n > 0 && max_before >= size) || bad != 0 || size >> 63 != 0,
+            tokens: n,
+            pages: if PAGES { pages } else { n },
         }
     }
 
     /// The copies of the pass, each compiled for an instruction set (x86-64: AVX-512F has
-    /// unsigned 64-bit compares and mask registers, about 1.7x faster than AVX2 at 4,096
-    /// requests on this project's CPU VM; AVX2 lacks both).
+    /// an unsigned 64-bit maximum, unsigned compares and mask registers; AVX2 lacks all
+    /// three).
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
     pub(super) enum Simd {
         Generic,
@@ -322,7 +391,7 @@ mod batch_sums {
         /// `extend_generic` as compiled for this instruction set.
         pub(super) fn extend(self, prefix: &[i64], seq: &[i64], size: u64, shift: u32) -> Sums {
             match self {
-                Simd::Generic => extend_generic(prefix, seq, size, shift),
+                Simd::Generic => extend_generic::<false>(prefix, seq, size, shift),
                 // SAFETY (both): `Detected` says the CPU has the instruction set.
                 #[cfg(target_arch = "x86_64")]
                 Simd::Avx2(_) => unsafe { x86::extend_avx2(prefix, seq, size, shift) },
@@ -334,7 +403,7 @@ mod batch_sums {
         /// `decode_generic` as compiled for this instruction set.
         pub(super) fn decode(self, seq: &[i64], size: u64, shift: u32) -> Sums {
             match self {
-                Simd::Generic => decode_generic(seq, size, shift),
+                Simd::Generic => decode_generic::<false>(seq, size, shift),
                 // SAFETY (both): `Detected` says the CPU has the instruction set.
                 #[cfg(target_arch = "x86_64")]
                 Simd::Avx2(_) => unsafe { x86::decode_avx2(seq, size, shift) },
@@ -348,9 +417,10 @@ mod batch_sums {
     mod x86 {
         use super::{decode_generic, extend_generic, Sums};
 
-        /// Both passes compiled for one instruction set (`$feature`): the generic code.
+        /// Both passes compiled for one instruction set (`$feature`): the generic code, with
+        /// the running maximum where the set has the instruction (`$max`).
         macro_rules! compiled_for {
-            ($feature:literal, $extend:ident, $decode:ident) => {
+            ($feature:literal, $max:literal, $extend:ident, $decode:ident) => {
                 #[target_feature(enable = $feature)]
                 pub(super) unsafe fn $extend(
                     prefix: &[i64],
@@ -358,18 +428,18 @@ mod batch_sums {
                     size: u64,
                     shift: u32,
                 ) -> Sums {
-                    extend_generic(prefix, seq, size, shift)
+                    extend_generic::<$max>(prefix, seq, size, shift)
                 }
 
                 #[target_feature(enable = $feature)]
                 pub(super) unsafe fn $decode(seq: &[i64], size: u64, shift: u32) -> Sums {
-                    decode_generic(seq, size, shift)
+                    decode_generic::<$max>(seq, size, shift)
                 }
             };
         }
 
-        compiled_for!("avx2", extend_avx2, decode_avx2);
-        compiled_for!("avx512f", extend_avx512, decode_avx512);
+        compiled_for!("avx2", false, extend_avx2, decode_avx2);
+        compiled_for!("avx512f", true, extend_avx512, decode_avx512);
     }
 
     pub(super) fn extend(prefix: &[i64], seq: &[i64], size: u64, shift: u32) -> Sums {
@@ -554,77 +624,222 @@ mod tests {
             }
             let want_extend = batch_sums::Simd::Generic.extend(&prefix, &seq, size, shift);
             let want_decode = batch_sums::Simd::Generic.decode(&seq, size, shift);
-            for &copy in &copies {
-                let got = copy.extend(&prefix, &seq, size, shift);
+            // Each copy, and both ways of checking (running maximum or OR-ed top bits).
+            for (form, got) in every_extend_pass(&prefix, &seq, size, shift) {
                 assert_eq!(
                     (got.bad, got.tokens, got.pages),
                     (want_extend.bad, want_extend.tokens, want_extend.pages),
-                    "extend, {copy:?}, round {round}"
+                    "extend, {form}, round {round}"
                 );
-                let got = copy.decode(&seq, size, shift);
+            }
+            for (form, got) in every_decode_pass(&seq, size, shift) {
                 assert_eq!(
                     (got.bad, got.tokens, got.pages),
                     (want_decode.bad, want_decode.tokens, want_decode.pages),
-                    "decode, {copy:?}, round {round}"
+                    "decode, {form}, round {round}"
                 );
             }
         }
         println!("fast-pass copies compared: {copies:?}");
     }
 
+    /// Every form of the fast pass: both ways of checking (a running maximum, or top bits
+    /// and compares OR-ed into a word), compiled for the baseline target so both run on any
+    /// CPU, then each copy this CPU runs (which picks one way each), then the dispatch.
+    fn every_extend_pass(
+        prefix: &[i64],
+        seq: &[i64],
+        size: u64,
+        shift: u32,
+    ) -> Vec<(String, batch_sums::Sums)> {
+        let mut all = vec![
+            (
+                "max".to_string(),
+                batch_sums::extend_generic::<true>(prefix, seq, size, shift),
+            ),
+            (
+                "or".to_string(),
+                batch_sums::extend_generic::<false>(prefix, seq, size, shift),
+            ),
+            (
+                "best".to_string(),
+                batch_sums::extend(prefix, seq, size, shift),
+            ),
+        ];
+        for copy in batch_sums::Simd::available() {
+            all.push((format!("{copy:?}"), copy.extend(prefix, seq, size, shift)));
+        }
+        all
+    }
+
+    /// [`every_extend_pass`] for decodes.
+    fn every_decode_pass(seq: &[i64], size: u64, shift: u32) -> Vec<(String, batch_sums::Sums)> {
+        let mut all = vec![
+            (
+                "max".to_string(),
+                batch_sums::decode_generic::<true>(seq, size, shift),
+            ),
+            (
+                "or".to_string(),
+                batch_sums::decode_generic::<false>(seq, size, shift),
+            ),
+            ("best".to_string(), batch_sums::decode(seq, size, shift)),
+        ];
+        for copy in batch_sums::Simd::available() {
+            all.push((format!("{copy:?}"), copy.decode(seq, size, shift)));
+        }
+        all
+    }
+
     #[test]
     fn the_fast_pass_decides_validity_at_every_boundary() {
-        // The fast pass folds the checks into unsigned comparisons: every pair of lengths
-        // around 0 and the pool size, and the extremes, must be judged as request by request.
-        let layout = Layout {
-            size: 1024,
-            page_size: 16,
-            num_pages: 64,
-        };
-        let size = layout.size as i64;
-        let edges = [
-            i64::MIN,
-            -2,
-            -1,
-            0,
-            1,
-            2,
-            size - 1,
-            size,
-            size + 1,
-            i64::MAX,
-        ];
-        for &p in &edges {
-            for &s in &edges {
-                let valid = extend_shape(&layout, 0, p, s).is_ok();
-                let fast = batch_sums::extend(&[p], &[s], layout.size, 4);
-                assert_eq!(fast.bad, !valid, "extend prefix {p} seq {s}");
+        // The fast pass folds the checks into unsigned comparisons, a running maximum and top
+        // bits: every pair of lengths around 0, 1, the page size, the pool size, the pool
+        // size + 2^63 (as u64: where `size - s` turns non-negative again) and the extremes
+        // must be judged as request by request (and, when valid, summed alike), by every
+        // form of the pass, alone and at several places of a batch long enough for the
+        // vector loops (a 32-request unrolled loop, a vector remainder, a scalar tail), for
+        // small pools and pools just under 2^63 slots.
+        let top = i64::MAX as u64; // 2^63 - 1
+        for (size, ps) in [
+            (1024u64, 16u32),
+            (1, 1),
+            (64, 64),
+            (4096, 1),
+            (top - 15, 16),
+            (top, 1),
+            (top + 1 - (1 << 31), 1 << 31),
+        ] {
+            let shift = ps.trailing_zeros();
+            let layout = Layout {
+                size,
+                page_size: ps,
+                num_pages: 1,
+            };
+            let mut edges = Vec::new();
+            for base in [
+                0,
+                1,
+                u64::from(ps),
+                size,
+                size.wrapping_add(1 << 63),
+                top,
+                1 << 63,
+            ] {
+                for d in -2i64..=2 {
+                    edges.push(base.wrapping_add_signed(d) as i64);
+                }
             }
-            let valid = (1..=size).contains(&p);
-            assert_eq!(
-                batch_sums::decode(&[p], layout.size, 4).bad,
-                !valid,
-                "decode seq {p}"
-            );
+            edges.sort_unstable();
+            edges.dedup();
+            // Valid requests around the one under test.
+            let n = 37;
+            let filler = |i: usize| {
+                let p = (i as u64 * 7) % (size + 1);
+                (p as i64, (p + i as u64).min(size) as i64)
+            };
+            let mut prefix: Vec<i64> = (0..n).map(|i| filler(i).0).collect();
+            let mut seq: Vec<i64> = (0..n).map(|i| filler(i).1).collect();
+            for &p in &edges {
+                for &s in &edges {
+                    let want = extend_shape(&layout, 0, p, s).ok();
+                    for at in [None, Some(0), Some(13), Some(31), Some(36)] {
+                        let (pre, sq) = match at {
+                            None => (&[p][..], &[s][..]),
+                            Some(i) => {
+                                prefix[i] = p;
+                                seq[i] = s;
+                                (&prefix[..], &seq[..])
+                            }
+                        };
+                        let reference = want.map(|_| {
+                            let (mut tokens, mut pages) = (0u64, 0u64);
+                            for (&p, &s) in pre.iter().zip(sq) {
+                                let shape = ExtendShape {
+                                    prefix: p as u64,
+                                    seq: s as u64,
+                                };
+                                tokens += shape.tokens();
+                                pages += shape.new_pages(u64::from(ps));
+                            }
+                            (tokens, pages)
+                        });
+                        for (form, got) in every_extend_pass(pre, sq, size, shift) {
+                            let what = format!(
+                                "extend {form}, size {size}, ps {ps}, prefix {p} seq {s} at {at:?}"
+                            );
+                            assert_eq!(got.bad, reference.is_none(), "{what}");
+                            if let Some(sums) = reference {
+                                assert_eq!((got.tokens, got.pages), sums, "{what}");
+                            }
+                        }
+                        if let Some(i) = at {
+                            (prefix[i], seq[i]) = filler(i);
+                        }
+                    }
+                }
+                let s = p;
+                let valid = s >= 1 && s as u64 <= size;
+                for at in [None, Some(0), Some(13), Some(31), Some(36)] {
+                    let mut batch: Vec<i64> = (0..n).map(|i| filler(i).1.max(1)).collect();
+                    let batch = match at {
+                        None => vec![s],
+                        Some(i) => {
+                            batch[i] = s;
+                            batch
+                        }
+                    };
+                    let pages = valid.then(|| {
+                        batch
+                            .iter()
+                            .filter(|&&s| decode_needs_page(s as u64, u64::from(ps)))
+                            .count() as u64
+                    });
+                    for (form, got) in every_decode_pass(&batch, size, shift) {
+                        let what =
+                            format!("decode {form}, size {size}, ps {ps}, seq {s} at {at:?}");
+                        assert_eq!(got.bad, !valid, "{what}");
+                        if let Some(pages) = pages {
+                            assert_eq!(
+                                (got.tokens, got.pages),
+                                (batch.len() as u64, pages),
+                                "{what}"
+                            );
+                        }
+                    }
+                }
+            }
         }
     }
 
     #[test]
     fn a_pool_of_2_pow_63_slots_plans_request_by_request() {
-        // The fast pass's top-bit identity needs size < 2^63: at 2^63 it declines every
-        // batch, and the request-by-request path gives the sums.
+        // The fast pass's identities need size < 2^63: at 2^63 or more every form declines
+        // every batch, and the request-by-request path gives the sums.
+        for size in [1 << 63, (1 << 63) + 5, u64::MAX] {
+            for (form, got) in every_extend_pass(&[0, 3], &[5, 9], size, 31) {
+                assert!(got.bad, "extend {form}, size {size}");
+            }
+            for (form, got) in every_decode_pass(&[5, 9], size, 31) {
+                assert!(got.bad, "decode {form}, size {size}");
+            }
+        }
         let layout = Layout {
             size: 1 << 63,
             page_size: 1 << 31,
             num_pages: u32::MAX,
         };
-        assert!(batch_sums::extend(&[0], &[5], layout.size, 31).bad);
         let plan = plan_extend_lengths(&layout, &[0, 3], &[5, i64::MAX]).unwrap();
         assert_eq!(plan.tokens, 5 + (i64::MAX as u64 - 3));
         assert_eq!(
             plan.new_pages,
             1 + ((i64::MAX as u64).div_ceil(1 << 31) - 1)
         );
+        // A negative length reads as at least 2^63 as u64, within such a pool: only the
+        // request-by-request path names it.
+        assert!(plan_extend_lengths(&layout, &[0, 3], &[5, i64::MIN]).is_err());
+        assert!(plan_decode(&layout, &[5, i64::MIN]).is_err());
+        assert_eq!(plan_decode(&layout, &[1, 5, i64::MAX]).unwrap(), 1);
     }
 
     #[test]
