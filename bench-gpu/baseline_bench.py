@@ -14,6 +14,13 @@ Measured per operation, page size and batch size (the same grid as kvpool_bench.
   cannot be replayed (they would free the same slots twice), so they are timed with events
   around one call, queued behind a spinner; the baseline's paged free synchronizes
   (``torch.unique``) and gets no device figure;
+- the baseline's Triton kernel (paged allocations) also per launch in a graph of 100: the
+  kernel launched 100 times with the same inputs in one captured graph, replayed the same way,
+  the time per replay divided by 100 (``baseline_device_graph100_us``): the shape of
+  kvpool_bench.cu's figures and of the floor per launch in a graph of 100, without the graph's
+  own launch (about 1.3 µs per replay). SGLang's kernels change no allocator state (they read
+  the lengths and the free pages and write the output), so the launches may repeat; a decode
+  needs no rewind here;
 - floors: an empty Triton kernel, a one-element PyTorch op and a ctypes call into kvpool
   that does nothing on the GPU, timed the same ways.
 
@@ -28,6 +35,11 @@ Usage: baseline_bench.py --lib path/to/libkvpool.so [--quick] [--csv PATH] [--de
 
 ``--host-only`` skips every device timing (the figures print as nan): for a profiler that
 serializes kernels, under which nothing can be queued behind a spinner.
+
+The CSV (``--csv``) has the table's columns, then ``floor_device_graph_us`` and
+``floor_device_graph100_us`` (the empty Triton kernel per graph replay and per launch in a
+graph of 100, the same on every row) for scripts/gpu/triton_table.py; new columns go at the
+end of a line, so readers of the older columns keep working.
 
 ``--ops`` takes kvpool_bench.cu's list as is (scripts/gpu/run.sh passes both programs the
 same BENCH_ARGS): operations this program has no baseline for are skipped, and said so.
@@ -555,6 +567,21 @@ def graph_device_us(cfg, stream, enqueue):
     return result
 
 
+GRAPH_LAUNCHES = 100  # launches per graph of the per-launch figures (kvpool_bench.cu's shape)
+
+
+def graph100_device_us(cfg, stream, launch):
+    """Device time per launch of `launch` (already warmed up) captured GRAPH_LAUNCHES times
+    into one graph: the graph's time per replay over GRAPH_LAUNCHES, so the graph's own launch
+    is spread over the launches, as for a kernel captured with an engine's forward pass."""
+
+    def launches():
+        for _ in range(GRAPH_LAUNCHES):
+            launch()
+
+    return graph_device_us(cfg, stream, launches) / GRAPH_LAUNCHES
+
+
 def event_device_us(cfg, call, prepare=None, after=None):
     """Device time of `call` by events around it, `prepare` queued untimed before it and
     `after` run untimed once the cycle is drained; each cycle behind a spinner. Mean over
@@ -612,12 +639,7 @@ def measure_floors(cfg, stream, lib):
     floors["ctypes_host"] = time_host(cfg, ctypes_call)
     floors["triton_graph"] = graph_device_us(cfg, stream, triton_empty)
     floors["torch_graph"] = graph_device_us(cfg, stream, torch_op)
-
-    def hundred():
-        for _ in range(100):
-            triton_empty()
-
-    floors["triton_graph100"] = graph_device_us(cfg, stream, hundred) / 100
+    floors["triton_graph100"] = graph100_device_us(cfg, stream, triton_empty)
     floors["triton_events"] = event_device_us(cfg, triton_empty)
     return floors
 
@@ -675,9 +697,10 @@ class Bench:
         verify()
         return graph_us, "graph"
 
-    def row(self, op, bs, base_host, base_dev, kv_host, kv_dev, method):
+    def row(self, op, bs, base_host, base_dev, kv_host, kv_dev, method, base_dev100=None):
         self.rows.append(dict(op=op, page_size=self.ps, bs=bs, base_host=base_host,
-                              base_dev=base_dev, kv_host=kv_host, kv_dev=kv_dev, method=method))
+                              base_dev=base_dev, kv_host=kv_host, kv_dev=kv_dev, method=method,
+                              base_dev100=base_dev100))
 
     # alloc_extend: bs requests, empty prefix, 512 new tokens each.
     def extend(self, bs):
@@ -700,11 +723,15 @@ class Bench:
         kv_host = time_host(cfg, kv.alloc_extend(b, out), after=kv.free_segment(out))
         kv.check_settled(POOL_SIZE, what + " (host timing)")
 
-        base_dev = None
+        base_dev = base_dev100 = None
         if self.ps > 1:  # the token pool's allocation is a slice: no kernel to time
             scratch = torch.empty_like(out)
-            base_dev = graph_device_us(
-                cfg, self.stream, lambda: base.launch_extend(b.prefix, b.seq, b.last_loc, scratch))
+
+            def base_launch():
+                base.launch_extend(b.prefix, b.seq, b.last_loc, scratch)
+
+            base_dev = graph_device_us(cfg, self.stream, base_launch)
+            base_dev100 = graph100_device_us(cfg, self.stream, base_launch)
 
         def reset():
             kv.clear()
@@ -717,7 +744,7 @@ class Bench:
         kv_dev, method = self.kv_alloc_device_time(what, reset, kv.alloc_extend(b, out),
                                                    kv.free_segment(out), verify)
         kv.clear()
-        self.row("alloc_extend", bs, base_host, base_dev, kv_host, kv_dev, method)
+        self.row("alloc_extend", bs, base_host, base_dev, kv_host, kv_dev, method, base_dev100)
 
     # alloc_decode on requests of 1..page_size tokens, set up by one extend: request i's new
     # token starts a page iff i % page_size == page_size - 1 (token pool: every request).
@@ -785,15 +812,20 @@ class Bench:
         # kernel is timed the same way (the rewind changes nothing there: the pages are where
         # the setup left them), so both figures are a kernel's cost inside a graph.
         rewind_us = graph_device_us(cfg, self.stream, kv_rewind) if continuing_at.numel() else 0.0
-        base_dev = None
+        base_dev = base_dev100 = None
         if ps > 1:
             scratch = torch.empty_like(out)
 
-            def base_step():
+            def base_launch():
                 base.launch_decode(b.seq, b.last_loc, scratch)
+
+            def base_step():
+                base_launch()
                 kv_rewind()
 
             base_dev = graph_device_us(cfg, self.stream, base_step) - rewind_us
+            # In a graph of 100 the kernel alone: it changes nothing, so no rewind is needed.
+            base_dev100 = graph100_device_us(cfg, self.stream, base_launch)
 
         # Replays start from the state of the first call: a clear and the setup.
         def reset():
@@ -821,7 +853,7 @@ class Bench:
             kv_dev -= rewind_us
             method += " less rewind"
         kv.clear()
-        self.row("alloc_decode", bs, base_host, base_dev, kv_host, kv_dev, method)
+        self.row("alloc_decode", bs, base_host, base_dev, kv_host, kv_dev, method, base_dev100)
 
     # Frees of one extend batch's indices (bs x 512 tokens), by index or as one row segment.
     def free(self, bs, by_index):
@@ -892,6 +924,13 @@ COLUMNS = [
     ("floor_host_us", "floor host µs (empty Triton)"),
     ("floor_device_us", "floor device µs (empty Triton)"),
     ("device_method", "device method"),
+    ("baseline_device_graph100_us", "baseline device µs per launch in a graph of 100"),
+]
+# The CSV's last columns (the report gives the floors above its table). New columns go at the
+# end of a line, so a reader of the older columns keeps working.
+CSV_COLUMNS = COLUMNS + [
+    ("floor_device_graph_us", "floor device µs per graph replay (empty Triton)"),
+    ("floor_device_graph100_us", "floor device µs per launch in a graph of 100 (empty Triton)"),
 ]
 
 
@@ -914,6 +953,9 @@ def flatten(row, floors):
         "floor_host_us": floors["triton_host"]["median"],
         "floor_device_us": floor_dev,
         "device_method": row["method"],
+        "baseline_device_graph100_us": row["base_dev100"],
+        "floor_device_graph_us": floors["triton_graph"],
+        "floor_device_graph100_us": floors["triton_graph100"],
     }
 
 
@@ -947,7 +989,10 @@ def print_report(rows, floors, cfg, lib):
           "launch: compare with the floor per launch in a graph of 100); events = events around one call behind a spinner (floor: empty Triton "
           "kernel between events), for frees and for a kvpool allocation whose graph replay "
           "faulted the pool. – = no kernel (token-pool baseline allocations are slices) or a "
-          "synchronizing call (the baseline's paged free, torch.unique)\n")
+          "synchronizing call (the baseline's paged free, torch.unique). Baseline per launch "
+          "in a graph of 100: its Triton kernel launched 100 times with the same inputs in one "
+          "captured graph, per launch (kvpool_bench.cu's shape; floor: empty Triton kernel per "
+          "launch in a graph of 100)\n")
     print("| " + " | ".join(title for _, title in COLUMNS) + " |")
     print("|" + "|".join("---" if key in ("op", "device_method") else "---:"
                          for key, _ in COLUMNS) + "|")
@@ -958,12 +1003,12 @@ def print_report(rows, floors, cfg, lib):
 
 def write_csv(path, rows, floors):
     with open(path, "w") as f:
-        f.write(",".join(key for key, _ in COLUMNS) + "\n")
+        f.write(",".join(key for key, _ in CSV_COLUMNS) + "\n")
         for row in rows:
             flat = flatten(row, floors)
             f.write(",".join("" if flat[key] is None else
                              (f"{flat[key]:.4f}" if isinstance(flat[key], float) else
-                              str(flat[key])) for key, _ in COLUMNS) + "\n")
+                              str(flat[key])) for key, _ in CSV_COLUMNS) + "\n")
 
 
 def main():
