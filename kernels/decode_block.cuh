@@ -134,25 +134,61 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   if constexpr (!WARP) last[r] = ll;
 
   // Round trip 2: the prefix page's words (page 0 stands in when there is nothing to check),
-  // issued first (their address needs last_loc alone), then, once the ranks are known, for a
-  // request that starts a page its page from the ring (rank < new_pages <= free_len when
-  // live; else the ring's head stands in).
+  // issued first, then, for a request that starts a page, its page from the ring (rank <
+  // new_pages <= free_len when live; else the ring's head stands in).
+  //
+  // One warp issues them as soon as round trip 1 is in: the words at an address from
+  // last_loc alone, its page clamped into the page map (num_pages + 1 words), which is the
+  // prefix page wherever the words are used (a checked last_loc lies in pages
+  // 1..num_pages), and with them the ring's first 32 pages from the head, one a lane (the
+  // address needs the cursor alone; a starting request takes the page of its rank by a
+  // shuffle, not a load after the ranks; entries past the free list are read and left
+  // unused). Run s18-1: 1-32 requests 0.96-0.98x the time. A block of several loads the
+  // words after the checks and its pages once the ranks are known: the same early loads
+  // made 33-64 requests 1.01-1.03x slower there.
   const bool tracked = v.page_size > 1;
+  uint32_t word = 0, ring_early = 0;
+  unsigned long long filled = 0;
+  if constexpr (WARP) {
+    const uint32_t word_page =
+        (uint32_t)min(div_ps<POW2>((unsigned long long)ll, v), (unsigned long long)v.num_pages);
+    word = load_here(&v.state[word_page]);
+    filled = tracked ? load_here(&v.fill[word_page]) : 0;
+    ring_early = r < v.num_pages ? load_here(&v.ring[ring_pos(c.head, r, v.num_pages)]) : 0;
+    // A faulted pool (one load: the same in every lane): the plan's whole output is the
+    // padding slot, the cursor carried over. Apart, so that ptxas issues the loads above
+    // before the checks below, which it otherwise schedules first (the block boundary keeps
+    // them apart). (Not in a block of several: its warps could read the flag at different
+    // times, a racing call on another stream raising it, and one returning before a
+    // barrier the others wait at would hang the block.)
+    if (dead) {
+      if (!ROWS || out != nullptr)
+        for (unsigned long long t = r; t < total_tokens; t += BLOCK) out[t] = 0;
+      if (r == 0) conclude_take(v, call, c, total_pages, true, false, false, NO_ERROR, 0);
+      return;
+    }
+  }
+
   const bool check = usable && !dead && prefix > 0 && row_err == ERR_NONE;
   uint32_t err = ERR_NONE;
   if (usable && !dead && prefix == 0 && ll != -1) err = ERR_LAST_LOC_EMPTY;
   if (check) err = slot_error(ll, v);
   const uint32_t prefix_page =
       check && err == ERR_NONE ? (uint32_t)div_ps<POW2>((unsigned long long)ll, v) : 0;
-  const uint32_t word = v.state[prefix_page];
-  const unsigned long long filled = tracked ? v.fill[prefix_page] : 0;
+  if constexpr (!WARP) {
+    word = v.state[prefix_page];
+    filled = tracked ? v.fill[prefix_page] : 0;
+  }
   __syncwarp();
 
   uint32_t tok_rank, page_rank, tokens, new_pages;
   block_rank2<BLOCK>(usable, starts, sh.counts, &tok_rank, &page_rank, &tokens, &new_pages);
   const bool short_ = !dead && c.free_len < total_pages;
   const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
-  const uint32_t page = v.ring[ring_pos(c.head, live && starts ? page_rank : 0, v.num_pages)];
+  const uint32_t page_at = live && starts ? page_rank : 0;
+  uint32_t page;
+  if constexpr (WARP) page = __shfl_sync(FULL, ring_early, (int)page_at);  // page_rank < 32
+  else page = v.ring[ring_pos(c.head, page_at, v.num_pages)];
 
   // extend_block's checks, in its order.
   const unsigned long long in_page = mod_ps<POW2>((unsigned long long)ll, v);

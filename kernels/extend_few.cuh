@@ -169,7 +169,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
                                            uint32_t batch, unsigned long long total_tokens,
                                            unsigned long long total_pages, Index *out) {
   const uint32_t r = threadIdx.x, lane = r & 31;
-  const bool decides = r < 32;  // warp 0
+  const bool decides = BLOCK == 32 || r < 32;  // warp 0
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
   const uint32_t n = v.num_pages;
@@ -192,19 +192,48 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     prefix = 0;
     ll = -1;
   }
-  const bool sane = !valid || lengths_sane(v, prefix, seq);
 
-  // Round trip 2, warp 0: the prefix pages' words, issued before anything else is worked
-  // out (their address needs last_loc alone), in flight during the shapes and the scan.
+  // Round trip 2. One block: as soon as round trip 1 is in, before anything else is worked
+  // out. Warp 0: the prefix pages' words, at an address from last_loc alone (as
+  // decode_block's: the page clamped into the page map, the prefix page wherever the words
+  // are used), in flight during the checks, the shapes and the scan. The stagers: the
+  // ring's first pages, from the cursor alone (see EarlyRing). (A branch per warp: each goes
+  // straight to its own loads.) Run s18-1: one request of 512 tokens 0.90-0.96x the time.
+  // Several blocks (their stagers' ranks depend on the scan): warp 0's words after the
+  // checks, as before (issued early, 2-32 requests of 512 tokens took 1.01x the time).
+  constexpr uint32_t STAGERS = BLOCK > 32 ? BLOCK - 32 : 32;
+  // Loads in flight per thread before any is used: enough for a one-block shape's most new
+  // pages (page size 1: at most 4 x BLOCK tokens; since the sixteenth session 256 threads
+  // take at most 512) to come in one round trip (run s11-1: 1,024 pages in two rounds made
+  // 2 requests at page size 1 1.09x slower than extend_block); a block of several writes
+  // about 512 tokens (pool.rs, SPAN_TOKENS).
+  constexpr uint32_t BATCH = GRID ? 4 : (4 * BLOCK + STAGERS - 1) / STAGERS;
+  const bool stages = BLOCK == 32 || !decides;
+  const uint32_t stager = BLOCK > 32 ? r - 32 : r;
+  EarlyRing<BATCH, STAGERS> early;
+  uint32_t word = 0;
+  unsigned long long filled = 0;
+  if constexpr (!GRID) {
+    if (decides) {
+      const uint32_t word_page =
+          (uint32_t)min(div_ps<POW2>((unsigned long long)ll, v), (unsigned long long)v.num_pages);
+      word = load_here(&v.state[word_page]);
+      filled = tracked ? load_here(&v.fill[word_page]) : 0;
+      if (BLOCK == 32) early.load(v, c, stager);
+      __syncwarp();
+    } else {
+      early.load(v, c, stager);
+    }
+  }
+
+  const bool sane = !valid || lengths_sane(v, prefix, seq);
   const bool check = valid && !dead && sane && prefix > 0;
   uint32_t err = ERR_NONE;
   if (valid && !dead && sane && prefix == 0 && ll != -1) err = ERR_LAST_LOC_EMPTY;
   if (check) err = slot_error(ll, v);
   const uint32_t prefix_page =
       check && err == ERR_NONE ? (uint32_t)div_ps<POW2>((unsigned long long)ll, v) : 0;
-  uint32_t word = 0;
-  unsigned long long filled = 0;
-  if (decides) {
+  if (GRID && decides) {
     word = v.state[prefix_page];
     filled = tracked ? v.fill[prefix_page] : 0;
     __syncwarp();
@@ -242,18 +271,12 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
 
   // Round trip 3, while warp 0 decides: the new pages of this block's tokens, from the ring
   // into shared memory (`live`: they are in the free list, new_pages <= free_len), by the
-  // other warps (one warp: by it, before it decides).
+  // other warps (one warp: by it, before it decides). One block: loaded with round trip 2.
   const bool staged = page_hi - page_lo <= STAGE_CAP;
-  constexpr uint32_t STAGERS = BLOCK > 32 ? BLOCK - 32 : 32;
-  if (live && staged && (BLOCK == 32 || !decides)) {
-    // Loads in flight per thread before any is used: enough for a one-block shape's most
-    // new pages (page size 1: at most 4 x BLOCK tokens; since the sixteenth session 256
-    // threads take at most 512) to come in one round trip (run s11-1: 1,024 pages in two
-    // rounds made 2 requests at page size 1 1.09x slower than extend_block); a block of
-    // several writes about 512 tokens (pool.rs, SPAN_TOKENS).
-    constexpr uint32_t BATCH = GRID ? 4 : (4 * BLOCK + STAGERS - 1) / STAGERS;
+  if (live && staged && stages) {
     // (In 32 bits: the stagers' path runs from the scan to the barrier.)
-    stage_pages<BATCH, STAGERS>(sh.pages, v, c, page_lo, page_hi, BLOCK > 32 ? r - 32 : r);
+    if constexpr (GRID) stage_pages<BATCH, STAGERS>(sh.pages, v, c, page_lo, page_hi, stager);
+    else early.stage(sh.pages, v, c, (uint32_t)new_pages, stager);
   }
 
   long long fill_page = -1;

@@ -22,16 +22,18 @@ __device__ __forceinline__ Off mod_page(Off x, const View &v) {
 
 // Copies the ring's pages of ranks [page_lo, page_hi) (at most STAGE_CAP; the call is live,
 // so they are in the free list) into `pages`: thread `me` of STAGERS, BATCH loads in flight
-// before any is used. In 32 bits: the q-th page is at ring position first + q, wrapping at
-// most once (first < n, and the free list holds at most n pages).
+// before any is used, from the `skip`-th page on (the ones before it staged already: see
+// EarlyRing). In 32 bits: the q-th page is at ring position first + q, wrapping at most once
+// (first < n, and the free list holds at most n pages).
 template <uint32_t BATCH, uint32_t STAGERS>
 __device__ __forceinline__ void stage_pages(uint32_t *pages, const View &v, const Cursor &c,
                                             unsigned long long page_lo,
-                                            unsigned long long page_hi, uint32_t me) {
+                                            unsigned long long page_hi, uint32_t me,
+                                            uint32_t skip = 0) {
   const uint32_t n = v.num_pages;
   const uint32_t first = ring_pos(c.head, page_lo, n);
   const uint32_t count = (uint32_t)(page_hi - page_lo), to_end = n - first;
-  for (uint32_t base = me; base < count; base += BATCH * STAGERS) {
+  for (uint32_t base = me + skip; base < count; base += BATCH * STAGERS) {
     uint32_t got[BATCH];
 #pragma unroll
     for (uint32_t u = 0; u < BATCH; ++u) {
@@ -45,6 +47,38 @@ __device__ __forceinline__ void stage_pages(uint32_t *pages, const View &v, cons
     }
   }
 }
+
+// The ring's first BATCH x STAGERS pages from the head, loaded as soon as the cursor is in
+// (`load`), before the call's shape is known, and staged once it is (`stage`): a one-block
+// call's new pages are ranks [0, new_pages), so their loads need the cursor alone, and they
+// travel with the deciding warp's loads instead of a round trip after the requests' scan.
+// Reading ring entries past the free list is harmless (nothing uses them); positions are
+// kept below num_pages (a small pool), where ranks of a live call always are.
+template <uint32_t BATCH, uint32_t STAGERS>
+struct EarlyRing {
+  static constexpr uint32_t SPAN = BATCH * STAGERS;
+  uint32_t got[BATCH];
+
+  __device__ __forceinline__ void load(const View &v, const Cursor &c, uint32_t me) {
+    const uint32_t n = v.num_pages, to_end = n - c.head;
+#pragma unroll
+    for (uint32_t u = 0; u < BATCH; ++u) {
+      const uint32_t q = me + u * STAGERS;
+      got[u] = q < n ? v.ring[q < to_end ? c.head + q : q - to_end] : 0;
+    }
+  }
+
+  // Ranks [0, count) into `pages`: the loaded ones, then the rest from the ring.
+  __device__ __forceinline__ void stage(uint32_t *pages, const View &v, const Cursor &c,
+                                        uint32_t count, uint32_t me) const {
+#pragma unroll
+    for (uint32_t u = 0; u < BATCH; ++u) {
+      const uint32_t q = me + u * STAGERS;
+      if (q < count) pages[q] = got[u];
+    }
+    if (count > SPAN) stage_pages<BATCH, STAGERS>(pages, v, c, 0, count, me, SPAN);
+  }
+};
 
 // Whether write_slots may count in 32 bits: every token and page offset of the plan, and a
 // thread's last token position plus the block's width, fit.

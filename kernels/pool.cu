@@ -264,6 +264,21 @@ template <bool POW2>
 __device__ inline unsigned long long mod_ps(unsigned long long x, const View &v) {
   return POW2 ? x & (v.page_size - 1) : mod_slow(x, v.page_size);
 }
+// A global load issued where it stands in the source. A plain load whose value one branch
+// of a kernel leaves unused is moved into the other branch by the compiler (past the
+// checks a decode makes before it needs the value: a round trip later); an asm volatile
+// statement is not moved. Relaxed at GPU scope: L2's value, as fresh as a plain load's.
+__device__ __forceinline__ uint32_t load_here(const uint32_t *p) {
+  uint32_t x;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(x) : "l"(p));
+  return x;
+}
+__device__ __forceinline__ unsigned long long load_here(const unsigned long long *p) {
+  unsigned long long x;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(x) : "l"(p));
+  return x;
+}
+
 // `head + k` around the ring, for `k < num_pages`.
 __device__ inline uint32_t ring_pos(uint32_t head, unsigned long long k, uint32_t n) {
   const unsigned long long p = head + k;
