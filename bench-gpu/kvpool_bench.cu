@@ -90,7 +90,8 @@ std::string last_error_message() {
 
 // ---- settings -------------------------------------------------------------------------
 
-constexpr int64_t kTokensPerRequest = 512;  // extend: new tokens per request (SGLang's figures)
+constexpr int64_t kTokensPerRequest = 512;  // extend: new tokens per request (SGLang's figures),
+                                            // at most (--extend-tokens)
 constexpr int64_t kMaxBatch = 4096;
 constexpr int64_t kMaxPageSize = 64;
 
@@ -104,6 +105,9 @@ struct Settings {
   int device = 0;
   std::vector<int64_t> page_sizes = {1, 16, 64};
   std::vector<int64_t> batch_sizes = {1, 8, 64, 256, 1024, 4096};
+  // New tokens per request of an extend (and so of the frees of its output): SGLang's 512,
+  // or fewer for short prefills (a few requests of up to 64 tokens run on one warp).
+  int64_t extend_tokens = kTokensPerRequest;
   // Operations to run (table names; default all).
   std::vector<std::string> ops = {"alloc_extend", "alloc_decode", "alloc_decode_rows",
                                   "free_indices", "free_segment"};
@@ -639,16 +643,16 @@ std::string where(const char *op, int64_t ps, int64_t bs) {
   return std::string(op) + " page_size " + std::to_string(ps) + " bs " + std::to_string(bs);
 }
 
-Batch extend_batch(int64_t bs) {
-  return Batch(std::vector<int64_t>(bs, 0), std::vector<int64_t>(bs, kTokensPerRequest),
+Batch extend_batch(int64_t bs, int64_t tokens) {
+  return Batch(std::vector<int64_t>(bs, 0), std::vector<int64_t>(bs, tokens),
                std::vector<int64_t>(bs, -1));
 }
 
-// alloc_extend: bs requests with an empty prefix and 512 new tokens each.
+// alloc_extend: bs requests with an empty prefix and 512 (--extend-tokens) new tokens each.
 void bench_extend(Context &c, int64_t bs) {
   Pool &p = c.pool;
   const std::string what = where("alloc_extend", p.page_size, bs);
-  Batch b = extend_batch(bs);
+  Batch b = extend_batch(bs, c.cfg.extend_tokens);
   DeviceArray<int64_t> out(static_cast<size_t>(b.tokens));
   const auto expected = FreshPoolModel{p.page_size}.extend(b.prefix, b.seq, b.last_loc);
 
@@ -827,14 +831,14 @@ void bench_decode(Context &c, int64_t bs, bool by_rows = false) {
   }
 }
 
-// Frees of one extend batch's indices (bs requests x 512 tokens): by index (SGLang's `free`,
+// Frees of one extend batch's indices (bs requests x 512 tokens, or --extend-tokens): by index (SGLang's `free`,
 // which deduplicates pages on a paged pool) or as one row segment.
 void bench_free(Context &c, int64_t bs, bool by_index) {
   Pool &p = c.pool;
   const int64_t ps = p.page_size;
   const char *op = by_index ? "free_indices" : "free_segment";
   const std::string what = where(op, ps, bs);
-  Batch b = extend_batch(bs);
+  Batch b = extend_batch(bs, c.cfg.extend_tokens);
   DeviceArray<int64_t> out(static_cast<size_t>(b.tokens));
   // A paged free by index has a page count only the device knows; drain the stream after it
   // so the next allocation sees the pages (without the drain the free list could look short
@@ -937,7 +941,7 @@ void write_csv(const std::string &path, const std::vector<Row> &rows, const Floo
 void usage() {
   std::puts(
       "usage: kvpool_bench [--quick] [--csv PATH] [--device N] [--page-sizes LIST]\n"
-      "                    [--batch-sizes LIST] [--ops LIST] [--host-only]\n"
+      "                    [--batch-sizes LIST] [--ops LIST] [--extend-tokens N] [--host-only]\n"
       "  --quick             a short smoke run (few samples; numbers are not for reporting)\n"
       "  --csv PATH          also write the table as CSV to PATH\n"
       "  --device N          CUDA device ordinal (default 0)\n"
@@ -946,6 +950,9 @@ void usage() {
       "                      2048 is a free by index of 2048 x 512 = 1 M indices)\n"
       "  --ops LIST          comma-separated subset of alloc_extend,alloc_decode,\n"
       "                      alloc_decode_rows,free_indices,free_segment (default all)\n"
+      "  --extend-tokens N   new tokens per extend request, 1..512, a multiple of every\n"
+      "                      page size run (default 512: SGLang's figures; an extend is\n"
+      "                      undone, and the frees give back one, as a row segment)\n"
       "  --host-only         host timing only (under a profiler that serializes kernels)");
 }
 
@@ -1008,6 +1015,12 @@ Settings parse_args(int argc, char **argv) {
       cfg.batch_sizes = parse_batch_sizes(argv[++i]);
     } else if (arg == "--ops" && i + 1 < argc) {
       cfg.ops = parse_names(argv[++i], Settings().ops);
+    } else if (arg == "--extend-tokens" && i + 1 < argc) {
+      std::vector<int64_t> every(kTokensPerRequest);
+      for (int64_t t = 1; t <= kTokensPerRequest; ++t) every[t - 1] = t;
+      const std::vector<int64_t> one = parse_list(argv[++i], every);
+      if (one.size() != 1) die("--extend-tokens takes one value");
+      cfg.extend_tokens = one[0];
     } else if (arg == "-h" || arg == "--help") {
       usage();
       std::exit(0);
@@ -1016,6 +1029,11 @@ Settings parse_args(int argc, char **argv) {
       die("unknown or incomplete argument: %s", arg.c_str());
     }
   }
+  for (const int64_t ps : cfg.page_sizes)
+    if (cfg.extend_tokens % ps != 0)
+      die("--extend-tokens %lld is not a multiple of page size %lld (an extend is undone as a "
+          "row segment of whole pages)",
+          static_cast<long long>(cfg.extend_tokens), static_cast<long long>(ps));
   return cfg;
 }
 
@@ -1110,6 +1128,9 @@ int main(int argc, char **argv) {
   std::printf("- host CPU: %s; AVX-512F %s, AVX2 %s (the host planning's copies: "
               "src/pool/plan.rs)\n",
               cpu.model.c_str(), cpu.avx512f ? "yes" : "no", cpu.avx2 ? "yes" : "no");
+  std::printf("- alloc_extend: %lld new tokens per request, empty prefix; the frees give back "
+              "one such batch\n",
+              static_cast<long long>(cfg.extend_tokens));
   std::printf("- empty kernel, host launch: median %.2f µs, p90 %.2f µs (%zu samples)\n",
               floors.host.median, floors.host.p90, floors.host.samples);
   std::printf("- empty kernel, device: %.3f µs per launch in a graph of 100 launches; "
