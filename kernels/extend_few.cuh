@@ -198,9 +198,10 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // decode_block's: the page clamped into the page map, the prefix page wherever the words
   // are used), in flight during the checks, the shapes and the scan. The stagers: the
   // ring's first pages, from the cursor alone (see EarlyRing). (A branch per warp: each goes
-  // straight to its own loads.) Run s18-1: one request of 512 tokens 0.90-0.96x the time.
+  // straight to its own loads.) Run s18-3: one request of 512 tokens 0.90-0.97x the time;
+  // runs s18-7/9: 1-8 requests of 16-64 tokens 0.84-0.98x (one warp: a round trip fewer).
   // Several blocks (their stagers' ranks depend on the scan): warp 0's words after the
-  // checks, as before (issued early, 2-32 requests of 512 tokens took 1.01x the time).
+  // checks, as before (run s18-2, with them early: 2-32 requests of 512 tokens 1.01x).
   constexpr uint32_t STAGERS = BLOCK > 32 ? BLOCK - 32 : 32;
   // Loads in flight per thread before any is used: enough for a one-block shape's most new
   // pages (page size 1: at most 4 x BLOCK tokens; since the sixteenth session 256 threads
