@@ -831,8 +831,8 @@ void bench_decode(Context &c, int64_t bs, bool by_rows = false) {
   }
 }
 
-// Frees of one extend batch's indices (bs requests x 512 tokens, or --extend-tokens): by index (SGLang's `free`,
-// which deduplicates pages on a paged pool) or as one row segment.
+// Frees of one extend batch's indices (bs requests x 512 tokens, or --extend-tokens): by
+// index (SGLang's `free`, which deduplicates pages on a paged pool) or as one row segment.
 void bench_free(Context &c, int64_t bs, bool by_index) {
   Pool &p = c.pool;
   const int64_t ps = p.page_size;
