@@ -106,6 +106,7 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
     if (ROWS) row_claims.template clear<BLOCK>();
   }
 
+  KVP_PROBE(0, 0);  // (probes: see pool.cu; anatomy.cu names the points)
   // Round trip 1: the cursor, the fault flag and this thread's request (a thread past the
   // batch reads the last request again and ignores it: every load unconditional).
   Header *h = v.header;
@@ -155,6 +156,7 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
     word = load_here(&v.state[word_page]);
     filled = tracked ? load_here(&v.fill[word_page]) : 0;
     ring_early = r < v.num_pages ? load_here(&v.ring[ring_pos(c.head, r, v.num_pages)]) : 0;
+    KVP_PROBE(1, word_page + seq + c.head);
     // A faulted pool (one load: the same in every lane): the plan's whole output is the
     // padding slot, the cursor carried over. Apart, so that ptxas issues the loads above
     // before the checks below, which it otherwise schedules first (the block boundary keeps
@@ -249,6 +251,7 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
     verdict = widen_error(errors);
   }
   const bool failed = !dead && (short_ || verdict != NO_ERROR);
+  KVP_PROBE(2, verdict + page);
 
   if (live && !failed) {
     // Round trip 3, only writes: a new page becomes allocated with one slot handed out; a
@@ -265,6 +268,7 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
     if (valid && (!ROWS || out != nullptr)) out[r] = slot;
     if (ROWS && valid)
       table_put(tab.table, tab.wide, (unsigned long long)row * tab.stride + prefix, (long long)slot);
+    KVP_PROBE(3, slot);
   } else if (!ROWS || out != nullptr) {
     // Dead, short or failed: the plan's whole output is the padding slot.
     for (unsigned long long t = r; t < total_tokens; t += BLOCK) out[t] = 0;
@@ -286,6 +290,7 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
     }
     conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
   }
+  KVP_PROBE(4, 0);
 }
 
 // The body is instantiated for both kinds of page size, so a power of two (the usual case)

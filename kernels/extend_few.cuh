@@ -170,6 +170,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
                                            unsigned long long total_pages, Index *out) {
   const uint32_t r = threadIdx.x, lane = r & 31;
   const bool decides = BLOCK == 32 || r < 32;  // warp 0
+  KVP_PROBE(0, 0);  // (probes: see pool.cu; anatomy.cu names the points)
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
   const uint32_t n = v.num_pages;
@@ -221,9 +222,11 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
       word = load_here(&v.state[word_page]);
       filled = tracked ? load_here(&v.fill[word_page]) : 0;
       if (BLOCK == 32) early.load(v, c, stager);
+      KVP_PROBE(1, word_page + seq + prefix + c.head);
       __syncwarp();
     } else {
       early.load(v, c, stager);
+      KVP_PROBE(1, c.head);
     }
   }
 
@@ -279,6 +282,9 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     if constexpr (GRID) stage_pages<BATCH, STAGERS>(sh.pages, v, c, page_lo, page_hi, stager);
     else early.stage(sh.pages, v, c, (uint32_t)new_pages, stager);
   }
+  if constexpr (!GRID) {
+    if (!decides) KVP_PROBE(2, early.got[0]);
+  }
 
   long long fill_page = -1;
   unsigned long long fill_to = 0;
@@ -286,8 +292,10 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     decide_few<GRID, POW2>(sh, v, call, dead, batch, prefix, ll, sane, s, err, check,
                            prefix_page, word, filled, at_tok, at_page, tokens, new_pages, live,
                            total_tokens, total_pages, t_begin, t_end, &fill_page, &fill_to);
+  if (decides) KVP_PROBE(2, fill_to + (unsigned long long)fill_page);
   __syncthreads();
   const unsigned long long verdict = sh.verdict;
+  KVP_PROBE(3, verdict);
   const bool failed = !dead && (short_ || verdict != NO_ERROR);
 
   if (live && !failed) {
@@ -306,6 +314,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     write_call_slots<BLOCK, !GRID, GRID, POW2, false>(sh, v, call, c, batch, staged, page_lo,
                                                       first, t_begin, t_end, total_tokens,
                                                       total_pages, out, {});
+    KVP_PROBE(4, 0);
   } else {
     // Dead, short or failed: the plan's whole output is the padding slot.
     for (unsigned long long t = t_begin + r; t < t_end; t += BLOCK) out[t] = 0;
@@ -319,6 +328,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
       value = (verdict & 0xff) == ERR_LENGTHS ? seq_lens[pos] : sh.last[pos];
     conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
   }
+  KVP_PROBE(5, 0);
 }
 
 // The body is instantiated for both kinds of page size (see extend_kernel).

@@ -279,6 +279,31 @@ __device__ __forceinline__ unsigned long long load_here(const unsigned long long
   return x;
 }
 
+// Timing probes (bench-gpu/anatomy.cu compiles the kernels with KVP_PROBES, run.sh anatomy):
+// lane 0 of each warp of block 0 records the SM clock at `point` once `dep` is computed, so
+// a phase's cycles can be read off one launch. Without KVP_PROBES a probe is nothing (its
+// arguments are not evaluated) and the fatbin is unchanged.
+#ifdef KVP_PROBES
+constexpr int PROBE_WARPS = 8, PROBE_POINTS = 8;
+__device__ unsigned long long probe_clock[PROBE_WARPS][PROBE_POINTS];
+__device__ __forceinline__ void probe(int point, unsigned long long dep) {
+  // (The never-taken trap makes the clock read wait for `dep`: an input the instruction
+  // does not use orders nothing in the SASS.)
+  unsigned long long t;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.eq.u64 p, %1, 0xfedcba9876543210;\n\t@p trap;\n\t"
+      "mov.u64 %0, %%clock64;\n\t}"
+      : "=l"(t)
+      : "l"(dep));
+  const uint32_t warp = threadIdx.x >> 5;
+  if (blockIdx.x == 0 && (threadIdx.x & 31) == 0 && warp < PROBE_WARPS)
+    probe_clock[warp][point] = t;
+}
+#define KVP_PROBE(point, dep) ::kvp::probe(point, (unsigned long long)(dep))
+#else
+#define KVP_PROBE(point, dep) ((void)0)
+#endif
+
 // `head + k` around the ring, for `k < num_pages`.
 __device__ inline uint32_t ring_pos(uint32_t head, unsigned long long k, uint32_t n) {
   const unsigned long long p = head + k;

@@ -7,6 +7,7 @@
 #   scripts/gpu/run.sh lockstep-soak     (not in the default set; long: see LOCKSTEP_SOAK_*)
 #   scripts/gpu/run.sh python-overhead   (not in the default set: Python vs C per call, ~3 min)
 #   scripts/gpu/run.sh python-builtins   (not in the default set: builtins vs ctypes, ~1 min)
+#   scripts/gpu/run.sh anatomy           (not in the default set: phases of the small kernels)
 #   scripts/gpu/run.sh profile           (not in the default set: Nsight Compute, see below)
 #
 # tp: the tensor-parallel digest test (tests/tp/tp_digest.py): one rank per GPU (at least
@@ -290,6 +291,17 @@ for step in "${steps[@]}"; do
             ncu_run triton "$PWD/gpu-artifacts/lib" "$PROFILE_TRITON" python3 \
                 bench-gpu/baseline_bench.py --lib "$KVPOOL_LIB" --quick --host-only ${PROFILE_ARGS:-}
         fi
+        ;;
+    anatomy)
+        # Where a small allocation's device time goes (bench-gpu/anatomy.cu: kvpool's one-block
+        # kernels compiled in, beside CUDA kernels of SGLang's algorithm; no library): per
+        # launch in a graph of 100, then the same built with KVP_PROBES, each phase's SM
+        # cycles. Tables in $OUT/anatomy.md.
+        run anatomy-build "$NVCC" -O2 -std=c++17 -arch=sm_90 -o "$LOGS/anatomy" bench-gpu/anatomy.cu
+        run anatomy-probed-build "$NVCC" -O2 -std=c++17 -arch=sm_90 -DKVP_PROBES \
+            -o "$LOGS/anatomy_probed" bench-gpu/anatomy.cu
+        run anatomy bash -c "'$LOGS/anatomy' && '$LOGS/anatomy_probed' && '$LOGS/anatomy'"
+        cp "$LOGS/anatomy.log" "$OUT/anatomy.md"
         ;;
     python-builtins)
         # The package's call mechanism alone: the library's builtins against ctypes
