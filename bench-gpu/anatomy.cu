@@ -55,8 +55,9 @@ __global__ void empty_with_params(View, Call, const long long *, const long long
 // part 2 (whole new pages) and part 3 (the new partial page) from `free_pages`.
 template <int THREADS>
 __global__ void __launch_bounds__(THREADS)
-    sglang_extend(const long long *prefix_lens, const long long *seq_lens, const long long *last_loc,
-                  const long long *free_pages, long long *out, int bs, long long ps) {
+    sglang_extend(const long long *prefix_lens, const long long *seq_lens,
+                  const long long *last_loc, const long long *free_pages, long long *out, int bs,
+                  long long ps) {
   PROBE(0, 0);
   __shared__ long long sums[2][THREADS / 32];
   const int pid = blockIdx.x, t = threadIdx.x;
@@ -89,7 +90,8 @@ __global__ void __launch_bounds__(THREADS)
   if (pre + part1 + part2 == seq) return;
   const long long part3 = seq - seq / ps * ps;
   const long long last_page = free_pages[page_start + own_pages - 1];
-  for (long long k = t; k < part3; k += THREADS) out[start + part1 + part2 + k] = last_page * ps + k;
+  for (long long k = t; k < part3; k += THREADS)
+    out[start + part1 + part2 + k] = last_page * ps + k;
   PROBE(3, 0);
 }
 
@@ -370,23 +372,28 @@ int main() {
   add("empty kernel (256 threads, 18 KB of shared memory)", 0, {},
       [&] { empty_kernel<<<1, 256, 18 * 1024, s>>>(); });
 
-  // An extend of one request of `tokens` new tokens, empty prefix.
+  // An extend of one request of `tokens` new tokens, empty prefix. (Probe points: see
+  // extend_few.cuh; "in" for the writer warps is their cursor, "decided" their pages staged.)
+  const std::vector<const char *> kExtendPoints = {"start",   "in",      "decided",
+                                                   "barrier", "written", "end"};
   for (const long long tokens : {512ll, 16ll}) {
     DeviceInts prefix({0}), seq({tokens}), last({-1});
-    DeviceInts out_kvp(std::vector<long long>(tokens, -7)), out_sgl(std::vector<long long>(tokens, -7));
+    DeviceInts out_kvp(std::vector<long long>(tokens, -7));
+    DeviceInts out_sgl(std::vector<long long>(tokens, -7));
     const unsigned long long pages = (tokens + kPageSize - 1) / kPageSize;
     std::vector<long long> want(tokens);
-    for (long long k = 0; k < tokens; ++k) want[k] = (1 + k / kPageSize) * kPageSize + k % kPageSize;
+    for (long long k = 0; k < tokens; ++k)
+      want[k] = (1 + k / kPageSize) * kPageSize + k % kPageSize;
     const std::string shape = "extend 1 x " + std::to_string(tokens);
     if (tokens > 64) {
-      add(shape + ": kvp_extend_few_256_i64", 8, {"start", "in", "decided", "barrier", "written", "end"},
+      add(shape + ": kvp_extend_few_256_i64", 8, kExtendPoints,
           [&] {
             kvp_extend_few_256_i64<<<1, 256, 0, s>>>(pool.v, extend_call, prefix.p, seq.p,
                                                      last.p, 1, 1, 0, tokens,
                                                      pages, out_kvp.p);
           });
     } else {
-      add(shape + ": kvp_extend_few_32_i64", 1, {"start", "in", "decided", "barrier", "written", "end"},
+      add(shape + ": kvp_extend_few_32_i64", 1, kExtendPoints,
           [&] {
             kvp_extend_few_32_i64<<<1, 32, 0, s>>>(pool.v, extend_call, prefix.p, seq.p,
                                                    last.p, 1, 1, 0, tokens,
@@ -398,7 +405,7 @@ int main() {
     expect_slots((shape + " (kvpool)").c_str(), out_kvp.download(tokens), want);
     const int threads = tokens > 64 ? 256 : 32;
     add(shape + ": the same kernel's body twice in one launch (probes: the second)", threads / 32,
-        {"start", "in", "decided", "barrier", "written", "end"}, [&] {
+        kExtendPoints, [&] {
           if (threads == 256)
             extend_few_twice<256><<<1, 256, 0, s>>>(pool.v, extend_call, prefix.p, seq.p, last.p,
                                                     tokens, pages, out_kvp.p);
@@ -409,7 +416,8 @@ int main() {
     CHECK(cudaDeviceSynchronize());
     pool.expect_no_fault(shape.c_str());
     expect_slots((shape + " (kvpool, twice)").c_str(), out_kvp.download(tokens), want);
-    add(shape + ": SGLang's algorithm, 128 threads", 4, {"start", "sums in", "part 2 written", "end"}, [&] {
+    add(shape + ": SGLang's algorithm, 128 threads", 4,
+        {"start", "sums in", "part 2 written", "end"}, [&] {
       sglang_extend<128><<<1, 128, 0, s>>>(prefix.p, seq.p, last.p, free_pages.p, out_sgl.p, 1,
                                            kPageSize);
     });
@@ -427,7 +435,8 @@ int main() {
     CHECK(cudaDeviceSynchronize());
     pool.expect_no_fault("decode's prefix");
     DeviceInts dseq({17}), dlast({31}), out_kvp({-7}), out_sgl({-7});
-    add("decode 1, starting a page: kvp_decode_32_i64", 1, {"start", "in", "decided", "written", "end"},
+    add("decode 1, starting a page: kvp_decode_32_i64", 1,
+        {"start", "in", "decided", "written", "end"},
         [&] {
           kvp_decode_32_i64<<<1, 32, 0, s>>>(pool.v, Call{9, 1, 0, kvp::OP_ALLOC_DECODE, 4, 0},
                                              nullptr, dseq.p, dlast.p, 1, 1, 1, 1,
@@ -445,7 +454,8 @@ int main() {
     pool.expect_no_fault("decode, twice");
     expect_slots("decode (kvpool, twice)", out_kvp.download(1), {2 * kPageSize});
     // SGLang's free pages after the prefix's page: page 2 on.
-    add("decode 1, starting a page: SGLang's algorithm, 128 threads", 4, {"start", "sums in", "end"},
+    add("decode 1, starting a page: SGLang's algorithm, 128 threads", 4,
+        {"start", "sums in", "end"},
         [&] {
           sglang_decode<128><<<1, 128, 0, s>>>(dseq.p, dlast.p, free_pages.p + 1, out_sgl.p, 1,
                                                kPageSize);

@@ -162,6 +162,91 @@ __device__ __forceinline__ Offsets request_offsets(Pair own, uint32_t batch,
                  __shfl_sync(FULL, incl.b, 31)};
 }
 
+// The most tokens the host gives one block of BLOCK threads (src/cuda/pool.rs: WARP_TOKENS
+// to one warp, SPAN_TOKENS to 256 threads; 64 threads are no longer launched for extends). A
+// call of more still runs, on the general writers' loop.
+template <int BLOCK>
+struct FewBlockTokens {
+  static constexpr uint32_t value = BLOCK == 32 ? 64 : BLOCK == 64 ? 256 : 512;
+};
+
+// One block: what a writer's tokens (writer, writer + WRITERS, ...) need for their slots but
+// their new pages, worked out before the verdict, so that after the barrier a token costs one
+// shared load and its stores. The writers are the warps that do not decide (one warp: it).
+// (The general loop, write_slots, searches each token's request and reads its offsets from
+// shared memory after the barrier: about 950 cycles for the 16 tokens of one request on one
+// warp, with the SM warm: bench-gpu/anatomy.cu, run s19-2. Run s19-9: 1-32 requests of up to
+// 512 tokens 0.63-0.95x the time.)
+constexpr uint32_t NO_RANK = ~0u;  // a token of the prefix's partial page (part 1)
+template <uint32_t PER>
+struct OwnTokens {
+  long long base[PER];  // part 1: the slot; a new page: the position in the page
+  uint32_t rank[PER];   // a new page's ring rank (of the call's new pages), or NO_RANK
+  uint32_t fill[PER];   // a new page's fill point, set by its first token (position 0)
+};
+
+// From this warp's scan (lane i, request i: `at`, `s`, `ll`), by shuffles: each token's
+// request (the last one starting at or before it), then its place. Values are clamped to 32
+// bits past the plan's total (total_tokens <= FewBlockTokens here): a request they touch
+// makes the call not live, and nothing planned here is used then.
+template <uint32_t PER, uint32_t WRITERS, bool POW2>
+__device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_t writer,
+                                                          uint32_t batch, const Offsets &at,
+                                                          const Shape &s, long long ll,
+                                                          unsigned long long total_tokens) {
+  const unsigned long long cap = total_tokens + 1;
+  const uint32_t my_tok = (uint32_t)min(at.at_tok, cap), my_page = (uint32_t)min(at.at_page, cap);
+  const uint32_t my_part1 = (uint32_t)min(s.part1, cap), my_len = (uint32_t)min(s.tokens, cap);
+  OwnTokens<PER> own;
+  // Request q's values (lane q's, by shuffles), and token u's place in request q.
+  struct Request {
+    uint32_t tok, part1, page, len;
+    long long last;
+  };
+  auto request = [&](uint32_t q) {
+    return Request{__shfl_sync(FULL, my_tok, (int)q), __shfl_sync(FULL, my_part1, (int)q),
+                   __shfl_sync(FULL, my_page, (int)q), __shfl_sync(FULL, my_len, (int)q),
+                   __shfl_sync(FULL, ll, (int)q)};
+  };
+  auto place = [&](uint32_t u, const Request &q) {
+    const uint32_t k = writer + u * WRITERS - q.tok;  // the token's place in its request
+    if (k < q.part1) {
+      own.base[u] = q.last + 1 + (long long)k;
+      own.rank[u] = NO_RANK;
+      own.fill[u] = 0;
+    } else {
+      const uint32_t j = k - q.part1, left = q.len - q.part1 - j;
+      own.base[u] = mod_page<POW2>(j, v);
+      own.rank[u] = q.page + div_page<POW2>(j, v);
+      own.fill[u] = left < v.page_size ? left : v.page_size;
+    }
+  };
+  // (Branches uniform: every lane shuffles.) One request: one set of shuffles, from lane 0,
+  // for every token. Several: the searches of all the thread's tokens step by step
+  // together, so that each step's shuffles issue back to back.
+  if (batch == 1) {
+    const Request first = request(0);
+#pragma unroll
+    for (uint32_t u = 0; u < PER; ++u) place(u, first);
+  } else {
+    uint32_t q[PER];
+#pragma unroll
+    for (uint32_t u = 0; u < PER; ++u) q[u] = 0;
+#pragma unroll
+    for (uint32_t step = 16; step > 0; step >>= 1) {
+#pragma unroll
+      for (uint32_t u = 0; u < PER; ++u) {
+        const uint32_t c = q[u] + step;
+        const uint32_t starts_at = __shfl_sync(FULL, my_tok, (int)(c & 31));
+        if (c < batch && starts_at <= writer + u * WRITERS) q[u] = c;
+      }
+    }
+#pragma unroll
+    for (uint32_t u = 0; u < PER; ++u) place(u, request(q[u]));
+  }
+  return own;
+}
+
 template <int BLOCK, typename Index, bool GRID, bool POW2>
 __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
                                            const long long *prefix_lens,
@@ -286,6 +371,19 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     if (!decides) KVP_PROBE(2, early.got[0]);
   }
 
+  // One block, within the host's token cap: the writers plan their tokens while warp 0
+  // waits for its words and decides (see OwnTokens). (Warp 0 writing a share too, its
+  // planning on its path made 2 requests of 64 tokens 1.13x slower on 64 threads: run s19-3.)
+  // Not on 64 threads, where one writer warp would take up to 8 tokens a lane (run s19-5:
+  // 2-8 requests 1.10-1.30x the time): they keep the general loop.
+  constexpr bool PLANS = !GRID && BLOCK != 64;
+  constexpr uint32_t WRITERS = STAGERS;
+  constexpr uint32_t PER = PLANS ? (FewBlockTokens<BLOCK>::value + WRITERS - 1) / WRITERS : 1;
+  const bool planned = PLANS && total_tokens <= (unsigned long long)PER * WRITERS;
+  OwnTokens<PER> mine;
+  if (planned && stages)
+    mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens);
+
   long long fill_page = -1;
   unsigned long long fill_to = 0;
   if (decides)
@@ -299,21 +397,42 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   const bool failed = !dead && (short_ || verdict != NO_ERROR);
 
   if (live && !failed) {
-    // Round trip 4, only writes. New pages become allocated (GRID: at their first token, by
-    // the block that writes it); continued pages move their fill points; every token gets
-    // its slot, the first token of a new page setting its fill point.
-    if constexpr (!GRID) {
-      for (unsigned long long k = r; k < new_pages; k += BLOCK) {
-        const uint32_t page = staged ? sh.pages[k] : v.ring[ring_pos(c.head, k, n)];
-        v.state[page] = page_word(KIND_ALLOCATED, call.tag);
-      }
-    }
+    // Round trip 4, only writes. New pages become allocated (at their first token, by the
+    // thread that writes it; one block past the token cap: by a loop of their own);
+    // continued pages move their fill points; every token gets its slot, the first token
+    // of a new page setting its fill point.
     if (fill_page >= 0) v.fill[fill_page] = fill_word(call.tag, fill_to);
-    // Offsets in 32 bits where the plan allows (one block: the loop every thread runs after
-    // the barrier, at half the instructions).
-    write_call_slots<BLOCK, !GRID, GRID, POW2, false>(sh, v, call, c, batch, staged, page_lo,
-                                                      first, t_begin, t_end, total_tokens,
-                                                      total_pages, out, {});
+    if (planned) {
+      // (Live: every rank is below new_pages, all staged.)
+      const uint32_t allocated = page_word(KIND_ALLOCATED, call.tag);
+#pragma unroll
+      for (uint32_t u = 0; u < PER && stages; ++u) {
+        const uint32_t t = stager + u * WRITERS;
+        if (t >= total_tokens) break;
+        long long slot = mine.base[u];
+        if (mine.rank[u] != NO_RANK) {
+          const uint32_t page = sh.pages[mine.rank[u]];
+          slot += (long long)page * v.page_size;
+          if (mine.base[u] == 0) {
+            v.state[page] = allocated;
+            if (tracked) v.fill[page] = fill_word(call.tag, mine.fill[u]);
+          }
+        }
+        out[t] = (Index)slot;
+      }
+    } else {
+      if constexpr (!GRID) {
+        for (unsigned long long k = r; k < new_pages; k += BLOCK) {
+          const uint32_t page = staged ? sh.pages[k] : v.ring[ring_pos(c.head, k, n)];
+          v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+        }
+      }
+      // Offsets in 32 bits where the plan allows (one block: the loop every thread runs
+      // after the barrier, at half the instructions).
+      write_call_slots<BLOCK, !GRID, GRID, POW2, false>(sh, v, call, c, batch, staged, page_lo,
+                                                        first, t_begin, t_end, total_tokens,
+                                                        total_pages, out, {});
+    }
     KVP_PROBE(4, 0);
   } else {
     // Dead, short or failed: the plan's whole output is the padding slot.

@@ -53,8 +53,10 @@ const SORT_CAP: u64 = 4096;
 /// to `DECODE_BATCH` requests runs on `kvp_decode_{N}_*`, one block of the fewest threads in
 /// `DECODE_THREADS` that hold it (a one-block call's idle threads cost time). An extend of up
 /// to `WARP_BATCH` requests runs on `kvp_extend_few_*`, where one warp decides and the block
-/// writes: one warp (`FEW_THREADS`) for up to `WARP_TOKENS` tokens, two for up to
-/// `BLOCK64_TOKENS`, 256 threads for up to `SPAN_TOKENS`, else several blocks of 256 of
+/// writes: one warp (`FEW_THREADS`) for up to `WARP_TOKENS` tokens, 256 threads for up to
+/// `SPAN_TOKENS` (since the writers plan their tokens before the verdict, 65-256 tokens take
+/// 0.63-0.91x the time they took on two warps: BENCHMARKS.md, nineteenth session; the
+/// two-warp `kvp_extend_few_64_*` is no longer launched), else several blocks of 256 of
 /// about `SPAN_TOKENS` tokens each (at most `TARGET_BLOCKS`; two blocks of 512 tokens take
 /// 0.80-0.90x the time of one block of 1,024: BENCHMARKS.md, sixteenth session). A larger
 /// extend runs a request a thread: on two warps (`kvp_extend_block64_*`) for up to 64
@@ -1125,8 +1127,6 @@ impl DevicePool {
         } else if !decode && batch <= WARP_BATCH {
             let (kernel, grid, threads) = if tokens <= WARP_TOKENS {
                 (ExtendKernel::Few(32), 1, 32)
-            } else if tokens <= BLOCK64_TOKENS {
-                (ExtendKernel::Few(64), 1, 64)
             } else if tokens <= SPAN_TOKENS {
                 (ExtendKernel::Few(BLOCK), 1, BLOCK)
             } else {
@@ -1907,8 +1907,10 @@ mod tests {
             ((1025, true, 1025, 1025), (ExtendKernel::Grid, 5, 256)),
             ((1, false, 1, 1), (ExtendKernel::Few(32), 1, 32)),
             ((32, false, 64, 32), (ExtendKernel::Few(32), 1, 32)),
-            ((32, false, 65, 32), (ExtendKernel::Few(64), 1, 64)),
-            ((1, false, 256, 16), (ExtendKernel::Few(64), 1, 64)),
+            // 65-256 tokens of up to 32 requests: 256 threads, not two warps (the
+            // nineteenth session's writers, BENCHMARKS.md).
+            ((32, false, 65, 32), (ExtendKernel::Few(256), 1, 256)),
+            ((1, false, 256, 16), (ExtendKernel::Few(256), 1, 256)),
             ((1, false, 512, 32), (ExtendKernel::Few(256), 1, 256)),
             ((32, false, 512, 64), (ExtendKernel::Few(256), 1, 256)),
             ((1, false, 513, 33), (ExtendKernel::FewBlocks, 2, 256)),
