@@ -14,6 +14,7 @@
 // replays. Page size 16, int64 indices; the pool is reset once, and every case's call is
 // idempotent under replay (it reads one cursor and writes the other).
 #include "../kernels/pool.cu"
+#include "spin.cuh"
 
 #include <algorithm>
 #include <cstdio>
@@ -213,14 +214,6 @@ struct Pool {
 };
 
 // ---- timing -------------------------------------------------------------------------------
-
-__global__ void spin_kernel(unsigned long long ns) {
-  unsigned long long start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (now - start < ns);
-}
 
 double median(std::vector<double> x) {
   std::sort(x.begin(), x.end());

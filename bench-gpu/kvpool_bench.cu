@@ -42,6 +42,7 @@
 #include <vector>
 
 #include "kvpool.h"
+#include "spin.cuh"
 
 namespace {
 
@@ -143,16 +144,6 @@ struct Settings {
 // ---- kernels of the harness -----------------------------------------------------------
 
 __global__ void empty_kernel() {}
-
-// Holds the stream busy so that what is queued behind it is in the queue before the GPU gets
-// to it: the events around it then time the GPU alone, not the host's launch latency.
-__global__ void spin_kernel(unsigned long long ns) {
-  unsigned long long start, now;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
-  do {
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
-  } while (now - start < ns);
-}
 
 // Page ids of the decode outputs of the requests that started a new page, for giving
 // exactly those pages back (a free by index would also free the pages the other requests

@@ -89,6 +89,8 @@ if [[ -n "$BEFORE_REV" ]]; then
     cp target/before/release/libkvpool.so gpu-artifacts/before/lib/libkvpool.so.0.1
     cp "$tree"/include/kvpool.h gpu-artifacts/before/include/
     cp "$tree"/bench-gpu/kvpool_bench.cu gpu-artifacts/before/
+    # (and the headers it includes beside it, in revisions that have them)
+    cp "$tree"/bench-gpu/*.cuh gpu-artifacts/before/ 2>/dev/null || true
     strip --strip-debug gpu-artifacts/before/lib/*
     git worktree remove --force "$tree"
     echo "packed revision $BEFORE_REV into gpu-artifacts/before"
