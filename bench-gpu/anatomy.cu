@@ -347,6 +347,15 @@ int main() {
   for (uint32_t i = 0; i < kPages; ++i) free_host[i] = i + 1;
   DeviceInts free_pages(free_host);
 
+  // After a case's replays: no fault (kvpool's kernels) and every slot as SGLang's index
+  // math gives it.
+  auto verify = [&](const std::string &what, const DeviceInts &out,
+                    const std::vector<long long> &want, bool kvpool) {
+    CHECK(cudaDeviceSynchronize());
+    if (kvpool) pool.expect_no_fault(what.c_str());
+    expect_slots(what.c_str(), out.download(want.size()), want);
+  };
+
   std::vector<Row> rows;
   auto add = [&](std::string name, int warps, std::vector<const char *> points,
                  const std::function<void()> &launch) {
@@ -393,9 +402,7 @@ int main() {
                                                    pages, out_kvp.p);
           });
     }
-    CHECK(cudaDeviceSynchronize());
-    pool.expect_no_fault(shape.c_str());
-    expect_slots((shape + " (kvpool)").c_str(), out_kvp.download(tokens), want);
+    verify(shape + " (kvpool)", out_kvp, want, true);
     const int threads = tokens > 64 ? 256 : 32;
     add(shape + ": the same kernel's body twice in one launch (probes: the second)", threads / 32,
         kExtendPoints, [&] {
@@ -406,16 +413,13 @@ int main() {
             extend_few_twice<32><<<1, 32, 0, s>>>(pool.v, extend_call, prefix.p, seq.p, last.p,
                                                   tokens, pages, out_kvp.p);
         });
-    CHECK(cudaDeviceSynchronize());
-    pool.expect_no_fault(shape.c_str());
-    expect_slots((shape + " (kvpool, twice)").c_str(), out_kvp.download(tokens), want);
+    verify(shape + " (kvpool, twice)", out_kvp, want, true);
     add(shape + ": SGLang's algorithm, 128 threads", 4,
         {"start", "sums in", "part 2 written", "end"}, [&] {
       sglang_extend<128><<<1, 128, 0, s>>>(prefix.p, seq.p, last.p, free_pages.p, out_sgl.p, 1,
                                            kPageSize);
     });
-    CHECK(cudaDeviceSynchronize());
-    expect_slots((shape + " (SGLang's algorithm)").c_str(), out_sgl.download(tokens), want);
+    verify(shape + " (SGLang's algorithm)", out_sgl, want, false);
   }
 
   // A decode of one request starting a page, after an extend of 16 tokens made its prefix:
@@ -428,24 +432,20 @@ int main() {
     CHECK(cudaDeviceSynchronize());
     pool.expect_no_fault("decode's prefix");
     DeviceInts dseq({17}), dlast({31}), out_kvp({-7}), out_sgl({-7});
+    const Call decode_call{9, 1, 0, kvp::OP_ALLOC_DECODE, 4, 0};
+    const std::vector<long long> decode_want = {2 * kPageSize};  // page 2's first slot
     add("decode 1, starting a page: kvp_decode_32_i64", 1,
         {"start", "in", "decided", "written", "end"},
         [&] {
-          kvp_decode_32_i64<<<1, 32, 0, s>>>(pool.v, Call{9, 1, 0, kvp::OP_ALLOC_DECODE, 4, 0},
-                                             nullptr, dseq.p, dlast.p, 1, 1, 1, 1,
-                                             1, out_kvp.p);
+          kvp_decode_32_i64<<<1, 32, 0, s>>>(pool.v, decode_call, nullptr, dseq.p, dlast.p, 1,
+                                             1, 1, 1, 1, out_kvp.p);
         });
-    CHECK(cudaDeviceSynchronize());
-    pool.expect_no_fault("decode");
-    expect_slots("decode (kvpool)", out_kvp.download(1), {2 * kPageSize});
+    verify("decode (kvpool)", out_kvp, decode_want, true);
     add("decode 1, starting a page: the same body twice in one launch (probes: the second)", 1,
         {"start", "in", "decided", "written", "end"}, [&] {
-          decode_twice<<<1, 32, 0, s>>>(pool.v, Call{9, 1, 0, kvp::OP_ALLOC_DECODE, 4, 0}, dseq.p,
-                                        dlast.p, out_kvp.p);
+          decode_twice<<<1, 32, 0, s>>>(pool.v, decode_call, dseq.p, dlast.p, out_kvp.p);
         });
-    CHECK(cudaDeviceSynchronize());
-    pool.expect_no_fault("decode, twice");
-    expect_slots("decode (kvpool, twice)", out_kvp.download(1), {2 * kPageSize});
+    verify("decode (kvpool, twice)", out_kvp, decode_want, true);
     // SGLang's free pages after the prefix's page: page 2 on.
     add("decode 1, starting a page: SGLang's algorithm, 128 threads", 4,
         {"start", "sums in", "end"},
@@ -453,8 +453,7 @@ int main() {
           sglang_decode<128><<<1, 128, 0, s>>>(dseq.p, dlast.p, free_pages.p + 1, out_sgl.p, 1,
                                                kPageSize);
         });
-    CHECK(cudaDeviceSynchronize());
-    expect_slots("decode (SGLang's algorithm)", out_sgl.download(1), {2 * kPageSize});
+    verify("decode (SGLang's algorithm)", out_sgl, decode_want, false);
   }
 
   unsigned long long *rate;
