@@ -163,37 +163,41 @@ __device__ __forceinline__ Offsets request_offsets(Pair own, uint32_t batch,
 }
 
 // The most tokens the host gives one block of BLOCK threads (src/cuda/pool.rs: WARP_TOKENS
-// to one warp, SPAN_TOKENS to 256 threads; 64 threads are no longer launched for extends). A
-// call of more still runs, on the general writers' loop.
+// to one warp, SPAN_TOKENS to 256 threads, also each block of several up to TARGET_BLOCKS;
+// 64 threads are no longer launched for extends). A block of more still runs, on the general
+// writers' loop.
 template <int BLOCK>
 struct FewBlockTokens {
   static constexpr uint32_t value = BLOCK == 32 ? 64 : BLOCK == 64 ? 256 : 512;
 };
 
-// One block: what a writer's tokens (writer, writer + WRITERS, ...) need for their slots but
-// their new pages, worked out before the verdict, so that after the barrier a token costs one
+// What a writer's tokens (the block's first + writer, + WRITERS, ...) need for their slots
+// but their new pages, worked out before the verdict, so that after the barrier a token costs one
 // shared load and its stores. The writers are the warps that do not decide (one warp: it).
 // (The general loop, write_slots, searches each token's request and reads its offsets from
 // shared memory after the barrier: about 950 cycles for the 16 tokens of one request on one
 // warp, with the SM warm: bench-gpu/anatomy.cu, run s19-2. Run s19-9: 1-32 requests of up to
-// 512 tokens 0.63-0.95x the time.)
+// 512 tokens 0.63-0.95x the time. Twentieth session: the several-block kernel too.)
 constexpr uint32_t NO_RANK = ~0u;  // a token of the prefix's partial page (part 1)
 template <uint32_t PER>
 struct OwnTokens {
   long long base[PER];  // part 1: the slot; a new page: the position in the page
-  uint32_t rank[PER];   // a new page's ring rank (of the call's new pages), or NO_RANK
+  uint32_t rank[PER];   // a new page's ring rank, counted from the block's first, or NO_RANK
   uint32_t fill[PER];   // a new page's fill point, set by its first token (position 0)
 };
 
 // From this warp's scan (lane i, request i: `at`, `s`, `ll`), by shuffles: each token's
-// request (the last one starting at or before it), then its place. Values are clamped to 32
-// bits past the plan's total (total_tokens <= FewBlockTokens here): a request they touch
-// makes the call not live, and nothing planned here is used then.
+// request (the last one starting at or before it), then its place. The writer's tokens are
+// t_begin + writer + u * WRITERS, its page ranks counted from page_lo (several blocks: the
+// block's first token and page; one block: 0). Values are clamped to 32 bits past the plan's
+// total (below 2^31 here): a request they touch makes the call not live, and nothing planned
+// here is used then.
 template <uint32_t PER, uint32_t WRITERS, bool POW2>
 __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_t writer,
                                                           uint32_t batch, const Offsets &at,
                                                           const Shape &s, long long ll,
-                                                          unsigned long long total_tokens) {
+                                                          unsigned long long total_tokens,
+                                                          uint32_t t_begin, uint32_t page_lo) {
   const unsigned long long cap = total_tokens + 1;
   const uint32_t my_tok = (uint32_t)min(at.at_tok, cap), my_page = (uint32_t)min(at.at_page, cap);
   const uint32_t my_part1 = (uint32_t)min(s.part1, cap), my_len = (uint32_t)min(s.tokens, cap);
@@ -209,7 +213,7 @@ __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_
                    __shfl_sync(FULL, ll, (int)q)};
   };
   auto place = [&](uint32_t u, const Request &q) {
-    const uint32_t k = writer + u * WRITERS - q.tok;  // the token's place in its request
+    const uint32_t k = t_begin + writer + u * WRITERS - q.tok;  // its place in its request
     if (k < q.part1) {
       own.base[u] = q.last + 1 + (long long)k;
       own.rank[u] = NO_RANK;
@@ -217,7 +221,7 @@ __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_
     } else {
       const uint32_t j = k - q.part1, left = q.len - q.part1 - j;
       own.base[u] = mod_page<POW2>(j, v);
-      own.rank[u] = q.page + div_page<POW2>(j, v);
+      own.rank[u] = q.page + div_page<POW2>(j, v) - page_lo;
       own.fill[u] = left < v.page_size ? left : v.page_size;
     }
   };
@@ -238,7 +242,7 @@ __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_
       for (uint32_t u = 0; u < PER; ++u) {
         const uint32_t c = q[u] + step;
         const uint32_t starts_at = __shfl_sync(FULL, my_tok, (int)(c & 31));
-        if (c < batch && starts_at <= writer + u * WRITERS) q[u] = c;
+        if (c < batch && starts_at <= t_begin + writer + u * WRITERS) q[u] = c;
       }
     }
 #pragma unroll
@@ -306,11 +310,11 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
           (uint32_t)min(div_ps<POW2>((unsigned long long)ll, v), (unsigned long long)v.num_pages);
       word = load_here(&v.state[word_page]);
       filled = tracked ? load_here(&v.fill[word_page]) : 0;
-      if (BLOCK == 32) early.load(v, c, stager);
+      if (BLOCK == 32) early.load(v, c.head, v.num_pages, stager);
       KVP_PROBE(1, word_page + seq + prefix + c.head);
       __syncwarp();
     } else {
-      early.load(v, c, stager);
+      early.load(v, c.head, v.num_pages, stager);
       KVP_PROBE(1, c.head);
     }
   }
@@ -361,28 +365,39 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // Round trip 3, while warp 0 decides: the new pages of this block's tokens, from the ring
   // into shared memory (`live`: they are in the free list, new_pages <= free_len), by the
   // other warps (one warp: by it, before it decides). One block: loaded with round trip 2.
+  // Several: loaded here and stored once the writers have planned their tokens.
   const bool staged = page_hi - page_lo <= STAGE_CAP;
-  if (live && staged && stages) {
-    // (In 32 bits: the stagers' path runs from the scan to the barrier.)
-    if constexpr (GRID) stage_pages<BATCH, STAGERS>(sh.pages, v, c, page_lo, page_hi, stager);
-    else early.stage(sh.pages, v, c, (uint32_t)new_pages, stager);
+  const bool stages_here = live && staged && stages;
+  // (In 32 bits: the stagers' path runs from the scan to the barrier.)
+  const uint32_t page_count = (uint32_t)(page_hi - page_lo);
+  if constexpr (GRID) {
+    if (stages_here) early.load(v, ring_pos(c.head, page_lo, n), min(page_count, n), stager);
+  } else if (stages_here) {
+    early.stage(sh.pages, v, c, 0, (uint32_t)new_pages, stager);
   }
   if constexpr (!GRID) {
     if (!decides) KVP_PROBE(2, early.got[0]);
   }
 
-  // One block, within the host's token cap: the writers plan their tokens while warp 0
+  // Within the host's token cap for a block: the writers plan their tokens while warp 0
   // waits for its words and decides (see OwnTokens). (Warp 0 writing a share too, its
   // planning on its path made 2 requests of 64 tokens 1.13x slower on 64 threads: run s19-3.)
   // Not on 64 threads, where one writer warp would take up to 8 tokens a lane (run s19-5:
-  // 2-8 requests 1.10-1.30x the time): they keep the general loop.
-  constexpr bool PLANS = !GRID && BLOCK != 64;
+  // 2-8 requests 1.10-1.30x the time): they keep the general loop. Several blocks: in 32
+  // bits only (narrow_offsets), and each block's tokens within the cap (the host gives a
+  // block about SPAN_TOKENS, so a block's new pages are staged).
+  constexpr bool PLANS = BLOCK != 64;
   constexpr uint32_t WRITERS = STAGERS;
   constexpr uint32_t PER = PLANS ? (FewBlockTokens<BLOCK>::value + WRITERS - 1) / WRITERS : 1;
-  const bool planned = PLANS && total_tokens <= (unsigned long long)PER * WRITERS;
+  const bool planned = PLANS && t_end - t_begin <= (unsigned long long)PER * WRITERS &&
+                       (!GRID || (staged && narrow_offsets(total_tokens, total_pages)));
   OwnTokens<PER> mine;
   if (planned && stages)
-    mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens);
+    mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens,
+                                               (uint32_t)t_begin, (uint32_t)page_lo);
+  if constexpr (GRID) {
+    if (stages_here) early.stage(sh.pages, v, c, page_lo, page_count, stager);
+  }
 
   long long fill_page = -1;
   unsigned long long fill_to = 0;
@@ -403,12 +418,13 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     // of a new page setting its fill point.
     if (fill_page >= 0) v.fill[fill_page] = fill_word(call.tag, fill_to);
     if (planned) {
-      // (Live: every rank is below new_pages, all staged.)
+      // (Live: every token's page is staged; of several blocks, a rank in [page_lo,
+      // page_hi), the block's.)
       const uint32_t allocated = page_word(KIND_ALLOCATED, call.tag);
 #pragma unroll
       for (uint32_t u = 0; u < PER && stages; ++u) {
-        const uint32_t t = stager + u * WRITERS;
-        if (t >= total_tokens) break;
+        const uint32_t t = (uint32_t)t_begin + stager + u * WRITERS;
+        if (t >= (uint32_t)t_end) break;
         long long slot = mine.base[u];
         if (mine.rank[u] != NO_RANK) {
           const uint32_t page = sh.pages[mine.rank[u]];

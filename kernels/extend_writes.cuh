@@ -48,35 +48,41 @@ __device__ __forceinline__ void stage_pages(uint32_t *pages, const View &v, cons
   }
 }
 
-// The ring's first BATCH x STAGERS pages from the head, loaded as soon as the cursor is in
-// (`load`), before the call's shape is known, and staged once it is (`stage`): a one-block
-// call's new pages are ranks [0, new_pages), so their loads need the cursor alone, and they
-// travel with the deciding warp's loads instead of a round trip after the requests' scan.
-// Reading ring entries past the free list is harmless (nothing uses them); positions are
-// kept below num_pages (a small pool), where ranks of a live call always are.
+// BATCH x STAGERS pages of the ring from ring position `first`, loaded before they are
+// staged (`load`, then `stage`), so that other work runs while they are in flight. One
+// block: the ring's first pages from the head, loaded as soon as the cursor is in, before
+// the call's shape is known (its new pages are ranks [0, new_pages)): they travel with the
+// deciding warp's loads instead of a round trip after the requests' scan. Several blocks:
+// the block's pages, from the rank of its first new page, loaded before the writers plan
+// their tokens. Reading ring entries past the free list is harmless (nothing uses them);
+// positions are kept below num_pages (a small pool), where ranks of a live call always are.
 template <uint32_t BATCH, uint32_t STAGERS>
 struct EarlyRing {
   static constexpr uint32_t SPAN = BATCH * STAGERS;
   uint32_t got[BATCH];
 
-  __device__ __forceinline__ void load(const View &v, const Cursor &c, uint32_t me) {
-    const uint32_t n = v.num_pages, to_end = n - c.head;
+  // The pages at positions first + q for q < limit (at most num_pages).
+  __device__ __forceinline__ void load(const View &v, uint32_t first, uint32_t limit,
+                                       uint32_t me) {
+    const uint32_t to_end = v.num_pages - first;
 #pragma unroll
     for (uint32_t u = 0; u < BATCH; ++u) {
       const uint32_t q = me + u * STAGERS;
-      got[u] = q < n ? v.ring[q < to_end ? c.head + q : q - to_end] : 0;
+      got[u] = q < limit ? v.ring[q < to_end ? first + q : q - to_end] : 0;
     }
   }
 
-  // Ranks [0, count) into `pages`: the loaded ones, then the rest from the ring.
+  // Ranks [from, from + count) into `pages` (from its start): the loaded ones (`load` from
+  // the ring position of rank `from`), then the rest from the ring.
   __device__ __forceinline__ void stage(uint32_t *pages, const View &v, const Cursor &c,
-                                        uint32_t count, uint32_t me) const {
+                                        unsigned long long from, uint32_t count,
+                                        uint32_t me) const {
 #pragma unroll
     for (uint32_t u = 0; u < BATCH; ++u) {
       const uint32_t q = me + u * STAGERS;
       if (q < count) pages[q] = got[u];
     }
-    if (count > SPAN) stage_pages<BATCH, STAGERS>(pages, v, c, 0, count, me, SPAN);
+    if (count > SPAN) stage_pages<BATCH, STAGERS>(pages, v, c, from, from + count, me, SPAN);
   }
 };
 
