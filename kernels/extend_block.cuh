@@ -121,6 +121,28 @@ __device__ __forceinline__ Pair after_loads(Pair x, unsigned long long (*slot)[2
   return Pair{s[0], s[1]};
 }
 
+// Several blocks: this thread's tokens of the block's range [t_begin, t_end) planned (see
+// OwnTokens) from the offsets the block published in `sh`, each token's request searched on
+// from the one holding the block's first token (`first`).
+template <uint32_t PER, int BLOCK, bool POW2, typename Shared>
+__device__ __forceinline__ OwnTokens<PER> plan_block_tokens(const Shared &sh, const View &v,
+                                                            uint32_t batch, uint32_t first,
+                                                            uint32_t t_begin, uint32_t t_end,
+                                                            uint32_t page_lo) {
+  OwnTokens<PER> own;
+  uint32_t q = first;
+#pragma unroll
+  for (uint32_t u = 0; u < PER; ++u) {
+    const uint32_t t = t_begin + threadIdx.x + u * BLOCK;
+    if (t >= t_end) break;
+    q = request_of(sh.tok_off, batch, q, t);
+    const uint32_t tok = (uint32_t)sh.tok_off[q];
+    own.template place<POW2>(u, t - tok, (uint32_t)sh.part1[q], (uint32_t)sh.tok_off[q + 1] - tok,
+                             (uint32_t)sh.page_off[q], sh.last[q], page_lo, v);
+  }
+  return own;
+}
+
 // ROWS: an allocation by request row (alloc_extend_rows / alloc_decode_rows) in this one
 // kernel: `tab.rows` checked (in the table, each row once: a second shared table; seq within
 // row_len), last_loc read from the table (`last_loc` unused), the slots written into the rows
@@ -291,8 +313,24 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     first = sh.stage_first;
   }
   const bool staged = page_hi - page_lo <= STAGE_CAP;
-  // Four loads in flight per thread before any is used.
-  if (live && staged) stage_pages<4, BLOCK>(pages, v, c, page_lo, page_hi, r);
+  // Several blocks, each within the host's tokens for a block, in 32 bits (not by rows): every
+  // thread plans its tokens while the block's new pages are in flight (see OwnTokens).
+  constexpr bool PLANS = GRID && !ROWS;
+  constexpr uint32_t PLAN_PER = PLANS ? (SPAN_TOKENS + BLOCK - 1) / BLOCK : 1;
+  const bool planned = PLANS && live && staged && t_end - t_begin <= PLAN_PER * BLOCK &&
+                       narrow_offsets(total_tokens, total_pages);
+  OwnTokens<PLAN_PER> mine;
+  if (planned) {
+    // Four loads in flight per thread before any is used (as stage_pages).
+    EarlyRing<4, BLOCK> ring;
+    const uint32_t count = (uint32_t)(page_hi - page_lo);
+    ring.load(v, ring_pos(c.head, page_lo, n), min(count, n), r);
+    mine = plan_block_tokens<PLAN_PER, BLOCK, POW2>(sh, v, batch, first, (uint32_t)t_begin,
+                                                    (uint32_t)t_end, (uint32_t)page_lo);
+    ring.stage(pages, v, c, page_lo, count, r);
+  } else if (live && staged) {
+    stage_pages<4, BLOCK>(pages, v, c, page_lo, page_hi, r);
+  }
 
   // The same rules as check_last_loc; a page another request of the call continues is found
   // through the table. (A fill word tagged by this very call is a replay of a captured call
@@ -381,9 +419,12 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
       }
     }
     // (A one-block call's t_end is the plan's total, which the device's equals here.)
-    write_call_slots<BLOCK, true, GRID, POW2, ROWS>(sh, v, call, c, batch, staged, page_lo,
-                                                    first, t_begin, t_end, total_tokens,
-                                                    total_pages, out, tab);
+    if (planned)
+      mine.template write<BLOCK>(pages, v, call, (uint32_t)t_begin, (uint32_t)t_end, r, out);
+    else
+      write_call_slots<BLOCK, true, GRID, POW2, ROWS>(sh, v, call, c, batch, staged, page_lo,
+                                                      first, t_begin, t_end, total_tokens,
+                                                      total_pages, out, tab);
   } else if (!ROWS || out != nullptr) {
     // Dead, short or failed: the plan's whole output is the padding slot.
     for (unsigned long long t = t_begin + r; t < t_end; t += BLOCK) out[t] = 0;

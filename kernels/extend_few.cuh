@@ -168,22 +168,7 @@ __device__ __forceinline__ Offsets request_offsets(Pair own, uint32_t batch,
 // writers' loop.
 template <int BLOCK>
 struct FewBlockTokens {
-  static constexpr uint32_t value = BLOCK == 32 ? 64 : BLOCK == 64 ? 256 : 512;
-};
-
-// What a writer's tokens (the block's first + writer, + WRITERS, ...) need for their slots
-// but their new pages, worked out before the verdict, so that after the barrier a token costs one
-// shared load and its stores. The writers are the warps that do not decide (one warp: it).
-// (The general loop, write_slots, searches each token's request and reads its offsets from
-// shared memory after the barrier: about 950 cycles for the 16 tokens of one request on one
-// warp, with the SM warm: bench-gpu/anatomy.cu, run s19-2. Run s19-9: 1-32 requests of up to
-// 512 tokens 0.63-0.95x the time. Twentieth session: the several-block kernel too.)
-constexpr uint32_t NO_RANK = ~0u;  // a token of the prefix's partial page (part 1)
-template <uint32_t PER>
-struct OwnTokens {
-  long long base[PER];  // part 1: the slot; a new page: the position in the page
-  uint32_t rank[PER];   // a new page's ring rank, counted from the block's first, or NO_RANK
-  uint32_t fill[PER];   // a new page's fill point, set by its first token (position 0)
+  static constexpr uint32_t value = BLOCK == 32 ? 64 : BLOCK == 64 ? 256 : SPAN_TOKENS;
 };
 
 // From this warp's scan (lane i, request i: `at`, `s`, `ll`), by shuffles: each token's
@@ -213,17 +198,8 @@ __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_
                    __shfl_sync(FULL, ll, (int)q)};
   };
   auto place = [&](uint32_t u, const Request &q) {
-    const uint32_t k = t_begin + writer + u * WRITERS - q.tok;  // its place in its request
-    if (k < q.part1) {
-      own.base[u] = q.last + 1 + (long long)k;
-      own.rank[u] = NO_RANK;
-      own.fill[u] = 0;
-    } else {
-      const uint32_t j = k - q.part1, left = q.len - q.part1 - j;
-      own.base[u] = mod_page<POW2>(j, v);
-      own.rank[u] = q.page + div_page<POW2>(j, v) - page_lo;
-      own.fill[u] = left < v.page_size ? left : v.page_size;
-    }
+    own.template place<POW2>(u, t_begin + writer + u * WRITERS - q.tok, q.part1, q.len, q.page,
+                             q.last, page_lo, v);
   };
   // (Branches uniform: every lane shuffles.) One request: one set of shuffles, from lane 0,
   // for every token. Several: the searches of all the thread's tokens step by step
@@ -420,22 +396,9 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     if (planned) {
       // (Live: every token's page is staged; of several blocks, a rank in [page_lo,
       // page_hi), the block's.)
-      const uint32_t allocated = page_word(KIND_ALLOCATED, call.tag);
-#pragma unroll
-      for (uint32_t u = 0; u < PER && stages; ++u) {
-        const uint32_t t = (uint32_t)t_begin + stager + u * WRITERS;
-        if (t >= (uint32_t)t_end) break;
-        long long slot = mine.base[u];
-        if (mine.rank[u] != NO_RANK) {
-          const uint32_t page = sh.pages[mine.rank[u]];
-          slot += (long long)page * v.page_size;
-          if (mine.base[u] == 0) {
-            v.state[page] = allocated;
-            if (tracked) v.fill[page] = fill_word(call.tag, mine.fill[u]);
-          }
-        }
-        out[t] = (Index)slot;
-      }
+      if (stages)
+        mine.template write<WRITERS>(sh.pages, v, call, (uint32_t)t_begin, (uint32_t)t_end,
+                                     stager, out);
     } else {
       if constexpr (!GRID) {
         for (unsigned long long k = r; k < new_pages; k += BLOCK) {

@@ -86,6 +86,70 @@ struct EarlyRing {
   }
 };
 
+// The most tokens the host gives each block of a several-block extend kernel (src/cuda/pool.rs:
+// SPAN_TOKENS, up to TARGET_BLOCKS blocks; past that a block takes more, on the general loop).
+constexpr uint32_t SPAN_TOKENS = 512;
+
+// A thread's tokens of a block's range (the block's first + me, + STRIDE, ...): what each
+// needs for its slot but its new page, worked out before the verdict (`place`), so that
+// after the barrier a token costs one shared load and its stores (`write`). In 32 bits: the
+// kernels plan only calls whose offsets are narrow (narrow_offsets). (The general loop,
+// write_slots, searches each token's request and reads its offsets from shared memory after
+// the barrier: about 950 cycles for the 16 tokens of one request on one warp, with the SM
+// warm: bench-gpu/anatomy.cu, run s19-2. Run s19-9, extend_few's one-block kernels: 1-32
+// requests of up to 512 tokens 0.63-0.95x the time.)
+constexpr uint32_t NO_RANK = ~0u;  // a token of the prefix's partial page (part 1)
+template <uint32_t PER>
+struct OwnTokens {
+  long long base[PER];  // part 1: the slot; a new page: the position in the page
+  uint32_t rank[PER];   // a new page's ring rank, counted from the block's first, or NO_RANK
+  uint32_t fill[PER];   // a new page's fill point, set by its first token (position 0)
+
+  // Token u is the k-th of a request of `len` tokens, `part1` of them into the prefix's
+  // partial page (after `last`, its last_loc), its new pages from ring rank `page`; the
+  // block's new pages start at rank `page_lo`.
+  template <bool POW2>
+  __device__ __forceinline__ void place(uint32_t u, uint32_t k, uint32_t part1, uint32_t len,
+                                        uint32_t page, long long last, uint32_t page_lo,
+                                        const View &v) {
+    if (k < part1) {
+      base[u] = last + 1 + (long long)k;
+      rank[u] = NO_RANK;
+      fill[u] = 0;
+    } else {
+      const uint32_t j = k - part1, left = len - part1 - j;
+      base[u] = mod_page<POW2>(j, v);
+      rank[u] = page + div_page<POW2>(j, v) - page_lo;
+      fill[u] = left < v.page_size ? left : v.page_size;
+    }
+  }
+
+  // After the verdict, the call taking effect: each planned token below t_end gets its slot
+  // from the staged `pages`; a new page's first token makes the page allocated and sets its
+  // fill point.
+  template <uint32_t STRIDE, typename Index>
+  __device__ __forceinline__ void write(const uint32_t *pages, const View &v, const Call &call,
+                                        uint32_t first, uint32_t t_end, uint32_t me,
+                                        Index *out) const {
+    const uint32_t allocated = page_word(KIND_ALLOCATED, call.tag);
+#pragma unroll
+    for (uint32_t u = 0; u < PER; ++u) {
+      const uint32_t t = first + me + u * STRIDE;
+      if (t >= t_end) break;
+      long long slot = base[u];
+      if (rank[u] != NO_RANK) {
+        const uint32_t page = pages[rank[u]];
+        slot += (long long)page * v.page_size;
+        if (base[u] == 0) {
+          v.state[page] = allocated;
+          if (v.page_size > 1) v.fill[page] = fill_word(call.tag, fill[u]);
+        }
+      }
+      out[t] = (Index)slot;
+    }
+  }
+};
+
 // Whether write_slots may count in 32 bits: every token and page offset of the plan, and a
 // thread's last token position plus the block's width, fit.
 __device__ __forceinline__ bool narrow_offsets(unsigned long long total_tokens,
