@@ -163,12 +163,12 @@ __device__ __forceinline__ Offsets request_offsets(Pair own, uint32_t batch,
 }
 
 // The most tokens the host gives one block of BLOCK threads (src/cuda/pool.rs: WARP_TOKENS
-// to one warp, SPAN_TOKENS to 256 threads, also each block of several up to TARGET_BLOCKS;
-// 64 threads are no longer launched for extends). A block of more still runs, on the general
-// writers' loop.
+// to one warp, SPAN_TOKENS to 256 threads, also to each block of several up to
+// TARGET_BLOCKS). A block of more still runs, on the general writers' loop.
 template <int BLOCK>
 struct FewBlockTokens {
-  static constexpr uint32_t value = BLOCK == 32 ? 64 : BLOCK == 64 ? 256 : SPAN_TOKENS;
+  static_assert(BLOCK == 32 || BLOCK == 256, "extend_few runs on one warp or 256 threads");
+  static constexpr uint32_t value = BLOCK == 32 ? 64 : SPAN_TOKENS;
 };
 
 // From this warp's scan (lane i, request i: `at`, `s`, `ll`), by shuffles: each token's
@@ -357,15 +357,14 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
 
   // Within the host's token cap for a block: the writers plan their tokens while warp 0
   // waits for its words and decides (see OwnTokens). (Warp 0 writing a share too, its
-  // planning on its path made 2 requests of 64 tokens 1.13x slower on 64 threads: run s19-3.)
-  // Not on 64 threads, where one writer warp would take up to 8 tokens a lane (run s19-5:
-  // 2-8 requests 1.10-1.30x the time): they keep the general loop. Several blocks: in 32
-  // bits only (narrow_offsets), and each block's tokens within the cap (the host gives a
-  // block about SPAN_TOKENS, so a block's new pages are staged).
-  constexpr bool PLANS = BLOCK != 64;
+  // planning on its path made 2 requests of 64 tokens 1.13x slower on 64 threads: run s19-3;
+  // on 64 threads, one writer warp planning up to 8 tokens a lane made 2-8 requests
+  // 1.10-1.30x slower: run s19-5, and 65-256 tokens went to 256 threads.) Several blocks: in
+  // 32 bits only (narrow_offsets), and each block's tokens within the cap (the host gives a
+  // block about SPAN_TOKENS, so its new pages are staged).
   constexpr uint32_t WRITERS = STAGERS;
-  constexpr uint32_t PER = PLANS ? (FewBlockTokens<BLOCK>::value + WRITERS - 1) / WRITERS : 1;
-  const bool planned = PLANS && t_end - t_begin <= (unsigned long long)PER * WRITERS &&
+  constexpr uint32_t PER = (FewBlockTokens<BLOCK>::value + WRITERS - 1) / WRITERS;
+  const bool planned = t_end - t_begin <= (unsigned long long)PER * WRITERS &&
                        (!GRID || (staged && narrow_offsets(total_tokens, total_pages)));
   OwnTokens<PER> mine;
   if (planned && stages)

@@ -56,7 +56,7 @@ const SORT_CAP: u64 = 4096;
 /// writes: one warp (`FEW_THREADS`) for up to `WARP_TOKENS` tokens, 256 threads for up to
 /// `SPAN_TOKENS` (since the writers plan their tokens before the verdict, 65-256 tokens take
 /// 0.63-0.91x the time they took on two warps: BENCHMARKS.md, nineteenth session; the
-/// two-warp `kvp_extend_few_64_*` is no longer launched), else several blocks of 256 of
+/// two-warp kernel is gone since the twentieth), else several blocks of 256 of
 /// about `SPAN_TOKENS` tokens each (at most `TARGET_BLOCKS`; two blocks of 512 tokens take
 /// 0.80-0.90x the time of one block of 1,024: BENCHMARKS.md, sixteenth session). A larger
 /// extend runs a request a thread: on two warps (`kvp_extend_block64_*`) for up to 64
@@ -73,7 +73,7 @@ pub(super) const DECODE_THREADS: [u32; 6] = [32, 64, 128, 256, 512, 1024];
 /// slots at a time).
 const MAX_DEVICE_PAGE_SIZE: u32 = 1 << 31;
 /// The one-block `kvp_extend_few_{N}_*` kernels, by threads (`few_slot`).
-pub(super) const FEW_THREADS: [u32; 3] = [32, 64, BLOCK];
+pub(super) const FEW_THREADS: [u32; 2] = [32, BLOCK];
 const DECODE_BATCH: usize = 1024;
 const WARP_BATCH: usize = 32;
 const WARP_TOKENS: u64 = 64;
@@ -121,8 +121,7 @@ impl ExtendKernel {
 pub(super) fn few_slot(threads: u32) -> usize {
     match threads {
         32 => 0,
-        64 => 1,
-        _ => 2,
+        _ => 1,
     }
 }
 

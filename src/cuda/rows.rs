@@ -259,7 +259,7 @@ impl DevicePool {
         let one_kernel = match kernel {
             // An extend_few shape runs on the rows kernel of the same grid and threads.
             ExtendKernel::Few(32) => Some(typed.extend_warp_rows),
-            ExtendKernel::Block64 | ExtendKernel::Few(64) => Some(typed.extend_block64_rows),
+            ExtendKernel::Block64 => Some(typed.extend_block64_rows),
             ExtendKernel::Block | ExtendKernel::Few(_) => Some(typed.extend_block_rows),
             ExtendKernel::Blocks | ExtendKernel::FewBlocks => Some(typed.extend_blocks_rows),
             ExtendKernel::Decode(threads) => Some(typed.decode_rows[decode_slot(threads)]),
