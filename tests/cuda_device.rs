@@ -1155,6 +1155,13 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
                 for _ in 0..rng.range(0, 6) {
                     batch.push((0, rng.range(1, 40) as i64, -1, None));
                 }
+                // Now and then a burst of short fresh requests, so that batches of more than
+                // 32 requests (kvp_extend_blocks_*) come up at every page size.
+                if rows.len() < 100 && rng.chance(40) {
+                    for _ in 0..rng.range(30, 50) {
+                        batch.push((0, rng.range(1, 40) as i64, -1, None));
+                    }
+                }
                 // Shuffle, so that continuations land in any block's tokens.
                 rng.shuffle(&mut batch);
                 // An empty request on a page another request continues.
@@ -1238,8 +1245,9 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
          with a sharer accepted, {refused} refused"
     );
     assert!(
-        sharers_accepted > 0 && refused > 0 && few > 0,
-        "{sharers_accepted} sharers, {refused} refusals, {few} batches of at most 32"
+        sharers_accepted > 0 && refused > 0 && few > 0 && more > 0,
+        "{sharers_accepted} sharers, {refused} refusals, {few} batches of at most 32, {more} \
+         larger"
     );
 }
 
