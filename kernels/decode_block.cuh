@@ -139,9 +139,8 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   // new_pages <= free_len when live; else the ring's head stands in).
   //
   // One warp issues them as soon as round trip 1 is in: the words at an address from
-  // last_loc alone, its page clamped into the page map (num_pages + 1 words), which is the
-  // prefix page wherever the words are used (a checked last_loc lies in pages
-  // 1..num_pages), and with them the ring's first 32 pages from the head, one a lane (the
+  // last_loc alone (load_page_words), and with them the ring's first 32 pages from the
+  // head, one a lane (the
   // address needs the cursor alone; a starting request takes the page of its rank by a
   // shuffle, not a load after the ranks; entries past the free list are read and left
   // unused). Run s18-3: 1-32 requests 0.96-0.99x the time. A block of several loads the
@@ -151,12 +150,11 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   uint32_t word = 0, ring_early = 0;
   unsigned long long filled = 0;
   if constexpr (WARP) {
-    const uint32_t word_page =
-        (uint32_t)min(div_ps<POW2>((unsigned long long)ll, v), (unsigned long long)v.num_pages);
-    word = load_here(&v.state[word_page]);
-    filled = tracked ? load_here(&v.fill[word_page]) : 0;
+    const PageWords words = load_page_words<POW2>(ll, v);
+    word = words.word;
+    filled = words.filled;
     ring_early = r < v.num_pages ? load_here(&v.ring[ring_pos(c.head, r, v.num_pages)]) : 0;
-    KVP_PROBE(1, word_page + seq + c.head);
+    KVP_PROBE(1, words.page + seq + c.head);
     // A faulted pool (one load: the same in every lane): the plan's whole output is the
     // padding slot, the cursor carried over. Apart, so that ptxas issues the loads above
     // before the checks below, which it otherwise schedules first (the block boundary keeps

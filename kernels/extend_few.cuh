@@ -282,12 +282,11 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   unsigned long long filled = 0;
   if constexpr (!GRID) {
     if (decides) {
-      const uint32_t word_page =
-          (uint32_t)min(div_ps<POW2>((unsigned long long)ll, v), (unsigned long long)v.num_pages);
-      word = load_here(&v.state[word_page]);
-      filled = tracked ? load_here(&v.fill[word_page]) : 0;
+      const PageWords words = load_page_words<POW2>(ll, v);
+      word = words.word;
+      filled = words.filled;
       if (BLOCK == 32) early.load(v, c.head, v.num_pages, stager);
-      KVP_PROBE(1, word_page + seq + prefix + c.head);
+      KVP_PROBE(1, words.page + seq + prefix + c.head);
       __syncwarp();
     } else {
       early.load(v, c.head, v.num_pages, stager);

@@ -279,6 +279,22 @@ __device__ __forceinline__ unsigned long long load_here(const unsigned long long
   return x;
 }
 
+// The page words a one-warp check of last_loc reads, issued as soon as last_loc is in: at
+// last_loc's page clamped into the page map (num_pages + 1 words), which is the prefix page
+// wherever the words are used (a checked last_loc lies in pages 1..num_pages), so the
+// address needs no check first. `filled` only where fill points are tracked.
+struct PageWords {
+  uint32_t page, word;
+  unsigned long long filled;
+};
+template <bool POW2>
+__device__ __forceinline__ PageWords load_page_words(long long last_loc, const View &v) {
+  const uint32_t page = (uint32_t)min(div_ps<POW2>((unsigned long long)last_loc, v),
+                                      (unsigned long long)v.num_pages);
+  return PageWords{page, load_here(&v.state[page]),
+                   v.page_size > 1 ? load_here(&v.fill[page]) : 0ull};
+}
+
 // Timing probes (bench-gpu/anatomy.cu compiles the kernels with KVP_PROBES, run.sh anatomy):
 // lane 0 of each warp of block 0 records the SM clock at `point` once `dep` is computed, so
 // a phase's cycles can be read off one launch. Without KVP_PROBES a probe is nothing (its
