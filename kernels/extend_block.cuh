@@ -121,9 +121,9 @@ __device__ __forceinline__ Pair after_loads(Pair x, unsigned long long (*slot)[2
   return Pair{s[0], s[1]};
 }
 
-// Several blocks: this thread's tokens of the block's range [t_begin, t_end) planned (see
-// OwnTokens) from the offsets the block published in `sh`, each token's request searched on
-// from the one holding the block's first token (`first`).
+// This thread's tokens of the block's range [t_begin, t_end) planned (see OwnTokens) from
+// the offsets the block published in `sh`, each token's request searched on from the one
+// holding the block's first token (`first`; one block: request 0).
 template <uint32_t PER, int BLOCK, bool POW2, typename Shared>
 __device__ __forceinline__ OwnTokens<PER> plan_block_tokens(const Shared &sh, const View &v,
                                                             uint32_t batch, uint32_t first,
@@ -313,18 +313,22 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     first = sh.stage_first;
   }
   const bool staged = page_hi - page_lo <= STAGE_CAP;
-  // Several blocks, each within the host's tokens for a block, in 32 bits (not by rows): every
-  // thread plans its tokens while the block's new pages are in flight (see OwnTokens).
-  constexpr bool PLANS = GRID && !ROWS;
-  constexpr uint32_t PLAN_PER = PLANS ? (SPAN_TOKENS + BLOCK - 1) / BLOCK : 1;
+  // Within the host's tokens for a block (one block: 4 a thread, BLOCK_TOKENS or
+  // BLOCK64_TOKENS in src/cuda/pool.rs; several: SPAN_TOKENS each), in 32 bits, not by rows:
+  // every thread plans its tokens while the block's new pages are in flight (see OwnTokens).
+  // One block publishes the requests' offsets by a barrier of its own (several: the one
+  // above).
+  constexpr bool PLANS = !ROWS;
+  constexpr uint32_t PLAN_PER = !PLANS ? 1 : GRID ? (SPAN_TOKENS + BLOCK - 1) / BLOCK : 4;
   const bool planned = PLANS && live && staged && t_end - t_begin <= PLAN_PER * BLOCK &&
                        narrow_offsets(total_tokens, total_pages);
   OwnTokens<PLAN_PER> mine;
-  if (planned) {
+  if (planned) {  // (uniform: totals, cursor and fault are the block's)
     // Four loads in flight per thread before any is used (as stage_pages).
     EarlyRing<4, BLOCK> ring;
     const uint32_t count = (uint32_t)(page_hi - page_lo);
     ring.load(v, ring_pos(c.head, page_lo, n), min(count, n), r);
+    if constexpr (!GRID) __syncthreads();
     mine = plan_block_tokens<PLAN_PER, BLOCK, POW2>(sh, v, batch, first, (uint32_t)t_begin,
                                                     (uint32_t)t_end, (uint32_t)page_lo);
     ring.stage(pages, v, c, page_lo, count, r);
@@ -403,10 +407,11 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
 
   if (live && !failed) {
     // Round trip 3: only writes (GRID: each by the block whose tokens it concerns). New
-    // pages become allocated (GRID: at their first token); continued pages move their fill
-    // points; every token gets its slot, the first token of a new page setting its fill point.
+    // pages become allocated (GRID or planned: at their first token); continued pages move
+    // their fill points; every token gets its slot, the first token of a new page setting
+    // its fill point.
     if constexpr (!GRID) {
-      for (uint32_t k = r; k < new_pages; k += BLOCK) {
+      for (uint32_t k = r; k < new_pages && !planned; k += BLOCK) {
         const uint32_t page = staged ? pages[k] : v.ring[ring_pos(c.head, k, n)];
         v.state[page] = page_word(KIND_ALLOCATED, call.tag);
       }
