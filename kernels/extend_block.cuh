@@ -313,13 +313,13 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     first = sh.stage_first;
   }
   const bool staged = page_hi - page_lo <= STAGE_CAP;
-  // Within the host's tokens for a block (one block: 4 a thread, BLOCK_TOKENS or
+  // Within the host's tokens for a block (one block: 2 a thread, BLOCK_TOKENS or
   // BLOCK64_TOKENS in src/cuda/pool.rs; several: SPAN_TOKENS each), in 32 bits, not by rows:
   // every thread plans its tokens while the block's new pages are in flight (see OwnTokens).
   // One block publishes the requests' offsets by a barrier of its own (several: the one
   // above).
   constexpr bool PLANS = !ROWS;
-  constexpr uint32_t PLAN_PER = !PLANS ? 1 : GRID ? (SPAN_TOKENS + BLOCK - 1) / BLOCK : 4;
+  constexpr uint32_t PLAN_PER = !PLANS ? 1 : GRID ? (SPAN_TOKENS + BLOCK - 1) / BLOCK : 2;
   const bool planned = PLANS && live && staged && t_end - t_begin <= PLAN_PER * BLOCK &&
                        narrow_offsets(total_tokens, total_pages);
   OwnTokens<PLAN_PER> mine;
@@ -328,7 +328,10 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     EarlyRing<4, BLOCK> ring;
     const uint32_t count = (uint32_t)(page_hi - page_lo);
     ring.load(v, ring_pos(c.head, page_lo, n), min(count, n), r);
-    if constexpr (!GRID) __syncthreads();
+    // (Several blocks: a warp barrier, no instruction, keeps the loads ahead of the
+    // planning, as in extend_block's round trip 1.)
+    if constexpr (GRID) __syncwarp();
+    else __syncthreads();
     mine = plan_block_tokens<PLAN_PER, BLOCK, POW2>(sh, v, batch, first, (uint32_t)t_begin,
                                                     (uint32_t)t_end, (uint32_t)page_lo);
     ring.stage(pages, v, c, page_lo, count, r);

@@ -347,6 +347,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   const uint32_t page_count = (uint32_t)(page_hi - page_lo);
   if constexpr (GRID) {
     if (stages_here) early.load(v, ring_pos(c.head, page_lo, n), min(page_count, n), stager);
+    __syncwarp();  // keeps the loads ahead of the planning below
   } else if (stages_here) {
     early.stage(sh.pages, v, c, 0, (uint32_t)new_pages, stager);
   }

@@ -77,8 +77,8 @@ pub(super) const FEW_THREADS: [u32; 2] = [32, BLOCK];
 const DECODE_BATCH: usize = 1024;
 const WARP_BATCH: usize = 32;
 const WARP_TOKENS: u64 = 64;
-const BLOCK_TOKENS: u64 = 1024;
-const BLOCK64_TOKENS: u64 = 256;
+const BLOCK_TOKENS: u64 = 512;
+const BLOCK64_TOKENS: u64 = 128;
 const SPAN_TOKENS: u64 = 512;
 
 /// The allocation kernel that serves a batch (`extend_shape`).
@@ -1915,11 +1915,15 @@ mod tests {
             ((1, false, 513, 33), (ExtendKernel::FewBlocks, 2, 256)),
             ((32, false, 1024, 64), (ExtendKernel::FewBlocks, 2, 256)),
             ((32, false, 1025, 65), (ExtendKernel::FewBlocks, 3, 256)),
+            // Past 32 requests, two tokens a thread at most in one block (the twentieth
+            // session's measurements, BENCHMARKS.md).
             ((33, false, 33, 33), (ExtendKernel::Block64, 1, 64)),
-            ((64, false, 256, 64), (ExtendKernel::Block64, 1, 64)),
+            ((64, false, 128, 64), (ExtendKernel::Block64, 1, 64)),
+            ((64, false, 129, 64), (ExtendKernel::Block, 1, 256)),
             ((65, false, 65, 65), (ExtendKernel::Block, 1, 256)),
             ((40, false, 257, 257), (ExtendKernel::Block, 1, 256)),
-            ((200, false, 1024, 1024), (ExtendKernel::Block, 1, 256)),
+            ((200, false, 512, 512), (ExtendKernel::Block, 1, 256)),
+            ((200, false, 513, 513), (ExtendKernel::Blocks, 2, 256)),
             ((200, false, 1025, 1025), (ExtendKernel::Blocks, 3, 256)),
             (
                 (256, false, 1 << 17, 1 << 13),
