@@ -364,8 +364,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // block about SPAN_TOKENS, so its new pages are staged).
   constexpr uint32_t WRITERS = STAGERS;
   constexpr uint32_t PER = (FewBlockTokens<BLOCK>::value + WRITERS - 1) / WRITERS;
-  const bool planned = t_end - t_begin <= (unsigned long long)PER * WRITERS &&
-                       (!GRID || (staged && narrow_offsets(total_tokens, total_pages)));
+  const bool planned = !GRID && t_end - t_begin <= (unsigned long long)PER * WRITERS;
   OwnTokens<PER> mine;
   if (planned && stages)
     mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens,
