@@ -163,26 +163,24 @@ __device__ __forceinline__ Offsets request_offsets(Pair own, uint32_t batch,
 }
 
 // The most tokens the host gives one block of BLOCK threads (src/cuda/pool.rs: WARP_TOKENS
-// to one warp, SPAN_TOKENS to 256 threads, also to each block of several up to
-// TARGET_BLOCKS). A block of more still runs, on the general writers' loop.
+// to one warp, SPAN_TOKENS to 256 threads). A call of more still runs, on the general
+// writers' loop.
 template <int BLOCK>
 struct FewBlockTokens {
   static_assert(BLOCK == 32 || BLOCK == 256, "extend_few runs on one warp or 256 threads");
   static constexpr uint32_t value = BLOCK == 32 ? 64 : SPAN_TOKENS;
 };
 
-// From this warp's scan (lane i, request i: `at`, `s`, `ll`), by shuffles: each token's
-// request (the last one starting at or before it), then its place. The writer's tokens are
-// t_begin + writer + u * WRITERS, its page ranks counted from page_lo (several blocks: the
-// block's first token and page; one block: 0). Values are clamped to 32 bits past the plan's
-// total (below 2^31 here): a request they touch makes the call not live, and nothing planned
-// here is used then.
+// One block: from this warp's scan (lane i, request i: `at`, `s`, `ll`), by shuffles, the
+// request of each of the writer's tokens (writer, writer + WRITERS, ...: the last request
+// starting at or before it), then its place. Values are clamped to 32 bits past the plan's
+// total (total_tokens <= FewBlockTokens here): a request they touch makes the call not live,
+// and nothing planned here is used then.
 template <uint32_t PER, uint32_t WRITERS, bool POW2>
 __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_t writer,
                                                           uint32_t batch, const Offsets &at,
                                                           const Shape &s, long long ll,
-                                                          unsigned long long total_tokens,
-                                                          uint32_t t_begin, uint32_t page_lo) {
+                                                          unsigned long long total_tokens) {
   const unsigned long long cap = total_tokens + 1;
   const uint32_t my_tok = (uint32_t)min(at.at_tok, cap), my_page = (uint32_t)min(at.at_page, cap);
   const uint32_t my_part1 = (uint32_t)min(s.part1, cap), my_len = (uint32_t)min(s.tokens, cap);
@@ -198,8 +196,8 @@ __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_
                    __shfl_sync(FULL, ll, (int)q)};
   };
   auto place = [&](uint32_t u, const Request &q) {
-    own.template place<POW2>(u, t_begin + writer + u * WRITERS - q.tok, q.part1, q.len, q.page,
-                             q.last, page_lo, v);
+    own.template place<POW2>(u, writer + u * WRITERS - q.tok, q.part1, q.len, q.page, q.last, 0,
+                             v);
   };
   // (Branches uniform: every lane shuffles.) One request: one set of shuffles, from lane 0,
   // for every token. Several: the searches of all the thread's tokens step by step
@@ -218,7 +216,7 @@ __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_
       for (uint32_t u = 0; u < PER; ++u) {
         const uint32_t c = q[u] + step;
         const uint32_t starts_at = __shfl_sync(FULL, my_tok, (int)(c & 31));
-        if (c < batch && starts_at <= t_begin + writer + u * WRITERS) q[u] = c;
+        if (c < batch && starts_at <= writer + u * WRITERS) q[u] = c;
       }
     }
 #pragma unroll
@@ -340,38 +338,30 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // Round trip 3, while warp 0 decides: the new pages of this block's tokens, from the ring
   // into shared memory (`live`: they are in the free list, new_pages <= free_len), by the
   // other warps (one warp: by it, before it decides). One block: loaded with round trip 2.
-  // Several: loaded here and stored once the writers have planned their tokens.
   const bool staged = page_hi - page_lo <= STAGE_CAP;
-  const bool stages_here = live && staged && stages;
-  // (In 32 bits: the stagers' path runs from the scan to the barrier.)
-  const uint32_t page_count = (uint32_t)(page_hi - page_lo);
-  if constexpr (GRID) {
-    if (stages_here) early.load(v, ring_pos(c.head, page_lo, n), min(page_count, n), stager);
-    __syncwarp();  // keeps the loads ahead of the planning below
-  } else if (stages_here) {
-    early.stage(sh.pages, v, c, 0, (uint32_t)new_pages, stager);
+  if (live && staged && stages) {
+    // (In 32 bits: the stagers' path runs from the scan to the barrier.)
+    if constexpr (GRID) stage_pages<BATCH, STAGERS>(sh.pages, v, c, page_lo, page_hi, stager);
+    else early.stage(sh.pages, v, c, 0, (uint32_t)new_pages, stager);
   }
   if constexpr (!GRID) {
     if (!decides) KVP_PROBE(2, early.got[0]);
   }
 
-  // Within the host's token cap for a block: the writers plan their tokens while warp 0
+  // One block, within the host's token cap: the writers plan their tokens while warp 0
   // waits for its words and decides (see OwnTokens). (Warp 0 writing a share too, its
   // planning on its path made 2 requests of 64 tokens 1.13x slower on 64 threads: run s19-3;
   // on 64 threads, one writer warp planning up to 8 tokens a lane made 2-8 requests
-  // 1.10-1.30x slower: run s19-5, and 65-256 tokens went to 256 threads.) Several blocks: in
-  // 32 bits only (narrow_offsets), and each block's tokens within the cap (the host gives a
-  // block about SPAN_TOKENS, so its new pages are staged).
+  // 1.10-1.30x slower: run s19-5, and 65-256 tokens went to 256 threads.) Not on several
+  // blocks, whose stagers load their pages only after the scan: planning between those
+  // loads and their stores made 2-32 requests of 512 tokens 1.07-1.11x slower, with a warp
+  // barrier keeping the loads ahead or not (runs s20-1, s20-3).
   constexpr uint32_t WRITERS = STAGERS;
-  constexpr uint32_t PER = (FewBlockTokens<BLOCK>::value + WRITERS - 1) / WRITERS;
-  const bool planned = !GRID && t_end - t_begin <= (unsigned long long)PER * WRITERS;
+  constexpr uint32_t PER = GRID ? 1 : (FewBlockTokens<BLOCK>::value + WRITERS - 1) / WRITERS;
+  const bool planned = !GRID && total_tokens <= (unsigned long long)PER * WRITERS;
   OwnTokens<PER> mine;
   if (planned && stages)
-    mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens,
-                                               (uint32_t)t_begin, (uint32_t)page_lo);
-  if constexpr (GRID) {
-    if (stages_here) early.stage(sh.pages, v, c, page_lo, page_count, stager);
-  }
+    mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens);
 
   long long fill_page = -1;
   unsigned long long fill_to = 0;
@@ -392,11 +382,9 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     // of a new page setting its fill point.
     if (fill_page >= 0) v.fill[fill_page] = fill_word(call.tag, fill_to);
     if (planned) {
-      // (Live: every token's page is staged; of several blocks, a rank in [page_lo,
-      // page_hi), the block's.)
+      // (Live: every rank is below new_pages, all staged.)
       if (stages)
-        mine.template write<WRITERS>(sh.pages, v, call, (uint32_t)t_begin, (uint32_t)t_end,
-                                     stager, out);
+        mine.template write<WRITERS>(sh.pages, v, call, 0, (uint32_t)total_tokens, stager, out);
     } else {
       if constexpr (!GRID) {
         for (unsigned long long k = r; k < new_pages; k += BLOCK) {
