@@ -97,7 +97,8 @@ constexpr uint32_t SPAN_TOKENS = 512;
 // write_slots, searches each token's request and reads its offsets from shared memory after
 // the barrier: about 950 cycles for the 16 tokens of one request on one warp, with the SM
 // warm: bench-gpu/anatomy.cu, run s19-2. Run s19-9, extend_few's one-block kernels: 1-32
-// requests of up to 512 tokens 0.63-0.95x the time.)
+// requests of up to 512 tokens 0.63-0.95x the time; run s20-2, extend_block's one block:
+// 33-64 requests of 4-16 tokens 0.88-0.97x.)
 constexpr uint32_t NO_RANK = ~0u;  // a token of the prefix's partial page (part 1)
 template <uint32_t PER>
 struct OwnTokens {
