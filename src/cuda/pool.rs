@@ -62,10 +62,11 @@ const SORT_CAP: u64 = 4096;
 /// extend runs a request a thread: on two warps (`kvp_extend_block64_*`) for up to 64
 /// requests and `BLOCK64_TOKENS` tokens, else blocks of 256 threads (`kvp_extend_block_*`)
 /// for up to `BLOCK` requests: one block for up to `BLOCK_TOKENS` tokens, more for a longer
-/// extend (`kvp_extend_blocks_*`). Two tokens a thread at most in one block: 33-64 requests
-/// of 132-1,024 tokens took 0.62-0.87x the time of up to four a thread (with the threads
-/// planning their tokens before the verdict; BENCHMARKS.md, twentieth session). By request row the extend_few shapes run on the
-/// request-a-thread kernels of the same shape (`kvp_extend_{warp,block64,block,blocks}_rows_*`).
+/// extend (`kvp_extend_blocks_*`). Two tokens a thread at most in one block: with the threads
+/// planning their tokens before the verdict, 33-64 requests of 132-1,024 tokens take
+/// 0.62-0.88x the time they took at up to four a thread on the general loop (BENCHMARKS.md,
+/// twentieth session). By request row the extend_few shapes run on the request-a-thread
+/// kernels of the same shape (`kvp_extend_{warp,block64,block,blocks}_rows_*`).
 /// Larger batches go to the ticketed multi-block kernel (for extends, one block of 256
 /// threads for up to 4,096 tokens, or deciding blocks of four requests a thread, were both
 /// measured slower than several blocks with a ticket: BENCHMARKS.md).
