@@ -140,10 +140,9 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   //
   // One warp issues them as soon as round trip 1 is in: the words at an address from
   // last_loc alone (load_page_words), and with them the ring's first 32 pages from the
-  // head, one a lane (the
-  // address needs the cursor alone; a starting request takes the page of its rank by a
-  // shuffle, not a load after the ranks; entries past the free list are read and left
-  // unused). Run s18-3: 1-32 requests 0.96-0.99x the time. A block of several loads the
+  // head, one a lane (the address needs the cursor alone; a starting request takes the page
+  // of its rank by a shuffle, not a load after the ranks; entries past the free list are
+  // read and left unused). Run s18-3: 1-32 requests 0.96-0.99x the time. A block of several loads the
   // words after the checks and its pages once the ranks are known (run s18-2, with the
   // words early there too: 33-1,024 requests 1.01-1.03x).
   const bool tracked = v.page_size > 1;
