@@ -422,6 +422,65 @@ int main() {
     verify(shape + " (SGLang's algorithm)", out_sgl, want, false);
   }
 
+  // Several blocks: `bs` requests of `len` tokens each (empty prefixes) on `grid` blocks of
+  // a kvpool kernel, beside one block a request of SGLang's algorithm. The rows isolate what
+  // the several-block kernels' own code costs (their one-block grid against the one-block
+  // kernel) from what more blocks cost (the empty kernel's grids). Probes: block 0's warps.
+  for (const unsigned grid : {2u, 33u, 256u})
+    add("empty kernel (" + std::to_string(grid) + " blocks of 256 threads, 18 KB of shared memory)",
+        0, {}, [&] { empty_kernel<<<grid, 256, 18 * 1024, s>>>(); });
+  using ExtendKernel = void (*)(View, Call, const long long *, const long long *,
+                                const long long *, uint32_t, uint32_t, uint32_t,
+                                unsigned long long, unsigned long long, long long *);
+  struct Several {
+    const char *kernel;
+    ExtendKernel launch;
+    unsigned bs, len, grid, threads;
+  };
+  const Several kSeveral[] = {
+      {"kvp_extend_few_256_i64", kvp_extend_few_256_i64, 1, 512, 1, 256},
+      {"kvp_extend_few_blocks_i64", kvp_extend_few_blocks_i64, 1, 512, 1, 256},
+      {"kvp_extend_few_256_i64", kvp_extend_few_256_i64, 1, 1024, 1, 256},
+      {"kvp_extend_few_blocks_i64", kvp_extend_few_blocks_i64, 1, 1024, 2, 256},
+      {"kvp_extend_few_blocks_i64", kvp_extend_few_blocks_i64, 2, 512, 2, 256},
+      {"kvp_extend_few_blocks_i64", kvp_extend_few_blocks_i64, 32, 512, 32, 256},
+      {"kvp_extend_block_i64", kvp_extend_block_i64, 33, 16, 1, 256},
+      {"kvp_extend_blocks_i64", kvp_extend_blocks_i64, 33, 16, 1, 256},
+      {"kvp_extend_blocks_i64", kvp_extend_blocks_i64, 33, 16, 2, 256},
+      {"kvp_extend_blocks_i64", kvp_extend_blocks_i64, 33, 512, 33, 256},
+      {"kvp_extend_blocks_i64", kvp_extend_blocks_i64, 64, 512, 64, 256},
+      {"kvp_extend_blocks_i64", kvp_extend_blocks_i64, 256, 512, 256, 256},
+  };
+  for (const Several &c : kSeveral) {
+    const unsigned long long tokens = (unsigned long long)c.bs * c.len;
+    const unsigned long long pages = (unsigned long long)c.bs * ((c.len + kPageSize - 1) / kPageSize);
+    std::vector<long long> want(tokens);
+    unsigned long long t = 0;
+    for (unsigned q = 0; q < c.bs; ++q)
+      for (unsigned k = 0; k < c.len; ++k, ++t)
+        want[t] = (1 + q * ((c.len + kPageSize - 1) / kPageSize) + k / kPageSize) * kPageSize +
+                  k % kPageSize;
+    DeviceInts prefix(std::vector<long long>(c.bs, 0)), seq(std::vector<long long>(c.bs, c.len)),
+        last(std::vector<long long>(c.bs, -1));
+    DeviceInts out_kvp(std::vector<long long>(tokens, -7));
+    DeviceInts out_sgl(std::vector<long long>(tokens, -7));
+    const std::string shape = "extend " + std::to_string(c.bs) + " x " + std::to_string(c.len);
+    const std::string name = shape + ": " + c.kernel + ", " + std::to_string(c.grid) +
+                             (c.grid == 1 ? " block" : " blocks");
+    add(name, c.threads / 32, kExtendPoints, [&] {
+      c.launch<<<c.grid, c.threads, 0, s>>>(pool.v, extend_call, prefix.p, seq.p, last.p, c.bs, 1,
+                                            0, tokens, pages, out_kvp.p);
+    });
+    verify(name, out_kvp, want, true);
+    if (c.launch == kvp_extend_few_256_i64 || c.grid == 1) continue;
+    add(shape + ": SGLang's algorithm, 128 threads a request", 4,
+        {"start", "sums in", "part 2 written", "end"}, [&] {
+          sglang_extend<128><<<c.bs, 128, 0, s>>>(prefix.p, seq.p, last.p, free_pages.p,
+                                                   out_sgl.p, (int)c.bs, kPageSize);
+        });
+    verify(shape + " (SGLang's algorithm)", out_sgl, want, false);
+  }
+
   // A decode of one request starting a page, after an extend of 16 tokens made its prefix:
   // the extend reads cursor[0] and writes cursor[1], the decode reads cursor[1].
   {

@@ -171,6 +171,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   // Thread r owns requests r*PER .. r*PER + PER - 1 (consecutive: one scan over the threads'
   // totals orders them all).
   const uint32_t r = threadIdx.x;
+  KVP_PROBE(0, 0);  // (probes: see pool.cu; anatomy.cu names the points)
   // Both published by the barrier in block_scan_plan.
   if (r == 0) errors = NO_ERROR;
   claims.template clear<BLOCK>();
@@ -264,6 +265,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   Pair total;
   Pair rank = block_scan_plan<BLOCK>(own, total_tokens, total_pages, &total);
   const unsigned long long tokens = total.a, new_pages = total.b;
+  KVP_PROBE(1, tokens + new_pages);
   Pair at[PER];  // each request's offsets
 #pragma unroll
   for (int u = 0; u < PER; ++u) {
@@ -339,6 +341,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   } else if (live && staged) {
     stage_pages<4, BLOCK>(pages, v, c, page_lo, page_hi, r);
   }
+  KVP_PROBE(2, pages[r]);
 
   // The same rules as check_last_loc; a page another request of the call continues is found
   // through the table. (A fill word tagged by this very call is a replay of a captured call
@@ -407,6 +410,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     __syncthreads();
   }
   const unsigned long long verdict = errors;
+  KVP_PROBE(3, verdict);
   const bool failed = !dead && (short_ || verdict != NO_ERROR);
 
   if (live && !failed) {
@@ -434,6 +438,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
       write_call_slots<BLOCK, true, GRID, POW2, ROWS>(sh, v, call, c, batch, staged, page_lo,
                                                       first, t_begin, t_end, total_tokens,
                                                       total_pages, out, tab);
+    KVP_PROBE(4, 0);
   } else if (!ROWS || out != nullptr) {
     // Dead, short or failed: the plan's whole output is the padding slot.
     for (unsigned long long t = t_begin + r; t < t_end; t += BLOCK) out[t] = 0;
@@ -451,6 +456,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     }
     conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
   }
+  KVP_PROBE(5, 0);
 }
 
 // The body is instantiated for both kinds of page size, so a power of two (the usual case)

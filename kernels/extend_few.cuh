@@ -333,6 +333,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     first = lo_lane ? __ffs(lo_lane) - 1 : 0;
     page_lo = lo_lane ? __shfl_sync(FULL, lo, (int)first) : 0;
     page_hi = max(page_lo, hi_lane ? __shfl_sync(FULL, hi, __ffs(hi_lane) - 1) : 0);
+    KVP_PROBE(1, page_lo + page_hi);
   }
 
   // Round trip 3, while warp 0 decides: the new pages of this block's tokens, from the ring
@@ -344,8 +345,9 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     if constexpr (GRID) stage_pages<BATCH, STAGERS>(sh.pages, v, c, page_lo, page_hi, stager);
     else early.stage(sh.pages, v, c, 0, (uint32_t)new_pages, stager);
   }
-  if constexpr (!GRID) {
-    if (!decides) KVP_PROBE(2, early.got[0]);
+  if (!decides) {
+    if constexpr (GRID) KVP_PROBE(2, sh.pages[stager]);
+    else KVP_PROBE(2, early.got[0]);
   }
 
   // One block, within the host's token cap: the writers plan their tokens while warp 0
