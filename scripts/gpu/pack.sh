@@ -6,7 +6,7 @@
 # benchmark against go in gpu-artifacts/var/NAME/libkvpool.so.0.1 (BENCH_VARIANTS). Then run scripts/gpu/run.sh on the GPU machine with gpu-artifacts/
 # carried along (the device tool: carry ["gpu-artifacts"]).
 #
-#   scripts/gpu/pack.sh [--before REV] [--variant NAME=REV]...
+#   scripts/gpu/pack.sh [--before REV] [--variant NAME=REV]... [--anatomy NAME=REV]...
 #
 # --before REV also packs revision REV's library, header and C++ benchmark into
 # gpu-artifacts/before/ (built in a temporary worktree), for BENCH_BEFORE=gpu-artifacts/before
@@ -17,16 +17,23 @@
 # builds that alternate in one run, e.g. --variant P=main --variant T=.), and its Python
 # package as gpu-artifacts/var/NAME/python/kvpool, for OVERHEAD_VARIANTS="NAME ..." (run.sh
 # python-overhead: that package on that library).
+# --anatomy NAME=REV exports revision REV's kernel sources and bench-gpu/anatomy.cu into
+# gpu-artifacts/anatomy/NAME, for ANATOMY_ROOT=gpu-artifacts/anatomy/NAME scripts/gpu/run.sh
+# anatomy (the phases of an earlier revision's kernels in the same run).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BEFORE_REV=""
 VARIANTS=()
+ANATOMIES=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
         --before) BEFORE_REV=${2:?--before needs a revision}; shift 2 ;;
         --variant)
             [[ "${2:-}" =~ ^[A-Za-z0-9_-]+=.+$ ]] || { echo "--variant needs NAME=REV" >&2; exit 2; }
             VARIANTS+=("$2"); shift 2 ;;
+        --anatomy)
+            [[ "${2:-}" =~ ^[A-Za-z0-9_-]+=.+$ ]] || { echo "--anatomy needs NAME=REV" >&2; exit 2; }
+            ANATOMIES+=("$2"); shift 2 ;;
         *) echo "unknown argument: $1" >&2; exit 2 ;;
     esac
 done
@@ -112,4 +119,15 @@ for variant in ${VARIANTS[@]+"${VARIANTS[@]}"}; do
         strip --strip-debug "gpu-artifacts/var/$name/libkvpool.so.0.1"
     fi
     echo "packed $rev's library as gpu-artifacts/var/$name (BENCH_VARIANTS)"
+done
+
+rm -rf gpu-artifacts/anatomy
+for anatomy in ${ANATOMIES[@]+"${ANATOMIES[@]}"}; do
+    name=${anatomy%%=*} rev=${anatomy#*=}
+    mkdir -p "gpu-artifacts/anatomy/$name"
+    # (The sources only: the fatbin is not needed to compile them in.)
+    git archive "$rev" bench-gpu/anatomy.cu bench-gpu/spin.cuh \
+        $(git ls-tree --name-only "$rev" kernels/ | grep -E '\.cuh?$') |
+        tar -x -C "gpu-artifacts/anatomy/$name"
+    echo "packed $rev's kernel sources as gpu-artifacts/anatomy/$name (ANATOMY_ROOT)"
 done

@@ -296,10 +296,14 @@ for step in "${steps[@]}"; do
         # Where a small allocation's device time goes (bench-gpu/anatomy.cu: kvpool's one-block
         # kernels compiled in, beside CUDA kernels of SGLang's algorithm; no library): per
         # launch in a graph of 100, then the same built with KVP_PROBES, each phase's SM
-        # cycles. Tables in $OUT/anatomy.md.
-        run anatomy-build "$NVCC" -O2 -std=c++17 -arch=sm_90 -o "$LOGS/anatomy" bench-gpu/anatomy.cu
-        run anatomy-probed-build "$NVCC" -O2 -std=c++17 -arch=sm_90 -DKVP_PROBES \
-            -o "$LOGS/anatomy_probed" bench-gpu/anatomy.cu
+        # cycles. Tables in $OUT/anatomy.md. ANATOMY_ROOT: the source tree to build it from
+        # (default this one; `scripts/gpu/pack.sh --anatomy NAME=REV` puts a revision's in
+        # gpu-artifacts/anatomy/NAME).
+        anatomy_src="${ANATOMY_ROOT:-.}/bench-gpu/anatomy.cu"
+        # (Both builds at once: each compiles every kernel, about 30 s.)
+        run anatomy-build bash -c "'$NVCC' -O2 -std=c++17 -arch=sm_90 -o '$LOGS/anatomy' \
+            '$anatomy_src' & plain=\$!; '$NVCC' -O2 -std=c++17 -arch=sm_90 -DKVP_PROBES \
+            -o '$LOGS/anatomy_probed' '$anatomy_src' && wait \$plain"
         run anatomy bash -c "'$LOGS/anatomy' && '$LOGS/anatomy_probed' && '$LOGS/anatomy'"
         cp "$LOGS/anatomy.log" "$OUT/anatomy.md"
         ;;
