@@ -180,7 +180,8 @@ template <uint32_t PER, uint32_t WRITERS, bool POW2>
 __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_t writer,
                                                           uint32_t batch, const Offsets &at,
                                                           const Shape &s, long long ll,
-                                                          unsigned long long total_tokens) {
+                                                          unsigned long long total_tokens,
+                                                          uint32_t page_lo) {
   const unsigned long long cap = total_tokens + 1;
   const uint32_t my_tok = (uint32_t)min(at.at_tok, cap), my_page = (uint32_t)min(at.at_page, cap);
   const uint32_t my_part1 = (uint32_t)min(s.part1, cap), my_len = (uint32_t)min(s.tokens, cap);
@@ -196,8 +197,8 @@ __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_
                    __shfl_sync(FULL, ll, (int)q)};
   };
   auto place = [&](uint32_t u, const Request &q) {
-    own.template place<POW2>(u, writer + u * WRITERS - q.tok, q.part1, q.len, q.page, q.last, 0,
-                             v);
+    own.template place<POW2>(u, writer + u * WRITERS - q.tok, q.part1, q.len, q.page, q.last,
+                             page_lo, v);
   };
   // (Branches uniform: every lane shuffles.) One request: one set of shuffles, from lane 0,
   // for every token. Several: the searches of all the thread's tokens step by step
@@ -368,11 +369,14 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // loads and their stores made 2-32 requests of 512 tokens 1.07-1.11x slower, with a warp
   // barrier keeping the loads ahead or not (runs s20-1, s20-3).
   constexpr uint32_t WRITERS = STAGERS;
-  constexpr uint32_t PER = GRID ? 1 : (FewBlockTokens<BLOCK>::value + WRITERS - 1) / WRITERS;
-  const bool planned = !GRID && total_tokens <= (unsigned long long)PER * WRITERS;
+  constexpr uint32_t PER = (FewBlockTokens<BLOCK>::value + WRITERS - 1) / WRITERS;
+  const bool planned = GRID ? live && staged && t_end - t_begin <= (unsigned long long)PER * WRITERS &&
+                                  narrow_offsets(total_tokens, total_pages)
+                            : total_tokens <= (unsigned long long)PER * WRITERS;
   OwnTokens<PER> mine;
   if (planned && stages)
-    mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens);
+    mine = plan_own_tokens<PER, WRITERS, POW2>(v, (uint32_t)t_begin + stager, batch, at, s, ll,
+                                               total_tokens, (uint32_t)base);
 
   long long fill_page = -1;
   unsigned long long fill_to = 0;
@@ -395,7 +399,8 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     if (planned) {
       // (Live: every rank is below new_pages, all staged.)
       if (stages)
-        mine.template write<WRITERS>(sh.pages, v, call, 0, (uint32_t)total_tokens, stager, out);
+        mine.template write<WRITERS>(sh.pages, v, call, (uint32_t)t_begin, (uint32_t)t_end,
+                                     stager, out);
     } else {
       if constexpr (!GRID) {
         for (unsigned long long k = r; k < new_pages; k += BLOCK) {
