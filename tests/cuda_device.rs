@@ -1251,6 +1251,82 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
     );
 }
 
+/// Past 264 blocks a block of a several-block extend takes more than its early ring window
+/// holds (`RingWindow` in kernels/extend_writes.cuh: 896 pages on extend_few's kernel, 1,024
+/// on extend_block's): it then loads its pages after the requests' scan. At page size 1 (a
+/// page a token, so a block's pages are exactly its tokens), fresh batches of 2-3 requests
+/// of 300-330 k tokens and 45 of 320 k (1,137-1,250 tokens a block) take that path; 2 of
+/// 200 k, 40 of 150 k and every batch's continuation (half as many tokens) the window. Every
+/// slot must be the host's.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn extends_past_the_early_ring_window_match_the_host() {
+    const GUARD: usize = 512;
+    const SIZE: u64 = 1 << 21;
+    let gpu = Gpu::new(false);
+    let (prefix_d, seq_d, last_d) = (
+        DevBuf::new(8 * 64),
+        DevBuf::new(8 * 64),
+        DevBuf::new(8 * 64),
+    );
+    let out = DevBuf::new(8 * (400_000 + GUARD));
+    let pool_config = |backend| PoolConfig {
+        size: SIZE,
+        ..config(backend, 1)
+    };
+    let mut rng = rng::Rng(21);
+    for (requests, total) in [
+        (2u64, 200_000u64),
+        (3, 330_000),
+        (40, 150_000),
+        (45, 320_000),
+        (2, 300_000),
+    ] {
+        let mut host = Pool::new(pool_config(BackendKind::Host)).unwrap();
+        let mut device = DevicePool::new(pool_config(CUDA0)).unwrap();
+        // Round 0: fresh requests; round 1: each continued (prefix = its length so far).
+        let mut rows: Vec<(i64, i64)> = Vec::new(); // (length, last slot)
+        for round in 0..2 {
+            let mut lens: Vec<i64> = (0..requests)
+                .map(|_| rng.range(1, 2 * total / requests) as i64)
+                .collect();
+            let sum: i64 = lens.iter().sum();
+            // Scale to about `total / (round + 1)` tokens in all.
+            let want_total = (total / (round + 1)) as i64;
+            for l in &mut lens {
+                *l = (*l * want_total / sum).max(1);
+            }
+            let (prefix, last): (Vec<i64>, Vec<i64>) = if round == 0 {
+                (vec![0; lens.len()], vec![-1; lens.len()])
+            } else {
+                rows.iter().copied().unzip()
+            };
+            let seq: Vec<i64> = prefix.iter().zip(&lens).map(|(p, l)| p + l).collect();
+            let n: usize = lens.iter().sum::<i64>() as usize;
+            let what = format!("{requests} requests of {n} tokens, round {round}");
+            let mut want = vec![0i64; n];
+            host.alloc_extend(&prefix, &seq, &last, n as u64, &mut want)
+                .unwrap();
+            let lengths = [&prefix_d, &seq_d, &last_d];
+            let call = call_guarded(&mut device, &gpu, &out, n, GUARD, &what, |device| {
+                extend_on_device(device, &gpu, lengths, [&prefix, &seq, &last], &out)
+            });
+            assert!(device.fault().is_none(), "{what}: {:?}", device.fault());
+            assert_eq!(call.got, want, "{what}");
+            assert_eq!(device.available_size(), host.available_size(), "{what}");
+            let mut at = 0;
+            rows = seq
+                .iter()
+                .zip(&lens)
+                .map(|(&s, &l)| {
+                    at += l as usize;
+                    (s, want[at - 1])
+                })
+                .collect();
+        }
+    }
+}
+
 /// Rounds of a randomized GPU test: `var` if set to a number (run.sh sets fewer under a
 /// sanitizer), else `default`.
 fn rounds_from_env(var: &str, default: usize) -> usize {
