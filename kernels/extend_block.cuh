@@ -212,14 +212,6 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   // This block's tokens, worked out while the loads are in flight (GRID: a division).
   const TokenRange block_range = block_tokens<GRID>(total_tokens);
   const unsigned long long t_begin = block_range.begin, t_end = block_range.end;
-  // Several blocks: the ring's window of this block's pages, loaded with the cursor
-  // (RingWindow); four loads in flight per thread before any is used (as stage_pages).
-  EarlyRing<4, BLOCK> ring;
-  RingWindow window{0, 0};
-  if constexpr (GRID) {
-    window = ring_window<POW2>(t_begin, t_end, batch, total_pages, ring.SPAN, v);
-    ring.load(v, ring_pos(c.head, window.lo, n), window.count, r);
-  }
   Pair own{0, 0};
 #pragma unroll
   for (int u = 0; u < PER; ++u) {
@@ -322,10 +314,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     page_hi = max(stage_lo, stage_hi);
     first = sh.stage_first;
   }
-  // (Several blocks: `pages` from the window's first rank when it holds them all.)
-  const bool covered = GRID && window.covers(page_lo, page_hi);
-  const unsigned long long base = covered ? window.lo : page_lo;
-  const bool staged = covered || page_hi - page_lo <= STAGE_CAP;
+  const bool staged = page_hi - page_lo <= STAGE_CAP;
   // Within the host's tokens for a block (one block: 2 a thread, BLOCK_TOKENS or
   // BLOCK64_TOKENS in src/cuda/pool.rs; several: SPAN_TOKENS each), in 32 bits, not by rows:
   // every thread plans its tokens while the block's new pages are in flight (see OwnTokens).
@@ -337,22 +326,20 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   const bool planned = PLANS && live && staged && t_end - t_begin <= PLAN_PER * BLOCK &&
                        narrow_offsets(total_tokens, total_pages);
   OwnTokens<PLAN_PER> mine;
-  const uint32_t count = (uint32_t)(page_hi - page_lo);
   if (planned) {  // (uniform: totals, cursor and fault are the block's)
-    if (!covered) {
-      ring.load(v, ring_pos(c.head, page_lo, n), min(count, n), r);
-      // (Several blocks: a warp barrier, no instruction, keeps the loads ahead of the
-      // planning, as in extend_block's round trip 1.)
-      if constexpr (GRID) __syncwarp();
-    }
-    if constexpr (!GRID) __syncthreads();
+    // Four loads in flight per thread before any is used (as stage_pages).
+    EarlyRing<4, BLOCK> ring;
+    const uint32_t count = (uint32_t)(page_hi - page_lo);
+    ring.load(v, ring_pos(c.head, page_lo, n), min(count, n), r);
+    // (Several blocks: a warp barrier, no instruction, keeps the loads ahead of the
+    // planning, as in extend_block's round trip 1.)
+    if constexpr (GRID) __syncwarp();
+    else __syncthreads();
     mine = plan_block_tokens<PLAN_PER, BLOCK, POW2>(sh, v, batch, first, (uint32_t)t_begin,
-                                                    (uint32_t)t_end, (uint32_t)base);
-    if (covered) ring.stage(pages, v, c, window.lo, window.count, r);
-    else ring.stage(pages, v, c, page_lo, count, r);
+                                                    (uint32_t)t_end, (uint32_t)page_lo);
+    ring.stage(pages, v, c, page_lo, count, r);
   } else if (live && staged) {
-    if (covered) ring.stage(pages, v, c, window.lo, window.count, r);
-    else stage_pages<4, BLOCK>(pages, v, c, page_lo, page_hi, r);
+    stage_pages<4, BLOCK>(pages, v, c, page_lo, page_hi, r);
   }
   KVP_PROBE(2, pages[r]);
 
@@ -448,7 +435,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     if (planned)
       mine.template write<BLOCK>(pages, v, call, (uint32_t)t_begin, (uint32_t)t_end, r, out);
     else
-      write_call_slots<BLOCK, true, GRID, POW2, ROWS>(sh, v, call, c, batch, staged, base,
+      write_call_slots<BLOCK, true, GRID, POW2, ROWS>(sh, v, call, c, batch, staged, page_lo,
                                                       first, t_begin, t_end, total_tokens,
                                                       total_pages, out, tab);
     KVP_PROBE(4, 0);

@@ -180,8 +180,7 @@ template <uint32_t PER, uint32_t WRITERS, bool POW2>
 __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_t writer,
                                                           uint32_t batch, const Offsets &at,
                                                           const Shape &s, long long ll,
-                                                          unsigned long long total_tokens,
-                                                          uint32_t page_lo) {
+                                                          unsigned long long total_tokens) {
   const unsigned long long cap = total_tokens + 1;
   const uint32_t my_tok = (uint32_t)min(at.at_tok, cap), my_page = (uint32_t)min(at.at_page, cap);
   const uint32_t my_part1 = (uint32_t)min(s.part1, cap), my_len = (uint32_t)min(s.tokens, cap);
@@ -197,8 +196,8 @@ __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_
                    __shfl_sync(FULL, ll, (int)q)};
   };
   auto place = [&](uint32_t u, const Request &q) {
-    own.template place<POW2>(u, writer + u * WRITERS - q.tok, q.part1, q.len, q.page, q.last,
-                             page_lo, v);
+    own.template place<POW2>(u, writer + u * WRITERS - q.tok, q.part1, q.len, q.page, q.last, 0,
+                             v);
   };
   // (Branches uniform: every lane shuffles.) One request: one set of shuffles, from lane 0,
   // for every token. Several: the searches of all the thread's tokens step by step
@@ -279,12 +278,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   EarlyRing<BATCH, STAGERS> early;
   uint32_t word = 0;
   unsigned long long filled = 0;
-  // Several blocks: the stagers load the ring's window of this block's pages (RingWindow).
-  RingWindow window{0, 0};
-  if constexpr (GRID) {
-    window = ring_window<POW2>(t_begin, t_end, batch, total_pages, early.SPAN, v);
-    if (stages) early.load(v, ring_pos(c.head, window.lo, n), window.count, stager);
-  } else {
+  if constexpr (!GRID) {
     if (decides) {
       const PageWords words = load_page_words<POW2>(ll, v);
       word = words.word;
@@ -345,15 +339,11 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // Round trip 3, while warp 0 decides: the new pages of this block's tokens, from the ring
   // into shared memory (`live`: they are in the free list, new_pages <= free_len), by the
   // other warps (one warp: by it, before it decides). One block: loaded with round trip 2.
-  // (Several blocks: `sh.pages` from the window's first rank when it holds them all.)
-  const bool covered = GRID && window.covers(page_lo, page_hi);
-  const unsigned long long base = covered ? window.lo : page_lo;
-  const bool staged = covered || page_hi - page_lo <= STAGE_CAP;
+  const bool staged = page_hi - page_lo <= STAGE_CAP;
   if (live && staged && stages) {
     // (In 32 bits: the stagers' path runs from the scan to the barrier.)
-    if (!GRID) early.stage(sh.pages, v, c, 0, (uint32_t)new_pages, stager);
-    else if (covered) early.stage(sh.pages, v, c, window.lo, window.count, stager);
-    else stage_pages<BATCH, STAGERS>(sh.pages, v, c, page_lo, page_hi, stager);
+    if constexpr (GRID) stage_pages<BATCH, STAGERS>(sh.pages, v, c, page_lo, page_hi, stager);
+    else early.stage(sh.pages, v, c, 0, (uint32_t)new_pages, stager);
   }
   if (!decides) {
     if constexpr (GRID) KVP_PROBE(2, sh.pages[stager]);
@@ -369,14 +359,11 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // loads and their stores made 2-32 requests of 512 tokens 1.07-1.11x slower, with a warp
   // barrier keeping the loads ahead or not (runs s20-1, s20-3).
   constexpr uint32_t WRITERS = STAGERS;
-  constexpr uint32_t PER = (FewBlockTokens<BLOCK>::value + WRITERS - 1) / WRITERS;
-  const bool planned = GRID ? live && staged && t_end - t_begin <= (unsigned long long)PER * WRITERS &&
-                                  narrow_offsets(total_tokens, total_pages)
-                            : total_tokens <= (unsigned long long)PER * WRITERS;
+  constexpr uint32_t PER = GRID ? 1 : (FewBlockTokens<BLOCK>::value + WRITERS - 1) / WRITERS;
+  const bool planned = !GRID && total_tokens <= (unsigned long long)PER * WRITERS;
   OwnTokens<PER> mine;
   if (planned && stages)
-    mine = plan_own_tokens<PER, WRITERS, POW2>(v, (uint32_t)t_begin + stager, batch, at, s, ll,
-                                               total_tokens, (uint32_t)base);
+    mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens);
 
   long long fill_page = -1;
   unsigned long long fill_to = 0;
@@ -399,8 +386,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     if (planned) {
       // (Live: every rank is below new_pages, all staged.)
       if (stages)
-        mine.template write<WRITERS>(sh.pages, v, call, (uint32_t)t_begin, (uint32_t)t_end,
-                                     stager, out);
+        mine.template write<WRITERS>(sh.pages, v, call, 0, (uint32_t)total_tokens, stager, out);
     } else {
       if constexpr (!GRID) {
         for (unsigned long long k = r; k < new_pages; k += BLOCK) {
@@ -410,7 +396,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
       }
       // Offsets in 32 bits where the plan allows (one block: the loop every thread runs
       // after the barrier, at half the instructions).
-      write_call_slots<BLOCK, !GRID, GRID, POW2, false>(sh, v, call, c, batch, staged, base,
+      write_call_slots<BLOCK, !GRID, GRID, POW2, false>(sh, v, call, c, batch, staged, page_lo,
                                                         first, t_begin, t_end, total_tokens,
                                                         total_pages, out, {});
     }

@@ -1251,16 +1251,15 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
     );
 }
 
-/// Past 264 blocks a block of a several-block extend takes more than its early ring window
-/// holds (`RingWindow` in kernels/extend_writes.cuh: 896 pages on extend_few's kernel, 1,024
-/// on extend_block's): it then loads its pages after the requests' scan. At page size 1 (a
-/// page a token, so a block's pages are exactly its tokens), fresh batches of 2-3 requests
-/// of 300-330 k tokens and 45 of 320 k (1,137-1,250 tokens a block) take that path; 2 of
-/// 200 k, 40 of 150 k and every batch's continuation (half as many tokens) the window. Every
-/// slot must be the host's.
+/// Past 264 blocks (`TARGET_BLOCKS`, src/cuda/pool.rs) each block of a several-block extend
+/// takes more than 512 tokens: past what its writers plan (the general loop) and, past 4,096
+/// new pages a block (`STAGE_CAP`), past what it stages in shared memory (each token's page
+/// read from the ring). At page size 1 (a page a token): fresh batches of 2-3 and 40-45
+/// requests of 200 k-1.2 M tokens (758-4,546 tokens a block; the 1.15-1.2 M ones unstaged),
+/// then each request continued by half as many. Every slot must be the host's.
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn extends_past_the_early_ring_window_match_the_host() {
+fn extends_of_more_than_512_tokens_a_block_match_the_host() {
     const GUARD: usize = 512;
     const SIZE: u64 = 1 << 21;
     let gpu = Gpu::new(false);
@@ -1269,7 +1268,7 @@ fn extends_past_the_early_ring_window_match_the_host() {
         DevBuf::new(8 * 64),
         DevBuf::new(8 * 64),
     );
-    let out = DevBuf::new(8 * (400_000 + GUARD));
+    let out = DevBuf::new(8 * (1_250_000 + GUARD));
     let pool_config = |backend| PoolConfig {
         size: SIZE,
         ..config(backend, 1)
@@ -1277,10 +1276,10 @@ fn extends_past_the_early_ring_window_match_the_host() {
     let mut rng = rng::Rng(21);
     for (requests, total) in [
         (2u64, 200_000u64),
-        (3, 330_000),
-        (40, 150_000),
-        (45, 320_000),
         (2, 300_000),
+        (45, 320_000),
+        (3, 1_200_000),
+        (40, 1_150_000),
     ] {
         let mut host = Pool::new(pool_config(BackendKind::Host)).unwrap();
         let mut device = DevicePool::new(pool_config(CUDA0)).unwrap();
