@@ -239,7 +239,6 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   const uint32_t n = v.num_pages;
   const bool dead = h->fault != 0;
   const bool short_ = !dead && c.free_len < total_pages;
-  const bool tracked = v.page_size > 1;
 
   // Round trip 1, in every warp (lane i, request i): every load unconditional, a lane past
   // the batch reading the last request again.
@@ -278,18 +277,16 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   EarlyRing<BATCH, STAGERS> early;
   uint32_t word = 0;
   unsigned long long filled = 0;
-  if constexpr (!GRID) {
-    if (decides) {
-      const PageWords words = load_page_words<POW2>(ll, v);
-      word = words.word;
-      filled = words.filled;
-      if (BLOCK == 32) early.load(v, c.head, v.num_pages, stager);
-      KVP_PROBE(1, words.page + seq + prefix + c.head);
-      __syncwarp();
-    } else {
-      early.load(v, c.head, v.num_pages, stager);
-      KVP_PROBE(1, c.head);
-    }
+  if (decides) {
+    const PageWords words = load_page_words<POW2>(ll, v);
+    word = words.word;
+    filled = words.filled;
+    if (BLOCK == 32 && !GRID) early.load(v, c.head, v.num_pages, stager);
+    if constexpr (!GRID) KVP_PROBE(1, words.page + seq + prefix + c.head);
+    __syncwarp();
+  } else if constexpr (!GRID) {
+    early.load(v, c.head, v.num_pages, stager);
+    KVP_PROBE(1, c.head);
   }
 
   const bool sane = !valid || lengths_sane(v, prefix, seq);
@@ -299,11 +296,6 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   if (check) err = slot_error(ll, v);
   const uint32_t prefix_page =
       check && err == ERR_NONE ? (uint32_t)div_ps<POW2>((unsigned long long)ll, v) : 0;
-  if (GRID && decides) {
-    word = v.state[prefix_page];
-    filled = tracked ? v.fill[prefix_page] : 0;
-    __syncwarp();
-  }
   const Shape s = valid && sane ? shape_of<POW2>((unsigned long long)prefix, (unsigned long long)seq, v)
                                 : Shape{0, 0, 0};
   Pair own{s.tokens, s.new_pages};
