@@ -256,15 +256,16 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     ll = -1;
   }
 
-  // Round trip 2. One block: as soon as round trip 1 is in, before anything else is worked
-  // out. Warp 0: the prefix pages' words, at an address from last_loc alone (as
-  // decode_block's: the page clamped into the page map, the prefix page wherever the words
-  // are used), in flight during the checks, the shapes and the scan. The stagers: the
-  // ring's first pages, from the cursor alone (see EarlyRing). (A branch per warp: each goes
-  // straight to its own loads.) Run s18-3: one request of 512 tokens 0.90-0.97x the time;
-  // runs s18-7/9: 1-8 requests of 16-64 tokens 0.84-0.98x (one warp: a round trip fewer).
-  // Several blocks (their stagers' ranks depend on the scan): warp 0's words after the
-  // checks, as before (run s18-2, with them early: 2-32 requests of 512 tokens 1.01x).
+  // Round trip 2, as soon as round trip 1 is in, before anything else is worked out. Warp
+  // 0: the prefix pages' words, at an address from last_loc alone (as decode_block's: the
+  // page clamped into the page map, the prefix page wherever the words are used), in flight
+  // during the checks, the shapes and the scan. One block, the stagers: the ring's first
+  // pages, from the cursor alone (see EarlyRing). (A branch per warp: each goes straight to
+  // its own loads.) Run s18-3: one request of 512 tokens 0.90-0.97x the time; runs
+  // s18-7/9: 1-8 requests of 16-64 tokens 0.84-0.98x (one warp: a round trip fewer).
+  // Several blocks (their stagers' ranks depend on the scan): warp 0's words alone, since
+  // run s21-2 (2-8 requests of 512 tokens 0.98-0.99x; run s18-2 had read 1.01x at 2-32,
+  // when warp 0 was not what the barrier waited for: bench-gpu/anatomy.cu's probes).
   constexpr uint32_t STAGERS = BLOCK > 32 ? BLOCK - 32 : 32;
   // Loads in flight per thread before any is used: enough for a one-block shape's most new
   // pages (page size 1: at most 4 x BLOCK tokens; since the sixteenth session 256 threads
