@@ -278,6 +278,9 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   EarlyRing<BATCH, STAGERS> early;
   uint32_t word = 0;
   unsigned long long filled = 0;
+  // Several blocks: the ring's window of this block's pages (RingWindow), by the stagers.
+  const RingWindow window =
+      GRID ? ring_window<POW2>(t_begin, t_end, batch, total_pages, early.SPAN, v) : RingWindow{0, 0};
   if (decides) {
     const PageWords words = load_page_words<POW2>(ll, v);
     word = words.word;
@@ -285,7 +288,9 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     if (BLOCK == 32 && !GRID) early.load(v, c.head, v.num_pages, stager);
     if constexpr (!GRID) KVP_PROBE(1, words.page + seq + prefix + c.head);
     __syncwarp();
-  } else if constexpr (!GRID) {
+  } else if constexpr (GRID) {
+    early.load(v, ring_pos(c.head, window.lo, n), window.count, stager);
+  } else {
     early.load(v, c.head, v.num_pages, stager);
     KVP_PROBE(1, c.head);
   }
@@ -332,11 +337,15 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // Round trip 3, while warp 0 decides: the new pages of this block's tokens, from the ring
   // into shared memory (`live`: they are in the free list, new_pages <= free_len), by the
   // other warps (one warp: by it, before it decides). One block: loaded with round trip 2.
-  const bool staged = page_hi - page_lo <= STAGE_CAP;
+  // (Several blocks: `sh.pages` from the window's first rank when it holds them all.)
+  const bool covered = GRID && window.covers(page_lo, page_hi);
+  const unsigned long long base = covered ? window.lo : page_lo;
+  const bool staged = covered || page_hi - page_lo <= STAGE_CAP;
   if (live && staged && stages) {
     // (In 32 bits: the stagers' path runs from the scan to the barrier.)
-    if constexpr (GRID) stage_pages<BATCH, STAGERS>(sh.pages, v, c, page_lo, page_hi, stager);
-    else early.stage(sh.pages, v, c, 0, (uint32_t)new_pages, stager);
+    if (!GRID) early.stage(sh.pages, v, c, 0, (uint32_t)new_pages, stager);
+    else if (covered) early.stage(sh.pages, v, c, window.lo, window.count, stager);
+    else stage_pages<BATCH, STAGERS>(sh.pages, v, c, page_lo, page_hi, stager);
   }
   if (!decides) {
     if constexpr (GRID) KVP_PROBE(2, sh.pages[stager]);
@@ -389,7 +398,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
       }
       // Offsets in 32 bits where the plan allows (one block: the loop every thread runs
       // after the barrier, at half the instructions).
-      write_call_slots<BLOCK, !GRID, GRID, POW2, false>(sh, v, call, c, batch, staged, page_lo,
+      write_call_slots<BLOCK, !GRID, GRID, POW2, false>(sh, v, call, c, batch, staged, base,
                                                         first, t_begin, t_end, total_tokens,
                                                         total_pages, out, {});
     }

@@ -86,6 +86,39 @@ struct EarlyRing {
   }
 };
 
+// Several blocks: the ring ranks [lo, lo + count) that hold every new page of a block's
+// tokens [t_begin, t_end) in a live call, from the range, the batch and the plan alone, so
+// that the block can load its pages with round trip 1's cursor instead of a round trip after
+// the requests' scan (which gives the exact ranks). A token t's page rank is within
+// `batch` + 1 of t / page_size (each request before it rounds its pages up by less than one,
+// and its part 1 is less than a page); page size 1: exactly t. At most `span` ranks (the
+// loads in flight), in 32 bits (none past 2^31 tokens); the block checks after the scan
+// that its ranks are inside (`covers`) and loads them then otherwise.
+struct RingWindow {
+  uint32_t lo, count;
+
+  __device__ __forceinline__ bool covers(unsigned long long page_lo,
+                                         unsigned long long page_hi) const {
+    return page_hi <= page_lo || (lo <= page_lo && page_hi <= (unsigned long long)lo + count);
+  }
+};
+template <bool POW2>
+__device__ __forceinline__ RingWindow ring_window(unsigned long long t_begin,
+                                                  unsigned long long t_end, uint32_t batch,
+                                                  unsigned long long total_pages, uint32_t span,
+                                                  const View &v) {
+  if (t_end <= t_begin || t_end >= (1ull << 31)) return {0, 0};
+  uint32_t lo = (uint32_t)t_begin, hi = (uint32_t)t_end;
+  if (v.page_size > 1) {
+    const uint32_t first = div_page<POW2>(lo, v), last = div_page<POW2>(hi - 1, v);
+    lo = first > batch + 1 ? first - batch - 1 : 0;
+    hi = last + batch + 2;
+  }
+  // (A live call's ranks are below total_pages <= free_len <= num_pages.)
+  hi = (uint32_t)min((unsigned long long)hi, min(total_pages, (unsigned long long)v.num_pages));
+  return hi <= lo ? RingWindow{0, 0} : RingWindow{lo, min(hi - lo, span)};
+}
+
 // The most tokens the host gives each block of a several-block extend kernel (src/cuda/pool.rs:
 // SPAN_TOKENS, up to TARGET_BLOCKS blocks; past that a block takes more, on the general loop).
 constexpr uint32_t SPAN_TOKENS = 512;
