@@ -96,6 +96,66 @@ __global__ void __launch_bounds__(THREADS)
   PROBE(3, 0);
 }
 
+// The same algorithm as the compiler sees Triton's: the page size a constant (SGLang passes
+// it as tl.constexpr), pointers that do not alias (so the ring's loads of part 2 are issued
+// together, not one store at a time), a request's offsets in 32 bits.
+template <int THREADS, int PS>
+__global__ void __launch_bounds__(THREADS)
+    sglang_extend_tuned(const long long *__restrict__ prefix_lens,
+                        const long long *__restrict__ seq_lens,
+                        const long long *__restrict__ last_loc,
+                        const long long *__restrict__ free_pages, long long *__restrict__ out,
+                        int bs) {
+  PROBE(0, 0);
+  __shared__ long long sums[2][THREADS / 32];
+  const int pid = blockIdx.x, t = threadIdx.x;
+  long long ext = 0, pages = 0;
+  for (int j = t; j <= pid && j < bs; j += THREADS) {
+    const long long s = seq_lens[j], p = prefix_lens[j];
+    ext += s - p;
+    pages += (s + PS - 1) / PS - (p + PS - 1) / PS;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    ext += __shfl_xor_sync(0xffffffffu, ext, o);
+    pages += __shfl_xor_sync(0xffffffffu, pages, o);
+  }
+  if ((t & 31) == 0) sums[0][t >> 5] = ext, sums[1][t >> 5] = pages;
+  __syncthreads();
+  ext = pages = 0;
+#pragma unroll
+  for (int w = 0; w < THREADS / 32; ++w) ext += sums[0][w], pages += sums[1][w];
+  const long long seq = seq_lens[pid], pre = prefix_lens[pid], ll = last_loc[pid];
+  const int own_pages = (int)((seq + PS - 1) / PS - (pre + PS - 1) / PS);
+  const long long start = ext - (seq - pre), page_start = pages - own_pages;
+  PROBE(1, start + page_start + ll);
+  const long long pre_up = (pre + PS - 1) / PS * PS;
+  const int part1 = (int)(min(seq, pre_up) - pre);
+  long long *__restrict__ o1 = out + start;
+  for (int k = t; k < part1; k += THREADS) o1[k] = ll + 1 + k;
+  const int part2 = (int)(seq / PS * PS - min(seq, pre_up));
+  const long long *__restrict__ fp = free_pages + page_start;
+  long long *__restrict__ o2 = o1 + part1;
+  for (int o = t; o < part2; o += THREADS) o2[o] = fp[o / PS] * PS + o % PS;
+  PROBE(2, 0);
+  const int part3 = (int)(seq - max(seq / PS * PS, pre_up));
+  if (part3 <= 0) return;
+  const long long last_page = fp[own_pages - 1];
+  for (int k = t; k < part3; k += THREADS) o2[part2 + k] = last_page * PS + k;
+  PROBE(3, 0);
+}
+
+// What a store costs a small kernel: one round trip (every thread loads one value), then
+// STORES 64-bit stores a thread, consecutive across the block (as kvpool's slots into
+// `out`).
+template <int STORES>
+__global__ void __launch_bounds__(256) load_then_stores(const long long *__restrict__ in,
+                                                        long long *__restrict__ out) {
+  const long long x = in[threadIdx.x & 31];
+#pragma unroll
+  for (int k = 0; k < STORES; ++k) out[threadIdx.x + 256 * k] = x + k;
+  if (STORES == 0 && x == -1) out[0] = 0;  // (keeps the load)
+}
+
 // SGLang's alloc_decode_kernel, one block a request: the pages the batch starts up to this
 // request by brute force, then the request's slot (its last one + 1, or its new page's first).
 template <int THREADS>
@@ -374,6 +434,26 @@ int main() {
   add("empty kernel (256 threads, 18 KB of shared memory)", 0, {},
       [&] { empty_kernel<<<1, 256, 18 * 1024, s>>>(); });
 
+  {
+    DeviceInts in(std::vector<long long>(32, 5)), out(std::vector<long long>(256 * 6, 0));
+    add("one load, no store (256 threads)", 0, {},
+        [&] { load_then_stores<0><<<1, 256, 0, s>>>(in.p, out.p); });
+    add("one load, then 1 store a thread (256 threads)", 0, {},
+        [&] { load_then_stores<1><<<1, 256, 0, s>>>(in.p, out.p); });
+    add("one load, then 3 stores a thread (256 threads)", 0, {},
+        [&] { load_then_stores<3><<<1, 256, 0, s>>>(in.p, out.p); });
+    add("one load, then 6 stores a thread (256 threads)", 0, {},
+        [&] { load_then_stores<6><<<1, 256, 0, s>>>(in.p, out.p); });
+    CHECK(cudaDeviceSynchronize());
+    const std::vector<long long> got = out.download(256 * 6);
+    for (int k = 0; k < 6; ++k)
+      if (got[256 * k + 255] != 5 + k) {
+        std::fprintf(stderr, "load_then_stores: out[%d] is %lld, not %d\n", 256 * k + 255,
+                     got[256 * k + 255], 5 + k);
+        std::exit(1);
+      }
+  }
+
   // An extend of one request of `tokens` new tokens, empty prefix. (Probe points: see
   // extend_few.cuh; "in" for the writer warps is their cursor, "decided" their pages staged.)
   const std::vector<const char *> kExtendPoints = {"start",   "in",      "decided",
@@ -420,6 +500,12 @@ int main() {
                                            kPageSize);
     });
     verify(shape + " (SGLang's algorithm)", out_sgl, want, false);
+    add(shape + ": SGLang's algorithm tuned (page size a constant, no aliasing), 128 threads", 4,
+        {"start", "sums in", "part 2 written", "end"}, [&] {
+          sglang_extend_tuned<128, kPageSize><<<1, 128, 0, s>>>(prefix.p, seq.p, last.p,
+                                                                free_pages.p, out_sgl.p, 1);
+        });
+    verify(shape + " (SGLang's algorithm, tuned)", out_sgl, want, false);
   }
 
   // Several blocks: `bs` requests of `len` tokens each (empty prefixes) on `grid` blocks of
@@ -479,6 +565,12 @@ int main() {
                                                    out_sgl.p, (int)c.bs, kPageSize);
         });
     verify(shape + " (SGLang's algorithm)", out_sgl, want, false);
+    add(shape + ": SGLang's algorithm tuned, 128 threads a request", 4,
+        {"start", "sums in", "part 2 written", "end"}, [&] {
+          sglang_extend_tuned<128, kPageSize><<<c.bs, 128, 0, s>>>(
+              prefix.p, seq.p, last.p, free_pages.p, out_sgl.p, (int)c.bs);
+        });
+    verify(shape + " (SGLang's algorithm, tuned)", out_sgl, want, false);
   }
 
   // A decode of one request starting a page, after an extend of 16 tokens made its prefix:

@@ -1,5 +1,9 @@
-# The phases of two revisions' kernels in one run (scripts/gpu/steps.sh; bench-gpu/anatomy.cu,
-# run.sh anatomy): P's sources, packed by `scripts/gpu/pack.sh --anatomy P=REV`, then this
-# tree's. Tables in $OUT/anatomy-P/anatomy.md and $OUT/anatomy-T/anatomy.md.
-step anatomy-P ANATOMY_ROOT=gpu-artifacts/anatomy/P anatomy
+# The phases of several revisions' kernels in one run (scripts/gpu/steps.sh; bench-gpu/anatomy.cu,
+# run.sh anatomy): each revision's sources packed by `scripts/gpu/pack.sh --anatomy NAME=REV`
+# (step anatomy-NAME), then this tree's (anatomy-T). Tables in $OUT/anatomy-NAME/anatomy.md.
+for root in gpu-artifacts/anatomy/*/; do
+    [[ -d $root ]] || continue
+    name=$(basename "$root")
+    step "anatomy-$name" ANATOMY_ROOT="${root%/}" anatomy
+done
 step anatomy-T anatomy
