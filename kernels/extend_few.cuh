@@ -360,6 +360,16 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   OwnTokens<PER> mine;
   if (planned && stages)
     mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens);
+  // One block of 256: the writers' slots go to `out` while warp 0 decides, once the stagers
+  // (the writers) have staged every page (a barrier of their own, warp 0 not in it); after
+  // the verdict they write the pool's words of the new pages, or the padding slot over
+  // their slots (the block barrier orders the two).
+  constexpr bool EARLY_SLOTS = BLOCK > 32 && !GRID;
+  if (EARLY_SLOTS && planned && stages) {
+    asm volatile("bar.sync 1, %0;" ::"n"(STAGERS) : "memory");
+    if (live) mine.template write_slots<WRITERS>(sh.pages, v, 0, (uint32_t)total_tokens, stager,
+                                                 out);
+  }
 
   long long fill_page = -1;
   unsigned long long fill_to = 0;
@@ -381,7 +391,9 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     if (fill_page >= 0) v.fill[fill_page] = fill_word(call.tag, fill_to);
     if (planned) {
       // (Live: every rank is below new_pages, all staged.)
-      if (stages)
+      if (stages && EARLY_SLOTS)
+        mine.template write_pages<WRITERS>(sh.pages, v, call, 0, (uint32_t)total_tokens, stager);
+      else if (stages)
         mine.template write<WRITERS>(sh.pages, v, call, 0, (uint32_t)total_tokens, stager, out);
     } else {
       if constexpr (!GRID) {

@@ -149,6 +149,42 @@ struct OwnTokens {
       out[t] = (Index)slot;
     }
   }
+
+  // Before the verdict (extend_few's one block of 256): the slots alone, into the caller's
+  // `out`, from the staged `pages`. A call that then fails overwrites them with the padding
+  // slot after the barrier; the pool's own words wait for the verdict (`write_pages`).
+  template <uint32_t STRIDE, typename Index>
+  __device__ __forceinline__ void write_slots(const uint32_t *pages, const View &v,
+                                              uint32_t first, uint32_t t_end, uint32_t me,
+                                              Index *out) const {
+#pragma unroll
+    for (uint32_t u = 0; u < PER; ++u) {
+      const uint32_t t = first + me + u * STRIDE;
+      if (t >= t_end) break;
+      long long slot = base[u];
+      if (rank[u] != NO_RANK) slot += (long long)pages[rank[u]] * v.page_size;
+      out[t] = (Index)slot;
+    }
+  }
+
+  // After the verdict, the call taking effect, once `write_slots` has run: a new page's
+  // first token makes the page allocated and sets its fill point.
+  template <uint32_t STRIDE>
+  __device__ __forceinline__ void write_pages(const uint32_t *pages, const View &v,
+                                              const Call &call, uint32_t first, uint32_t t_end,
+                                              uint32_t me) const {
+    const uint32_t allocated = page_word(KIND_ALLOCATED, call.tag);
+#pragma unroll
+    for (uint32_t u = 0; u < PER; ++u) {
+      const uint32_t t = first + me + u * STRIDE;
+      if (t >= t_end) break;
+      if (rank[u] != NO_RANK && base[u] == 0) {
+        const uint32_t page = pages[rank[u]];
+        v.state[page] = allocated;
+        if (v.page_size > 1) v.fill[page] = fill_word(call.tag, fill[u]);
+      }
+    }
+  }
 };
 
 // Whether write_slots may count in 32 bits: every token and page offset of the plan, and a
