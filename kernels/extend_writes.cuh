@@ -157,13 +157,16 @@ struct OwnTokens {
   __device__ __forceinline__ void write_slots(const uint32_t *pages, const View &v,
                                               uint32_t first, uint32_t t_end, uint32_t me,
                                               Index *out) const {
+    // (Every page read before any slot is stored: one shared-memory latency, not PER.)
+    uint32_t page[PER];
+#pragma unroll
+    for (uint32_t u = 0; u < PER; ++u)
+      page[u] = rank[u] != NO_RANK && first + me + u * STRIDE < t_end ? pages[rank[u]] : 0;
 #pragma unroll
     for (uint32_t u = 0; u < PER; ++u) {
       const uint32_t t = first + me + u * STRIDE;
       if (t >= t_end) break;
-      long long slot = base[u];
-      if (rank[u] != NO_RANK) slot += (long long)pages[rank[u]] * v.page_size;
-      out[t] = (Index)slot;
+      out[t] = (Index)(base[u] + (long long)page[u] * v.page_size);
     }
   }
 
