@@ -481,6 +481,13 @@ int main() {
                                                    last.p, 1, 1, 0, tokens,
                                                    pages, out_kvp.p);
           });
+      verify(shape + " (kvpool, one warp)", out_kvp, want, true);
+      add(shape + ": kvp_extend_few_64_i64", 2, kExtendPoints,
+          [&] {
+            kvp_extend_few_64_i64<<<1, 64, 0, s>>>(pool.v, extend_call, prefix.p, seq.p,
+                                                   last.p, 1, 1, 0, tokens,
+                                                   pages, out_kvp.p);
+          });
     }
     verify(shape + " (kvpool)", out_kvp, want, true);
     const int threads = tokens > 64 ? 256 : 32;

@@ -167,8 +167,9 @@ __device__ __forceinline__ Offsets request_offsets(Pair own, uint32_t batch,
 // writers' loop.
 template <int BLOCK>
 struct FewBlockTokens {
-  static_assert(BLOCK == 32 || BLOCK == 256, "extend_few runs on one warp or 256 threads");
-  static constexpr uint32_t value = BLOCK == 32 ? 64 : SPAN_TOKENS;
+  static_assert(BLOCK == 32 || BLOCK == 64 || BLOCK == 256,
+                "extend_few runs on one warp, two or 256 threads");
+  static constexpr uint32_t value = BLOCK <= 64 ? 64 : SPAN_TOKENS;
 };
 
 // One block: from this warp's scan (lane i, request i: `at`, `s`, `ll`), by shuffles, the
@@ -272,7 +273,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // take at most 512) to come in one round trip (run s11-1: 1,024 pages in two rounds made
   // 2 requests at page size 1 1.09x slower than extend_block); a block of several writes
   // about 512 tokens (pool.rs, SPAN_TOKENS).
-  constexpr uint32_t BATCH = GRID ? 4 : (4 * BLOCK + STAGERS - 1) / STAGERS;
+  constexpr uint32_t BATCH = GRID ? 4 : BLOCK == 64 ? 2 : (4 * BLOCK + STAGERS - 1) / STAGERS;
   const bool stages = BLOCK == 32 || !decides;
   const uint32_t stager = BLOCK > 32 ? r - 32 : r;
   EarlyRing<BATCH, STAGERS> early;

@@ -76,7 +76,7 @@ pub(super) const DECODE_THREADS: [u32; 6] = [32, 64, 128, 256, 512, 1024];
 /// slots at a time).
 const MAX_DEVICE_PAGE_SIZE: u32 = 1 << 31;
 /// The one-block `kvp_extend_few_{N}_*` kernels, by threads (`few_slot`).
-pub(super) const FEW_THREADS: [u32; 2] = [32, BLOCK];
+pub(super) const FEW_THREADS: [u32; 3] = [32, 64, BLOCK];
 const DECODE_BATCH: usize = 1024;
 const WARP_BATCH: usize = 32;
 const WARP_TOKENS: u64 = 64;
@@ -124,7 +124,8 @@ impl ExtendKernel {
 pub(super) fn few_slot(threads: u32) -> usize {
     match threads {
         32 => 0,
-        _ => 1,
+        64 => 1,
+        _ => 2,
     }
 }
 
@@ -1128,7 +1129,7 @@ impl DevicePool {
             (ExtendKernel::Decode(threads), 1, threads, batch32, batch32)
         } else if !decode && batch <= WARP_BATCH {
             let (kernel, grid, threads) = if tokens <= WARP_TOKENS {
-                (ExtendKernel::Few(32), 1, 32)
+                (ExtendKernel::Few(64), 1, 64)
             } else if tokens <= SPAN_TOKENS {
                 (ExtendKernel::Few(BLOCK), 1, BLOCK)
             } else {
@@ -1907,8 +1908,8 @@ mod tests {
                 (ExtendKernel::Decode(1024), 1, 1024),
             ),
             ((1025, true, 1025, 1025), (ExtendKernel::Grid, 5, 256)),
-            ((1, false, 1, 1), (ExtendKernel::Few(32), 1, 32)),
-            ((32, false, 64, 32), (ExtendKernel::Few(32), 1, 32)),
+            ((1, false, 1, 1), (ExtendKernel::Few(64), 1, 64)),
+            ((32, false, 64, 32), (ExtendKernel::Few(64), 1, 64)),
             // 65-256 tokens of up to 32 requests: 256 threads, not two warps (the
             // nineteenth session's writers, BENCHMARKS.md).
             ((32, false, 65, 32), (ExtendKernel::Few(256), 1, 256)),
