@@ -33,6 +33,7 @@ struct FewShared {
   unsigned long long scan_in[32][2];  // warp 0's, see after_loads
   unsigned long long verdict;
   uint32_t pages[STAGE_CAP];  // the new pages of this block's tokens, from the ring
+  uint32_t page_fill[4 * 256];  // one block of 256: each new page's fill point, by rank
 };
 
 // Warp 0 of extend_few, once every warp has scanned the requests: extend_block's checks of
@@ -368,7 +369,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   if (EARLY_SLOTS && planned && stages) {
     asm volatile("bar.sync 1, %0;" ::"n"(STAGERS) : "memory");
     if (live) mine.template write_slots<WRITERS>(sh.pages, v, 0, (uint32_t)total_tokens, stager,
-                                                 out);
+                                                 out, sh.page_fill);
   }
 
   long long fill_page = -1;
@@ -391,9 +392,15 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     if (fill_page >= 0) v.fill[fill_page] = fill_word(call.tag, fill_to);
     if (planned) {
       // (Live: every rank is below new_pages, all staged.)
-      if (stages && EARLY_SLOTS)
-        mine.template write_pages<WRITERS>(sh.pages, v, call, 0, (uint32_t)total_tokens, stager);
-      else if (stages)
+      if (stages && EARLY_SLOTS) {
+        // A page a thread (page size 16: 32 pages, one warp's stores), from shared memory.
+        const uint32_t allocated = page_word(KIND_ALLOCATED, call.tag);
+        for (uint32_t k = stager; k < (uint32_t)new_pages; k += STAGERS) {
+          const uint32_t page = sh.pages[k];
+          v.state[page] = allocated;
+          if (v.page_size > 1) v.fill[page] = fill_word(call.tag, sh.page_fill[k]);
+        }
+      } else if (stages)
         mine.template write<WRITERS>(sh.pages, v, call, 0, (uint32_t)total_tokens, stager, out);
     } else {
       if constexpr (!GRID) {

@@ -156,7 +156,7 @@ struct OwnTokens {
   template <uint32_t STRIDE, typename Index>
   __device__ __forceinline__ void write_slots(const uint32_t *pages, const View &v,
                                               uint32_t first, uint32_t t_end, uint32_t me,
-                                              Index *out) const {
+                                              Index *out, uint32_t *page_fill) const {
     // (Every page read before any slot is stored: one shared-memory latency, not PER.)
     uint32_t page[PER];
 #pragma unroll
@@ -167,6 +167,7 @@ struct OwnTokens {
       const uint32_t t = first + me + u * STRIDE;
       if (t >= t_end) break;
       out[t] = (Index)(base[u] + (long long)page[u] * v.page_size);
+      if (rank[u] != NO_RANK && base[u] == 0) page_fill[rank[u]] = fill[u];
     }
   }
 
