@@ -475,13 +475,6 @@ int main() {
                                                      pages, out_kvp.p);
           });
     } else {
-      add(shape + ": kvp_extend_few_32_i64", 1, kExtendPoints,
-          [&] {
-            kvp_extend_few_32_i64<<<1, 32, 0, s>>>(pool.v, extend_call, prefix.p, seq.p,
-                                                   last.p, 1, 1, 0, tokens,
-                                                   pages, out_kvp.p);
-          });
-      verify(shape + " (kvpool, one warp)", out_kvp, want, true);
       add(shape + ": kvp_extend_few_64_i64", 2, kExtendPoints,
           [&] {
             kvp_extend_few_64_i64<<<1, 64, 0, s>>>(pool.v, extend_call, prefix.p, seq.p,
@@ -490,14 +483,14 @@ int main() {
           });
     }
     verify(shape + " (kvpool)", out_kvp, want, true);
-    const int threads = tokens > 64 ? 256 : 32;
+    const int threads = tokens > 64 ? 256 : 64;
     add(shape + ": the same kernel's body twice in one launch (probes: the second)", threads / 32,
         kExtendPoints, [&] {
           if (threads == 256)
             extend_few_twice<256><<<1, 256, 0, s>>>(pool.v, extend_call, prefix.p, seq.p, last.p,
                                                     tokens, pages, out_kvp.p);
           else
-            extend_few_twice<32><<<1, 32, 0, s>>>(pool.v, extend_call, prefix.p, seq.p, last.p,
+            extend_few_twice<64><<<1, 64, 0, s>>>(pool.v, extend_call, prefix.p, seq.p, last.p,
                                                   tokens, pages, out_kvp.p);
         });
     verify(shape + " (kvpool, twice)", out_kvp, want, true);
@@ -584,7 +577,7 @@ int main() {
   // the extend reads cursor[0] and writes cursor[1], the decode reads cursor[1].
   {
     DeviceInts prefix({0}), seq({16}), last({-1}), out16(std::vector<long long>(16, 0));
-    kvp_extend_few_32_i64<<<1, 32, 0, s>>>(pool.v, Call{3, 0, 0, kvp::OP_ALLOC_EXTEND, 3, 0},
+    kvp_extend_few_64_i64<<<1, 64, 0, s>>>(pool.v, Call{3, 0, 0, kvp::OP_ALLOC_EXTEND, 3, 0},
                                            prefix.p, seq.p, last.p, 1, 1, 0,
                                            16, 1, out16.p);
     CHECK(cudaDeviceSynchronize());

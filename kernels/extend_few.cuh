@@ -17,6 +17,13 @@
 // pass; 1-32 requests 0.93-0.96x extend_block's time at page sizes 16 and 64. Fourteenth
 // session: the offsets, ring positions and one-block writers in 32 bits, 0.89-0.95x again.
 //
+// One block (up to 512 tokens: two warps up to 64, else 256 threads): the writers store
+// their slots into `out` before the verdict, while warp 0 decides (a barrier of their own
+// orders the ring's staged pages first), and after it only the new pages' words, or the
+// padding slot over their slots when the call fails. Twenty-second session (BENCHMARKS.md):
+// 65-512 tokens 0.96-0.99x the time; up to 64 tokens on two warps instead of one warp doing
+// everything, 0.91-0.94x.
+//
 // GRID, several blocks (a long prefill of a few requests): as extend_block's GRID, every
 // block decides the whole call from the same inputs and writes its range of the tokens;
 // block 0 alone commits or faults (see extend_block.cuh for why a fill word tagged by this
@@ -163,13 +170,12 @@ __device__ __forceinline__ Offsets request_offsets(Pair own, uint32_t batch,
 }
 
 // The most tokens the host gives one block of BLOCK threads (src/cuda/pool.rs: WARP_TOKENS
-// to one warp, SPAN_TOKENS to 256 threads). A call of more still runs, on the general
+// to two warps, SPAN_TOKENS to 256 threads). A call of more still runs, on the general
 // writers' loop.
 template <int BLOCK>
 struct FewBlockTokens {
-  static_assert(BLOCK == 32 || BLOCK == 64 || BLOCK == 256,
-                "extend_few runs on one warp, two or 256 threads");
-  static constexpr uint32_t value = BLOCK <= 64 ? 64 : SPAN_TOKENS;
+  static_assert(BLOCK == 64 || BLOCK == 256, "extend_few runs on two warps or 256 threads");
+  static constexpr uint32_t value = BLOCK == 64 ? 64 : SPAN_TOKENS;
 };
 
 // One block: from this warp's scan (lane i, request i: `at`, `s`, `ll`), by shuffles, the
@@ -233,7 +239,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
                                            uint32_t batch, unsigned long long total_tokens,
                                            unsigned long long total_pages, Index *out) {
   const uint32_t r = threadIdx.x, lane = r & 31;
-  const bool decides = BLOCK == 32 || r < 32;  // warp 0
+  const bool decides = r < 32;  // warp 0
   KVP_PROBE(0, 0);  // (probes: see pool.cu; anatomy.cu names the points)
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
@@ -263,19 +269,19 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // during the checks, the shapes and the scan. One block, the stagers: the ring's first
   // pages, from the cursor alone (see EarlyRing). (A branch per warp: each goes straight to
   // its own loads.) Run s18-3: one request of 512 tokens 0.90-0.97x the time; runs
-  // s18-7/9: 1-8 requests of 16-64 tokens 0.84-0.98x (one warp: a round trip fewer).
+  // s18-7/9: 1-8 requests of 16-64 tokens 0.84-0.98x (then on one warp: a round trip fewer).
   // Several blocks (their stagers' ranks depend on the scan): warp 0's words alone, since
   // run s21-2 (2-8 requests of 512 tokens 0.98-0.99x; run s18-2 had read 1.01x at 2-32,
   // when warp 0 was not what the barrier waited for: bench-gpu/anatomy.cu's probes).
-  constexpr uint32_t STAGERS = BLOCK > 32 ? BLOCK - 32 : 32;
+  constexpr uint32_t STAGERS = BLOCK - 32;
   // Loads in flight per thread before any is used: enough for a one-block shape's most new
   // pages (page size 1: at most 4 x BLOCK tokens; since the sixteenth session 256 threads
   // take at most 512) to come in one round trip (run s11-1: 1,024 pages in two rounds made
   // 2 requests at page size 1 1.09x slower than extend_block); a block of several writes
-  // about 512 tokens (pool.rs, SPAN_TOKENS).
+  // about 512 tokens (pool.rs, SPAN_TOKENS). Two warps take at most 64 tokens: two a lane.
   constexpr uint32_t BATCH = GRID ? 4 : BLOCK == 64 ? 2 : (4 * BLOCK + STAGERS - 1) / STAGERS;
-  const bool stages = BLOCK == 32 || !decides;
-  const uint32_t stager = BLOCK > 32 ? r - 32 : r;
+  const bool stages = !decides;
+  const uint32_t stager = r - 32;
   EarlyRing<BATCH, STAGERS> early;
   uint32_t word = 0;
   unsigned long long filled = 0;
@@ -283,7 +289,6 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     const PageWords words = load_page_words<POW2>(ll, v);
     word = words.word;
     filled = words.filled;
-    if (BLOCK == 32 && !GRID) early.load(v, c.head, v.num_pages, stager);
     if constexpr (!GRID) KVP_PROBE(1, words.page + seq + prefix + c.head);
     __syncwarp();
   } else if constexpr (!GRID) {
@@ -332,7 +337,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
 
   // Round trip 3, while warp 0 decides: the new pages of this block's tokens, from the ring
   // into shared memory (`live`: they are in the free list, new_pages <= free_len), by the
-  // other warps (one warp: by it, before it decides). One block: loaded with round trip 2.
+  // other warps. One block: loaded with round trip 2.
   // Several blocks: after the scan, which gives their ranks (loading them with round trip 1
   // from a window of the ring that must hold them made 2-32 requests of 512 tokens
   // 1.04-1.11x slower: runs s21-1, s21-3).
@@ -361,11 +366,13 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   OwnTokens<PER> mine;
   if (planned && stages)
     mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens);
-  // One block of 256: the writers' slots go to `out` while warp 0 decides, once the stagers
-  // (the writers) have staged every page (a barrier of their own, warp 0 not in it); after
-  // the verdict they write the pool's words of the new pages, or the padding slot over
-  // their slots (the block barrier orders the two).
-  constexpr bool EARLY_SLOTS = BLOCK > 32 && !GRID;
+  // One block: the writers' slots go to `out` while warp 0 decides, once the stagers (the
+  // writers) have staged every page (a barrier of their own, warp 0 not in it); after the
+  // verdict they write the pool's words of the new pages, or the padding slot over their
+  // slots (the block barrier orders the two). Run s22-1: 1 x 512 tokens 0.96x the time,
+  // 8 x 64 and 32 x 16 0.98x; the new pages' words a page a thread after the verdict, from
+  // shared memory (1ff322b), 1.00-1.02x more.
+  constexpr bool EARLY_SLOTS = !GRID;
   if (EARLY_SLOTS && planned && stages) {
     asm volatile("bar.sync 1, %0;" ::"n"(STAGERS) : "memory");
     if (live) mine.template write_slots<WRITERS>(sh.pages, v, 0, (uint32_t)total_tokens, stager,

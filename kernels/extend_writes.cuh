@@ -92,7 +92,9 @@ constexpr uint32_t SPAN_TOKENS = 512;
 
 // A thread's tokens of a block's range (the block's first + me, + STRIDE, ...): what each
 // needs for its slot but its new page, worked out before the verdict (`place`), so that
-// after the barrier a token costs one shared load and its stores (`write`). In 32 bits: the
+// after the barrier a token costs one shared load and its stores (`write`); extend_few's
+// one block stores the slots before the verdict (`write_slots`) and the new pages' words
+// after it (`write_pages`). In 32 bits: the
 // kernels plan only calls whose offsets are narrow (narrow_offsets). (The general loop,
 // write_slots, searches each token's request and reads its offsets from shared memory after
 // the barrier: about 950 cycles for the 16 tokens of one request on one warp, with the SM

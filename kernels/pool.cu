@@ -1630,7 +1630,6 @@ KVP_DECODE_KERNELS(i32, int)
                                       total_tokens, total_pages, out);                            \
   }
 #define KVP_EXTEND_FEW_KERNELS(SUFFIX, INDEX)                                                     \
-  KVP_EXTEND_FEW_KERNEL(32, SUFFIX, INDEX)                                                        \
   KVP_EXTEND_FEW_KERNEL(64, SUFFIX, INDEX)                                                        \
   KVP_EXTEND_FEW_KERNEL(256, SUFFIX, INDEX)                                                       \
   extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_few_blocks_##SUFFIX(      \

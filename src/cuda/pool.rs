@@ -53,10 +53,11 @@ const SORT_CAP: u64 = 4096;
 /// to `DECODE_BATCH` requests runs on `kvp_decode_{N}_*`, one block of the fewest threads in
 /// `DECODE_THREADS` that hold it (a one-block call's idle threads cost time). An extend of up
 /// to `WARP_BATCH` requests runs on `kvp_extend_few_*`, where one warp decides and the block
-/// writes: one warp (`FEW_THREADS`) for up to `WARP_TOKENS` tokens, 256 threads for up to
-/// `SPAN_TOKENS` (since the writers plan their tokens before the verdict, 65-256 tokens take
-/// 0.63-0.91x the time they took on two warps: BENCHMARKS.md, nineteenth session; the
-/// two-warp kernel is gone since the twentieth), else several blocks of 256 of
+/// writes: two warps (`FEW_THREADS`) for up to `WARP_TOKENS` tokens (the second writing its
+/// slots while the first decides: 0.91-0.94x the time of one warp doing both, BENCHMARKS.md,
+/// twenty-second session), 256 threads for up to `SPAN_TOKENS` (since the writers plan their
+/// tokens before the verdict, 65-256 tokens take 0.63-0.91x the time they took on two warps
+/// writing after it: BENCHMARKS.md, nineteenth session), else several blocks of 256 of
 /// about `SPAN_TOKENS` tokens each (at most `TARGET_BLOCKS`; two blocks of 512 tokens take
 /// 0.80-0.90x the time of one block of 1,024: BENCHMARKS.md, sixteenth session). A larger
 /// extend runs a request a thread: on two warps (`kvp_extend_block64_*`) for up to 64
@@ -66,7 +67,8 @@ const SORT_CAP: u64 = 4096;
 /// planning their tokens before the verdict, 33-64 requests of 132-1,024 tokens take
 /// 0.62-0.88x the time they took at up to four a thread on the general loop (BENCHMARKS.md,
 /// twentieth session). By request row the extend_few shapes run on the request-a-thread
-/// kernels of the same shape (`kvp_extend_{warp,block64,block,blocks}_rows_*`).
+/// kernels of the same shape (`kvp_extend_{warp,block64,block,blocks}_rows_*`; up to
+/// `WARP_TOKENS` tokens on one warp).
 /// Larger batches go to the ticketed multi-block kernel (for extends, one block of 256
 /// threads for up to 4,096 tokens, or deciding blocks of four requests a thread, were both
 /// measured slower than several blocks with a ticket: BENCHMARKS.md).
@@ -76,7 +78,7 @@ pub(super) const DECODE_THREADS: [u32; 6] = [32, 64, 128, 256, 512, 1024];
 /// slots at a time).
 const MAX_DEVICE_PAGE_SIZE: u32 = 1 << 31;
 /// The one-block `kvp_extend_few_{N}_*` kernels, by threads (`few_slot`).
-pub(super) const FEW_THREADS: [u32; 3] = [32, 64, BLOCK];
+pub(super) const FEW_THREADS: [u32; 2] = [64, BLOCK];
 const DECODE_BATCH: usize = 1024;
 const WARP_BATCH: usize = 32;
 const WARP_TOKENS: u64 = 64;
@@ -123,9 +125,8 @@ impl ExtendKernel {
 /// Where the kernel of `threads` threads (one of `FEW_THREADS`) sits in `Typed::extend_few`.
 pub(super) fn few_slot(threads: u32) -> usize {
     match threads {
-        32 => 0,
-        64 => 1,
-        _ => 2,
+        64 => 0,
+        _ => 1,
     }
 }
 

@@ -256,15 +256,15 @@ impl DevicePool {
         // to 1,024 requests, an extend of up to 256): one kernel (it enters rows in a 32-bit
         // keyed table; `TableShape::span`, checked above, bounds the table's rows by 2^32 - 1).
         let typed = &self.kernels.typed;
-        // (Up to 64 tokens: on one warp, as before the two-warp extend_few kernel.)
+        // An extend_few shape runs on the rows kernel of the same grid and threads, but for
+        // extend_few's two warps (up to 64 tokens), whose shape runs on one warp by row.
         let block = if matches!(kernel, ExtendKernel::Few(64)) {
             32
         } else {
             block
         };
         let one_kernel = match kernel {
-            // An extend_few shape runs on the rows kernel of the same grid and threads.
-            ExtendKernel::Few(32 | 64) => Some(typed.extend_warp_rows),
+            ExtendKernel::Few(64) => Some(typed.extend_warp_rows),
             ExtendKernel::Block64 => Some(typed.extend_block64_rows),
             ExtendKernel::Block | ExtendKernel::Few(_) => Some(typed.extend_block_rows),
             ExtendKernel::Blocks | ExtendKernel::FewBlocks => Some(typed.extend_blocks_rows),
