@@ -375,7 +375,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   constexpr bool EARLY_SLOTS = !GRID;
   if (EARLY_SLOTS && planned && stages) {
     asm volatile("bar.sync 1, %0;" ::"n"(STAGERS) : "memory");
-    if (live) mine.template write_slots<WRITERS>(sh.pages, v, 0, (uint32_t)total_tokens, stager,
+    if (live) mine.template store_slots<WRITERS>(sh.pages, v, 0, (uint32_t)total_tokens, stager,
                                                  out);
   }
 

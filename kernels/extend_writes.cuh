@@ -93,7 +93,7 @@ constexpr uint32_t SPAN_TOKENS = 512;
 // A thread's tokens of a block's range (the block's first + me, + STRIDE, ...): what each
 // needs for its slot but its new page, worked out before the verdict (`place`), so that
 // after the barrier a token costs one shared load and its stores (`write`); extend_few's
-// one block stores the slots before the verdict (`write_slots`) and the new pages' words
+// one block stores the slots before the verdict (`store_slots`) and the new pages' words
 // after it (`write_pages`). In 32 bits: the
 // kernels plan only calls whose offsets are narrow (narrow_offsets). (The general loop,
 // write_slots, searches each token's request and reads its offsets from shared memory after
@@ -152,11 +152,11 @@ struct OwnTokens {
     }
   }
 
-  // Before the verdict (extend_few's one block of 256): the slots alone, into the caller's
-  // `out`, from the staged `pages`. A call that then fails overwrites them with the padding
-  // slot after the barrier; the pool's own words wait for the verdict (`write_pages`).
+  // Before the verdict (extend_few's one block): the slots alone, into the caller's `out`,
+  // from the staged `pages`. A call that then fails overwrites them with the padding slot
+  // after the barrier; the pool's own words wait for the verdict (`write_pages`).
   template <uint32_t STRIDE, typename Index>
-  __device__ __forceinline__ void write_slots(const uint32_t *pages, const View &v,
+  __device__ __forceinline__ void store_slots(const uint32_t *pages, const View &v,
                                               uint32_t first, uint32_t t_end, uint32_t me,
                                               Index *out) const {
     // (Every page read before any slot is stored: one shared-memory latency, not PER.)
@@ -172,7 +172,7 @@ struct OwnTokens {
     }
   }
 
-  // After the verdict, the call taking effect, once `write_slots` has run: a new page's
+  // After the verdict, the call taking effect, once `store_slots` has run: a new page's
   // first token makes the page allocated and sets its fill point.
   template <uint32_t STRIDE>
   __device__ __forceinline__ void write_pages(const uint32_t *pages, const View &v,
