@@ -98,7 +98,9 @@ __global__ void __launch_bounds__(THREADS)
 
 // The same algorithm as the compiler sees Triton's: the page size a constant (SGLang passes
 // it as tl.constexpr), pointers that do not alias (so the ring's loads of part 2 are issued
-// together, not one store at a time), a request's offsets in 32 bits.
+// together, not one store at a time), a request's offsets in 32 bits. (It repeats
+// sglang_extend line for line where the two differ only in the page size's type and the
+// pointers' aliasing: what the comparison measures.)
 template <int THREADS, int PS>
 __global__ void __launch_bounds__(THREADS)
     sglang_extend_tuned(const long long *__restrict__ prefix_lens,
