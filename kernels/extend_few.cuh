@@ -366,14 +366,13 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   OwnTokens<PER> mine;
   if (planned && stages)
     mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens);
-  // One block: the writers' slots go to `out` while warp 0 decides, once the stagers (the
-  // writers) have staged every page (a barrier of their own, warp 0 not in it); after the
-  // verdict they write the pool's words of the new pages, or the padding slot over their
-  // slots (the block barrier orders the two). Run s22-1: 1 x 512 tokens 0.96x the time,
-  // 8 x 64 and 32 x 16 0.98x; the new pages' words a page a thread after the verdict, from
-  // shared memory (1ff322b), 1.00-1.02x more.
-  constexpr bool EARLY_SLOTS = !GRID;
-  if (EARLY_SLOTS && planned && stages) {
+  // Planned (one block): the writers' slots go to `out` while warp 0 decides, once the
+  // stagers (the writers) have staged every page (a barrier of their own, warp 0 not in
+  // it); after the verdict they write the pool's words of the new pages, or the padding slot
+  // over their slots (the block barrier orders the two). Run s22-1: 1 x 512 tokens 0.96x
+  // the time, 8 x 64 and 32 x 16 0.98x; the new pages' words a page a thread after the
+  // verdict, from shared memory (1ff322b), 1.00-1.02x more.
+  if (planned && stages) {
     asm volatile("bar.sync 1, %0;" ::"n"(STAGERS) : "memory");
     if (live) mine.template store_slots<WRITERS>(sh.pages, v, 0, (uint32_t)total_tokens, stager,
                                                  out);
@@ -398,11 +397,9 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     // of a new page setting its fill point.
     if (fill_page >= 0) v.fill[fill_page] = fill_word(call.tag, fill_to);
     if (planned) {
-      // (Live: every rank is below new_pages, all staged.)
-      if (stages && EARLY_SLOTS)
+      // (Live: every rank is below new_pages, all staged; the slots are stored already.)
+      if (stages)
         mine.template write_pages<WRITERS>(sh.pages, v, call, 0, (uint32_t)total_tokens, stager);
-      else if (stages)
-        mine.template write<WRITERS>(sh.pages, v, call, 0, (uint32_t)total_tokens, stager, out);
     } else {
       if constexpr (!GRID) {
         for (unsigned long long k = r; k < new_pages; k += BLOCK) {

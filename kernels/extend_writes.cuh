@@ -127,6 +127,14 @@ struct OwnTokens {
     }
   }
 
+  // A new page's first token (u), the call taking effect: the page becomes allocated
+  // (`allocated`, the call's page word) and gets its fill point.
+  __device__ __forceinline__ void open_page(const View &v, const Call &call, uint32_t allocated,
+                                            uint32_t page, uint32_t u) const {
+    v.state[page] = allocated;
+    if (v.page_size > 1) v.fill[page] = fill_word(call.tag, fill[u]);
+  }
+
   // After the verdict, the call taking effect: each planned token below t_end gets its slot
   // from the staged `pages`; a new page's first token makes the page allocated and sets its
   // fill point.
@@ -143,10 +151,7 @@ struct OwnTokens {
       if (rank[u] != NO_RANK) {
         const uint32_t page = pages[rank[u]];
         slot += (long long)page * v.page_size;
-        if (base[u] == 0) {
-          v.state[page] = allocated;
-          if (v.page_size > 1) v.fill[page] = fill_word(call.tag, fill[u]);
-        }
+        if (base[u] == 0) open_page(v, call, allocated, page, u);
       }
       out[t] = (Index)slot;
     }
@@ -183,11 +188,7 @@ struct OwnTokens {
     for (uint32_t u = 0; u < PER; ++u) {
       const uint32_t t = first + me + u * STRIDE;
       if (t >= t_end) break;
-      if (rank[u] != NO_RANK && base[u] == 0) {
-        const uint32_t page = pages[rank[u]];
-        v.state[page] = allocated;
-        if (v.page_size > 1) v.fill[page] = fill_word(call.tag, fill[u]);
-      }
+      if (rank[u] != NO_RANK && base[u] == 0) open_page(v, call, allocated, pages[rank[u]], u);
     }
   }
 };
