@@ -1119,11 +1119,7 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
     const GUARD: usize = 512;
     const CAP: usize = 1 << 14;
     let gpu = Gpu::new(false);
-    let (prefix_d, seq_d, last_d) = (
-        DevBuf::new(8 * 256),
-        DevBuf::new(8 * 256),
-        DevBuf::new(8 * 256),
-    );
+    let (prefix_d, seq_d, last_d) = DevBuf::lengths(256);
     let out = DevBuf::new(8 * (CAP + GUARD));
     let (mut sharers_accepted, mut refused) = (0, 0);
     // Batches of at most 32 requests run on kvp_extend_few_blocks_*, larger ones on
@@ -1263,11 +1259,7 @@ fn extends_of_more_than_512_tokens_a_block_match_the_host() {
     const GUARD: usize = 512;
     const SIZE: u64 = 1 << 21;
     let gpu = Gpu::new(false);
-    let (prefix_d, seq_d, last_d) = (
-        DevBuf::new(8 * 64),
-        DevBuf::new(8 * 64),
-        DevBuf::new(8 * 64),
-    );
+    let (prefix_d, seq_d, last_d) = DevBuf::lengths(64);
     let out = DevBuf::new(8 * (1_250_000 + GUARD));
     let pool_config = |backend| PoolConfig {
         size: SIZE,
@@ -1365,11 +1357,7 @@ fn decode_kernels_of_every_size_name_the_hosts_first_bad_request() {
         1, 5, 32, 33, 64, 65, 128, 129, 256, 257, 512, 513, 1024, 1025, 1300,
     ];
     let gpu = Gpu::new(false);
-    let (seq_d, last_d, prefix_d) = (
-        DevBuf::new(8 * ROWS),
-        DevBuf::new(8 * ROWS),
-        DevBuf::new(8 * ROWS),
-    );
+    let (seq_d, last_d, prefix_d) = DevBuf::lengths(ROWS);
     let out = DevBuf::new(8 * (4 * 64 * ROWS + GUARD));
     // Rounds per batch size (KVPOOL_DECODE_ROUNDS; fewer under a sanitizer).
     let rounds = rounds_from_env("KVPOOL_DECODE_ROUNDS", 3);
@@ -1489,11 +1477,7 @@ fn extends_of_a_few_requests_name_the_hosts_first_bad_request() {
     // tokens) and several blocks.
     const TOKENS: [u64; 4] = [40, 200, 900, 3000];
     let gpu = Gpu::new(false);
-    let (prefix_d, seq_d, last_d) = (
-        DevBuf::new(8 * ROWS),
-        DevBuf::new(8 * ROWS),
-        DevBuf::new(8 * ROWS),
-    );
+    let (prefix_d, seq_d, last_d) = DevBuf::lengths(ROWS);
     let out = DevBuf::new(8 * (CAP + GUARD));
     let rounds = rounds_from_env("KVPOOL_EXTEND_ROUNDS", 2);
     let mut outcomes = Outcomes::default();

@@ -80,6 +80,11 @@ pub struct DevBuf {
 }
 
 impl DevBuf {
+    /// Three buffers of `n` int64 each: a call's device lengths and `last_loc`.
+    pub fn lengths(n: usize) -> (Self, Self, Self) {
+        (Self::new(8 * n), Self::new(8 * n), Self::new(8 * n))
+    }
+
     pub fn new(bytes: usize) -> Self {
         let mut ptr = 0;
         // SAFETY: valid out-pointer.
