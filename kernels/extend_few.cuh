@@ -174,8 +174,9 @@ __device__ __forceinline__ Offsets request_offsets(Pair own, uint32_t batch,
 // writers' loop.
 template <int BLOCK>
 struct FewBlockTokens {
-  static_assert(BLOCK == 64 || BLOCK == 256, "extend_few runs on two warps or 256 threads");
-  static constexpr uint32_t value = BLOCK == 64 ? 64 : SPAN_TOKENS;
+  static_assert(BLOCK == 64 || BLOCK == 128 || BLOCK == 256,
+                "extend_few runs on two warps, four or 256 threads");
+  static constexpr uint32_t value = BLOCK == 256 ? SPAN_TOKENS : 2 * BLOCK;
 };
 
 // One block: from this warp's scan (lane i, request i: `at`, `s`, `ll`), by shuffles, the
@@ -279,7 +280,9 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // take at most 512) to come in one round trip (run s11-1: 1,024 pages in two rounds made
   // 2 requests at page size 1 1.09x slower than extend_block); a block of several writes
   // about 512 tokens (pool.rs, SPAN_TOKENS). Two warps take at most 64 tokens: two a lane.
-  constexpr uint32_t BATCH = GRID ? 4 : BLOCK == 64 ? 2 : (4 * BLOCK + STAGERS - 1) / STAGERS;
+  constexpr uint32_t BATCH = GRID       ? 4
+                             : BLOCK < 256 ? (FewBlockTokens<BLOCK>::value + STAGERS - 1) / STAGERS
+                                           : (4 * BLOCK + STAGERS - 1) / STAGERS;
   const bool stages = !decides;
   const uint32_t stager = r - 32;
   EarlyRing<BATCH, STAGERS> early;

@@ -1631,6 +1631,7 @@ KVP_DECODE_KERNELS(i32, int)
   }
 #define KVP_EXTEND_FEW_KERNELS(SUFFIX, INDEX)                                                     \
   KVP_EXTEND_FEW_KERNEL(64, SUFFIX, INDEX)                                                        \
+  KVP_EXTEND_FEW_KERNEL(128, SUFFIX, INDEX)                                                       \
   KVP_EXTEND_FEW_KERNEL(256, SUFFIX, INDEX)                                                       \
   extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_few_blocks_##SUFFIX(      \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \

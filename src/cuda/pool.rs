@@ -78,10 +78,12 @@ pub(super) const DECODE_THREADS: [u32; 6] = [32, 64, 128, 256, 512, 1024];
 /// slots at a time).
 const MAX_DEVICE_PAGE_SIZE: u32 = 1 << 31;
 /// The one-block `kvp_extend_few_{N}_*` kernels, by threads (`few_slot`).
-pub(super) const FEW_THREADS: [u32; 2] = [64, BLOCK];
+pub(super) const FEW_THREADS: [u32; 3] = [64, 128, BLOCK];
 const DECODE_BATCH: usize = 1024;
 const WARP_BATCH: usize = 32;
-const WARP_TOKENS: u64 = 64;
+const WARP_TOKENS: u64 = 128;
+/// The most tokens `kvp_extend_few_128_*` takes (two a thread).
+const FOUR_WARP_TOKENS: u64 = 256;
 const BLOCK_TOKENS: u64 = 512;
 const BLOCK64_TOKENS: u64 = 128;
 const SPAN_TOKENS: u64 = 512;
@@ -126,7 +128,8 @@ impl ExtendKernel {
 pub(super) fn few_slot(threads: u32) -> usize {
     match threads {
         64 => 0,
-        _ => 1,
+        128 => 1,
+        _ => 2,
     }
 }
 
@@ -1131,6 +1134,8 @@ impl DevicePool {
         } else if !decode && batch <= WARP_BATCH {
             let (kernel, grid, threads) = if tokens <= WARP_TOKENS {
                 (ExtendKernel::Few(64), 1, 64)
+            } else if tokens <= FOUR_WARP_TOKENS {
+                (ExtendKernel::Few(128), 1, 128)
             } else if tokens <= SPAN_TOKENS {
                 (ExtendKernel::Few(BLOCK), 1, BLOCK)
             } else {
@@ -1913,8 +1918,10 @@ mod tests {
             ((32, false, 64, 32), (ExtendKernel::Few(64), 1, 64)),
             // 65-256 tokens of up to 32 requests: 256 threads, not two warps (the
             // nineteenth session's writers, BENCHMARKS.md).
-            ((32, false, 65, 32), (ExtendKernel::Few(256), 1, 256)),
-            ((1, false, 256, 16), (ExtendKernel::Few(256), 1, 256)),
+            ((32, false, 128, 32), (ExtendKernel::Few(64), 1, 64)),
+            ((32, false, 129, 32), (ExtendKernel::Few(128), 1, 128)),
+            ((1, false, 256, 16), (ExtendKernel::Few(128), 1, 128)),
+            ((1, false, 257, 17), (ExtendKernel::Few(256), 1, 256)),
             ((1, false, 512, 32), (ExtendKernel::Few(256), 1, 256)),
             ((32, false, 512, 64), (ExtendKernel::Few(256), 1, 256)),
             ((1, false, 513, 33), (ExtendKernel::FewBlocks, 2, 256)),

@@ -256,15 +256,15 @@ impl DevicePool {
         // to 1,024 requests, an extend of up to 256): one kernel (it enters rows in a 32-bit
         // keyed table; `TableShape::span`, checked above, bounds the table's rows by 2^32 - 1).
         let typed = &self.kernels.typed;
-        // An extend_few shape runs on the rows kernel of the same grid and threads, but for
-        // extend_few's two warps (up to 64 tokens), whose shape runs on one warp by row.
-        let block = if matches!(kernel, ExtendKernel::Few(64)) {
-            32
-        } else {
-            block
+        // An extend_few shape runs on the rows kernel of the same grid and threads, but on
+        // one one-block kernel: one warp up to 64 tokens, else 256 threads.
+        let block = match kernel {
+            ExtendKernel::Few(_) if tokens <= 64 => 32,
+            ExtendKernel::Few(_) => BLOCK,
+            _ => block,
         };
         let one_kernel = match kernel {
-            ExtendKernel::Few(64) => Some(typed.extend_warp_rows),
+            ExtendKernel::Few(_) if tokens <= 64 => Some(typed.extend_warp_rows),
             ExtendKernel::Block64 => Some(typed.extend_block64_rows),
             ExtendKernel::Block | ExtendKernel::Few(_) => Some(typed.extend_block_rows),
             ExtendKernel::Blocks | ExtendKernel::FewBlocks => Some(typed.extend_blocks_rows),
