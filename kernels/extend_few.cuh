@@ -17,7 +17,8 @@
 // pass; 1-32 requests 0.93-0.96x extend_block's time at page sizes 16 and 64. Fourteenth
 // session: the offsets, ring positions and one-block writers in 32 bits, 0.89-0.95x again.
 //
-// One block (up to 512 tokens: two warps up to 64, else 256 threads): the writers store
+// One block (up to 512 tokens: two warps up to 128, four up to 256, else 256 threads; the
+// fewer warps, the fewer loads and scans of the same requests): the writers store
 // their slots into `out` before the verdict, while warp 0 decides (a barrier of their own
 // orders the ring's staged pages first), and after it only the new pages' words, or the
 // padding slot over their slots when the call fails. Twenty-second session (BENCHMARKS.md):
@@ -170,8 +171,8 @@ __device__ __forceinline__ Offsets request_offsets(Pair own, uint32_t batch,
 }
 
 // The most tokens the host gives one block of BLOCK threads (src/cuda/pool.rs: WARP_TOKENS
-// to two warps, SPAN_TOKENS to 256 threads). A call of more still runs, on the general
-// writers' loop.
+// to two warps, FOUR_WARP_TOKENS to four, SPAN_TOKENS to 256 threads). A call of more still
+// runs, on the general writers' loop.
 template <int BLOCK>
 struct FewBlockTokens {
   static_assert(BLOCK == 64 || BLOCK == 128 || BLOCK == 256,
@@ -279,7 +280,8 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // pages (page size 1: at most 4 x BLOCK tokens; since the sixteenth session 256 threads
   // take at most 512) to come in one round trip (run s11-1: 1,024 pages in two rounds made
   // 2 requests at page size 1 1.09x slower than extend_block); a block of several writes
-  // about 512 tokens (pool.rs, SPAN_TOKENS). Two warps take at most 64 tokens: two a lane.
+  // about 512 tokens (pool.rs, SPAN_TOKENS). Two or four warps: their most tokens, as many
+  // pages, spread over their writers.
   constexpr uint32_t BATCH = GRID       ? 4
                              : BLOCK < 256 ? (FewBlockTokens<BLOCK>::value + STAGERS - 1) / STAGERS
                                            : (4 * BLOCK + STAGERS - 1) / STAGERS;
