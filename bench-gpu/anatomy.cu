@@ -458,8 +458,8 @@ int main() {
 
   // An extend of one request of `tokens` new tokens, empty prefix. (Probe points: see
   // extend_few.cuh; "in" for the writer warps is their cursor, "decided" their pages staged.)
-  const std::vector<const char *> kExtendPoints = {"start",   "in",      "decided",
-                                                   "barrier", "written", "end"};
+  const std::vector<const char *> kExtendPoints = {"start",   "in",      "decided", "barrier",
+                                                   "written", "end",     "scanned", "words"};
   for (const long long tokens : {512ll, 16ll}) {
     DeviceInts prefix({0}), seq({tokens}), last({-1});
     DeviceInts out_kvp(std::vector<long long>(tokens, -7));

@@ -318,6 +318,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   const unsigned long long at_tok = at.at_tok, at_page = at.at_page;
   const unsigned long long tokens = at.tokens, new_pages = at.new_pages;
   const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
+  KVP_PROBE(6, tokens + at_tok);  // every warp: the scan done
 
   // GRID: the ring ranks of the new pages this block's tokens use, [lo, hi), from the
   // requests holding its first and last token.
@@ -385,6 +386,9 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
 
   long long fill_page = -1;
   unsigned long long fill_to = 0;
+  // (Probe 7 makes warp 0 wait for its words here, where its checks would use them: when
+  // they arrive; with an empty prefix the checks do not need them.)
+  if (decides) KVP_PROBE(7, word + filled);
   if (decides)
     decide_few<GRID, POW2>(sh, v, call, dead, batch, prefix, ll, sane, s, err, check,
                            prefix_page, word, filled, at_tok, at_page, tokens, new_pages, live,
