@@ -17,7 +17,7 @@
 // pass; 1-32 requests 0.93-0.96x extend_block's time at page sizes 16 and 64. Fourteenth
 // session: the offsets, ring positions and one-block writers in 32 bits, 0.89-0.95x again.
 //
-// One block (up to 512 tokens: two warps up to 128, four up to 256, else 256 threads; the
+// One block (up to 512 tokens: two warps up to 64, four up to 256, else 256 threads; the
 // fewer warps, the fewer loads and scans of the same requests): the writers store
 // their slots into `out` before the verdict, while warp 0 decides (a barrier of their own
 // orders the ring's staged pages first), and after it only the new pages' words, or the
@@ -177,7 +177,7 @@ template <int BLOCK>
 struct FewBlockTokens {
   static_assert(BLOCK == 64 || BLOCK == 128 || BLOCK == 256,
                 "extend_few runs on two warps, four or 256 threads");
-  static constexpr uint32_t value = BLOCK == 256 ? SPAN_TOKENS : 2 * BLOCK;
+  static constexpr uint32_t value = BLOCK == 64 ? 64 : BLOCK == 128 ? 256 : SPAN_TOKENS;
 };
 
 // One block: from this warp's scan (lane i, request i: `at`, `s`, `ll`), by shuffles, the

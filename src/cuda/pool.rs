@@ -54,10 +54,11 @@ const SORT_CAP: u64 = 4096;
 /// `DECODE_THREADS` that hold it (a one-block call's idle threads cost time). An extend of up
 /// to `WARP_BATCH` requests runs on `kvp_extend_few_*`, where one warp decides and the block
 /// writes: two warps (`FEW_THREADS`) for up to `WARP_TOKENS` tokens (the second writing its
-/// slots while the first decides: 0.91-0.94x the time of one warp doing both at up to 64,
+/// slots while the first decides: 0.91-0.94x the time of one warp doing both,
 /// BENCHMARKS.md, twenty-second session), four for up to `FOUR_WARP_TOKENS` (fewer warps
-/// loading and scanning the same requests than 256 threads: same session), 256 threads for
-/// up to `SPAN_TOKENS` (since the writers plan their
+/// loading and scanning the same requests: 129-256 tokens 0.88-0.89x their time on 256
+/// threads; 65-128 tokens on two warps, four a lane, 1.01x: twenty-third session), 256
+/// threads for up to `SPAN_TOKENS` (since the writers plan their
 /// tokens before the verdict, 65-256 tokens take 0.63-0.91x the time they took on two warps
 /// writing after it: BENCHMARKS.md, nineteenth session), else several blocks of 256 of
 /// about `SPAN_TOKENS` tokens each (at most `TARGET_BLOCKS`; two blocks of 512 tokens take
@@ -83,8 +84,8 @@ const MAX_DEVICE_PAGE_SIZE: u32 = 1 << 31;
 pub(super) const FEW_THREADS: [u32; 3] = [64, 128, BLOCK];
 const DECODE_BATCH: usize = 1024;
 const WARP_BATCH: usize = 32;
-/// The most tokens `kvp_extend_few_64_*` takes (four a writer lane).
-const WARP_TOKENS: u64 = 128;
+/// The most tokens `kvp_extend_few_64_*` takes (two a writer lane).
+const WARP_TOKENS: u64 = 64;
 /// The most tokens `kvp_extend_few_128_*` takes (three a writer lane).
 const FOUR_WARP_TOKENS: u64 = 256;
 const BLOCK_TOKENS: u64 = 512;
@@ -1918,11 +1919,10 @@ mod tests {
             ),
             ((1025, true, 1025, 1025), (ExtendKernel::Grid, 5, 256)),
             ((1, false, 1, 1), (ExtendKernel::Few(64), 1, 64)),
+            // Up to 64 tokens of up to 32 requests on two warps, up to 256 on four, up to
+            // 512 on 256 threads (BENCHMARKS.md, twenty-second and twenty-third sessions).
             ((32, false, 64, 32), (ExtendKernel::Few(64), 1, 64)),
-            // Up to 128 tokens of up to 32 requests on two warps, up to 256 on four, up to
-            // 512 on 256 threads (BENCHMARKS.md, twenty-second session).
-            ((32, false, 128, 32), (ExtendKernel::Few(64), 1, 64)),
-            ((32, false, 129, 32), (ExtendKernel::Few(128), 1, 128)),
+            ((32, false, 65, 32), (ExtendKernel::Few(128), 1, 128)),
             ((1, false, 256, 16), (ExtendKernel::Few(128), 1, 128)),
             ((1, false, 257, 17), (ExtendKernel::Few(256), 1, 256)),
             ((1, false, 512, 32), (ExtendKernel::Few(256), 1, 256)),
