@@ -39,34 +39,35 @@ struct FewShared {
   unsigned long long page_off[32];  // ring rank of the request's first new page
   long long last[32];               // last_loc as read
   unsigned long long scan_in[32][2];  // warp 0's, see after_loads
-  unsigned long long verdict;
+  unsigned long long verdict;  // several blocks: warp 0's
+  uint32_t key[2];  // one block: warp 0's reports (word_key), warp 1's (lengths_key)
   uint32_t pages[STAGE_CAP];  // the new pages of this block's tokens, from the ring
 };
 
-// Warp 0 of extend_few, once every warp has scanned the requests: extend_block's checks of
-// request `lane` (its words `word`, `filled` loaded before the scan), the verdict by a warp
-// reduction, and what the writers need in `sh`; the continued page's fill point is left to
-// the request's lane (`*fill_page`, `*fill_to`: set when the call takes effect and this
-// block writes it).
-template <bool GRID, bool POW2>
-__device__ __forceinline__ void decide_few(FewShared &sh, const View &v, const Call &call,
-                                           bool dead, uint32_t batch, long long prefix,
-                                           long long ll, bool sane, const Shape &s,
-                                           uint32_t err, bool check, uint32_t prefix_page,
-                                           uint32_t word, unsigned long long filled,
-                                           unsigned long long at_tok, unsigned long long at_page,
-                                           unsigned long long tokens,
-                                           unsigned long long new_pages, bool live,
-                                           unsigned long long total_tokens,
-                                           unsigned long long total_pages,
-                                           unsigned long long t_begin, unsigned long long t_end,
-                                           long long *fill_page, unsigned long long *fill_to) {
-  const uint32_t r = threadIdx.x;
-  const bool valid = r < batch;
-  const bool tracked = v.page_size > 1;
+// Where each request's tokens and new pages start (exclusive prefix sums over the batch, lane
+// i request i) and the batch's totals: what every warp of extend_few works out for itself.
+struct Offsets {
+  unsigned long long at_tok, at_page, tokens, new_pages;
+};
 
-  // extend_block's checks, in its order.
-  const unsigned long long in_page = mod_ps<POW2>((unsigned long long)ll, v);
+// The smallest of a lane's reports: (position << 8) | code, NO_ERROR32 for none; the
+// verdict is the smallest over the batch (the smallest position, then the smallest code),
+// however the reports are split between warps.
+__device__ __forceinline__ uint32_t report_key(uint32_t key, uint32_t position, uint32_t code) {
+  return min(key, (position << 8) | code);
+}
+
+// Request `lane`'s own reports but the lengths': its earlier error `err`, else extend_block's
+// checks of its page words `word`, `filled` (loaded with the first round trip's values), and
+// two requests continuing one page. `in_page`: last_loc's place in its page.
+template <bool GRID, bool POW2>
+__device__ __forceinline__ uint32_t word_key(const View &v, const Call &call, uint32_t batch,
+                                             long long prefix, long long ll, const Shape &s,
+                                             uint32_t err, bool check, uint32_t prefix_page,
+                                             uint32_t word, unsigned long long filled,
+                                             unsigned long long in_page) {
+  const uint32_t lane = threadIdx.x & 31;
+  const bool tracked = v.page_size > 1;
   bool tagged = false, enters = false;
   if (check && err == ERR_NONE) {
     tagged = GRID && tracked && fill_tag(filled) == call.tag;
@@ -80,14 +81,7 @@ __device__ __forceinline__ void decide_few(FewShared &sh, const View &v, const C
     if (err != ERR_NONE) tagged = false;
   }
   uint32_t key = NO_ERROR32;
-  auto report32 = [&](uint32_t code) { key = min(key, (r << 8) | code); };
-  if (err != ERR_NONE) report32(err);
-  // Device lengths against the plan: an unusable request, else the first request that runs
-  // past the plan, else (device totals short of it) the last request.
-  if (valid && (!sane || at_tok + s.tokens > total_tokens || at_page + s.new_pages > total_pages))
-    report32(ERR_LENGTHS);
-  if (r == 0 && (tokens < total_tokens || new_pages < total_pages))
-    key = min(key, ((batch - 1) << 8) | ERR_LENGTHS);
+  if (err != ERR_NONE) key = report_key(key, lane, err);
 
   // Two requests continuing one page: every one but the first (in batch order) is a repeat.
   // GRID: a request finding its page's fill word tagged by this call looks for the page's
@@ -100,43 +94,89 @@ __device__ __forceinline__ void decide_few(FewShared &sh, const View &v, const C
   const uint32_t same = entering ? __match_any_sync(FULL, prefix_page) & entering : 0;
   const int first = same ? __ffs(same) - 1 : -1;
   // (Every lane shuffles: a shuffle some lanes skip would hang the warp.)
-  const long long first_last = GRID ? __shfl_sync(FULL, ll, first < 0 ? (int)r : first) : 0;
+  const long long first_last = GRID ? __shfl_sync(FULL, ll, first < 0 ? (int)lane : first) : 0;
   const unsigned long long first_part1 =
-      GRID ? __shfl_sync(FULL, s.part1, first < 0 ? (int)r : first) : 0;
-  if (enters && first != (int)r) {
-    report32(ERR_SHARED_PAGE);
+      GRID ? __shfl_sync(FULL, s.part1, first < 0 ? (int)lane : first) : 0;
+  if (enters && first != (int)lane) {
+    key = report_key(key, lane, ERR_SHARED_PAGE);
   } else if (GRID) {
     const unsigned long long start = in_page + 1;
     const bool advanced = s.part1 > 0 ? fill_of(filled) == start + s.part1
                                       : first >= 0 && first_last == ll &&
                                             fill_of(filled) == start + first_part1;
-    if (tagged && !advanced) report32(ERR_SHARED_PAGE);
+    if (tagged && !advanced) key = report_key(key, lane, ERR_SHARED_PAGE);
   }
-  const unsigned long long verdict = widen_error(__reduce_min_sync(FULL, key));
+  return key;
+}
 
+// Request `lane`'s lengths against the plan: an unusable request, else the first request
+// that runs past the plan, else (the batch's totals short of it) the last request.
+__device__ __forceinline__ uint32_t lengths_key(bool valid, bool sane, unsigned long long at_tok,
+                                                unsigned long long at_page, const Shape &s,
+                                                unsigned long long tokens,
+                                                unsigned long long new_pages, uint32_t batch,
+                                                unsigned long long total_tokens,
+                                                unsigned long long total_pages) {
+  const uint32_t lane = threadIdx.x & 31;
+  uint32_t key = NO_ERROR32;
+  if (valid && (!sane || at_tok + s.tokens > total_tokens || at_page + s.new_pages > total_pages))
+    key = report_key(key, lane, ERR_LENGTHS);
+  if (lane == 0 && (tokens < total_tokens || new_pages < total_pages))
+    key = report_key(key, batch - 1, ERR_LENGTHS);
+  return key;
+}
+
+// What the writers need of each request in `sh` (its offsets, its last_loc as read; the
+// total after the last request), from a warp that scanned the batch (lane i, request i).
+__device__ __forceinline__ void publish_offsets(FewShared &sh, bool valid, uint32_t batch,
+                                                unsigned long long at_tok,
+                                                unsigned long long at_page, const Shape &s,
+                                                long long ll, unsigned long long tokens) {
+  const uint32_t lane = threadIdx.x & 31;
   if (valid) {
-    sh.tok_off[r] = at_tok;
-    sh.part1[r] = s.part1;
-    sh.page_off[r] = at_page;
-    sh.last[r] = ll;
+    sh.tok_off[lane] = at_tok;
+    sh.part1[lane] = s.part1;
+    sh.page_off[lane] = at_page;
+    sh.last[lane] = ll;
   }
-  if (r == 0) {
-    sh.tok_off[min(batch, 32u)] = tokens;  // the host sends at most 32 requests
-    sh.verdict = verdict;
-  }
+  if (lane == 0) sh.tok_off[min(batch, 32u)] = tokens;  // the host sends at most 32 requests
+}
+
+// Several blocks: warp 0 of each block, once it has scanned the requests, makes every report
+// (word_key, lengths_key) and the verdict by a warp reduction, publishes the offsets, and
+// leaves the continued page's fill point to the request's lane (`*fill_page`, `*fill_to`:
+// set when the call takes effect and this block writes it). (One block splits this between
+// two warps: see extend_few.)
+template <bool POW2>
+__device__ __forceinline__ void decide_blocks(FewShared &sh, const View &v, const Call &call,
+                                              uint32_t batch, long long prefix, long long ll,
+                                              bool sane, const Shape &s, uint32_t err,
+                                              bool check, uint32_t prefix_page, uint32_t word,
+                                              unsigned long long filled, const Offsets &at,
+                                              bool live, unsigned long long total_tokens,
+                                              unsigned long long total_pages,
+                                              unsigned long long t_begin,
+                                              unsigned long long t_end, long long *fill_page,
+                                              unsigned long long *fill_to) {
+  const uint32_t r = threadIdx.x;
+  const bool valid = r < batch;
+  const unsigned long long in_page = mod_ps<POW2>((unsigned long long)ll, v);
+  const uint32_t key =
+      min(word_key<true, POW2>(v, call, batch, prefix, ll, s, err, check, prefix_page, word,
+                               filled, in_page),
+          lengths_key(valid, sane, at.at_tok, at.at_page, s, at.tokens, at.new_pages, batch,
+                      total_tokens, total_pages));
+  const unsigned long long verdict = widen_error(__reduce_min_sync(FULL, key));
+  publish_offsets(sh, valid, batch, at.at_tok, at.at_page, s, ll, at.tokens);
+  if (r == 0) sh.verdict = verdict;
   *fill_page = -1;
-  if (live && verdict == NO_ERROR && tracked && s.part1 > 0 &&
-      (!GRID || (t_begin <= at_tok && at_tok < t_end))) {
+  if (live && verdict == NO_ERROR && v.page_size > 1 && s.part1 > 0 && t_begin <= at.at_tok &&
+      at.at_tok < t_end) {
     *fill_page = prefix_page;
     *fill_to = in_page + 1 + s.part1;
   }
 }
 
-// Where each request's tokens and new pages start (exclusive prefix sums over the batch, lane
-// i request i) and the batch's totals: what every warp of extend_few works out for itself.
-struct Offsets {
-  unsigned long long at_tok, at_page, tokens, new_pages;
-};
 
 // A 32-bit sum is exact below 2^26 a total (32 lanes of at most 2^26 + 1 stay below 2^32).
 constexpr unsigned long long NARROW_TOTAL = 1ull << 26;
@@ -311,14 +351,28 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   const Shape s = valid && sane ? shape_of<POW2>((unsigned long long)prefix, (unsigned long long)seq, v)
                                 : Shape{0, 0, 0};
   Pair own{s.tokens, s.new_pages};
-  if (decides) own = after_loads(own, &sh.scan_in[r]);
 
-  // Every warp scans the requests (a warp's work: cheaper than publishing it).
-  const Offsets at = request_offsets(own, batch, total_tokens, total_pages);
+  // The writer warps scan the requests (a warp's work: cheaper than publishing it); warp 0
+  // too on several blocks, where it makes every report (decide_blocks). One block: warp 0,
+  // the last to the barrier, reports from the words alone (word_key), without a scan, and
+  // warp 1 the lengths against the plan (lengths_key), while its ring loads are in flight.
+  Offsets at{0, 0, 0, 0};
+  if (GRID || !decides) {  // (uniform in a warp)
+    if (decides) own = after_loads(own, &sh.scan_in[r]);
+    at = request_offsets(own, batch, total_tokens, total_pages);
+    KVP_PROBE(6, at.tokens + at.at_tok);  // the scan done
+  }
   const unsigned long long at_tok = at.at_tok, at_page = at.at_page;
   const unsigned long long tokens = at.tokens, new_pages = at.new_pages;
+  // (One block: not known in warp 0, nor used there.)
   const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
-  KVP_PROBE(6, tokens + at_tok);  // every warp: the scan done
+  if (!GRID && r >= 32 && r < 64) {
+    const uint32_t key = __reduce_min_sync(
+        FULL, lengths_key(valid, sane, at_tok, at_page, s, tokens, new_pages, batch,
+                          total_tokens, total_pages));
+    publish_offsets(sh, valid, batch, at_tok, at_page, s, ll, tokens);
+    if (lane == 0) sh.key[1] = key;
+  }
 
   // GRID: the ring ranks of the new pages this block's tokens use, [lo, hi), from the
   // requests holding its first and last token.
@@ -347,7 +401,8 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // Several blocks: after the scan, which gives their ranks (loading them with round trip 1
   // from a window of the ring that must hold them made 2-32 requests of 512 tokens
   // 1.04-1.11x slower: runs s21-1, s21-3).
-  const bool staged = page_hi - page_lo <= STAGE_CAP;
+  // (One block: by the plan's pages, which a call taking effect takes.)
+  const bool staged = (GRID ? page_hi - page_lo : total_pages) <= STAGE_CAP;
   if (live && staged && stages) {
     // (In 32 bits: the stagers' path runs from the scan to the barrier.)
     if constexpr (GRID) stage_pages<BATCH, STAGERS>(sh.pages, v, c, page_lo, page_hi, stager);
@@ -389,17 +444,34 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // (Probe 7 makes warp 0 wait for its words here, where its checks would use them: when
   // they arrive; with an empty prefix the checks do not need them.)
   if (decides) KVP_PROBE(7, word + filled);
-  if (decides)
-    decide_few<GRID, POW2>(sh, v, call, dead, batch, prefix, ll, sane, s, err, check,
-                           prefix_page, word, filled, at_tok, at_page, tokens, new_pages, live,
-                           total_tokens, total_pages, t_begin, t_end, &fill_page, &fill_to);
+  if constexpr (GRID) {
+    if (decides)
+      decide_blocks<POW2>(sh, v, call, batch, prefix, ll, sane, s, err, check, prefix_page,
+                          word, filled, at, live, total_tokens, total_pages, t_begin, t_end,
+                          &fill_page, &fill_to);
+  } else if (decides) {
+    const unsigned long long in_page = mod_ps<POW2>((unsigned long long)ll, v);
+    const uint32_t key = __reduce_min_sync(
+        FULL, word_key<false, POW2>(v, call, batch, prefix, ll, s, err, check, prefix_page,
+                                    word, filled, in_page));
+    if (r == 0) sh.key[0] = key;
+    // The continued page's new fill point, written if the call takes effect.
+    if (v.page_size > 1 && s.part1 > 0) {
+      fill_page = prefix_page;
+      fill_to = in_page + 1 + s.part1;
+    }
+  }
   if (decides) KVP_PROBE(2, fill_to + (unsigned long long)fill_page);
   __syncthreads();
-  const unsigned long long verdict = sh.verdict;
+  const unsigned long long verdict =
+      GRID ? sh.verdict : widen_error(min(sh.key[0], sh.key[1]));
   KVP_PROBE(3, verdict);
   const bool failed = !dead && (short_ || verdict != NO_ERROR);
+  // One block: a verdict without a fault has every request within the plan and the batch's
+  // totals the plan's, so such a call is live unless dead or short (warp 0 did not scan).
+  const bool commits = GRID ? live && !failed : !dead && !failed;
 
-  if (live && !failed) {
+  if (commits) {
     // Round trip 4, only writes. New pages become allocated (at their first token, by the
     // thread that writes it; one block past the token cap: by a loop of their own);
     // continued pages move their fill points; every token gets its slot, the first token
@@ -411,7 +483,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
         mine.template write_pages<WRITERS>(sh.pages, v, call, 0, (uint32_t)total_tokens, stager);
     } else {
       if constexpr (!GRID) {
-        for (unsigned long long k = r; k < new_pages; k += BLOCK) {
+        for (unsigned long long k = r; k < total_pages; k += BLOCK) {  // (= new_pages)
           const uint32_t page = staged ? sh.pages[k] : v.ring[ring_pos(c.head, k, n)];
           v.state[page] = page_word(KIND_ALLOCATED, call.tag);
         }
