@@ -70,15 +70,19 @@ __device__ __forceinline__ uint32_t word_key(const View &v, const Call &call, ui
   const bool tracked = v.page_size > 1;
   bool tagged = false, enters = false;
   if (check && err == ERR_NONE) {
-    tagged = GRID && tracked && fill_tag(filled) == call.tag;
-    if (kind_of(word) != KIND_ALLOCATED) err = unallocated_error(word);
-    else if (tag_of(word) == call.tag) err = ERR_NOT_ALLOCATED;
-    else if (mod_ps<POW2>((unsigned long long)ll + 1, v) != mod_ps<POW2>((unsigned long long)prefix, v))
-      err = ERR_LAST_LOC;
-    else if (!GRID && tracked && fill_tag(filled) == call.tag) err = ERR_SHARED_PAGE;
-    else if (tracked && !tagged && fill_of(filled) != in_page + 1) err = ERR_FILL;
-    else enters = s.part1 > 0 && batch > 1;
-    if (err != ERR_NONE) tagged = false;
+    // The first failing check's code, as selects from the last check to the first (no
+    // branch: the words are the last values in, and each check is a compare or two).
+    const bool mine = tracked && fill_tag(filled) == call.tag;
+    uint32_t code = ERR_NONE;
+    if (tracked && !(GRID && mine) && fill_of(filled) != in_page + 1) code = ERR_FILL;
+    if (!GRID && mine) code = ERR_SHARED_PAGE;
+    if (mod_ps<POW2>((unsigned long long)ll + 1, v) != mod_ps<POW2>((unsigned long long)prefix, v))
+      code = ERR_LAST_LOC;
+    if (tag_of(word) == call.tag) code = ERR_NOT_ALLOCATED;
+    if (kind_of(word) != KIND_ALLOCATED) code = unallocated_error(word);
+    err = code;
+    tagged = GRID && mine && code == ERR_NONE;
+    enters = code == ERR_NONE && s.part1 > 0 && batch > 1;
   }
   uint32_t key = NO_ERROR32;
   if (err != ERR_NONE) key = report_key(key, lane, err);
