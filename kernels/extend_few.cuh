@@ -23,7 +23,7 @@
 // orders the ring's staged pages first), and after it only the new pages' words, or the
 // padding slot over their slots when the call fails. Twenty-second session (BENCHMARKS.md):
 // 65-512 tokens 0.96-0.99x the time; up to 64 tokens on two warps instead of one warp doing
-// everything, 0.91-0.94x.
+// everything, 0.91-0.94x. Twenty-third session: 65-256 tokens on four warps, 0.88-0.90x.
 //
 // GRID, several blocks (a long prefill of a few requests): as extend_block's GRID, every
 // block decides the whole call from the same inputs and writes its range of the tokens;
