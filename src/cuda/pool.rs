@@ -56,8 +56,9 @@ const SORT_CAP: u64 = 4096;
 /// writes: two warps (`FEW_THREADS`) for up to `WARP_TOKENS` tokens (the second writing its
 /// slots while the first decides: 0.91-0.94x the time of one warp doing both,
 /// BENCHMARKS.md, twenty-second session), four for up to `FOUR_WARP_TOKENS` (fewer warps
-/// loading and scanning the same requests: 129-256 tokens 0.88-0.89x their time on 256
-/// threads; 65-128 tokens on two warps, four a lane, 1.01x: twenty-third session), 256
+/// loading and scanning the same requests: 65-256 tokens 0.88-0.90x their time on 256
+/// threads, where two warps at four tokens a lane took 1.01x at 65-128: twenty-third
+/// session), 256
 /// threads for up to `SPAN_TOKENS` (since the writers plan their
 /// tokens before the verdict, 65-256 tokens take 0.63-0.91x the time they took on two warps
 /// writing after it: BENCHMARKS.md, nineteenth session), else several blocks of 256 of
