@@ -26,8 +26,8 @@ pub(crate) struct Typed {
     /// `alloc_extend` of at most 256 requests on several blocks that each decide the call.
     pub extend_blocks: CUfunction,
     /// `alloc_extend` of at most 32 requests decided by one warp (`extend_few.cuh`): one
-    /// block of each of `FEW_THREADS` threads (two warps, 256), in that order, and several
-    /// blocks.
+    /// block of each of `FEW_THREADS` threads (two warps, four, 256 threads), in that order,
+    /// and several blocks.
     pub extend_few: [CUfunction; FEW_THREADS.len()],
     pub extend_few_blocks: CUfunction,
     /// `alloc_decode` in one block of each of `DECODE_THREADS` threads, in that order

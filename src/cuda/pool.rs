@@ -59,8 +59,8 @@ const SORT_CAP: u64 = 4096;
 /// loading and scanning the same requests: 65-256 tokens 0.88-0.90x their time on 256
 /// threads, where two warps at four tokens a lane took 1.01x at 65-128: twenty-third
 /// session), 256 threads for up to `SPAN_TOKENS` (since the writers plan their tokens before
-/// the verdict, 65-256 tokens take 0.63-0.91x the time they took on two warps writing after
-/// it: BENCHMARKS.md, nineteenth session), else several blocks of 256 of
+/// the verdict, 65-256 tokens took 0.63-0.91x the time they had taken on two warps writing
+/// after it: BENCHMARKS.md, nineteenth session), else several blocks of 256 of
 /// about `SPAN_TOKENS` tokens each (at most `TARGET_BLOCKS`; two blocks of 512 tokens take
 /// 0.80-0.90x the time of one block of 1,024: BENCHMARKS.md, sixteenth session). A larger
 /// extend runs a request a thread: on two warps (`kvp_extend_block64_*`) for up to 64

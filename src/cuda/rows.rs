@@ -256,8 +256,9 @@ impl DevicePool {
         // to 1,024 requests, an extend of up to 256): one kernel (it enters rows in a 32-bit
         // keyed table; `TableShape::span`, checked above, bounds the table's rows by 2^32 - 1).
         let typed = &self.kernels.typed;
-        // An extend_few shape runs on the rows kernel of the same grid and threads, but on
-        // one one-block kernel: one warp up to 64 tokens, else 256 threads.
+        // An extend_few shape runs on the rows kernel of the same grid, but its one-block
+        // shapes on two rows kernels only: one warp up to 64 tokens (then the same as
+        // `WARP_TOKENS`, the two-warp shape's), else 256 threads.
         let block = match kernel {
             ExtendKernel::Few(_) if tokens <= 64 => 32,
             ExtendKernel::Few(_) => BLOCK,
