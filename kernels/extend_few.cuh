@@ -45,11 +45,11 @@ struct FewShared {
 
 // Warp 0 of extend_few, once every warp has scanned the requests: extend_block's checks of
 // request `lane` (its words `word`, `filled` loaded before the scan), the verdict by a warp
-// reduction, and what the writers need in `sh`; the continued page's fill point is left to
-// the request's lane (`*fill_page`, `*fill_to`: set when the call takes effect and this
-// block writes it).
+// reduction (returned to every lane), and what the writers need in `sh`; the continued
+// page's fill point is left to the request's lane (`*fill_page`, `*fill_to`: set when the
+// call takes effect and this block writes it).
 template <bool GRID, bool POW2>
-__device__ __forceinline__ void decide_few(FewShared &sh, const View &v, const Call &call,
+__device__ __forceinline__ unsigned long long decide_few(FewShared &sh, const View &v, const Call &call,
                                            bool dead, uint32_t batch, long long prefix,
                                            long long ll, bool sane, const Shape &s,
                                            uint32_t err, bool check, uint32_t prefix_page,
@@ -130,6 +130,7 @@ __device__ __forceinline__ void decide_few(FewShared &sh, const View &v, const C
     *fill_page = prefix_page;
     *fill_to = in_page + 1 + s.part1;
   }
+  return verdict;
 }
 
 // Where each request's tokens and new pages start (exclusive prefix sums over the batch, lane
@@ -380,8 +381,9 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // verdict, from shared memory (1ff322b), 1.00-1.02x more.
   if (planned && stages) {
     asm volatile("bar.sync 1, %0;" ::"n"(STAGERS) : "memory");
-    if (live) mine.template store_slots<WRITERS>(sh.pages, v, 0, (uint32_t)total_tokens, stager,
-                                                 out);
+    if (live)
+      mine.template store_early<WRITERS>(sh.pages, v, call, 0, (uint32_t)total_tokens, stager,
+                                         out);
   }
 
   long long fill_page = -1;
@@ -389,11 +391,49 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // (Probe 7 makes warp 0 wait for its words here, where its checks would use them: when
   // they arrive; with an empty prefix the checks do not need them.)
   if (decides) KVP_PROBE(7, word + filled);
+  unsigned long long decided = NO_ERROR;
   if (decides)
-    decide_few<GRID, POW2>(sh, v, call, dead, batch, prefix, ll, sane, s, err, check,
-                           prefix_page, word, filled, at_tok, at_page, tokens, new_pages, live,
-                           total_tokens, total_pages, t_begin, t_end, &fill_page, &fill_to);
+    decided = decide_few<GRID, POW2>(sh, v, call, dead, batch, prefix, ll, sane, s, err, check,
+                                     prefix_page, word, filled, at_tok, at_page, tokens,
+                                     new_pages, live, total_tokens, total_pages, t_begin, t_end,
+                                     &fill_page, &fill_to);
   if (decides) KVP_PROBE(2, fill_to + (unsigned long long)fill_page);
+
+  if (planned) {
+    // One block, planned: the call's slots and new pages are written already (store_early).
+    // Warp 0 publishes the verdict without waiting (`bar.arrive`: release of sh.verdict to
+    // the writers' `bar.sync` on the same barrier) and concludes the call itself; the writers
+    // wait for the verdict only to undo their writes when the call does not take effect.
+    // Nothing is left to write after the verdict when it does.
+    if (decides) {
+      asm volatile("bar.arrive 2, %0;" ::"n"(BLOCK) : "memory");
+      KVP_PROBE(3, decided);
+      const bool failed = !dead && (short_ || decided != NO_ERROR);
+      if (live && !failed && fill_page >= 0) v.fill[fill_page] = fill_word(call.tag, fill_to);
+      __syncwarp();  // sh.last, from every lane, for lane 0's fault value
+      if (r == 0) {
+        const unsigned long long pos = decided >> 8;
+        long long value = 0;
+        if (failed && !short_)
+          value = (decided & 0xff) == ERR_LENGTHS ? seq_lens[pos] : sh.last[pos];
+        conclude_take(v, call, c, total_pages, dead, failed, short_, decided, value);
+      }
+    } else {
+      asm volatile("bar.sync 2, %0;" ::"n"(BLOCK) : "memory");
+      const unsigned long long verdict = sh.verdict;
+      KVP_PROBE(3, verdict);
+      const bool failed = !dead && (short_ || verdict != NO_ERROR);
+      if (!live || failed) {
+        // Dead, short or failed: the pages taken early go back, and the plan's whole output
+        // is the padding slot.
+        if (live) mine.template undo_early<WRITERS>(sh.pages, v, 0, (uint32_t)total_tokens, stager);
+        for (unsigned long long t = stager; t < total_tokens; t += WRITERS) out[t] = 0;
+      }
+    }
+    KVP_PROBE(5, 0);
+    return;
+  }
+
   __syncthreads();
   const unsigned long long verdict = sh.verdict;
   KVP_PROBE(3, verdict);
@@ -405,23 +445,17 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     // continued pages move their fill points; every token gets its slot, the first token
     // of a new page setting its fill point.
     if (fill_page >= 0) v.fill[fill_page] = fill_word(call.tag, fill_to);
-    if (planned) {
-      // (Live: every rank is below new_pages, all staged; the slots are stored already.)
-      if (stages)
-        mine.template write_pages<WRITERS>(sh.pages, v, call, 0, (uint32_t)total_tokens, stager);
-    } else {
-      if constexpr (!GRID) {
-        for (unsigned long long k = r; k < new_pages; k += BLOCK) {
-          const uint32_t page = staged ? sh.pages[k] : v.ring[ring_pos(c.head, k, n)];
-          v.state[page] = page_word(KIND_ALLOCATED, call.tag);
-        }
+    if constexpr (!GRID) {
+      for (unsigned long long k = r; k < new_pages; k += BLOCK) {
+        const uint32_t page = staged ? sh.pages[k] : v.ring[ring_pos(c.head, k, n)];
+        v.state[page] = page_word(KIND_ALLOCATED, call.tag);
       }
-      // Offsets in 32 bits where the plan allows (one block: the loop every thread runs
-      // after the barrier, at half the instructions).
-      write_call_slots<BLOCK, !GRID, GRID, POW2, false>(sh, v, call, c, batch, staged, page_lo,
-                                                        first, t_begin, t_end, total_tokens,
-                                                        total_pages, out, {});
     }
+    // Offsets in 32 bits where the plan allows (one block: the loop every thread runs
+    // after the barrier, at half the instructions).
+    write_call_slots<BLOCK, !GRID, GRID, POW2, false>(sh, v, call, c, batch, staged, page_lo,
+                                                      first, t_begin, t_end, total_tokens,
+                                                      total_pages, out, {});
     KVP_PROBE(4, 0);
   } else {
     // Dead, short or failed: the plan's whole output is the padding slot.
