@@ -65,29 +65,42 @@ __device__ __forceinline__ unsigned long long decide_few(FewShared &sh, const Vi
   const bool valid = r < batch;
   const bool tracked = v.page_size > 1;
 
-  // extend_block's checks, in its order.
+  // First what needs no page word, while the words are in flight: the reports of the device
+  // lengths against the plan (an unusable request, else the first request that runs past
+  // the plan, else, device totals short of it, the last request), the offsets the writers'
+  // general loop and the conclusion read from `sh`, and last_loc's place in its page.
+  uint32_t key = NO_ERROR32;
+  auto report32 = [&](uint32_t code) { key = min(key, (r << 8) | code); };
+  if (valid && (!sane || at_tok + s.tokens > total_tokens || at_page + s.new_pages > total_pages))
+    report32(ERR_LENGTHS);
+  if (r == 0 && (tokens < total_tokens || new_pages < total_pages))
+    key = min(key, ((batch - 1) << 8) | ERR_LENGTHS);
+  if (valid) {
+    sh.tok_off[r] = at_tok;
+    sh.part1[r] = s.part1;
+    sh.page_off[r] = at_page;
+    sh.last[r] = ll;
+  }
+  if (r == 0) sh.tok_off[min(batch, 32u)] = tokens;  // the host sends at most 32 requests
   const unsigned long long in_page = mod_ps<POW2>((unsigned long long)ll, v);
+  const bool misplaced =
+      mod_ps<POW2>((unsigned long long)ll + 1, v) != mod_ps<POW2>((unsigned long long)prefix, v);
+
+  // Then extend_block's checks of the words, in its order (a request's first failing check
+  // names its error; the reports' order does not matter, the key is their minimum).
+  KVP_PROBE(7, word + filled);
   bool tagged = false, enters = false;
   if (check && err == ERR_NONE) {
     tagged = GRID && tracked && fill_tag(filled) == call.tag;
     if (kind_of(word) != KIND_ALLOCATED) err = unallocated_error(word);
     else if (tag_of(word) == call.tag) err = ERR_NOT_ALLOCATED;
-    else if (mod_ps<POW2>((unsigned long long)ll + 1, v) != mod_ps<POW2>((unsigned long long)prefix, v))
-      err = ERR_LAST_LOC;
+    else if (misplaced) err = ERR_LAST_LOC;
     else if (!GRID && tracked && fill_tag(filled) == call.tag) err = ERR_SHARED_PAGE;
     else if (tracked && !tagged && fill_of(filled) != in_page + 1) err = ERR_FILL;
     else enters = s.part1 > 0 && batch > 1;
     if (err != ERR_NONE) tagged = false;
   }
-  uint32_t key = NO_ERROR32;
-  auto report32 = [&](uint32_t code) { key = min(key, (r << 8) | code); };
   if (err != ERR_NONE) report32(err);
-  // Device lengths against the plan: an unusable request, else the first request that runs
-  // past the plan, else (device totals short of it) the last request.
-  if (valid && (!sane || at_tok + s.tokens > total_tokens || at_page + s.new_pages > total_pages))
-    report32(ERR_LENGTHS);
-  if (r == 0 && (tokens < total_tokens || new_pages < total_pages))
-    key = min(key, ((batch - 1) << 8) | ERR_LENGTHS);
 
   // Two requests continuing one page: every one but the first (in batch order) is a repeat.
   // GRID: a request finding its page's fill word tagged by this call looks for the page's
@@ -113,17 +126,7 @@ __device__ __forceinline__ unsigned long long decide_few(FewShared &sh, const Vi
     if (tagged && !advanced) report32(ERR_SHARED_PAGE);
   }
   const unsigned long long verdict = widen_error(__reduce_min_sync(FULL, key));
-
-  if (valid) {
-    sh.tok_off[r] = at_tok;
-    sh.part1[r] = s.part1;
-    sh.page_off[r] = at_page;
-    sh.last[r] = ll;
-  }
-  if (r == 0) {
-    sh.tok_off[min(batch, 32u)] = tokens;  // the host sends at most 32 requests
-    sh.verdict = verdict;
-  }
+  if (r == 0) sh.verdict = verdict;
   *fill_page = -1;
   if (live && verdict == NO_ERROR && tracked && s.part1 > 0 &&
       (!GRID || (t_begin <= at_tok && at_tok < t_end))) {
@@ -388,9 +391,6 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
 
   long long fill_page = -1;
   unsigned long long fill_to = 0;
-  // (Probe 7 makes warp 0 wait for its words here, where its checks would use them: when
-  // they arrive; with an empty prefix the checks do not need them.)
-  if (decides) KVP_PROBE(7, word + filled);
   unsigned long long decided = NO_ERROR;
   if (decides)
     decided = decide_few<GRID, POW2>(sh, v, call, dead, batch, prefix, ll, sane, s, err, check,
