@@ -47,8 +47,10 @@ struct FewShared {
 // request `lane` (its words `word`, `filled` loaded before the scan), the verdict by a warp
 // reduction (returned to every lane), and what the writers need in `sh`; the continued
 // page's fill point is left to the request's lane (`*fill_page`, `*fill_to`: set when the
-// call takes effect and this block writes it).
-template <bool GRID, bool POW2>
+// call takes effect and this block writes it). REPORT_FIRST (two warps): what needs no page
+// word (the lengths' reports, the offsets in `sh`) comes first, while the words are in
+// flight; elsewhere it did not pay (see extend_few).
+template <bool GRID, bool POW2, bool REPORT_FIRST>
 __device__ __forceinline__ unsigned long long decide_few(FewShared &sh, const View &v, const Call &call,
                                            bool dead, uint32_t batch, long long prefix,
                                            long long ll, bool sane, const Shape &s,
@@ -65,42 +67,52 @@ __device__ __forceinline__ unsigned long long decide_few(FewShared &sh, const Vi
   const bool valid = r < batch;
   const bool tracked = v.page_size > 1;
 
-  // First what needs no page word, while the words are in flight: the reports of the device
-  // lengths against the plan (an unusable request, else the first request that runs past
-  // the plan, else, device totals short of it, the last request), the offsets the writers'
-  // general loop and the conclusion read from `sh`, and last_loc's place in its page.
   uint32_t key = NO_ERROR32;
   auto report32 = [&](uint32_t code) { key = min(key, (r << 8) | code); };
-  if (valid && (!sane || at_tok + s.tokens > total_tokens || at_page + s.new_pages > total_pages))
-    report32(ERR_LENGTHS);
-  if (r == 0 && (tokens < total_tokens || new_pages < total_pages))
-    key = min(key, ((batch - 1) << 8) | ERR_LENGTHS);
-  if (valid) {
-    sh.tok_off[r] = at_tok;
-    sh.part1[r] = s.part1;
-    sh.page_off[r] = at_page;
-    sh.last[r] = ll;
+  // Device lengths against the plan: an unusable request, else the first request that runs
+  // past the plan, else (device totals short of it) the last request. (The key is the
+  // reports' minimum: their order does not matter.)
+  auto report_lengths = [&] {
+    if (valid && (!sane || at_tok + s.tokens > total_tokens || at_page + s.new_pages > total_pages))
+      report32(ERR_LENGTHS);
+    if (r == 0 && (tokens < total_tokens || new_pages < total_pages))
+      key = min(key, ((batch - 1) << 8) | ERR_LENGTHS);
+  };
+  // (With the verdict when it is known: one branch of lane 0 for both.)
+  auto publish_offsets = [&](bool with_verdict, unsigned long long verdict) {
+    if (valid) {
+      sh.tok_off[r] = at_tok;
+      sh.part1[r] = s.part1;
+      sh.page_off[r] = at_page;
+      sh.last[r] = ll;
+    }
+    if (r == 0) {
+      sh.tok_off[min(batch, 32u)] = tokens;  // the host sends at most 32 requests
+      if (with_verdict) sh.verdict = verdict;
+    }
+  };
+  if constexpr (REPORT_FIRST) {
+    report_lengths();
+    publish_offsets(false, 0);
+    KVP_PROBE(7, word + filled);  // (the words in use from here)
   }
-  if (r == 0) sh.tok_off[min(batch, 32u)] = tokens;  // the host sends at most 32 requests
-  const unsigned long long in_page = mod_ps<POW2>((unsigned long long)ll, v);
-  const bool misplaced =
-      mod_ps<POW2>((unsigned long long)ll + 1, v) != mod_ps<POW2>((unsigned long long)prefix, v);
 
-  // Then extend_block's checks of the words, in its order (a request's first failing check
-  // names its error; the reports' order does not matter, the key is their minimum).
-  KVP_PROBE(7, word + filled);
+  // extend_block's checks, in its order.
+  const unsigned long long in_page = mod_ps<POW2>((unsigned long long)ll, v);
   bool tagged = false, enters = false;
   if (check && err == ERR_NONE) {
     tagged = GRID && tracked && fill_tag(filled) == call.tag;
     if (kind_of(word) != KIND_ALLOCATED) err = unallocated_error(word);
     else if (tag_of(word) == call.tag) err = ERR_NOT_ALLOCATED;
-    else if (misplaced) err = ERR_LAST_LOC;
+    else if (mod_ps<POW2>((unsigned long long)ll + 1, v) != mod_ps<POW2>((unsigned long long)prefix, v))
+      err = ERR_LAST_LOC;
     else if (!GRID && tracked && fill_tag(filled) == call.tag) err = ERR_SHARED_PAGE;
     else if (tracked && !tagged && fill_of(filled) != in_page + 1) err = ERR_FILL;
     else enters = s.part1 > 0 && batch > 1;
     if (err != ERR_NONE) tagged = false;
   }
   if (err != ERR_NONE) report32(err);
+  if constexpr (!REPORT_FIRST) report_lengths();
 
   // Two requests continuing one page: every one but the first (in batch order) is a repeat.
   // GRID: a request finding its page's fill word tagged by this call looks for the page's
@@ -126,7 +138,12 @@ __device__ __forceinline__ unsigned long long decide_few(FewShared &sh, const Vi
     if (tagged && !advanced) report32(ERR_SHARED_PAGE);
   }
   const unsigned long long verdict = widen_error(__reduce_min_sync(FULL, key));
-  if (r == 0) sh.verdict = verdict;
+
+  if constexpr (REPORT_FIRST) {
+    if (r == 0) sh.verdict = verdict;
+  } else {
+    publish_offsets(true, verdict);
+  }
   *fill_page = -1;
   if (live && verdict == NO_ERROR && tracked && s.part1 > 0 &&
       (!GRID || (t_begin <= at_tok && at_tok < t_end))) {
@@ -373,6 +390,11 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   constexpr uint32_t WRITERS = STAGERS;
   constexpr uint32_t PER = GRID ? 1 : (FewBlockTokens<BLOCK>::value + WRITERS - 1) / WRITERS;
   const bool planned = !GRID && total_tokens <= (unsigned long long)PER * WRITERS;
+  // Two warps, planned: the call is written before the verdict, warp 0 concludes it alone
+  // (see below). Run s24-1: 1-4 requests of 16 and one of 64 tokens 0.94-0.95x the time
+  // with REPORT_FIRST; on four warps and 256 threads it took 1.00-1.05x (the writer warps'
+  // own path, not warp 0's, then held the end), and REPORT_FIRST on several blocks 1.01-1.06x.
+  constexpr bool EARLY = !GRID && BLOCK == 64;
   OwnTokens<PER> mine;
   if (planned && stages)
     mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens);
@@ -385,26 +407,29 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   if (planned && stages) {
     asm volatile("bar.sync 1, %0;" ::"n"(STAGERS) : "memory");
     if (live)
-      mine.template store_early<WRITERS>(sh.pages, v, call, 0, (uint32_t)total_tokens, stager,
-                                         out);
+      mine.template store_slots<WRITERS, EARLY>(sh.pages, v, call, 0, (uint32_t)total_tokens,
+                                                stager, out);
   }
 
   long long fill_page = -1;
   unsigned long long fill_to = 0;
+  // (Probe 7 makes warp 0 wait for its words here, where its checks would use them: when
+  // they arrive; with an empty prefix the checks do not need them. EARLY: in decide_few.)
+  if (decides && !EARLY) KVP_PROBE(7, word + filled);
   unsigned long long decided = NO_ERROR;
   if (decides)
-    decided = decide_few<GRID, POW2>(sh, v, call, dead, batch, prefix, ll, sane, s, err, check,
-                                     prefix_page, word, filled, at_tok, at_page, tokens,
-                                     new_pages, live, total_tokens, total_pages, t_begin, t_end,
-                                     &fill_page, &fill_to);
+    decided = decide_few<GRID, POW2, EARLY>(sh, v, call, dead, batch, prefix, ll, sane, s, err,
+                                            check, prefix_page, word, filled, at_tok, at_page,
+                                            tokens, new_pages, live, total_tokens, total_pages,
+                                            t_begin, t_end, &fill_page, &fill_to);
   if (decides) KVP_PROBE(2, fill_to + (unsigned long long)fill_page);
 
-  if (planned) {
-    // One block, planned: the call's slots and new pages are written already (store_early).
-    // Warp 0 publishes the verdict without waiting (`bar.arrive`: release of sh.verdict to
-    // the writers' `bar.sync` on the same barrier) and concludes the call itself; the writers
-    // wait for the verdict only to undo their writes when the call does not take effect.
-    // Nothing is left to write after the verdict when it does.
+  if (EARLY && planned) {
+    // The call's slots and new pages are written already (store_slots). Warp 0 publishes
+    // the verdict without waiting (`bar.arrive`: sh.verdict released to the writers'
+    // `bar.sync` on the same barrier) and concludes the call itself; the writers wait for
+    // the verdict only to undo their writes when the call does not take effect. Nothing is
+    // left to write after a verdict that lets it.
     if (decides) {
       asm volatile("bar.arrive 2, %0;" ::"n"(BLOCK) : "memory");
       KVP_PROBE(3, decided);
@@ -426,7 +451,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
       if (!live || failed) {
         // Dead, short or failed: the pages taken early go back, and the plan's whole output
         // is the padding slot.
-        if (live) mine.template undo_early<WRITERS>(sh.pages, v, 0, (uint32_t)total_tokens, stager);
+        if (live) mine.template undo_pages<WRITERS>(sh.pages, v, 0, (uint32_t)total_tokens, stager);
         for (unsigned long long t = stager; t < total_tokens; t += WRITERS) out[t] = 0;
       }
     }
@@ -445,17 +470,23 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     // continued pages move their fill points; every token gets its slot, the first token
     // of a new page setting its fill point.
     if (fill_page >= 0) v.fill[fill_page] = fill_word(call.tag, fill_to);
-    if constexpr (!GRID) {
-      for (unsigned long long k = r; k < new_pages; k += BLOCK) {
-        const uint32_t page = staged ? sh.pages[k] : v.ring[ring_pos(c.head, k, n)];
-        v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+    if (planned) {
+      // (Live: every rank is below new_pages, all staged; the slots are stored already.)
+      if (stages)
+        mine.template write_pages<WRITERS>(sh.pages, v, call, 0, (uint32_t)total_tokens, stager);
+    } else {
+      if constexpr (!GRID) {
+        for (unsigned long long k = r; k < new_pages; k += BLOCK) {
+          const uint32_t page = staged ? sh.pages[k] : v.ring[ring_pos(c.head, k, n)];
+          v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+        }
       }
+      // Offsets in 32 bits where the plan allows (one block: the loop every thread runs
+      // after the barrier, at half the instructions).
+      write_call_slots<BLOCK, !GRID, GRID, POW2, false>(sh, v, call, c, batch, staged, page_lo,
+                                                        first, t_begin, t_end, total_tokens,
+                                                        total_pages, out, {});
     }
-    // Offsets in 32 bits where the plan allows (one block: the loop every thread runs
-    // after the barrier, at half the instructions).
-    write_call_slots<BLOCK, !GRID, GRID, POW2, false>(sh, v, call, c, batch, staged, page_lo,
-                                                      first, t_begin, t_end, total_tokens,
-                                                      total_pages, out, {});
     KVP_PROBE(4, 0);
   } else {
     // Dead, short or failed: the plan's whole output is the padding slot.

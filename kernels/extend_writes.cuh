@@ -93,8 +93,9 @@ constexpr uint32_t SPAN_TOKENS = 512;
 // A thread's tokens of a block's range (the block's first + me, + STRIDE, ...): what each
 // needs for its slot but its new page, worked out before the verdict (`place`), so that
 // after the barrier a token costs one shared load and its stores (`write`); extend_few's
-// one block stores the slots and the new pages' words before the verdict (`store_early`),
-// undone when the call fails (`undo_early`). In 32 bits: the
+// one block stores the slots before the verdict (`store_slots`) and the new pages' words
+// after it (`write_pages`), or, on two warps, before it too (undone by `undo_pages` when the
+// call fails). In 32 bits: the
 // kernels plan only calls whose offsets are narrow (narrow_offsets). (The general loop,
 // write_slots, searches each token's request and reads its offsets from shared memory after
 // the barrier: about 950 cycles for the 16 tokens of one request on one warp, with the SM
@@ -157,14 +158,15 @@ struct OwnTokens {
     }
   }
 
-  // Before the verdict (extend_few's one block): the slots into the caller's `out` and the
-  // new pages' words (allocated, their fill points), from the staged `pages`, so that a call
-  // that takes effect has nothing left to write once it is decided. A call that then fails
-  // gives the pages back (`undo_early`) and overwrites the slots with the padding slot; a
-  // page this call takes was free, and warp 0's checks, which may read its word either way,
-  // name it unallocated either way (free, or allocated by this very call).
-  template <uint32_t STRIDE, typename Index>
-  __device__ __forceinline__ void store_early(const uint32_t *pages, const View &v,
+  // Before the verdict (extend_few's one block): the slots into the caller's `out`, from the
+  // staged `pages`; PAGES (two warps): the new pages' words too (allocated, their fill
+  // points), so that a call that takes effect has nothing left to write once decided.
+  // Otherwise the pool's own words wait for the verdict (`write_pages`). A call that fails
+  // overwrites the slots with the padding slot and gives early pages back (`undo_pages`); a
+  // page this call takes was free, and the deciding warp, which may read its word either
+  // way, names it unallocated either way (free, or allocated by this very call).
+  template <uint32_t STRIDE, bool PAGES, typename Index>
+  __device__ __forceinline__ void store_slots(const uint32_t *pages, const View &v,
                                               const Call &call, uint32_t first, uint32_t t_end,
                                               uint32_t me, Index *out) const {
     // (Every page read before any slot is stored: one shared-memory latency, not PER.)
@@ -178,19 +180,36 @@ struct OwnTokens {
       if (t >= t_end) break;
       out[t] = (Index)(base[u] + (long long)page[u] * v.page_size);
     }
+    if constexpr (PAGES) {
+      const uint32_t allocated = page_word(KIND_ALLOCATED, call.tag);
+#pragma unroll
+      for (uint32_t u = 0; u < PER; ++u) {
+        const uint32_t t = first + me + u * STRIDE;
+        if (t >= t_end) break;
+        if (rank[u] != NO_RANK && base[u] == 0) open_page(v, call, allocated, page[u], u);
+      }
+    }
+  }
+
+  // After the verdict, the call taking effect, once `store_slots` has run without PAGES: a
+  // new page's first token makes the page allocated and sets its fill point.
+  template <uint32_t STRIDE>
+  __device__ __forceinline__ void write_pages(const uint32_t *pages, const View &v,
+                                              const Call &call, uint32_t first, uint32_t t_end,
+                                              uint32_t me) const {
     const uint32_t allocated = page_word(KIND_ALLOCATED, call.tag);
 #pragma unroll
     for (uint32_t u = 0; u < PER; ++u) {
       const uint32_t t = first + me + u * STRIDE;
       if (t >= t_end) break;
-      if (rank[u] != NO_RANK && base[u] == 0) open_page(v, call, allocated, page[u], u);
+      if (rank[u] != NO_RANK && base[u] == 0) open_page(v, call, allocated, pages[rank[u]], u);
     }
   }
 
-  // The call failing after `store_early`: the pages it opened are free again (as the
-  // ticketed kernel's undo leaves them: untagged, their fill words unused while free).
+  // The call failing after `store_slots` with PAGES: the pages it opened are free again (as
+  // the ticketed kernel's undo leaves them: untagged, their fill words unused while free).
   template <uint32_t STRIDE>
-  __device__ __forceinline__ void undo_early(const uint32_t *pages, const View &v,
+  __device__ __forceinline__ void undo_pages(const uint32_t *pages, const View &v,
                                              uint32_t first, uint32_t t_end,
                                              uint32_t me) const {
 #pragma unroll

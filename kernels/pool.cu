@@ -1620,10 +1620,9 @@ KVP_DECODE_KERNELS(i32, int)
 // alloc_extend of up to 32 requests (extend_few.cuh): warp 0 decides, then THREADS threads
 // write (one block), or several blocks of EXTEND_BLOCK (kvp_extend_few_blocks_*, a long
 // prefill). kvp_extend_*'s parameters, so the host launches either alike; `per_block` and
-// `decode` (0) are unused. (One block a call, so no occupancy to keep: the 1 lets ptxas use
-// more than 64 registers on 256 threads, where it spilled warp 0's values to local memory.)
+// `decode` (0) are unused.
 #define KVP_EXTEND_FEW_KERNEL(THREADS, SUFFIX, INDEX)                                             \
-  extern "C" __global__ void __launch_bounds__(THREADS, 1) kvp_extend_few_##THREADS##_##SUFFIX(   \
+  extern "C" __global__ void __launch_bounds__(THREADS) kvp_extend_few_##THREADS##_##SUFFIX(      \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
