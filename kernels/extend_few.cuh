@@ -362,25 +362,10 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     KVP_PROBE(1, page_lo + page_hi);
   }
 
-  // Round trip 3, while warp 0 decides: the new pages of this block's tokens, from the ring
-  // into shared memory (`live`: they are in the free list, new_pages <= free_len), by the
-  // other warps. One block: loaded with round trip 2.
-  // Several blocks: after the scan, which gives their ranks (loading them with round trip 1
-  // from a window of the ring that must hold them made 2-32 requests of 512 tokens
-  // 1.04-1.11x slower: runs s21-1, s21-3).
-  const bool staged = page_hi - page_lo <= STAGE_CAP;
-  if (live && staged && stages) {
-    // (In 32 bits: the stagers' path runs from the scan to the barrier.)
-    if constexpr (GRID) stage_pages<BATCH, STAGERS>(sh.pages, v, c, page_lo, page_hi, stager);
-    else early.stage(sh.pages, v, c, 0, (uint32_t)new_pages, stager);
-  }
-  if (!decides) {
-    if constexpr (GRID) KVP_PROBE(2, sh.pages[stager]);
-    else KVP_PROBE(2, early.got[0]);
-  }
-
   // One block, within the host's token cap: the writers plan their tokens while warp 0
-  // waits for its words and decides (see OwnTokens). (Warp 0 writing a share too, its
+  // waits for its words and decides (see OwnTokens), and while their own ring loads are in
+  // flight: before the staging, which waits for them (an in-order warp stalls at their first
+  // use). (Warp 0 writing a share too, its
   // planning on its path made 2 requests of 64 tokens 1.13x slower on 64 threads: run s19-3;
   // on 64 threads, one writer warp planning up to 8 tokens a lane made 2-8 requests
   // 1.10-1.30x slower: run s19-5, and 65-256 tokens went to 256 threads.) Not on several
@@ -398,6 +383,24 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   OwnTokens<PER> mine;
   if (planned && stages)
     mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens);
+
+  // Round trip 3, while warp 0 decides: the new pages of this block's tokens, from the ring
+  // into shared memory (`live`: they are in the free list, new_pages <= free_len), by the
+  // other warps. One block: loaded with round trip 2.
+  // Several blocks: after the scan, which gives their ranks (loading them with round trip 1
+  // from a window of the ring that must hold them made 2-32 requests of 512 tokens
+  // 1.04-1.11x slower: runs s21-1, s21-3).
+  const bool staged = page_hi - page_lo <= STAGE_CAP;
+  if (live && staged && stages) {
+    // (In 32 bits: the stagers' path runs from the scan to the barrier.)
+    if constexpr (GRID) stage_pages<BATCH, STAGERS>(sh.pages, v, c, page_lo, page_hi, stager);
+    else early.stage(sh.pages, v, c, 0, (uint32_t)new_pages, stager);
+  }
+  if (!decides) {
+    if constexpr (GRID) KVP_PROBE(2, sh.pages[stager]);
+    else KVP_PROBE(2, early.got[0]);
+  }
+
   // Planned (one block): the writers' slots go to `out` while warp 0 decides, once the
   // stagers (the writers) have staged every page (a barrier of their own, warp 0 not in
   // it); after the verdict they write the pool's words of the new pages, or the padding slot
