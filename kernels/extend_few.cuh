@@ -379,7 +379,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // (see below). Run s24-1: 1-4 requests of 16 and one of 64 tokens 0.94-0.95x the time
   // with REPORT_FIRST; on four warps and 256 threads it took 1.00-1.05x (the writer warps'
   // own path, not warp 0's, then held the end), and REPORT_FIRST on several blocks 1.01-1.06x.
-  constexpr bool EARLY = !GRID && BLOCK == 64;
+  constexpr bool EARLY = !GRID;
   OwnTokens<PER> mine;
   if (planned && stages)
     mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens);
