@@ -24,6 +24,9 @@
 // padding slot over their slots when the call fails. Twenty-second session (BENCHMARKS.md):
 // 65-512 tokens 0.96-0.99x the time; up to 64 tokens on two warps instead of one warp doing
 // everything, 0.91-0.94x. Twenty-third session: 65-256 tokens on four warps, 0.88-0.90x.
+// Twenty-fourth: four warps and 256 threads plan their tokens while the ring's pages are in
+// flight (0.93-0.98x); two warps write the new pages' words before the verdict too (undone
+// if the call fails) and warp 0 concludes without a block barrier (0.94-0.95x).
 //
 // GRID, several blocks (a long prefill of a few requests): as extend_block's GRID, every
 // block decides the whole call from the same inputs and writes its range of the tokens;
@@ -363,9 +366,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   }
 
   // One block, within the host's token cap: the writers plan their tokens while warp 0
-  // waits for its words and decides (see OwnTokens), and while their own ring loads are in
-  // flight: before the staging, which waits for them (an in-order warp stalls at their first
-  // use). (Warp 0 writing a share too, its
+  // waits for its words and decides (see OwnTokens). (Warp 0 writing a share too, its
   // planning on its path made 2 requests of 64 tokens 1.13x slower on 64 threads: run s19-3;
   // on 64 threads, one writer warp planning up to 8 tokens a lane made 2-8 requests
   // 1.10-1.30x slower: run s19-5, and 65-256 tokens went to 256 threads.) Not on several
@@ -375,14 +376,22 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   constexpr uint32_t WRITERS = STAGERS;
   constexpr uint32_t PER = GRID ? 1 : (FewBlockTokens<BLOCK>::value + WRITERS - 1) / WRITERS;
   const bool planned = !GRID && total_tokens <= (unsigned long long)PER * WRITERS;
-  // Two warps, planned: the call is written before the verdict, warp 0 concludes it alone
-  // (see below). Run s24-1: 1-4 requests of 16 and one of 64 tokens 0.94-0.95x the time
-  // with REPORT_FIRST; on four warps and 256 threads it took 1.00-1.05x (the writer warps'
-  // own path, not warp 0's, then held the end), and REPORT_FIRST on several blocks 1.01-1.06x.
-  constexpr bool EARLY = !GRID;
+  // Four warps and 256 threads plan before staging the ring's pages, while those are still
+  // in flight (a warp issues in order: the staging stalls it until they arrive). Run s24-2:
+  // 1 x 512 tokens 0.95x the time, 8 x 64 and 32 x 16 0.93x, 2-16 x 16 and 2-4 x 64 0.98x.
+  // Two warps plan after it: before, 1-4 x 16 and 1 x 64 took 1.02x.
+  constexpr bool PLAN_FIRST = !GRID && BLOCK > 64;
+  // Two warps, planned: the call's slots and new pages are written before the verdict, and
+  // warp 0 concludes the call alone (below), with REPORT_FIRST. Runs s24-1 and s24-2: 1-4 x 16
+  // and 1 x 64 tokens 0.94-0.95x the time. On four warps and 256 threads the writer warps'
+  // own path, not warp 0's, then held the end: 1.00-1.05x (run s24-1), and 1.00-1.03x on top
+  // of PLAN_FIRST (run s24-2); REPORT_FIRST on several blocks took 1.01-1.06x (run s24-1).
+  constexpr bool EARLY = !GRID && BLOCK == 64;
   OwnTokens<PER> mine;
-  if (planned && stages)
-    mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens);
+  if constexpr (PLAN_FIRST) {
+    if (planned && stages)
+      mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens);
+  }
 
   // Round trip 3, while warp 0 decides: the new pages of this block's tokens, from the ring
   // into shared memory (`live`: they are in the free list, new_pages <= free_len), by the
@@ -400,11 +409,15 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     if constexpr (GRID) KVP_PROBE(2, sh.pages[stager]);
     else KVP_PROBE(2, early.got[0]);
   }
+  if constexpr (!PLAN_FIRST) {
+    if (planned && stages)
+      mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens);
+  }
 
   // Planned (one block): the writers' slots go to `out` while warp 0 decides, once the
   // stagers (the writers) have staged every page (a barrier of their own, warp 0 not in
-  // it); after the verdict they write the pool's words of the new pages, or the padding slot
-  // over their slots (the block barrier orders the two). Run s22-1: 1 x 512 tokens 0.96x
+  // it); after the verdict they write the pool's words of the new pages (EARLY: with the
+  // slots), or the padding slot over their slots (the block barrier orders the two). Run s22-1: 1 x 512 tokens 0.96x
   // the time, 8 x 64 and 32 x 16 0.98x; the new pages' words a page a thread after the
   // verdict, from shared memory (1ff322b), 1.00-1.02x more.
   if (planned && stages) {

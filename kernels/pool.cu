@@ -1622,7 +1622,7 @@ KVP_DECODE_KERNELS(i32, int)
 // prefill). kvp_extend_*'s parameters, so the host launches either alike; `per_block` and
 // `decode` (0) are unused.
 #define KVP_EXTEND_FEW_KERNEL(THREADS, SUFFIX, INDEX)                                             \
-  extern "C" __global__ void __launch_bounds__(THREADS, 1) kvp_extend_few_##THREADS##_##SUFFIX(   \
+  extern "C" __global__ void __launch_bounds__(THREADS) kvp_extend_few_##THREADS##_##SUFFIX(      \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
