@@ -188,9 +188,35 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   uint32_t page;
   if constexpr (WARP) page = __shfl_sync(FULL, ring_early, (int)page_at);  // page_rank < 32
   else page = v.ring[ring_pos(c.head, page_at, v.num_pages)];
+  const unsigned long long in_page = mod_ps<POW2>((unsigned long long)ll, v);
+
+  // One warp, not by row: the call is written as soon as its pages are in, before the
+  // checks decide it (the slots, the new pages' words, the continued pages' fill points,
+  // the cursor), so that a call that takes effect has nothing left to write once decided; a
+  // failing call undoes it. A page taken here was free: a lane whose last_loc points into it
+  // reads its word as free or as allocated by this very call, unallocated either way. A
+  // continued page's fill point moves only once every lane's fill word is in (the test
+  // reads the word: the warp's load has returned in every lane), so that no lane's check
+  // reads another's early store; it is put back from the word as read.
+  constexpr bool EARLY = WARP && !ROWS;
+  const Cursor next = taken_cursor(v, c, total_pages);
+  bool moved_fill = false;
+  if (EARLY && live) {
+    Index slot;
+    if (starts) {
+      v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+      if (tracked) v.fill[page] = fill_word(call.tag, 1);
+      slot = (Index)((unsigned long long)page * v.page_size);
+    } else {
+      moved_fill = continues && tracked && err == ERR_NONE && filled != ~0ull;
+      if (moved_fill) v.fill[prefix_page] = fill_word(call.tag, in_page + 2);
+      slot = (Index)(ll + 1);
+    }
+    if (valid) out[r] = slot;
+    if (r == 0) h->cursor[call.in ^ 1] = next;
+  }
 
   // extend_block's checks, in its order.
-  const unsigned long long in_page = mod_ps<POW2>((unsigned long long)ll, v);
   bool enters = false;
   if (check && err == ERR_NONE) {
     if (kind_of(word) != KIND_ALLOCATED) err = unallocated_error(word);
@@ -250,7 +276,20 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   const bool failed = !dead && (short_ || verdict != NO_ERROR);
   KVP_PROBE(2, verdict + page);
 
-  if (live && !failed) {
+  if (EARLY && live && !failed) {
+    // Written already; the host's counts, when it asked for them, once decided.
+    if (r == 0) mirror_counts(v, call, next);
+    KVP_PROBE(4, 0);
+    return;
+  }
+  if (EARLY && live) {
+    // Failed: the pages taken early go back (free, untagged, as the ticketed kernel's undo
+    // leaves them) and the continued pages get their fill points back; the cursor and the
+    // output are the failure's, below.
+    if (starts) v.state[page] = page_word(KIND_FREE, 0);
+    if (moved_fill) v.fill[prefix_page] = filled;
+  }
+  if (!EARLY && live && !failed) {
     // Round trip 3, only writes: a new page becomes allocated with one slot handed out; a
     // continued page moves its fill point on by one.
     Index slot;

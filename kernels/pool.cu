@@ -331,6 +331,16 @@ __device__ inline uint32_t ring_pos(uint32_t head, unsigned long long k, uint32_
 // past them; a failed one faults the pool with its verdict (`value`: the element the verdict
 // names) or, short of pages, with ERR_SHORTAGE naming the free list's length; a dead one
 // (the pool was faulted before) changes nothing.
+// The cursor once `pages` pages are taken from the ring's head (conclude_take's, for a
+// kernel that commits before its verdict).
+__device__ __forceinline__ Cursor taken_cursor(const View &v, const Cursor &c,
+                                               unsigned long long pages) {
+  Cursor next = c;
+  next.head = ring_pos(c.head, pages, v.num_pages);
+  next.free_len = c.free_len - (uint32_t)pages;
+  return next;
+}
+
 __device__ void conclude_take(const View &v, const Call &call, const Cursor &c,
                               unsigned long long pages, bool dead, bool failed, bool short_,
                               unsigned long long verdict, long long value) {
