@@ -387,6 +387,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // own path, not warp 0's, then held the end: 1.00-1.05x (run s24-1), and 1.00-1.03x on top
   // of PLAN_FIRST (run s24-2); REPORT_FIRST on several blocks took 1.01-1.06x (run s24-1).
   constexpr bool EARLY = !GRID && BLOCK == 64;
+  constexpr bool REPORT_FIRST = !GRID;
   OwnTokens<PER> mine;
   if constexpr (PLAN_FIRST) {
     if (planned && stages)
@@ -431,10 +432,10 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   unsigned long long fill_to = 0;
   // (Probe 7 makes warp 0 wait for its words here, where its checks would use them: when
   // they arrive; with an empty prefix the checks do not need them. EARLY: in decide_few.)
-  if (decides && !EARLY) KVP_PROBE(7, word + filled);
+  if (decides && !REPORT_FIRST) KVP_PROBE(7, word + filled);
   unsigned long long decided = NO_ERROR;
   if (decides)
-    decided = decide_few<GRID, POW2, EARLY>(sh, v, call, dead, batch, prefix, ll, sane, s, err,
+    decided = decide_few<GRID, POW2, REPORT_FIRST>(sh, v, call, dead, batch, prefix, ll, sane, s, err,
                                             check, prefix_page, word, filled, at_tok, at_page,
                                             tokens, new_pages, live, total_tokens, total_pages,
                                             t_begin, t_end, &fill_page, &fill_to);
