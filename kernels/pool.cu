@@ -326,11 +326,6 @@ __device__ inline uint32_t ring_pos(uint32_t head, unsigned long long k, uint32_
   return (uint32_t)(p >= n ? p - n : p);
 }
 
-// Thread 0 only: the end of a call that takes `pages` pages from the front of the ring
-// (the allocation kernels, a decode reservation). A call that took effect moves the cursor
-// past them; a failed one faults the pool with its verdict (`value`: the element the verdict
-// names) or, short of pages, with ERR_SHORTAGE naming the free list's length; a dead one
-// (the pool was faulted before) changes nothing.
 // The cursor once `pages` pages are taken from the ring's head (conclude_take's, for a
 // kernel that commits before its verdict).
 __device__ __forceinline__ Cursor taken_cursor(const View &v, const Cursor &c,
@@ -341,6 +336,11 @@ __device__ __forceinline__ Cursor taken_cursor(const View &v, const Cursor &c,
   return next;
 }
 
+// Thread 0 only: the end of a call that takes `pages` pages from the front of the ring
+// (the allocation kernels, a decode reservation). A call that took effect moves the cursor
+// past them; a failed one faults the pool with its verdict (`value`: the element the verdict
+// names) or, short of pages, with ERR_SHORTAGE naming the free list's length; a dead one
+// (the pool was faulted before) changes nothing.
 __device__ void conclude_take(const View &v, const Call &call, const Cursor &c,
                               unsigned long long pages, bool dead, bool failed, bool short_,
                               unsigned long long verdict, long long value) {
