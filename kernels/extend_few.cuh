@@ -54,18 +54,14 @@ struct FewShared {
 // word (the lengths' reports, the offsets in `sh`) comes first, while the words are in
 // flight; elsewhere it did not pay (see extend_few).
 template <bool GRID, bool POW2, bool REPORT_FIRST>
-__device__ __forceinline__ unsigned long long decide_few(FewShared &sh, const View &v, const Call &call,
-                                           bool dead, uint32_t batch, long long prefix,
-                                           long long ll, bool sane, const Shape &s,
-                                           uint32_t err, bool check, uint32_t prefix_page,
-                                           uint32_t word, unsigned long long filled,
-                                           unsigned long long at_tok, unsigned long long at_page,
-                                           unsigned long long tokens,
-                                           unsigned long long new_pages, bool live,
-                                           unsigned long long total_tokens,
-                                           unsigned long long total_pages,
-                                           unsigned long long t_begin, unsigned long long t_end,
-                                           long long *fill_page, unsigned long long *fill_to) {
+__device__ __forceinline__ unsigned long long decide_few(
+    FewShared &sh, const View &v, const Call &call, bool dead, uint32_t batch, long long prefix,
+    long long ll, bool sane, const Shape &s, uint32_t err, bool check, uint32_t prefix_page,
+    uint32_t word, unsigned long long filled, unsigned long long at_tok,
+    unsigned long long at_page, unsigned long long tokens, unsigned long long new_pages,
+    bool live, unsigned long long total_tokens, unsigned long long total_pages,
+    unsigned long long t_begin, unsigned long long t_end, long long *fill_page,
+    unsigned long long *fill_to) {
   const uint32_t r = threadIdx.x;
   const bool valid = r < batch;
   const bool tracked = v.page_size > 1;
@@ -387,6 +383,8 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // own path, not warp 0's, then held the end: 1.00-1.05x (run s24-1), and 1.00-1.03x on top
   // of PLAN_FIRST (run s24-2); REPORT_FIRST on several blocks took 1.01-1.06x (run s24-1).
   constexpr bool EARLY = !GRID && BLOCK == 64;
+  // (The planning call stands twice, before and after the staging, not in one lambda: the
+  // lambda changed the one-block kernels' register allocation from the measured ones.)
   OwnTokens<PER> mine;
   if constexpr (PLAN_FIRST) {
     if (planned && stages)
@@ -417,9 +415,9 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // Planned (one block): the writers' slots go to `out` while warp 0 decides, once the
   // stagers (the writers) have staged every page (a barrier of their own, warp 0 not in
   // it); after the verdict they write the pool's words of the new pages (EARLY: with the
-  // slots), or the padding slot over their slots (the block barrier orders the two). Run s22-1: 1 x 512 tokens 0.96x
-  // the time, 8 x 64 and 32 x 16 0.98x; the new pages' words a page a thread after the
-  // verdict, from shared memory (1ff322b), 1.00-1.02x more.
+  // slots), or the padding slot over their slots (the block barrier orders the two). Run
+  // s22-1: 1 x 512 tokens 0.96x the time, 8 x 64 and 32 x 16 0.98x; the new pages' words a
+  // page a thread after the verdict, from shared memory (1ff322b), 1.00-1.02x more.
   if (planned && stages) {
     asm volatile("bar.sync 1, %0;" ::"n"(STAGERS) : "memory");
     if (live)
