@@ -202,19 +202,22 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   // reads the word: the warp's load has returned in every lane), so that no lane's check
   // reads another's early store; it is put back from the word as read.
   constexpr bool EARLY = WARP && !ROWS;
-  const Cursor next = taken_cursor(v, c, total_pages);
-  bool moved_fill = false;
-  if (EARLY && live) {
-    Index slot;
+  // The call's writes for this request, its slot returned: a new page becomes allocated with
+  // one slot handed out; a continued page moves its fill point on by one (`move_fill`).
+  auto take = [&](bool move_fill) -> Index {
     if (starts) {
       v.state[page] = page_word(KIND_ALLOCATED, call.tag);
       if (tracked) v.fill[page] = fill_word(call.tag, 1);
-      slot = (Index)((unsigned long long)page * v.page_size);
-    } else {
-      moved_fill = continues && tracked && err == ERR_NONE && filled != ~0ull;
-      if (moved_fill) v.fill[prefix_page] = fill_word(call.tag, in_page + 2);
-      slot = (Index)(ll + 1);
+      return (Index)((unsigned long long)page * v.page_size);
     }
+    if (move_fill) v.fill[prefix_page] = fill_word(call.tag, in_page + 2);
+    return (Index)(ll + 1);
+  };
+  const Cursor next = taken_cursor(v, c, total_pages);
+  const bool moved_fill =
+      EARLY && live && continues && tracked && err == ERR_NONE && filled != ~0ull;
+  if (EARLY && live) {
+    const Index slot = take(moved_fill);
     if (valid) out[r] = slot;
     if (r == 0) h->cursor[call.in ^ 1] = next;
   }
@@ -293,17 +296,8 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
     if (moved_fill) v.fill[prefix_page] = filled;
   }
   if (!EARLY && live && !failed) {
-    // Round trip 3, only writes: a new page becomes allocated with one slot handed out; a
-    // continued page moves its fill point on by one.
-    Index slot;
-    if (starts) {
-      v.state[page] = page_word(KIND_ALLOCATED, call.tag);
-      if (tracked) v.fill[page] = fill_word(call.tag, 1);
-      slot = (Index)((unsigned long long)page * v.page_size);
-    } else {
-      if (continues) v.fill[prefix_page] = fill_word(call.tag, in_page + 2);
-      slot = (Index)(ll + 1);
-    }
+    // Round trip 3, only writes.
+    const Index slot = take(continues);
     if (valid && (!ROWS || out != nullptr)) out[r] = slot;
     if (ROWS && valid)
       table_put(tab.table, tab.wide, (unsigned long long)row * tab.stride + prefix, (long long)slot);

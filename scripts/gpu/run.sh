@@ -8,6 +8,7 @@
 #   scripts/gpu/run.sh python-overhead   (not in the default set: Python vs C per call, ~3 min)
 #   scripts/gpu/run.sh python-builtins   (not in the default set: builtins vs ctypes, ~1 min)
 #   scripts/gpu/run.sh anatomy           (not in the default set: phases of the small kernels)
+#   scripts/gpu/run.sh host-calls        (not in the default set: the host path's driver calls)
 #   scripts/gpu/run.sh profile           (not in the default set: Nsight Compute, see below)
 #
 # tp: the tensor-parallel digest test (tests/tp/tp_digest.py): one rank per GPU (at least
@@ -16,7 +17,7 @@
 #
 # Environment: OUT (logs), STEP_TIMEOUT (seconds a step may run, default 480: a hung step
 # fails instead of holding the machine; the lockstep soak has LOCKSTEP_SOAK_SECONDS),
-# OVERHEAD_ARGS (extra python_overhead.py arguments), OVERHEAD_VARIANTS (see
+# OVERHEAD_ARGS (extra python_overhead.py arguments), HOST_CALLS_ARGS (host_calls' arguments), OVERHEAD_VARIANTS (see
 # python-overhead below), SANITIZE_OPS (lockstep operations per configuration under the
 # sanitizers, default 600), BENCH_PYTHON=0 (C++ benchmark only), BENCH_ARGS, TAIL_LINES,
 # BENCH_BEFORE (gpu-artifacts/before, made by `scripts/gpu/pack.sh --before REV`: the C++
@@ -306,6 +307,14 @@ for step in "${steps[@]}"; do
             -o '$LOGS/anatomy_probed' '$anatomy_src' && wait \$plain"
         run anatomy bash -c "'$LOGS/anatomy' && '$LOGS/anatomy_probed' && '$LOGS/anatomy'"
         cp "$LOGS/anatomy.log" "$OUT/anatomy.md"
+        ;;
+    host-calls)
+        # What each driver call on a device pool's host path costs, one at a time, beside the
+        # empty-kernel launch kvpool_bench takes as its host floor (bench-gpu/host_calls.cu; no
+        # library). Table in $OUT/host_calls.md.
+        run host-calls-build "$NVCC" -O2 -std=c++17 -arch=sm_90 -o "$LOGS/host_calls" \
+            bench-gpu/host_calls.cu -lcuda
+        run host-calls bash -c "'$LOGS/host_calls' ${HOST_CALLS_ARGS:-} | tee '$OUT/host_calls.md'"
         ;;
     python-builtins)
         # The package's call mechanism alone: the library's builtins against ctypes

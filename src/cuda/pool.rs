@@ -727,12 +727,14 @@ impl DevicePool {
             self.debug_before(&view, &call, stream)?;
         }
         for (i, l) in launches.iter().enumerate() {
-            let mut args = Vec::with_capacity(2 + l.extra.len());
-            args.push(arg(&view));
-            args.push(arg(&call));
-            args.extend_from_slice(l.extra);
+            // On the stack: a heap allocation per launch was measurable on the host path.
+            let mut storage = [std::ptr::null_mut(); 2 + MAX_EXTRA_ARGS];
+            let args = &mut storage[..2 + l.extra.len()];
+            args[0] = arg(&view);
+            args[1] = arg(&call);
+            args[2..].copy_from_slice(l.extra);
             // SAFETY: forwarded contract.
-            let launched = unsafe { launch(l.function, l.grid, l.block, stream, &mut args) };
+            let launched = unsafe { launch(l.function, l.grid, l.block, stream, args) };
             if let Err(err) = launched {
                 if i > 0 {
                     // Earlier kernels of the call are queued (a broken context, in
@@ -1728,6 +1730,10 @@ impl DevicePool {
         self.record_outcome(result)
     }
 }
+
+/// The most parameters a kernel takes after `(View, Call)` (`Launch::extra`; the extend
+/// kernels take nine).
+const MAX_EXTRA_ARGS: usize = 12;
 
 /// One kernel launch of a call (see `DevicePool::run_call`): the arguments after
 /// `(View, Call)`.
