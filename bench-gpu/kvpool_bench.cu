@@ -11,7 +11,9 @@
 // What is timed (README.md has the rationale):
 //  - host time: one call at a time, steady_clock around the call alone, median and p90 after
 //    warm-up; the stream is drained outside the timed region every 64 calls so the launch
-//    queue never fills (a full queue would make cuLaunchKernel block and time the GPU);
+//    queue never fills (a full queue would make cuLaunchKernel block and time the GPU); an
+//    empty kernel's launch is timed right after each sample, and the row's host ratio is
+//    the call's median over that launch's median;
 //  - device time of allocations: the call is captured into a CUDA graph once; 100 copies of
 //    that graph are chained as child nodes of one graph whose replays are timed with events
 //    (the same shape as the floor: 100 launches in one graph). Replaying re-runs the call's
@@ -216,6 +218,10 @@ struct Stats {
   double median = NAN;
   double p90 = NAN;
   size_t samples = 0;
+  // Host time (time_host): the median of an empty-kernel launch timed right after each
+  // sample, so the ratio to the launch floor sees the machine as the samples did (this
+  // instance's launch time drifts by more than a call's planning from minute to minute).
+  double paired_floor = NAN;
 };
 
 Stats summarize(std::vector<double> v) {
@@ -254,8 +260,9 @@ Stats time_host(const Settings &cfg, cudaStream_t s, Prepare prepare, Call call,
     if ((i + 1) % cfg.sync_every == 0) sync(s);
   }
   sync(s);
-  std::vector<double> samples;
+  std::vector<double> samples, floor;
   samples.reserve(static_cast<size_t>(cfg.max_samples));
+  floor.reserve(static_cast<size_t>(cfg.max_samples));
   const auto start = clock::now();
   while (static_cast<int>(samples.size()) < cfg.max_samples) {
     if (static_cast<int>(samples.size()) >= cfg.min_samples &&
@@ -265,12 +272,18 @@ Stats time_host(const Settings &cfg, cudaStream_t s, Prepare prepare, Call call,
     const auto t0 = clock::now();
     call();
     const auto t1 = clock::now();
+    empty_kernel<<<1, 1, 0, s>>>();
+    const auto t2 = clock::now();
     after();
     samples.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    floor.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count());
     if (samples.size() % static_cast<size_t>(cfg.sync_every) == 0) sync(s);
   }
   sync(s);
-  return summarize(std::move(samples));
+  CUDA_CHECK(cudaGetLastError());
+  Stats stats = summarize(std::move(samples));
+  stats.paired_floor = summarize(std::move(floor)).median;
+  return stats;
 }
 
 // Queues a spinning kernel, then `enqueue`, and reports whether the spinner was still running
@@ -588,7 +601,7 @@ struct DeviceTime {
 
 void add_row(Context &c, const char *op, int64_t bs, Stats host, const DeviceTime &device,
              double bytes) {
-  c.rows.push_back(Row{op, c.pool.page_size, bs, host, device.us, c.floors.host.median,
+  c.rows.push_back(Row{op, c.pool.page_size, bs, host, device.us, host.paired_floor,
                        device.graph ? c.floors.graph_us : c.floors.event_us, bytes,
                        device.method});
 }
@@ -1122,7 +1135,8 @@ int main(int argc, char **argv) {
   std::printf("- alloc_extend: %lld new tokens per request, empty prefix; the frees give back "
               "one such batch\n",
               static_cast<long long>(cfg.extend_tokens));
-  std::printf("- empty kernel, host launch: median %.2f µs, p90 %.2f µs (%zu samples)\n",
+  std::printf("- empty kernel, host launch at the start: median %.2f µs, p90 %.2f µs (%zu "
+              "samples); each row's floor host is this launch timed beside its samples\n",
               floors.host.median, floors.host.p90, floors.host.samples);
   std::printf("- empty kernel, device: %.3f µs per launch in a graph of 100 launches; "
               "%.3f µs as %d child-graph copies of one launch; %.3f µs between events\n",

@@ -8,7 +8,8 @@
 use cudarc::driver::sys::{CUdeviceptr, CUstream};
 
 use super::{
-    arg, decode_slot, DevicePool, ExtendKernel, Launch, BLOCK, FREE_BLOCK, FREE_SEGMENT, FREE_SLOTS,
+    arg, decode_slot, DevicePool, ExtendKernel, Launch, BLOCK, FREE_BLOCK, FREE_SEGMENT,
+    FREE_SLOTS, WARP_TOKENS,
 };
 use crate::cuda::counts::Step;
 use crate::cuda::kernels::launch;
@@ -256,23 +257,21 @@ impl DevicePool {
         // to 1,024 requests, an extend of up to 256): one kernel (it enters rows in a 32-bit
         // keyed table; `TableShape::span`, checked above, bounds the table's rows by 2^32 - 1).
         let typed = &self.kernels.typed;
-        // An extend_few shape runs on the rows kernel of the same grid, but its one-block
-        // shapes on two rows kernels only: one warp up to 64 tokens (then the same as
-        // `WARP_TOKENS`, the two-warp shape's), else 256 threads.
-        let block = match kernel {
-            ExtendKernel::Few(_) if tokens <= 64 => 32,
-            ExtendKernel::Few(_) => BLOCK,
-            _ => block,
-        };
+        // The rows kernel and its block. An extend_few shape runs on the rows kernel of the
+        // same grid, but its one-block shapes on two rows kernels only: one warp up to
+        // `WARP_TOKENS` (the two-warp shape's limit), else 256 threads.
         let one_kernel = match kernel {
-            ExtendKernel::Few(_) if tokens <= 64 => Some(typed.extend_warp_rows),
-            ExtendKernel::Block64 => Some(typed.extend_block64_rows),
-            ExtendKernel::Block | ExtendKernel::Few(_) => Some(typed.extend_block_rows),
-            ExtendKernel::Blocks | ExtendKernel::FewBlocks => Some(typed.extend_blocks_rows),
-            ExtendKernel::Decode(threads) => Some(typed.decode_rows[decode_slot(threads)]),
+            ExtendKernel::Few(_) if tokens <= WARP_TOKENS => Some((typed.extend_warp_rows, 32)),
+            ExtendKernel::Few(_) => Some((typed.extend_block_rows, BLOCK)),
+            ExtendKernel::Block64 => Some((typed.extend_block64_rows, block)),
+            ExtendKernel::Block => Some((typed.extend_block_rows, block)),
+            ExtendKernel::Blocks | ExtendKernel::FewBlocks => {
+                Some((typed.extend_blocks_rows, block))
+            }
+            ExtendKernel::Decode(threads) => Some((typed.decode_rows[decode_slot(threads)], block)),
             ExtendKernel::Grid => None,
         };
-        if let Some(function) = one_kernel {
+        if let Some((function, block)) = one_kernel {
             let tab = TableArgs {
                 table: table.data,
                 wide: table.wide(),
