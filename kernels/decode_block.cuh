@@ -28,7 +28,7 @@ __device__ inline unsigned long long widen_error(uint32_t key) {
 // count a lane) instead of every thread reading and adding all BLOCK / 32 of them: at 1,024
 // threads that loop was about 90 instructions a thread, on 32 warps sharing one SM's four
 // schedulers.
-constexpr int RANK_BY_REDUCTION = 512;
+constexpr int RANK_BY_REDUCTION = 64;
 
 // Counts over the block: each thread gets the number of earlier threads whose `flag` holds
 // (its rank) and the block's total. One barrier when BLOCK > 32 (`counts` has BLOCK / 32
