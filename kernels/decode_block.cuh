@@ -10,10 +10,10 @@
 // all 32-bit; no token-to-request search and no staging of new pages (a starting request
 // reads its own page from the ring, in the same round trip as its prefix page's words). One
 // warp needs no barrier and no shared memory: repeats are found with match_any and the
-// verdict with a warp reduction. Since the twenty-fourth session one warp (not by row)
-// writes the call as soon as its pages are in and undoes it if the verdict fails, so that
-// nothing is written after a verdict that lets the call take effect (run s24-4: 1-32
-// requests 0.95-0.96x the time; BENCHMARKS.md).
+// verdict with a warp reduction. Not by row, the call is written as soon as its pages are in
+// and undone if the verdict fails, so that nothing is written after a verdict that lets the
+// call take effect (one warp since the twenty-fourth session, run s24-4: 1-32 requests
+// 0.95-0.96x the time; blocks since the twenty-fifth; BENCHMARKS.md).
 
 namespace kvp {
 
@@ -205,15 +205,17 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   else page = v.ring[ring_pos(c.head, page_at, v.num_pages)];
   const unsigned long long in_page = mod_ps<POW2>((unsigned long long)ll, v);
 
-  // One warp, not by row: the call is written as soon as its pages are in, before the
-  // checks decide it (the slots, the new pages' words, the continued pages' fill points,
-  // the cursor), so that a call that takes effect has nothing left to write once decided; a
-  // failing call undoes it. A page taken here was free: a lane whose last_loc points into it
-  // reads its word as free or as allocated by this very call, unallocated either way. A
-  // continued page's fill point moves only once every lane's fill word is in (the test
-  // reads the word: the warp's load has returned in every lane), so that no lane's check
-  // reads another's early store; it is put back from the word as read.
-  constexpr bool EARLY = WARP && !ROWS;
+  // Not by row: the call is written as soon as its pages are in, before the checks decide it
+  // (the slots, the new pages' words, the continued pages' fill points, the cursor), so that
+  // a call that takes effect has nothing left to write once decided; a failing call undoes
+  // it. A page taken here was free: a lane whose last_loc points into it reads its word as
+  // free or as allocated by this very call, unallocated either way. No check may read
+  // another request's early fill point: one warp moves one only once every lane's fill word
+  // is in (the test reads the word: the warp's load has returned in every lane); a block
+  // loaded its words before block_rank2's barrier, which orders them before any store after
+  // it. A fill point is put back from the word as read (two requests continuing one page
+  // fail the call, and each thread's undo is its last store to the word).
+  constexpr bool EARLY = !ROWS;
   // The call's writes for this request, its slot returned: a new page becomes allocated with
   // one slot handed out; a continued page moves its fill point on by one (`move_fill`).
   auto take = [&](bool move_fill) -> Index {
