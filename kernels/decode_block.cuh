@@ -95,6 +95,8 @@ struct DecodeShared {
   uint32_t counts[WARP ? 1 : BLOCK / 32];
   uint32_t errors;
   long long last[WARP ? 1 : BLOCK];
+  // A block not by row: the ring's first BLOCK pages from the head, one a thread.
+  uint32_t ring[WARP || ROWS ? 1 : BLOCK];
 };
 
 // ROWS: by request row, as extend_block (rows checked and seen once, last_loc from the table,
@@ -148,6 +150,12 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   }
   if (!valid) ll = -1;
   if constexpr (!WARP) last[r] = ll;
+  // A block not by row loads the ring's first pages with its words (the address needs the
+  // cursor alone) and hands them over in shared memory at block_rank2's barrier.
+  constexpr bool RING_EARLY = !WARP && !ROWS;
+  uint32_t ring_mine = 0;
+  if constexpr (RING_EARLY)
+    ring_mine = r < v.num_pages ? load_here(&v.ring[ring_pos(c.head, r, v.num_pages)]) : 0;
 
   // Round trip 2: the prefix page's words (page 0 stands in when there is nothing to check),
   // issued first, then, for a request that starts a page, its page from the ring (rank <
@@ -193,6 +201,7 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
     word = v.state[prefix_page];
     filled = tracked ? v.fill[prefix_page] : 0;
   }
+  if constexpr (RING_EARLY) sh.ring[r] = ring_mine;
   __syncwarp();
 
   uint32_t tok_rank, page_rank, tokens, new_pages;
@@ -202,6 +211,7 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   const uint32_t page_at = live && starts ? page_rank : 0;
   uint32_t page;
   if constexpr (WARP) page = __shfl_sync(FULL, ring_early, (int)page_at);  // page_rank < 32
+  else if constexpr (RING_EARLY) page = sh.ring[page_at];  // page_rank < BLOCK
   else page = v.ring[ring_pos(c.head, page_at, v.num_pages)];
   const unsigned long long in_page = mod_ps<POW2>((unsigned long long)ll, v);
 
