@@ -165,9 +165,11 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   // last_loc alone (load_page_words), and with them the ring's first 32 pages from the
   // head, one a lane (the address needs the cursor alone; a starting request takes the page
   // of its rank by a shuffle, not a load after the ranks; entries past the free list are
-  // read and left unused). Run s18-3: 1-32 requests 0.96-0.99x the time. A block of several loads the
-  // words after the checks and its pages once the ranks are known (run s18-2, with the
-  // words early there too: 33-1,024 requests 1.01-1.03x).
+  // read and left unused). Run s18-3: 1-32 requests 0.96-0.99x the time. A block of several
+  // loads the words after the checks (run s18-2, with them early there too: 33-1,024 requests
+  // 1.01-1.03x); not by row, its ring pages with them, one a thread (`RING_EARLY`, run s25-3:
+  // with the early writes 0.92-0.99x; the ring alone 0.99-1.01x below 256 requests), by row
+  // once the ranks are known.
   const bool tracked = v.page_size > 1;
   uint32_t word = 0, ring_early = 0;
   unsigned long long filled = 0;
