@@ -95,8 +95,8 @@ struct DecodeShared {
   uint32_t counts[WARP ? 1 : BLOCK / 32];
   uint32_t errors;
   long long last[WARP ? 1 : BLOCK];
-  // A block not by row: the ring's first BLOCK pages from the head, one a thread.
-  uint32_t ring[WARP || ROWS ? 1 : BLOCK];
+  // A block: the ring's first BLOCK pages from the head, one a thread.
+  uint32_t ring[WARP ? 1 : BLOCK];
 };
 
 // ROWS: by request row, as extend_block (rows checked and seen once, last_loc from the table,
@@ -133,6 +133,11 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   const long long seq = seq_lens[i];
   const long long row = ROWS ? tab.rows[i] : 0;
   long long ll = ROWS ? -1 : (long long)last_loc[i];
+  // A block loads the ring's first pages as soon as the cursor is in (by row, before the
+  // table's last_loc) and hands them over in shared memory at block_rank2's barrier.
+  uint32_t ring_mine = 0;
+  if constexpr (!WARP)
+    ring_mine = r < v.num_pages ? load_here(&v.ring[ring_pos(c.head, r, v.num_pages)]) : 0;
 
   const bool valid = r < batch;
   const long long prefix = seq - 1;
@@ -150,12 +155,6 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   }
   if (!valid) ll = -1;
   if constexpr (!WARP) last[r] = ll;
-  // A block not by row loads the ring's first pages with its words (the address needs the
-  // cursor alone) and hands them over in shared memory at block_rank2's barrier.
-  constexpr bool RING_EARLY = !WARP && !ROWS;
-  uint32_t ring_mine = 0;
-  if constexpr (RING_EARLY)
-    ring_mine = r < v.num_pages ? load_here(&v.ring[ring_pos(c.head, r, v.num_pages)]) : 0;
 
   // Round trip 2: the prefix page's words (page 0 stands in when there is nothing to check),
   // issued first, then, for a request that starts a page, its page from the ring (rank <
@@ -167,9 +166,8 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   // of its rank by a shuffle, not a load after the ranks; entries past the free list are
   // read and left unused). Run s18-3: 1-32 requests 0.96-0.99x the time. A block of several
   // loads the words after the checks (run s18-2, with them early there too: 33-1,024 requests
-  // 1.01-1.03x); not by row, its ring pages with them, one a thread (`RING_EARLY`, run s25-3:
-  // with the early writes 0.92-0.99x; the ring alone 0.99-1.01x below 256 requests), by row
-  // once the ranks are known.
+  // 1.01-1.03x) and its ring pages before them, one a thread (`ring_mine`; run s25-3, not by
+  // row: with the early writes 0.92-0.99x; the ring alone 0.99-1.01x below 256 requests).
   const bool tracked = v.page_size > 1;
   uint32_t word = 0, ring_early = 0;
   unsigned long long filled = 0;
@@ -203,7 +201,7 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
     word = v.state[prefix_page];
     filled = tracked ? v.fill[prefix_page] : 0;
   }
-  if constexpr (RING_EARLY) sh.ring[r] = ring_mine;
+  if constexpr (!WARP) sh.ring[r] = ring_mine;
   __syncwarp();
 
   uint32_t tok_rank, page_rank, tokens, new_pages;
@@ -213,8 +211,7 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   const uint32_t page_at = live && starts ? page_rank : 0;
   uint32_t page;
   if constexpr (WARP) page = __shfl_sync(FULL, ring_early, (int)page_at);  // page_rank < 32
-  else if constexpr (RING_EARLY) page = sh.ring[page_at];  // page_rank < BLOCK
-  else page = v.ring[ring_pos(c.head, page_at, v.num_pages)];
+  else page = sh.ring[page_at];  // page_rank < BLOCK
   const unsigned long long in_page = mod_ps<POW2>((unsigned long long)ll, v);
 
   // Not by row: the call is written as soon as its pages are in, before the checks decide it
