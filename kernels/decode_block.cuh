@@ -167,7 +167,9 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   // read and left unused). Run s18-3: 1-32 requests 0.96-0.99x the time. A block of several
   // loads the words after the checks (run s18-2, with them early there too: 33-1,024 requests
   // 1.01-1.03x) and its ring pages before them, one a thread (`ring_mine`; run s25-3, not by
-  // row: with the early writes 0.92-0.99x; the ring alone 0.99-1.01x below 256 requests).
+  // row: with the early writes 0.92-0.99x; the ring alone 0.99-1.01x below 256 requests; run
+  // s25-4, issued as soon as the cursor is in: by row 0.92-1.00x, not by row 0.96-0.99x up
+  // to 512 requests and 1.01-1.02x at 1,024).
   const bool tracked = v.page_size > 1;
   uint32_t word = 0, ring_early = 0;
   unsigned long long filled = 0;
