@@ -727,7 +727,8 @@ impl DevicePool {
             self.debug_before(&view, &call, stream)?;
         }
         for (i, l) in launches.iter().enumerate() {
-            // On the stack: a heap allocation per launch was measurable on the host path.
+            // On the stack, not a heap allocation per launch (too small to see beside the
+            // launch's own spread: run s25-1, BENCHMARKS.md).
             let mut storage = [std::ptr::null_mut(); 2 + MAX_EXTRA_ARGS];
             let args = &mut storage[..2 + l.extra.len()];
             args[0] = arg(&view);
@@ -1731,8 +1732,9 @@ impl DevicePool {
     }
 }
 
-/// The most parameters a kernel takes after `(View, Call)` (`Launch::extra`; the extend
-/// kernels take nine).
+/// The most parameters a kernel takes after `(View, Call)` (`Launch::extra`): twelve, in
+/// `kvp_reserve_decode_*`; a launch with more panics in `run_call`, caught at the C boundary
+/// (and by the first GPU test of that kernel).
 const MAX_EXTRA_ARGS: usize = 12;
 
 /// One kernel launch of a call (see `DevicePool::run_call`): the arguments after
