@@ -133,11 +133,17 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   const long long seq = seq_lens[i];
   const long long row = ROWS ? tab.rows[i] : 0;
   long long ll = ROWS ? -1 : (long long)last_loc[i];
-  // A block loads the ring's first pages as soon as the cursor is in (by row, before the
-  // table's last_loc) and hands them over in shared memory at block_rank2's barrier.
+  // A block loads the ring's first pages, one a thread (the address needs the cursor alone),
+  // and hands them over in shared memory at block_rank2's barrier: as soon as the cursor is
+  // in (by row, before the table's last_loc), except 1,024 threads not by row, which load
+  // them once their checks have the request (run s25-4: the early load 0.96-0.98x the time
+  // up to 512 requests, 1.01-1.02x at 1,024).
+  constexpr bool RING_AT_CURSOR = ROWS || BLOCK < 1024;
+  auto load_ring = [&] {
+    return r < v.num_pages ? load_here(&v.ring[ring_pos(c.head, r, v.num_pages)]) : 0u;
+  };
   uint32_t ring_mine = 0;
-  if constexpr (!WARP)
-    ring_mine = r < v.num_pages ? load_here(&v.ring[ring_pos(c.head, r, v.num_pages)]) : 0;
+  if constexpr (!WARP && RING_AT_CURSOR) ring_mine = load_ring();
 
   const bool valid = r < batch;
   const long long prefix = seq - 1;
@@ -155,6 +161,7 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   }
   if (!valid) ll = -1;
   if constexpr (!WARP) last[r] = ll;
+  if constexpr (!WARP && !RING_AT_CURSOR) ring_mine = load_ring();
 
   // Round trip 2: the prefix page's words (page 0 stands in when there is nothing to check),
   // issued first, then, for a request that starts a page, its page from the ring (rank <
