@@ -136,7 +136,7 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   // A block loads the ring's first pages, one a thread (the address needs the cursor alone),
   // and hands them over in shared memory at block_rank2's barrier: as soon as the cursor is
   // in (by row, before the table's last_loc), except 1,024 threads not by row, which load
-  // them once their checks have the request (run s25-4: the early load 0.96-0.98x the time
+  // them once their checks have the request (run s25-4: the early load 0.96-1.00x the time
   // up to 512 requests, 1.01-1.02x at 1,024).
   constexpr bool RING_AT_CURSOR = ROWS || BLOCK < 1024;
   auto load_ring = [&] {
