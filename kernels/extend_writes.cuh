@@ -128,6 +128,19 @@ struct OwnTokens {
     }
   }
 
+  // Calls `f(u)` for each planned token u below t_end that is its new page's first: the
+  // tokens that open (and, undoing, close) the call's pages.
+  template <uint32_t STRIDE, typename F>
+  __device__ __forceinline__ void each_page_opener(uint32_t first, uint32_t t_end, uint32_t me,
+                                                   F f) const {
+#pragma unroll
+    for (uint32_t u = 0; u < PER; ++u) {
+      const uint32_t t = first + me + u * STRIDE;
+      if (t >= t_end) break;
+      if (rank[u] != NO_RANK && base[u] == 0) f(u);
+    }
+  }
+
   // A new page's first token (u), the call taking effect: the page becomes allocated
   // (`allocated`, the call's page word) and gets its fill point.
   __device__ __forceinline__ void open_page(const View &v, const Call &call, uint32_t allocated,
@@ -182,12 +195,8 @@ struct OwnTokens {
     }
     if constexpr (PAGES) {
       const uint32_t allocated = page_word(KIND_ALLOCATED, call.tag);
-#pragma unroll
-      for (uint32_t u = 0; u < PER; ++u) {
-        const uint32_t t = first + me + u * STRIDE;
-        if (t >= t_end) break;
-        if (rank[u] != NO_RANK && base[u] == 0) open_page(v, call, allocated, page[u], u);
-      }
+      each_page_opener<STRIDE>(first, t_end, me,
+                               [&](uint32_t u) { open_page(v, call, allocated, page[u], u); });
     }
   }
 
@@ -198,12 +207,9 @@ struct OwnTokens {
                                               const Call &call, uint32_t first, uint32_t t_end,
                                               uint32_t me) const {
     const uint32_t allocated = page_word(KIND_ALLOCATED, call.tag);
-#pragma unroll
-    for (uint32_t u = 0; u < PER; ++u) {
-      const uint32_t t = first + me + u * STRIDE;
-      if (t >= t_end) break;
-      if (rank[u] != NO_RANK && base[u] == 0) open_page(v, call, allocated, pages[rank[u]], u);
-    }
+    each_page_opener<STRIDE>(first, t_end, me, [&](uint32_t u) {
+      open_page(v, call, allocated, pages[rank[u]], u);
+    });
   }
 
   // The call failing after `store_slots` with PAGES: the pages it opened are free again (as
@@ -212,12 +218,9 @@ struct OwnTokens {
   __device__ __forceinline__ void undo_pages(const uint32_t *pages, const View &v,
                                              uint32_t first, uint32_t t_end,
                                              uint32_t me) const {
-#pragma unroll
-    for (uint32_t u = 0; u < PER; ++u) {
-      const uint32_t t = first + me + u * STRIDE;
-      if (t >= t_end) break;
-      if (rank[u] != NO_RANK && base[u] == 0) v.state[pages[rank[u]]] = page_word(KIND_FREE, 0);
-    }
+    each_page_opener<STRIDE>(first, t_end, me, [&](uint32_t u) {
+      v.state[pages[rank[u]]] = page_word(KIND_FREE, 0);
+    });
   }
 };
 
