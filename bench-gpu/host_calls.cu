@@ -18,6 +18,8 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include "spin.cuh"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -59,11 +61,6 @@ struct Call {
 __global__ void empty_kernel() {}
 __global__ void shaped_kernel(View, Call, const int64_t *, const int64_t *, const int64_t *,
                               uint32_t, uint32_t, uint32_t, uint64_t, uint64_t, int64_t *) {}
-__global__ void spin_kernel(unsigned long long ns) {
-  const unsigned long long start = clock64();
-  while (clock64() - start < ns) {
-  }
-}
 
 struct Case {
   std::string name;
@@ -153,7 +150,7 @@ int main(int argc, char **argv) {
     const CUresult early = cuEventQuery(event);
     CU_CHECK(cuStreamSynchronize(s));
     const CUresult late = cuEventQuery(event);
-    std::printf("; behind a spinner of 50 M cycles: launch %d, query before %d, after the sync %d",
+    std::printf("; behind a 50 ms spinner: launch %d, query before %d, after the sync %d",
                 launched, early, late);
   }
   {

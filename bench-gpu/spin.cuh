@@ -1,4 +1,4 @@
-// The spinner the GPU benchmarks time behind (kvpool_bench.cu, anatomy.cu).
+// The spinner the GPU benchmarks time behind (kvpool_bench.cu, anatomy.cu, host_calls.cu).
 #pragma once
 
 // Holds the stream busy so that what is queued behind it is in the queue before the GPU gets
