@@ -96,15 +96,28 @@ __device__ __forceinline__ void block_scan2(T &a, T &b, T *ta, T *tb) {
   }
   __syncthreads();
   T before_a = 0, before_b = 0, sum_a = 0, sum_b = 0;
+  if constexpr (sizeof(T) == 4 && BLOCK >= 256) {
+    // 32 bits, eight warps or more: a warp's totals a lane, added by four warp reductions
+    // instead of every thread reading and adding all BLOCK / 32 of them (as decode_block's
+    // block_rank2; there, two warps' and four warps' blocks were 1.01-1.03x slower so, run
+    // s25-2). Prepared in the twenty-fifth session, not run.
+    const T wa = lane < BLOCK / 32 ? warp_totals[lane][0] : 0;
+    const T wb = lane < BLOCK / 32 ? warp_totals[lane][1] : 0;
+    before_a = __reduce_add_sync(FULL, lane < warp ? wa : 0);
+    before_b = __reduce_add_sync(FULL, lane < warp ? wb : 0);
+    sum_a = __reduce_add_sync(FULL, wa);
+    sum_b = __reduce_add_sync(FULL, wb);
+  } else {
 #pragma unroll
-  for (int w = 0; w < BLOCK / 32; ++w) {
-    const T wa = warp_totals[w][0], wb = warp_totals[w][1];
-    if (w < warp) {
-      before_a += wa;
-      before_b += wb;
+    for (int w = 0; w < BLOCK / 32; ++w) {
+      const T wa = warp_totals[w][0], wb = warp_totals[w][1];
+      if (w < warp) {
+        before_a += wa;
+        before_b += wb;
+      }
+      sum_a += wa;
+      sum_b += wb;
     }
-    sum_a += wa;
-    sum_b += wb;
   }
   *ta = sum_a;
   *tb = sum_b;
