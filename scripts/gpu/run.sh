@@ -17,7 +17,8 @@
 #
 # Environment: OUT (logs), STEP_TIMEOUT (seconds a step may run, default 480: a hung step
 # fails instead of holding the machine; the lockstep soak has LOCKSTEP_SOAK_SECONDS),
-# OVERHEAD_ARGS (extra python_overhead.py arguments), HOST_CALLS_ARGS (host_calls'
+# OVERHEAD_ARGS (extra python_overhead.py arguments), OVERHEAD_POOLS (python-overhead's
+# pools, default "cuda cpu"), HOST_CALLS_ARGS (host_calls'
 # arguments), OVERHEAD_VARIANTS (see python-overhead below), SANITIZE_OPS (lockstep
 # operations per configuration under the sanitizers, default 600), BENCH_PYTHON=0 (C++
 # benchmark only), BENCH_ARGS, TAIL_LINES,
@@ -329,19 +330,20 @@ for step in "${steps[@]}"; do
         # pool's *_async methods, then a host pool. Tables in $OUT/python_overhead_*.md. With
         # OVERHEAD_VARIANTS="P T P T": each named build (pack.sh --variant: its package on its
         # library) in turn, both pools each time, tables python_overhead_{cuda,host}_N_NAME.md.
+        pools=${OVERHEAD_POOLS:-cuda cpu}
         if [[ -z "${OVERHEAD_VARIANTS:-}" ]]; then
-            run python-overhead-cuda python3 benches/python_overhead.py --device cuda \
-                --lib "$KVPOOL_LIB" --md "$OUT/python_overhead_cuda.md" \
-                --csv "$OUT/python_overhead_cuda.csv" ${OVERHEAD_ARGS:-}
-            run python-overhead-host python3 benches/python_overhead.py --device cpu \
-                --lib "$KVPOOL_LIB" --md "$OUT/python_overhead_host.md" \
-                --csv "$OUT/python_overhead_host.csv" ${OVERHEAD_ARGS:-}
+            for pool in $pools; do
+                tag=${pool/cpu/host}
+                run "python-overhead-$tag" python3 benches/python_overhead.py --device "$pool" \
+                    --lib "$KVPOOL_LIB" --md "$OUT/python_overhead_$tag.md" \
+                    --csv "$OUT/python_overhead_$tag.csv" ${OVERHEAD_ARGS:-}
+            done
         else
             n=0
             for name in $OVERHEAD_VARIANTS; do
                 n=$((n + 1))
                 var=gpu-artifacts/var/$name
-                for pool in cuda cpu; do
+                for pool in $pools; do
                     tag=${pool/cpu/host}_${n}_$name
                     run "python-overhead-$tag" python3 benches/python_overhead.py \
                         --device "$pool" --lib "$PWD/$var/libkvpool.so" \
