@@ -357,16 +357,24 @@ __device__ __forceinline__ Cursor taken_cursor(const View &v, const Cursor &c,
 __device__ void conclude_take(const View &v, const Call &call, const Cursor &c,
                               unsigned long long pages, bool dead, bool failed, bool short_,
                               unsigned long long verdict, long long value) {
-  Cursor next = c;
-  if (!dead && !failed) {
-    next.head = ring_pos(c.head, pages, v.num_pages);
-    next.free_len = c.free_len - (uint32_t)pages;
-  }
+  const Cursor next = !dead && !failed ? taken_cursor(v, c, pages) : c;
   if (failed) {
     if (short_) raise_fault(v, call, ERR_SHORTAGE, (long long)c.free_len);
     else raise_fault(v, call, verdict, value);
   }
   commit(v, call, next);
+}
+
+// The element a failed call's fault names (`verdict`: position << 8 | code): the request's
+// length for ERR_LENGTHS, else `last_at(pos)` (its last_loc as read); 0 when the call did not
+// fail on a verdict (took effect, was dead, or was short of pages).
+template <typename LastAt>
+__device__ __forceinline__ long long fault_value(bool failed, bool short_,
+                                                 unsigned long long verdict,
+                                                 const long long *lengths, LastAt last_at) {
+  if (!failed || short_) return 0;
+  const unsigned long long pos = verdict >> 8;
+  return (verdict & 0xff) == ERR_LENGTHS ? lengths[pos] : last_at(pos);
 }
 
 __device__ inline uint32_t slot_error(long long slot, const View &v) {
@@ -913,10 +921,8 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
     for (unsigned long long t = threadIdx.x; t < total_tokens; t += BLOCK) out[t] = 0;
   }
   if (threadIdx.x == 0) {
-    const unsigned long long pos = verdict >> 8;
-    long long value = 0;
-    if (failed && !short_)
-      value = (verdict & 0xff) == ERR_LENGTHS ? seq_lens[pos] : (long long)last_loc[pos];
+    const long long value = fault_value(failed, short_, verdict, seq_lens,
+                                        [&](unsigned long long pos) { return (long long)last_loc[pos]; });
     conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
   }
 }
