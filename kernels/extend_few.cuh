@@ -254,18 +254,6 @@ __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_
   return own;
 }
 
-// Thread 0: the call's end (conclude_take), a fault naming the request's length or its
-// last_loc as warp 0 read it (`sh.last`).
-__device__ __forceinline__ void conclude_few(const FewShared &sh, const View &v, const Call &call,
-                                             const Cursor &c, const long long *seq_lens,
-                                             unsigned long long total_pages, bool dead,
-                                             bool failed, bool short_,
-                                             unsigned long long verdict) {
-  const long long value = fault_value(failed, short_, verdict, seq_lens,
-                                      [&](unsigned long long pos) { return sh.last[pos]; });
-  conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
-}
-
 template <int BLOCK, typename Index, bool GRID, bool POW2>
 __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
                                            const long long *prefix_lens,
@@ -462,7 +450,13 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
       const bool failed = !dead && (short_ || decided != NO_ERROR);
       if (live && !failed && fill_page >= 0) v.fill[fill_page] = fill_word(call.tag, fill_to);
       __syncwarp();  // sh.last, from every lane, for lane 0's fault value
-      if (r == 0) conclude_few(sh, v, call, c, seq_lens, total_pages, dead, failed, short_, decided);
+      if (r == 0) {
+        const unsigned long long pos = decided >> 8;
+        long long value = 0;
+        if (failed && !short_)
+          value = (decided & 0xff) == ERR_LENGTHS ? seq_lens[pos] : sh.last[pos];
+        conclude_take(v, call, c, total_pages, dead, failed, short_, decided, value);
+      }
     } else {
       asm volatile("bar.sync 2, %0;" ::"n"(BLOCK) : "memory");
       const unsigned long long verdict = sh.verdict;
@@ -513,8 +507,14 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     for (unsigned long long t = t_begin + r; t < t_end; t += BLOCK) out[t] = 0;
   }
 
-  if (r == 0 && (!GRID || blockIdx.x == 0))
-    conclude_few(sh, v, call, c, seq_lens, total_pages, dead, failed, short_, verdict);
+  if (r == 0 && (!GRID || blockIdx.x == 0)) {
+    const unsigned long long pos = verdict >> 8;
+    long long value = 0;
+    // The value the fault names: the lengths or last_loc (as read).
+    if (failed && !short_)
+      value = (verdict & 0xff) == ERR_LENGTHS ? seq_lens[pos] : sh.last[pos];
+    conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
+  }
   KVP_PROBE(5, 0);
 }
 

@@ -357,7 +357,11 @@ __device__ __forceinline__ Cursor taken_cursor(const View &v, const Cursor &c,
 __device__ void conclude_take(const View &v, const Call &call, const Cursor &c,
                               unsigned long long pages, bool dead, bool failed, bool short_,
                               unsigned long long verdict, long long value) {
-  const Cursor next = !dead && !failed ? taken_cursor(v, c, pages) : c;
+  Cursor next = c;
+  if (!dead && !failed) {
+    next.head = ring_pos(c.head, pages, v.num_pages);
+    next.free_len = c.free_len - (uint32_t)pages;
+  }
   if (failed) {
     if (short_) raise_fault(v, call, ERR_SHORTAGE, (long long)c.free_len);
     else raise_fault(v, call, verdict, value);
