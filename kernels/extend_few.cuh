@@ -450,6 +450,8 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
       const bool failed = !dead && (short_ || decided != NO_ERROR);
       if (live && !failed && fill_page >= 0) v.fill[fill_page] = fill_word(call.tag, fill_to);
       __syncwarp();  // sh.last, from every lane, for lane 0's fault value
+      // (The fault's value as below, written out twice: pool.cu's fault_value or one helper
+      // for both conclusions changed this kernel's SASS, 1.00-1.01x the time: run s26-2.)
       if (r == 0) {
         const unsigned long long pos = decided >> 8;
         long long value = 0;
