@@ -7,6 +7,11 @@ namespace kvp {
 
 // The requests' offsets the block publishes for its token loop (write_slots reads them by
 // these names) and its staged new pages.
+// Requests of at least this many tokens on average (in a block) take write_slots' loop.
+// Run s26-3, that loop for every block: 300-4,096 requests of 512 tokens 0.91-0.97x the
+// time, of 16 tokens 1.01-1.04x, decodes of 2,048-4,096 1.00-1.03x.
+constexpr uint32_t LONG_REQUEST = 128;
+
 template <int BLOCK>
 struct GridShared {
   unsigned long long tok_off[BLOCK + 1];  // each request's first token, and the block's total
@@ -154,11 +159,16 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
 
   // The block's new pages are one run of the ring: stage them in shared memory with one
   // coalesced pass (marking each allocated), so the token loop below makes no global loads.
-  // A block with more pages than fit (the host sizes blocks to avoid it) reads the ring. A
-  // page's fill point is set by the thread that writes its first token (write_slots).
+  // A block with more pages than fit (the host sizes blocks to avoid it) reads the ring.
   const bool live = !dead && !short_ && fits;
   const bool staged = my_pages_total <= STAGE_CAP;
+  // Requests of LONG_REQUEST tokens or more on average: the token loop is write_slots'
+  // (below), whose thread writing a new page's first token sets its fill point. Shorter ones
+  // and decodes: the staging sets every new page's fill point, as if full (a decode's: its
+  // one token), and each request's last new page gets its own after the barrier.
+  const bool long_requests = !decode && my_tokens >= (unsigned long long)LONG_REQUEST * mine;
   if (live) {
+    const uint32_t full = decode ? 1u : v.page_size;
     // STAGE_BATCH pages a thread at a time: their ring loads are issued together (the
     // stores between them would otherwise keep each load behind the previous page's).
     constexpr uint32_t STAGE_BATCH = 4;
@@ -175,16 +185,16 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
         if (k >= my_pages_total) break;
         const uint32_t page = batch_pages[u];
         v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+        if (v.page_size > 1 && !long_requests) v.fill[page] = fill_word(call.tag, full);
         if (staged) pages[k] = page;
       }
     }
   }
   __syncthreads();
-  // The block's tokens: its requests' offsets from shared memory, in 32 bits where the plan
-  // allows and with the page size's kind known (write_slots, as the deciding kernels'), the
-  // block's slots from out[tok_before] and its pages' ranks from pages_before (a ring read
-  // past STAGE_CAP pages starts at that rank's position). Not live: the padding slot.
-  if (live) {
+  if (live && long_requests) {
+    // A request's offsets read once, in 32 bits where the plan allows, the page size's kind
+    // known; the block's slots from out[tok_before], its pages' ranks from pages_before (a
+    // ring read past STAGE_CAP pages starts at that rank's position).
     Cursor from = c;
     from.head = ring_pos(c.head, pages_before, n);
     if (v.page_shift != NOT_POW2)
@@ -196,7 +206,33 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
                                                          0, my_writes, total_tokens,
                                                          total_pages, out + tok_before, {});
   } else {
-    for (unsigned long long t = threadIdx.x; t < my_writes; t += BLOCK) out[tok_before + t] = 0;
+    if (live && !decode && v.page_size > 1 && r < mine && s.new_pages > 0) {
+      // The tokens in the request's last new page (1..page_size; a full one is already set).
+      const unsigned long long tail = mod_ps(s.tokens - s.part1 - 1, v) + 1;
+      if (tail < v.page_size) {
+        const unsigned long long k = page_rank + s.new_pages - 1;
+        const uint32_t page = staged ? pages[k] : v.ring[ring_pos(c.head, pages_before + k, n)];
+        v.fill[page] = fill_word(call.tag, tail);
+      }
+    }
+    uint32_t lo = 0;  // the request of the thread's last token
+    for (unsigned long long t = threadIdx.x; t < my_writes; t += BLOCK) {
+      Index slot = 0;
+      if (live) {
+        lo = request_of(tok_off, mine, lo, t);
+        const unsigned long long k = t - tok_off[lo];
+        if (k < part1[lo]) {
+          slot = (Index)(last[lo] + 1 + (long long)k);
+        } else {
+          const unsigned long long j = k - part1[lo];
+          const unsigned long long rank = page_off[lo] + div_ps(j, v);
+          const uint32_t page =
+              staged ? pages[rank] : v.ring[ring_pos(c.head, pages_before + rank, n)];
+          slot = (Index)((unsigned long long)page * v.page_size + mod_ps(j, v));
+        }
+      }
+      out[tok_before + t] = slot;
+    }
   }
 
   // Whether the device lengths agree with the plan only decides the verdict: checked after
