@@ -5,13 +5,15 @@
 
 namespace kvp {
 
-// The requests' offsets the block publishes for its token loop (write_slots reads them by
-// these names) and its staged new pages.
-// Requests of at least this many tokens on average (in a block) take write_slots' loop.
-// Run s26-3, that loop for every block: 300-4,096 requests of 512 tokens 0.91-0.97x the
-// time, of 16 tokens 1.01-1.04x, decodes of 2,048-4,096 1.00-1.03x.
+// A block whose requests have at least this many tokens on average writes them with
+// write_slots' loop. That loop for every block (runs s26-3, s26-4): 300-4,096 requests of 512
+// tokens 0.90-0.97x the time, of 16 to 64 tokens 1.00-1.04x, decodes of 2,048-4,096
+// 0.96-1.03x; with this cut (run s26-4): 512 tokens 0.91-0.97x, 128 tokens 0.98-1.01x, 16
+// and 64 tokens and decodes 0.94-1.00x.
 constexpr uint32_t LONG_REQUEST = 128;
 
+// The requests' offsets the block publishes for its token loop (write_slots reads them by
+// these names) and its staged new pages.
 template <int BLOCK>
 struct GridShared {
   unsigned long long tok_off[BLOCK + 1];  // each request's first token, and the block's total
@@ -30,9 +32,9 @@ struct GridShared {
 // planned run of the ring is taken: a request whose device lengths overrun the plan (or are
 // invalid), or device totals short of it, fault the call (ERR_LENGTHS naming the request).
 //
-// Fill points: a new page gets its own from the thread writing its first token (nobody else
-// may look at a page this call takes); a prefix page's advances in its request's check (see check_last_loc) and is
-// restored if the call fails.
+// Fill points: a new page gets its own as it is staged or (LONG_REQUEST) from the thread
+// writing its first token (nobody else may look at a page this call takes); a prefix page's
+// advances in its request's check (see check_last_loc) and is restored if the call fails.
 template <int BLOCK, typename Index>
 __device__ void extend(View v, Call call, const long long *prefix_lens, const long long *seq_lens,
                        const Index *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,

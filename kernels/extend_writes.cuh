@@ -1,6 +1,7 @@
 // The write side shared by the deciding extend kernels (extend_block.cuh, extend_few.cuh):
 // staging the ring's new pages in shared memory, and the loop after the verdict that hands
-// each token its slot. Included by pool.cu before both.
+// each token its slot (which the ticketed kernel, extend_grid.cuh, also runs for long
+// requests, before its ticket). Included by pool.cu before all three.
 //
 // Both are on the critical path of every thread of a small call, so they work in 32 bits
 // where the call allows (BENCHMARKS.md, fourteenth and fifteenth sessions: the 64-bit offsets
