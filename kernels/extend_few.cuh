@@ -197,7 +197,7 @@ template <int BLOCK>
 struct FewBlockTokens {
   static_assert(BLOCK == 64 || BLOCK == 128 || BLOCK == 256,
                 "extend_few runs on two warps, four or 256 threads");
-  static constexpr uint32_t value = BLOCK == 64 ? 64 : BLOCK == 128 ? 256 : SPAN_TOKENS;
+  static constexpr uint32_t value = BLOCK == 64 ? 64 : BLOCK == 128 ? 256 : 1024;
 };
 
 // One block: from this warp's scan (lane i, request i: `at`, `s`, `ll`), by shuffles, the

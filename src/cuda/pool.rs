@@ -1143,7 +1143,7 @@ impl DevicePool {
                 (ExtendKernel::Few(64), 1, 64)
             } else if tokens <= FOUR_WARP_TOKENS {
                 (ExtendKernel::Few(128), 1, 128)
-            } else if tokens <= SPAN_TOKENS {
+            } else if tokens <= 2 * SPAN_TOKENS {
                 (ExtendKernel::Few(BLOCK), 1, BLOCK)
             } else {
                 let grid = tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32;
@@ -1935,8 +1935,8 @@ mod tests {
             ((1, false, 257, 17), (ExtendKernel::Few(256), 1, 256)),
             ((1, false, 512, 32), (ExtendKernel::Few(256), 1, 256)),
             ((32, false, 512, 64), (ExtendKernel::Few(256), 1, 256)),
-            ((1, false, 513, 33), (ExtendKernel::FewBlocks, 2, 256)),
-            ((32, false, 1024, 64), (ExtendKernel::FewBlocks, 2, 256)),
+            ((1, false, 513, 33), (ExtendKernel::Few(256), 1, 256)),
+            ((32, false, 1024, 64), (ExtendKernel::Few(256), 1, 256)),
             ((32, false, 1025, 65), (ExtendKernel::FewBlocks, 3, 256)),
             // Past 32 requests, two tokens a thread at most in one block (the twentieth
             // session's measurements, BENCHMARKS.md).
