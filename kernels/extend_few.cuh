@@ -200,16 +200,22 @@ struct FewBlockTokens {
   static constexpr uint32_t value = BLOCK == 64 ? 64 : BLOCK == 128 ? 256 : SPAN_TOKENS;
 };
 
-// One block: from this warp's scan (lane i, request i: `at`, `s`, `ll`), by shuffles, the
-// request of each of the writer's tokens (writer, writer + WRITERS, ...: the last request
-// starting at or before it), then its place. Values are clamped to 32 bits past the plan's
-// total (total_tokens <= FewBlockTokens here): a request they touch makes the call not live,
-// and nothing planned here is used then.
-template <uint32_t PER, uint32_t WRITERS, bool POW2>
+// From this warp's scan (lane i, request i: `at`, `s`, `ll`), by shuffles, the request of
+// each of the writer's tokens (writer, writer + WRITERS, ...: the last request starting at or
+// before it), then its place. One block: values are clamped to 32 bits past the plan's total
+// (total_tokens <= FewBlockTokens here): a request they touch makes the call not live, and
+// nothing planned here is used then. GRID: the block's tokens from `t_first`, its staged pages
+// from ring rank `page_lo`, planned only for a live call whose offsets are narrow (below
+// 2^31), so that the clamps change nothing.
+template <uint32_t PER, uint32_t WRITERS, bool POW2, bool GRID = false>
 __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_t writer,
                                                           uint32_t batch, const Offsets &at,
                                                           const Shape &s, long long ll,
-                                                          unsigned long long total_tokens) {
+                                                          unsigned long long total_tokens,
+                                                          uint32_t t_first = 0,
+                                                          uint32_t page_lo = 0) {
+  if constexpr (!GRID) t_first = page_lo = 0;  // (the one-block kernels' code as measured)
+  writer += t_first;
   const unsigned long long cap = total_tokens + 1;
   const uint32_t my_tok = (uint32_t)min(at.at_tok, cap), my_page = (uint32_t)min(at.at_page, cap);
   const uint32_t my_part1 = (uint32_t)min(s.part1, cap), my_len = (uint32_t)min(s.tokens, cap);
@@ -225,8 +231,8 @@ __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_
                    __shfl_sync(FULL, ll, (int)q)};
   };
   auto place = [&](uint32_t u, const Request &q) {
-    own.template place<POW2>(u, writer + u * WRITERS - q.tok, q.part1, q.len, q.page, q.last, 0,
-                             v);
+    own.template place<POW2>(u, writer + u * WRITERS - q.tok, q.part1, q.len, q.page, q.last,
+                             page_lo, v);
   };
   // (Branches uniform: every lane shuffles.) One request: one set of shuffles, from lane 0,
   // for every token. Several: the searches of all the thread's tokens step by step
@@ -365,13 +371,19 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // waits for its words and decides (see OwnTokens). (Warp 0 writing a share too, its
   // planning on its path made 2 requests of 64 tokens 1.13x slower on 64 threads: run s19-3;
   // on 64 threads, one writer warp planning up to 8 tokens a lane made 2-8 requests
-  // 1.10-1.30x slower: run s19-5, and 65-256 tokens went to 256 threads.) Not on several
-  // blocks, whose stagers load their pages only after the scan: planning between those
-  // loads and their stores made 2-32 requests of 512 tokens 1.07-1.11x slower, with a warp
-  // barrier keeping the loads ahead or not (runs s20-1, s20-3).
+  // 1.10-1.30x slower: run s19-5, and 65-256 tokens went to 256 threads.) Several blocks
+  // (live, within SPAN_TOKENS a block, narrow offsets): the writers plan their share of the
+  // block's tokens once its pages are staged (their ranks come from the scan), store the
+  // slots before the verdict and write only the new pages' words after it, as one block
+  // does. (Planning between the ring's loads and their stores, with the slots written after
+  // the verdict, had made 2-32 requests of 512 tokens 1.07-1.11x slower: runs s20-1, s20-3.)
   constexpr uint32_t WRITERS = STAGERS;
-  constexpr uint32_t PER = GRID ? 1 : (FewBlockTokens<BLOCK>::value + WRITERS - 1) / WRITERS;
-  const bool planned = !GRID && total_tokens <= (unsigned long long)PER * WRITERS;
+  constexpr uint32_t PER =
+      ((GRID ? SPAN_TOKENS : FewBlockTokens<BLOCK>::value) + WRITERS - 1) / WRITERS;
+  const bool planned = GRID ? live && page_hi - page_lo <= STAGE_CAP &&
+                                  t_end - t_begin <= (unsigned long long)PER * WRITERS &&
+                                  narrow_offsets(total_tokens, total_pages)
+                            : total_tokens <= (unsigned long long)PER * WRITERS;
   // Four warps and 256 threads plan before staging the ring's pages, while those are still
   // in flight (a warp issues in order: the staging stalls it until they arrive). Run s24-2:
   // 1 x 512 tokens 0.95x the time, 8 x 64 and 32 x 16 0.93x, 2-16 x 16 and 2-4 x 64 0.98x.
@@ -409,10 +421,12 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   }
   if constexpr (!PLAN_FIRST) {
     if (planned && stages)
-      mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens);
+      mine = plan_own_tokens<PER, WRITERS, POW2, GRID>(v, stager, batch, at, s, ll,
+                                                       total_tokens, (uint32_t)t_begin,
+                                                       (uint32_t)page_lo);
   }
 
-  // Planned (one block): the writers' slots go to `out` while warp 0 decides, once the
+  // Planned: the writers' slots go to `out` while warp 0 decides, once the
   // stagers (the writers) have staged every page (a barrier of their own, warp 0 not in
   // it); after the verdict they write the pool's words of the new pages (EARLY: with the
   // slots), or the padding slot over their slots (the block barrier orders the two). Run
@@ -421,8 +435,8 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   if (planned && stages) {
     asm volatile("bar.sync 1, %0;" ::"n"(STAGERS) : "memory");
     if (live)
-      mine.template store_slots<WRITERS, EARLY>(sh.pages, v, call, 0, (uint32_t)total_tokens,
-                                                stager, out);
+      mine.template store_slots<WRITERS, EARLY>(sh.pages, v, call, (uint32_t)t_begin,
+                                                (uint32_t)t_end, stager, out);
   }
 
   long long fill_page = -1;
@@ -489,7 +503,8 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     if (planned) {
       // (Live: every rank is below new_pages, all staged; the slots are stored already.)
       if (stages)
-        mine.template write_pages<WRITERS>(sh.pages, v, call, 0, (uint32_t)total_tokens, stager);
+        mine.template write_pages<WRITERS>(sh.pages, v, call, (uint32_t)t_begin, (uint32_t)t_end,
+                                           stager);
     } else {
       if constexpr (!GRID) {
         for (unsigned long long k = r; k < new_pages; k += BLOCK) {
