@@ -410,7 +410,17 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // from a window of the ring that must hold them made 2-32 requests of 512 tokens
   // 1.04-1.11x slower: runs s21-1, s21-3).
   const bool staged = page_hi - page_lo <= STAGE_CAP;
-  if (live && staged && stages) {
+  if (GRID && planned && stages) {
+    // Several blocks, planned: the block's pages loaded, the tokens planned while they are
+    // in flight, then staged (as extend_block's several blocks). (A warp barrier, no
+    // instruction, keeps the loads ahead of the planning.)
+    const uint32_t count = (uint32_t)(page_hi - page_lo);
+    early.load(v, ring_pos(c.head, page_lo, v.num_pages), min(count, v.num_pages), stager);
+    __syncwarp();
+    mine = plan_own_tokens<PER, WRITERS, POW2, GRID>(v, stager, batch, at, s, ll, total_tokens,
+                                                     (uint32_t)t_begin, (uint32_t)page_lo);
+    early.stage(sh.pages, v, c, page_lo, count, stager);
+  } else if (live && staged && stages) {
     // (In 32 bits: the stagers' path runs from the scan to the barrier.)
     if constexpr (GRID) stage_pages<BATCH, STAGERS>(sh.pages, v, c, page_lo, page_hi, stager);
     else early.stage(sh.pages, v, c, 0, (uint32_t)new_pages, stager);
@@ -419,11 +429,9 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     if constexpr (GRID) KVP_PROBE(2, sh.pages[stager]);
     else KVP_PROBE(2, early.got[0]);
   }
-  if constexpr (!PLAN_FIRST) {
+  if constexpr (!PLAN_FIRST && !GRID) {
     if (planned && stages)
-      mine = plan_own_tokens<PER, WRITERS, POW2, GRID>(v, stager, batch, at, s, ll,
-                                                       total_tokens, (uint32_t)t_begin,
-                                                       (uint32_t)page_lo);
+      mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens);
   }
 
   // Planned: the writers' slots go to `out` while warp 0 decides, once the
