@@ -350,6 +350,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // requests holding its first and last token.
   unsigned long long page_lo = 0, page_hi = new_pages;
   uint32_t first = 0;  // the request holding token t_begin (when live)
+  bool one_request = true;  // GRID: whether one request holds all of the block's tokens
   if constexpr (GRID) {
     auto page_at = [&](unsigned long long t) {
       return at_page + (t < s.part1 ? 0 : div_ps<POW2>(t - s.part1, v));
@@ -364,6 +365,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     first = lo_lane ? __ffs(lo_lane) - 1 : 0;
     page_lo = lo_lane ? __shfl_sync(FULL, lo, (int)first) : 0;
     page_hi = max(page_lo, hi_lane ? __shfl_sync(FULL, hi, __ffs(hi_lane) - 1) : 0);
+    one_request = lo_lane == hi_lane;
     KVP_PROBE(1, page_lo + page_hi);
   }
 
@@ -380,7 +382,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   constexpr uint32_t WRITERS = STAGERS;
   constexpr uint32_t PER =
       ((GRID ? SPAN_TOKENS : FewBlockTokens<BLOCK>::value) + WRITERS - 1) / WRITERS;
-  const bool planned = GRID ? live && page_hi - page_lo <= STAGE_CAP &&
+  const bool planned = GRID ? live && !one_request && page_hi - page_lo <= STAGE_CAP &&
                                   t_end - t_begin <= (unsigned long long)PER * WRITERS &&
                                   narrow_offsets(total_tokens, total_pages)
                             : total_tokens <= (unsigned long long)PER * WRITERS;
