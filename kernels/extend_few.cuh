@@ -260,7 +260,7 @@ __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_
   return own;
 }
 
-template <int BLOCK, typename Index, bool GRID, bool POW2>
+template <int BLOCK, typename Index, bool GRID, bool POW2, bool SPREAD>
 __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
                                            const long long *prefix_lens,
                                            const long long *seq_lens, const Index *last_loc,
@@ -373,16 +373,20 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // waits for its words and decides (see OwnTokens). (Warp 0 writing a share too, its
   // planning on its path made 2 requests of 64 tokens 1.13x slower on 64 threads: run s19-3;
   // on 64 threads, one writer warp planning up to 8 tokens a lane made 2-8 requests
-  // 1.10-1.30x slower: run s19-5, and 65-256 tokens went to 256 threads.) Several blocks
-  // (live, within SPAN_TOKENS a block, narrow offsets): the writers plan their share of the
-  // block's tokens once its pages are staged (their ranks come from the scan), store the
-  // slots before the verdict and write only the new pages' words after it, as one block
-  // does. (Planning between the ring's loads and their stores, with the slots written after
-  // the verdict, had made 2-32 requests of 512 tokens 1.07-1.11x slower: runs s20-1, s20-3.)
+  // 1.10-1.30x slower: run s19-5, and 65-256 tokens went to 256 threads.) Several blocks,
+  // SPREAD (kvp_extend_few_spread_*: more requests than blocks), a block whose tokens span
+  // several requests (live, within SPAN_TOKENS, narrow offsets): the writers load the
+  // block's pages, plan their share of its tokens while those are in flight, stage them,
+  // store the slots before the verdict and write only the new pages' words after it, as one
+  // block does. Run s27-2: 16-32 requests of 64 tokens 0.90x the time, 8-32 of 128 0.95x, 4-32
+  // of 256 1.00x. A block of one request keeps the general loop after the verdict, where
+  // planning cost more than that loop's search saves (512 tokens a request: 1.07-1.10x, run
+  // s27-1), and so does kvp_extend_few_blocks_*, without SPREAD: the planning path in the
+  // kernel, even unused, made 2-32 requests of 512 tokens 1.05-1.06x slower (run s27-2).
   constexpr uint32_t WRITERS = STAGERS;
   constexpr uint32_t PER =
       ((GRID ? SPAN_TOKENS : FewBlockTokens<BLOCK>::value) + WRITERS - 1) / WRITERS;
-  const bool planned = GRID ? live && !one_request && page_hi - page_lo <= STAGE_CAP &&
+  const bool planned = GRID ? SPREAD && live && !one_request && page_hi - page_lo <= STAGE_CAP &&
                                   t_end - t_begin <= (unsigned long long)PER * WRITERS &&
                                   narrow_offsets(total_tokens, total_pages)
                             : total_tokens <= (unsigned long long)PER * WRITERS;
@@ -546,17 +550,17 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
 }
 
 // The body is instantiated for both kinds of page size (see extend_kernel).
-template <int BLOCK, typename Index, bool GRID = false>
+template <int BLOCK, typename Index, bool GRID = false, bool SPREAD = false>
 __device__ void extend_few_kernel(View v, Call call, const long long *prefix_lens,
                                   const long long *seq_lens, const Index *last_loc,
                                   uint32_t batch, unsigned long long total_tokens,
                                   unsigned long long total_pages, Index *out) {
   __shared__ FewShared sh;
   if (v.page_shift != NOT_POW2)
-    extend_few<BLOCK, Index, GRID, true>(sh, v, call, prefix_lens, seq_lens, last_loc, batch,
+    extend_few<BLOCK, Index, GRID, true, SPREAD>(sh, v, call, prefix_lens, seq_lens, last_loc, batch,
                                          total_tokens, total_pages, out);
   else
-    extend_few<BLOCK, Index, GRID, false>(sh, v, call, prefix_lens, seq_lens, last_loc, batch,
+    extend_few<BLOCK, Index, GRID, false, SPREAD>(sh, v, call, prefix_lens, seq_lens, last_loc, batch,
                                           total_tokens, total_pages, out);
 }
 

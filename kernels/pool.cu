@@ -1416,8 +1416,10 @@ KVP_DECODE_KERNELS(i32, int)
 
 // alloc_extend of up to 32 requests (extend_few.cuh): warp 0 decides, then THREADS threads
 // write (one block), or several blocks of EXTEND_BLOCK (kvp_extend_few_blocks_*, a long
-// prefill). kvp_extend_*'s parameters, so the host launches either alike; `per_block` and
-// `decode` (0) are unused.
+// prefill; kvp_extend_few_spread_*, one of more requests than blocks, whose blocks plan
+// their tokens before the verdict where they hold several requests). kvp_extend_*'s
+// parameters, so the host launches any of them alike; `per_block` and `decode` (0) are
+// unused.
 #define KVP_EXTEND_FEW_KERNEL(THREADS, SUFFIX, INDEX)                                             \
   extern "C" __global__ void __launch_bounds__(THREADS) kvp_extend_few_##THREADS##_##SUFFIX(      \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
@@ -1436,6 +1438,13 @@ KVP_DECODE_KERNELS(i32, int)
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
     extend_few_kernel<EXTEND_BLOCK, INDEX, true>(v, call, prefix_lens, seq_lens, last_loc, batch, \
                                                  total_tokens, total_pages, out);                 \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_few_spread_##SUFFIX(      \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend_few_kernel<EXTEND_BLOCK, INDEX, true, true>(v, call, prefix_lens, seq_lens, last_loc,  \
+                                                       batch, total_tokens, total_pages, out);    \
   }
 
 KVP_EXTEND_FEW_KERNELS(i64, long long)

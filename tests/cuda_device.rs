@@ -1122,9 +1122,10 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
     let (prefix_d, seq_d, last_d) = DevBuf::lengths(256);
     let out = DevBuf::new(8 * (CAP + GUARD));
     let (mut sharers_accepted, mut refused) = (0, 0);
-    // Batches of at most 32 requests run on kvp_extend_few_blocks_*, larger ones on
-    // kvp_extend_blocks_*.
-    let (mut few, mut more) = (0, 0);
+    // Batches of at most 32 requests run on kvp_extend_few_blocks_* (at most a request a
+    // block of ~512 tokens) or kvp_extend_few_spread_* (more requests than blocks), larger
+    // ones on kvp_extend_blocks_*.
+    let (mut few, mut spread, mut more) = (0, 0, 0);
     for ps in [1u32, 16, 64] {
         for seed in 0..12u64 {
             let mut rng = rng::Rng(seed * 1000 + u64::from(ps));
@@ -1195,7 +1196,9 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
                 let what = format!("ps {ps} seed {seed} round {round}: {batch:?}");
                 assert!(total <= CAP && batch.len() <= 256, "{what}");
                 if total > 1024 {
-                    if batch.len() <= 32 {
+                    if batch.len() <= 32 && batch.len() > total.div_ceil(512) {
+                        spread += 1;
+                    } else if batch.len() <= 32 {
                         few += 1;
                     } else {
                         more += 1;
@@ -1237,13 +1240,14 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
         }
     }
     println!(
-        "long extends: {few} batches of at most 32 requests, {more} larger; {sharers_accepted} \
-         with a sharer accepted, {refused} refused"
+        "long extends: {few} batches of at most 32 requests and a block, {spread} of more \
+         requests than blocks, {more} larger; {sharers_accepted} with a sharer accepted, \
+         {refused} refused"
     );
     assert!(
-        sharers_accepted > 0 && refused > 0 && few > 0 && more > 0,
-        "{sharers_accepted} sharers, {refused} refusals, {few} batches of at most 32, {more} \
-         larger"
+        sharers_accepted > 0 && refused > 0 && few > 0 && spread > 0 && more > 0,
+        "{sharers_accepted} sharers, {refused} refusals, {few} batches of at most 32 and a \
+         block, {spread} of more requests than blocks, {more} larger"
     );
 }
 

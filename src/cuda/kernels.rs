@@ -27,9 +27,12 @@ pub(crate) struct Typed {
     pub extend_blocks: CUfunction,
     /// `alloc_extend` of at most 32 requests decided by one warp (`extend_few.cuh`): one
     /// block of each of `FEW_THREADS` threads (two warps, four, 256 threads), in that order,
-    /// and several blocks.
+    /// and several blocks: one request or more a block (`kvp_extend_few_blocks_*`), more
+    /// requests than blocks (`kvp_extend_few_spread_*`: a block holding several plans its
+    /// tokens before the verdict).
     pub extend_few: [CUfunction; FEW_THREADS.len()],
     pub extend_few_blocks: CUfunction,
+    pub extend_few_spread: CUfunction,
     /// `alloc_decode` in one block of each of `DECODE_THREADS` threads, in that order
     /// (`kvp_decode_{N}_*`), and by request row.
     pub decode: [CUfunction; DECODE_THREADS.len()],
@@ -179,6 +182,7 @@ impl Typed {
                 functions
             },
             extend_few_blocks: typed("extend_few_blocks")?,
+            extend_few_spread: typed("extend_few_spread")?,
             decode: decode("")?,
             decode_rows: decode("_rows")?,
             free_known: typed("free_known")?,
@@ -271,6 +275,7 @@ mod tests {
         for name in [
             "kvp_extend_few_256_i64",
             "kvp_extend_few_blocks_i32",
+            "kvp_extend_few_spread_i64",
             "kvp_decode_32_i64",
             "kvp_decode_1024_rows_i32",
             "kvp_page_table",
@@ -278,11 +283,11 @@ mod tests {
         ] {
             assert!(asked.iter().any(|n| n == name), "{name} was not asked for");
         }
-        // Per index type: 23 typed entry points, 2 x DECODE_THREADS decode kernels,
+        // Per index type: 24 typed entry points, 2 x DECODE_THREADS decode kernels,
         // FEW_THREADS one-block extend_few kernels, and the 11 others.
         assert_eq!(
             asked.len(),
-            2 * (23 + 2 * DECODE_THREADS.len() + FEW_THREADS.len() + 11)
+            2 * (24 + 2 * DECODE_THREADS.len() + FEW_THREADS.len() + 11)
         );
     }
 }

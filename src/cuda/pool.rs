@@ -112,6 +112,12 @@ pub(super) enum ExtendKernel {
     Few(u32),
     /// The same on several blocks (`kvp_extend_few_blocks_*`); by row, `Blocks`'s.
     FewBlocks,
+    /// `FewBlocks` for more requests than blocks (`kvp_extend_few_spread_*`): a block whose
+    /// tokens span several requests plans them before the verdict and stores their slots
+    /// while warp 0 decides (16-32 requests of 64 tokens 0.90x `FewBlocks`'s time; blocks of
+    /// one request stay on `FewBlocks`, where the planning path, even unused, took 1.06x:
+    /// BENCHMARKS.md, twenty-seventh session). By row, `Blocks`'s.
+    FewSpread,
 }
 
 impl ExtendKernel {
@@ -124,6 +130,7 @@ impl ExtendKernel {
             Self::Decode(threads) => typed.decode[decode_slot(threads)],
             Self::Few(threads) => typed.extend_few[few_slot(threads)],
             Self::FewBlocks => typed.extend_few_blocks,
+            Self::FewSpread => typed.extend_few_spread,
         }
     }
 }
@@ -1147,7 +1154,11 @@ impl DevicePool {
                 (ExtendKernel::Few(BLOCK), 1, BLOCK)
             } else {
                 let grid = tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32;
-                (ExtendKernel::FewBlocks, grid, BLOCK)
+                if batch > grid as usize {
+                    (ExtendKernel::FewSpread, grid, BLOCK)
+                } else {
+                    (ExtendKernel::FewBlocks, grid, BLOCK)
+                }
             };
             (kernel, grid, threads, batch32, batch32)
         } else if batch <= 64 && tokens <= BLOCK64_TOKENS {
@@ -1936,8 +1947,11 @@ mod tests {
             ((1, false, 512, 32), (ExtendKernel::Few(256), 1, 256)),
             ((32, false, 512, 64), (ExtendKernel::Few(256), 1, 256)),
             ((1, false, 513, 33), (ExtendKernel::FewBlocks, 2, 256)),
-            ((32, false, 1024, 64), (ExtendKernel::FewBlocks, 2, 256)),
-            ((32, false, 1025, 65), (ExtendKernel::FewBlocks, 3, 256)),
+            // More requests than blocks: the blocks that hold several plan their tokens.
+            ((2, false, 1024, 64), (ExtendKernel::FewBlocks, 2, 256)),
+            ((3, false, 1024, 64), (ExtendKernel::FewSpread, 2, 256)),
+            ((32, false, 1024, 64), (ExtendKernel::FewSpread, 2, 256)),
+            ((32, false, 1025, 65), (ExtendKernel::FewSpread, 3, 256)),
             // Past 32 requests, two tokens a thread at most in one block (the twentieth
             // session's measurements, BENCHMARKS.md).
             ((33, false, 33, 33), (ExtendKernel::Block64, 1, 64)),
@@ -1959,6 +1973,7 @@ mod tests {
             ((1, false, 4096, 4096), (ExtendKernel::FewBlocks, 8, 256)),
             ((300, false, 600, 600), (ExtendKernel::Grid, 150, 256)),
             ((8, false, 4096, 256), (ExtendKernel::FewBlocks, 8, 256)),
+            ((9, false, 4096, 256), (ExtendKernel::FewSpread, 8, 256)),
             ((33, false, 4096, 256), (ExtendKernel::Blocks, 8, 256)),
         ];
         for ((batch, decode, tokens, pages), want) in cases {
