@@ -138,15 +138,8 @@
 
 /**
  * How many addresses `kvp_python_methods` takes (the length of its `api` array).
- * (A literal, for the header: the two parts below.)
  */
-#define KVP_PYTHON_METHODS_API_LEN 20
-
-/**
- * What a `kvp_python_pool_*_tensors` call returns when the call took effect and `out` has
- * more elements than the call wrote (the package returns the leading slice of `out`).
- */
-#define KVP_PYTHON_OK_OUT_LONGER -2
+#define KVP_PYTHON_METHODS_API_LEN 7
 
 /**
  * Major version of the kvpool this header belongs to.
@@ -2508,11 +2501,7 @@ int32_t kvp_python_pool_alloc_decode_async(struct kvp_pool *pool,
  * `api` holds `api_len` (`KVP_PYTHON_METHODS_API_LEN`) addresses: CPython's
  * `PyLong_AsSize_t`, `PyLong_AsVoidPtr`, `PyLong_FromLongLong`, `PyErr_Occurred` and
  * `PyErr_SetString`, then the objects `Py_None` and `PyExc_TypeError` (`PyErr_Clear` is
- * the one `kvp_python_init` was given); then, for the device tensors' reads, CPython's
- * `PyObject_GetAttr`, `PyObject_CallMethodObjArgs`, `PyLong_AsLongLong`, `Py_DecRef`,
- * `PyTuple_Size` and `PyTuple_GetItem`, the object `Py_True`, and the attribute names
- * `"is_cuda"`, `"dtype"`, `"stride"`, `"get_device"`, `"data_ptr"`, `"numel"` as Python
- * strings, which the caller keeps alive for as long as the library is loaded
+ * the one `kvp_python_init` was given)
  * (a length other than this library's is a package of another version: refused before
  * any is read). Called after `kvp_python_init`; writes the table's address to `*methods`
  * (static: it outlives the builtins). A later call with the same addresses gives the same
@@ -2531,51 +2520,6 @@ KVP_NODISCARD
 enum kvp_status kvp_python_methods(const void *const *api,
                                    size_t api_len,
                                    const void **methods);
-
-/**
- * `kvp_python_pool_alloc_extend_async` with the device arrays given as the package gets
- * them: `prefix_lens`, `seq_lens` (int64, dtype object `lengths_dtype`), `last_loc` and
- * `out` (the pool's index type, dtype object `index_dtype`) CUDA tensors on `device`,
- * read here (see the module). Returns the call's `kvp_status`,
- * `KVP_PYTHON_OK_OUT_LONGER` when it took effect and `out` is longer than
- * `extend_num_tokens`, or `KVP_PYTHON_FALLBACK` having called nothing (a tensor or host
- * copy this does not take, lengths that disagree).
- *
- * # Safety
- * Called with the GIL held (as a builtin) after `kvp_python_methods`; each object a live
- * `PyObject *`; `stream` as for `kvp_pool_alloc_extend_async`.
- */
-KVP_NODISCARD
-int32_t kvp_python_pool_alloc_extend_tensors(struct kvp_pool *pool,
-                                             void *prefix_lens_host,
-                                             void *seq_lens_host,
-                                             void *prefix_lens,
-                                             void *seq_lens,
-                                             void *last_loc,
-                                             size_t extend_num_tokens,
-                                             void *out,
-                                             struct CUstream_st *stream,
-                                             size_t device,
-                                             void *lengths_dtype,
-                                             void *index_dtype);
-
-/**
- * `kvp_python_pool_alloc_decode_async` with the device arrays as CUDA tensors (see
- * `kvp_python_pool_alloc_extend_tensors`): `seq_lens` (int64), `last_loc` and `out`.
- *
- * # Safety
- * As `kvp_python_pool_alloc_extend_tensors`.
- */
-KVP_NODISCARD
-int32_t kvp_python_pool_alloc_decode_tensors(struct kvp_pool *pool,
-                                             void *seq_lens_host,
-                                             void *seq_lens,
-                                             void *last_loc,
-                                             void *out,
-                                             struct CUstream_st *stream,
-                                             size_t device,
-                                             void *lengths_dtype,
-                                             void *index_dtype);
 
 /**
  * Reserves `steps` decode steps of a batch on a host pool and writes the new reservation

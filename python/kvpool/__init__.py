@@ -725,13 +725,6 @@ SIGNATURES = {
         _handle, ctypes.c_void_p, _i64_array, _buffer, ctypes.c_size_t, _buffer,
         ctypes.c_size_t, _stream]),
     "kvp_python_extend_tokens": (ctypes.c_int64, [ctypes.c_void_p, ctypes.c_void_p]),
-    "kvp_python_pool_alloc_extend_tensors": (ctypes.c_int32, [
-        _handle, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-        ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, _stream, ctypes.c_size_t,
-        ctypes.c_void_p, ctypes.c_void_p]),
-    "kvp_python_pool_alloc_decode_tensors": (ctypes.c_int32, [
-        _handle, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, _stream,
-        ctypes.c_size_t, ctypes.c_void_p, ctypes.c_void_p]),
     "kvp_pool_backup_state": (_status, [_handle, ctypes.POINTER(_handle)]),
     "kvp_pool_restore_state": (_status, [_handle, _handle]),
     "kvp_snapshot_free": (None, [_handle]),
@@ -1318,7 +1311,6 @@ _HOST = _buffers.HANDLERS
 # tries ``lib.python`` first (a torch ``out`` goes straight to the path above).
 _BUFFER_HANDLERS = _buffers.BUFFER_HANDLERS
 _FALLBACK = _native.FALLBACK
-_OK_OUT_LONGER = _native.OK_OUT_LONGER
 _NO_SUM = _native.NO_SUM
 _buffer_kind = _buffers.buffer_kind
 _new_output = _buffers.new_output
@@ -2115,33 +2107,17 @@ class Pool(_Owner):
     # library): the device arguments as on the general path; None if the library fell back
     # (then nothing was called, and the general path converts or names what it did not take).
 
-    # A given ``out``: the device tensors go to the library too, which reads their addresses
-    # and lengths (``*_tensors``, src/ffi/python_tensors.rs: what ``_device_pointer``'s fast
-    # path checks, without the interpreter around each read), else falls back to reading
-    # them here.
-
     def _extend_async_native(self, native, prefix_lens, seq_lens, last_loc, out,
                              prefix_lens_host, seq_lens_host, extend_num_tokens, stream):
         device, index = self.device, self._index
-        raw = self._raw_stream
-        handle = (raw(device) if stream is None and raw is not None
-                  else self._stream_handle(stream))
-        if out is not None:
-            status = native.kvp_python_pool_alloc_extend_tensors(
-                self._handle or self.handle, prefix_lens_host, seq_lens_host, prefix_lens,
-                seq_lens, last_loc, extend_num_tokens, out, handle, device, _INT64.torch,
-                index.torch)
-            if status == 0:
-                return out
-            if status == _OK_OUT_LONGER:
-                return out[:extend_num_tokens]
-            if status != _FALLBACK:
-                self._lib.check(status)
         prefix_buf, batch = _device_pointer(prefix_lens, _INT64, "prefix_lens", device)
         seq_buf, seq_n = _device_pointer(seq_lens, _INT64, "seq_lens", device)
         last_buf, last_n = _device_pointer(last_loc, index, "last_loc", device)
         if not batch == seq_n == last_n:
             return None
+        raw = self._raw_stream
+        handle = (raw(device) if stream is None and raw is not None
+                  else self._stream_handle(stream))
         if out is None:
             buf, n, out = self._device_out(extend_num_tokens, None, stream, handle)
         else:
@@ -2157,23 +2133,13 @@ class Pool(_Owner):
 
     def _decode_async_native(self, native, seq_lens, last_loc, out, seq_lens_host, stream):
         device, index = self.device, self._index
-        raw = self._raw_stream
-        handle = (raw(device) if stream is None and raw is not None
-                  else self._stream_handle(stream))
-        if out is not None:
-            status = native.kvp_python_pool_alloc_decode_tensors(
-                self._handle or self.handle, seq_lens_host, seq_lens, last_loc, out, handle,
-                device, _INT64.torch, index.torch)
-            if status == 0:
-                return out
-            if status == _OK_OUT_LONGER:
-                return out[:len(seq_lens_host)]
-            if status != _FALLBACK:
-                self._lib.check(status)
         seq_buf, batch = _device_pointer(seq_lens, _INT64, "seq_lens", device)
         last_buf, last_n = _device_pointer(last_loc, index, "last_loc", device)
         if batch != last_n:
             return None
+        raw = self._raw_stream
+        handle = (raw(device) if stream is None and raw is not None
+                  else self._stream_handle(stream))
         if out is None:
             buf, n, out = self._device_out(batch, None, stream, handle)
         else:

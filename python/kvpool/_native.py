@@ -36,11 +36,6 @@ _API = ("PyObject_GetBuffer", "PyBuffer_Release", "PyEval_SaveThread", "PyEval_R
 # kvp_python_methods' (then the addresses of None and TypeError)
 _INT_API = ("PyLong_AsSize_t", "PyLong_AsVoidPtr", "PyLong_FromLongLong", "PyErr_Occurred",
             "PyErr_SetString")
-# then the device tensors' reads' (src/ffi/python_tensors.rs; then True and the names, which
-# this module keeps alive)
-_TENSOR_API = ("PyObject_GetAttr", "PyObject_CallMethodObjArgs", "PyLong_AsLongLong",
-               "Py_DecRef", "PyTuple_Size", "PyTuple_GetItem")
-_TENSOR_NAMES = ("is_cuda", "dtype", "stride", "get_device", "data_ptr", "numel")
 
 # The builtins, named as the C functions whose arguments they take:
 ENTRY_POINTS = (
@@ -55,15 +50,7 @@ ENTRY_POINTS = (
     "kvp_python_pool_alloc_decode_async",  # (pool, seq_host, seq, last_loc, batch, out,
                                            #  out_len, stream)
     "kvp_python_extend_tokens",            # alloc_extend's default extend_num_tokens, or NO_SUM
-    # device pools, every argument as the pool's method gets it: the CUDA tensors' addresses
-    # and lengths read by the library (as _buffers.device_pointer's fast path checks them)
-    "kvp_python_pool_alloc_extend_tensors",  # (pool, prefix_host, seq_host, prefix, seq,
-                                             #  last_loc, extend_num_tokens, out, stream,
-                                             #  device, int64 dtype, index dtype)
-    "kvp_python_pool_alloc_decode_tensors",  # (pool, seq_host, seq, last_loc, out, stream,
-                                             #  device, int64 dtype, index dtype)
 )
-OK_OUT_LONGER = -2  # a *_tensors call took effect; out is longer: the package slices it
 NO_SUM = -1  # kvp_python_extend_tokens could not sum: the package sums
 
 # The C functions the table has as builtins (lib.fast's hot ones: every argument an int).
@@ -95,7 +82,6 @@ def load(path):
     try:
         api = [_address(name) for name in _API]
         int_api = [_address(name) for name in _INT_API]
-        tensor_api = [_address(name) for name in _TENSOR_API]
         # PyCFunction_NewEx(def, self, module) through a prototype of our own (setting
         # argtypes on ctypes.pythonapi's would change them for the whole process).
         new_builtin = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_void_p,
@@ -109,11 +95,9 @@ def load(path):
     methods.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t,
                         ctypes.POINTER(ctypes.c_void_p)]
     methods.restype = ctypes.c_int32
-    # then None and TypeError (CPython: an object's id is its address), the tensor reads'
-    # functions, True and the names; the library refuses another count (a library of
-    # another version)
-    addresses = (int_api + [id(None), id(TypeError)] + tensor_api + [id(True)]
-                 + [id(name) for name in _TENSOR_NAMES])
+    # then None and TypeError (CPython: an object's id is its address); the library refuses
+    # another count (a library of another version)
+    addresses = int_api + [id(None), id(TypeError)]
     table = ctypes.c_void_p()
     if (init(*api) != 0
             or methods((ctypes.c_void_p * len(addresses))(*addresses), len(addresses),

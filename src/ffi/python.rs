@@ -274,14 +274,6 @@ fn signed_format_width(format: &[u8]) -> Option<usize> {
     })
 }
 
-/// Whether the calling thread holds the GIL (false before `kvp_python_init`: no C-API
-/// function may be called then).
-pub(super) fn holds_gil() -> bool {
-    // SAFETY: PyGILState_Check may be called from any thread, GIL held or not.
-    API.get()
-        .is_some_and(|api| unsafe { (api.holds_gil)() } != 0)
-}
-
 /// Clears the calling thread's Python exception (called with the GIL held, after
 /// `kvp_python_init`; without it there is no exception to clear).
 pub(super) fn clear_python_error() {

@@ -26,10 +26,6 @@ use std::sync::OnceLock;
 
 use super::boundary::{fail, ffi_boundary, PanicDefault};
 use super::python::{clear_python_error, gil_released, python_initialized, KVP_PYTHON_FALLBACK};
-use super::python_tensors::{
-    AsI64Fn, CallMethodFn, DecRefFn, GetAttrFn, TensorApi, TupleItemFn, TupleSizeFn, NAMES,
-    TENSOR_API,
-};
 use super::status::kvp_status;
 
 /// `size_t PyLong_AsSize_t(PyObject *)`.
@@ -59,7 +55,7 @@ struct IntApi {
 
 impl IntApi {
     /// The functions' and objects' addresses (what tells two runtimes apart).
-    fn addresses(&self) -> [usize; INT_API_LEN] {
+    fn addresses(&self) -> [usize; KVP_PYTHON_METHODS_API_LEN] {
         [
             self.as_size as usize,
             self.as_address as usize,
@@ -317,11 +313,6 @@ builtins! {
     entry kvp_python_pool_alloc_decode_async(pool: a, seq_lens_host: o, seq_lens: a,
         last_loc: a, batch_size: s, out: a, out_len: s, stream: a) -> i32;
     entry kvp_python_extend_tokens(prefix_lens: o, seq_lens: o) -> i64;
-    entry kvp_python_pool_alloc_extend_tensors(pool: a, prefix_lens_host: o, seq_lens_host: o,
-        prefix_lens: o, seq_lens: o, last_loc: o, extend_num_tokens: s, out: o, stream: a,
-        device: s, lengths_dtype: o, index_dtype: o) -> i32;
-    entry kvp_python_pool_alloc_decode_tensors(pool: a, seq_lens_host: o, seq_lens: o,
-        last_loc: o, out: o, stream: a, device: s, lengths_dtype: o, index_dtype: o) -> i32;
     call kvp_pool_alloc_extend(pool: a, prefix_lens: a, seq_lens: a, last_loc: a,
         batch_size: s, extend_num_tokens: s, out: a, out_len: s);
     call kvp_pool_alloc_decode(pool: a, seq_lens: a, last_loc: a, batch_size: s, out: a,
@@ -346,13 +337,7 @@ builtins! {
 }
 
 /// How many addresses `kvp_python_methods` takes (the length of its `api` array).
-/// (A literal, for the header: the two parts below.)
-pub const KVP_PYTHON_METHODS_API_LEN: usize = 20;
-/// The integer conversions' part of it.
-const INT_API_LEN: usize = 7;
-/// The tensor reads' part (`python_tensors.rs`): six functions, `True`, the names.
-const TENSOR_API_LEN: usize = 7 + NAMES;
-const _: () = assert!(KVP_PYTHON_METHODS_API_LEN == INT_API_LEN + TENSOR_API_LEN);
+pub const KVP_PYTHON_METHODS_API_LEN: usize = 7;
 
 /// The Python package's hot calls as a table of CPython `PyMethodDef`s (`METH_FASTCALL`,
 /// ended by a NULL name) for `PyCFunction_NewEx`: builtins named as the `kvp_python_*`
@@ -363,11 +348,7 @@ const _: () = assert!(KVP_PYTHON_METHODS_API_LEN == INT_API_LEN + TENSOR_API_LEN
 /// `api` holds `api_len` (`KVP_PYTHON_METHODS_API_LEN`) addresses: CPython's
 /// `PyLong_AsSize_t`, `PyLong_AsVoidPtr`, `PyLong_FromLongLong`, `PyErr_Occurred` and
 /// `PyErr_SetString`, then the objects `Py_None` and `PyExc_TypeError` (`PyErr_Clear` is
-/// the one `kvp_python_init` was given); then, for the device tensors' reads, CPython's
-/// `PyObject_GetAttr`, `PyObject_CallMethodObjArgs`, `PyLong_AsLongLong`, `Py_DecRef`,
-/// `PyTuple_Size` and `PyTuple_GetItem`, the object `Py_True`, and the attribute names
-/// `"is_cuda"`, `"dtype"`, `"stride"`, `"get_device"`, `"data_ptr"`, `"numel"` as Python
-/// strings, which the caller keeps alive for as long as the library is loaded
+/// the one `kvp_python_init` was given)
 /// (a length other than this library's is a package of another version: refused before
 /// any is read). Called after `kvp_python_init`; writes the table's address to `*methods`
 /// (static: it outlives the builtins). A later call with the same addresses gives the same
@@ -432,11 +413,7 @@ pub unsafe extern "C" fn kvp_python_methods(
                 type_error: given[6] as usize,
             }
         };
-        // SAFETY: as above, for the tensor reads' functions (their addresses, in this order).
-        let tensors = unsafe { tensor_api(&given[INT_API_LEN..]) };
-        let same = INT_API.get_or_init(|| api).addresses() == api.addresses()
-            && TENSOR_API.get_or_init(|| tensors).addresses() == tensors.addresses();
-        if !same {
+        if INT_API.get_or_init(|| api).addresses() != api.addresses() {
             return fail(
                 kvp_status::InvalidState,
                 "kvp_python_methods was given other Python C-API functions before",
@@ -446,32 +423,6 @@ pub unsafe extern "C" fn kvp_python_methods(
         unsafe { *methods = std::ptr::from_ref(&METHODS.0).cast() };
         kvp_status::Ok
     })
-}
-
-/// The tensor reads' functions and objects from their addresses (`kvp_python_methods`'
-/// order).
-///
-/// # Safety
-/// `given` holds `TENSOR_API_LEN` addresses of the functions and objects named there.
-unsafe fn tensor_api(given: &[*const c_void]) -> TensorApi {
-    let mut names = [0usize; NAMES];
-    for (name, &address) in names.iter_mut().zip(&given[7..]) {
-        *name = address as usize;
-    }
-    // SAFETY: the contract above; a function pointer and a data pointer have one
-    // representation on every platform CPython runs on.
-    unsafe {
-        TensorApi {
-            get_attr: std::mem::transmute::<*const c_void, GetAttrFn>(given[0]),
-            call_method: std::mem::transmute::<*const c_void, CallMethodFn>(given[1]),
-            as_i64: std::mem::transmute::<*const c_void, AsI64Fn>(given[2]),
-            dec_ref: std::mem::transmute::<*const c_void, DecRefFn>(given[3]),
-            tuple_size: std::mem::transmute::<*const c_void, TupleSizeFn>(given[4]),
-            tuple_item: std::mem::transmute::<*const c_void, TupleItemFn>(given[5]),
-            py_true: given[6] as usize,
-            names,
-        }
-    }
 }
 
 #[cfg(test)]
@@ -525,7 +476,7 @@ mod tests {
                 unsafe { CStr::from_ptr(m.name) }
             })
             .collect();
-        assert_eq!(names.len(), 22);
+        assert_eq!(names.len(), 20);
         for (i, name) in names.iter().enumerate() {
             assert!(name.to_bytes().starts_with(b"kvp_"), "{name:?}");
             assert!(!names[..i].contains(name), "{name:?} twice");

@@ -572,21 +572,16 @@ class TestStreamSharing(CudaTestCase):
                     self.check_host_copies_of_every_kind()
                 finally:
                     LIB.python = saved
-                # array (and numpy) kinds: the library reads the tensors too (the decode's
-                # out is longer than its batch: the package slices it)
-                buffers = 2 if numpy_installed() else 1
-                want = [("kvp_python_pool_alloc_extend_tensors", 0),
-                        ("kvp_python_pool_alloc_decode_tensors",
-                         kvp._native.OK_OUT_LONGER)] * buffers
+                buffers = 2 if numpy_installed() else 1  # array (and numpy) kinds
+                want = [("kvp_python_pool_alloc_extend_async", 0),
+                        ("kvp_python_pool_alloc_decode_async", 0)] * buffers
                 self.assertEqual(calls, want if native is not None else [])
 
     def spy_native(self, native):
         """Wraps the async entry points of ``native`` (LIB.python) for the rest of the test;
         returns the list of (name, status) of every call."""
         calls = []
-        for name in ("kvp_python_pool_alloc_extend_async", "kvp_python_pool_alloc_decode_async",
-                     "kvp_python_pool_alloc_extend_tensors",
-                     "kvp_python_pool_alloc_decode_tensors"):
+        for name in ("kvp_python_pool_alloc_extend_async", "kvp_python_pool_alloc_decode_async"):
             original = getattr(native, name)
 
             def wrapper(*args, _name=name, _original=original):

@@ -2690,85 +2690,6 @@ class TestNativeCalls(KvpTestCase):
         self.assertEqual([p.stats().as_dict() for p in (pool, pool32)], before)
         self.assertEqual((pool.available_size(), pool32.available_size()), (64, 64))
 
-    def test_the_library_reads_device_tensors_as_the_package_does(self):
-        """The *_tensors entry points read a CUDA tensor's address and length themselves
-        (src/ffi/python_tensors.rs): objects with a tensor's attributes stand in for CUDA
-        tensors here. What the package's device_pointer takes gives the C call's status with
-        the addresses those attributes give (a host pool refuses an async call); anything
-        else falls back having called nothing, its exception cleared (a builtin returning
-        with one set would raise SystemError)."""
-        native = LIB.python
-        q = lambda values: array.array("q", values)  # noqa: E731
-        pool = self.pool(64, 4)
-        dtype, other = object(), object()  # stand-ins for torch.int64 and another dtype
-        buffers = [q([0, 0]), q([2, 3]), q([-1, -1]), q([0] * 5)]
-
-        class Fake:
-            def __init__(self, values, **changes):
-                self.is_cuda, self.dtype, self._stride, self._device = True, dtype, (1,), 0
-                self._ptr, self._numel = values.buffer_info()
-                for name, value in changes.items():
-                    setattr(self, name, value)
-
-            def stride(self):
-                return self._stride
-
-            def get_device(self):
-                return self._device
-
-            def data_ptr(self):
-                return self._ptr
-
-            def numel(self):
-                return self._numel
-
-        class Raising(Fake):
-            def data_ptr(self):
-                raise RuntimeError("no storage")
-
-        def call(prefix, seq, last, out):
-            return native.kvp_python_pool_alloc_extend_tensors(
-                pool.handle, q([0, 0]), q([2, 3]), prefix, seq, last, 5, out, 0, 0, dtype,
-                dtype)
-
-        good = [Fake(b) for b in buffers]
-        want = LIB.fast.kvp_pool_alloc_extend_async(
-            pool.handle, *(b.buffer_info()[0] for b in (q([0, 0]), q([2, 3]))),
-            *(f.data_ptr() for f in good[:3]), 2, 5, good[3].data_ptr(), 5, 0)
-        self.assertNotIn(want, (0, self.FALLBACK))
-        self.assertEqual(call(*good), want)
-        seq_host = q([2, 3])
-        want_decode = LIB.fast.kvp_pool_alloc_decode_async(
-            pool.handle, seq_host.buffer_info()[0], good[1].data_ptr(), good[2].data_ptr(), 2,
-            good[3].data_ptr(), 5, 0)
-        self.assertNotIn(want_decode, (0, self.FALLBACK))
-        self.assertEqual(native.kvp_python_pool_alloc_decode_tensors(
-            pool.handle, seq_host, *good[1:], 0, 0, dtype, dtype), want_decode)
-        bad = {
-            "is_cuda False": Fake(buffers[1], is_cuda=False),
-            "is_cuda 1": Fake(buffers[1], is_cuda=1),
-            "another dtype": Fake(buffers[1], dtype=other),
-            "stride (2,)": Fake(buffers[1], _stride=(2,)),
-            "stride (1, 1)": Fake(buffers[1], _stride=(1, 1)),
-            "stride [1]": Fake(buffers[1], _stride=[1]),
-            "stride ('1',)": Fake(buffers[1], _stride=("1",)),
-            "device 1": Fake(buffers[1], _device=1),
-            "device -1": Fake(buffers[1], _device=-1),
-            "data_ptr raises": Raising(buffers[1]),
-            "numel a float": Fake(buffers[1], _numel=2.0),
-            "numel 3": Fake(buffers[1], _numel=3),
-            "no tensor": 7,
-            "None": None,
-        }
-        for what, seq in bad.items():
-            with self.subTest(what):
-                self.assertEqual(call(good[0], seq, good[2], good[3]), self.FALLBACK)
-        # host copies the library does not read fall back too
-        self.assertEqual(native.kvp_python_pool_alloc_extend_tensors(
-            pool.handle, [0, 0], q([2, 3]), *good[:3], 5, good[3], 0, 0, dtype, dtype),
-            self.FALLBACK)
-        self.assertEqual(pool.available_size(), 64)
-
     @unittest.skipIf(numpy is None, "numpy is not installed")
     def test_a_0_d_array_without_out_is_named_by_the_general_path(self):
         pool = self.pool(64, 4)
@@ -2981,12 +2902,8 @@ class TestNativeCalls(KvpTestCase):
         methods.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t,
                             ctypes.POINTER(ctypes.c_void_p)]
         methods.restype = ctypes.c_int32
-        native_api = kvp._native
-        address = lambda name: ctypes.cast(getattr(ctypes.pythonapi, name),  # noqa: E731
-                                           ctypes.c_void_p).value
-        api = ([address(name) for name in native_api._INT_API] + [id(None), id(TypeError)]
-               + [address(name) for name in native_api._TENSOR_API] + [id(True)]
-               + [id(name) for name in native_api._TENSOR_NAMES])
+        api = [ctypes.cast(getattr(ctypes.pythonapi, name), ctypes.c_void_p).value
+               for name in kvp._native._INT_API] + [id(None), id(TypeError)]
 
         def call(addresses, out, n=None):
             array_ = (ctypes.c_void_p * len(addresses))(*addresses)
@@ -3003,13 +2920,10 @@ class TestNativeCalls(KvpTestCase):
         # another count: a package of another version
         self.assertEqual(call(api + [id(None)], ctypes.byref(untouched)),
                          kvp.STATUS["INVALID_ARGUMENT"])
-        self.assertIn("21 addresses given, this library takes 20", LIB.last_error_message())
+        self.assertIn("8 addresses given, this library takes 7", LIB.last_error_message())
         self.assertEqual(call(api[:6], ctypes.byref(untouched)), kvp.STATUS["INVALID_ARGUMENT"])
         swapped = [api[1], api[0]] + api[2:]
         self.assertEqual(call(swapped, ctypes.byref(untouched)), kvp.STATUS["INVALID_STATE"])
-        # the tensor reads' part too: another attribute name
-        other_name = api[:-1] + [id("numel ")]
-        self.assertEqual(call(other_name, ctypes.byref(untouched)), kvp.STATUS["INVALID_STATE"])
         self.assertIn("other Python C-API functions", LIB.last_error_message())
         self.assertEqual(untouched.value, 12345)
         # and the builtins still work
