@@ -378,11 +378,12 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // several requests (live, within SPAN_TOKENS, narrow offsets): the writers load the
   // block's pages, plan their share of its tokens while those are in flight, stage them,
   // store the slots before the verdict and write only the new pages' words after it, as one
-  // block does. Run s27-2: 16-32 requests of 64 tokens 0.90x the time, 8-32 of 128 0.95x, 4-32
-  // of 256 1.00x. A block of one request keeps the general loop after the verdict, where
-  // planning cost more than that loop's search saves (512 tokens a request: 1.07-1.10x, run
-  // s27-1), and so does kvp_extend_few_blocks_*, without SPREAD: the planning path in the
-  // kernel, even unused, made 2-32 requests of 512 tokens 1.05-1.06x slower (run s27-2).
+  // block does. Runs s27-2 and s27-3: 16-32 requests of 64 tokens 0.89-0.90x the time,
+  // 8-32 of 128 0.95x, 4-32 of 256 0.99-1.01x. A block of one request keeps the general
+  // loop after the verdict, where planning cost more than that loop's search saves (512
+  // tokens a request: 1.07-1.10x, run s27-1), and so does kvp_extend_few_blocks_*, without
+  // SPREAD: the planning path in the kernel, even unused, made 2-32 requests of 512 tokens
+  // 1.03-1.06x slower (run s27-2).
   constexpr uint32_t WRITERS = STAGERS;
   constexpr uint32_t PER =
       ((GRID ? SPAN_TOKENS : FewBlockTokens<BLOCK>::value) + WRITERS - 1) / WRITERS;

@@ -62,7 +62,9 @@ const SORT_CAP: u64 = 4096;
 /// the verdict, 65-256 tokens took 0.63-0.91x the time they had taken on two warps writing
 /// after it: BENCHMARKS.md, nineteenth session), else several blocks of 256 of
 /// about `SPAN_TOKENS` tokens each (at most `TARGET_BLOCKS`; two blocks of 512 tokens take
-/// 0.80-0.90x the time of one block of 1,024: BENCHMARKS.md, sixteenth session). A larger
+/// 0.80-0.90x the time of one block of 1,024: BENCHMARKS.md, sixteenth session;
+/// `kvp_extend_few_spread_*` when the requests outnumber the blocks, see
+/// `ExtendKernel::FewSpread`). A larger
 /// extend runs a request a thread: on two warps (`kvp_extend_block64_*`) for up to 64
 /// requests and `BLOCK64_TOKENS` tokens, else blocks of 256 threads (`kvp_extend_block_*`)
 /// for up to `BLOCK` requests: one block for up to `BLOCK_TOKENS` tokens, more for a longer
@@ -114,9 +116,10 @@ pub(super) enum ExtendKernel {
     FewBlocks,
     /// `FewBlocks` for more requests than blocks (`kvp_extend_few_spread_*`): a block whose
     /// tokens span several requests plans them before the verdict and stores their slots
-    /// while warp 0 decides (16-32 requests of 64 tokens 0.90x `FewBlocks`'s time; blocks of
-    /// one request stay on `FewBlocks`, where the planning path, even unused, took 1.06x:
-    /// BENCHMARKS.md, twenty-seventh session). By row, `Blocks`'s.
+    /// while warp 0 decides (16-32 requests of 64 tokens 0.89-0.90x `FewBlocks`'s time;
+    /// calls of at most a request a block stay on `FewBlocks`, where the planning path,
+    /// even unused, took 1.03-1.06x: BENCHMARKS.md, twenty-seventh session). By row,
+    /// `Blocks`'s.
     FewSpread,
 }
 
