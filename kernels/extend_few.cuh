@@ -441,12 +441,12 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
       mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens);
   }
 
-  // Planned: the writers' slots go to `out` while warp 0 decides, once the
-  // stagers (the writers) have staged every page (a barrier of their own, warp 0 not in
-  // it); after the verdict they write the pool's words of the new pages (EARLY: with the
-  // slots), or the padding slot over their slots (the block barrier orders the two). Run
-  // s22-1: 1 x 512 tokens 0.96x the time, 8 x 64 and 32 x 16 0.98x; the new pages' words a
-  // page a thread after the verdict, from shared memory (1ff322b), 1.00-1.02x more.
+  // Planned: the writers' slots go to `out` while warp 0 decides, once the stagers (the
+  // writers) have staged every page (a barrier of their own, warp 0 not in it); after the
+  // verdict they write the pool's words of the new pages (EARLY: with the slots), or the
+  // padding slot over their slots (the block barrier orders the two). Run s22-1: 1 x 512
+  // tokens 0.96x the time, 8 x 64 and 32 x 16 0.98x; the new pages' words a page a thread
+  // after the verdict, from shared memory (1ff322b), 1.00-1.02x more.
   if (planned && stages) {
     asm volatile("bar.sync 1, %0;" ::"n"(STAGERS) : "memory");
     if (live)
@@ -558,11 +558,11 @@ __device__ void extend_few_kernel(View v, Call call, const long long *prefix_len
                                   unsigned long long total_pages, Index *out) {
   __shared__ FewShared sh;
   if (v.page_shift != NOT_POW2)
-    extend_few<BLOCK, Index, GRID, true, SPREAD>(sh, v, call, prefix_lens, seq_lens, last_loc, batch,
-                                         total_tokens, total_pages, out);
+    extend_few<BLOCK, Index, GRID, true, SPREAD>(sh, v, call, prefix_lens, seq_lens, last_loc,
+                                                 batch, total_tokens, total_pages, out);
   else
-    extend_few<BLOCK, Index, GRID, false, SPREAD>(sh, v, call, prefix_lens, seq_lens, last_loc, batch,
-                                          total_tokens, total_pages, out);
+    extend_few<BLOCK, Index, GRID, false, SPREAD>(sh, v, call, prefix_lens, seq_lens, last_loc,
+                                                  batch, total_tokens, total_pages, out);
 }
 
 }  // namespace kvp
