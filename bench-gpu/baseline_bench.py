@@ -31,7 +31,7 @@ indices exactly.
 Usage: baseline_bench.py --lib path/to/libkvpool.so [--quick] [--csv PATH] [--device N]
                          [--page-sizes 1,16,64] [--batch-sizes 1,8,64,256,1024,4096]
                          [--ops alloc_extend,alloc_decode,free_indices,free_segment]
-                         [--host-only]
+                         [--extend-tokens N] [--host-only]
 
 ``--host-only`` skips every device timing (the figures print as nan): for a profiler that
 serializes kernels, under which nothing can be queued behind a spinner.
@@ -61,7 +61,8 @@ import triton.language as tl
 PAGE_SIZES = (1, 16, 64)
 BATCH_SIZES = (1, 8, 64, 256, 1024, 4096)
 OPS = ("alloc_extend", "alloc_decode", "free_indices", "free_segment")
-TOKENS_PER_REQUEST = 512  # extend: new tokens per request (SGLang's reference figures)
+TOKENS_PER_REQUEST = 512  # extend: new tokens per request (SGLang's reference figures; the
+                          # most --extend-tokens takes)
 MAX_BATCH = 4096
 MAX_PAGE_SIZE = 64
 # Room for the largest extend batch twice plus the decode setup and its new pages at the
@@ -72,7 +73,8 @@ I64 = torch.int64
 
 
 class Settings:
-    def __init__(self, quick, host_only=False):
+    def __init__(self, quick, host_only=False, extend_tokens=TOKENS_PER_REQUEST):
+        self.extend_tokens = extend_tokens  # new tokens per extend request
         self.quick = quick
         self.host_only = host_only  # no device timing (under a profiler)
         self.warmup = 5 if quick else 50
@@ -441,8 +443,8 @@ class Batch:
         return alloc.alloc_decode(self.seq, self.seq_cpu, self.last_loc)
 
 
-def extend_batch(bs):
-    return Batch([0] * bs, [TOKENS_PER_REQUEST] * bs, [-1] * bs)
+def extend_batch(bs, tokens):
+    return Batch([0] * bs, [tokens] * bs, [-1] * bs)
 
 
 def expect_equal(kvpool_out, baseline_out, what):
@@ -702,11 +704,11 @@ class Bench:
                               base_dev=base_dev, kv_host=kv_host, kv_dev=kv_dev, method=method,
                               base_dev100=base_dev100))
 
-    # alloc_extend: bs requests, empty prefix, 512 new tokens each.
+    # alloc_extend: bs requests, empty prefix, 512 (--extend-tokens) new tokens each.
     def extend(self, bs):
         cfg, base, kv = self.cfg, self.base, self.kv
         what = f"alloc_extend page_size {self.ps} bs {bs}"
-        b = extend_batch(bs)
+        b = extend_batch(bs, cfg.extend_tokens)
         out = torch.empty(b.tokens, dtype=I64, device="cuda")
 
         self.fresh()
@@ -855,12 +857,13 @@ class Bench:
         kv.clear()
         self.row("alloc_decode", bs, base_host, base_dev, kv_host, kv_dev, method, base_dev100)
 
-    # Frees of one extend batch's indices (bs x 512 tokens), by index or as one row segment.
+    # Frees of one extend batch's indices (bs x 512 tokens, or --extend-tokens), by index or
+    # as one row segment.
     def free(self, bs, by_index):
         cfg, base, kv, ps = self.cfg, self.base, self.kv, self.ps
         op = "free_indices" if by_index else "free_segment"
         what = f"{op} page_size {ps} bs {bs}"
-        b = extend_batch(bs)
+        b = extend_batch(bs, cfg.extend_tokens)
         out = torch.empty(b.tokens, dtype=I64, device="cuda")
         base_free = base.free if by_index else base.free_segment
         kv_free = kv.free_indices(out) if by_index else kv.free_segment(out)
@@ -1035,9 +1038,14 @@ def main():
     parser.add_argument("--ops", type=lambda text: text.split(","), default=list(OPS),
                         help=f"comma-separated operations, of which {','.join(OPS)} have a "
                              "baseline here (others are skipped; default all)")
+    parser.add_argument("--extend-tokens", type=int, default=TOKENS_PER_REQUEST,
+                        help="new tokens per extend request, 1..512 (default 512: SGLang's "
+                             "figures; kvpool_bench.cu takes the same)")
     parser.add_argument("--host-only", action="store_true",
                         help="host timing only (under a profiler that serializes kernels)")
     args = parser.parse_args()
+    if not 1 <= args.extend_tokens <= TOKENS_PER_REQUEST:
+        parser.error(f"--extend-tokens must be 1..{TOKENS_PER_REQUEST}")
     if not args.lib:
         parser.error("--lib (or $KVPOOL_LIB) is required")
     skipped = [op for op in args.ops if op not in OPS]
@@ -1048,7 +1056,7 @@ def main():
         print("nothing to measure", file=sys.stderr)
         return
 
-    cfg = Settings(args.quick, args.host_only)
+    cfg = Settings(args.quick, args.host_only, args.extend_tokens)
     lib = Kvpool(args.lib)
     torch.cuda.set_device(args.device)
     torch.zeros(1, device="cuda")  # the primary context, shared with kvpool
