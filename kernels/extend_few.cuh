@@ -191,13 +191,14 @@ __device__ __forceinline__ Offsets request_offsets(Pair own, uint32_t batch,
 }
 
 // The most tokens the host gives one block of BLOCK threads (src/cuda/pool.rs: WARP_TOKENS
-// to two warps, FOUR_WARP_TOKENS to four, SPAN_TOKENS to 256 threads). A call of more still
-// runs, on the general writers' loop.
+// to two warps, FOUR_WARP_TOKENS to four, SPAN_TOKENS to 256 threads, FEW_512_TOKENS to
+// 512). A call of more still runs, on the general writers' loop.
 template <int BLOCK>
 struct FewBlockTokens {
-  static_assert(BLOCK == 64 || BLOCK == 128 || BLOCK == 256,
-                "extend_few runs on two warps, four or 256 threads");
-  static constexpr uint32_t value = BLOCK == 64 ? 64 : BLOCK == 128 ? 256 : SPAN_TOKENS;
+  static_assert(BLOCK == 64 || BLOCK == 128 || BLOCK == 256 || BLOCK == 512,
+                "extend_few runs on two warps, four, 256 or 512 threads");
+  static constexpr uint32_t value =
+      BLOCK == 64 ? 64 : BLOCK == 128 ? 256 : BLOCK == 256 ? SPAN_TOKENS : 2 * SPAN_TOKENS;
 };
 
 // From this warp's scan (lane i, request i: `at`, `s`, `ll`), by shuffles, the request of

@@ -1432,6 +1432,7 @@ KVP_DECODE_KERNELS(i32, int)
   KVP_EXTEND_FEW_KERNEL(64, SUFFIX, INDEX)                                                        \
   KVP_EXTEND_FEW_KERNEL(128, SUFFIX, INDEX)                                                       \
   KVP_EXTEND_FEW_KERNEL(256, SUFFIX, INDEX)                                                       \
+  KVP_EXTEND_FEW_KERNEL(512, SUFFIX, INDEX)                                                       \
   extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_few_blocks_##SUFFIX(      \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \

@@ -26,7 +26,7 @@ pub(crate) struct Typed {
     /// `alloc_extend` of at most 256 requests on several blocks that each decide the call.
     pub extend_blocks: CUfunction,
     /// `alloc_extend` of at most 32 requests decided by one warp (`extend_few.cuh`): one
-    /// block of each of `FEW_THREADS` threads (two warps, four, 256 threads), in that order,
+    /// block of each of `FEW_THREADS` threads (two warps, four, 256 threads, 512), in that order,
     /// and several blocks: one request or more a block (`kvp_extend_few_blocks_*`), more
     /// requests than blocks (`kvp_extend_few_spread_*`: a block holding several plans its
     /// tokens before the verdict).

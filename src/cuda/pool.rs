@@ -60,7 +60,8 @@ const SORT_CAP: u64 = 4096;
 /// threads, where two warps at four tokens a lane took 1.01x at 65-128: twenty-third
 /// session), 256 threads for up to `SPAN_TOKENS` (since the writers plan their tokens before
 /// the verdict, 65-256 tokens took 0.63-0.91x the time they had taken on two warps writing
-/// after it: BENCHMARKS.md, nineteenth session), else several blocks of 256 of
+/// after it: BENCHMARKS.md, nineteenth session), 512 threads for up to `FEW_512_TOKENS`
+/// (see that), else several blocks of 256 of
 /// about `SPAN_TOKENS` tokens each (at most `TARGET_BLOCKS`; two blocks of 512 tokens take
 /// 0.80-0.90x the time of one block of 1,024: BENCHMARKS.md, sixteenth session;
 /// `kvp_extend_few_spread_*` when the requests outnumber the blocks, see
@@ -83,7 +84,7 @@ pub(super) const DECODE_THREADS: [u32; 6] = [32, 64, 128, 256, 512, 1024];
 /// slots at a time).
 const MAX_DEVICE_PAGE_SIZE: u32 = 1 << 31;
 /// The one-block `kvp_extend_few_{N}_*` kernels, by threads (`few_slot`).
-pub(super) const FEW_THREADS: [u32; 3] = [64, 128, BLOCK];
+pub(super) const FEW_THREADS: [u32; 4] = [64, 128, BLOCK, 2 * BLOCK];
 const DECODE_BATCH: usize = 1024;
 const WARP_BATCH: usize = 32;
 /// The most tokens `kvp_extend_few_64_*` takes (two a writer lane).
@@ -91,6 +92,9 @@ const WARP_TOKENS: u64 = 64;
 /// The most tokens `kvp_extend_few_128_*` takes (three a writer lane).
 const FOUR_WARP_TOKENS: u64 = 256;
 const BLOCK_TOKENS: u64 = 512;
+/// The most tokens `kvp_extend_few_512_*` takes (three a writer lane of its 15 writer warps;
+/// past that, several blocks).
+const FEW_512_TOKENS: u64 = 1024;
 const BLOCK64_TOKENS: u64 = 128;
 const SPAN_TOKENS: u64 = 512;
 
@@ -138,12 +142,19 @@ impl ExtendKernel {
     }
 }
 
+/// The blocks of a several-block extend of `tokens` (about `SPAN_TOKENS` each, at most
+/// `TARGET_BLOCKS`).
+pub(super) fn few_blocks_grid(tokens: u64) -> u32 {
+    tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32
+}
+
 /// Where the kernel of `threads` threads (one of `FEW_THREADS`) sits in `Typed::extend_few`.
 pub(super) fn few_slot(threads: u32) -> usize {
     match threads {
         64 => 0,
         128 => 1,
-        _ => 2,
+        BLOCK => 2,
+        _ => 3,
     }
 }
 
@@ -1155,8 +1166,10 @@ impl DevicePool {
                 (ExtendKernel::Few(128), 1, 128)
             } else if tokens <= SPAN_TOKENS {
                 (ExtendKernel::Few(BLOCK), 1, BLOCK)
+            } else if tokens <= FEW_512_TOKENS {
+                (ExtendKernel::Few(2 * BLOCK), 1, 2 * BLOCK)
             } else {
-                let grid = tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32;
+                let grid = few_blocks_grid(tokens);
                 if batch > grid as usize {
                     (ExtendKernel::FewSpread, grid, BLOCK)
                 } else {
@@ -1169,8 +1182,13 @@ impl DevicePool {
         } else if batch <= BLOCK as usize && tokens <= BLOCK_TOKENS {
             (ExtendKernel::Block, 1, BLOCK, batch32, batch32)
         } else if batch <= BLOCK as usize {
-            let grid = tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32;
-            (ExtendKernel::Blocks, grid, BLOCK, batch32, batch32)
+            (
+                ExtendKernel::Blocks,
+                few_blocks_grid(tokens),
+                BLOCK,
+                batch32,
+                batch32,
+            )
         } else {
             let per_block = Self::extend_per_block(batch, decode, pages);
             (
@@ -1949,11 +1967,13 @@ mod tests {
             ((1, false, 257, 17), (ExtendKernel::Few(256), 1, 256)),
             ((1, false, 512, 32), (ExtendKernel::Few(256), 1, 256)),
             ((32, false, 512, 64), (ExtendKernel::Few(256), 1, 256)),
-            ((1, false, 513, 33), (ExtendKernel::FewBlocks, 2, 256)),
+            // Up to 1,024 tokens on 512 threads, then several blocks.
+            ((1, false, 513, 33), (ExtendKernel::Few(512), 1, 512)),
+            ((32, false, 1024, 64), (ExtendKernel::Few(512), 1, 512)),
+            ((2, false, 1025, 65), (ExtendKernel::FewBlocks, 3, 256)),
+            ((3, false, 1025, 65), (ExtendKernel::FewBlocks, 3, 256)),
             // More requests than blocks: the blocks that hold several plan their tokens.
-            ((2, false, 1024, 64), (ExtendKernel::FewBlocks, 2, 256)),
-            ((3, false, 1024, 64), (ExtendKernel::FewSpread, 2, 256)),
-            ((32, false, 1024, 64), (ExtendKernel::FewSpread, 2, 256)),
+            ((4, false, 1025, 65), (ExtendKernel::FewSpread, 3, 256)),
             ((32, false, 1025, 65), (ExtendKernel::FewSpread, 3, 256)),
             // Past 32 requests, two tokens a thread at most in one block (the twentieth
             // session's measurements, BENCHMARKS.md).

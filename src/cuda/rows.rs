@@ -8,8 +8,8 @@
 use cudarc::driver::sys::{CUdeviceptr, CUstream};
 
 use super::{
-    arg, decode_slot, DevicePool, ExtendKernel, Launch, BLOCK, FREE_BLOCK, FREE_SEGMENT,
-    FREE_SLOTS, WARP_TOKENS,
+    arg, decode_slot, few_blocks_grid, DevicePool, ExtendKernel, Launch, BLOCK, FREE_BLOCK,
+    FREE_SEGMENT, FREE_SLOTS, WARP_TOKENS,
 };
 use crate::cuda::counts::Step;
 use crate::cuda::kernels::launch;
@@ -261,17 +261,25 @@ impl DevicePool {
         // same grid, but its one-block shapes on two rows kernels only: one warp up to
         // `WARP_TOKENS` (the two-warp shape's limit), else 256 threads.
         let one_kernel = match kernel {
-            ExtendKernel::Few(_) if tokens <= WARP_TOKENS => Some((typed.extend_warp_rows, 32)),
-            ExtendKernel::Few(_) => Some((typed.extend_block_rows, BLOCK)),
-            ExtendKernel::Block64 => Some((typed.extend_block64_rows, block)),
-            ExtendKernel::Block => Some((typed.extend_block_rows, block)),
-            ExtendKernel::Blocks | ExtendKernel::FewBlocks | ExtendKernel::FewSpread => {
-                Some((typed.extend_blocks_rows, block))
+            ExtendKernel::Few(_) if tokens <= WARP_TOKENS => {
+                Some((typed.extend_warp_rows, grid, 32))
             }
-            ExtendKernel::Decode(threads) => Some((typed.decode_rows[decode_slot(threads)], block)),
+            // (512 threads: more tokens than one rows block takes, several as before.)
+            ExtendKernel::Few(threads) if threads > BLOCK => {
+                Some((typed.extend_blocks_rows, few_blocks_grid(tokens), BLOCK))
+            }
+            ExtendKernel::Few(_) => Some((typed.extend_block_rows, grid, BLOCK)),
+            ExtendKernel::Block64 => Some((typed.extend_block64_rows, grid, block)),
+            ExtendKernel::Block => Some((typed.extend_block_rows, grid, block)),
+            ExtendKernel::Blocks | ExtendKernel::FewBlocks | ExtendKernel::FewSpread => {
+                Some((typed.extend_blocks_rows, grid, block))
+            }
+            ExtendKernel::Decode(threads) => {
+                Some((typed.decode_rows[decode_slot(threads)], grid, block))
+            }
             ExtendKernel::Grid => None,
         };
-        if let Some((function, block)) = one_kernel {
+        if let Some((function, grid, block)) = one_kernel {
             let tab = TableArgs {
                 table: table.data,
                 wide: table.wide(),
