@@ -1428,24 +1428,22 @@ KVP_DECODE_KERNELS(i32, int)
     extend_few_kernel<THREADS, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch,            \
                                       total_tokens, total_pages, out);                            \
   }
+// Several blocks: kvp_extend_few_{blocks,spread}_* (SPREAD, extend_few.cuh).
+#define KVP_EXTEND_FEW_GRID_KERNEL(NAME, SPREAD, SUFFIX, INDEX)                                   \
+  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_few_##NAME##_##SUFFIX(    \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend_few_kernel<EXTEND_BLOCK, INDEX, true, SPREAD>(v, call, prefix_lens, seq_lens,          \
+                                                         last_loc, batch, total_tokens,           \
+                                                         total_pages, out);                       \
+  }
 #define KVP_EXTEND_FEW_KERNELS(SUFFIX, INDEX)                                                     \
   KVP_EXTEND_FEW_KERNEL(64, SUFFIX, INDEX)                                                        \
   KVP_EXTEND_FEW_KERNEL(128, SUFFIX, INDEX)                                                       \
   KVP_EXTEND_FEW_KERNEL(256, SUFFIX, INDEX)                                                       \
-  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_few_blocks_##SUFFIX(      \
-      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
-      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
-      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_few_kernel<EXTEND_BLOCK, INDEX, true>(v, call, prefix_lens, seq_lens, last_loc, batch, \
-                                                 total_tokens, total_pages, out);                 \
-  }                                                                                               \
-  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_few_spread_##SUFFIX(      \
-      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
-      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
-      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_few_kernel<EXTEND_BLOCK, INDEX, true, true>(v, call, prefix_lens, seq_lens, last_loc,  \
-                                                       batch, total_tokens, total_pages, out);    \
-  }
+  KVP_EXTEND_FEW_GRID_KERNEL(blocks, false, SUFFIX, INDEX)                                        \
+  KVP_EXTEND_FEW_GRID_KERNEL(spread, true, SUFFIX, INDEX)
 
 KVP_EXTEND_FEW_KERNELS(i64, long long)
 KVP_EXTEND_FEW_KERNELS(i32, int)

@@ -248,8 +248,9 @@ __device__ void reserve_decode(View v, Call call, const long long *lens_in, cons
   if (r == 0) {
     res->counter = 0;
     res->state = !live ? RES_EMPTY : phase == RES_PHASE_FIRST ? RES_FIRST_TAKEN : RES_LIVE;
-    const long long value = fault_value(failed, short_, verdict, lens_in,
-                                        [&](unsigned long long pos) { return (long long)last_loc[pos]; });
+    const long long value =
+        fault_value(failed, short_, verdict, lens_in,
+                    [&](unsigned long long pos) { return (long long)last_loc[pos]; });
     conclude_take(v, call, c, here, dead, failed, short_, verdict, value);
   }
 }

@@ -18,10 +18,9 @@
 # Environment: OUT (logs), STEP_TIMEOUT (seconds a step may run, default 480: a hung step
 # fails instead of holding the machine; the lockstep soak has LOCKSTEP_SOAK_SECONDS),
 # OVERHEAD_ARGS (extra python_overhead.py arguments), OVERHEAD_POOLS (python-overhead's
-# pools, default "cuda cpu"), HOST_CALLS_ARGS (host_calls'
-# arguments), OVERHEAD_VARIANTS (see python-overhead below), SANITIZE_OPS (lockstep
-# operations per configuration under the sanitizers, default 600), BENCH_PYTHON=0 (C++
-# benchmark only), BENCH_ARGS, TAIL_LINES,
+# pools, default "cuda cpu"), HOST_CALLS_ARGS (host_calls' arguments), OVERHEAD_VARIANTS
+# (see python-overhead below), SANITIZE_OPS (lockstep operations per configuration under the
+# sanitizers, default 600), BENCH_PYTHON=0 (C++ benchmark only), BENCH_ARGS, TAIL_LINES,
 # BENCH_BEFORE (gpu-artifacts/before, made by `scripts/gpu/pack.sh --before REV`: the C++
 # benchmark of that revision, built against its own header and library, runs right after
 # this one, for before/after figures from one machine and one run), CXX (the C++ compiler
