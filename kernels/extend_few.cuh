@@ -387,7 +387,9 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   constexpr uint32_t WRITERS = STAGERS;
   constexpr uint32_t PER =
       ((GRID ? SPAN_TOKENS : FewBlockTokens<BLOCK>::value) + WRITERS - 1) / WRITERS;
-  const bool planned = GRID ? SPREAD && live && !one_request && page_hi - page_lo <= STAGE_CAP &&
+  // (Staged: the block's new pages fit in shared memory.)
+  const bool staged = page_hi - page_lo <= STAGE_CAP;
+  const bool planned = GRID ? SPREAD && live && !one_request && staged &&
                                   t_end - t_begin <= (unsigned long long)PER * WRITERS &&
                                   narrow_offsets(total_tokens, total_pages)
                             : total_tokens <= (unsigned long long)PER * WRITERS;
@@ -416,7 +418,6 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // Several blocks: after the scan, which gives their ranks (loading them with round trip 1
   // from a window of the ring that must hold them made 2-32 requests of 512 tokens
   // 1.04-1.11x slower: runs s21-1, s21-3).
-  const bool staged = page_hi - page_lo <= STAGE_CAP;
   if (GRID && planned && stages) {
     // Several blocks, planned: the block's pages loaded, the tokens planned while they are
     // in flight, then staged (as extend_block's several blocks). (A warp barrier, no
