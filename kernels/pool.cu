@@ -721,6 +721,7 @@ __device__ __forceinline__ TokenRange block_tokens(unsigned long long total) {
 #include "extend_writes.cuh"
 #include "extend_block.cuh"
 #include "decode_block.cuh"
+#include "decode_cluster.cuh"
 #include "extend_few.cuh"
 #include "extend_grid.cuh"
 
@@ -1413,6 +1414,23 @@ KVP_ROWS_KERNELS(i32, int)
 
 KVP_DECODE_KERNELS(i64, long long)
 KVP_DECODE_KERNELS(i32, int)
+
+// alloc_decode of DECODE_BATCH + 1 to CLUSTER * CLUSTER_BLOCK requests on one cluster of
+// CLUSTER blocks (decode_cluster.cuh), with kvp_decode_*'s parameters. sm_90 only: the host
+// launches them only where clusters run (the sm_80 build traps).
+#define KVP_DECODE_CLUSTER_KERNEL(CLUSTER, SUFFIX, INDEX)                                         \
+  extern "C" __global__ void __launch_bounds__(CLUSTER_BLOCK) KVP_CLUSTER_DIMS(CLUSTER)           \
+      kvp_decode_cluster##CLUSTER##_##SUFFIX(                                                     \
+          View v, Call call, const long long *prefix_lens, const long long *seq_lens,             \
+          const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,             \
+          unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {          \
+    decode_cluster_kernel<CLUSTER_BLOCK, CLUSTER, INDEX>(v, call, seq_lens, last_loc, batch,      \
+                                                         total_tokens, total_pages, out);         \
+  }
+KVP_DECODE_CLUSTER_KERNEL(4, i64, long long)
+KVP_DECODE_CLUSTER_KERNEL(8, i64, long long)
+KVP_DECODE_CLUSTER_KERNEL(4, i32, int)
+KVP_DECODE_CLUSTER_KERNEL(8, i32, int)
 
 // alloc_extend of up to 32 requests (extend_few.cuh): warp 0 decides, then THREADS threads
 // write (one block), or several blocks of EXTEND_BLOCK (kvp_extend_few_blocks_*, a long

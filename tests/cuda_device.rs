@@ -396,7 +396,7 @@ fn every_decode_kernel_refuses_device_lengths_that_disagree() {
     let gpu = Gpu::new(false);
     for ps in [1u32, 16] {
         let mut device = DevicePool::new(config(CUDA0, ps)).unwrap();
-        for batch in [2usize, 200, 700, 2000] {
+        for batch in [2usize, 200, 700, 2000, 4000, 5000] {
             let named = batch / 2;
             let host_seq = vec![1i64; batch];
             let mut device_seq = host_seq.clone();
@@ -1346,8 +1346,9 @@ fn host_position(message: &str) -> Option<i64> {
 }
 
 /// Decodes of every size on the kernels that serve them (`kvp_decode_{32,...,1024}_*`
-/// up to 1,024 requests, the ticketed kernel beyond): against the host pool, the same slots
-/// for good batches, and for batches with bad last_locs (stale, a second continuation of a
+/// up to 1,024 requests, `kvp_decode_cluster{4,8}_*` up to 2,048 and 4,096 where the device
+/// runs clusters, the ticketed kernel beyond): against the host pool, the same slots for
+/// good batches, and for batches with bad last_locs (stale, a second continuation of a
 /// page, out of range, in the reserved page, off its page position, non-empty for an empty
 /// prefix; sometimes two) the same error kind naming the same request, padding only, nothing
 /// past the batch, no page taken. (The ticketed kernel names the host's request when two
@@ -1356,11 +1357,14 @@ fn host_position(message: &str) -> Option<i64> {
 #[ignore = "needs a CUDA GPU"]
 fn decode_kernels_of_every_size_name_the_hosts_first_bad_request() {
     const GUARD: usize = 256;
-    const ROWS: usize = 1300;
-    const SIZES: [usize; 15] = [
-        1, 5, 32, 33, 64, 65, 128, 129, 256, 257, 512, 513, 1024, 1025, 1300,
+    const ROWS: usize = 4500;
+    const SIZES: [usize; 21] = [
+        1, 5, 32, 33, 64, 65, 128, 129, 256, 257, 512, 513, 1024, 1025, 1300, 2048, 2049, 3001,
+        4095, 4096, 4097,
     ];
     let gpu = Gpu::new(false);
+    let clusters = gpu.cluster_launch();
+    eprintln!("the device launches clusters: {clusters}");
     let (seq_d, last_d, prefix_d) = DevBuf::lengths(ROWS);
     let out = DevBuf::new(8 * (4 * 64 * ROWS + GUARD));
     // Rounds per batch size (KVPOOL_DECODE_ROUNDS; fewer under a sanitizer).
@@ -1371,12 +1375,14 @@ fn decode_kernels_of_every_size_name_the_hosts_first_bad_request() {
         for seed in 0..2u64 {
             let mut rng = rng::Rng(seed * 7919 + u64::from(ps));
             let pool_config = |backend| PoolConfig {
-                size: 16384 * u64::from(ps),
+                size: 65536 * u64::from(ps),
                 ..config(backend, ps)
             };
             let size = pool_config(BackendKind::Host).size as i64;
             let mut host = Pool::new(pool_config(BackendKind::Host)).unwrap();
             let mut device = DevicePool::new(pool_config(CUDA0)).unwrap();
+            // Where the device runs clusters (sm_90), the pool decodes on them.
+            assert_eq!(device.decodes_on_clusters(), clusters);
             // The requests: fresh extends of 1 .. 3 pages' worth of tokens, 260 a call.
             let mut rows: Vec<Vec<i64>> = Vec::new();
             while rows.len() < ROWS {
@@ -1460,8 +1466,8 @@ fn decode_kernels_of_every_size_name_the_hosts_first_bad_request() {
             }
         }
     }
-    // Both outcomes, many times (about 40% of the 6 * 15 * rounds batches are good).
-    outcomes.assert_both_more_than(10 * rounds, "decode kernels");
+    // Both outcomes, many times (about 40% of the 6 * 21 * rounds batches are good).
+    outcomes.assert_both_more_than(14 * rounds, "decode kernels");
 }
 
 /// Extends of a few requests on every shape of `kvp_extend_few_*` (one warp decides; one

@@ -135,23 +135,30 @@ impl PrimaryContext {
         Ok(context)
     }
 
+    fn attribute(&self, attribute: sys::CUdevice_attribute) -> Result<i32, PoolError> {
+        let mut value = 0;
+        // SAFETY: `self.device` is a valid device handle; valid out-pointer.
+        check(
+            unsafe { sys::cuDeviceGetAttribute(&mut value, attribute, self.device) },
+            "cuDeviceGetAttribute",
+        )?;
+        Ok(value)
+    }
+
     /// The device's streaming multiprocessors (how many blocks of a kernel at one block an SM
     /// run in one wave).
     pub fn multiprocessors(&self) -> Result<u32, PoolError> {
-        let mut count = 0;
-        // SAFETY: `self.device` is a valid device handle; valid out-pointer.
-        check(
-            unsafe {
-                sys::cuDeviceGetAttribute(
-                    &mut count,
-                    sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
-                    self.device,
-                )
-            },
-            "cuDeviceGetAttribute",
-        )?;
+        let count =
+            self.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         // A device reports at least one; 1 keeps the arithmetic defined if one did not.
         Ok(u32::try_from(count).unwrap_or(0).max(1))
+    }
+
+    /// Whether the device launches thread block clusters (compute capability 9.0 and later);
+    /// false when the driver cannot say.
+    pub fn cluster_launch(&self) -> bool {
+        self.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH)
+            .is_ok_and(|supported| supported != 0)
     }
 
     /// Makes the context current on the calling thread (a no-op when it already is).

@@ -7,7 +7,7 @@ use std::ffi::{c_void, CString};
 use cudarc::driver::sys::{self, CUfunction, CUmodule, CUstream};
 
 use super::driver::check;
-use super::pool::{DECODE_THREADS, FEW_THREADS};
+use super::pool::{DECODE_CLUSTERS, DECODE_THREADS, FEW_THREADS};
 use crate::pool::{ErrorKind, IndexType, PoolError};
 
 /// The fatbin built from `kernels/pool.cu` (`kernels/pool.fatbin.sha256` records its
@@ -37,6 +37,9 @@ pub(crate) struct Typed {
     /// (`kvp_decode_{N}_*`), and by request row.
     pub decode: [CUfunction; DECODE_THREADS.len()],
     pub decode_rows: [CUfunction; DECODE_THREADS.len()],
+    /// `alloc_decode` on one thread block cluster of each of `DECODE_CLUSTERS` blocks, in
+    /// that order (`kvp_decode_cluster{N}_*`; sm_90: see `DevicePool::clusters`).
+    pub decode_cluster: [CUfunction; DECODE_CLUSTERS.len()],
     /// Frees whose page count the host knows: page ids and token-pool slots
     /// (`kvp_free_known_*`), segments of a paged pool (`kvp_free_segment_*`; grids of more
     /// blocks than one wave holds at one block an SM: `kvp_free_segment_wide_*`, two an SM).
@@ -185,6 +188,13 @@ impl Typed {
             extend_few_spread: typed("extend_few_spread")?,
             decode: decode("")?,
             decode_rows: decode("_rows")?,
+            decode_cluster: {
+                let mut functions = [std::ptr::null_mut(); DECODE_CLUSTERS.len()];
+                for (function, blocks) in functions.iter_mut().zip(DECODE_CLUSTERS) {
+                    *function = typed(&format!("decode_cluster{blocks}"))?;
+                }
+                functions
+            },
             free_known: typed("free_known")?,
             free_segment: typed("free_segment")?,
             free_segment_wide: typed("free_segment_wide")?,
@@ -211,6 +221,29 @@ impl Drop for Kernels {
         // SAFETY: loaded in `load`, unloaded once (the pool binds its context first).
         unsafe { sys::cuModuleUnload(self.module) };
     }
+}
+
+/// Whether one cluster of `blocks` blocks of `threads` threads of `function` (a kernel
+/// with a compile-time cluster size) can run on the device at once
+/// (`cuOccupancyMaxActiveClusters`): false on devices without clusters, or where a
+/// partition of the GPU leaves too few multiprocessors.
+pub(crate) fn cluster_fits(function: CUfunction, blocks: u32, threads: u32) -> bool {
+    let config = sys::CUlaunchConfig {
+        gridDimX: blocks,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: threads,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: 0,
+        hStream: std::ptr::null_mut(),
+        attrs: std::ptr::null_mut(),
+        numAttrs: 0,
+    };
+    let mut clusters = 0;
+    // SAFETY: `function` belongs to the current context's loaded module; valid pointers.
+    let result = unsafe { sys::cuOccupancyMaxActiveClusters(&mut clusters, function, &config) };
+    result == sys::CUresult::CUDA_SUCCESS && clusters >= 1
 }
 
 /// Enqueues `function<<<grid, block, 0, stream>>>(args...)`. Returns as soon as the launch
@@ -278,16 +311,19 @@ mod tests {
             "kvp_extend_few_spread_i64",
             "kvp_decode_32_i64",
             "kvp_decode_1024_rows_i32",
+            "kvp_decode_cluster8_i64",
+            "kvp_decode_cluster4_i32",
             "kvp_page_table",
             "kvp_free_segment_wide_i64",
         ] {
             assert!(asked.iter().any(|n| n == name), "{name} was not asked for");
         }
         // Per index type: 24 typed entry points, 2 x DECODE_THREADS decode kernels,
-        // FEW_THREADS one-block extend_few kernels, and the 11 others.
+        // DECODE_CLUSTERS cluster decode kernels, FEW_THREADS one-block extend_few kernels,
+        // and the 11 others.
         assert_eq!(
             asked.len(),
-            2 * (24 + 2 * DECODE_THREADS.len() + FEW_THREADS.len() + 11)
+            2 * (24 + 2 * DECODE_THREADS.len() + DECODE_CLUSTERS.len() + FEW_THREADS.len() + 11)
         );
     }
 }

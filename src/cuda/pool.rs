@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 
 use super::counts::{Accounting, Counts, Dest, Step};
 use super::driver::PrimaryContext;
-use super::kernels::{launch, Kernels};
+use super::kernels::{self, launch, Kernels};
 use super::layout::{
     arg, snapshot_bytes, snapshot_words, Arrays, Call, DeviceFault, DeviceOp, HostRecord, View,
     CALL_IN_GROUP, CALL_MIRROR, CLAIM_CHUNKS, FREE_PAGE_IDS, FREE_SEGMENT, FREE_SLOTS, NOT_POW2,
@@ -85,6 +85,13 @@ const MAX_DEVICE_PAGE_SIZE: u32 = 1 << 31;
 /// The one-block `kvp_extend_few_{N}_*` kernels, by threads (`few_slot`).
 pub(super) const FEW_THREADS: [u32; 3] = [64, 128, BLOCK];
 const DECODE_BATCH: usize = 1024;
+/// Threads per block of the cluster decode kernels (`kvp::CLUSTER_BLOCK`).
+const CLUSTER_BLOCK: u32 = 512;
+/// Blocks per cluster of `kvp_decode_cluster{N}_*`, in the order of `Typed::decode_cluster`:
+/// a decode of more than `DECODE_BATCH` and at most `N * CLUSTER_BLOCK` requests runs on
+/// one cluster of the fewest blocks that hold it, where the device runs clusters (sm_90;
+/// `DevicePool::clusters`), else on the ticketed kernel.
+pub(super) const DECODE_CLUSTERS: [u32; 2] = [4, 8];
 const WARP_BATCH: usize = 32;
 /// The most tokens `kvp_extend_few_64_*` takes (two a writer lane).
 const WARP_TOKENS: u64 = 64;
@@ -108,6 +115,10 @@ pub(super) enum ExtendKernel {
     /// A decode in one block of this many threads, one of `DECODE_THREADS`
     /// (`kvp_decode_{N}_*`).
     Decode(u32),
+    /// A decode on one cluster of this many blocks, one of `DECODE_CLUSTERS`
+    /// (`kvp_decode_cluster{N}_*`): the blocks decide the call together through their
+    /// shared memory, where the ticketed kernel's blocks meet in global memory.
+    DecodeCluster(u32),
     /// An extend of at most `WARP_BATCH` requests in one block of this many threads, one of
     /// `FEW_THREADS` (`kvp_extend_few_{N}_*`); by row, the rows kernel of as many threads
     /// (`kvp_extend_{warp,block64,block}_rows_*`).
@@ -131,6 +142,7 @@ impl ExtendKernel {
             Self::Blocks => typed.extend_blocks,
             Self::Grid => typed.extend,
             Self::Decode(threads) => typed.decode[decode_slot(threads)],
+            Self::DecodeCluster(blocks) => typed.decode_cluster[cluster_slot(blocks)],
             Self::Few(threads) => typed.extend_few[few_slot(threads)],
             Self::FewBlocks => typed.extend_few_blocks,
             Self::FewSpread => typed.extend_few_spread,
@@ -144,6 +156,15 @@ pub(super) fn few_slot(threads: u32) -> usize {
         64 => 0,
         128 => 1,
         _ => 2,
+    }
+}
+
+/// Where the cluster decode kernel of `blocks` blocks (one of `DECODE_CLUSTERS`) sits in
+/// `Typed::decode_cluster`.
+pub(super) fn cluster_slot(blocks: u32) -> usize {
+    match blocks {
+        4 => 0,
+        _ => 1,
     }
 }
 
@@ -296,6 +317,9 @@ pub struct DevicePool {
     reported_fault: u64,
     /// The device's SMs: a segment free of more blocks runs its two-blocks-an-SM kernel.
     multiprocessors: u32,
+    /// Whether decodes of more than `DECODE_BATCH` requests run on a thread block cluster:
+    /// the device launches clusters and fits the largest (checked once, at creation).
+    clusters: bool,
     context: Arc<PrimaryContext>,
 }
 
@@ -335,6 +359,12 @@ impl DevicePool {
         let multiprocessors = context.multiprocessors()?;
         let last_use = Arc::new(LastUse::new()?);
         let kernels = Kernels::load(config.index_type)?;
+        let clusters = context.cluster_launch()
+            && kernels::cluster_fits(
+                kernels.typed.decode_cluster[DECODE_CLUSTERS.len() - 1],
+                DECODE_CLUSTERS[DECODE_CLUSTERS.len() - 1],
+                CLUSTER_BLOCK,
+            );
         let arrays = Arrays::new(layout.num_pages, layout.kv_rows());
         let memory = DeviceMemory::zeroed(arrays.bytes)?;
         let record = MappedHost::zeroed(std::mem::size_of::<HostRecord>())?;
@@ -393,6 +423,7 @@ impl DevicePool {
             recovered_at: 0,
             reported_fault: 0,
             multiprocessors,
+            clusters,
             context,
         };
         if let Some(flags) = debug_from_env() {
@@ -413,6 +444,14 @@ impl DevicePool {
     /// The configuration the pool was created with.
     pub fn config(&self) -> &PoolConfig {
         &self.config
+    }
+
+    /// Whether decodes of 1,025 to 4,096 requests run on one thread block cluster
+    /// (`kvp_decode_cluster{4,8}_*`): where the device launches clusters (compute capability
+    /// 9.0 and later) and has room for one of 8 blocks; else on the ticketed kernel. Either
+    /// gives the same results.
+    pub fn decodes_on_clusters(&self) -> bool {
+        self.clusters
     }
 
     /// Static facts about the pool.
@@ -1098,7 +1137,7 @@ impl DevicePool {
         stream: CUstream,
     ) -> Result<(), PoolError> {
         let (kernel, grid, block, per_block, batch32) =
-            Self::extend_shape(batch, decode, tokens, pages)?;
+            Self::extend_shape(batch, decode, tokens, pages, self.clusters)?;
         let function = kernel.function(&self.kernels.typed);
         let decode = u32::from(decode);
         let op = if decode == 1 {
@@ -1132,12 +1171,13 @@ impl DevicePool {
     }
 
     /// Which extend kernel serves a batch: (kernel, grid, block, requests per block,
-    /// batch as `u32`).
+    /// batch as `u32`). `clusters`: whether the cluster decode kernels may serve it.
     pub(super) fn extend_shape(
         batch: usize,
         decode: bool,
         tokens: u64,
         pages: u64,
+        clusters: bool,
     ) -> Result<(ExtendKernel, u32, u32, u32, u32), PoolError> {
         let batch32 = u32::try_from(batch).map_err(|_| {
             PoolError::new(ErrorKind::InvalidLengths, "batch_size exceeds 2^32 - 1")
@@ -1148,6 +1188,17 @@ impl DevicePool {
                 .find(|&t| batch <= t as usize)
                 .unwrap_or(DECODE_BATCH as u32);
             (ExtendKernel::Decode(threads), 1, threads, batch32, batch32)
+        } else if let Some(blocks) = DECODE_CLUSTERS
+            .into_iter()
+            .find(|&blocks| decode && clusters && batch <= (blocks * CLUSTER_BLOCK) as usize)
+        {
+            (
+                ExtendKernel::DecodeCluster(blocks),
+                blocks,
+                CLUSTER_BLOCK,
+                batch32,
+                batch32,
+            )
         } else if !decode && batch <= WARP_BATCH {
             let (kernel, grid, threads) = if tokens <= WARP_TOKENS {
                 (ExtendKernel::Few(64), 1, 64)
@@ -1919,6 +1970,9 @@ mod tests {
             assert_eq!(few_slot(threads), slot);
         }
         assert_eq!(DECODE_THREADS.last().copied(), Some(DECODE_BATCH as u32));
+        for (slot, blocks) in DECODE_CLUSTERS.into_iter().enumerate() {
+            assert_eq!(cluster_slot(blocks), slot);
+        }
     }
 
     #[test]
@@ -1979,18 +2033,53 @@ mod tests {
             ((9, false, 4096, 256), (ExtendKernel::FewSpread, 8, 256)),
             ((33, false, 4096, 256), (ExtendKernel::Blocks, 8, 256)),
         ];
-        for ((batch, decode, tokens, pages), want) in cases {
+        // Where the device runs clusters, decodes of 1,025-4,096 requests run on one cluster
+        // of 512-thread blocks; nothing else changes.
+        let on_clusters = [
+            (
+                (1024, true, 1024, 1024),
+                (ExtendKernel::Decode(1024), 1, 1024),
+            ),
+            (
+                (1025, true, 1025, 1025),
+                (ExtendKernel::DecodeCluster(4), 4, 512),
+            ),
+            (
+                (2048, true, 2048, 1),
+                (ExtendKernel::DecodeCluster(4), 4, 512),
+            ),
+            (
+                (2049, true, 2049, 2049),
+                (ExtendKernel::DecodeCluster(8), 8, 512),
+            ),
+            (
+                (4096, true, 4096, 0),
+                (ExtendKernel::DecodeCluster(8), 8, 512),
+            ),
+            ((4097, true, 4097, 4097), (ExtendKernel::Grid, 17, 256)),
+        ];
+        let without = cases.iter().map(|&case| (case, false));
+        let with = cases
+            .iter()
+            .filter(|((batch, decode, ..), _)| !decode || *batch <= DECODE_BATCH)
+            .chain(on_clusters.iter())
+            .map(|&case| (case, true));
+        for (((batch, decode, tokens, pages), want), clusters) in without.chain(with) {
             let (kernel, grid, threads, per_block, _) =
-                DevicePool::extend_shape(batch, decode, tokens, pages).unwrap();
+                DevicePool::extend_shape(batch, decode, tokens, pages, clusters).unwrap();
             assert_eq!(
                 (kernel, grid, threads),
                 want,
-                "batch {batch}, tokens {tokens}"
+                "batch {batch}, tokens {tokens}, clusters {clusters}"
             );
             // Every block of a deciding kernel holds the whole batch; the ticketed kernel's
-            // blocks share it.
+            // blocks share it, and so do a cluster's.
             match kernel {
                 ExtendKernel::Grid => assert!(grid as usize * per_block as usize >= batch),
+                ExtendKernel::DecodeCluster(blocks) => {
+                    assert_eq!(grid, blocks);
+                    assert!((grid * threads) as usize >= batch);
+                }
                 _ => assert!(per_block as usize >= batch),
             }
         }

@@ -245,7 +245,7 @@ impl DevicePool {
         }
         let batch32 = batch_u32(batch)?;
         let (kernel, grid, block, per_block, _) =
-            Self::extend_shape(batch, decode, tokens, new_pages)?;
+            Self::extend_shape(batch, decode, tokens, new_pages, false)?;
         let op = if decode {
             DeviceOp::AllocDecodeRows
         } else {
@@ -269,7 +269,9 @@ impl DevicePool {
                 Some((typed.extend_blocks_rows, block))
             }
             ExtendKernel::Decode(threads) => Some((typed.decode_rows[decode_slot(threads)], block)),
-            ExtendKernel::Grid => None,
+            // (By row, batches of more than DECODE_BATCH stay on the ticketed kernel:
+            // `extend_shape` above is not offered clusters.)
+            ExtendKernel::Grid | ExtendKernel::DecodeCluster(_) => None,
         };
         if let Some((function, block)) = one_kernel {
             let tab = TableArgs {

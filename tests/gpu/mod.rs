@@ -45,6 +45,23 @@ impl Gpu {
         }
     }
 
+    /// Whether the device launches thread block clusters (sm_90 and later).
+    pub fn cluster_launch(&self) -> bool {
+        let mut supported = 0;
+        // SAFETY: valid device handle and out-pointer.
+        ok(
+            unsafe {
+                sys::cuDeviceGetAttribute(
+                    &mut supported,
+                    sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH,
+                    self.device,
+                )
+            },
+            "cuDeviceGetAttribute",
+        );
+        supported != 0
+    }
+
     pub fn sync(&self) {
         // SAFETY: live stream.
         ok(

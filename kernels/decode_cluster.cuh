@@ -1,0 +1,262 @@
+// alloc_decode of more requests than one block holds (DECODE_BATCH < batch <= CLUSTER *
+// BLOCK), a request a thread, on one thread block cluster (sm_90): the blocks of a cluster
+// share their shared memory and a hardware barrier, so they decide the call together as
+// decode_block's one block does, without the ticketed kernel's grid-wide round trips
+// through global memory. Included by pool.cu after decode_block.cuh, whose checks, verdict
+// and early writes it makes, in the same order; only what crosses blocks differs:
+//
+// - ranks: each warp's two counts go to its block's shared memory, and after a cluster
+//   barrier a lane reads the counts of every block (one a lane, a load per block) and adds
+//   them up with warp reductions;
+// - the ring's first CLUSTER * BLOCK pages from the head, one a thread: a starting request
+//   reads its page from the block that loaded it;
+// - two requests continuing one page: one open-addressing table spread over the blocks'
+//   shared memory (block b holds slots [2 * BLOCK * b, 2 * BLOCK * (b + 1))), entered with
+//   atomics on the owning block's memory, at most half full;
+// - errors: a report lowers the error word of every block, so each reads its verdict from
+//   its own memory after the last barrier (no block reads another's memory after it, so a
+//   block may exit as soon as it is done).
+//
+// Three cluster barriers: the first (its arrive right after the tables are cleared, its
+// wait before the first remote access) makes every block's table and error word ready; the
+// second orders every block's page words, loaded before it, before the call's early writes
+// (no check reads another request's early fill point, as in decode_block) and publishes the
+// counts and the table; the third publishes the reports (the verdict).
+//
+// Not by row (by row, such batches stay on the ticketed kernel). Only sm_90 has clusters:
+// the host launches these kernels only where the device supports cluster launches and
+// fits a cluster of CLUSTER blocks (`cuOccupancyMaxActiveClusters`).
+
+namespace kvp {
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KVP_CLUSTERS 1
+#define KVP_CLUSTER_DIMS(N) __cluster_dims__(N, 1, 1)
+#else
+#define KVP_CLUSTER_DIMS(N)
+#endif
+
+// Threads per block of the cluster decode kernels.
+constexpr int CLUSTER_BLOCK = 512;
+
+#ifdef KVP_CLUSTERS
+__device__ __forceinline__ uint32_t cluster_block_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+// A cluster barrier in two halves: memory operations before the arrive happen before those
+// after the wait in every thread of the cluster.
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+}
+// The generic address of `p`'s variable in the shared memory of the cluster's block `rank`.
+template <typename T>
+__device__ __forceinline__ T *in_block(T *p, uint32_t rank) {
+  unsigned long long remote;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(remote) : "l"(p), "r"(rank));
+  return reinterpret_cast<T *>(remote);
+}
+#endif
+
+template <int BLOCK, int CLUSTER>
+struct ClusterDecodeShared {
+  static constexpr uint32_t SLOTS = 2 * BLOCK;  // this block's share of the table
+  unsigned long long table[SLOTS];              // (page << 32 | smallest request + 1), or 0
+  uint32_t counts[BLOCK / 32];                  // a warp's (usable | starts << 16) counts
+  uint32_t errors;                              // the smallest (position << 8 | code)
+  uint32_t ring[BLOCK];                         // ring pages head + rank * BLOCK + thread
+};
+
+template <int BLOCK, int CLUSTER, typename Index, bool POW2>
+__device__ __forceinline__ void decode_cluster(ClusterDecodeShared<BLOCK, CLUSTER> &sh, View v,
+                                               Call call, const long long *seq_lens,
+                                               const Index *last_loc, uint32_t batch,
+                                               unsigned long long total_tokens,
+                                               unsigned long long total_pages, Index *out) {
+#ifdef KVP_CLUSTERS
+  using Shared = ClusterDecodeShared<BLOCK, CLUSTER>;
+  constexpr uint32_t SLOTS = Shared::SLOTS, ALL_SLOTS = SLOTS * CLUSTER;
+  static_assert((ALL_SLOTS & (ALL_SLOTS - 1)) == 0, "the table's size is a power of two");
+  static_assert(BLOCK / 32 <= 32 && CLUSTER * BLOCK < (1 << 16), "counts fit 16 bits");
+  const uint32_t t = threadIdx.x, lane = t & 31, warp = t >> 5;
+  const uint32_t rank = cluster_block_rank();
+  const uint32_t r = rank * BLOCK + t;  // the request
+
+  if (t == 0) sh.errors = NO_ERROR32;
+  for (uint32_t e = t; e < SLOTS; e += BLOCK) sh.table[e] = 0;
+  cluster_arrive();  // (1) ready for other blocks' atomics
+
+  // Round trip 1: the cursor, the fault flag, this thread's request (a thread past the batch
+  // reads the last request again and ignores it), and the ring's page of this thread
+  // (the address needs the cursor alone).
+  Header *h = v.header;
+  const Cursor c = h->cursor[call.in];
+  const bool dead = h->fault != 0;
+  const uint32_t i = min(r, batch - 1);
+  const long long seq = seq_lens[i];
+  long long ll = (long long)last_loc[i];
+  const uint32_t ring_mine =
+      r < v.num_pages ? load_here(&v.ring[ring_pos(c.head, r, v.num_pages)]) : 0u;
+
+  const bool valid = r < batch;
+  const long long prefix = seq - 1;
+  const bool usable = valid && lengths_sane(v, prefix, seq);
+  const bool starts = usable && mod_ps<POW2>((unsigned long long)prefix, v) == 0;
+  const bool continues = usable && !starts;
+  if (!valid) ll = -1;
+
+  // Round trip 2: the prefix page's words (page 0 stands in when there is nothing to check).
+  const bool tracked = v.page_size > 1;
+  const bool check = usable && !dead && prefix > 0;
+  uint32_t err = ERR_NONE;
+  if (usable && !dead && prefix == 0 && ll != -1) err = ERR_LAST_LOC_EMPTY;
+  if (check) err = slot_error(ll, v);
+  const uint32_t prefix_page =
+      check && err == ERR_NONE ? (uint32_t)div_ps<POW2>((unsigned long long)ll, v) : 0;
+  const uint32_t word = v.state[prefix_page];
+  const unsigned long long filled = tracked ? v.fill[prefix_page] : 0;
+  sh.ring[t] = ring_mine;
+  {
+    const uint32_t b0 = __ballot_sync(FULL, usable), b1 = __ballot_sync(FULL, starts);
+    if (lane == 0) sh.counts[warp] = __popc(b0) | (__popc(b1) << 16);
+  }
+
+  // decode_block's checks, in its order (they consume the words: loaded before (2)).
+  bool enters = false;
+  if (check && err == ERR_NONE) {
+    if (kind_of(word) != KIND_ALLOCATED) err = unallocated_error(word);
+    else if (tag_of(word) == call.tag) err = ERR_NOT_ALLOCATED;
+    else if (mod_ps<POW2>((unsigned long long)ll + 1, v) != mod_ps<POW2>((unsigned long long)prefix, v))
+      err = ERR_LAST_LOC;
+    else if (tracked && fill_tag(filled) == call.tag) err = ERR_SHARED_PAGE;
+    else if (tracked && fill_of(filled) != mod_ps<POW2>((unsigned long long)ll, v) + 1)
+      err = ERR_FILL;
+    else enters = continues;
+  }
+
+  // The page of a continuing request into the cluster's table (linear probing over the
+  // blocks' shares; the smallest request of a page stays in its entry).
+  cluster_wait();  // (1)
+  unsigned long long *entry = nullptr;
+  if (enters) {
+    const unsigned long long key = ((unsigned long long)prefix_page << 32) | (r + 1u);
+    for (uint32_t pos = (prefix_page * 2654435761u) & (ALL_SLOTS - 1);;
+         pos = (pos + 1) & (ALL_SLOTS - 1)) {
+      unsigned long long *e = in_block(&sh.table[pos % SLOTS], pos / SLOTS);
+      const unsigned long long old = atomicCAS(e, 0ull, key);
+      if (old == 0) {
+        entry = e;
+        break;
+      }
+      if ((uint32_t)(old >> 32) == prefix_page) {
+        atomicMin(e, key);
+        entry = e;
+        break;
+      }
+    }
+  }
+  cluster_arrive();  // (2)
+  cluster_wait();
+
+  // Ranks over the cluster: lane l reads warp l's counts of every block.
+  uint32_t before = 0, all = 0;
+#pragma unroll
+  for (uint32_t b = 0; b < (uint32_t)CLUSTER; ++b) {
+    const uint32_t counted = lane < BLOCK / 32 ? *in_block(&sh.counts[lane], b) : 0;
+    const uint32_t block_all = __reduce_add_sync(FULL, counted);
+    all += block_all;
+    if (b < rank) before += block_all;
+    else if (b == rank) before += __reduce_add_sync(FULL, lane < warp ? counted : 0);
+  }
+  const uint32_t below = (1u << lane) - 1;
+  const uint32_t tok_rank = (before & 0xffff) + __popc(__ballot_sync(FULL, usable) & below);
+  const uint32_t page_rank = (before >> 16) + __popc(__ballot_sync(FULL, starts) & below);
+  const uint32_t tokens = all & 0xffff, new_pages = all >> 16;
+
+  const bool short_ = !dead && c.free_len < total_pages;
+  const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
+  const uint32_t page_at = live && starts ? page_rank : 0;  // < CLUSTER * BLOCK
+  const uint32_t page = *in_block(&sh.ring[page_at % BLOCK], page_at / BLOCK);
+  const unsigned long long in_page = mod_ps<POW2>((unsigned long long)ll, v);
+
+  // The call written before its verdict, as decode_block does (see there).
+  auto take = [&](bool move_fill) -> Index {
+    if (starts) {
+      v.state[page] = page_word(KIND_ALLOCATED, call.tag);
+      if (tracked) v.fill[page] = fill_word(call.tag, 1);
+      return (Index)((unsigned long long)page * v.page_size);
+    }
+    if (move_fill) v.fill[prefix_page] = fill_word(call.tag, in_page + 2);
+    return (Index)(ll + 1);
+  };
+  const Cursor next = taken_cursor(v, c, total_pages);
+  const bool moved_fill = live && continues && tracked && err == ERR_NONE && filled != ~0ull;
+  if (live) {
+    const Index slot = take(moved_fill);
+    if (valid) out[r] = slot;
+    if (r == 0) h->cursor[call.in ^ 1] = next;
+  }
+
+  uint32_t key = NO_ERROR32;
+  auto report32 = [&](uint32_t code) { key = min(key, (r << 8) | code); };
+  if (err != ERR_NONE) report32(err);
+  // Device lengths against the plan (tokens are ranked by request).
+  if (valid && (!usable || tok_rank + 1ull > total_tokens ||
+                page_rank + (starts ? 1ull : 0ull) > total_pages))
+    report32(ERR_LENGTHS);
+  if (r == 0 && (tokens < total_tokens || new_pages < total_pages))
+    key = min(key, ((batch - 1) << 8) | ERR_LENGTHS);
+  // A repeat: a request whose page's entry names an earlier one.
+  if (entry != nullptr && (uint32_t)*entry != r + 1u) report32(ERR_SHARED_PAGE);
+  if (key != NO_ERROR32) {
+#pragma unroll
+    for (uint32_t b = 0; b < (uint32_t)CLUSTER; ++b) atomicMin(in_block(&sh.errors, b), key);
+  }
+  cluster_arrive();  // (3)
+  cluster_wait();
+  const unsigned long long verdict = widen_error(sh.errors);
+  const bool failed = !dead && (short_ || verdict != NO_ERROR);
+
+  if (live && !failed) {
+    if (r == 0) mirror_counts(v, call, next);
+    return;
+  }
+  if (live) {
+    // Failed: the pages taken early go back and the continued pages get their fill points
+    // back; the cursor and the output are the failure's, below.
+    if (starts) v.state[page] = page_word(KIND_FREE, 0);
+    if (moved_fill) v.fill[prefix_page] = filled;
+  }
+  // Dead, short or failed: the plan's whole output is the padding slot (after (3), which
+  // orders every early store to `out` before these).
+  for (unsigned long long o = r; o < total_tokens; o += (unsigned long long)CLUSTER * BLOCK)
+    out[o] = 0;
+  if (r == 0) {
+    const long long value = fault_value(failed, short_, verdict, seq_lens,
+                                        [&](unsigned long long pos) { return (long long)last_loc[pos]; });
+    conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
+  }
+#else
+  __trap();  // no clusters before sm_90: the host never launches this kernel there
+#endif
+}
+
+template <int BLOCK, int CLUSTER, typename Index>
+__device__ void decode_cluster_kernel(View v, Call call, const long long *seq_lens,
+                                      const Index *last_loc, uint32_t batch,
+                                      unsigned long long total_tokens,
+                                      unsigned long long total_pages, Index *out) {
+  __shared__ ClusterDecodeShared<BLOCK, CLUSTER> sh;
+  if (v.page_shift != NOT_POW2)
+    decode_cluster<BLOCK, CLUSTER, Index, true>(sh, v, call, seq_lens, last_loc, batch,
+                                                total_tokens, total_pages, out);
+  else
+    decode_cluster<BLOCK, CLUSTER, Index, false>(sh, v, call, seq_lens, last_loc, batch,
+                                                 total_tokens, total_pages, out);
+}
+
+}  // namespace kvp
