@@ -395,7 +395,12 @@ fn every_decode_kernel_refuses_device_lengths_that_disagree() {
     const GUARD: usize = 1024;
     let gpu = Gpu::new(false);
     for ps in [1u32, 16] {
-        let mut device = DevicePool::new(config(CUDA0, ps)).unwrap();
+        // Room for 5,000 new pages (a decode of 5,000 requests at page size 1).
+        let mut device = DevicePool::new(PoolConfig {
+            size: 8192 * u64::from(ps),
+            ..config(CUDA0, ps)
+        })
+        .unwrap();
         for batch in [2usize, 200, 700, 2000, 4000, 5000] {
             let named = batch / 2;
             let host_seq = vec![1i64; batch];
