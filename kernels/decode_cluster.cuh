@@ -50,6 +50,10 @@ __device__ __forceinline__ uint32_t cluster_block_rank() {
 __device__ __forceinline__ void cluster_arrive() {
   asm volatile("barrier.cluster.arrive.release;" ::: "memory");
 }
+// Only an arrival: orders no memory operation (see its one use).
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
+}
 __device__ __forceinline__ void cluster_wait() {
   asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
 }
@@ -66,9 +70,9 @@ template <int BLOCK, int CLUSTER>
 struct ClusterDecodeShared {
   static constexpr uint32_t SLOTS = 2 * BLOCK;  // this block's share of the table
   unsigned long long table[SLOTS];              // (page << 32 | smallest request + 1), or 0
-  uint32_t counts[BLOCK / 32];                  // a warp's (usable | starts << 16) counts
-  uint32_t errors;                              // the smallest (position << 8 | code)
-  uint32_t ring[BLOCK];                         // ring pages head + rank * BLOCK + thread
+  uint32_t counts[CLUSTER][BLOCK / 32];  // every block's warps' (usable | starts << 16) counts
+  uint32_t errors;                       // the smallest (position << 8 | code) reported
+  uint32_t ring[BLOCK];                  // ring pages head + rank * BLOCK + thread
 };
 
 template <int BLOCK, int CLUSTER, typename Index, bool POW2>
@@ -120,12 +124,10 @@ __device__ __forceinline__ void decode_cluster(ClusterDecodeShared<BLOCK, CLUSTE
   const uint32_t word = v.state[prefix_page];
   const unsigned long long filled = tracked ? v.fill[prefix_page] : 0;
   sh.ring[t] = ring_mine;
-  {
-    const uint32_t b0 = __ballot_sync(FULL, usable), b1 = __ballot_sync(FULL, starts);
-    if (lane == 0) sh.counts[warp] = __popc(b0) | (__popc(b1) << 16);
-  }
+  const uint32_t usable_in = __ballot_sync(FULL, usable), starts_in = __ballot_sync(FULL, starts);
+  const unsigned long long in_page = mod_ps<POW2>((unsigned long long)ll, v);
 
-  // decode_block's checks, in its order (they consume the words: loaded before (2)).
+  // decode_block's checks, in its order.
   bool enters = false;
   if (check && err == ERR_NONE) {
     if (kind_of(word) != KIND_ALLOCATED) err = unallocated_error(word);
@@ -133,113 +135,114 @@ __device__ __forceinline__ void decode_cluster(ClusterDecodeShared<BLOCK, CLUSTE
     else if (mod_ps<POW2>((unsigned long long)ll + 1, v) != mod_ps<POW2>((unsigned long long)prefix, v))
       err = ERR_LAST_LOC;
     else if (tracked && fill_tag(filled) == call.tag) err = ERR_SHARED_PAGE;
-    else if (tracked && fill_of(filled) != mod_ps<POW2>((unsigned long long)ll, v) + 1)
-      err = ERR_FILL;
+    else if (tracked && fill_of(filled) != in_page + 1) err = ERR_FILL;
     else enters = continues;
   }
+  uint32_t key = NO_ERROR32;
+  auto report = [&](uint32_t pos, uint32_t code) { key = min(key, (pos << 8) | code); };
+  if (err != ERR_NONE) report(r, err);
+  if (valid && !usable) report(r, ERR_LENGTHS);
 
+  cluster_wait();  // (1): every block has started, its table and error word are ready
+  // This warp's counts, to every block.
+  if (lane == 0) {
+    const uint32_t counted = __popc(usable_in) | (__popc(starts_in) << 16);
+#pragma unroll
+    for (uint32_t b = 0; b < (uint32_t)CLUSTER; ++b) *in_block(&sh.counts[rank][warp], b) = counted;
+  }
   // The page of a continuing request into the cluster's table (linear probing over the
-  // blocks' shares; the smallest request of a page stays in its entry).
-  cluster_wait();  // (1)
-  unsigned long long *entry = nullptr;
+  // blocks' shares; an entry keeps its page's smallest request). Of two requests of one
+  // page, the one that enters second learns of the other from the entry and reports the
+  // later of the two in batch order: the second request of every page is reported whatever
+  // the order of entry, a page's first never, as by decode_block's table.
   if (enters) {
-    const unsigned long long key = ((unsigned long long)prefix_page << 32) | (r + 1u);
+    const unsigned long long mine = ((unsigned long long)prefix_page << 32) | (r + 1u);
     for (uint32_t pos = (prefix_page * 2654435761u) & (ALL_SLOTS - 1);;
          pos = (pos + 1) & (ALL_SLOTS - 1)) {
       unsigned long long *e = in_block(&sh.table[pos % SLOTS], pos / SLOTS);
-      const unsigned long long old = atomicCAS(e, 0ull, key);
-      if (old == 0) {
-        entry = e;
-        break;
-      }
+      const unsigned long long old = atomicCAS(e, 0ull, mine);
+      if (old == 0) break;
       if ((uint32_t)(old >> 32) == prefix_page) {
-        atomicMin(e, key);
-        entry = e;
+        const uint32_t other = (uint32_t)atomicMin(e, mine) - 1u;
+        report(max(other, r), ERR_SHARED_PAGE);
         break;
       }
     }
   }
-  cluster_arrive();  // (2)
+  if (key != NO_ERROR32) {
+#pragma unroll
+    for (uint32_t b = 0; b < (uint32_t)CLUSTER; ++b) atomicMin(in_block(&sh.errors, b), key);
+  }
+  cluster_arrive();  // (2): the counts, the reports; every block's page words are in
   cluster_wait();
 
-  // Ranks over the cluster: lane l reads warp l's counts of every block.
+  // Ranks over the cluster, from the counts every block sent.
   uint32_t before = 0, all = 0;
 #pragma unroll
   for (uint32_t b = 0; b < (uint32_t)CLUSTER; ++b) {
-    const uint32_t counted = lane < BLOCK / 32 ? *in_block(&sh.counts[lane], b) : 0;
+    const uint32_t counted = lane < BLOCK / 32 ? sh.counts[b][lane] : 0;
     const uint32_t block_all = __reduce_add_sync(FULL, counted);
     all += block_all;
     if (b < rank) before += block_all;
     else if (b == rank) before += __reduce_add_sync(FULL, lane < warp ? counted : 0);
   }
   const uint32_t below = (1u << lane) - 1;
-  const uint32_t tok_rank = (before & 0xffff) + __popc(__ballot_sync(FULL, usable) & below);
-  const uint32_t page_rank = (before >> 16) + __popc(__ballot_sync(FULL, starts) & below);
+  const uint32_t tok_rank = (before & 0xffff) + __popc(usable_in & below);
+  const uint32_t page_rank = (before >> 16) + __popc(starts_in & below);
   const uint32_t tokens = all & 0xffff, new_pages = all >> 16;
 
+  // Device lengths that disagree with the plan (the same totals in every block, so every
+  // block takes this branch or none): decode_block's reports of them, and a third barrier.
+  // Where the totals are the plan's, a request's ranks stay within it, and the only such
+  // report is an unusable request's, made above: the verdict is in.
+  if (tokens != total_tokens || new_pages != total_pages) {
+    key = NO_ERROR32;
+    if (valid && (!usable || tok_rank + 1ull > total_tokens ||
+                  page_rank + (starts ? 1ull : 0ull) > total_pages))
+      report(r, ERR_LENGTHS);
+    if (r == 0 && (tokens < total_tokens || new_pages < total_pages))
+      report(batch - 1, ERR_LENGTHS);
+    if (key != NO_ERROR32) {
+#pragma unroll
+      for (uint32_t b = 0; b < (uint32_t)CLUSTER; ++b) atomicMin(in_block(&sh.errors, b), key);
+    }
+    cluster_arrive();  // (3)
+    cluster_wait();
+  }
+  const unsigned long long verdict = widen_error(sh.errors);
   const bool short_ = !dead && c.free_len < total_pages;
-  const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
-  const uint32_t page_at = live && starts ? page_rank : 0;  // < CLUSTER * BLOCK
-  const uint32_t page = *in_block(&sh.ring[page_at % BLOCK], page_at / BLOCK);
-  const unsigned long long in_page = mod_ps<POW2>((unsigned long long)ll, v);
+  const bool failed = !dead && (short_ || verdict != NO_ERROR);
 
-  // The call written before its verdict, as decode_block does (see there).
-  auto take = [&](bool move_fill) -> Index {
+  if (!dead && !failed) {
+    // The call takes effect: a starting request's page from the block that loaded it
+    // (page_rank < new_pages <= free_len), its words; a continuing one's fill point.
+    uint32_t page = 0;
+    if (starts) page = *in_block(&sh.ring[page_rank % BLOCK], page_rank / BLOCK);
+    Index slot = (Index)(ll + 1);
     if (starts) {
       v.state[page] = page_word(KIND_ALLOCATED, call.tag);
       if (tracked) v.fill[page] = fill_word(call.tag, 1);
-      return (Index)((unsigned long long)page * v.page_size);
+      slot = (Index)((unsigned long long)page * v.page_size);
+    } else if (continues) {
+      v.fill[prefix_page] = fill_word(call.tag, in_page + 2);
     }
-    if (move_fill) v.fill[prefix_page] = fill_word(call.tag, in_page + 2);
-    return (Index)(ll + 1);
-  };
-  const Cursor next = taken_cursor(v, c, total_pages);
-  const bool moved_fill = live && continues && tracked && err == ERR_NONE && filled != ~0ull;
-  if (live) {
-    const Index slot = take(moved_fill);
     if (valid) out[r] = slot;
-    if (r == 0) h->cursor[call.in ^ 1] = next;
+    if (r == 0) commit(v, call, taken_cursor(v, c, total_pages));
+  } else {
+    // Dead, short or failed: the plan's whole output is the padding slot.
+    for (unsigned long long o = r; o < total_tokens; o += (unsigned long long)CLUSTER * BLOCK)
+      out[o] = 0;
+    if (r == 0) {
+      const long long value = fault_value(failed, short_, verdict, seq_lens, [&](unsigned long long pos) {
+        return (long long)last_loc[pos];
+      });
+      conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
+    }
   }
-
-  uint32_t key = NO_ERROR32;
-  auto report32 = [&](uint32_t code) { key = min(key, (r << 8) | code); };
-  if (err != ERR_NONE) report32(err);
-  // Device lengths against the plan (tokens are ranked by request).
-  if (valid && (!usable || tok_rank + 1ull > total_tokens ||
-                page_rank + (starts ? 1ull : 0ull) > total_pages))
-    report32(ERR_LENGTHS);
-  if (r == 0 && (tokens < total_tokens || new_pages < total_pages))
-    key = min(key, ((batch - 1) << 8) | ERR_LENGTHS);
-  // A repeat: a request whose page's entry names an earlier one.
-  if (entry != nullptr && (uint32_t)*entry != r + 1u) report32(ERR_SHARED_PAGE);
-  if (key != NO_ERROR32) {
-#pragma unroll
-    for (uint32_t b = 0; b < (uint32_t)CLUSTER; ++b) atomicMin(in_block(&sh.errors, b), key);
-  }
-  cluster_arrive();  // (3)
+  // No block leaves while another may still read its shared memory: a starting request's
+  // read of the ring above returned before its stores, which use the page, were issued.
+  cluster_arrive_relaxed();
   cluster_wait();
-  const unsigned long long verdict = widen_error(sh.errors);
-  const bool failed = !dead && (short_ || verdict != NO_ERROR);
-
-  if (live && !failed) {
-    if (r == 0) mirror_counts(v, call, next);
-    return;
-  }
-  if (live) {
-    // Failed: the pages taken early go back and the continued pages get their fill points
-    // back; the cursor and the output are the failure's, below.
-    if (starts) v.state[page] = page_word(KIND_FREE, 0);
-    if (moved_fill) v.fill[prefix_page] = filled;
-  }
-  // Dead, short or failed: the plan's whole output is the padding slot (after (3), which
-  // orders every early store to `out` before these).
-  for (unsigned long long o = r; o < total_tokens; o += (unsigned long long)CLUSTER * BLOCK)
-    out[o] = 0;
-  if (r == 0) {
-    const long long value = fault_value(failed, short_, verdict, seq_lens,
-                                        [&](unsigned long long pos) { return (long long)last_loc[pos]; });
-    conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
-  }
 #else
   __trap();  // no clusters before sm_90: the host never launches this kernel there
 #endif
