@@ -1,6 +1,7 @@
 // alloc_extend of a small batch (at most BLOCK * PER requests): the calls engines make most
 // after decode steps (a prefill of a few requests; decodes of up to 1,024 requests run on
-// decode_block.cuh's kernels, larger ones on the ticketed kernel). Included by pool.cu after
+// decode_block.cuh's kernels, up to 4,096 on decode_cluster.cuh's, larger ones on the
+// ticketed kernel). Included by pool.cu after
 // `extend`, whose helpers it shares.
 //
 // PER requests per thread. Unlike the ticketed multi-block kernel, nothing changes before the

@@ -1426,7 +1426,8 @@ fn decode_kernels_of_every_size_name_the_hosts_first_bad_request() {
                 let bad = rng.chance(60);
                 let corruptions = if bad { rng.range(1, 2) } else { 0 };
                 // At most one repeated request a batch: with three requests on one page, the
-                // multi-block kernel (more than 1,024) may name another than the host's.
+                // ticketed kernel (more than 4,096, or 1,024 without clusters) may name
+                // another than the host's.
                 let mut repeated = false;
                 for _ in 0..corruptions {
                     let k = rng.below(bs as u64) as usize;

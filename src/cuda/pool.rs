@@ -74,9 +74,12 @@ const SORT_CAP: u64 = 4096;
 /// twentieth session). By request row the extend_few shapes run on the request-a-thread
 /// kernels of the same shape (`kvp_extend_{warp,block64,block,blocks}_rows_*`; up to 64
 /// tokens on one warp, else one block of 256 threads).
-/// Larger batches go to the ticketed multi-block kernel (for extends, one block of 256
-/// threads for up to 4,096 tokens, or deciding blocks of four requests a thread, were both
-/// measured slower than several blocks with a ticket: BENCHMARKS.md).
+/// A decode of more than `DECODE_BATCH` and at most 4,096 requests runs on one thread block
+/// cluster (`DECODE_CLUSTERS`, sm_90) where the device has them: 0.45-0.52x the ticketed
+/// kernel's time at 4,096 requests (BENCHMARKS.md, twenty-eighth session). Larger batches go
+/// to the ticketed multi-block kernel (for extends, one block of 256 threads for up to 4,096
+/// tokens, or deciding blocks of four requests a thread, were both measured slower than
+/// several blocks with a ticket: BENCHMARKS.md).
 pub(super) const DECODE_THREADS: [u32; 6] = [32, 64, 128, 256, 512, 1024];
 /// The largest page size of a device pool: the kernels count slots within a page in 32
 /// bits, with room to step past the page's end (`kvp_free_segment_*` steps a page 128
