@@ -23,7 +23,9 @@
 // (no check reads another request's early fill point, as in decode_block) and publishes the
 // counts and the table; the third publishes the reports (the verdict).
 //
-// Not by row (by row, such batches stay on the ticketed kernel). Only sm_90 has clusters:
+// ROWS: by request row, as decode_block (rows checked and seen once, last_loc from the table,
+// the slot into the table and to `out` when it is not NULL; rows meet in a second table).
+// Only sm_90 has clusters:
 // the host launches these kernels only where the device supports cluster launches and
 // fits a cluster of CLUSTER blocks (`cuOccupancyMaxActiveClusters`).
 
@@ -66,23 +68,25 @@ __device__ __forceinline__ T *in_block(T *p, uint32_t rank) {
 }
 #endif
 
-template <int BLOCK, int CLUSTER>
+template <int BLOCK, int CLUSTER, bool ROWS>
 struct ClusterDecodeShared {
-  static constexpr uint32_t SLOTS = 2 * BLOCK;  // this block's share of the table
+  static constexpr uint32_t SLOTS = 2 * BLOCK;  // this block's share of a table
   unsigned long long table[SLOTS];              // (page << 32 | smallest request + 1), or 0
+  unsigned long long row_table[ROWS ? SLOTS : 1];  // (row << 32 | smallest request + 1), or 0
   uint32_t counts[CLUSTER][BLOCK / 32];  // every block's warps' (usable | starts << 16) counts
   uint32_t errors;                       // the smallest (position << 8 | code) reported
   uint32_t ring[BLOCK];                  // ring pages head + rank * BLOCK + thread
 };
 
-template <int BLOCK, int CLUSTER, typename Index, bool POW2>
-__device__ __forceinline__ void decode_cluster(ClusterDecodeShared<BLOCK, CLUSTER> &sh, View v,
-                                               Call call, const long long *seq_lens,
+template <int BLOCK, int CLUSTER, typename Index, bool ROWS, bool POW2>
+__device__ __forceinline__ void decode_cluster(ClusterDecodeShared<BLOCK, CLUSTER, ROWS> &sh,
+                                               View v, Call call, const long long *seq_lens,
                                                const Index *last_loc, uint32_t batch,
                                                unsigned long long total_tokens,
-                                               unsigned long long total_pages, Index *out) {
+                                               unsigned long long total_pages, Index *out,
+                                               TableArgs tab) {
 #ifdef KVP_CLUSTERS
-  using Shared = ClusterDecodeShared<BLOCK, CLUSTER>;
+  using Shared = ClusterDecodeShared<BLOCK, CLUSTER, ROWS>;
   constexpr uint32_t SLOTS = Shared::SLOTS, ALL_SLOTS = SLOTS * CLUSTER;
   static_assert((ALL_SLOTS & (ALL_SLOTS - 1)) == 0, "the table's size is a power of two");
   static_assert(BLOCK / 32 <= 32 && CLUSTER * BLOCK < (1 << 16), "counts fit 16 bits");
@@ -92,6 +96,8 @@ __device__ __forceinline__ void decode_cluster(ClusterDecodeShared<BLOCK, CLUSTE
 
   if (t == 0) sh.errors = NO_ERROR32;
   for (uint32_t e = t; e < SLOTS; e += BLOCK) sh.table[e] = 0;
+  if (ROWS)
+    for (uint32_t e = t; e < SLOTS; e += BLOCK) sh.row_table[e] = 0;
   cluster_arrive();  // (1) ready for other blocks' atomics
 
   // Round trip 1: the cursor, the fault flag, this thread's request (a thread past the batch
@@ -102,7 +108,8 @@ __device__ __forceinline__ void decode_cluster(ClusterDecodeShared<BLOCK, CLUSTE
   const bool dead = h->fault != 0;
   const uint32_t i = min(r, batch - 1);
   const long long seq = seq_lens[i];
-  long long ll = (long long)last_loc[i];
+  const long long row = ROWS ? tab.rows[i] : 0;
+  long long ll = ROWS ? -1 : (long long)last_loc[i];
   const uint32_t ring_mine =
       r < v.num_pages ? load_here(&v.ring[ring_pos(c.head, r, v.num_pages)]) : 0u;
 
@@ -111,11 +118,19 @@ __device__ __forceinline__ void decode_cluster(ClusterDecodeShared<BLOCK, CLUSTE
   const bool usable = valid && lengths_sane(v, prefix, seq);
   const bool starts = usable && mod_ps<POW2>((unsigned long long)prefix, v) == 0;
   const bool continues = usable && !starts;
+  uint32_t row_err = ERR_NONE;
+  if (ROWS) {
+    if (valid && (row < 0 || (unsigned long long)row >= tab.rows_in_table)) row_err = ERR_ROW;
+    else if (valid && seq > 0 && (unsigned long long)seq > tab.row_len) row_err = ERR_ROW_LEN;
+    if (valid && row_err == ERR_NONE && usable && prefix > 0)
+      ll = table_last_loc<Index>(
+          table_at(tab.table, tab.wide, (unsigned long long)row * tab.stride + prefix - 1));
+  }
   if (!valid) ll = -1;
 
   // Round trip 2: the prefix page's words (page 0 stands in when there is nothing to check).
   const bool tracked = v.page_size > 1;
-  const bool check = usable && !dead && prefix > 0;
+  const bool check = usable && !dead && prefix > 0 && row_err == ERR_NONE;
   uint32_t err = ERR_NONE;
   if (usable && !dead && prefix == 0 && ll != -1) err = ERR_LAST_LOC_EMPTY;
   if (check) err = slot_error(ll, v);
@@ -141,7 +156,8 @@ __device__ __forceinline__ void decode_cluster(ClusterDecodeShared<BLOCK, CLUSTE
   uint32_t key = NO_ERROR32;
   auto report = [&](uint32_t pos, uint32_t code) { key = min(key, (pos << 8) | code); };
   if (err != ERR_NONE) report(r, err);
-  if (valid && !usable) report(r, ERR_LENGTHS);
+  if (row_err != ERR_NONE) report(r, row_err);
+  if (valid && row_err == ERR_NONE && !usable) report(r, ERR_LENGTHS);
 
   cluster_wait();  // (1): every block has started, its table and error word are ready
   // This warp's counts, to every block.
@@ -150,25 +166,27 @@ __device__ __forceinline__ void decode_cluster(ClusterDecodeShared<BLOCK, CLUSTE
 #pragma unroll
     for (uint32_t b = 0; b < (uint32_t)CLUSTER; ++b) *in_block(&sh.counts[rank][warp], b) = counted;
   }
-  // The page of a continuing request into the cluster's table (linear probing over the
-  // blocks' shares; an entry keeps its page's smallest request). Of two requests of one
-  // page, the one that enters second learns of the other from the entry and reports the
-  // later of the two in batch order: the second request of every page is reported whatever
-  // the order of entry, a page's first never, as by decode_block's table.
-  if (enters) {
-    const unsigned long long mine = ((unsigned long long)prefix_page << 32) | (r + 1u);
-    for (uint32_t pos = (prefix_page * 2654435761u) & (ALL_SLOTS - 1);;
+  // The page of a continuing request (by row, also its row) into a table of the cluster
+  // (linear probing over the blocks' shares; an entry keeps its key's smallest request). Of
+  // two requests of one key, the one that enters second learns of the other from the entry
+  // and reports the later of the two in batch order: the second request of every key is
+  // reported whatever the order of entry, a key's first never, as by decode_block's tables.
+  auto enter = [&](unsigned long long *table, uint32_t key_of, uint32_t code) {
+    const unsigned long long mine = ((unsigned long long)key_of << 32) | (r + 1u);
+    for (uint32_t pos = (key_of * 2654435761u) & (ALL_SLOTS - 1);;
          pos = (pos + 1) & (ALL_SLOTS - 1)) {
-      unsigned long long *e = in_block(&sh.table[pos % SLOTS], pos / SLOTS);
+      unsigned long long *e = in_block(&table[pos % SLOTS], pos / SLOTS);
       const unsigned long long old = atomicCAS(e, 0ull, mine);
-      if (old == 0) break;
-      if ((uint32_t)(old >> 32) == prefix_page) {
+      if (old == 0) return;
+      if ((uint32_t)(old >> 32) == key_of) {
         const uint32_t other = (uint32_t)atomicMin(e, mine) - 1u;
-        report(max(other, r), ERR_SHARED_PAGE);
-        break;
+        report(max(other, r), code);
+        return;
       }
     }
-  }
+  };
+  if (enters) enter(sh.table, prefix_page, ERR_SHARED_PAGE);
+  if (ROWS && valid && row_err == ERR_NONE) enter(sh.row_table, (uint32_t)row, ERR_ROW_TWICE);
   if (key != NO_ERROR32) {
 #pragma unroll
     for (uint32_t b = 0; b < (uint32_t)CLUSTER; ++b) atomicMin(in_block(&sh.errors, b), key);
@@ -197,8 +215,9 @@ __device__ __forceinline__ void decode_cluster(ClusterDecodeShared<BLOCK, CLUSTE
   // report is an unusable request's, made above: the verdict is in.
   if (tokens != total_tokens || new_pages != total_pages) {
     key = NO_ERROR32;
-    if (valid && (!usable || tok_rank + 1ull > total_tokens ||
-                  page_rank + (starts ? 1ull : 0ull) > total_pages))
+    if (valid && row_err == ERR_NONE &&
+        (!usable || tok_rank + 1ull > total_tokens ||
+         page_rank + (starts ? 1ull : 0ull) > total_pages))
       report(r, ERR_LENGTHS);
     if (r == 0 && (tokens < total_tokens || new_pages < total_pages))
       report(batch - 1, ERR_LENGTHS);
@@ -226,16 +245,29 @@ __device__ __forceinline__ void decode_cluster(ClusterDecodeShared<BLOCK, CLUSTE
     } else if (continues) {
       v.fill[prefix_page] = fill_word(call.tag, in_page + 2);
     }
-    if (valid) out[r] = slot;
+    if (valid && (!ROWS || out != nullptr)) out[r] = slot;
+    if (ROWS && valid)
+      table_put(tab.table, tab.wide, (unsigned long long)row * tab.stride + prefix, (long long)slot);
     if (r == 0) commit(v, call, taken_cursor(v, c, total_pages));
   } else {
     // Dead, short or failed: the plan's whole output is the padding slot.
-    for (unsigned long long o = r; o < total_tokens; o += (unsigned long long)CLUSTER * BLOCK)
-      out[o] = 0;
+    if (!ROWS || out != nullptr)
+      for (unsigned long long o = r; o < total_tokens; o += (unsigned long long)CLUSTER * BLOCK)
+        out[o] = 0;
     if (r == 0) {
-      const long long value = fault_value(failed, short_, verdict, seq_lens, [&](unsigned long long pos) {
-        return (long long)last_loc[pos];
-      });
+      // The value a fault names: the length, the row, or last_loc as read (from the table
+      // by row: nothing was written, so it reads the same).
+      const unsigned long long pos = verdict >> 8;
+      const uint32_t code = (uint32_t)(verdict & 0xff);
+      long long value = 0;
+      if (failed && !short_) {
+        if (code == ERR_LENGTHS || code == ERR_ROW_LEN) value = seq_lens[pos];
+        else if (code == ERR_ROW || code == ERR_ROW_TWICE) value = tab.rows[pos];
+        else if (ROWS)
+          value = table_last_loc<Index>(table_at(
+              tab.table, tab.wide, (unsigned long long)tab.rows[pos] * tab.stride + seq_lens[pos] - 2));
+        else value = (long long)last_loc[pos];
+      }
       conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
     }
   }
@@ -248,18 +280,19 @@ __device__ __forceinline__ void decode_cluster(ClusterDecodeShared<BLOCK, CLUSTE
 #endif
 }
 
-template <int BLOCK, int CLUSTER, typename Index>
+template <int BLOCK, int CLUSTER, typename Index, bool ROWS = false>
 __device__ void decode_cluster_kernel(View v, Call call, const long long *seq_lens,
                                       const Index *last_loc, uint32_t batch,
                                       unsigned long long total_tokens,
-                                      unsigned long long total_pages, Index *out) {
-  __shared__ ClusterDecodeShared<BLOCK, CLUSTER> sh;
+                                      unsigned long long total_pages, Index *out,
+                                      TableArgs tab = {}) {
+  __shared__ ClusterDecodeShared<BLOCK, CLUSTER, ROWS> sh;
   if (v.page_shift != NOT_POW2)
-    decode_cluster<BLOCK, CLUSTER, Index, true>(sh, v, call, seq_lens, last_loc, batch,
-                                                total_tokens, total_pages, out);
+    decode_cluster<BLOCK, CLUSTER, Index, ROWS, true>(sh, v, call, seq_lens, last_loc, batch,
+                                                      total_tokens, total_pages, out, tab);
   else
-    decode_cluster<BLOCK, CLUSTER, Index, false>(sh, v, call, seq_lens, last_loc, batch,
-                                                 total_tokens, total_pages, out);
+    decode_cluster<BLOCK, CLUSTER, Index, ROWS, false>(sh, v, call, seq_lens, last_loc, batch,
+                                                       total_tokens, total_pages, out, tab);
 }
 
 }  // namespace kvp

@@ -1415,9 +1415,10 @@ KVP_ROWS_KERNELS(i32, int)
 KVP_DECODE_KERNELS(i64, long long)
 KVP_DECODE_KERNELS(i32, int)
 
-// alloc_decode of DECODE_BATCH + 1 to CLUSTER * CLUSTER_BLOCK requests on one cluster of
-// CLUSTER blocks (decode_cluster.cuh), with kvp_decode_*'s parameters. sm_90 only: the host
-// launches them only where clusters run (the sm_80 build traps).
+// alloc_decode (and alloc_decode_rows) of DECODE_BATCH + 1 to CLUSTER * CLUSTER_BLOCK
+// requests on one cluster of CLUSTER blocks (decode_cluster.cuh), with kvp_decode_*'s (and
+// kvp_decode_*_rows_'s) parameters. sm_90 only: the host launches them only where clusters
+// run (the sm_80 build traps).
 #define KVP_DECODE_CLUSTER_KERNEL(CLUSTER, SUFFIX, INDEX)                                         \
   extern "C" __global__ void __launch_bounds__(CLUSTER_BLOCK) KVP_CLUSTER_DIMS(CLUSTER)           \
       kvp_decode_cluster##CLUSTER##_##SUFFIX(                                                     \
@@ -1426,6 +1427,14 @@ KVP_DECODE_KERNELS(i32, int)
           unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {          \
     decode_cluster_kernel<CLUSTER_BLOCK, CLUSTER, INDEX>(v, call, seq_lens, last_loc, batch,      \
                                                          total_tokens, total_pages, out);         \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(CLUSTER_BLOCK) KVP_CLUSTER_DIMS(CLUSTER)           \
+      kvp_decode_cluster##CLUSTER##_rows_##SUFFIX(                                                \
+          View v, Call call, const long long *prefix_lens, const long long *seq_lens,             \
+          uint32_t batch, uint32_t decode, unsigned long long total_tokens,                       \
+          unsigned long long total_pages, INDEX *out, TableArgs tab) {                            \
+    decode_cluster_kernel<CLUSTER_BLOCK, CLUSTER, INDEX, true>(                                   \
+        v, call, seq_lens, nullptr, batch, total_tokens, total_pages, out, tab);                  \
   }
 KVP_DECODE_CLUSTER_KERNEL(4, i64, long long)
 KVP_DECODE_CLUSTER_KERNEL(8, i64, long long)

@@ -16,7 +16,7 @@ use std::ptr::null_mut;
 
 use kvpool::ffi::*;
 
-use gpu::{last_error, skip, widen, width, DevBuf, Gpu};
+use gpu::{last_error, skip, upload, widen, width, DevBuf, Gpu};
 use rows_work::{flashinfer_reference, Op, Work};
 
 /// A table shape and batch bound of a lockstep run.
@@ -581,6 +581,183 @@ fn bad_rows_fault_the_device_pool_and_write_nothing() {
                 before,
                 "the device table changed"
             );
+        }
+    }
+}
+
+/// Decodes by row of more requests than one block holds (`kvp_decode_cluster{4,8}_rows_*`
+/// where the device runs clusters, the rows kernels and the ticketed kernel elsewhere): a
+/// good one leaves the device table equal to the host's; a row outside the table, a row
+/// twice, or a stale length (its last_loc, from the table, not the page's fill point) faults
+/// the device pool naming the request and the value the host names, and leaves the table
+/// unchanged.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn large_decodes_by_row_name_the_hosts_bad_request() {
+    if skip() {
+        return;
+    }
+    let gpu = Gpu::new(false);
+    let shape = LARGE;
+    let span = shape.span();
+    let all = shape.rows as usize;
+    for n in [2000usize, 3000] {
+        for case in ["good", "outside", "twice", "stale"] {
+            let p = pools(8192 * 16, 16, false, I64);
+            let mut host_table = vec![0i32; span];
+            let dev_table = DevBuf::new(span * 4);
+            dev_table.upload(&host_table);
+            let hd = kvp_req_table {
+                data: host_table.as_mut_ptr().cast(),
+                index_type: I32,
+                rows: shape.rows,
+                row_stride: shape.stride,
+                row_len: shape.row_len,
+            };
+            let dd = kvp_req_table {
+                data: dev_table.ptr as usize as *mut c_void,
+                ..hd
+            };
+            // Even rows hold 5 tokens, odd ones a whole page (16), on both: a decode continues
+            // the first and starts a page for the second.
+            let rows: Vec<i64> = (0..all as i64).collect();
+            let lens: Vec<i64> = rows
+                .iter()
+                .map(|r| if r % 2 == 0 { 5 } else { 16 })
+                .collect();
+            let total = lens.iter().sum::<i64>() as usize;
+            let zeros = vec![0i64; all];
+            let (rows_d, zeros_d, lens_d) = (upload(&rows), upload(&zeros), upload(&lens));
+            // SAFETY: valid pointers and lengths; the stream is synchronized after.
+            unsafe {
+                assert_eq!(
+                    kvp_pool_alloc_extend_rows(
+                        p.host,
+                        &hd,
+                        rows.as_ptr(),
+                        zeros.as_ptr(),
+                        lens.as_ptr(),
+                        all,
+                        total,
+                        null_mut(),
+                        0
+                    ),
+                    kvp_status::Ok,
+                    "{}",
+                    last_error()
+                );
+                assert_eq!(
+                    kvp_pool_alloc_extend_rows_async(
+                        p.device,
+                        &dd,
+                        rows_d.ptr as usize as *const i64,
+                        zeros.as_ptr(),
+                        lens.as_ptr(),
+                        zeros_d.ptr as usize as *const i64,
+                        lens_d.ptr as usize as *const i64,
+                        all,
+                        total,
+                        null_mut(),
+                        0,
+                        gpu.stream.cast()
+                    ),
+                    kvp_status::Ok,
+                    "{}",
+                    last_error()
+                );
+            }
+            gpu.sync();
+            assert_eq!(dev_table.download::<i32>(span), host_table, "the set-up");
+            // The decode: n rows in a shuffled order, each growing by a token, then the case's
+            // fault at a request k (and j > k), with the value the fault names.
+            let mut rng = rng::Rng(n as u64);
+            let mut batch: Vec<i64> = (0..all as i64).collect();
+            rng.shuffle(&mut batch);
+            batch.truncate(n);
+            let mut seq: Vec<i64> = batch.iter().map(|&r| lens[r as usize] + 1).collect();
+            let (k, j) = (n / 3, 2 * n / 3);
+            let (status, named) = match case {
+                "good" => (kvp_status::Ok, String::new()),
+                "outside" => {
+                    batch[k] = shape.rows as i64;
+                    (
+                        kvp_status::IndexOutOfRange,
+                        format!("rows[{k}] = {}", shape.rows),
+                    )
+                }
+                "twice" => {
+                    batch[j] = batch[k];
+                    (
+                        kvp_status::InvalidArgument,
+                        format!("rows[{j}] = {}", batch[k]),
+                    )
+                }
+                _ => {
+                    // One token short: last_loc is the slot before the page's fill point.
+                    seq[k] -= 1;
+                    let at = (batch[k] * shape.stride as i64 + seq[k] - 2) as usize;
+                    (
+                        kvp_status::LastLocMismatch,
+                        format!("[{k}] = {}", host_table[at]),
+                    )
+                }
+            };
+            let before = host_table.clone();
+            let (batch_d, seq_d) = (upload(&batch), upload(&seq));
+            let what = format!("{n} requests, {case}");
+            // SAFETY: as above.
+            unsafe {
+                assert_eq!(
+                    kvp_pool_alloc_decode_rows(
+                        p.host,
+                        &hd,
+                        batch.as_ptr(),
+                        seq.as_ptr(),
+                        n,
+                        null_mut(),
+                        0
+                    ),
+                    status,
+                    "{what}: host: {}",
+                    last_error()
+                );
+                assert_eq!(
+                    kvp_pool_alloc_decode_rows_async(
+                        p.device,
+                        &dd,
+                        batch_d.ptr as usize as *const i64,
+                        seq.as_ptr(),
+                        seq_d.ptr as usize as *const i64,
+                        n,
+                        null_mut(),
+                        0,
+                        gpu.stream.cast()
+                    ),
+                    kvp_status::Ok,
+                    "{what}: enqueued: {}",
+                    last_error()
+                );
+                gpu.sync();
+                if status == kvp_status::Ok {
+                    assert_eq!(kvp_pool_check_device(p.device), kvp_status::Ok, "{what}");
+                    assert_ne!(host_table, before, "{what}: the host wrote nothing");
+                    assert_eq!(dev_table.download::<i32>(span), host_table, "{what}");
+                } else {
+                    assert_eq!(
+                        kvp_pool_check_device(p.device),
+                        kvp_status::DeviceFault,
+                        "{what}"
+                    );
+                    let message = last_error();
+                    assert!(message.contains(&named), "{what}: {named:?} in {message}");
+                    assert_eq!(host_table, before, "{what}");
+                    assert_eq!(
+                        dev_table.download::<i32>(span),
+                        before,
+                        "{what}: the device table changed"
+                    );
+                }
+            }
         }
     }
 }

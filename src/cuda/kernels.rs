@@ -38,8 +38,10 @@ pub(crate) struct Typed {
     pub decode: [CUfunction; DECODE_THREADS.len()],
     pub decode_rows: [CUfunction; DECODE_THREADS.len()],
     /// `alloc_decode` on one thread block cluster of each of `DECODE_CLUSTERS` blocks, in
-    /// that order (`kvp_decode_cluster{N}_*`; sm_90: see `DevicePool::clusters`).
+    /// that order (`kvp_decode_cluster{N}_*`; sm_90: see `DevicePool::decodes_on_clusters`),
+    /// and by request row.
     pub decode_cluster: [CUfunction; DECODE_CLUSTERS.len()],
+    pub decode_cluster_rows: [CUfunction; DECODE_CLUSTERS.len()],
     /// Frees whose page count the host knows: page ids and token-pool slots
     /// (`kvp_free_known_*`), segments of a paged pool (`kvp_free_segment_*`; grids of more
     /// blocks than one wave holds at one block an SM: `kvp_free_segment_wide_*`, two an SM).
@@ -164,6 +166,14 @@ impl Typed {
     fn resolve(get: Lookup<'_>, index: &str) -> Result<Self, PoolError> {
         let typed = |name: &str| get(&format!("kvp_{name}_{index}"));
         // `kvp_decode_{threads}{form}_{index}`, in the order of DECODE_THREADS.
+        // `kvp_decode_cluster{blocks}{form}_{index}`, in the order of DECODE_CLUSTERS.
+        let cluster = |form: &str| -> Result<[CUfunction; DECODE_CLUSTERS.len()], PoolError> {
+            let mut functions = [std::ptr::null_mut(); DECODE_CLUSTERS.len()];
+            for (function, blocks) in functions.iter_mut().zip(DECODE_CLUSTERS) {
+                *function = typed(&format!("decode_cluster{blocks}{form}"))?;
+            }
+            Ok(functions)
+        };
         let decode = |form: &str| -> Result<[CUfunction; DECODE_THREADS.len()], PoolError> {
             let mut functions = [std::ptr::null_mut(); DECODE_THREADS.len()];
             for (function, threads) in functions.iter_mut().zip(DECODE_THREADS) {
@@ -188,13 +198,8 @@ impl Typed {
             extend_few_spread: typed("extend_few_spread")?,
             decode: decode("")?,
             decode_rows: decode("_rows")?,
-            decode_cluster: {
-                let mut functions = [std::ptr::null_mut(); DECODE_CLUSTERS.len()];
-                for (function, blocks) in functions.iter_mut().zip(DECODE_CLUSTERS) {
-                    *function = typed(&format!("decode_cluster{blocks}"))?;
-                }
-                functions
-            },
+            decode_cluster: cluster("")?,
+            decode_cluster_rows: cluster("_rows")?,
             free_known: typed("free_known")?,
             free_segment: typed("free_segment")?,
             free_segment_wide: typed("free_segment_wide")?,
@@ -313,17 +318,22 @@ mod tests {
             "kvp_decode_1024_rows_i32",
             "kvp_decode_cluster8_i64",
             "kvp_decode_cluster4_i32",
+            "kvp_decode_cluster8_rows_i32",
             "kvp_page_table",
             "kvp_free_segment_wide_i64",
         ] {
             assert!(asked.iter().any(|n| n == name), "{name} was not asked for");
         }
         // Per index type: 24 typed entry points, 2 x DECODE_THREADS decode kernels,
-        // DECODE_CLUSTERS cluster decode kernels, FEW_THREADS one-block extend_few kernels,
-        // and the 11 others.
+        // 2 x DECODE_CLUSTERS cluster decode kernels, FEW_THREADS one-block extend_few
+        // kernels, and the 11 others.
         assert_eq!(
             asked.len(),
-            2 * (24 + 2 * DECODE_THREADS.len() + DECODE_CLUSTERS.len() + FEW_THREADS.len() + 11)
+            2 * (24
+                + 2 * DECODE_THREADS.len()
+                + 2 * DECODE_CLUSTERS.len()
+                + FEW_THREADS.len()
+                + 11)
         );
     }
 }

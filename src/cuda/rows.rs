@@ -8,8 +8,8 @@
 use cudarc::driver::sys::{CUdeviceptr, CUstream};
 
 use super::{
-    arg, decode_slot, DevicePool, ExtendKernel, Launch, BLOCK, FREE_BLOCK, FREE_SEGMENT,
-    FREE_SLOTS, WARP_TOKENS,
+    arg, cluster_slot, decode_slot, DevicePool, ExtendKernel, Launch, BLOCK, FREE_BLOCK,
+    FREE_SEGMENT, FREE_SLOTS, WARP_TOKENS,
 };
 use crate::cuda::counts::Step;
 use crate::cuda::kernels::launch;
@@ -245,7 +245,7 @@ impl DevicePool {
         }
         let batch32 = batch_u32(batch)?;
         let (kernel, grid, block, per_block, _) =
-            Self::extend_shape(batch, decode, tokens, new_pages, false)?;
+            Self::extend_shape(batch, decode, tokens, new_pages, self.decodes_on_clusters())?;
         let op = if decode {
             DeviceOp::AllocDecodeRows
         } else {
@@ -254,7 +254,7 @@ impl DevicePool {
         let decode32 = u32::from(decode);
         let prefix_dev = prefix.map_or(seq_lens, |(_, p)| p);
         // A batch of the kernels that decide a whole call in every block (a decode step of up
-        // to 1,024 requests, an extend of up to 256): one kernel (it enters rows in a 32-bit
+        // to 1,024 requests, up to 4,096 on a cluster; an extend of up to 256): one kernel (it enters rows in a 32-bit
         // keyed table; `TableShape::span`, checked above, bounds the table's rows by 2^32 - 1).
         let typed = &self.kernels.typed;
         // The rows kernel and its block. An extend_few shape runs on the rows kernel of the
@@ -269,9 +269,10 @@ impl DevicePool {
                 Some((typed.extend_blocks_rows, block))
             }
             ExtendKernel::Decode(threads) => Some((typed.decode_rows[decode_slot(threads)], block)),
-            // (By row, batches of more than DECODE_BATCH stay on the ticketed kernel:
-            // `extend_shape` above is not offered clusters.)
-            ExtendKernel::Grid | ExtendKernel::DecodeCluster(_) => None,
+            ExtendKernel::DecodeCluster(blocks) => {
+                Some((typed.decode_cluster_rows[cluster_slot(blocks)], block))
+            }
+            ExtendKernel::Grid => None,
         };
         if let Some((function, block)) = one_kernel {
             let tab = TableArgs {
