@@ -675,7 +675,12 @@ fn large_decodes_by_row_name_the_hosts_bad_request() {
             rng.shuffle(&mut batch);
             batch.truncate(n);
             let mut seq: Vec<i64> = batch.iter().map(|&r| lens[r as usize] + 1).collect();
-            let (k, j) = (n / 3, 2 * n / 3);
+            // k: a request that starts a page (a whole page so far), so that repeating it
+            // whole is a repeated row and nothing else (a repeated continuation is also a
+            // second extension of its page, which names it first: a smaller error code).
+            let k = (n / 3..n).find(|&i| lens[batch[i] as usize] == 16).unwrap();
+            let j = 2 * n / 3;
+            assert!(k < j, "{n}: no page-starting request in the middle third");
             let (status, named) = match case {
                 "good" => (kvp_status::Ok, String::new()),
                 "outside" => {
@@ -686,7 +691,7 @@ fn large_decodes_by_row_name_the_hosts_bad_request() {
                     )
                 }
                 "twice" => {
-                    batch[j] = batch[k];
+                    (batch[j], seq[j]) = (batch[k], seq[k]);
                     (
                         kvp_status::InvalidArgument,
                         format!("rows[{j}] = {}", batch[k]),
