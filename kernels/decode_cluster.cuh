@@ -1,33 +1,36 @@
-// alloc_decode of more requests than one block holds (DECODE_BATCH < batch <= CLUSTER *
-// BLOCK), a request a thread, on one thread block cluster (sm_90): the blocks of a cluster
-// share their shared memory and a hardware barrier, so they decide the call together as
-// decode_block's one block does, without the ticketed kernel's grid-wide round trips
-// through global memory. Included by pool.cu after decode_block.cuh, whose checks, verdict
-// and early writes it makes, in the same order; only what crosses blocks differs:
+// alloc_decode (and alloc_decode_rows) of more requests than one block holds (DECODE_BATCH <
+// batch <= CLUSTER * BLOCK), a request a thread, on one thread block cluster (sm_90): the
+// blocks of a cluster share their shared memory and a hardware barrier, so they decide the
+// call together as decode_block's one block does, without the ticketed kernel's grid-wide
+// round trips through global memory. Included by pool.cu after decode_block.cuh, whose checks
+// and verdict (the smallest position, then the smallest code) it makes; what crosses blocks:
 //
-// - ranks: each warp's two counts go to its block's shared memory, and after a cluster
-//   barrier a lane reads the counts of every block (one a lane, a load per block) and adds
-//   them up with warp reductions;
+// - ranks: each warp stores its two counts into every block, so that after the barrier a
+//   lane reads every block's count of its warp from its own block and warp reductions add
+//   them up;
 // - the ring's first CLUSTER * BLOCK pages from the head, one a thread: a starting request
 //   reads its page from the block that loaded it;
-// - two requests continuing one page: one open-addressing table spread over the blocks'
-//   shared memory (block b holds slots [2 * BLOCK * b, 2 * BLOCK * (b + 1))), entered with
-//   atomics on the owning block's memory, at most half full;
-// - errors: a report lowers the error word of every block, so each reads its verdict from
-//   its own memory after the last barrier (no block reads another's memory after it, so a
-//   block may exit as soon as it is done).
+// - two requests continuing one page (by row, also two requests of one row): one
+//   open-addressing table spread over the blocks' shared memory (block b holds slots
+//   [2 * BLOCK * b, 2 * BLOCK * (b + 1))), entered with atomics on the owning block's memory,
+//   at most half full; the second of two to enter reports the later in batch order;
+// - errors: a report lowers the error word of every block, so each reads the verdict from
+//   its own memory.
 //
-// Three cluster barriers: the first (its arrive right after the tables are cleared, its
-// wait before the first remote access) makes every block's table and error word ready; the
-// second orders every block's page words, loaded before it, before the call's early writes
-// (no check reads another request's early fill point, as in decode_block) and publishes the
-// counts and the table; the third publishes the reports (the verdict).
+// Barriers: (1) its arrive right after the blocks clear their tables and error words, its
+// wait before the first access to another block's memory; (2) after the table, the counts and
+// the reports, made once every block's page words are in: then, where the device totals are
+// the plan's, the verdict is in (a call whose totals are not gets decode_block's length
+// reports and a barrier (3); it fails), and the call is written after it, nothing written
+// before (no undo); a last, relaxed barrier keeps every block until the starting requests
+// have read their pages from it. (A first version with barrier (3) for every call and the
+// call written before it, as decode_block does, took 1.15-1.37x the time: BENCHMARKS.md,
+// twenty-eighth session.)
 //
 // ROWS: by request row, as decode_block (rows checked and seen once, last_loc from the table,
 // the slot into the table and to `out` when it is not NULL; rows meet in a second table).
-// Only sm_90 has clusters:
-// the host launches these kernels only where the device supports cluster launches and
-// fits a cluster of CLUSTER blocks (`cuOccupancyMaxActiveClusters`).
+// Only sm_90 has clusters: the host launches these kernels only where the device supports
+// cluster launches and fits a cluster of 8 blocks (`cuOccupancyMaxActiveClusters`).
 
 namespace kvp {
 

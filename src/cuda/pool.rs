@@ -74,9 +74,10 @@ const SORT_CAP: u64 = 4096;
 /// twentieth session). By request row the extend_few shapes run on the request-a-thread
 /// kernels of the same shape (`kvp_extend_{warp,block64,block,blocks}_rows_*`; up to 64
 /// tokens on one warp, else one block of 256 threads).
-/// A decode of more than `DECODE_BATCH` and at most 4,096 requests runs on one thread block
-/// cluster (`DECODE_CLUSTERS`, sm_90) where the device has them: 0.45-0.52x the ticketed
-/// kernel's time at 4,096 requests (BENCHMARKS.md, twenty-eighth session). Larger batches go
+/// A decode of more than `DECODE_BATCH` and at most 4,096 requests, also by row, runs on one
+/// thread block cluster (`DECODE_CLUSTERS`, sm_90) where the device has them: 0.45-0.52x the
+/// ticketed kernel's time at 4,096 requests, by row 0.28-0.32x that of its three kernels
+/// (BENCHMARKS.md, twenty-eighth session). Larger batches go
 /// to the ticketed multi-block kernel (for extends, one block of 256 threads for up to 4,096
 /// tokens, or deciding blocks of four requests a thread, were both measured slower than
 /// several blocks with a ticket: BENCHMARKS.md).
@@ -93,7 +94,7 @@ const CLUSTER_BLOCK: u32 = 512;
 /// Blocks per cluster of `kvp_decode_cluster{N}_*`, in the order of `Typed::decode_cluster`:
 /// a decode of more than `DECODE_BATCH` and at most `N * CLUSTER_BLOCK` requests runs on
 /// one cluster of the fewest blocks that hold it, where the device runs clusters (sm_90;
-/// `DevicePool::clusters`), else on the ticketed kernel.
+/// `DevicePool::decodes_on_clusters`), else on the ticketed kernel.
 pub(super) const DECODE_CLUSTERS: [u32; 2] = [4, 8];
 const WARP_BATCH: usize = 32;
 /// The most tokens `kvp_extend_few_64_*` takes (two a writer lane).
@@ -449,10 +450,10 @@ impl DevicePool {
         &self.config
     }
 
-    /// Whether decodes of 1,025 to 4,096 requests run on one thread block cluster
-    /// (`kvp_decode_cluster{4,8}_*`): where the device launches clusters (compute capability
-    /// 9.0 and later) and has room for one of 8 blocks; else on the ticketed kernel. Either
-    /// gives the same results.
+    /// Whether decodes of 1,025 to 4,096 requests, also by row, run on one thread block
+    /// cluster (`kvp_decode_cluster{4,8}_*`): where the device launches clusters (compute
+    /// capability 9.0 and later) and has room for one of 8 blocks; else on the ticketed
+    /// kernel. Either gives the same results.
     pub fn decodes_on_clusters(&self) -> bool {
         self.clusters
     }
