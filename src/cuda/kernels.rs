@@ -165,7 +165,6 @@ impl Typed {
     /// The entry points instantiated per index type, `kvp_{name}_{index}`.
     fn resolve(get: Lookup<'_>, index: &str) -> Result<Self, PoolError> {
         let typed = |name: &str| get(&format!("kvp_{name}_{index}"));
-        // `kvp_decode_{threads}{form}_{index}`, in the order of DECODE_THREADS.
         // `kvp_decode_cluster{blocks}{form}_{index}`, in the order of DECODE_CLUSTERS.
         let cluster = |form: &str| -> Result<[CUfunction; DECODE_CLUSTERS.len()], PoolError> {
             let mut functions = [std::ptr::null_mut(); DECODE_CLUSTERS.len()];
@@ -174,6 +173,7 @@ impl Typed {
             }
             Ok(functions)
         };
+        // `kvp_decode_{threads}{form}_{index}`, in the order of DECODE_THREADS.
         let decode = |form: &str| -> Result<[CUfunction; DECODE_THREADS.len()], PoolError> {
             let mut functions = [std::ptr::null_mut(); DECODE_THREADS.len()];
             for (function, threads) in functions.iter_mut().zip(DECODE_THREADS) {

@@ -77,10 +77,10 @@ const SORT_CAP: u64 = 4096;
 /// A decode of more than `DECODE_BATCH` and at most 4,096 requests, also by row, runs on one
 /// thread block cluster (`DECODE_CLUSTERS`, sm_90) where the device has them: 0.45-0.52x the
 /// ticketed kernel's time at 4,096 requests, by row 0.28-0.32x that of its three kernels
-/// (BENCHMARKS.md, twenty-eighth session). Larger batches go
-/// to the ticketed multi-block kernel (for extends, one block of 256 threads for up to 4,096
-/// tokens, or deciding blocks of four requests a thread, were both measured slower than
-/// several blocks with a ticket: BENCHMARKS.md).
+/// (BENCHMARKS.md, twenty-eighth session). Larger batches go to the ticketed multi-block
+/// kernel (for extends, one block of 256 threads for up to 4,096 tokens, or deciding blocks
+/// of four requests a thread, were both measured slower than several blocks with a ticket:
+/// BENCHMARKS.md).
 pub(super) const DECODE_THREADS: [u32; 6] = [32, 64, 128, 256, 512, 1024];
 /// The largest page size of a device pool: the kernels count slots within a page in 32
 /// bits, with room to step past the page's end (`kvp_free_segment_*` steps a page 128
@@ -453,7 +453,7 @@ impl DevicePool {
     /// Whether decodes of 1,025 to 4,096 requests, also by row, run on one thread block
     /// cluster (`kvp_decode_cluster{4,8}_*`): where the device launches clusters (compute
     /// capability 9.0 and later) and has room for one of 8 blocks; else on the ticketed
-    /// kernel. Either gives the same results.
+    /// kernel. Either hands out the same slots.
     pub fn decodes_on_clusters(&self) -> bool {
         self.clusters
     }

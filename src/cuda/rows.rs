@@ -254,8 +254,9 @@ impl DevicePool {
         let decode32 = u32::from(decode);
         let prefix_dev = prefix.map_or(seq_lens, |(_, p)| p);
         // A batch of the kernels that decide a whole call in every block (a decode step of up
-        // to 1,024 requests, up to 4,096 on a cluster; an extend of up to 256): one kernel (it enters rows in a 32-bit
-        // keyed table; `TableShape::span`, checked above, bounds the table's rows by 2^32 - 1).
+        // to 1,024 requests, up to 4,096 on a cluster; an extend of up to 256): one kernel (it
+        // enters rows in a 32-bit keyed table; `TableShape::span`, checked above, bounds the
+        // table's rows by 2^32 - 1).
         let typed = &self.kernels.typed;
         // The rows kernel and its block. An extend_few shape runs on the rows kernel of the
         // same grid, but its one-block shapes on two rows kernels only: one warp up to
