@@ -165,41 +165,34 @@ impl Typed {
     /// The entry points instantiated per index type, `kvp_{name}_{index}`.
     fn resolve(get: Lookup<'_>, index: &str) -> Result<Self, PoolError> {
         let typed = |name: &str| get(&format!("kvp_{name}_{index}"));
-        // `kvp_decode_cluster{blocks}{form}_{index}`, in the order of DECODE_CLUSTERS.
-        let cluster = |form: &str| -> Result<[CUfunction; DECODE_CLUSTERS.len()], PoolError> {
-            let mut functions = [std::ptr::null_mut(); DECODE_CLUSTERS.len()];
-            for (function, blocks) in functions.iter_mut().zip(DECODE_CLUSTERS) {
-                *function = typed(&format!("decode_cluster{blocks}{form}"))?;
+        // `kvp_{stem}{size}{form}_{index}` for each of `sizes`, in their order: the kernels
+        // instantiated per block (`DECODE_THREADS`, `FEW_THREADS`) or cluster
+        // (`DECODE_CLUSTERS`) size.
+        fn sized<const N: usize>(
+            typed: &dyn Fn(&str) -> Result<CUfunction, PoolError>,
+            stem: &str,
+            sizes: [u32; N],
+            form: &str,
+        ) -> Result<[CUfunction; N], PoolError> {
+            let mut functions = [std::ptr::null_mut(); N];
+            for (function, size) in functions.iter_mut().zip(sizes) {
+                *function = typed(&format!("{stem}{size}{form}"))?;
             }
             Ok(functions)
-        };
-        // `kvp_decode_{threads}{form}_{index}`, in the order of DECODE_THREADS.
-        let decode = |form: &str| -> Result<[CUfunction; DECODE_THREADS.len()], PoolError> {
-            let mut functions = [std::ptr::null_mut(); DECODE_THREADS.len()];
-            for (function, threads) in functions.iter_mut().zip(DECODE_THREADS) {
-                *function = typed(&format!("decode_{threads}{form}"))?;
-            }
-            Ok(functions)
-        };
+        }
         Ok(Self {
             alloc: typed("alloc")?,
             extend: typed("extend")?,
             extend_block: typed("extend_block")?,
             extend_block64: typed("extend_block64")?,
             extend_blocks: typed("extend_blocks")?,
-            extend_few: {
-                let mut functions = [std::ptr::null_mut(); FEW_THREADS.len()];
-                for (function, threads) in functions.iter_mut().zip(FEW_THREADS) {
-                    *function = typed(&format!("extend_few_{threads}"))?;
-                }
-                functions
-            },
+            extend_few: sized(&typed, "extend_few_", FEW_THREADS, "")?,
             extend_few_blocks: typed("extend_few_blocks")?,
             extend_few_spread: typed("extend_few_spread")?,
-            decode: decode("")?,
-            decode_rows: decode("_rows")?,
-            decode_cluster: cluster("")?,
-            decode_cluster_rows: cluster("_rows")?,
+            decode: sized(&typed, "decode_", DECODE_THREADS, "")?,
+            decode_rows: sized(&typed, "decode_", DECODE_THREADS, "_rows")?,
+            decode_cluster: sized(&typed, "decode_cluster", DECODE_CLUSTERS, "")?,
+            decode_cluster_rows: sized(&typed, "decode_cluster", DECODE_CLUSTERS, "_rows")?,
             free_known: typed("free_known")?,
             free_segment: typed("free_segment")?,
             free_segment_wide: typed("free_segment_wide")?,
