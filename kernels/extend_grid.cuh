@@ -110,8 +110,9 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
       // one cannot extend a page twice: no claim needed. (Unusable lengths give an empty
       // shape: no claim, no fill point moved; the call fails below.)
       const bool claim = s.part1 > 0 && batch > 1;
+      const Requests<Index> req{prefix_lens, seq_lens, last_loc, decode != 0};
       err = check_last_loc(v, call, first + r, ll, (unsigned long long)prefix, s.part1, claim,
-                           &named);
+                           req, &named);
     }
   }
 

@@ -623,6 +623,49 @@ __device__ inline uint32_t request_of(const unsigned long long *tok_off, uint32_
   return lo;
 }
 
+// Whether request `i`'s device lengths are usable at all (0 <= prefix <= seq <= size). The
+// host validated its own copies; the device copies may disagree (a stale copy).
+__device__ inline bool lengths_sane(const View &v, long long prefix, long long seq) {
+  return prefix >= 0 && seq >= prefix && (unsigned long long)seq <= v.size;
+}
+
+// A request's shape from device lengths; an empty one when they are unusable (`*sane`
+// false: the block that owns the request reports it).
+__device__ inline Shape usable_shape(const View &v, long long prefix, long long seq, bool *sane) {
+  *sane = lengths_sane(v, prefix, seq);
+  return *sane ? shape_of((unsigned long long)prefix, (unsigned long long)seq, v)
+               : Shape{0, 0, 0};
+}
+
+// The call's requests as the ticketed kernel reads them (a decode's prefix is seq - 1).
+template <typename Index>
+struct Requests {
+  const long long *prefix_lens, *seq_lens;
+  const Index *last_loc;
+  bool decode;
+  __device__ long long prefix(uint32_t q) const {
+    return decode ? seq_lens[q] - 1 : prefix_lens[q];
+  }
+};
+
+// A request that adds nothing to its prefix's page finds the page's fill word tagged by this
+// call: valid, as for the host, when the word is the claimant's advance from the same
+// last_loc (so the page ended there before the call); else a second continuation or a
+// replayed capture's stale advance. One block's kernels decide the same from their table
+// (advanced_by_call, extend_block.cuh). The claim word is there to read: the claimant stores
+// the fill word only after its claim's atomic has returned (check_last_loc).
+template <typename Index>
+__device__ bool moved_by_claimant(const View &v, const Call &call, unsigned long long holder,
+                                  long long ll, unsigned long long filled,
+                                  const Requests<Index> &req) {
+  if ((holder >> 32) != call.tag || (uint32_t)holder == 0) return false;
+  const uint32_t q = (uint32_t)holder - 1;
+  const long long seq = req.seq_lens[q], prefix = req.prefix(q), last = (long long)req.last_loc[q];
+  bool sane;
+  const Shape s = usable_shape(v, prefix, seq, &sane);
+  return sane && last == ll && fill_of(filled) == mod_ps((unsigned long long)ll, v) + 1 + s.part1;
+}
+
 // Checks request `i`'s last_loc: ERR_NONE or what is wrong. It must be its page's last
 // handed-out slot (the fill point), so a stale last_loc cannot hand a slot out twice. A request
 // that writes `added` slots into its prefix's page (`added > 0`) advances the page's fill point
@@ -632,13 +675,17 @@ __device__ inline uint32_t request_of(const unsigned long long *tok_off, uint32_
 // two requests extending it are caught whichever checks first. Token pools (one slot a page)
 // have nothing to track.
 //
+// A request that adds nothing to its page (an empty one) may find the page already moved by
+// another request of the call, in another block (see moved_by_claimant).
+//
 // `*named`: the request the error names, `i` but for a shared page: the later in batch order
 // of `i` and the request found on the page's claim word (the host names the second request
 // of a page; exact for two requests on one page, while with three or more the claim word
 // may hold another one than the first).
+template <typename Index>
 __device__ uint32_t check_last_loc(const View &v, const Call &call, uint32_t i, long long ll,
                                    unsigned long long prefix, unsigned long long added,
-                                   bool claim, uint32_t *named) {
+                                   bool claim, const Requests<Index> &req, uint32_t *named) {
   *named = i;
   if (prefix == 0) return ll == -1 ? ERR_NONE : ERR_LAST_LOC_EMPTY;
   const uint32_t err = slot_error(ll, v);
@@ -659,8 +706,11 @@ __device__ uint32_t check_last_loc(const View &v, const Call &call, uint32_t i, 
   };
   if (tracked) {
     if (fill_tag(filled) == call.tag) {
-      // Advanced by the request that claimed the page (error path only: one more load).
-      later_of(__ldcg(&v.claim[page]));
+      // Advanced by the request that claimed the page (one more load; for a request that
+      // adds nothing to the page, the claimant's lengths too).
+      const unsigned long long holder = __ldcg(&v.claim[page]);
+      if (added == 0 && moved_by_claimant(v, call, holder, ll, filled, req)) return ERR_NONE;
+      later_of(holder);
       return ERR_SHARED_PAGE;
     }
     if (fill_of(filled) != in_page + 1) return ERR_FILL;
@@ -678,20 +728,6 @@ __device__ uint32_t check_last_loc(const View &v, const Call &call, uint32_t i, 
     v.fill[page] = fill_word(call.tag, in_page + 1 + added);
   }
   return ERR_NONE;
-}
-
-// Whether request `i`'s device lengths are usable at all (0 <= prefix <= seq <= size). The
-// host validated its own copies; the device copies may disagree (a stale copy).
-__device__ inline bool lengths_sane(const View &v, long long prefix, long long seq) {
-  return prefix >= 0 && seq >= prefix && (unsigned long long)seq <= v.size;
-}
-
-// A request's shape from device lengths; an empty one when they are unusable (`*sane`
-// false: the block that owns the request reports it).
-__device__ inline Shape usable_shape(const View &v, long long prefix, long long seq, bool *sane) {
-  *sane = lengths_sane(v, prefix, seq);
-  return *sane ? shape_of((unsigned long long)prefix, (unsigned long long)seq, v)
-               : Shape{0, 0, 0};
 }
 
 // The tokens [begin, end) of a plan of `total` tokens that this block writes: all of them
