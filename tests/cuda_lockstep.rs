@@ -1,7 +1,8 @@
 //! The CUDA backend against the host backend, in lockstep: long random sequences of every
 //! pool operation (page sizes 1, 16 and 64; `need_sort` on and off; int64 and int32
-//! indices; batches of 1 to 1024 requests; free groups, snapshots, explicit merges, clears,
-//! and bad inputs that only the device can see) run on a `DevicePool` and a host `Pool`.
+//! indices; batches of 1 to 1024 requests, decodes of up to 4096; free groups, snapshots,
+//! explicit merges, clears, and bad inputs that only the device can see) run on a
+//! `DevicePool` and a host `Pool`.
 //! After every operation the statuses, every output index and the available size must
 //! agree; every 64 operations and at the end, the whole free list (ring from its head, then
 //! the staged pages) is read back from the device and compared with the host's, and the
@@ -63,6 +64,8 @@ struct Run {
     faults: u64,
     /// Frees by index of more than 4,096 indices on a paged pool (the multi-block path).
     large_frees: u64,
+    /// Decodes of more than 1,024 requests (a cluster's kernel on sm_90, else the ticketed one).
+    large_decodes: u64,
 }
 
 /// Calls a generic host-pool method whose first argument is an index slice, with indices
@@ -117,6 +120,7 @@ impl Run {
             ops: 0,
             faults: 0,
             large_frees: 0,
+            large_decodes: 0,
         }
     }
 
@@ -399,10 +403,18 @@ impl Run {
     }
 
     fn decode(&mut self) {
-        let bs = self.batch_size();
+        // Now and then up to 4,096 requests (more than one block's, where enough rows live).
+        let bs = if self.rng.chance(5) {
+            1 + self.rng.below(4096) as usize
+        } else {
+            self.batch_size()
+        };
         let chosen = self.pick_distinct(bs);
         if chosen.is_empty() {
             return;
+        }
+        if chosen.len() > 1024 {
+            self.large_decodes += 1;
         }
         let seq: Vec<i64> = chosen
             .iter()
@@ -844,11 +856,12 @@ fn run_config(
     );
     eprintln!(
         "config {index:>2} seed {seed:>3}: page_size {ps:>2} need_sort {need_sort:<5} int32 {i32:<5}: {} ops, {} bad \
-         inputs caught on the device (host refused the same), {} frees of over 4096 indices, {} pages \
-         in use at the end, {:.0} s",
+         inputs caught on the device (host refused the same), {} frees of over 4096 indices, {} \
+         decodes of over 1024 requests, {} pages in use at the end, {:.0} s",
         run.ops,
         run.faults,
         run.large_frees,
+        run.large_decodes,
         run.device.stats().pages_in_use,
         started.elapsed().as_secs_f64()
     );
