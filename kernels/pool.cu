@@ -1284,6 +1284,14 @@ using namespace kvp;
                                                       batch, total_tokens, total_pages,           \
                                                       out);                                       \
   }                                                                                               \
+  /* The same for at most 1,024 requests, WIDE_PER a thread (shared memory given at launch). */    \
+  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_blocks_wide_##SUFFIX(     \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend_blocks_wide<INDEX, false>(v, call, prefix_lens, seq_lens, last_loc, batch,             \
+                                     total_tokens, total_pages, out);                             \
+  }                                                                                               \
   /* Page ids and token-pool slots (mode FREE_PAGE_IDS / FREE_SLOTS). */                          \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK, 2) kvp_free_known_##SUFFIX(            \
       View v, Call call, const INDEX *src, uint32_t mode, unsigned long long len,                 \
@@ -1321,6 +1329,12 @@ using namespace kvp;
     rewind<INDEX>(v, call, last_kept, len);                                                       \
   }
 
+// The dynamic shared memory of kvp_extend_blocks_wide_* and kvp_extend_blocks_wide_rows_*, in
+// bytes (of either index type): read by the host when it loads the module.
+extern "C" __device__ const uint32_t kvp_extend_blocks_wide_shared[2] = {
+    sizeof(ExtendShared<EXTEND_BLOCK, WIDE_PER, false>),
+    sizeof(ExtendShared<EXTEND_BLOCK, WIDE_PER, true>)};
+
 KVP_INDEX_KERNELS(i64, long long)
 KVP_INDEX_KERNELS(i32, int)
 
@@ -1357,6 +1371,13 @@ KVP_INDEX_KERNELS(i32, int)
     extend_kernel<EXTEND_BLOCK, 1, INDEX, true, true>(v, call, prefix_lens, seq_lens, nullptr,    \
                                                      batch,  total_tokens, total_pages,           \
                                                      out, tab);                                   \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_blocks_wide_rows_##SUFFIX( \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
+      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    extend_blocks_wide<INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,               \
+                                    total_tokens, total_pages, out, tab);                         \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(ROWS_BLOCK) kvp_rows_gather_##SUFFIX(              \
       View v, Call call, const void *table, uint32_t wide, unsigned long long table_rows,         \

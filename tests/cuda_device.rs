@@ -1121,21 +1121,73 @@ fn segment_frees_longer_than_the_grid_match_the_host() {
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn long_extends_of_small_batches_decide_alike_in_every_block() {
+    let kinds = deciding_block_rounds(false);
+    println!(
+        "long extends: {} batches of at most 32 requests and a block, {} of more requests \
+         than blocks, {} larger; {} with a sharer accepted, {} refused",
+        kinds.few, kinds.spread, kinds.more, kinds.sharers_accepted, kinds.refused
+    );
+    assert!(
+        kinds.sharers_accepted > 0
+            && kinds.refused > 0
+            && kinds.few > 0
+            && kinds.spread > 0
+            && kinds.more > 0,
+        "{kinds:?}"
+    );
+}
+
+/// The same rounds with a few hundred more fresh requests in most batches: extends of
+/// 257-1,024 requests run on blocks of four requests a thread that each decide the call
+/// (`kvp_extend_blocks_wide_*`), larger ones on the ticketed kernel.
+#[test]
+#[ignore = "needs a CUDA GPU"]
+fn wide_extends_decide_alike_in_every_block() {
+    let kinds = deciding_block_rounds(true);
+    println!(
+        "wide extends: {} batches of 257-1,024 requests on several blocks, {} larger; {} with \
+         a sharer accepted, {} refused",
+        kinds.wide, kinds.ticketed, kinds.sharers_accepted, kinds.refused
+    );
+    assert!(
+        kinds.sharers_accepted > 0 && kinds.refused > 0 && kinds.wide > 0 && kinds.ticketed > 0,
+        "{kinds:?}"
+    );
+}
+
+/// What [`deciding_block_rounds`] ran: batches by kernel (of more than 1,024 tokens: `few`,
+/// `spread`, `more`; of 257-1,024 and of more requests: `wide`, `ticketed`), calls accepted
+/// with an empty request on a continued page, calls refused.
+#[derive(Debug, Default)]
+struct RoundKinds {
+    few: usize,
+    spread: usize,
+    more: usize,
+    wide: usize,
+    ticketed: usize,
+    sharers_accepted: usize,
+    refused: usize,
+}
+
+/// Random extend rounds on a host and a device pool (page sizes 1, 16, 64; 12 seeds of 8
+/// rounds each), compared slot by slot, fault by fault. `wide`: most batches get 220-1,000
+/// more short fresh requests (a round's batch then holds 257 to about 1,100).
+fn deciding_block_rounds(wide: bool) -> RoundKinds {
     const GUARD: usize = 512;
-    const CAP: usize = 1 << 14;
+    const CAP: usize = 1 << 16;
+    const MAX_BATCH: usize = 2048;
     let gpu = Gpu::new(false);
-    let (prefix_d, seq_d, last_d) = DevBuf::lengths(256);
+    let (prefix_d, seq_d, last_d) = DevBuf::lengths(MAX_BATCH);
     let out = DevBuf::new(8 * (CAP + GUARD));
-    let (mut sharers_accepted, mut refused) = (0, 0);
-    // Batches of at most 32 requests run on kvp_extend_few_blocks_* (at most a request a
-    // block of ~512 tokens) or kvp_extend_few_spread_* (more requests than blocks), larger
-    // ones on kvp_extend_blocks_*.
-    let (mut few, mut spread, mut more) = (0, 0, 0);
+    let mut kinds = RoundKinds::default();
+    // Wide rounds keep at most this many rows (others are dropped from the test's view:
+    // their pages stay allocated on both pools), so continuations stay a fraction.
+    let keep_rows = if wide { 300 } else { usize::MAX };
     for ps in [1u32, 16, 64] {
         for seed in 0..12u64 {
-            let mut rng = rng::Rng(seed * 1000 + u64::from(ps));
+            let mut rng = rng::Rng(seed * 1000 + u64::from(ps) + if wide { 7 } else { 0 });
             let pool_config = |backend| PoolConfig {
-                size: 32768 * u64::from(ps),
+                size: if wide { 1 << 21 } else { 32768 * u64::from(ps) },
                 ..config(backend, ps)
             };
             let mut host = Pool::new(pool_config(BackendKind::Host)).unwrap();
@@ -1158,8 +1210,13 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
                     batch.push((0, rng.range(1, 40) as i64, -1, None));
                 }
                 // Now and then a burst of short fresh requests, so that batches of more than
-                // 32 requests (kvp_extend_blocks_*) come up at every page size.
-                if rows.len() < 100 && rng.chance(40) {
+                // 32 requests (kvp_extend_blocks_*) come up at every page size; wide rounds
+                // mostly a larger one.
+                if wide && rng.chance(85) {
+                    for _ in 0..rng.range(220, 1000) {
+                        batch.push((0, rng.range(1, 40) as i64, -1, None));
+                    }
+                } else if rows.len() < 100 && rng.chance(40) {
                     for _ in 0..rng.range(30, 50) {
                         batch.push((0, rng.range(1, 40) as i64, -1, None));
                     }
@@ -1199,15 +1256,14 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
                 let last: Vec<i64> = batch.iter().map(|b| b.2).collect();
                 let total: usize = batch.iter().map(|b| (b.1 - b.0) as usize).sum();
                 let what = format!("ps {ps} seed {seed} round {round}: {batch:?}");
-                assert!(total <= CAP && batch.len() <= 256, "{what}");
-                if total > 1024 {
-                    if batch.len() <= 32 && batch.len() > total.div_ceil(512) {
-                        spread += 1;
-                    } else if batch.len() <= 32 {
-                        few += 1;
-                    } else {
-                        more += 1;
-                    }
+                assert!(total <= CAP && batch.len() <= MAX_BATCH, "{what}");
+                match batch.len() {
+                    n if n > 1024 => kinds.ticketed += 1,
+                    n if n > 256 => kinds.wide += 1,
+                    n if total > 1024 && n <= 32 && n > total.div_ceil(512) => kinds.spread += 1,
+                    n if total > 1024 && n <= 32 => kinds.few += 1,
+                    _ if total > 1024 => kinds.more += 1,
+                    _ => {}
                 }
                 let mut want = vec![0i64; total];
                 let host_result = host.alloc_extend(&prefix, &seq, &last, total as u64, &mut want);
@@ -1219,14 +1275,14 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
                     Ok(()) => {
                         assert!(device.fault().is_none(), "{what}: {:?}", device.fault());
                         assert_eq!(call.got, want, "{what}");
-                        sharers_accepted += usize::from(sharer);
+                        kinds.sharers_accepted += usize::from(sharer);
                         let mut at = 0;
                         for &(p, s, _, row) in &batch {
                             let slots = want[at..at + (s - p) as usize].to_vec();
                             at += slots.len();
                             match row {
                                 Some(i) => rows[i].extend(slots),
-                                None if p == 0 => rows.push(slots),
+                                None if p == 0 && rows.len() < keep_rows => rows.push(slots),
                                 None => {}
                             }
                         }
@@ -1237,23 +1293,14 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
                         assert_eq!(fault.kind, e.kind(), "{what}: {fault:?} vs {e}");
                         assert_eq!(fault.position, batch.len() as i64 - 1, "{what}: {fault:?}");
                         call.assert_refused_then_restore(&mut device, &gpu, &what);
-                        refused += 1;
+                        kinds.refused += 1;
                     }
                 }
                 assert_eq!(device.available_size(), host.available_size(), "{what}");
             }
         }
     }
-    println!(
-        "long extends: {few} batches of at most 32 requests and a block, {spread} of more \
-         requests than blocks, {more} larger; {sharers_accepted} with a sharer accepted, \
-         {refused} refused"
-    );
-    assert!(
-        sharers_accepted > 0 && refused > 0 && few > 0 && spread > 0 && more > 0,
-        "{sharers_accepted} sharers, {refused} refusals, {few} batches of at most 32 and a \
-         block, {spread} of more requests than blocks, {more} larger"
-    );
+    kinds
 }
 
 /// Past 264 blocks (`TARGET_BLOCKS`, src/cuda/pool.rs) each block of a several-block extend

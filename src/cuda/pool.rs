@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 
 use super::counts::{Accounting, Counts, Dest, Step};
 use super::driver::PrimaryContext;
-use super::kernels::{self, launch, Kernels};
+use super::kernels::{self, launch, launch_shared, Kernels};
 use super::layout::{
     arg, snapshot_bytes, snapshot_words, Arrays, Call, DeviceFault, DeviceOp, HostRecord, View,
     CALL_IN_GROUP, CALL_MIRROR, CLAIM_CHUNKS, FREE_PAGE_IDS, FREE_SEGMENT, FREE_SLOTS, NOT_POW2,
@@ -97,6 +97,8 @@ const CLUSTER_BLOCK: u32 = 512;
 /// `DevicePool::decodes_on_clusters`), else on the ticketed kernel.
 pub(super) const DECODE_CLUSTERS: [u32; 2] = [4, 8];
 const WARP_BATCH: usize = 32;
+/// The most requests `kvp_extend_blocks_wide_*` takes (`kvp::WIDE_PER` a thread).
+const WIDE_BATCH: usize = 4 * BLOCK as usize;
 /// The most tokens `kvp_extend_few_64_*` takes (two a writer lane).
 const WARP_TOKENS: u64 = 64;
 /// The most tokens `kvp_extend_few_128_*` takes (three a writer lane).
@@ -114,6 +116,9 @@ pub(super) enum ExtendKernel {
     Block,
     /// Several blocks that each decide the whole call (`kvp_extend_blocks_*`).
     Blocks,
+    /// The same for up to `WIDE_BATCH` requests, four a thread, with shared memory given at
+    /// launch (`kvp_extend_blocks_wide_*`).
+    BlocksWide,
     /// Many blocks (`kvp_extend_*`).
     Grid,
     /// A decode in one block of this many threads, one of `DECODE_THREADS`
@@ -139,11 +144,21 @@ pub(super) enum ExtendKernel {
 }
 
 impl ExtendKernel {
+    /// The dynamic shared memory its kernel is launched with (`rows`: its rows kernel's).
+    pub(super) fn shared_bytes(self, kernels: &Kernels, rows: bool) -> u32 {
+        match (self, rows) {
+            (Self::BlocksWide, false) => kernels.wide_shared.plain,
+            (Self::BlocksWide, true) => kernels.wide_shared.rows,
+            _ => 0,
+        }
+    }
+
     pub(super) fn function(self, typed: &crate::cuda::kernels::Typed) -> CUfunction {
         match self {
             Self::Block64 => typed.extend_block64,
             Self::Block => typed.extend_block,
             Self::Blocks => typed.extend_blocks,
+            Self::BlocksWide => typed.extend_blocks_wide,
             Self::Grid => typed.extend,
             Self::Decode(threads) => typed.decode[decode_slot(threads)],
             Self::DecodeCluster(blocks) => typed.decode_cluster[cluster_slot(blocks)],
@@ -751,6 +766,7 @@ impl DevicePool {
                     function,
                     grid,
                     block,
+                    shared: 0,
                     extra,
                 }],
             )
@@ -788,7 +804,8 @@ impl DevicePool {
             args[1] = arg(&call);
             args[2..].copy_from_slice(l.extra);
             // SAFETY: forwarded contract.
-            let launched = unsafe { launch(l.function, l.grid, l.block, stream, args) };
+            let launched =
+                unsafe { launch_shared(l.function, l.grid, l.block, l.shared, stream, args) };
             if let Err(err) = launched {
                 if i > 0 {
                     // Earlier kernels of the call are queued (a broken context, in
@@ -1149,27 +1166,32 @@ impl DevicePool {
         } else {
             DeviceOp::AllocExtend
         };
+        let shared = kernel.shared_bytes(&self.kernels, false);
         // SAFETY: `kvp_extend*_*(View, Call, const i64 *prefix, const i64 *seq, const Index
-        // *last_loc, u32 batch, u32 per_block, u32 decode, u64 tokens, u64 pages, Index *out)`.
+        // *last_loc, u32 batch, u32 per_block, u32 decode, u64 tokens, u64 pages, Index *out)`;
+        // `shared` as the kernel was allowed at load.
         unsafe {
-            self.run(
-                function,
-                grid,
-                block,
+            self.run_call(
                 op as u32,
                 Step::Take(pages),
                 stream,
-                &[
-                    arg(&prefix_lens),
-                    arg(&seq_lens),
-                    arg(&last_loc),
-                    arg(&batch32),
-                    arg(&per_block),
-                    arg(&decode),
-                    arg(&tokens),
-                    arg(&pages),
-                    arg(&out),
-                ],
+                &[Launch {
+                    function,
+                    grid,
+                    block,
+                    shared,
+                    extra: &[
+                        arg(&prefix_lens),
+                        arg(&seq_lens),
+                        arg(&last_loc),
+                        arg(&batch32),
+                        arg(&per_block),
+                        arg(&decode),
+                        arg(&tokens),
+                        arg(&pages),
+                        arg(&out),
+                    ],
+                }],
             )
         }
     }
@@ -1226,6 +1248,9 @@ impl DevicePool {
         } else if batch <= BLOCK as usize {
             let grid = tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32;
             (ExtendKernel::Blocks, grid, BLOCK, batch32, batch32)
+        } else if !decode && batch <= WIDE_BATCH {
+            let grid = tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32;
+            (ExtendKernel::BlocksWide, grid, BLOCK, batch32, batch32)
         } else {
             let per_block = Self::extend_per_block(batch, decode, pages);
             (
@@ -1341,12 +1366,14 @@ impl DevicePool {
                                     function: self.kernels.typed.claim_slots_paged,
                                     grid,
                                     block: FREE_BLOCK,
+                                    shared: 0,
                                     extra: &[arg(&indices), arg(&len64), arg(&chunk)],
                                 },
                                 Launch {
                                     function: self.kernels.release_claimed,
                                     grid: chunks,
                                     block: FREE_BLOCK,
+                                    shared: 0,
                                     extra: &[arg(&chunk)],
                                 },
                             ],
@@ -1812,6 +1839,8 @@ struct Launch<'a> {
     function: CUfunction,
     grid: u32,
     block: u32,
+    /// Dynamic shared memory, bytes (0 but for `ExtendKernel::BlocksWide`'s kernels).
+    shared: u32,
     extra: &'a [*mut c_void],
 }
 
@@ -2032,7 +2061,14 @@ mod tests {
                 (ExtendKernel::Blocks, 264, 256),
             ),
             ((1, false, 4096, 4096), (ExtendKernel::FewBlocks, 8, 256)),
-            ((300, false, 600, 600), (ExtendKernel::Grid, 150, 256)),
+            // 257-1,024 requests: blocks of four a thread that each decide the call.
+            ((257, false, 257, 257), (ExtendKernel::BlocksWide, 1, 256)),
+            ((300, false, 600, 600), (ExtendKernel::BlocksWide, 2, 256)),
+            (
+                (1024, false, 1 << 19, 1 << 15),
+                (ExtendKernel::BlocksWide, 264, 256),
+            ),
+            ((1025, false, 1025, 1025), (ExtendKernel::Grid, 257, 256)),
             ((8, false, 4096, 256), (ExtendKernel::FewBlocks, 8, 256)),
             ((9, false, 4096, 256), (ExtendKernel::FewSpread, 8, 256)),
             ((33, false, 4096, 256), (ExtendKernel::Blocks, 8, 256)),
