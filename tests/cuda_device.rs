@@ -1170,8 +1170,9 @@ struct RoundKinds {
 }
 
 /// Random extend rounds on a host and a device pool (page sizes 1, 16, 64; 12 seeds of 8
-/// rounds each), compared slot by slot, fault by fault. `wide`: most batches get 220-1,000
-/// more short fresh requests (a round's batch then holds 257 to about 1,100).
+/// rounds each, wide: `KVPOOL_WIDE_SEEDS`), compared slot by slot, fault by fault. `wide`:
+/// most batches get 220-1,000 more short fresh requests (a round's batch then holds 257 to
+/// about 1,100).
 fn deciding_block_rounds(wide: bool) -> RoundKinds {
     const GUARD: usize = 512;
     const CAP: usize = 1 << 16;
@@ -1183,8 +1184,13 @@ fn deciding_block_rounds(wide: bool) -> RoundKinds {
     // Wide rounds keep at most this many rows (others are dropped from the test's view:
     // their pages stay allocated on both pools), so continuations stay a fraction.
     let keep_rows = if wide { 300 } else { usize::MAX };
+    let seeds = if wide {
+        rounds_from_env("KVPOOL_WIDE_SEEDS", 12) as u64
+    } else {
+        12
+    };
     for ps in [1u32, 16, 64] {
-        for seed in 0..12u64 {
+        for seed in 0..seeds {
             let mut rng = rng::Rng(seed * 1000 + u64::from(ps) + if wide { 7 } else { 0 });
             let pool_config = |backend| PoolConfig {
                 size: if wide { 1 << 21 } else { 32768 * u64::from(ps) },

@@ -160,7 +160,7 @@ for step in "${steps[@]}"; do
             --error-exitcode 9 "$BIN/cuda_reservation" --ignored --test-threads=1
         run sanitize-racecheck-reservation "$SANITIZER" --tool racecheck \
             --error-exitcode 9 "$BIN/cuda_reservation" --ignored --test-threads=1
-        KVPOOL_DECODE_ROUNDS=1 KVPOOL_EXTEND_ROUNDS=1 run sanitize-memcheck-device "$SANITIZER" \
+        KVPOOL_DECODE_ROUNDS=1 KVPOOL_EXTEND_ROUNDS=1 KVPOOL_WIDE_SEEDS=4 run sanitize-memcheck-device "$SANITIZER" \
             --tool memcheck --error-exitcode 9 "$BIN/cuda_device" --ignored --test-threads=1 \
             --skip no_call_waits
         # The decode and few-request extend kernels with repeats and refusals (lockstep has
@@ -170,6 +170,11 @@ for step in "${steps[@]}"; do
             --tool racecheck --error-exitcode 9 "$BIN/cuda_device" --ignored --test-threads=1 --exact \
             decode_kernels_of_every_size_name_the_hosts_first_bad_request \
             extends_of_a_few_requests_name_the_hosts_first_bad_request
+        # Extends of 257-1,024 requests on blocks that each decide the call, with sharers and
+        # refusals (two seeds a page size).
+        KVPOOL_WIDE_SEEDS=2 run sanitize-racecheck-wide "$SANITIZER" --tool racecheck \
+            --error-exitcode 9 "$BIN/cuda_device" --ignored --exact \
+            wide_extends_decide_alike_in_every_block
         # Segment frees of several passes of the grid, with faults (the lockstep test's
         # segments fit in one pass).
         run sanitize-racecheck-segments "$SANITIZER" --tool racecheck --error-exitcode 9 \
