@@ -649,16 +649,15 @@ struct Requests {
 };
 
 // A request that adds nothing to its prefix's page finds the page's fill word tagged by this
-// call: valid, as for the host, when the word is the claimant's advance from the same
-// last_loc (so the page ended there before the call); else a second continuation or a
-// replayed capture's stale advance. One block's kernels decide the same from their table
-// (advanced_by_call, extend_block.cuh). The claim word is there to read: the claimant stores
-// the fill word only after its claim's atomic has returned (check_last_loc).
+// call and claimed by request `holder` - 1 of it: valid, as for the host, when the word is
+// that claimant's advance from the same last_loc (so the page ended there before the call);
+// else stale (or the page moved by a replayed capture's earlier run). One block's kernels
+// decide the same from their table (advanced_by_call, extend_block.cuh). The claim word is
+// there to read: the claimant stores the fill word only after its claim's atomic has
+// returned (check_last_loc).
 template <typename Index>
-__device__ bool moved_by_claimant(const View &v, const Call &call, unsigned long long holder,
-                                  long long ll, unsigned long long filled,
-                                  const Requests<Index> &req) {
-  if ((holder >> 32) != call.tag || (uint32_t)holder == 0) return false;
+__device__ bool moved_by_claimant(const View &v, unsigned long long holder, long long ll,
+                                  unsigned long long filled, const Requests<Index> &req) {
   const uint32_t q = (uint32_t)holder - 1;
   const long long seq = req.seq_lens[q], prefix = req.prefix(q), last = (long long)req.last_loc[q];
   bool sane;
@@ -709,7 +708,9 @@ __device__ uint32_t check_last_loc(const View &v, const Call &call, uint32_t i, 
       // Advanced by the request that claimed the page (one more load; for a request that
       // adds nothing to the page, the claimant's lengths too).
       const unsigned long long holder = __ldcg(&v.claim[page]);
-      if (added == 0 && moved_by_claimant(v, call, holder, ll, filled, req)) return ERR_NONE;
+      // (Not valid, such a request is stale: named itself, as by the host.)
+      if (added == 0 && (holder >> 32) == call.tag && (uint32_t)holder != 0)
+        return moved_by_claimant(v, holder, ll, filled, req) ? ERR_NONE : ERR_FILL;
       later_of(holder);
       return ERR_SHARED_PAGE;
     }

@@ -1148,11 +1148,15 @@ fn wide_extends_decide_alike_in_every_block() {
     let kinds = deciding_block_rounds(true);
     println!(
         "wide extends: {} batches of 257-1,024 requests, {} larger (ticketed kernel); {} with a \
-         sharer accepted, {} refused",
-        kinds.wide, kinds.ticketed, kinds.sharers_accepted, kinds.refused
+         sharer accepted, {} refused ({} for a stale empty request first)",
+        kinds.wide, kinds.ticketed, kinds.sharers_accepted, kinds.refused, kinds.stale_sharers
     );
     assert!(
-        kinds.sharers_accepted > 0 && kinds.refused > 0 && kinds.wide > 0 && kinds.ticketed > 0,
+        kinds.sharers_accepted > 0
+            && kinds.refused > 0
+            && kinds.wide > 0
+            && kinds.ticketed > 0
+            && kinds.stale_sharers > 0,
         "{kinds:?}"
     );
 }
@@ -1167,6 +1171,8 @@ struct RoundKinds {
     more: usize,
     wide: usize,
     ticketed: usize,
+    /// Wide rounds: calls with a stale empty request first, on a page a later one moves.
+    stale_sharers: usize,
     sharers_accepted: usize,
     refused: usize,
 }
@@ -1243,6 +1249,8 @@ fn deciding_block_rounds(wide: bool) -> RoundKinds {
                 }
                 // Now and then a bad continuation at the batch's end (only the device sees
                 // it): a second continuation of a page, or a stale one.
+                // The position the host names when it refuses the call.
+                let mut bad_at = None;
                 let bad = round >= 2 && rng.chance(30);
                 if bad {
                     let k = batch.iter().position(|&(_, _, _, row)| row.is_some());
@@ -1257,6 +1265,24 @@ fn deciding_block_rounds(wide: bool) -> RoundKinds {
                         } else {
                             batch.push((p, p + 1, l, None));
                         }
+                        bad_at = Some(batch.len() - 1);
+                    }
+                }
+                // Wide rounds, now and then: a stale empty request first, on a page a later
+                // request moves (the host names it; so must the device, whichever block
+                // checks first).
+                if wide && !bad && rng.chance(25) {
+                    let moved = batch.iter().position(|&(p, s, _, row)| {
+                        row.is_some_and(|i| !(rows[i].len() - 1).is_multiple_of(ps as usize))
+                            && p % i64::from(ps) != 0
+                            && s > p
+                    });
+                    if let Some(k) = moved {
+                        let (p, _, _, row) = batch[k];
+                        let r = &rows[row.unwrap()];
+                        batch.insert(0, (p - 1, p - 1, r[r.len() - 2], None));
+                        bad_at = Some(0);
+                        kinds.stale_sharers += 1;
                     }
                 }
                 let prefix: Vec<i64> = batch.iter().map(|b| b.0).collect();
@@ -1296,10 +1322,11 @@ fn deciding_block_rounds(wide: bool) -> RoundKinds {
                         }
                     }
                     Err(e) => {
-                        assert!(bad, "{what}: the host refused a good call: {e}");
+                        let at = bad_at
+                            .unwrap_or_else(|| panic!("{what}: the host refused a good call: {e}"));
                         let fault = device.fault().unwrap_or_else(|| panic!("{what}: no fault"));
                         assert_eq!(fault.kind, e.kind(), "{what}: {fault:?} vs {e}");
-                        assert_eq!(fault.position, batch.len() as i64 - 1, "{what}: {fault:?}");
+                        assert_eq!(fault.position, at as i64, "{what}: {fault:?}");
                         call.assert_refused_then_restore(&mut device, &gpu, &what);
                         kinds.refused += 1;
                     }
