@@ -650,8 +650,8 @@ struct Requests {
 
 // A request that adds nothing to its prefix's page finds the page's fill word tagged by this
 // call: valid, as for the host, when the word is the claimant's advance from the same
-// last_loc (so the page ended there before the call); else a second continuation or a
-// replayed capture's stale advance. One block's kernels decide the same from their table
+// last_loc (so the page ended there before the call); else the request is stale (or the
+// page was moved by a replayed capture's earlier run). One block's kernels decide the same from their table
 // (advanced_by_call, extend_block.cuh). The claim word is there to read: the claimant stores
 // the fill word only after its claim's atomic has returned (check_last_loc).
 template <typename Index>
