@@ -1,7 +1,8 @@
 // alloc_extend of a small batch (at most BLOCK * PER requests): the calls engines make most
 // after decode steps (a prefill of a few requests; decodes of up to 1,024 requests run on
 // decode_block.cuh's kernels, up to 4,096 on decode_cluster.cuh's, larger ones on the
-// ticketed kernel). Included by pool.cu after
+// ticketed kernel; extends of 257-1,024 requests on several blocks of 512 or 1,024 threads,
+// see extend_blocks_wide). Included by pool.cu after
 // `extend`, whose helpers it shares.
 //
 // PER requests per thread. Unlike the ticketed multi-block kernel, nothing changes before the
@@ -462,12 +463,13 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
 
 // The body is instantiated for both kinds of page size, so a power of two (the usual case)
 // runs without a branch or a call per division.
-template <int BLOCK, int PER, typename Index, bool ROWS = false, bool GRID = false>
-__device__ void extend_kernel(View v, Call call, const long long *prefix_lens,
-                              const long long *seq_lens, const Index *last_loc, uint32_t batch,
-                              unsigned long long total_tokens, unsigned long long total_pages,
-                              Index *out, TableArgs tab = {}) {
-  __shared__ ExtendShared<BLOCK, PER, ROWS> sh;
+template <int BLOCK, int PER, typename Index, bool ROWS, bool GRID>
+__device__ __forceinline__ void extend_on(ExtendShared<BLOCK, PER, ROWS> &sh, View v, Call call,
+                                          const long long *prefix_lens,
+                                          const long long *seq_lens, const Index *last_loc,
+                                          uint32_t batch, unsigned long long total_tokens,
+                                          unsigned long long total_pages, Index *out,
+                                          TableArgs tab) {
   if (v.page_shift != NOT_POW2)
     extend_block<BLOCK, PER, Index, ROWS, GRID, true>(sh, v, call, prefix_lens, seq_lens,
                                                       last_loc, batch, total_tokens,
@@ -476,6 +478,32 @@ __device__ void extend_kernel(View v, Call call, const long long *prefix_lens,
     extend_block<BLOCK, PER, Index, ROWS, GRID, false>(sh, v, call, prefix_lens, seq_lens,
                                                        last_loc, batch, total_tokens,
                                                        total_pages, out, tab);
+}
+
+template <int BLOCK, int PER, typename Index, bool ROWS = false, bool GRID = false>
+__device__ void extend_kernel(View v, Call call, const long long *prefix_lens,
+                              const long long *seq_lens, const Index *last_loc, uint32_t batch,
+                              unsigned long long total_tokens, unsigned long long total_pages,
+                              Index *out, TableArgs tab = {}) {
+  __shared__ ExtendShared<BLOCK, PER, ROWS> sh;
+  extend_on<BLOCK, PER, Index, ROWS, GRID>(sh, v, call, prefix_lens, seq_lens, last_loc, batch,
+                                           total_tokens, total_pages, out, tab);
+}
+
+// Several blocks of BLOCK (512 or 1,024) threads, a request a thread, that each decide the
+// call (kvp_extend_blocks{512,1024}_*: extends of 257-1,024 requests, where the ticketed
+// kernel had served; about a block an SM). Their shared memory passes the 48 KB a kernel
+// may declare, so it is the launch's dynamic shared memory: the host reads its size from
+// kvp_extend_blocks_wide_shared (pool.cu) and allows it on the kernel when the module loads.
+template <int BLOCK, typename Index>
+__device__ void extend_blocks_wide(View v, Call call, const long long *prefix_lens,
+                                   const long long *seq_lens, const Index *last_loc,
+                                   uint32_t batch, unsigned long long total_tokens,
+                                   unsigned long long total_pages, Index *out) {
+  extern __shared__ __align__(16) unsigned char wide_shared[];
+  auto &sh = *reinterpret_cast<ExtendShared<BLOCK, 1, false> *>(wide_shared);
+  extend_on<BLOCK, 1, Index, false, true>(sh, v, call, prefix_lens, seq_lens, last_loc, batch,
+                                          total_tokens, total_pages, out, {});
 }
 
 }  // namespace kvp

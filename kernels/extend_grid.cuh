@@ -1,4 +1,4 @@
-// The ticketed multi-block allocation kernel (kvp_extend_*): alloc_extend of more than 256
+// The ticketed multi-block allocation kernel (kvp_extend_*): alloc_extend of more than 1,024
 // requests and alloc_decode of more than 4,096 (more than 1,024 by row, or where the device
 // runs no clusters: decode_cluster.cuh), many blocks of EXTEND_BLOCK threads, a block
 // a run of requests, the last block to finish deciding the call. Included by pool.cu after

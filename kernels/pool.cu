@@ -1320,6 +1320,22 @@ using namespace kvp;
                                                       batch, total_tokens, total_pages,           \
                                                       out);                                       \
   }                                                                                               \
+  /* The same for 257-512 and 513-1,024 requests (one block of 256 threads holds 256), on     \
+     blocks of 512 and 1,024 threads, their shared memory given at launch. */                     \
+  extern "C" __global__ void __launch_bounds__(512) kvp_extend_blocks512_##SUFFIX(                \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend_blocks_wide<512, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch,               \
+                                   total_tokens, total_pages, out);                               \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(1024) kvp_extend_blocks1024_##SUFFIX(              \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend_blocks_wide<1024, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch,              \
+                                    total_tokens, total_pages, out);                              \
+  }                                                                                               \
   /* Page ids and token-pool slots (mode FREE_PAGE_IDS / FREE_SLOTS). */                          \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK, 2) kvp_free_known_##SUFFIX(            \
       View v, Call call, const INDEX *src, uint32_t mode, unsigned long long len,                 \
@@ -1356,6 +1372,11 @@ using namespace kvp;
       kvp_rewind_##SUFFIX(View v, Call call, const INDEX *last_kept, unsigned long long len) {    \
     rewind<INDEX>(v, call, last_kept, len);                                                       \
   }
+
+// The dynamic shared memory of kvp_extend_blocks512_* and kvp_extend_blocks1024_*, in bytes
+// (of either index type): read by the host when it loads the module.
+extern "C" __device__ const uint32_t kvp_extend_blocks_wide_shared[2] = {
+    sizeof(ExtendShared<512, 1, false>), sizeof(ExtendShared<1024, 1, false>)};
 
 KVP_INDEX_KERNELS(i64, long long)
 KVP_INDEX_KERNELS(i32, int)

@@ -1137,18 +1137,19 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
     );
 }
 
-/// The same rounds with a few hundred more fresh requests in most batches: extends of more
-/// than 256 requests run on the ticketed kernel (`kvp_extend_*`), whose blocks check their
-/// requests' last_locs in parallel, one block possibly after another has moved a continued
-/// page's fill point. An empty request on that page stays valid (the host's rule) whichever
-/// block checks it first.
+/// The same rounds with a few hundred more fresh requests in most batches: extends of
+/// 257-1,024 requests run on blocks of 512 or 1,024 threads that each decide the call
+/// (`kvp_extend_blocks{512,1024}_*`), larger ones on the ticketed kernel (`kvp_extend_*`),
+/// whose blocks check their requests' last_locs in parallel, one block possibly after
+/// another has moved a continued page's fill point. An empty request on that page stays
+/// valid (the host's rule) whichever block checks it first, on either kernel.
 #[test]
 #[ignore = "needs a CUDA GPU"]
 fn wide_extends_decide_alike_in_every_block() {
     let kinds = deciding_block_rounds(true);
     println!(
-        "wide extends: {} batches of 257-1,024 requests, {} larger (ticketed kernel); {} with a \
-         sharer accepted, {} refused",
+        "wide extends: {} batches of 257-1,024 requests (deciding blocks), {} larger (ticketed \
+         kernel); {} with a sharer accepted, {} refused",
         kinds.wide, kinds.ticketed, kinds.sharers_accepted, kinds.refused
     );
     assert!(
@@ -1158,8 +1159,9 @@ fn wide_extends_decide_alike_in_every_block() {
 }
 
 /// What [`deciding_block_rounds`] ran: batches by kernel (of more than 1,024 tokens: `few`,
-/// `spread`, `more`; by requests, 257-1,024 and more: `wide`, `ticketed`), calls accepted
-/// with an empty request on a continued page, calls refused.
+/// `spread`, `more`; by requests, 257-1,024 on the wide deciding blocks and more on the
+/// ticketed kernel: `wide`, `ticketed`), calls accepted with an empty request on a continued
+/// page, calls refused.
 #[derive(Debug, Default)]
 struct RoundKinds {
     few: usize,

@@ -170,8 +170,9 @@ for step in "${steps[@]}"; do
             --tool racecheck --error-exitcode 9 "$BIN/cuda_device" --ignored --test-threads=1 --exact \
             decode_kernels_of_every_size_name_the_hosts_first_bad_request \
             extends_of_a_few_requests_name_the_hosts_first_bad_request
-        # Extends of more than 256 requests (the ticketed kernel), with empty requests on
-        # continued pages and refusals (two seeds a page size).
+        # Extends of more than 256 requests (blocks of 512 and 1,024 threads that each decide
+        # the call up to 1,024, the ticketed kernel past it), with empty requests on continued
+        # pages and refusals (two seeds a page size).
         KVPOOL_WIDE_SEEDS=2 run sanitize-racecheck-wide "$SANITIZER" --tool racecheck \
             --error-exitcode 9 "$BIN/cuda_device" --ignored --exact \
             wide_extends_decide_alike_in_every_block

@@ -7,7 +7,7 @@ use std::ffi::{c_void, CString};
 use cudarc::driver::sys::{self, CUfunction, CUmodule, CUstream};
 
 use super::driver::check;
-use super::pool::{DECODE_CLUSTERS, DECODE_THREADS, FEW_THREADS};
+use super::pool::{DECODE_CLUSTERS, DECODE_THREADS, FEW_THREADS, WIDE_THREADS};
 use crate::pool::{ErrorKind, IndexType, PoolError};
 
 /// The fatbin built from `kernels/pool.cu` (`kernels/pool.fatbin.sha256` records its
@@ -25,6 +25,10 @@ pub(crate) struct Typed {
     pub extend_block64: CUfunction,
     /// `alloc_extend` of at most 256 requests on several blocks that each decide the call.
     pub extend_blocks: CUfunction,
+    /// The same on blocks of each of `WIDE_THREADS` threads, in that order, a request a
+    /// thread (`kvp_extend_blocks{N}_*`: 257-1,024 requests), launched with
+    /// [`Kernels::wide_shared`] bytes of dynamic shared memory.
+    pub extend_blocks_wide: [CUfunction; WIDE_THREADS.len()],
     /// `alloc_extend` of at most 32 requests decided by one warp (`extend_few.cuh`): one
     /// block of each of `FEW_THREADS` threads (two warps, four, 256 threads), in that order,
     /// and several blocks: one request or more a block (`kvp_extend_few_blocks_*`), more
@@ -77,6 +81,9 @@ pub(crate) struct Typed {
 pub(crate) struct Kernels {
     module: CUmodule,
     pub typed: Typed,
+    /// The dynamic shared memory, in bytes, of `Typed::extend_blocks_wide`'s kernels (more
+    /// than a kernel may declare), as the module computed it.
+    pub wide_shared: [u32; WIDE_THREADS.len()],
     pub group_end: CUfunction,
     /// A large paged free by index, after the claim: the claimed pages released in ascending
     /// order, a block per chunk of the page map.
@@ -126,7 +133,17 @@ impl Kernels {
             )?;
             Ok(function)
         };
-        Self::resolve(module, &get, index_type)
+        let mut kernels = Self::resolve(module, &get, index_type)?;
+        kernels.wide_shared = read_wide_shared(module)?;
+        for (&function, &bytes) in kernels
+            .typed
+            .extend_blocks_wide
+            .iter()
+            .zip(&kernels.wide_shared)
+        {
+            allow_shared(function, bytes)?;
+        }
+        Ok(kernels)
     }
 
     /// The entry points of `module`, each found by its name through `get`: those of
@@ -143,6 +160,7 @@ impl Kernels {
         Ok(Self {
             module,
             typed: Typed::resolve(get, index)?,
+            wide_shared: [0; WIDE_THREADS.len()],
             group_end: get("kvp_group_end")?,
             release_claimed: get("kvp_release_claimed")?,
             merge: get("kvp_merge")?,
@@ -158,6 +176,55 @@ impl Kernels {
     }
 }
 
+/// The sizes in `kvp_extend_blocks_wide_shared` (`kernels/pool.cu`: the shared struct of each
+/// of `WIDE_THREADS`' kernels), copied from the module once per pool.
+fn read_wide_shared(module: CUmodule) -> Result<[u32; WIDE_THREADS.len()], PoolError> {
+    let name = c"kvp_extend_blocks_wide_shared";
+    let (mut ptr, mut bytes) = (0, 0);
+    // SAFETY: `module` is loaded; `name` is NUL-terminated.
+    check(
+        unsafe { sys::cuModuleGetGlobal_v2(&mut ptr, &mut bytes, module, name.as_ptr()) },
+        "cuModuleGetGlobal (kvp_extend_blocks_wide_shared)",
+    )?;
+    let mut sizes = [0u32; WIDE_THREADS.len()];
+    if bytes != std::mem::size_of_val(&sizes) {
+        return Err(PoolError::new(
+            ErrorKind::CudaError,
+            format!(
+                "kvp_extend_blocks_wide_shared has {bytes} bytes, not {}",
+                std::mem::size_of_val(&sizes)
+            ),
+        ));
+    }
+    // SAFETY: `ptr` holds `bytes` bytes, the size of `sizes`.
+    check(
+        unsafe { sys::cuMemcpyDtoH_v2(sizes.as_mut_ptr().cast(), ptr, bytes) },
+        "cuMemcpyDtoH (kvp_extend_blocks_wide_shared)",
+    )?;
+    Ok(sizes)
+}
+
+/// Lets `function` be launched with `bytes` of dynamic shared memory.
+fn allow_shared(function: CUfunction, bytes: u32) -> Result<(), PoolError> {
+    let bytes = i32::try_from(bytes).map_err(|_| {
+        PoolError::new(
+            ErrorKind::CudaError,
+            "a kernel's shared memory exceeds 2 GiB",
+        )
+    })?;
+    // SAFETY: `function` belongs to the loaded module.
+    check(
+        unsafe {
+            sys::cuFuncSetAttribute(
+                function,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                bytes,
+            )
+        },
+        "cuFuncSetAttribute (the wide extend kernels' shared memory)",
+    )
+}
+
 /// Finds an entry point of the module by name.
 type Lookup<'a> = &'a dyn Fn(&str) -> Result<CUfunction, PoolError>;
 
@@ -166,7 +233,7 @@ impl Typed {
     fn resolve(get: Lookup<'_>, index: &str) -> Result<Self, PoolError> {
         let typed = |name: &str| get(&format!("kvp_{name}_{index}"));
         // `kvp_{stem}{size}{form}_{index}` for each of `sizes`, in their order: the kernels
-        // instantiated per block (`DECODE_THREADS`, `FEW_THREADS`) or cluster
+        // instantiated per block (`DECODE_THREADS`, `FEW_THREADS`, `WIDE_THREADS`) or cluster
         // (`DECODE_CLUSTERS`) size.
         fn sized<const N: usize>(
             typed: &dyn Fn(&str) -> Result<CUfunction, PoolError>,
@@ -186,6 +253,7 @@ impl Typed {
             extend_block: typed("extend_block")?,
             extend_block64: typed("extend_block64")?,
             extend_blocks: typed("extend_blocks")?,
+            extend_blocks_wide: sized(&typed, "extend_blocks", WIDE_THREADS, "")?,
             extend_few: sized(&typed, "extend_few_", FEW_THREADS, "")?,
             extend_few_blocks: typed("extend_few_blocks")?,
             extend_few_spread: typed("extend_few_spread")?,
@@ -256,6 +324,22 @@ pub(crate) unsafe fn launch(
     stream: CUstream,
     args: &mut [*mut c_void],
 ) -> Result<(), PoolError> {
+    // SAFETY: forwarded contract.
+    unsafe { launch_shared(function, grid, block, 0, stream, args) }
+}
+
+/// [`launch`] with `shared` bytes of dynamic shared memory.
+///
+/// # Safety
+/// As for [`launch`]; `shared` at most what the kernel was allowed at load (`allow_shared`).
+pub(crate) unsafe fn launch_shared(
+    function: CUfunction,
+    grid: u32,
+    block: u32,
+    shared: u32,
+    stream: CUstream,
+    args: &mut [*mut c_void],
+) -> Result<(), PoolError> {
     // SAFETY: forwarded contract; the pool's context is current.
     check(
         unsafe {
@@ -267,7 +351,7 @@ pub(crate) unsafe fn launch(
                 block,
                 1,
                 1,
-                0,
+                shared,
                 stream,
                 args.as_mut_ptr(),
                 std::ptr::null_mut(),
@@ -303,7 +387,12 @@ mod tests {
             std::mem::forget(kernels);
         }
         let asked = asked.into_inner();
+        // The wide extend kernels' shared memory is read from this global at load.
+        let global = b"kvp_extend_blocks_wide_shared\0";
+        assert!(FATBIN.windows(global.len()).any(|w| w == global));
         for name in [
+            "kvp_extend_blocks512_i64",
+            "kvp_extend_blocks1024_i32",
             "kvp_extend_few_256_i64",
             "kvp_extend_few_blocks_i32",
             "kvp_extend_few_spread_i64",
@@ -319,10 +408,11 @@ mod tests {
         }
         // Per index type: 24 typed entry points, 2 x DECODE_THREADS decode kernels,
         // 2 x DECODE_CLUSTERS cluster decode kernels, FEW_THREADS one-block extend_few
-        // kernels, and the 11 others.
+        // kernels, WIDE_THREADS wide extend kernels, and the 11 others.
         assert_eq!(
             asked.len(),
             2 * (24
+                + WIDE_THREADS.len()
                 + 2 * DECODE_THREADS.len()
                 + 2 * DECODE_CLUSTERS.len()
                 + FEW_THREADS.len()

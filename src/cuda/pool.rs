@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 
 use super::counts::{Accounting, Counts, Dest, Step};
 use super::driver::PrimaryContext;
-use super::kernels::{self, launch, Kernels};
+use super::kernels::{self, launch, launch_shared, Kernels};
 use super::layout::{
     arg, snapshot_bytes, snapshot_words, Arrays, Call, DeviceFault, DeviceOp, HostRecord, View,
     CALL_IN_GROUP, CALL_MIRROR, CLAIM_CHUNKS, FREE_PAGE_IDS, FREE_SEGMENT, FREE_SLOTS, NOT_POW2,
@@ -80,7 +80,7 @@ const SORT_CAP: u64 = 4096;
 /// (BENCHMARKS.md, twenty-eighth session). Larger batches go to the ticketed multi-block
 /// kernel (for extends, one block of 256 threads for up to 4,096 tokens, or deciding blocks
 /// of four requests a thread, were both measured slower than several blocks with a ticket:
-/// BENCHMARKS.md).
+/// BENCHMARKS.md), except extends of up to `WIDE_BATCH` requests: see `WIDE_THREADS`.
 pub(super) const DECODE_THREADS: [u32; 6] = [32, 64, 128, 256, 512, 1024];
 /// The largest page size of a device pool: the kernels count slots within a page in 32
 /// bits, with room to step past the page's end (`kvp_free_segment_*` steps a page 128
@@ -97,6 +97,16 @@ const CLUSTER_BLOCK: u32 = 512;
 /// `DevicePool::decodes_on_clusters`), else on the ticketed kernel.
 pub(super) const DECODE_CLUSTERS: [u32; 2] = [4, 8];
 const WARP_BATCH: usize = 32;
+/// Threads of the deciding blocks for extends of more than `BLOCK` requests
+/// (`kvp_extend_blocks{N}_*`, in the order of `Typed::extend_blocks_wide`): an extend of at
+/// most `WIDE_BATCH` requests runs a request a thread on blocks of the fewest threads that
+/// hold it, at most one block an SM (`DevicePool::multiprocessors`), each deciding the whole
+/// call as `kvp_extend_blocks_*`'s do. Against the ticketed kernel that served them before,
+/// 257-512 requests take 0.67-0.80x its time, 513-1,024 0.84-0.89x; two blocks an SM
+/// (`TARGET_BLOCKS`) took 0.75-0.87x at 257-512 requests and 1.1-1.4x at 513-1,024, and two
+/// or four requests a thread on 256 threads 0.76-1.24x (BENCHMARKS.md, thirtieth session).
+pub(super) const WIDE_THREADS: [u32; 2] = [512, 1024];
+const WIDE_BATCH: usize = 1024;
 /// The most tokens `kvp_extend_few_64_*` takes (two a writer lane).
 const WARP_TOKENS: u64 = 64;
 /// The most tokens `kvp_extend_few_128_*` takes (three a writer lane).
@@ -114,6 +124,10 @@ pub(super) enum ExtendKernel {
     Block,
     /// Several blocks that each decide the whole call (`kvp_extend_blocks_*`).
     Blocks,
+    /// The same on blocks of this many threads, one of `WIDE_THREADS`
+    /// (`kvp_extend_blocks{N}_*`), launched with dynamic shared memory; by row, the
+    /// ticketed path's three kernels with this one in the middle.
+    BlocksWide(u32),
     /// Many blocks (`kvp_extend_*`).
     Grid,
     /// A decode in one block of this many threads, one of `DECODE_THREADS`
@@ -144,6 +158,7 @@ impl ExtendKernel {
             Self::Block64 => typed.extend_block64,
             Self::Block => typed.extend_block,
             Self::Blocks => typed.extend_blocks,
+            Self::BlocksWide(threads) => typed.extend_blocks_wide[wide_slot(threads)],
             Self::Grid => typed.extend,
             Self::Decode(threads) => typed.decode[decode_slot(threads)],
             Self::DecodeCluster(blocks) => typed.decode_cluster[cluster_slot(blocks)],
@@ -151,6 +166,23 @@ impl ExtendKernel {
             Self::FewBlocks => typed.extend_few_blocks,
             Self::FewSpread => typed.extend_few_spread,
         }
+    }
+
+    /// The dynamic shared memory its kernel is launched with, in bytes.
+    pub(super) fn shared_bytes(self, kernels: &Kernels) -> u32 {
+        match self {
+            Self::BlocksWide(threads) => kernels.wide_shared[wide_slot(threads)],
+            _ => 0,
+        }
+    }
+}
+
+/// Where the kernel of `threads` threads (one of `WIDE_THREADS`) sits in
+/// `Typed::extend_blocks_wide`.
+fn wide_slot(threads: u32) -> usize {
+    match threads {
+        512 => 0,
+        _ => 1,
     }
 }
 
@@ -751,6 +783,7 @@ impl DevicePool {
                     function,
                     grid,
                     block,
+                    shared: 0,
                     extra,
                 }],
             )
@@ -788,7 +821,8 @@ impl DevicePool {
             args[1] = arg(&call);
             args[2..].copy_from_slice(l.extra);
             // SAFETY: forwarded contract.
-            let launched = unsafe { launch(l.function, l.grid, l.block, stream, args) };
+            let launched =
+                unsafe { launch_shared(l.function, l.grid, l.block, l.shared, stream, args) };
             if let Err(err) = launched {
                 if i > 0 {
                     // Earlier kernels of the call are queued (a broken context, in
@@ -1141,8 +1175,9 @@ impl DevicePool {
         stream: CUstream,
     ) -> Result<(), PoolError> {
         let (kernel, grid, block, per_block, batch32) =
-            Self::extend_shape(batch, decode, tokens, pages, self.clusters)?;
+            Self::extend_shape(batch, decode, tokens, pages, self.shapes())?;
         let function = kernel.function(&self.kernels.typed);
+        let shared = kernel.shared_bytes(&self.kernels);
         let decode = u32::from(decode);
         let op = if decode == 1 {
             DeviceOp::AllocDecode
@@ -1150,38 +1185,50 @@ impl DevicePool {
             DeviceOp::AllocExtend
         };
         // SAFETY: `kvp_extend*_*(View, Call, const i64 *prefix, const i64 *seq, const Index
-        // *last_loc, u32 batch, u32 per_block, u32 decode, u64 tokens, u64 pages, Index *out)`.
+        // *last_loc, u32 batch, u32 per_block, u32 decode, u64 tokens, u64 pages, Index *out)`;
+        // `shared` as the kernel was allowed at load.
         unsafe {
-            self.run(
-                function,
-                grid,
-                block,
+            self.run_call(
                 op as u32,
                 Step::Take(pages),
                 stream,
-                &[
-                    arg(&prefix_lens),
-                    arg(&seq_lens),
-                    arg(&last_loc),
-                    arg(&batch32),
-                    arg(&per_block),
-                    arg(&decode),
-                    arg(&tokens),
-                    arg(&pages),
-                    arg(&out),
-                ],
+                &[Launch {
+                    function,
+                    grid,
+                    block,
+                    shared,
+                    extra: &[
+                        arg(&prefix_lens),
+                        arg(&seq_lens),
+                        arg(&last_loc),
+                        arg(&batch32),
+                        arg(&per_block),
+                        arg(&decode),
+                        arg(&tokens),
+                        arg(&pages),
+                        arg(&out),
+                    ],
+                }],
             )
         }
     }
 
+    /// What the device offers `extend_shape`.
+    pub(super) fn shapes(&self) -> DeviceShapes {
+        DeviceShapes {
+            clusters: self.clusters,
+            multiprocessors: self.multiprocessors,
+        }
+    }
+
     /// Which extend kernel serves a batch: (kernel, grid, block, requests per block,
-    /// batch as `u32`). `clusters`: whether the cluster decode kernels may serve it.
+    /// batch as `u32`).
     pub(super) fn extend_shape(
         batch: usize,
         decode: bool,
         tokens: u64,
         pages: u64,
-        clusters: bool,
+        device: DeviceShapes,
     ) -> Result<(ExtendKernel, u32, u32, u32, u32), PoolError> {
         let batch32 = u32::try_from(batch).map_err(|_| {
             PoolError::new(ErrorKind::InvalidLengths, "batch_size exceeds 2^32 - 1")
@@ -1194,7 +1241,7 @@ impl DevicePool {
             (ExtendKernel::Decode(threads), 1, threads, batch32, batch32)
         } else if let Some(blocks) = DECODE_CLUSTERS
             .into_iter()
-            .find(|&blocks| decode && clusters && batch <= (blocks * CLUSTER_BLOCK) as usize)
+            .find(|&blocks| decode && device.clusters && batch <= (blocks * CLUSTER_BLOCK) as usize)
         {
             (
                 ExtendKernel::DecodeCluster(blocks),
@@ -1226,6 +1273,23 @@ impl DevicePool {
         } else if batch <= BLOCK as usize {
             let grid = tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32;
             (ExtendKernel::Blocks, grid, BLOCK, batch32, batch32)
+        } else if !decode && batch <= WIDE_BATCH {
+            let threads = WIDE_THREADS
+                .into_iter()
+                .find(|&t| batch <= t as usize)
+                .unwrap_or(WIDE_BATCH as u32);
+            // Every block decides the call: at most one an SM (at least one, for a call of
+            // no tokens), each writing about `SPAN_TOKENS` tokens or more.
+            let grid = tokens
+                .div_ceil(SPAN_TOKENS)
+                .clamp(1, u64::from(device.multiprocessors.max(1))) as u32;
+            (
+                ExtendKernel::BlocksWide(threads),
+                grid,
+                threads,
+                batch32,
+                batch32,
+            )
         } else {
             let per_block = Self::extend_per_block(batch, decode, pages);
             (
@@ -1341,12 +1405,14 @@ impl DevicePool {
                                     function: self.kernels.typed.claim_slots_paged,
                                     grid,
                                     block: FREE_BLOCK,
+                                    shared: 0,
                                     extra: &[arg(&indices), arg(&len64), arg(&chunk)],
                                 },
                                 Launch {
                                     function: self.kernels.release_claimed,
                                     grid: chunks,
                                     block: FREE_BLOCK,
+                                    shared: 0,
                                     extra: &[arg(&chunk)],
                                 },
                             ],
@@ -1808,10 +1874,22 @@ const MAX_EXTRA_ARGS: usize = 12;
 
 /// One kernel launch of a call (see `DevicePool::run_call`): the arguments after
 /// `(View, Call)`.
+/// What the device offers the choice of an extend kernel (`DevicePool::extend_shape`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct DeviceShapes {
+    /// Whether the cluster decode kernels may serve a decode
+    /// (`DevicePool::decodes_on_clusters`).
+    pub clusters: bool,
+    /// The device's SM count: the most blocks of `ExtendKernel::BlocksWide`.
+    pub multiprocessors: u32,
+}
+
 struct Launch<'a> {
     function: CUfunction,
     grid: u32,
     block: u32,
+    /// Dynamic shared memory, bytes (`ExtendKernel::shared_bytes`).
+    shared: u32,
     extra: &'a [*mut c_void],
 }
 
@@ -2032,7 +2110,30 @@ mod tests {
                 (ExtendKernel::Blocks, 264, 256),
             ),
             ((1, false, 4096, 4096), (ExtendKernel::FewBlocks, 8, 256)),
-            ((300, false, 600, 600), (ExtendKernel::Grid, 150, 256)),
+            // 257-1,024 requests: blocks of 512 or 1,024 threads that each decide the call,
+            // at least one (no tokens), at most one an SM (132 here).
+            ((257, false, 0, 0), (ExtendKernel::BlocksWide(512), 1, 512)),
+            (
+                (257, false, 257, 257),
+                (ExtendKernel::BlocksWide(512), 1, 512),
+            ),
+            (
+                (300, false, 600, 600),
+                (ExtendKernel::BlocksWide(512), 2, 512),
+            ),
+            (
+                (512, false, 1 << 18, 1 << 14),
+                (ExtendKernel::BlocksWide(512), 132, 512),
+            ),
+            (
+                (513, false, 8208, 513),
+                (ExtendKernel::BlocksWide(1024), 17, 1024),
+            ),
+            (
+                (1024, false, 1 << 19, 1 << 15),
+                (ExtendKernel::BlocksWide(1024), 132, 1024),
+            ),
+            ((1025, false, 1025, 1025), (ExtendKernel::Grid, 257, 256)),
             ((8, false, 4096, 256), (ExtendKernel::FewBlocks, 8, 256)),
             ((9, false, 4096, 256), (ExtendKernel::FewSpread, 8, 256)),
             ((33, false, 4096, 256), (ExtendKernel::Blocks, 8, 256)),
@@ -2069,8 +2170,12 @@ mod tests {
             .chain(on_clusters.iter())
             .map(|&case| (case, true));
         for (((batch, decode, tokens, pages), want), clusters) in without.chain(with) {
+            let device = DeviceShapes {
+                clusters,
+                multiprocessors: 132,
+            };
             let (kernel, grid, threads, per_block, _) =
-                DevicePool::extend_shape(batch, decode, tokens, pages, clusters).unwrap();
+                DevicePool::extend_shape(batch, decode, tokens, pages, device).unwrap();
             assert_eq!(
                 (kernel, grid, threads),
                 want,
@@ -2083,6 +2188,10 @@ mod tests {
                 ExtendKernel::DecodeCluster(blocks) => {
                     assert_eq!(grid, blocks);
                     assert!((grid * threads) as usize >= batch);
+                }
+                ExtendKernel::BlocksWide(_) => {
+                    assert!(per_block as usize >= batch && threads as usize >= batch);
+                    assert!((1..=132).contains(&grid));
                 }
                 _ => assert!(per_block as usize >= batch),
             }

@@ -245,7 +245,7 @@ impl DevicePool {
         }
         let batch32 = batch_u32(batch)?;
         let (kernel, grid, block, per_block, _) =
-            Self::extend_shape(batch, decode, tokens, new_pages, self.decodes_on_clusters())?;
+            Self::extend_shape(batch, decode, tokens, new_pages, self.shapes())?;
         let op = if decode {
             DeviceOp::AllocDecodeRows
         } else {
@@ -273,7 +273,8 @@ impl DevicePool {
             ExtendKernel::DecodeCluster(blocks) => {
                 Some((typed.decode_cluster_rows[cluster_slot(blocks)], block))
             }
-            ExtendKernel::Grid => None,
+            // No rows kernel of its own (not measured): the three kernels below.
+            ExtendKernel::BlocksWide(_) | ExtendKernel::Grid => None,
         };
         if let Some((function, block)) = one_kernel {
             let tab = TableArgs {
@@ -305,6 +306,7 @@ impl DevicePool {
                         function,
                         grid,
                         block,
+                        shared: 0,
                         extra: &args,
                     }],
                 )
@@ -383,18 +385,21 @@ impl DevicePool {
                         function: self.kernels.typed.rows_gather,
                         grid: 1,
                         block: ROWS_BLOCK,
+                        shared: 0,
                         extra: &gather_args,
                     },
                     Launch {
                         function: extend_fn,
                         grid,
                         block,
+                        shared: kernel.shared_bytes(&self.kernels),
                         extra: &extend_args,
                     },
                     Launch {
                         function: self.kernels.typed.rows_scatter,
                         grid: scatter_grid,
                         block: BLOCK,
+                        shared: 0,
                         extra: &scatter_args,
                     },
                 ],
@@ -536,12 +541,14 @@ impl DevicePool {
                         function: self.kernels.typed.rows_segments,
                         grid: 1,
                         block: ROWS_BLOCK,
+                        shared: 0,
                         extra: &segment_args,
                     },
                     Launch {
                         function: free_function,
                         grid: free_grid,
                         block: FREE_BLOCK,
+                        shared: 0,
                         extra: &free_args,
                     },
                 ],
