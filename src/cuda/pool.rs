@@ -102,9 +102,10 @@ const WARP_BATCH: usize = 32;
 /// most `WIDE_BATCH` requests runs a request a thread on blocks of the fewest threads that
 /// hold it, at most one block an SM (`DevicePool::multiprocessors`), each deciding the whole
 /// call as `kvp_extend_blocks_*`'s do. Against the ticketed kernel that served them before,
-/// 257-512 requests take 0.67-0.80x its time, 513-1,024 0.84-0.89x; two blocks an SM
-/// (`TARGET_BLOCKS`) took 0.75-0.87x at 257-512 requests and 1.1-1.4x at 513-1,024, and two
-/// or four requests a thread on 256 threads 0.76-1.24x (BENCHMARKS.md, thirtieth session).
+/// 257-512 requests take 0.71-0.81x its time, 513-1,024 0.82-0.89x; up to `TARGET_BLOCKS`
+/// blocks took 1.08-1.15x the time of one an SM at 257-512 requests and 1.54-1.61x at
+/// 768-1,024, and two or four requests a thread on 256 threads 1.01-1.41x (BENCHMARKS.md,
+/// thirtieth session).
 pub(super) const WIDE_THREADS: [u32; 2] = [512, 1024];
 const WIDE_BATCH: usize = 1024;
 /// The most tokens `kvp_extend_few_64_*` takes (two a writer lane).
