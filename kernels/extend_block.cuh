@@ -462,12 +462,13 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
 
 // The body is instantiated for both kinds of page size, so a power of two (the usual case)
 // runs without a branch or a call per division.
-template <int BLOCK, int PER, typename Index, bool ROWS = false, bool GRID = false>
-__device__ void extend_kernel(View v, Call call, const long long *prefix_lens,
-                              const long long *seq_lens, const Index *last_loc, uint32_t batch,
-                              unsigned long long total_tokens, unsigned long long total_pages,
-                              Index *out, TableArgs tab = {}) {
-  __shared__ ExtendShared<BLOCK, PER, ROWS> sh;
+template <int BLOCK, int PER, typename Index, bool ROWS, bool GRID>
+__device__ __forceinline__ void extend_on(ExtendShared<BLOCK, PER, ROWS> &sh, View v, Call call,
+                                          const long long *prefix_lens,
+                                          const long long *seq_lens, const Index *last_loc,
+                                          uint32_t batch, unsigned long long total_tokens,
+                                          unsigned long long total_pages, Index *out,
+                                          TableArgs tab) {
   if (v.page_shift != NOT_POW2)
     extend_block<BLOCK, PER, Index, ROWS, GRID, true>(sh, v, call, prefix_lens, seq_lens,
                                                       last_loc, batch, total_tokens,
@@ -476,6 +477,43 @@ __device__ void extend_kernel(View v, Call call, const long long *prefix_lens,
     extend_block<BLOCK, PER, Index, ROWS, GRID, false>(sh, v, call, prefix_lens, seq_lens,
                                                        last_loc, batch, total_tokens,
                                                        total_pages, out, tab);
+}
+
+template <int BLOCK, int PER, typename Index, bool ROWS = false, bool GRID = false>
+__device__ void extend_kernel(View v, Call call, const long long *prefix_lens,
+                              const long long *seq_lens, const Index *last_loc, uint32_t batch,
+                              unsigned long long total_tokens, unsigned long long total_pages,
+                              Index *out, TableArgs tab = {}) {
+  __shared__ ExtendShared<BLOCK, PER, ROWS> sh;
+  extend_on<BLOCK, PER, Index, ROWS, GRID>(sh, v, call, prefix_lens, seq_lens, last_loc, batch,
+                                           total_tokens, total_pages, out, tab);
+}
+
+// Several blocks of WIDE_PER requests a thread (kvp_extend_blocks_wide_*): their shared memory
+// passes the 48 KB a kernel may declare, so it is the launch's dynamic shared memory, whose
+// size the host reads from kvp_extend_blocks_wide_shared (pool.cu) and sets on the kernel.
+constexpr int WIDE_PER = 4;
+
+template <int BLOCK, int PER, typename Index, bool ROWS>
+__device__ void extend_blocks_dynamic(View v, Call call, const long long *prefix_lens,
+                                      const long long *seq_lens, const Index *last_loc,
+                                      uint32_t batch, unsigned long long total_tokens,
+                                      unsigned long long total_pages, Index *out,
+                                      TableArgs tab = {}) {
+  extern __shared__ __align__(16) unsigned char wide_shared[];
+  auto &sh = *reinterpret_cast<ExtendShared<BLOCK, PER, ROWS> *>(wide_shared);
+  extend_on<BLOCK, PER, Index, ROWS, true>(sh, v, call, prefix_lens, seq_lens, last_loc, batch,
+                                           total_tokens, total_pages, out, tab);
+}
+
+template <typename Index, bool ROWS>
+__device__ void extend_blocks_wide(View v, Call call, const long long *prefix_lens,
+                                   const long long *seq_lens, const Index *last_loc,
+                                   uint32_t batch, unsigned long long total_tokens,
+                                   unsigned long long total_pages, Index *out,
+                                   TableArgs tab = {}) {
+  extend_blocks_dynamic<EXTEND_BLOCK, WIDE_PER, Index, ROWS>(
+      v, call, prefix_lens, seq_lens, last_loc, batch, total_tokens, total_pages, out, tab);
 }
 
 }  // namespace kvp

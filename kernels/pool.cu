@@ -1320,6 +1320,46 @@ using namespace kvp;
                                                       batch, total_tokens, total_pages,           \
                                                       out);                                       \
   }                                                                                               \
+  /* The same for at most 1,024 requests, WIDE_PER a thread (shared memory given at launch). */    \
+  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_blocks_wide_##SUFFIX(     \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend_blocks_wide<INDEX, false>(v, call, prefix_lens, seq_lens, last_loc, batch,             \
+                                     total_tokens, total_pages, out);                             \
+  }                                                                                               \
+  /* Experiment (KVPOOL_X_WIDE=xd): 256 threads, 1 a thread, shared memory at launch. */ \
+  extern "C" __global__ void __launch_bounds__(256) kvp_extend_blocks_xd_##SUFFIX( \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens, \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode, \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) { \
+    extend_blocks_dynamic<256, 1, INDEX, false>(v, call, prefix_lens, seq_lens, last_loc, \
+                                               batch, total_tokens, total_pages, out); \
+  } \
+  /* Experiment (KVPOOL_X_WIDE=x2): 256 threads, 2 a thread, shared memory at launch. */ \
+  extern "C" __global__ void __launch_bounds__(256) kvp_extend_blocks_x2_##SUFFIX( \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens, \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode, \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) { \
+    extend_blocks_dynamic<256, 2, INDEX, false>(v, call, prefix_lens, seq_lens, last_loc, \
+                                               batch, total_tokens, total_pages, out); \
+  } \
+  /* Experiment (KVPOOL_X_WIDE=x512): 512 threads, 1 a thread, shared memory at launch. */ \
+  extern "C" __global__ void __launch_bounds__(512) kvp_extend_blocks_x512_##SUFFIX( \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens, \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode, \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) { \
+    extend_blocks_dynamic<512, 1, INDEX, false>(v, call, prefix_lens, seq_lens, last_loc, \
+                                               batch, total_tokens, total_pages, out); \
+  } \
+  /* Experiment (KVPOOL_X_WIDE=x1024): 1024 threads, 1 a thread, shared memory at launch. */ \
+  extern "C" __global__ void __launch_bounds__(1024) kvp_extend_blocks_x1024_##SUFFIX( \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens, \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode, \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) { \
+    extend_blocks_dynamic<1024, 1, INDEX, false>(v, call, prefix_lens, seq_lens, last_loc, \
+                                               batch, total_tokens, total_pages, out); \
+  } \
   /* Page ids and token-pool slots (mode FREE_PAGE_IDS / FREE_SLOTS). */                          \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK, 2) kvp_free_known_##SUFFIX(            \
       View v, Call call, const INDEX *src, uint32_t mode, unsigned long long len,                 \
@@ -1357,6 +1397,16 @@ using namespace kvp;
     rewind<INDEX>(v, call, last_kept, len);                                                       \
   }
 
+// The dynamic shared memory of kvp_extend_blocks_wide_* and kvp_extend_blocks_wide_rows_*, in
+// bytes (of either index type): read by the host when it loads the module.
+extern "C" __device__ const uint32_t kvp_extend_blocks_wide_shared[6] = {
+    sizeof(ExtendShared<EXTEND_BLOCK, WIDE_PER, false>),
+    sizeof(ExtendShared<EXTEND_BLOCK, WIDE_PER, true>),
+    sizeof(ExtendShared<256, 1, false>),
+    sizeof(ExtendShared<256, 2, false>),
+    sizeof(ExtendShared<512, 1, false>),
+    sizeof(ExtendShared<1024, 1, false>)};
+
 KVP_INDEX_KERNELS(i64, long long)
 KVP_INDEX_KERNELS(i32, int)
 
@@ -1393,6 +1443,13 @@ KVP_INDEX_KERNELS(i32, int)
     extend_kernel<EXTEND_BLOCK, 1, INDEX, true, true>(v, call, prefix_lens, seq_lens, nullptr,    \
                                                      batch,  total_tokens, total_pages,           \
                                                      out, tab);                                   \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_blocks_wide_rows_##SUFFIX( \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
+      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    extend_blocks_wide<INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,               \
+                                    total_tokens, total_pages, out, tab);                         \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(ROWS_BLOCK) kvp_rows_gather_##SUFFIX(              \
       View v, Call call, const void *table, uint32_t wide, unsigned long long table_rows,         \

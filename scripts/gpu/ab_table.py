@@ -22,8 +22,8 @@ def runs_by_build(folder, host=False):
     """{build name: [{(op, page size, bs): µs} for each of its runs, in run order]}: device
     µs, or with `host` (host median µs, host median / that run's launch floor)."""
     found = []
-    for path in glob.glob(os.path.join(folder, "bench_cpp_var*_*.csv")):
-        match = re.fullmatch(r"bench_cpp_var(\d+)_(.+)\.csv", os.path.basename(path))
+    for path in glob.glob(os.path.join(folder, "bench_cpp_*_*.csv")):
+        match = re.fullmatch(r"bench_cpp_(?:var|env)(\d+)_(.+)\.csv", os.path.basename(path))
         if match:
             found.append((int(match[1]), match[2], path))
     runs = {}

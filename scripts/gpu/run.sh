@@ -141,6 +141,24 @@ for step in "${steps[@]}"; do
         run multi-device "$BIN/cuda_multi_device" --ignored --nocapture
         run need-queries "$BIN/need_queries" --ignored --nocapture
         ;;
+    x-wide-tests)
+        # Experiment (KVPOOL_X_WIDE): the deciding-block tests and the lockstep test with each
+        # of X_WIDE_KERNELS serving extends from X_WIDE_FROM (default 33) requests up, and the
+        # wide test under racecheck and memcheck with the first of them (one seed).
+        for k in ${X_WIDE_KERNELS:-x512 x1024 x2 xd w4}; do
+            KVPOOL_X_WIDE=$k KVPOOL_X_WIDE_FROM=${X_WIDE_FROM:-33} run "x-device-$k" \
+                "$BIN/cuda_device" --ignored --test-threads=1 --nocapture decide_alike_in_every_block
+            KVPOOL_X_WIDE=$k KVPOOL_X_WIDE_FROM=${X_WIDE_FROM:-33} run "x-lockstep-$k" \
+                "$BIN/cuda_lockstep" --ignored --nocapture
+        done
+        for tool in racecheck memcheck; do
+            k=${X_WIDE_KERNELS:-x512}; k=${k%% *}
+            KVPOOL_X_WIDE=$k KVPOOL_X_WIDE_FROM=${X_WIDE_FROM:-33} KVPOOL_WIDE_SEEDS=1 \
+                run "x-$tool-$k" "$SANITIZER" --tool "$tool" --error-exitcode 9 \
+                "$BIN/cuda_device" --ignored --test-threads=1 --exact \
+                wide_extends_decide_alike_in_every_block
+        done
+        ;;
     lockstep-soak)
         # The lockstep test's 12 configurations as threads of one process, LOCKSTEP_SOAK_OPS
         # operations in all; the log in $OUT/lockstep_soak.log, a summary (configuration,
@@ -241,6 +259,16 @@ for step in "${steps[@]}"; do
             i=$((i + 1))
             run "bench-cpp-var$i-$variant" env LD_LIBRARY_PATH="$PWD/gpu-artifacts/var/$variant" \
                 "$LOGS/kvpool_bench" --csv "$OUT/bench_cpp_var${i}_$variant.csv" ${BENCH_ARGS:-}
+        done
+        # Experiments selected by environment variables in one build (this tree's library):
+        # BENCH_ENV_RUNS="NAME:VAR=VALUE,VAR=VALUE ..." runs the benchmark once per entry with
+        # those variables, writing bench_cpp_env<i>_NAME.csv.
+        i=0
+        for spec in ${BENCH_ENV_RUNS:-}; do
+            i=$((i + 1))
+            name=${spec%%:*}; vars=${spec#*:}
+            run "bench-cpp-env$i-$name" env ${vars//,/ } \
+                "$LOGS/kvpool_bench" --csv "$OUT/bench_cpp_env${i}_$name.csv" ${BENCH_ARGS:-}
         done
         if [[ "${BENCH_PYTHON:-1}" != 0 ]]; then
             run bench-python python3 bench-gpu/baseline_bench.py --lib "$KVPOOL_LIB" --csv "$OUT/bench_python.csv" ${BENCH_ARGS:-}

@@ -25,6 +25,13 @@ pub(crate) struct Typed {
     pub extend_block64: CUfunction,
     /// `alloc_extend` of at most 256 requests on several blocks that each decide the call.
     pub extend_blocks: CUfunction,
+    /// The same for at most 1,024 requests, four a thread; its shared memory is given at
+    /// launch ([`Kernels::wide_shared`]).
+    pub extend_blocks_wide: CUfunction,
+    /// Experiment (`KVPOOL_X_WIDE`): several deciding blocks with their shared memory given
+    /// at launch: 256 threads a request each, 256 two each, 512 and 1,024 threads a request
+    /// each (`kvp_extend_blocks_{xd,x2,x512,x1024}_*`).
+    pub extend_blocks_x: [CUfunction; 4],
     /// `alloc_extend` of at most 32 requests decided by one warp (`extend_few.cuh`): one
     /// block of each of `FEW_THREADS` threads (two warps, four, 256 threads), in that order,
     /// and several blocks: one request or more a block (`kvp_extend_few_blocks_*`), more
@@ -64,6 +71,7 @@ pub(crate) struct Typed {
     pub extend_block_rows: CUfunction,
     pub extend_block64_rows: CUfunction,
     pub extend_blocks_rows: CUfunction,
+    pub extend_blocks_wide_rows: CUfunction,
     /// Decode reservations (`kernels/reservation.cuh`): the reserve, one step (capturable),
     /// the finish, the end of an unfinished reservation's holds.
     pub reserve_decode: CUfunction,
@@ -77,6 +85,9 @@ pub(crate) struct Typed {
 pub(crate) struct Kernels {
     module: CUmodule,
     pub typed: Typed,
+    /// The dynamic shared memory, in bytes, that `extend_blocks_wide` and
+    /// `extend_blocks_wide_rows` are launched with (more than a kernel may declare).
+    pub wide_shared: WideShared,
     pub group_end: CUfunction,
     /// A large paged free by index, after the claim: the claimed pages released in ascending
     /// order, a block per chunk of the page map.
@@ -126,7 +137,10 @@ impl Kernels {
             )?;
             Ok(function)
         };
-        Self::resolve(module, &get, index_type)
+        let mut kernels = Self::resolve(module, &get, index_type)?;
+        kernels.wide_shared = WideShared::read(module)?;
+        kernels.wide_shared.allow(&kernels.typed)?;
+        Ok(kernels)
     }
 
     /// The entry points of `module`, each found by its name through `get`: those of
@@ -143,6 +157,7 @@ impl Kernels {
         Ok(Self {
             module,
             typed: Typed::resolve(get, index)?,
+            wide_shared: WideShared::default(),
             group_end: get("kvp_group_end")?,
             release_claimed: get("kvp_release_claimed")?,
             merge: get("kvp_merge")?,
@@ -155,6 +170,78 @@ impl Kernels {
             debug_mark: get("kvp_debug_mark")?,
             page_table: get("kvp_page_table")?,
         })
+    }
+}
+
+/// The dynamic shared memory of the kernels of four requests a thread, as the module
+/// computed it (`kvp_extend_blocks_wide_shared` in `kernels/pool.cu`: the size of their
+/// shared struct, of either index type).
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct WideShared {
+    pub plain: u32,
+    pub rows: u32,
+    /// The experiment's kernels' (`Typed::extend_blocks_x`).
+    pub x: [u32; 4],
+}
+
+impl WideShared {
+    /// Reads the sizes from the module (a copy from the device, once per pool).
+    fn read(module: CUmodule) -> Result<Self, PoolError> {
+        let name = c"kvp_extend_blocks_wide_shared";
+        let (mut ptr, mut bytes) = (0, 0);
+        // SAFETY: `module` is loaded; `name` is NUL-terminated.
+        check(
+            unsafe { sys::cuModuleGetGlobal_v2(&mut ptr, &mut bytes, module, name.as_ptr()) },
+            "cuModuleGetGlobal (kvp_extend_blocks_wide_shared)",
+        )?;
+        let mut sizes = [0u32; 6];
+        if bytes != std::mem::size_of_val(&sizes) {
+            return Err(PoolError::new(
+                ErrorKind::CudaError,
+                format!("kvp_extend_blocks_wide_shared has {bytes} bytes, not 24"),
+            ));
+        }
+        // SAFETY: `ptr` holds `bytes` bytes, the size of `sizes`.
+        check(
+            unsafe { sys::cuMemcpyDtoH_v2(sizes.as_mut_ptr().cast(), ptr, bytes) },
+            "cuMemcpyDtoH (kvp_extend_blocks_wide_shared)",
+        )?;
+        Ok(Self {
+            plain: sizes[0],
+            rows: sizes[1],
+            x: [sizes[2], sizes[3], sizes[4], sizes[5]],
+        })
+    }
+
+    /// Lets the kernels be launched with that much dynamic shared memory.
+    fn allow(&self, typed: &Typed) -> Result<(), PoolError> {
+        for (function, bytes) in [
+            (typed.extend_blocks_wide, self.plain),
+            (typed.extend_blocks_wide_rows, self.rows),
+            (typed.extend_blocks_x[0], self.x[0]),
+            (typed.extend_blocks_x[1], self.x[1]),
+            (typed.extend_blocks_x[2], self.x[2]),
+            (typed.extend_blocks_x[3], self.x[3]),
+        ] {
+            let bytes = i32::try_from(bytes).map_err(|_| {
+                PoolError::new(
+                    ErrorKind::CudaError,
+                    "a kernel's shared memory exceeds 2 GiB",
+                )
+            })?;
+            // SAFETY: `function` belongs to the loaded module.
+            check(
+                unsafe {
+                    sys::cuFuncSetAttribute(
+                        function,
+                        sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        bytes,
+                    )
+                },
+                "cuFuncSetAttribute (the wide extend kernels' shared memory)",
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -186,6 +273,13 @@ impl Typed {
             extend_block: typed("extend_block")?,
             extend_block64: typed("extend_block64")?,
             extend_blocks: typed("extend_blocks")?,
+            extend_blocks_wide: typed("extend_blocks_wide")?,
+            extend_blocks_x: [
+                typed("extend_blocks_xd")?,
+                typed("extend_blocks_x2")?,
+                typed("extend_blocks_x512")?,
+                typed("extend_blocks_x1024")?,
+            ],
             extend_few: sized(&typed, "extend_few_", FEW_THREADS, "")?,
             extend_few_blocks: typed("extend_few_blocks")?,
             extend_few_spread: typed("extend_few_spread")?,
@@ -206,6 +300,7 @@ impl Typed {
             extend_block_rows: typed("extend_block_rows")?,
             extend_block64_rows: typed("extend_block64_rows")?,
             extend_blocks_rows: typed("extend_blocks_rows")?,
+            extend_blocks_wide_rows: typed("extend_blocks_wide_rows")?,
             reserve_decode: typed("reserve_decode")?,
             reservation_step: typed("reservation_step")?,
             reservation_finish: typed("reservation_finish")?,
@@ -256,6 +351,22 @@ pub(crate) unsafe fn launch(
     stream: CUstream,
     args: &mut [*mut c_void],
 ) -> Result<(), PoolError> {
+    // SAFETY: forwarded contract.
+    unsafe { launch_shared(function, grid, block, 0, stream, args) }
+}
+
+/// [`launch`] with `shared` bytes of dynamic shared memory.
+///
+/// # Safety
+/// As for [`launch`]; `shared` within what the kernel allows (see `WideShared::allow`).
+pub(crate) unsafe fn launch_shared(
+    function: CUfunction,
+    grid: u32,
+    block: u32,
+    shared: u32,
+    stream: CUstream,
+    args: &mut [*mut c_void],
+) -> Result<(), PoolError> {
     // SAFETY: forwarded contract; the pool's context is current.
     check(
         unsafe {
@@ -267,7 +378,7 @@ pub(crate) unsafe fn launch(
                 block,
                 1,
                 1,
-                0,
+                shared,
                 stream,
                 args.as_mut_ptr(),
                 std::ptr::null_mut(),
@@ -303,10 +414,15 @@ mod tests {
             std::mem::forget(kernels);
         }
         let asked = asked.into_inner();
+        // The wide kernels' shared memory is read from this global when the module loads.
+        let global = b"kvp_extend_blocks_wide_shared\0";
+        assert!(FATBIN.windows(global.len()).any(|w| w == global));
         for name in [
             "kvp_extend_few_256_i64",
             "kvp_extend_few_blocks_i32",
             "kvp_extend_few_spread_i64",
+            "kvp_extend_blocks_wide_i32",
+            "kvp_extend_blocks_wide_rows_i64",
             "kvp_decode_32_i64",
             "kvp_decode_1024_rows_i32",
             "kvp_decode_cluster8_i64",
@@ -317,12 +433,12 @@ mod tests {
         ] {
             assert!(asked.iter().any(|n| n == name), "{name} was not asked for");
         }
-        // Per index type: 24 typed entry points, 2 x DECODE_THREADS decode kernels,
+        // Per index type: 26 typed entry points, 2 x DECODE_THREADS decode kernels,
         // 2 x DECODE_CLUSTERS cluster decode kernels, FEW_THREADS one-block extend_few
         // kernels, and the 11 others.
         assert_eq!(
             asked.len(),
-            2 * (24
+            2 * (30
                 + 2 * DECODE_THREADS.len()
                 + 2 * DECODE_CLUSTERS.len()
                 + FEW_THREADS.len()

@@ -17,7 +17,7 @@ use parking_lot::Mutex;
 
 use super::counts::{Accounting, Counts, Dest, Step};
 use super::driver::PrimaryContext;
-use super::kernels::{self, launch, Kernels};
+use super::kernels::{self, launch, launch_shared, Kernels};
 use super::layout::{
     arg, snapshot_bytes, snapshot_words, Arrays, Call, DeviceFault, DeviceOp, HostRecord, View,
     CALL_IN_GROUP, CALL_MIRROR, CLAIM_CHUNKS, FREE_PAGE_IDS, FREE_SEGMENT, FREE_SLOTS, NOT_POW2,
@@ -97,6 +97,8 @@ const CLUSTER_BLOCK: u32 = 512;
 /// `DevicePool::decodes_on_clusters`), else on the ticketed kernel.
 pub(super) const DECODE_CLUSTERS: [u32; 2] = [4, 8];
 const WARP_BATCH: usize = 32;
+/// The most requests `kvp_extend_blocks_wide_*` takes (`kvp::WIDE_PER` a thread).
+const WIDE_BATCH: usize = 4 * BLOCK as usize;
 /// The most tokens `kvp_extend_few_64_*` takes (two a writer lane).
 const WARP_TOKENS: u64 = 64;
 /// The most tokens `kvp_extend_few_128_*` takes (three a writer lane).
@@ -114,6 +116,11 @@ pub(super) enum ExtendKernel {
     Block,
     /// Several blocks that each decide the whole call (`kvp_extend_blocks_*`).
     Blocks,
+    /// The same for up to `WIDE_BATCH` requests, four a thread, with shared memory given at
+    /// launch (`kvp_extend_blocks_wide_*`).
+    BlocksWide,
+    /// Experiment (`KVPOOL_X_WIDE`): one of `Typed::extend_blocks_x`.
+    BlocksX(u8),
     /// Many blocks (`kvp_extend_*`).
     Grid,
     /// A decode in one block of this many threads, one of `DECODE_THREADS`
@@ -139,11 +146,23 @@ pub(super) enum ExtendKernel {
 }
 
 impl ExtendKernel {
+    /// The dynamic shared memory its kernel is launched with (`rows`: its rows kernel's).
+    pub(super) fn shared_bytes(self, kernels: &Kernels, rows: bool) -> u32 {
+        match (self, rows) {
+            (Self::BlocksWide, false) => kernels.wide_shared.plain,
+            (Self::BlocksWide, true) => kernels.wide_shared.rows,
+            (Self::BlocksX(k), false) => kernels.wide_shared.x[k as usize],
+            _ => 0,
+        }
+    }
+
     pub(super) fn function(self, typed: &crate::cuda::kernels::Typed) -> CUfunction {
         match self {
             Self::Block64 => typed.extend_block64,
             Self::Block => typed.extend_block,
             Self::Blocks => typed.extend_blocks,
+            Self::BlocksWide => typed.extend_blocks_wide,
+            Self::BlocksX(k) => typed.extend_blocks_x[k as usize],
             Self::Grid => typed.extend,
             Self::Decode(threads) => typed.decode[decode_slot(threads)],
             Self::DecodeCluster(blocks) => typed.decode_cluster[cluster_slot(blocks)],
@@ -751,6 +770,7 @@ impl DevicePool {
                     function,
                     grid,
                     block,
+                    shared: 0,
                     extra,
                 }],
             )
@@ -788,7 +808,8 @@ impl DevicePool {
             args[1] = arg(&call);
             args[2..].copy_from_slice(l.extra);
             // SAFETY: forwarded contract.
-            let launched = unsafe { launch(l.function, l.grid, l.block, stream, args) };
+            let launched =
+                unsafe { launch_shared(l.function, l.grid, l.block, l.shared, stream, args) };
             if let Err(err) = launched {
                 if i > 0 {
                     // Earlier kernels of the call are queued (a broken context, in
@@ -1149,27 +1170,32 @@ impl DevicePool {
         } else {
             DeviceOp::AllocExtend
         };
+        let shared = kernel.shared_bytes(&self.kernels, false);
         // SAFETY: `kvp_extend*_*(View, Call, const i64 *prefix, const i64 *seq, const Index
-        // *last_loc, u32 batch, u32 per_block, u32 decode, u64 tokens, u64 pages, Index *out)`.
+        // *last_loc, u32 batch, u32 per_block, u32 decode, u64 tokens, u64 pages, Index *out)`;
+        // `shared` as the kernel was allowed at load.
         unsafe {
-            self.run(
-                function,
-                grid,
-                block,
+            self.run_call(
                 op as u32,
                 Step::Take(pages),
                 stream,
-                &[
-                    arg(&prefix_lens),
-                    arg(&seq_lens),
-                    arg(&last_loc),
-                    arg(&batch32),
-                    arg(&per_block),
-                    arg(&decode),
-                    arg(&tokens),
-                    arg(&pages),
-                    arg(&out),
-                ],
+                &[Launch {
+                    function,
+                    grid,
+                    block,
+                    shared,
+                    extra: &[
+                        arg(&prefix_lens),
+                        arg(&seq_lens),
+                        arg(&last_loc),
+                        arg(&batch32),
+                        arg(&per_block),
+                        arg(&decode),
+                        arg(&tokens),
+                        arg(&pages),
+                        arg(&out),
+                    ],
+                }],
             )
         }
     }
@@ -1218,6 +1244,9 @@ impl DevicePool {
                     (ExtendKernel::FewBlocks, grid, BLOCK)
                 }
             };
+            (kernel, grid, threads, batch32, batch32)
+        } else if let Some((kernel, threads)) = x_wide(decode, batch, tokens) {
+            let grid = tokens.div_ceil(SPAN_TOKENS).min(x_wide_grid()) as u32;
             (kernel, grid, threads, batch32, batch32)
         } else if batch <= 64 && tokens <= BLOCK64_TOKENS {
             (ExtendKernel::Block64, 1, 64, batch32, batch32)
@@ -1341,12 +1370,14 @@ impl DevicePool {
                                     function: self.kernels.typed.claim_slots_paged,
                                     grid,
                                     block: FREE_BLOCK,
+                                    shared: 0,
                                     extra: &[arg(&indices), arg(&len64), arg(&chunk)],
                                 },
                                 Launch {
                                     function: self.kernels.release_claimed,
                                     grid: chunks,
                                     block: FREE_BLOCK,
+                                    shared: 0,
                                     extra: &[arg(&chunk)],
                                 },
                             ],
@@ -1812,6 +1843,8 @@ struct Launch<'a> {
     function: CUfunction,
     grid: u32,
     block: u32,
+    /// Dynamic shared memory, bytes (0 but for `ExtendKernel::BlocksWide`'s kernels).
+    shared: u32,
     extra: &'a [*mut c_void],
 }
 
@@ -1868,6 +1901,45 @@ fn segment_lanes(page_size: u32) -> u32 {
 
 /// `KVPOOL_DEBUG` at pool creation: `stream_order` (or `1`) switches the stream-order check
 /// on for every device pool of the process, without changing the engine.
+/// Experiment: `KVPOOL_X_WIDE` = `off` (the default: main's kernels), `w4` (256 threads, four
+/// requests each), `xd` (256, one each, shared memory at launch), `x2` (256, two each), `x512`,
+/// `x1024` (a request a thread) serves plain extends of `KVPOOL_X_WIDE_FROM` (default 257) up
+/// to its capacity in requests, of more than `BLOCK_TOKENS` tokens.
+fn x_wide(decode: bool, batch: usize, tokens: u64) -> Option<(ExtendKernel, u32)> {
+    static CHOICE: std::sync::OnceLock<Option<(ExtendKernel, u32, usize, usize)>> =
+        std::sync::OnceLock::new();
+    let choice = CHOICE.get_or_init(|| {
+        let from = std::env::var("KVPOOL_X_WIDE_FROM")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(257);
+        let (kernel, threads, cap) = match std::env::var("KVPOOL_X_WIDE").ok()?.as_str() {
+            "w4" => (ExtendKernel::BlocksWide, BLOCK, WIDE_BATCH),
+            "xd" => (ExtendKernel::BlocksX(0), 256, 256),
+            "x2" => (ExtendKernel::BlocksX(1), 256, 512),
+            "x512" => (ExtendKernel::BlocksX(2), 512, 512),
+            "x1024" => (ExtendKernel::BlocksX(3), 1024, 1024),
+            _ => return None,
+        };
+        Some((kernel, threads, from, cap))
+    });
+    let (kernel, threads, from, cap) = (*choice)?;
+    (!decode && batch > WARP_BATCH && batch >= from && batch <= cap && tokens > BLOCK_TOKENS)
+        .then_some((kernel, threads))
+}
+
+/// Experiment: the most blocks of `x_wide`'s kernels (`KVPOOL_X_WIDE_GRID`, default
+/// `TARGET_BLOCKS`).
+fn x_wide_grid() -> u64 {
+    static GRID: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *GRID.get_or_init(|| {
+        std::env::var("KVPOOL_X_WIDE_GRID")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(TARGET_BLOCKS)
+    })
+}
+
 fn debug_from_env() -> Option<u32> {
     let value = std::env::var("KVPOOL_DEBUG").ok()?;
     value

@@ -269,6 +269,8 @@ impl DevicePool {
             ExtendKernel::Blocks | ExtendKernel::FewBlocks | ExtendKernel::FewSpread => {
                 Some((typed.extend_blocks_rows, block))
             }
+            ExtendKernel::BlocksWide => Some((typed.extend_blocks_wide_rows, block)),
+            ExtendKernel::BlocksX(_) => None,
             ExtendKernel::Decode(threads) => Some((typed.decode_rows[decode_slot(threads)], block)),
             ExtendKernel::DecodeCluster(blocks) => {
                 Some((typed.decode_cluster_rows[cluster_slot(blocks)], block))
@@ -305,6 +307,7 @@ impl DevicePool {
                         function,
                         grid,
                         block,
+                        shared: kernel.shared_bytes(&self.kernels, true),
                         extra: &args,
                     }],
                 )
@@ -383,18 +386,21 @@ impl DevicePool {
                         function: self.kernels.typed.rows_gather,
                         grid: 1,
                         block: ROWS_BLOCK,
+                        shared: 0,
                         extra: &gather_args,
                     },
                     Launch {
                         function: extend_fn,
                         grid,
                         block,
+                        shared: kernel.shared_bytes(&self.kernels, false),
                         extra: &extend_args,
                     },
                     Launch {
                         function: self.kernels.typed.rows_scatter,
                         grid: scatter_grid,
                         block: BLOCK,
+                        shared: 0,
                         extra: &scatter_args,
                     },
                 ],
@@ -536,12 +542,14 @@ impl DevicePool {
                         function: self.kernels.typed.rows_segments,
                         grid: 1,
                         block: ROWS_BLOCK,
+                        shared: 0,
                         extra: &segment_args,
                     },
                     Launch {
                         function: free_function,
                         grid: free_grid,
                         block: FREE_BLOCK,
+                        shared: 0,
                         extra: &free_args,
                     },
                 ],
