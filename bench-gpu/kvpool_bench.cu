@@ -112,8 +112,8 @@ struct Settings {
   // or fewer for short prefills (a few requests of up to 64 tokens run on one warp).
   int64_t extend_tokens = kTokensPerRequest;
   // Operations to run (table names; default all).
-  std::vector<std::string> ops = {"alloc_extend", "alloc_decode", "alloc_decode_rows",
-                                  "free_indices", "free_segment"};
+  std::vector<std::string> ops = {"alloc_extend", "alloc_extend_rows", "alloc_decode",
+                                  "alloc_decode_rows", "free_indices", "free_segment"};
   bool runs(const std::string &op) const {
     return std::find(ops.begin(), ops.end(), op) != ops.end();
   }
@@ -685,6 +685,64 @@ void bench_extend(Context &c, int64_t bs) {
   add_row(c, "alloc_extend", bs, host, device, 8.0 * b.tokens);
 }
 
+// alloc_extend by request row (kvp_pool_alloc_extend_rows_async): bench_extend's batch, request
+// i in row i of an int32 req_to_token table of --extend-tokens columns, its new slots written
+// into the row and into `out` (which the undo frees as one segment).
+void bench_extend_rows(Context &c, int64_t bs) {
+  Pool &p = c.pool;
+  const std::string what = where("alloc_extend_rows", p.page_size, bs);
+  Batch b = extend_batch(bs, c.cfg.extend_tokens);
+  DeviceArray<int64_t> out(static_cast<size_t>(b.tokens));
+  const auto expected = FreshPoolModel{p.page_size}.extend(b.prefix, b.seq, b.last_loc);
+  const int64_t row_len = c.cfg.extend_tokens;
+  DeviceArray<int32_t> table(static_cast<size_t>(bs * row_len));
+  std::vector<int64_t> row_ids(bs);
+  for (int64_t i = 0; i < bs; ++i) row_ids[i] = i;
+  DeviceArray<int64_t> d_rows(row_ids.size());
+  d_rows.upload(row_ids);
+  const kvp_req_table desc{table.get(), KVP_INDEX_TYPE_I32, static_cast<uint64_t>(bs),
+                           static_cast<uint64_t>(row_len), static_cast<uint64_t>(row_len)};
+  auto call = [&] {
+    KVP_CHECK(kvp_pool_alloc_extend_rows_async(
+        p.pool, &desc, d_rows.get(), b.prefix.data(), b.seq.data(), b.d_prefix.get(),
+        b.d_seq.get(), b.size(), static_cast<size_t>(b.tokens), out.get(), out.len(), p.s));
+  };
+  // Row i holds request i's slots, as `out` does, in int32.
+  auto check_table = [&](const std::string &when) {
+    const auto rows = table.download(p.s, table.len());
+    for (size_t t = 0; t < expected.size(); ++t)
+      if (rows[t] != static_cast<int32_t>(expected[t]))
+        die("%s: table entry %zu is %d, expected %lld", when.c_str(), t, rows[t],
+            static_cast<long long>(expected[t]));
+  };
+
+  p.clear();
+  call();
+  expect_equal(out.download(p.s, out.len()), expected, what);
+  check_table(what);
+  p.free_segment(out, out.len());
+
+  const Stats host = time_host(c.cfg, p.s, [] {}, call, [&] { p.free_segment(out, out.len()); });
+  p.check_settled(0, what + " (host timing)");
+
+  const DeviceTime device = alloc_device_time(
+      c, what,
+      [&] {
+        p.clear();
+        CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, out.len() * sizeof(int64_t), p.s));
+        CUDA_CHECK(cudaMemsetAsync(table.get(), 0xff, table.len() * sizeof(int32_t), p.s));
+      },
+      call, [&] { p.free_segment(out, out.len()); },
+      [&] {
+        p.check_settled(static_cast<uint64_t>(b.tokens), what + " (graph replays)");
+        expect_equal(out.download(p.s, out.len()), expected, what + " after graph replays");
+        check_table(what + " after graph replays");
+      });
+  p.clear();
+
+  add_row(c, "alloc_extend_rows", bs, host, device, 8.0 * b.tokens);
+}
+
 // alloc_decode on requests of 1..page_size tokens (set up by one extend), so request i's new
 // token starts a page iff i % page_size == page_size - 1: about bs / page_size requests take
 // a new page and the others continue theirs, as in a decode step of a running server. On the
@@ -952,8 +1010,9 @@ void usage() {
       "  --page-sizes LIST   comma-separated subset of 1,16,64 (default all)\n"
       "  --batch-sizes LIST  comma-separated, each 1..4096 (default 1,8,64,256,1024,4096;\n"
       "                      2048 is a free by index of 2048 x 512 = 1 M indices)\n"
-      "  --ops LIST          comma-separated subset of alloc_extend,alloc_decode,\n"
-      "                      alloc_decode_rows,free_indices,free_segment (default all)\n"
+      "  --ops LIST          comma-separated subset of alloc_extend,alloc_extend_rows,\n"
+      "                      alloc_decode,alloc_decode_rows,free_indices,free_segment\n"
+      "                      (default all)\n"
       "  --extend-tokens N   new tokens per extend request, 1..512, a multiple of every\n"
       "                      page size run (default 512: SGLang's figures; an extend is\n"
       "                      undone, and the frees give back one, as a row segment)\n"
@@ -1109,6 +1168,7 @@ int main(int argc, char **argv) {
       std::fprintf(stderr, "page_size %lld bs %lld\n", static_cast<long long>(ps),
                    static_cast<long long>(bs));
       if (cfg.runs("alloc_extend")) bench_extend(c, bs);
+      if (cfg.runs("alloc_extend_rows")) bench_extend_rows(c, bs);
       if (cfg.runs("alloc_decode")) bench_decode(c, bs);
       if (cfg.runs("alloc_decode_rows")) bench_decode(c, bs, true);
       if (cfg.runs("free_indices")) bench_free(c, bs, true);
@@ -1116,7 +1176,7 @@ int main(int argc, char **argv) {
     }
   }
   // Group the table by op, then page size, then batch size.
-  const std::vector<std::string> order = {"alloc_extend", "alloc_decode", "rewind",
+  const std::vector<std::string> order = {"alloc_extend", "alloc_extend_rows", "alloc_decode", "rewind",
                                           "alloc_decode_rows", "free_indices", "free_segment"};
   std::stable_sort(rows.begin(), rows.end(), [&](const Row &a, const Row &b) {
     const auto ia = std::find(order.begin(), order.end(), a.op) - order.begin();

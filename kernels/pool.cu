@@ -1373,10 +1373,11 @@ using namespace kvp;
     rewind<INDEX>(v, call, last_kept, len);                                                       \
   }
 
-// The dynamic shared memory of kvp_extend_blocks512_* and kvp_extend_blocks1024_*, in bytes
-// (of either index type): read by the host when it loads the module.
-extern "C" __device__ const uint32_t kvp_extend_blocks_wide_shared[2] = {
-    sizeof(ExtendShared<512, 1, false>), sizeof(ExtendShared<1024, 1, false>)};
+// The dynamic shared memory of kvp_extend_blocks512_*, kvp_extend_blocks1024_* and their
+// _rows_ kernels, in bytes (of either index type): read by the host when it loads the module.
+extern "C" __device__ const uint32_t kvp_extend_blocks_wide_shared[4] = {
+    sizeof(ExtendShared<512, 1, false>), sizeof(ExtendShared<1024, 1, false>),
+    sizeof(ExtendShared<512, 1, true>), sizeof(ExtendShared<1024, 1, true>)};
 
 KVP_INDEX_KERNELS(i64, long long)
 KVP_INDEX_KERNELS(i32, int)
@@ -1414,6 +1415,21 @@ KVP_INDEX_KERNELS(i32, int)
     extend_kernel<EXTEND_BLOCK, 1, INDEX, true, true>(v, call, prefix_lens, seq_lens, nullptr,    \
                                                      batch,  total_tokens, total_pages,           \
                                                      out, tab);                                   \
+  }                                                                                               \
+  /* The same for 257-1,024 requests (kvp_extend_blocks{512,1024}_*'s shapes). */                 \
+  extern "C" __global__ void __launch_bounds__(512) kvp_extend_blocks512_rows_##SUFFIX(           \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
+      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    extend_blocks_wide<512, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,          \
+                                         total_tokens, total_pages, out, tab);                    \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(1024) kvp_extend_blocks1024_rows_##SUFFIX(         \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
+      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    extend_blocks_wide<1024, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,         \
+                                          total_tokens, total_pages, out, tab);                   \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(ROWS_BLOCK) kvp_rows_gather_##SUFFIX(              \
       View v, Call call, const void *table, uint32_t wide, unsigned long long table_rows,         \

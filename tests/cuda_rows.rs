@@ -147,6 +147,9 @@ fn lockstep(
     let ow = width(pool_type);
     let mut work = Work::new(seed, n_rows as usize, row_len as i64, ps, max_batch);
     let (mut ok, mut short) = (0, 0);
+    // Extends of 257-1,024 requests taken (blocks of 512 or 1,024 threads deciding the call
+    // by row; fewer run on one block or the 256-thread blocks, more on three kernels).
+    let mut wide_extends = 0;
     for step in 0..ops {
         let op = work.next();
         // Device copies of the op's arrays.
@@ -354,6 +357,9 @@ fn lockstep(
         );
         match sh {
             kvp_status::Ok => {
+                if matches!(&op, Op::Extend { rows, .. } if (257..=1024).contains(&rows.len())) {
+                    wide_extends += 1;
+                }
                 work.apply(&op);
                 ok += 1;
             }
@@ -371,8 +377,17 @@ fn lockstep(
             "step {step}: digests"
         );
     }
-    eprintln!("seed {seed} ps {ps} need_sort {need_sort}: {ok} calls, {short} short");
+    eprintln!(
+        "seed {seed} ps {ps} need_sort {need_sort}: {ok} calls, {short} short, {wide_extends} \
+         extends of 257-1,024 requests"
+    );
     assert!(ok > ops / 2);
+    if max_batch > 1024 {
+        assert!(
+            wide_extends > 0,
+            "no extend of 257-1,024 requests was taken"
+        );
+    }
 }
 
 const I64: u32 = kvp_index_type::I64 as u32;

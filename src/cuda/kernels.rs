@@ -68,6 +68,9 @@ pub(crate) struct Typed {
     pub extend_block_rows: CUfunction,
     pub extend_block64_rows: CUfunction,
     pub extend_blocks_rows: CUfunction,
+    /// `extend_blocks_wide` by request row (`kvp_extend_blocks{N}_rows_*`), launched with
+    /// [`Kernels::wide_rows_shared`] bytes.
+    pub extend_blocks_wide_rows: [CUfunction; WIDE_THREADS.len()],
     /// Decode reservations (`kernels/reservation.cuh`): the reserve, one step (capturable),
     /// the finish, the end of an unfinished reservation's holds.
     pub reserve_decode: CUfunction,
@@ -84,6 +87,8 @@ pub(crate) struct Kernels {
     /// The dynamic shared memory, in bytes, of `Typed::extend_blocks_wide`'s kernels (more
     /// than a kernel may declare), as the module computed it.
     pub wide_shared: [u32; WIDE_THREADS.len()],
+    /// The same for `Typed::extend_blocks_wide_rows`.
+    pub wide_rows_shared: [u32; WIDE_THREADS.len()],
     pub group_end: CUfunction,
     /// A large paged free by index, after the claim: the claimed pages released in ascending
     /// order, a block per chunk of the page map.
@@ -134,13 +139,16 @@ impl Kernels {
             Ok(function)
         };
         let mut kernels = Self::resolve(module, &get, index_type)?;
-        kernels.wide_shared = read_wide_shared(module)?;
-        for (&function, &bytes) in kernels
-            .typed
+        let sizes = read_wide_shared(module)?;
+        let (plain, rows) = sizes.split_at(WIDE_THREADS.len());
+        kernels.wide_shared.copy_from_slice(plain);
+        kernels.wide_rows_shared.copy_from_slice(rows);
+        let typed = &kernels.typed;
+        let functions = typed
             .extend_blocks_wide
             .iter()
-            .zip(&kernels.wide_shared)
-        {
+            .chain(&typed.extend_blocks_wide_rows);
+        for (&function, &bytes) in functions.zip(&sizes) {
             allow_shared(function, bytes)?;
         }
         Ok(kernels)
@@ -161,6 +169,7 @@ impl Kernels {
             module,
             typed: Typed::resolve(get, index)?,
             wide_shared: [0; WIDE_THREADS.len()],
+            wide_rows_shared: [0; WIDE_THREADS.len()],
             group_end: get("kvp_group_end")?,
             release_claimed: get("kvp_release_claimed")?,
             merge: get("kvp_merge")?,
@@ -177,8 +186,9 @@ impl Kernels {
 }
 
 /// The sizes in `kvp_extend_blocks_wide_shared` (`kernels/pool.cu`: the shared struct of each
-/// of `WIDE_THREADS`' kernels), copied from the module once per pool.
-fn read_wide_shared(module: CUmodule) -> Result<[u32; WIDE_THREADS.len()], PoolError> {
+/// of `WIDE_THREADS`' kernels, then of their rows kernels), copied from the module once per
+/// pool.
+fn read_wide_shared(module: CUmodule) -> Result<[u32; 2 * WIDE_THREADS.len()], PoolError> {
     let name = c"kvp_extend_blocks_wide_shared";
     let (mut ptr, mut bytes) = (0, 0);
     // SAFETY: `module` is loaded; `name` is NUL-terminated.
@@ -186,7 +196,7 @@ fn read_wide_shared(module: CUmodule) -> Result<[u32; WIDE_THREADS.len()], PoolE
         unsafe { sys::cuModuleGetGlobal_v2(&mut ptr, &mut bytes, module, name.as_ptr()) },
         "cuModuleGetGlobal (kvp_extend_blocks_wide_shared)",
     )?;
-    let mut sizes = [0u32; WIDE_THREADS.len()];
+    let mut sizes = [0u32; 2 * WIDE_THREADS.len()];
     if bytes != std::mem::size_of_val(&sizes) {
         return Err(PoolError::new(
             ErrorKind::CudaError,
@@ -274,6 +284,7 @@ impl Typed {
             extend_block_rows: typed("extend_block_rows")?,
             extend_block64_rows: typed("extend_block64_rows")?,
             extend_blocks_rows: typed("extend_blocks_rows")?,
+            extend_blocks_wide_rows: sized(&typed, "extend_blocks", WIDE_THREADS, "_rows")?,
             reserve_decode: typed("reserve_decode")?,
             reservation_step: typed("reservation_step")?,
             reservation_finish: typed("reservation_finish")?,
@@ -393,6 +404,8 @@ mod tests {
         for name in [
             "kvp_extend_blocks512_i64",
             "kvp_extend_blocks1024_i32",
+            "kvp_extend_blocks512_rows_i32",
+            "kvp_extend_blocks1024_rows_i64",
             "kvp_extend_few_256_i64",
             "kvp_extend_few_blocks_i32",
             "kvp_extend_few_spread_i64",
@@ -408,11 +421,11 @@ mod tests {
         }
         // Per index type: 24 typed entry points, 2 x DECODE_THREADS decode kernels,
         // 2 x DECODE_CLUSTERS cluster decode kernels, FEW_THREADS one-block extend_few
-        // kernels, WIDE_THREADS wide extend kernels, and the 11 others.
+        // kernels, 2 x WIDE_THREADS wide extend kernels, and the 11 others.
         assert_eq!(
             asked.len(),
             2 * (24
-                + WIDE_THREADS.len()
+                + 2 * WIDE_THREADS.len()
                 + 2 * DECODE_THREADS.len()
                 + 2 * DECODE_CLUSTERS.len()
                 + FEW_THREADS.len()

@@ -126,8 +126,8 @@ pub(super) enum ExtendKernel {
     /// Several blocks that each decide the whole call (`kvp_extend_blocks_*`).
     Blocks,
     /// The same on blocks of this many threads, one of `WIDE_THREADS`
-    /// (`kvp_extend_blocks{N}_*`), launched with dynamic shared memory; by row, the
-    /// ticketed path's three kernels with this one in the middle.
+    /// (`kvp_extend_blocks{N}_*`, by row `kvp_extend_blocks{N}_rows_*`), launched with
+    /// dynamic shared memory.
     BlocksWide(u32),
     /// Many blocks (`kvp_extend_*`).
     Grid,
@@ -176,11 +176,19 @@ impl ExtendKernel {
             _ => 0,
         }
     }
+
+    /// The same for its rows kernel (`DevicePool::alloc_rows`' one kernel).
+    pub(super) fn rows_shared_bytes(self, kernels: &Kernels) -> u32 {
+        match self {
+            Self::BlocksWide(threads) => kernels.wide_rows_shared[wide_slot(threads)],
+            _ => 0,
+        }
+    }
 }
 
 /// Where the kernel of `threads` threads (one of `WIDE_THREADS`) sits in
-/// `Typed::extend_blocks_wide`.
-fn wide_slot(threads: u32) -> usize {
+/// `Typed::extend_blocks_wide` and `Typed::extend_blocks_wide_rows`.
+pub(super) fn wide_slot(threads: u32) -> usize {
     match threads {
         512 => 0,
         _ => 1,

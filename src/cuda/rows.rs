@@ -8,7 +8,7 @@
 use cudarc::driver::sys::{CUdeviceptr, CUstream};
 
 use super::{
-    arg, cluster_slot, decode_slot, DevicePool, ExtendKernel, Launch, BLOCK, FREE_BLOCK,
+    arg, cluster_slot, decode_slot, wide_slot, DevicePool, ExtendKernel, Launch, BLOCK, FREE_BLOCK,
     FREE_SEGMENT, FREE_SLOTS, WARP_TOKENS,
 };
 use crate::cuda::counts::Step;
@@ -254,7 +254,7 @@ impl DevicePool {
         let decode32 = u32::from(decode);
         let prefix_dev = prefix.map_or(seq_lens, |(_, p)| p);
         // A batch of the kernels that decide a whole call in every block (a decode step of up
-        // to 1,024 requests, up to 4,096 on a cluster; an extend of up to 256): one kernel (it
+        // to 1,024 requests, up to 4,096 on a cluster; an extend of up to 1,024): one kernel (it
         // enters rows in a 32-bit keyed table; `TableShape::span`, checked above, bounds the
         // table's rows by 2^32 - 1).
         let typed = &self.kernels.typed;
@@ -273,8 +273,10 @@ impl DevicePool {
             ExtendKernel::DecodeCluster(blocks) => {
                 Some((typed.decode_cluster_rows[cluster_slot(blocks)], block))
             }
-            // No rows kernel of its own (not measured): the three kernels below.
-            ExtendKernel::BlocksWide(_) | ExtendKernel::Grid => None,
+            ExtendKernel::BlocksWide(threads) => {
+                Some((typed.extend_blocks_wide_rows[wide_slot(threads)], block))
+            }
+            ExtendKernel::Grid => None,
         };
         if let Some((function, block)) = one_kernel {
             let tab = TableArgs {
@@ -296,7 +298,8 @@ impl DevicePool {
                 arg(&tab),
             ];
             // SAFETY: `kvp_extend_{warp,block}_rows_*(View, Call, const i64 *prefix, const i64
-            // *seq, u32 batch, u32 decode, u64 tokens, u64 pages, Index *out, TableArgs)`.
+            // *seq, u32 batch, u32 decode, u64 tokens, u64 pages, Index *out, TableArgs)`;
+            // the shared memory as the kernel was allowed at load.
             unsafe {
                 self.run_call(
                     op as u32,
@@ -306,7 +309,7 @@ impl DevicePool {
                         function,
                         grid,
                         block,
-                        shared: 0,
+                        shared: kernel.rows_shared_bytes(&self.kernels),
                         extra: &args,
                     }],
                 )
