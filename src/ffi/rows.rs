@@ -454,14 +454,14 @@ pub(crate) fn device_table(
 /// `out_len`, shortage — failing with a status, enqueuing nothing). `out` (device, may be
 /// NULL) receives `out_cache_loc`.
 ///
-/// On the device, one kernel for a batch the one-block allocation kernels serve (a decode
-/// of up to 1,024 requests, an extend of up to 256 requests and 1,024 tokens: the rows
-/// checked, `last_loc` read and the slots written by the allocation kernel), else one call
-/// of three kernels: the first checks the rows (in the table, distinct, device
-/// `seq_lens[i] <= row_len`) and reads each request's `last_loc` from the table into the
-/// pool's scratch; the second is `kvp_pool_alloc_extend_async`'s kernel; the third writes
-/// the new slots into the table unless the call failed. A bad row, like a
-/// bad `last_loc`, faults the pool (`KVP_STATUS_DEVICE_FAULT` at a later call or
+/// On the device, one kernel for a batch the deciding allocation kernels serve (a decode of
+/// up to 1,024 requests, up to 4,096 on an sm_90 device's thread block clusters, an extend
+/// of up to 1,024 requests: the rows checked, `last_loc` read and the slots written by the
+/// allocation kernel), else one call of three kernels: the first checks the rows (in the
+/// table, distinct, device `seq_lens[i] <= row_len`) and reads each request's `last_loc`
+/// from the table into the pool's scratch; the second is `kvp_pool_alloc_extend_async`'s
+/// kernel; the third writes the new slots into the table unless the call failed. A bad row,
+/// like a bad `last_loc`, faults the pool (`KVP_STATUS_DEVICE_FAULT` at a later call or
 /// `kvp_pool_check_device`, naming the request: "rows[i] = r is outside the table", "...
 /// repeats an earlier request's row"); a failing call writes nothing to the table (`out`, if
 /// given, gets the padding slot 0). Results equal the host backend's.
