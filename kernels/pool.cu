@@ -1320,22 +1320,6 @@ using namespace kvp;
                                                       batch, total_tokens, total_pages,           \
                                                       out);                                       \
   }                                                                                               \
-  /* The same for 257-512 and 513-1,024 requests (one block of 256 threads holds 256), on     \
-     blocks of 512 and 1,024 threads, their shared memory given at launch. */                     \
-  extern "C" __global__ void __launch_bounds__(512) kvp_extend_blocks512_##SUFFIX(                \
-      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
-      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
-      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_blocks_wide<512, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch,               \
-                                   total_tokens, total_pages, out);                               \
-  }                                                                                               \
-  extern "C" __global__ void __launch_bounds__(1024) kvp_extend_blocks1024_##SUFFIX(              \
-      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
-      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
-      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_blocks_wide<1024, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch,              \
-                                    total_tokens, total_pages, out);                              \
-  }                                                                                               \
   /* Page ids and token-pool slots (mode FREE_PAGE_IDS / FREE_SLOTS). */                          \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK, 2) kvp_free_known_##SUFFIX(            \
       View v, Call call, const INDEX *src, uint32_t mode, unsigned long long len,                 \
@@ -1415,21 +1399,6 @@ KVP_INDEX_KERNELS(i32, int)
     extend_kernel<EXTEND_BLOCK, 1, INDEX, true, true>(v, call, prefix_lens, seq_lens, nullptr,    \
                                                      batch,  total_tokens, total_pages,           \
                                                      out, tab);                                   \
-  }                                                                                               \
-  /* The same for 257-1,024 requests (kvp_extend_blocks{512,1024}_*'s shapes). */                 \
-  extern "C" __global__ void __launch_bounds__(512) kvp_extend_blocks512_rows_##SUFFIX(           \
-      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
-      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
-      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
-    extend_blocks_wide<512, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,          \
-                                         total_tokens, total_pages, out, tab);                    \
-  }                                                                                               \
-  extern "C" __global__ void __launch_bounds__(1024) kvp_extend_blocks1024_rows_##SUFFIX(         \
-      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
-      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
-      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
-    extend_blocks_wide<1024, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,         \
-                                          total_tokens, total_pages, out, tab);                   \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(ROWS_BLOCK) kvp_rows_gather_##SUFFIX(              \
       View v, Call call, const void *table, uint32_t wide, unsigned long long table_rows,         \
@@ -1636,3 +1605,41 @@ extern "C" __global__ void __launch_bounds__(32)
 extern "C" __global__ void __launch_bounds__(32) kvp_debug_mark(uint32_t *done, uint32_t seq) {
   if (threadIdx.x == 0) *(volatile uint32_t *)done = seq;
 }
+
+// (Layout experiment: the wide kernels last.)
+#define KVP_WIDE_KERNELS(SUFFIX, INDEX) \
+  /* The same for 257-512 and 513-1,024 requests (one block of 256 threads holds 256), on     \
+     blocks of 512 and 1,024 threads, their shared memory given at launch. */                     \
+  extern "C" __global__ void __launch_bounds__(512) kvp_extend_blocks512_##SUFFIX(                \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend_blocks_wide<512, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch,               \
+                                   total_tokens, total_pages, out);                               \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(1024) kvp_extend_blocks1024_##SUFFIX(              \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend_blocks_wide<1024, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch,              \
+                                    total_tokens, total_pages, out);                              \
+  }                                                                                               \
+  /* The same for 257-1,024 requests (kvp_extend_blocks{512,1024}_*'s shapes). */                 \
+  extern "C" __global__ void __launch_bounds__(512) kvp_extend_blocks512_rows_##SUFFIX(           \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
+      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    extend_blocks_wide<512, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,          \
+                                         total_tokens, total_pages, out, tab);                    \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(1024) kvp_extend_blocks1024_rows_##SUFFIX(         \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
+      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    extend_blocks_wide<1024, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,         \
+                                          total_tokens, total_pages, out, tab);                   \
+  }                                                                                               \
+
+
+KVP_WIDE_KERNELS(i64, long long)
+KVP_WIDE_KERNELS(i32, int)
