@@ -501,7 +501,8 @@ __device__ void extend_blocks_wide(View v, Call call, const long long *prefix_le
                                    uint32_t batch, unsigned long long total_tokens,
                                    unsigned long long total_pages, Index *out,
                                    TableArgs tab = {}) {
-  extern __shared__ __align__(16) unsigned char wide_shared[];
+  // (Test build: a static struct of the 256-thread shape, never launched.)
+  __shared__ __align__(16) unsigned char wide_shared[sizeof(ExtendShared<256, 1, ROWS>)];
   auto &sh = *reinterpret_cast<ExtendShared<BLOCK, 1, ROWS> *>(wide_shared);
   extend_on<BLOCK, 1, Index, ROWS, true>(sh, v, call, prefix_lens, seq_lens, last_loc, batch,
                                          total_tokens, total_pages, out, tab);
