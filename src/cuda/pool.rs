@@ -177,7 +177,7 @@ impl ExtendKernel {
         }
     }
 
-    /// The same for its rows kernel (`DevicePool::alloc_rows`' one kernel).
+    /// The same for its rows kernel (the one kernel of `DevicePool::rows_alloc`).
     pub(super) fn rows_shared_bytes(self, kernels: &Kernels) -> u32 {
         match self {
             Self::BlocksWide(threads) => kernels.wide_rows_shared[wide_slot(threads)],
@@ -1881,8 +1881,6 @@ impl DevicePool {
 /// (and by the first GPU test of that kernel).
 const MAX_EXTRA_ARGS: usize = 12;
 
-/// One kernel launch of a call (see `DevicePool::run_call`): the arguments after
-/// `(View, Call)`.
 /// What the device offers the choice of an extend kernel (`DevicePool::extend_shape`).
 #[derive(Clone, Copy, Debug)]
 pub(super) struct DeviceShapes {
@@ -1893,6 +1891,8 @@ pub(super) struct DeviceShapes {
     pub multiprocessors: u32,
 }
 
+/// One kernel launch of a call (see `DevicePool::run_call`): the arguments after
+/// `(View, Call)`.
 struct Launch<'a> {
     function: CUfunction,
     grid: u32,
