@@ -382,7 +382,9 @@ fn lockstep(
          extends of 257-1,024 requests"
     );
     assert!(ok > ops / 2);
-    if max_batch > 1024 {
+    // About one call in eight is such an extend in the large shape: required from 40 calls
+    // (the default run makes 50; sanitizer runs with fewer need not meet it).
+    if max_batch > 1024 && ops >= 40 {
         assert!(
             wide_extends > 0,
             "no extend of 257-1,024 requests was taken"
