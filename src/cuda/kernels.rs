@@ -110,6 +110,17 @@ pub(crate) struct Kernels {
 impl Kernels {
     /// Loads the module into the current context, with the entry points of `index_type`.
     pub fn load(index_type: IndexType) -> Result<Self, PoolError> {
+        // (Test build: the session's start's fatbin as a second module for every other kernel.)
+        static OLD: &[u8] = include_bytes!("../../kernels/pool_old.fatbin");
+        let mut old_image = vec![0u64; OLD.len().div_ceil(8)];
+        unsafe {
+            std::ptr::copy_nonoverlapping(OLD.as_ptr(), old_image.as_mut_ptr().cast::<u8>(), OLD.len())
+        };
+        let mut old_module = std::ptr::null_mut();
+        check(
+            unsafe { sys::cuModuleLoadData(&mut old_module, old_image.as_ptr().cast::<c_void>()) },
+            "cuModuleLoadData (old)",
+        )?;
         // The driver reads the image during the call only; copy it to an aligned buffer.
         let mut image = vec![0u64; FATBIN.len().div_ceil(8)];
         // SAFETY: `image` has at least `FATBIN.len()` bytes.
@@ -127,13 +138,18 @@ impl Kernels {
             "cuModuleLoadData (the embedded kernels: is the GPU older than sm_80?)",
         )?;
         let get = |name: &str| -> Result<CUfunction, PoolError> {
+            let from = if name.contains("extend_blocks512") || name.contains("extend_blocks1024") {
+                module
+            } else {
+                old_module
+            };
             let name = CString::new(name).map_err(|_| {
                 PoolError::new(ErrorKind::CudaError, "a kernel name holds a NUL byte")
             })?;
             let mut function = std::ptr::null_mut();
             // SAFETY: `module` is loaded; `name` is NUL-terminated.
             check(
-                unsafe { sys::cuModuleGetFunction(&mut function, module, name.as_ptr()) },
+                unsafe { sys::cuModuleGetFunction(&mut function, from, name.as_ptr()) },
                 "cuModuleGetFunction",
             )?;
             Ok(function)
