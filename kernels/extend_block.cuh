@@ -495,16 +495,17 @@ __device__ void extend_kernel(View v, Call call, const long long *prefix_lens,
 // kernel had served; about a block an SM). Their shared memory passes the 48 KB a kernel
 // may declare, so it is the launch's dynamic shared memory: the host reads its size from
 // kvp_extend_blocks_wide_shared (pool.cu) and allows it on the kernel when the module loads.
-template <int BLOCK, typename Index, bool ROWS = false>
+// PER 2 on 1,024 threads (kvp_extend_blocks2048_*): 1,025-2,048 requests.
+template <int BLOCK, typename Index, bool ROWS = false, int PER = 1>
 __device__ void extend_blocks_wide(View v, Call call, const long long *prefix_lens,
                                    const long long *seq_lens, const Index *last_loc,
                                    uint32_t batch, unsigned long long total_tokens,
                                    unsigned long long total_pages, Index *out,
                                    TableArgs tab = {}) {
   extern __shared__ __align__(16) unsigned char wide_shared[];
-  auto &sh = *reinterpret_cast<ExtendShared<BLOCK, 1, ROWS> *>(wide_shared);
-  extend_on<BLOCK, 1, Index, ROWS, true>(sh, v, call, prefix_lens, seq_lens, last_loc, batch,
-                                         total_tokens, total_pages, out, tab);
+  auto &sh = *reinterpret_cast<ExtendShared<BLOCK, PER, ROWS> *>(wide_shared);
+  extend_on<BLOCK, PER, Index, ROWS, true>(sh, v, call, prefix_lens, seq_lens, last_loc, batch,
+                                           total_tokens, total_pages, out, tab);
 }
 
 }  // namespace kvp

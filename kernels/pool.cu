@@ -1336,6 +1336,14 @@ using namespace kvp;
     extend_blocks_wide<1024, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch,              \
                                     total_tokens, total_pages, out);                              \
   }                                                                                               \
+  /* 1,025-2,048 requests: 1,024 threads of two requests each. */                                 \
+  extern "C" __global__ void __launch_bounds__(1024) kvp_extend_blocks2048_##SUFFIX(              \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend_blocks_wide<1024, INDEX, false, 2>(v, call, prefix_lens, seq_lens, last_loc, batch,    \
+                                              total_tokens, total_pages, out);                    \
+  }                                                                                               \
   /* Page ids and token-pool slots (mode FREE_PAGE_IDS / FREE_SLOTS). */                          \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK, 2) kvp_free_known_##SUFFIX(            \
       View v, Call call, const INDEX *src, uint32_t mode, unsigned long long len,                 \
@@ -1373,11 +1381,12 @@ using namespace kvp;
     rewind<INDEX>(v, call, last_kept, len);                                                       \
   }
 
-// The dynamic shared memory of kvp_extend_blocks512_*, kvp_extend_blocks1024_* and their
-// _rows_ kernels, in bytes (of either index type): read by the host when it loads the module.
-extern "C" __device__ const uint32_t kvp_extend_blocks_wide_shared[4] = {
+// The dynamic shared memory of kvp_extend_blocks{512,1024,2048}_* and their _rows_ kernels, in
+// bytes (of either index type): read by the host when it loads the module.
+extern "C" __device__ const uint32_t kvp_extend_blocks_wide_shared[6] = {
     sizeof(ExtendShared<512, 1, false>), sizeof(ExtendShared<1024, 1, false>),
-    sizeof(ExtendShared<512, 1, true>), sizeof(ExtendShared<1024, 1, true>)};
+    sizeof(ExtendShared<1024, 2, false>), sizeof(ExtendShared<512, 1, true>),
+    sizeof(ExtendShared<1024, 1, true>),  sizeof(ExtendShared<1024, 2, true>)};
 
 KVP_INDEX_KERNELS(i64, long long)
 KVP_INDEX_KERNELS(i32, int)
@@ -1430,6 +1439,13 @@ KVP_INDEX_KERNELS(i32, int)
       unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
     extend_blocks_wide<1024, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,         \
                                           total_tokens, total_pages, out, tab);                   \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(1024) kvp_extend_blocks2048_rows_##SUFFIX(         \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
+      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    extend_blocks_wide<1024, INDEX, true, 2>(v, call, prefix_lens, seq_lens, nullptr, batch,      \
+                                             total_tokens, total_pages, out, tab);                \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(ROWS_BLOCK) kvp_rows_gather_##SUFFIX(              \
       View v, Call call, const void *table, uint32_t wide, unsigned long long table_rows,         \

@@ -1137,9 +1137,10 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
     );
 }
 
-/// The same rounds with a few hundred more fresh requests in most batches: extends of
-/// 257-1,024 requests run on blocks of 512 or 1,024 threads that each decide the call
-/// (`kvp_extend_blocks{512,1024}_*`), larger ones on the ticketed kernel (`kvp_extend_*`),
+/// The same rounds with a few hundred more fresh requests in most batches (a thousand or two
+/// now and then): extends of 257-2,048 requests run on blocks of 512 or 1,024 threads that
+/// each decide the call (`kvp_extend_blocks{512,1024,2048}_*`, two requests a thread past
+/// 1,024), larger ones on the ticketed kernel (`kvp_extend_*`),
 /// whose blocks check their requests' last_locs in parallel, one block possibly after
 /// another has moved a continued page's fill point. An empty request on that page stays
 /// valid (the host's rule) whichever block checks it first, on either kernel.
@@ -1148,26 +1149,31 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
 fn wide_extends_decide_alike_in_every_block() {
     let kinds = deciding_block_rounds(true);
     println!(
-        "wide extends: {} batches of 257-1,024 requests (deciding blocks), {} larger (ticketed \
-         kernel); {} with a sharer accepted, {} refused",
-        kinds.wide, kinds.ticketed, kinds.sharers_accepted, kinds.refused
+        "wide extends: {} batches of 257-1,024 requests and {} of 1,025-2,048 (deciding \
+         blocks), {} larger (ticketed kernel); {} with a sharer accepted, {} refused",
+        kinds.wide, kinds.paired, kinds.ticketed, kinds.sharers_accepted, kinds.refused
     );
     assert!(
-        kinds.sharers_accepted > 0 && kinds.refused > 0 && kinds.wide > 0 && kinds.ticketed > 0,
+        kinds.sharers_accepted > 0
+            && kinds.refused > 0
+            && kinds.wide > 0
+            && kinds.paired > 0
+            && kinds.ticketed > 0,
         "{kinds:?}"
     );
 }
 
 /// What [`deciding_block_rounds`] ran: batches by kernel (of more than 1,024 tokens: `few`,
-/// `spread`, `more`; by requests, 257-1,024 on the wide deciding blocks and more on the
-/// ticketed kernel: `wide`, `ticketed`), calls accepted with an empty request on a continued
-/// page, calls refused.
+/// `spread`, `more`; by requests, 257-1,024 and 1,025-2,048 on the wide deciding blocks and
+/// more on the ticketed kernel: `wide`, `paired`, `ticketed`), calls accepted with an empty
+/// request on a continued page, calls refused.
 #[derive(Debug, Default)]
 struct RoundKinds {
     few: usize,
     spread: usize,
     more: usize,
     wide: usize,
+    paired: usize,
     ticketed: usize,
     sharers_accepted: usize,
     refused: usize,
@@ -1175,12 +1181,12 @@ struct RoundKinds {
 
 /// Random extend rounds on a host and a device pool (page sizes 1, 16, 64; 12 seeds of 8
 /// rounds each, wide: `KVPOOL_WIDE_SEEDS`), compared slot by slot, fault by fault. `wide`:
-/// most batches get 220-1,000 more short fresh requests (a round's batch then holds 257 to
-/// about 1,100).
+/// most batches get 220-1,000 more short fresh requests, a quarter of them 1,100-2,300
+/// (a round's batch then holds 257 to about 2,600).
 fn deciding_block_rounds(wide: bool) -> RoundKinds {
     const GUARD: usize = 512;
     const CAP: usize = 1 << 16;
-    const MAX_BATCH: usize = 2048;
+    const MAX_BATCH: usize = 2700;
     let gpu = Gpu::new(false);
     let (prefix_d, seq_d, last_d) = DevBuf::lengths(MAX_BATCH);
     let out = DevBuf::new(8 * (CAP + GUARD));
@@ -1223,8 +1229,16 @@ fn deciding_block_rounds(wide: bool) -> RoundKinds {
                 // 32 requests (kvp_extend_blocks_*) come up at every page size; wide rounds
                 // mostly a larger one.
                 if wide && rng.chance(85) {
-                    for _ in 0..rng.range(220, 1000) {
-                        batch.push((0, rng.range(1, 40) as i64, -1, None));
+                    // Now and then past 1,024 requests (1,024 threads of two requests each)
+                    // and past 2,048 (the ticketed kernel), in shorter requests.
+                    let big = rng.chance(25);
+                    let (count, longest) = if big {
+                        (rng.range(1100, 2300), 8)
+                    } else {
+                        (rng.range(220, 1000), 40)
+                    };
+                    for _ in 0..count {
+                        batch.push((0, rng.range(1, longest) as i64, -1, None));
                     }
                 } else if rows.len() < 100 && rng.chance(40) {
                     for _ in 0..rng.range(30, 50) {
@@ -1268,7 +1282,8 @@ fn deciding_block_rounds(wide: bool) -> RoundKinds {
                 let what = format!("ps {ps} seed {seed} round {round}: {batch:?}");
                 assert!(total <= CAP && batch.len() <= MAX_BATCH, "{what}");
                 match batch.len() {
-                    n if n > 1024 => kinds.ticketed += 1,
+                    n if n > 2048 => kinds.ticketed += 1,
+                    n if n > 1024 => kinds.paired += 1,
                     n if n > 256 => kinds.wide += 1,
                     n if total > 1024 && n <= 32 && n > total.div_ceil(512) => kinds.spread += 1,
                     n if total > 1024 && n <= 32 => kinds.few += 1,

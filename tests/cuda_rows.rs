@@ -148,7 +148,8 @@ fn lockstep(
     let mut work = Work::new(seed, n_rows as usize, row_len as i64, ps, max_batch);
     let (mut ok, mut short) = (0, 0);
     // Extends of 257-1,024 requests taken (blocks of 512 or 1,024 threads deciding the call
-    // by row; fewer run on one block or the 256-thread blocks, more on three kernels).
+    // by row; fewer run on one block or the 256-thread blocks, 1,025-2,048 on 1,024 threads of
+    // two requests each, more on three kernels).
     let mut wide_extends = 0;
     for step in 0..ops {
         let op = work.next();

@@ -154,6 +154,15 @@ impl PrimaryContext {
         Ok(u32::try_from(count).unwrap_or(0).max(1))
     }
 
+    /// The most shared memory a block may use once a kernel opts in, in bytes (227 KB on an
+    /// H100/H200, 163 KB on an A100).
+    pub fn shared_optin(&self) -> Result<u32, PoolError> {
+        let bytes = self.attribute(
+            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+        )?;
+        Ok(u32::try_from(bytes).unwrap_or(0))
+    }
+
     /// Whether the device launches thread block clusters (compute capability 9.0 and later);
     /// false when the driver cannot say.
     pub fn cluster_launch(&self) -> bool {

@@ -7,7 +7,7 @@ use std::ffi::{c_void, CString};
 use cudarc::driver::sys::{self, CUfunction, CUmodule, CUstream};
 
 use super::driver::check;
-use super::pool::{DECODE_CLUSTERS, DECODE_THREADS, FEW_THREADS, WIDE_THREADS};
+use super::pool::{DECODE_CLUSTERS, DECODE_THREADS, FEW_THREADS, WIDE_BATCHES};
 use crate::pool::{ErrorKind, IndexType, PoolError};
 
 /// The fatbin built from `kernels/pool.cu` (`kernels/pool.fatbin.sha256` records its
@@ -25,10 +25,10 @@ pub(crate) struct Typed {
     pub extend_block64: CUfunction,
     /// `alloc_extend` of at most 256 requests on several blocks that each decide the call.
     pub extend_blocks: CUfunction,
-    /// The same on blocks of each of `WIDE_THREADS` threads, in that order, a request a
-    /// thread (`kvp_extend_blocks{N}_*`: 257-1,024 requests), launched with
+    /// The same on blocks that hold each of `WIDE_BATCHES` requests, in that order
+    /// (`kvp_extend_blocks{N}_*`: 257-2,048 requests), launched with
     /// [`Kernels::wide_shared`] bytes of dynamic shared memory.
-    pub extend_blocks_wide: [CUfunction; WIDE_THREADS.len()],
+    pub extend_blocks_wide: [CUfunction; WIDE_BATCHES.len()],
     /// `alloc_extend` of at most 32 requests decided by one warp (`extend_few.cuh`): one
     /// block of each of `FEW_THREADS` threads (two warps, four, 256 threads), in that order,
     /// and several blocks: one request or more a block (`kvp_extend_few_blocks_*`), more
@@ -70,7 +70,7 @@ pub(crate) struct Typed {
     pub extend_blocks_rows: CUfunction,
     /// `extend_blocks_wide` by request row (`kvp_extend_blocks{N}_rows_*`), launched with
     /// [`Kernels::wide_rows_shared`] bytes.
-    pub extend_blocks_wide_rows: [CUfunction; WIDE_THREADS.len()],
+    pub extend_blocks_wide_rows: [CUfunction; WIDE_BATCHES.len()],
     /// Decode reservations (`kernels/reservation.cuh`): the reserve, one step (capturable),
     /// the finish, the end of an unfinished reservation's holds.
     pub reserve_decode: CUfunction,
@@ -85,10 +85,11 @@ pub(crate) struct Kernels {
     module: CUmodule,
     pub typed: Typed,
     /// The dynamic shared memory, in bytes, of `Typed::extend_blocks_wide`'s kernels (more
-    /// than a kernel may declare), as the module computed it.
-    pub wide_shared: [u32; WIDE_THREADS.len()],
+    /// than a kernel may declare), as the module computed it; 0 for a kernel that needs more
+    /// than the device gives a block (it is not launched: `DeviceShapes`).
+    pub wide_shared: [u32; WIDE_BATCHES.len()],
     /// The same for `Typed::extend_blocks_wide_rows`.
-    pub wide_rows_shared: [u32; WIDE_THREADS.len()],
+    pub wide_rows_shared: [u32; WIDE_BATCHES.len()],
     pub group_end: CUfunction,
     /// A large paged free by index, after the claim: the claimed pages released in ascending
     /// order, a block per chunk of the page map.
@@ -109,7 +110,8 @@ pub(crate) struct Kernels {
 
 impl Kernels {
     /// Loads the module into the current context, with the entry points of `index_type`.
-    pub fn load(index_type: IndexType) -> Result<Self, PoolError> {
+    /// `shared_optin`: the most shared memory the device gives a block.
+    pub fn load(index_type: IndexType, shared_optin: u32) -> Result<Self, PoolError> {
         // The driver reads the image during the call only; copy it to an aligned buffer.
         let mut image = vec![0u64; FATBIN.len().div_ceil(8)];
         // SAFETY: `image` has at least `FATBIN.len()` bytes.
@@ -139,18 +141,23 @@ impl Kernels {
             Ok(function)
         };
         let mut kernels = Self::resolve(module, &get, index_type)?;
-        let sizes = read_wide_shared(module)?;
-        let (plain, rows) = sizes.split_at(WIDE_THREADS.len());
-        kernels.wide_shared.copy_from_slice(plain);
-        kernels.wide_rows_shared.copy_from_slice(rows);
+        let mut sizes = read_wide_shared(module)?;
         let typed = &kernels.typed;
         let functions = typed
             .extend_blocks_wide
             .iter()
             .chain(&typed.extend_blocks_wide_rows);
-        for (&function, &bytes) in functions.zip(&sizes) {
-            allow_shared(function, bytes)?;
+        for (&function, bytes) in functions.zip(&mut sizes) {
+            // With the kernel's own static shared memory (its scans' words).
+            if u64::from(*bytes) + u64::from(static_shared(function)?) <= u64::from(shared_optin) {
+                allow_shared(function, *bytes)?;
+            } else {
+                *bytes = 0;
+            }
         }
+        let (plain, rows) = sizes.split_at(WIDE_BATCHES.len());
+        kernels.wide_shared.copy_from_slice(plain);
+        kernels.wide_rows_shared.copy_from_slice(rows);
         Ok(kernels)
     }
 
@@ -168,8 +175,8 @@ impl Kernels {
         Ok(Self {
             module,
             typed: Typed::resolve(get, index)?,
-            wide_shared: [0; WIDE_THREADS.len()],
-            wide_rows_shared: [0; WIDE_THREADS.len()],
+            wide_shared: [0; WIDE_BATCHES.len()],
+            wide_rows_shared: [0; WIDE_BATCHES.len()],
             group_end: get("kvp_group_end")?,
             release_claimed: get("kvp_release_claimed")?,
             merge: get("kvp_merge")?,
@@ -186,9 +193,9 @@ impl Kernels {
 }
 
 /// The sizes in `kvp_extend_blocks_wide_shared` (`kernels/pool.cu`: the shared struct of each
-/// of `WIDE_THREADS`' kernels, then of their rows kernels), copied from the module once per
+/// of `WIDE_BATCHES`' kernels, then of their rows kernels), copied from the module once per
 /// pool.
-fn read_wide_shared(module: CUmodule) -> Result<[u32; 2 * WIDE_THREADS.len()], PoolError> {
+fn read_wide_shared(module: CUmodule) -> Result<[u32; 2 * WIDE_BATCHES.len()], PoolError> {
     let name = c"kvp_extend_blocks_wide_shared";
     let (mut ptr, mut bytes) = (0, 0);
     // SAFETY: `module` is loaded; `name` is NUL-terminated.
@@ -196,7 +203,7 @@ fn read_wide_shared(module: CUmodule) -> Result<[u32; 2 * WIDE_THREADS.len()], P
         unsafe { sys::cuModuleGetGlobal_v2(&mut ptr, &mut bytes, module, name.as_ptr()) },
         "cuModuleGetGlobal (kvp_extend_blocks_wide_shared)",
     )?;
-    let mut sizes = [0u32; 2 * WIDE_THREADS.len()];
+    let mut sizes = [0u32; 2 * WIDE_BATCHES.len()];
     if bytes != std::mem::size_of_val(&sizes) {
         return Err(PoolError::new(
             ErrorKind::CudaError,
@@ -212,6 +219,23 @@ fn read_wide_shared(module: CUmodule) -> Result<[u32; 2 * WIDE_THREADS.len()], P
         "cuMemcpyDtoH (kvp_extend_blocks_wide_shared)",
     )?;
     Ok(sizes)
+}
+
+/// The static shared memory of `function`, in bytes.
+fn static_shared(function: CUfunction) -> Result<u32, PoolError> {
+    let mut bytes = 0;
+    // SAFETY: `function` belongs to the loaded module; valid out-pointer.
+    check(
+        unsafe {
+            sys::cuFuncGetAttribute(
+                &mut bytes,
+                sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+                function,
+            )
+        },
+        "cuFuncGetAttribute (shared memory)",
+    )?;
+    Ok(u32::try_from(bytes).unwrap_or(u32::MAX))
 }
 
 /// Lets `function` be launched with `bytes` of dynamic shared memory.
@@ -243,7 +267,7 @@ impl Typed {
     fn resolve(get: Lookup<'_>, index: &str) -> Result<Self, PoolError> {
         let typed = |name: &str| get(&format!("kvp_{name}_{index}"));
         // `kvp_{stem}{size}{form}_{index}` for each of `sizes`, in their order: the kernels
-        // instantiated per block (`DECODE_THREADS`, `FEW_THREADS`, `WIDE_THREADS`) or cluster
+        // instantiated per block (`DECODE_THREADS`, `FEW_THREADS`, `WIDE_BATCHES`) or cluster
         // (`DECODE_CLUSTERS`) size.
         fn sized<const N: usize>(
             typed: &dyn Fn(&str) -> Result<CUfunction, PoolError>,
@@ -263,7 +287,7 @@ impl Typed {
             extend_block: typed("extend_block")?,
             extend_block64: typed("extend_block64")?,
             extend_blocks: typed("extend_blocks")?,
-            extend_blocks_wide: sized(&typed, "extend_blocks", WIDE_THREADS, "")?,
+            extend_blocks_wide: sized(&typed, "extend_blocks", WIDE_BATCHES, "")?,
             extend_few: sized(&typed, "extend_few_", FEW_THREADS, "")?,
             extend_few_blocks: typed("extend_few_blocks")?,
             extend_few_spread: typed("extend_few_spread")?,
@@ -284,7 +308,7 @@ impl Typed {
             extend_block_rows: typed("extend_block_rows")?,
             extend_block64_rows: typed("extend_block64_rows")?,
             extend_blocks_rows: typed("extend_blocks_rows")?,
-            extend_blocks_wide_rows: sized(&typed, "extend_blocks", WIDE_THREADS, "_rows")?,
+            extend_blocks_wide_rows: sized(&typed, "extend_blocks", WIDE_BATCHES, "_rows")?,
             reserve_decode: typed("reserve_decode")?,
             reservation_step: typed("reservation_step")?,
             reservation_finish: typed("reservation_finish")?,
@@ -406,6 +430,8 @@ mod tests {
             "kvp_extend_blocks1024_i32",
             "kvp_extend_blocks512_rows_i32",
             "kvp_extend_blocks1024_rows_i64",
+            "kvp_extend_blocks2048_i64",
+            "kvp_extend_blocks2048_rows_i32",
             "kvp_extend_few_256_i64",
             "kvp_extend_few_blocks_i32",
             "kvp_extend_few_spread_i64",
@@ -421,11 +447,11 @@ mod tests {
         }
         // Per index type: 24 typed entry points, 2 x DECODE_THREADS decode kernels,
         // 2 x DECODE_CLUSTERS cluster decode kernels, FEW_THREADS one-block extend_few
-        // kernels, 2 x WIDE_THREADS wide extend kernels, and the 11 others.
+        // kernels, 2 x WIDE_BATCHES wide extend kernels, and the 11 others.
         assert_eq!(
             asked.len(),
             2 * (24
-                + 2 * WIDE_THREADS.len()
+                + 2 * WIDE_BATCHES.len()
                 + 2 * DECODE_THREADS.len()
                 + 2 * DECODE_CLUSTERS.len()
                 + FEW_THREADS.len()

@@ -80,7 +80,7 @@ const SORT_CAP: u64 = 4096;
 /// (BENCHMARKS.md, twenty-eighth session). Larger batches go to the ticketed multi-block
 /// kernel (for extends, one block of 256 threads for up to 4,096 tokens, or deciding blocks
 /// of four requests a thread, were both measured slower than several blocks with a ticket:
-/// BENCHMARKS.md), except extends of up to `WIDE_BATCH` requests: see `WIDE_THREADS`.
+/// BENCHMARKS.md), except extends of up to 2,048 requests: see `WIDE_BATCHES`.
 pub(super) const DECODE_THREADS: [u32; 6] = [32, 64, 128, 256, 512, 1024];
 /// The largest page size of a device pool: the kernels count slots within a page in 32
 /// bits, with room to step past the page's end (`kvp_free_segment_*` steps a page 128
@@ -97,17 +97,22 @@ const CLUSTER_BLOCK: u32 = 512;
 /// `DevicePool::decodes_on_clusters`), else on the ticketed kernel.
 pub(super) const DECODE_CLUSTERS: [u32; 2] = [4, 8];
 const WARP_BATCH: usize = 32;
-/// Threads of the deciding blocks for extends of more than `BLOCK` requests
-/// (`kvp_extend_blocks{N}_*`, in the order of `Typed::extend_blocks_wide`): an extend of at
-/// most `WIDE_BATCH` requests runs a request a thread on blocks of the fewest threads that
-/// hold it, at most one block an SM (`DevicePool::multiprocessors`), each deciding the whole
-/// call as `kvp_extend_blocks_*`'s do. Against the ticketed kernel that served them before,
+/// Requests a block of the deciding blocks for extends of more than `BLOCK` requests holds
+/// (`kvp_extend_blocks{N}_*`, in the order of `Typed::extend_blocks_wide`): an extend runs
+/// on the blocks of the fewest that hold it — 512 or 1,024 threads a request each, 1,024 of
+/// two requests each (`wide_threads`) —, at most one block an SM
+/// (`DevicePool::multiprocessors`), each deciding the whole call as `kvp_extend_blocks_*`'s
+/// do; a shape whose shared memory the device does not give a block is left out. Against the ticketed kernel that served them before,
 /// 257-512 requests take 0.71-0.81x its time, 513-1,024 0.82-0.89x; up to `TARGET_BLOCKS`
 /// blocks took 1.08-1.15x the time of one an SM at 257-512 requests and 1.54-1.61x at
 /// 768-1,024, and two or four requests a thread on 256 threads 1.01-1.41x (BENCHMARKS.md,
 /// thirtieth session).
-pub(super) const WIDE_THREADS: [u32; 2] = [512, 1024];
-const WIDE_BATCH: usize = 1024;
+pub(super) const WIDE_BATCHES: [u32; 3] = [512, 1024, 2048];
+
+/// Threads of the wide deciding blocks that hold `batch` requests (one of `WIDE_BATCHES`).
+fn wide_threads(batch: u32) -> u32 {
+    batch.min(1024)
+}
 /// The most tokens `kvp_extend_few_64_*` takes (two a writer lane).
 const WARP_TOKENS: u64 = 64;
 /// The most tokens `kvp_extend_few_128_*` takes (three a writer lane).
@@ -125,9 +130,9 @@ pub(super) enum ExtendKernel {
     Block,
     /// Several blocks that each decide the whole call (`kvp_extend_blocks_*`).
     Blocks,
-    /// The same on blocks of this many threads, one of `WIDE_THREADS`
-    /// (`kvp_extend_blocks{N}_*`, by row `kvp_extend_blocks{N}_rows_*`), launched with
-    /// dynamic shared memory.
+    /// The same on blocks that hold this many requests, one of `WIDE_BATCHES`
+    /// (`kvp_extend_blocks{N}_*`, by row `kvp_extend_blocks{N}_rows_*`, where the device
+    /// gives a block its shared memory), launched with dynamic shared memory.
     BlocksWide(u32),
     /// Many blocks (`kvp_extend_*`).
     Grid,
@@ -159,7 +164,7 @@ impl ExtendKernel {
             Self::Block64 => typed.extend_block64,
             Self::Block => typed.extend_block,
             Self::Blocks => typed.extend_blocks,
-            Self::BlocksWide(threads) => typed.extend_blocks_wide[wide_slot(threads)],
+            Self::BlocksWide(batch) => typed.extend_blocks_wide[wide_slot(batch)],
             Self::Grid => typed.extend,
             Self::Decode(threads) => typed.decode[decode_slot(threads)],
             Self::DecodeCluster(blocks) => typed.decode_cluster[cluster_slot(blocks)],
@@ -172,7 +177,7 @@ impl ExtendKernel {
     /// The dynamic shared memory its kernel is launched with, in bytes.
     pub(super) fn shared_bytes(self, kernels: &Kernels) -> u32 {
         match self {
-            Self::BlocksWide(threads) => kernels.wide_shared[wide_slot(threads)],
+            Self::BlocksWide(batch) => kernels.wide_shared[wide_slot(batch)],
             _ => 0,
         }
     }
@@ -180,18 +185,19 @@ impl ExtendKernel {
     /// The same for its rows kernel (the one kernel of `DevicePool::rows_alloc`).
     pub(super) fn rows_shared_bytes(self, kernels: &Kernels) -> u32 {
         match self {
-            Self::BlocksWide(threads) => kernels.wide_rows_shared[wide_slot(threads)],
+            Self::BlocksWide(batch) => kernels.wide_rows_shared[wide_slot(batch)],
             _ => 0,
         }
     }
 }
 
-/// Where the kernel of `threads` threads (one of `WIDE_THREADS`) sits in
+/// Where the kernel whose blocks hold `batch` requests (one of `WIDE_BATCHES`) sits in
 /// `Typed::extend_blocks_wide` and `Typed::extend_blocks_wide_rows`.
-pub(super) fn wide_slot(threads: u32) -> usize {
-    match threads {
+pub(super) fn wide_slot(batch: u32) -> usize {
+    match batch {
         512 => 0,
-        _ => 1,
+        1024 => 1,
+        _ => 2,
     }
 }
 
@@ -403,7 +409,7 @@ impl DevicePool {
         let context = Arc::new(PrimaryContext::retain(ordinal)?);
         let multiprocessors = context.multiprocessors()?;
         let last_use = Arc::new(LastUse::new()?);
-        let kernels = Kernels::load(config.index_type)?;
+        let kernels = Kernels::load(config.index_type, context.shared_optin()?)?;
         let clusters = context.cluster_launch()
             && kernels::cluster_fits(
                 kernels.typed.decode_cluster[DECODE_CLUSTERS.len() - 1],
@@ -1227,6 +1233,7 @@ impl DevicePool {
         DeviceShapes {
             clusters: self.clusters,
             multiprocessors: self.multiprocessors,
+            wide: self.kernels.wide_shared.map(|bytes| bytes > 0),
         }
     }
 
@@ -1282,20 +1289,21 @@ impl DevicePool {
         } else if batch <= BLOCK as usize {
             let grid = tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32;
             (ExtendKernel::Blocks, grid, BLOCK, batch32, batch32)
-        } else if !decode && batch <= WIDE_BATCH {
-            let threads = WIDE_THREADS
-                .into_iter()
-                .find(|&t| batch <= t as usize)
-                .unwrap_or(WIDE_BATCH as u32);
+        } else if let Some(held) = WIDE_BATCHES
+            .into_iter()
+            .zip(device.wide)
+            .find(|&(held, usable)| !decode && usable && batch <= held as usize)
+            .map(|(held, _)| held)
+        {
             // Every block decides the call: at most one an SM (at least one, for a call of
             // no tokens), each writing about `SPAN_TOKENS` tokens or more.
             let grid = tokens
                 .div_ceil(SPAN_TOKENS)
                 .clamp(1, u64::from(device.multiprocessors.max(1))) as u32;
             (
-                ExtendKernel::BlocksWide(threads),
+                ExtendKernel::BlocksWide(held),
                 grid,
-                threads,
+                wide_threads(held),
                 batch32,
                 batch32,
             )
@@ -1889,6 +1897,8 @@ pub(super) struct DeviceShapes {
     pub clusters: bool,
     /// The device's SM count: the most blocks of `ExtendKernel::BlocksWide`.
     pub multiprocessors: u32,
+    /// Which of `WIDE_BATCHES`' kernels the device gives their shared memory.
+    pub wide: [bool; WIDE_BATCHES.len()],
 }
 
 /// One kernel launch of a call (see `DevicePool::run_call`): the arguments after
@@ -2142,7 +2152,16 @@ mod tests {
                 (1024, false, 1 << 19, 1 << 15),
                 (ExtendKernel::BlocksWide(1024), 132, 1024),
             ),
-            ((1025, false, 1025, 1025), (ExtendKernel::Grid, 257, 256)),
+            // 1,025-2,048: 1,024 threads of two requests each.
+            (
+                (1025, false, 1025, 1025),
+                (ExtendKernel::BlocksWide(2048), 3, 1024),
+            ),
+            (
+                (2048, false, 1 << 20, 1 << 16),
+                (ExtendKernel::BlocksWide(2048), 132, 1024),
+            ),
+            ((2049, false, 2049, 2049), (ExtendKernel::Grid, 257, 256)),
             ((8, false, 4096, 256), (ExtendKernel::FewBlocks, 8, 256)),
             ((9, false, 4096, 256), (ExtendKernel::FewSpread, 8, 256)),
             ((33, false, 4096, 256), (ExtendKernel::Blocks, 8, 256)),
@@ -2182,6 +2201,7 @@ mod tests {
             let device = DeviceShapes {
                 clusters,
                 multiprocessors: 132,
+                wide: [true; WIDE_BATCHES.len()],
             };
             let (kernel, grid, threads, per_block, _) =
                 DevicePool::extend_shape(batch, decode, tokens, pages, device).unwrap();
@@ -2198,8 +2218,9 @@ mod tests {
                     assert_eq!(grid, blocks);
                     assert!((grid * threads) as usize >= batch);
                 }
-                ExtendKernel::BlocksWide(_) => {
-                    assert!(per_block as usize >= batch && threads as usize >= batch);
+                ExtendKernel::BlocksWide(held) => {
+                    assert!(per_block as usize >= batch && held as usize >= batch);
+                    assert_eq!(threads, wide_threads(held));
                     assert!((1..=132).contains(&grid));
                 }
                 _ => assert!(per_block as usize >= batch),

@@ -273,10 +273,14 @@ impl DevicePool {
             ExtendKernel::DecodeCluster(blocks) => {
                 Some((typed.decode_cluster_rows[cluster_slot(blocks)], block))
             }
-            ExtendKernel::BlocksWide(threads) => {
-                Some((typed.extend_blocks_wide_rows[wide_slot(threads)], block))
+            // (Where the device does not give the rows kernel its shared memory, the three
+            // kernels below, the plain one in the middle.)
+            ExtendKernel::BlocksWide(held)
+                if self.kernels.wide_rows_shared[wide_slot(held)] > 0 =>
+            {
+                Some((typed.extend_blocks_wide_rows[wide_slot(held)], block))
             }
-            ExtendKernel::Grid => None,
+            ExtendKernel::BlocksWide(_) | ExtendKernel::Grid => None,
         };
         if let Some((function, block)) = one_kernel {
             let tab = TableArgs {
