@@ -1138,9 +1138,10 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
 }
 
 /// The same rounds with a few hundred more fresh requests in most batches (a thousand or two
-/// now and then): extends of 257-2,048 requests run on blocks of 512 or 1,024 threads that
-/// each decide the call (`kvp_extend_blocks{512,1024,2048}_*`, two requests a thread past
-/// 1,024), larger ones on the ticketed kernel (`kvp_extend_*`),
+/// now and then): extends of 257-1,024 requests run on blocks of 512 or 1,024 threads that
+/// each decide the call (`kvp_extend_blocks{512,1024}_*`; by row, up to 2,048 requests on
+/// 1,024 threads of two each: tests/cuda_rows.rs), larger ones on the ticketed kernel
+/// (`kvp_extend_*`),
 /// whose blocks check their requests' last_locs in parallel, one block possibly after
 /// another has moved a continued page's fill point. An empty request on that page stays
 /// valid (the host's rule) whichever block checks it first, on either kernel.
@@ -1149,8 +1150,8 @@ fn long_extends_of_small_batches_decide_alike_in_every_block() {
 fn wide_extends_decide_alike_in_every_block() {
     let kinds = deciding_block_rounds(true);
     println!(
-        "wide extends: {} batches of 257-1,024 requests and {} of 1,025-2,048 (deciding \
-         blocks), {} larger (ticketed kernel); {} with a sharer accepted, {} refused",
+        "wide extends: {} batches of 257-1,024 requests (deciding blocks), {} of 1,025-2,048 and \
+         {} larger (ticketed kernel); {} with a sharer accepted, {} refused",
         kinds.wide, kinds.paired, kinds.ticketed, kinds.sharers_accepted, kinds.refused
     );
     assert!(
@@ -1164,9 +1165,9 @@ fn wide_extends_decide_alike_in_every_block() {
 }
 
 /// What [`deciding_block_rounds`] ran: batches by kernel (of more than 1,024 tokens: `few`,
-/// `spread`, `more`; by requests, 257-1,024 and 1,025-2,048 on the wide deciding blocks and
-/// more on the ticketed kernel: `wide`, `paired`, `ticketed`), calls accepted with an empty
-/// request on a continued page, calls refused.
+/// `spread`, `more`; by requests, 257-1,024 on the wide deciding blocks, 1,025-2,048 and more
+/// on the ticketed kernel: `wide`, `paired`, `ticketed`), calls accepted with an empty request
+/// on a continued page, calls refused.
 #[derive(Debug, Default)]
 struct RoundKinds {
     few: usize,
@@ -1229,8 +1230,8 @@ fn deciding_block_rounds(wide: bool) -> RoundKinds {
                 // 32 requests (kvp_extend_blocks_*) come up at every page size; wide rounds
                 // mostly a larger one.
                 if wide && rng.chance(85) {
-                    // Now and then past 1,024 requests (1,024 threads of two requests each)
-                    // and past 2,048 (the ticketed kernel), in shorter requests.
+                    // Now and then past 1,024 requests and past 2,048 (the ticketed kernel),
+                    // in shorter requests.
                     let big = rng.chance(25);
                     let (count, longest) = if big {
                         (rng.range(1100, 2300), 8)

@@ -108,6 +108,11 @@ const WARP_BATCH: usize = 32;
 /// 768-1,024, and two or four requests a thread on 256 threads 1.01-1.41x (BENCHMARKS.md,
 /// thirtieth session).
 pub(super) const WIDE_BATCHES: [u32; 3] = [512, 1024, 2048];
+/// Which of `WIDE_BATCHES` serve plain extends. Blocks of 1,024 threads of two requests
+/// each (spilling 56-120 bytes a thread) took 1.00-1.09x the ticketed kernel's time at
+/// 1,025-2,048 requests, so plain extends of that size stay on the ticketed kernel; by row
+/// they took 0.48-0.59x the time of its three kernels (run s30-10, BENCHMARKS.md).
+const WIDE_PLAIN: [bool; 3] = [true, true, false];
 
 /// Threads of the wide deciding blocks that hold `batch` requests (one of `WIDE_BATCHES`).
 fn wide_threads(batch: u32) -> u32 {
@@ -1228,12 +1233,26 @@ impl DevicePool {
         }
     }
 
-    /// What the device offers `extend_shape`.
+    /// What the device offers `extend_shape` for a plain call: the wide shapes of
+    /// `WIDE_PLAIN` whose shared memory the device gives a block.
     pub(super) fn shapes(&self) -> DeviceShapes {
+        let mut wide = self.kernels.wide_shared.map(|bytes| bytes > 0);
+        for (usable, plain) in wide.iter_mut().zip(WIDE_PLAIN) {
+            *usable &= plain;
+        }
         DeviceShapes {
             clusters: self.clusters,
             multiprocessors: self.multiprocessors,
-            wide: self.kernels.wide_shared.map(|bytes| bytes > 0),
+            wide,
+        }
+    }
+
+    /// The same for a call by request row: every wide shape whose rows kernel the device
+    /// gives its shared memory (that kernel then serves the batch alone).
+    pub(super) fn rows_shapes(&self) -> DeviceShapes {
+        DeviceShapes {
+            wide: self.kernels.wide_rows_shared.map(|bytes| bytes > 0),
+            ..self.shapes()
         }
     }
 
@@ -2076,6 +2095,45 @@ mod tests {
         }
     }
 
+    /// By row, extends of 1,025-2,048 requests run on 1,024 threads of two requests each; a
+    /// wide shape the device cannot give its shared memory is left out (the next that holds
+    /// the batch, else the ticketed kernel).
+    #[test]
+    fn wide_shapes_by_row_and_where_the_device_lacks_shared_memory() {
+        let shape = |batch: usize, tokens: u64, wide: [bool; 3]| {
+            let device = DeviceShapes {
+                clusters: true,
+                multiprocessors: 132,
+                wide,
+            };
+            let (kernel, grid, threads, ..) =
+                DevicePool::extend_shape(batch, false, tokens, tokens, device).unwrap();
+            (kernel, grid, threads)
+        };
+        let all = [true; WIDE_BATCHES.len()];
+        assert_eq!(
+            shape(1025, 1025, all),
+            (ExtendKernel::BlocksWide(2048), 3, 1024)
+        );
+        assert_eq!(
+            shape(2048, 1 << 20, all),
+            (ExtendKernel::BlocksWide(2048), 132, 1024)
+        );
+        assert_eq!(shape(2049, 2049, all), (ExtendKernel::Grid, 257, 256));
+        assert_eq!(
+            shape(300, 600, [false, true, true]),
+            (ExtendKernel::BlocksWide(1024), 2, 1024)
+        );
+        assert_eq!(
+            shape(513, 513, [true, false, false]),
+            (ExtendKernel::Grid, 257, 256)
+        );
+        assert_eq!(
+            shape(1025, 1025, [true, true, false]),
+            (ExtendKernel::Grid, 257, 256)
+        );
+    }
+
     #[test]
     fn batches_go_to_the_smallest_kernel_that_holds_them() {
         // (batch, decode, tokens, pages) -> (kernel, grid, threads)
@@ -2152,15 +2210,9 @@ mod tests {
                 (1024, false, 1 << 19, 1 << 15),
                 (ExtendKernel::BlocksWide(1024), 132, 1024),
             ),
-            // 1,025-2,048: 1,024 threads of two requests each.
-            (
-                (1025, false, 1025, 1025),
-                (ExtendKernel::BlocksWide(2048), 3, 1024),
-            ),
-            (
-                (2048, false, 1 << 20, 1 << 16),
-                (ExtendKernel::BlocksWide(2048), 132, 1024),
-            ),
+            // 1,025-2,048, plain: the ticketed kernel (by row: wide_shapes_by_row_...).
+            ((1025, false, 1025, 1025), (ExtendKernel::Grid, 257, 256)),
+            ((2048, false, 2048, 2048), (ExtendKernel::Grid, 256, 256)),
             ((2049, false, 2049, 2049), (ExtendKernel::Grid, 257, 256)),
             ((8, false, 4096, 256), (ExtendKernel::FewBlocks, 8, 256)),
             ((9, false, 4096, 256), (ExtendKernel::FewSpread, 8, 256)),
@@ -2201,7 +2253,7 @@ mod tests {
             let device = DeviceShapes {
                 clusters,
                 multiprocessors: 132,
-                wide: [true; WIDE_BATCHES.len()],
+                wide: WIDE_PLAIN,
             };
             let (kernel, grid, threads, per_block, _) =
                 DevicePool::extend_shape(batch, decode, tokens, pages, device).unwrap();

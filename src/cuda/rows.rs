@@ -245,7 +245,7 @@ impl DevicePool {
         }
         let batch32 = batch_u32(batch)?;
         let (kernel, grid, block, per_block, _) =
-            Self::extend_shape(batch, decode, tokens, new_pages, self.shapes())?;
+            Self::extend_shape(batch, decode, tokens, new_pages, self.rows_shapes())?;
         let op = if decode {
             DeviceOp::AllocDecodeRows
         } else {
@@ -254,7 +254,7 @@ impl DevicePool {
         let decode32 = u32::from(decode);
         let prefix_dev = prefix.map_or(seq_lens, |(_, p)| p);
         // A batch of the kernels that decide a whole call in every block (a decode step of up
-        // to 1,024 requests, up to 4,096 on a cluster; an extend of up to 1,024): one kernel (it
+        // to 1,024 requests, up to 4,096 on a cluster; an extend of up to 2,048): one kernel (it
         // enters rows in a 32-bit keyed table; `TableShape::span`, checked above, bounds the
         // table's rows by 2^32 - 1).
         let typed = &self.kernels.typed;
@@ -273,14 +273,11 @@ impl DevicePool {
             ExtendKernel::DecodeCluster(blocks) => {
                 Some((typed.decode_cluster_rows[cluster_slot(blocks)], block))
             }
-            // (Where the device does not give the rows kernel its shared memory, the three
-            // kernels below, the plain one in the middle.)
-            ExtendKernel::BlocksWide(held)
-                if self.kernels.wide_rows_shared[wide_slot(held)] > 0 =>
-            {
+            // (Only shapes whose rows kernel the device gives its shared memory: rows_shapes.)
+            ExtendKernel::BlocksWide(held) => {
                 Some((typed.extend_blocks_wide_rows[wide_slot(held)], block))
             }
-            ExtendKernel::BlocksWide(_) | ExtendKernel::Grid => None,
+            ExtendKernel::Grid => None,
         };
         if let Some((function, block)) = one_kernel {
             let tab = TableArgs {

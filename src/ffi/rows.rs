@@ -456,7 +456,7 @@ pub(crate) fn device_table(
 ///
 /// On the device, one kernel for a batch the deciding allocation kernels serve (a decode of
 /// up to 1,024 requests, up to 4,096 on an sm_90 device's thread block clusters, an extend
-/// of up to 1,024 requests: the rows checked, `last_loc` read and the slots written by the
+/// of up to 2,048 requests: the rows checked, `last_loc` read and the slots written by the
 /// allocation kernel), else one call of three kernels: the first checks the rows (in the
 /// table, distinct, device `seq_lens[i] <= row_len`) and reads each request's `last_loc`
 /// from the table into the pool's scratch; the second is `kvp_pool_alloc_extend_async`'s
