@@ -100,9 +100,10 @@ const WARP_BATCH: usize = 32;
 /// Requests a block of the deciding blocks for extends of more than `BLOCK` requests holds
 /// (`kvp_extend_blocks{N}_*`, in the order of `Typed::extend_blocks_wide`): an extend runs
 /// on the blocks of the fewest that hold it — 512 or 1,024 threads a request each, 1,024 of
-/// two requests each (`wide_threads`) —, at most one block an SM
-/// (`DevicePool::multiprocessors`), each deciding the whole call as `kvp_extend_blocks_*`'s
-/// do; a shape whose shared memory the device does not give a block is left out. Against the ticketed kernel that served them before,
+/// two requests each (`wide_threads`; by row only: `WIDE_PLAIN`) —, at most one block an
+/// SM (`DevicePool::multiprocessors`), each deciding the whole call as
+/// `kvp_extend_blocks_*`'s do; a shape whose shared memory the device does not give a block
+/// is left out. Against the ticketed kernel that served them before,
 /// 257-512 requests take 0.71-0.81x its time, 513-1,024 0.82-0.89x; up to `TARGET_BLOCKS`
 /// blocks took 1.08-1.15x the time of one an SM at 257-512 requests and 1.54-1.61x at
 /// 768-1,024, and two or four requests a thread on 256 threads 1.01-1.41x (BENCHMARKS.md,
@@ -118,6 +119,7 @@ const WIDE_PLAIN: [bool; 3] = [true, true, false];
 fn wide_threads(batch: u32) -> u32 {
     batch.min(1024)
 }
+
 /// The most tokens `kvp_extend_few_64_*` takes (two a writer lane).
 const WARP_TOKENS: u64 = 64;
 /// The most tokens `kvp_extend_few_128_*` takes (three a writer lane).
