@@ -1280,6 +1280,28 @@ using namespace kvp;
 
 // ---- entry points (loaded by name from src/cuda/kernels.rs) ---------------------------------
 
+// The wide deciding blocks (extend_block.cuh, extend_blocks_wide): kvp_extend_blocks{HELD}_*
+// holds HELD requests on THREADS threads, HELD / THREADS a thread; kvp_extend_*'s parameters,
+// and by row kvp_extend_block_rows_*'s.
+#define KVP_EXTEND_WIDE(HELD, THREADS, SUFFIX, INDEX)                                             \
+  extern "C" __global__ void __launch_bounds__(THREADS) kvp_extend_blocks##HELD##_##SUFFIX(       \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend_blocks_wide<THREADS, INDEX, false, HELD / THREADS>(v, call, prefix_lens, seq_lens,     \
+                                                              last_loc, batch, total_tokens,      \
+                                                              total_pages, out);                  \
+  }
+#define KVP_EXTEND_WIDE_ROWS(HELD, THREADS, SUFFIX, INDEX)                                        \
+  extern "C" __global__ void __launch_bounds__(THREADS) kvp_extend_blocks##HELD##_rows_##SUFFIX(  \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
+      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    extend_blocks_wide<THREADS, INDEX, true, HELD / THREADS>(v, call, prefix_lens, seq_lens,      \
+                                                             nullptr, batch, total_tokens,        \
+                                                             total_pages, out, tab);              \
+  }
+
 #define KVP_INDEX_KERNELS(SUFFIX, INDEX)                                                          \
   extern "C" __global__ void __launch_bounds__(256)                                               \
       kvp_alloc_##SUFFIX(View v, Call call, unsigned long long pages, INDEX *out) {               \
@@ -1321,29 +1343,11 @@ using namespace kvp;
                                                       out);                                       \
   }                                                                                               \
   /* The same for 257-512 and 513-1,024 requests (one block of 256 threads holds 256), on     \
-     blocks of 512 and 1,024 threads, their shared memory given at launch. */                     \
-  extern "C" __global__ void __launch_bounds__(512) kvp_extend_blocks512_##SUFFIX(                \
-      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
-      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
-      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_blocks_wide<512, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch,               \
-                                   total_tokens, total_pages, out);                               \
-  }                                                                                               \
-  extern "C" __global__ void __launch_bounds__(1024) kvp_extend_blocks1024_##SUFFIX(              \
-      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
-      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
-      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_blocks_wide<1024, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch,              \
-                                    total_tokens, total_pages, out);                              \
-  }                                                                                               \
-  /* 1,025-2,048 requests: 1,024 threads of two requests each. */                                 \
-  extern "C" __global__ void __launch_bounds__(1024) kvp_extend_blocks2048_##SUFFIX(              \
-      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
-      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
-      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_blocks_wide<1024, INDEX, false, 2>(v, call, prefix_lens, seq_lens, last_loc, batch,    \
-                                              total_tokens, total_pages, out);                    \
-  }                                                                                               \
+     blocks of 512 and 1,024 threads, and 1,025-2,048 on 1,024 threads of two requests each,   \
+     their shared memory given at launch. */                                                      \
+  KVP_EXTEND_WIDE(512, 512, SUFFIX, INDEX)                                                        \
+  KVP_EXTEND_WIDE(1024, 1024, SUFFIX, INDEX)                                                      \
+  KVP_EXTEND_WIDE(2048, 1024, SUFFIX, INDEX)                                                      \
   /* Page ids and token-pool slots (mode FREE_PAGE_IDS / FREE_SLOTS). */                          \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK, 2) kvp_free_known_##SUFFIX(            \
       View v, Call call, const INDEX *src, uint32_t mode, unsigned long long len,                 \
@@ -1425,28 +1429,10 @@ KVP_INDEX_KERNELS(i32, int)
                                                      batch,  total_tokens, total_pages,           \
                                                      out, tab);                                   \
   }                                                                                               \
-  /* The same for 257-1,024 requests (kvp_extend_blocks{512,1024}_*'s shapes). */                 \
-  extern "C" __global__ void __launch_bounds__(512) kvp_extend_blocks512_rows_##SUFFIX(           \
-      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
-      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
-      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
-    extend_blocks_wide<512, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,          \
-                                         total_tokens, total_pages, out, tab);                    \
-  }                                                                                               \
-  extern "C" __global__ void __launch_bounds__(1024) kvp_extend_blocks1024_rows_##SUFFIX(         \
-      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
-      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
-      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
-    extend_blocks_wide<1024, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,         \
-                                          total_tokens, total_pages, out, tab);                   \
-  }                                                                                               \
-  extern "C" __global__ void __launch_bounds__(1024) kvp_extend_blocks2048_rows_##SUFFIX(         \
-      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
-      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
-      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
-    extend_blocks_wide<1024, INDEX, true, 2>(v, call, prefix_lens, seq_lens, nullptr, batch,      \
-                                             total_tokens, total_pages, out, tab);                \
-  }                                                                                               \
+  /* The same for 257-2,048 requests (kvp_extend_blocks{512,1024,2048}_*'s shapes). */          \
+  KVP_EXTEND_WIDE_ROWS(512, 512, SUFFIX, INDEX)                                                   \
+  KVP_EXTEND_WIDE_ROWS(1024, 1024, SUFFIX, INDEX)                                                 \
+  KVP_EXTEND_WIDE_ROWS(2048, 1024, SUFFIX, INDEX)                                                 \
   extern "C" __global__ void __launch_bounds__(ROWS_BLOCK) kvp_rows_gather_##SUFFIX(              \
       View v, Call call, const void *table, uint32_t wide, unsigned long long table_rows,         \
       unsigned long long stride, unsigned long long row_len, const long long *rows,               \
