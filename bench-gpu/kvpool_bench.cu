@@ -653,62 +653,39 @@ Batch extend_batch(int64_t bs, int64_t tokens) {
 }
 
 // alloc_extend: bs requests with an empty prefix and 512 (--extend-tokens) new tokens each.
-void bench_extend(Context &c, int64_t bs) {
+// `by_rows`: kvp_pool_alloc_extend_rows_async, request i in row i of an int32 req_to_token
+// table of --extend-tokens columns, its new slots written into the row and into `out` (which
+// the undo frees as one segment either way).
+void bench_extend(Context &c, int64_t bs, bool by_rows = false) {
   Pool &p = c.pool;
-  const std::string what = where("alloc_extend", p.page_size, bs);
+  const char *op = by_rows ? "alloc_extend_rows" : "alloc_extend";
+  const std::string what = where(op, p.page_size, bs);
   Batch b = extend_batch(bs, c.cfg.extend_tokens);
   DeviceArray<int64_t> out(static_cast<size_t>(b.tokens));
   const auto expected = FreshPoolModel{p.page_size}.extend(b.prefix, b.seq, b.last_loc);
 
-  p.clear();
-  p.alloc_extend(b, out);
-  expect_equal(out.download(p.s, out.len()), expected, what);
-  p.free_segment(out, out.len());
-
-  const Stats host = time_host(c.cfg, p.s, [] {}, [&] { p.alloc_extend(b, out); },
-                               [&] { p.free_segment(out, out.len()); });
-  p.check_settled(0, what + " (host timing)");
-
-  const DeviceTime device = alloc_device_time(
-      c, what,
-      [&] {
-        p.clear();
-        CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, out.len() * sizeof(int64_t), p.s));
-      },
-      [&] { p.alloc_extend(b, out); }, [&] { p.free_segment(out, out.len()); },
-      [&] {
-        p.check_settled(static_cast<uint64_t>(b.tokens), what + " (graph replays)");
-        expect_equal(out.download(p.s, out.len()), expected, what + " after graph replays");
-      });
-  p.clear();
-
-  add_row(c, "alloc_extend", bs, host, device, 8.0 * b.tokens);
-}
-
-// alloc_extend by request row (kvp_pool_alloc_extend_rows_async): bench_extend's batch, request
-// i in row i of an int32 req_to_token table of --extend-tokens columns, its new slots written
-// into the row and into `out` (which the undo frees as one segment).
-void bench_extend_rows(Context &c, int64_t bs) {
-  Pool &p = c.pool;
-  const std::string what = where("alloc_extend_rows", p.page_size, bs);
-  Batch b = extend_batch(bs, c.cfg.extend_tokens);
-  DeviceArray<int64_t> out(static_cast<size_t>(b.tokens));
-  const auto expected = FreshPoolModel{p.page_size}.extend(b.prefix, b.seq, b.last_loc);
+  // The table (by_rows): row i for request i.
   const int64_t row_len = c.cfg.extend_tokens;
-  DeviceArray<int32_t> table(static_cast<size_t>(bs * row_len));
-  std::vector<int64_t> row_ids(bs);
-  for (int64_t i = 0; i < bs; ++i) row_ids[i] = i;
+  DeviceArray<int32_t> table(by_rows ? static_cast<size_t>(bs * row_len) : 0);
+  std::vector<int64_t> row_ids(by_rows ? bs : 0);
+  for (size_t i = 0; i < row_ids.size(); ++i) row_ids[i] = static_cast<int64_t>(i);
   DeviceArray<int64_t> d_rows(row_ids.size());
-  d_rows.upload(row_ids);
+  if (by_rows) d_rows.upload(row_ids);
   const kvp_req_table desc{table.get(), KVP_INDEX_TYPE_I32, static_cast<uint64_t>(bs),
                            static_cast<uint64_t>(row_len), static_cast<uint64_t>(row_len)};
   auto call = [&] {
-    KVP_CHECK(kvp_pool_alloc_extend_rows_async(
-        p.pool, &desc, d_rows.get(), b.prefix.data(), b.seq.data(), b.d_prefix.get(),
-        b.d_seq.get(), b.size(), static_cast<size_t>(b.tokens), out.get(), out.len(), p.s));
+    if (by_rows)
+      KVP_CHECK(kvp_pool_alloc_extend_rows_async(
+          p.pool, &desc, d_rows.get(), b.prefix.data(), b.seq.data(), b.d_prefix.get(),
+          b.d_seq.get(), b.size(), static_cast<size_t>(b.tokens), out.get(), out.len(), p.s));
+    else
+      p.alloc_extend(b, out);
   };
-  // Row i holds request i's slots, as `out` does, in int32.
-  auto check_table = [&](const std::string &when) {
+  auto undo = [&] { p.free_segment(out, out.len()); };
+  // The outputs; by row also the table, whose row i holds request i's slots, in int32.
+  auto check = [&](const std::string &when) {
+    expect_equal(out.download(p.s, out.len()), expected, when);
+    if (!by_rows) return;
     const auto rows = table.download(p.s, table.len());
     for (size_t t = 0; t < expected.size(); ++t)
       if (rows[t] != static_cast<int32_t>(expected[t]))
@@ -718,11 +695,10 @@ void bench_extend_rows(Context &c, int64_t bs) {
 
   p.clear();
   call();
-  expect_equal(out.download(p.s, out.len()), expected, what);
-  check_table(what);
-  p.free_segment(out, out.len());
+  check(what);
+  undo();
 
-  const Stats host = time_host(c.cfg, p.s, [] {}, call, [&] { p.free_segment(out, out.len()); });
+  const Stats host = time_host(c.cfg, p.s, [] {}, call, undo);
   p.check_settled(0, what + " (host timing)");
 
   const DeviceTime device = alloc_device_time(
@@ -730,17 +706,17 @@ void bench_extend_rows(Context &c, int64_t bs) {
       [&] {
         p.clear();
         CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, out.len() * sizeof(int64_t), p.s));
-        CUDA_CHECK(cudaMemsetAsync(table.get(), 0xff, table.len() * sizeof(int32_t), p.s));
+        if (by_rows)
+          CUDA_CHECK(cudaMemsetAsync(table.get(), 0xff, table.len() * sizeof(int32_t), p.s));
       },
-      call, [&] { p.free_segment(out, out.len()); },
+      call, undo,
       [&] {
         p.check_settled(static_cast<uint64_t>(b.tokens), what + " (graph replays)");
-        expect_equal(out.download(p.s, out.len()), expected, what + " after graph replays");
-        check_table(what + " after graph replays");
+        check(what + " after graph replays");
       });
   p.clear();
 
-  add_row(c, "alloc_extend_rows", bs, host, device, 8.0 * b.tokens);
+  add_row(c, op, bs, host, device, 8.0 * b.tokens);
 }
 
 // alloc_decode on requests of 1..page_size tokens (set up by one extend), so request i's new
@@ -1168,7 +1144,7 @@ int main(int argc, char **argv) {
       std::fprintf(stderr, "page_size %lld bs %lld\n", static_cast<long long>(ps),
                    static_cast<long long>(bs));
       if (cfg.runs("alloc_extend")) bench_extend(c, bs);
-      if (cfg.runs("alloc_extend_rows")) bench_extend_rows(c, bs);
+      if (cfg.runs("alloc_extend_rows")) bench_extend(c, bs, true);
       if (cfg.runs("alloc_decode")) bench_decode(c, bs);
       if (cfg.runs("alloc_decode_rows")) bench_decode(c, bs, true);
       if (cfg.runs("free_indices")) bench_free(c, bs, true);
