@@ -77,6 +77,13 @@ struct TableArgs {
 
 /// Threads of the one-block rows kernels (`ROWS_BLOCK` in kernels/rows.cuh).
 const ROWS_BLOCK: u32 = 1024;
+/// Threads of `kvp_rows_scatter_*` (`SCATTER_BLOCK` in kernels/rows.cuh).
+const SCATTER_BLOCK: u32 = 256;
+/// Tokens an extend's scatter block takes (four a thread): a block's run of tokens pays one
+/// block-wide search for its first request and a staging of its requests, so runs shorter
+/// than this repeat that cost; longer ones leave multiprocessors idle. The kernel derives the
+/// run from its grid, so any grid is correct.
+const SCATTER_RUN: u64 = 1024;
 
 fn batch_u32(batch: usize) -> Result<u32, PoolError> {
     u32::try_from(batch)
@@ -339,7 +346,13 @@ impl DevicePool {
             table.shape.row_len,
         );
         let extend_fn = kernel.function(&self.kernels.typed);
-        let scatter_grid = tokens.div_ceil(u64::from(BLOCK)).clamp(1, 1024) as u32;
+        // A decode's scatter: a token a thread; an extend's: runs of SCATTER_RUN tokens.
+        let scatter_run = if prefix.is_some() {
+            SCATTER_RUN
+        } else {
+            u64::from(SCATTER_BLOCK)
+        };
+        let scatter_grid = tokens.div_ceil(scatter_run).clamp(1, 1024) as u32;
         let gather_args = [
             arg(&table.data),
             arg(&wide),
@@ -402,7 +415,7 @@ impl DevicePool {
                     Launch {
                         function: self.kernels.typed.rows_scatter,
                         grid: scatter_grid,
-                        block: BLOCK,
+                        block: SCATTER_BLOCK,
                         shared: 0,
                         extra: &scatter_args,
                     },
