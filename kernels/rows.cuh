@@ -68,19 +68,43 @@ __device__ unsigned long long rows_scan(unsigned long long x, unsigned long long
 template <typename RowOf>
 __device__ void find_repeats(uint32_t *marks, uint32_t batch, unsigned long long *errors,
                              RowOf row_of) {
-  for (uint32_t i = threadIdx.x; i < batch; i += ROWS_BLOCK) {
-    const long long row = row_of(i);
-    if (row >= 0) atomicMax(&marks[row], ~i);
+  // Each pass takes REPEAT_BATCH requests a thread at a time, their loads issued together.
+  constexpr uint32_t REPEAT_BATCH = 4;
+  constexpr uint32_t SPAN = REPEAT_BATCH * ROWS_BLOCK;
+  auto rows_at = [&](unsigned long long base, long long (&row)[REPEAT_BATCH]) {
+#pragma unroll
+    for (uint32_t u = 0; u < REPEAT_BATCH; ++u) {
+      const unsigned long long i = base + u * ROWS_BLOCK + threadIdx.x;
+      row[u] = i < batch ? row_of((uint32_t)i) : -1;
+    }
+  };
+  for (unsigned long long base = 0; base < batch; base += SPAN) {
+    long long row[REPEAT_BATCH];
+    rows_at(base, row);
+#pragma unroll
+    for (uint32_t u = 0; u < REPEAT_BATCH; ++u)
+      if (row[u] >= 0) atomicMax(&marks[row[u]], ~(uint32_t)(base + u * ROWS_BLOCK + threadIdx.x));
   }
   __syncthreads();
-  for (uint32_t i = threadIdx.x; i < batch; i += ROWS_BLOCK) {
-    const long long row = row_of(i);
-    if (row >= 0 && marks[row] != ~i) report(errors, i, ERR_ROW_TWICE);
+  for (unsigned long long base = 0; base < batch; base += SPAN) {
+    long long row[REPEAT_BATCH];
+    rows_at(base, row);
+    uint32_t mark[REPEAT_BATCH];
+#pragma unroll
+    for (uint32_t u = 0; u < REPEAT_BATCH; ++u) mark[u] = row[u] >= 0 ? marks[row[u]] : 0;
+#pragma unroll
+    for (uint32_t u = 0; u < REPEAT_BATCH; ++u) {
+      const unsigned long long i = base + u * ROWS_BLOCK + threadIdx.x;
+      if (row[u] >= 0 && mark[u] != ~(uint32_t)i) report(errors, (uint32_t)i, ERR_ROW_TWICE);
+    }
   }
   __syncthreads();
-  for (uint32_t i = threadIdx.x; i < batch; i += ROWS_BLOCK) {
-    const long long row = row_of(i);
-    if (row >= 0) marks[row] = 0;
+  for (unsigned long long base = 0; base < batch; base += SPAN) {
+    long long row[REPEAT_BATCH];
+    rows_at(base, row);
+#pragma unroll
+    for (uint32_t u = 0; u < REPEAT_BATCH; ++u)
+      if (row[u] >= 0) marks[row[u]] = 0;
   }
 }
 
@@ -104,35 +128,57 @@ __device__ void rows_gather(View v, Call call, const void *table, uint32_t wide,
     const long long row = rows[i];
     return row >= 0 && (unsigned long long)row < table_rows ? row : -1;
   };
-  // Chunks of ROWS_BLOCK requests, a request a thread (the scan needs every thread).
-  for (uint32_t base = 0; base < batch; base += ROWS_BLOCK) {
-    const uint32_t i = base + threadIdx.x;
-    unsigned long long tokens = 0;
-    if (i < batch) {
-      const long long row = rows[i];
-      const long long seq = seq_lens[i];
-      const long long prefix = prefix_lens ? prefix_lens[i] : seq - 1;
-      long long ll = -1;
-      if (row < 0 || (unsigned long long)row >= table_rows) {
+  // Chunks of ROWS_BLOCK requests, a request a thread (the scan needs every thread),
+  // GATHER_BATCH chunks at a time: their loads, then their table reads, are issued together
+  // (one round trip each for up to 4,096 requests, where each chunk paid two).
+  constexpr uint32_t GATHER_BATCH = 4;
+  for (unsigned long long base = 0; base < batch; base += GATHER_BATCH * ROWS_BLOCK) {
+    long long row[GATHER_BATCH], seq[GATHER_BATCH], prefix[GATHER_BATCH], ll[GATHER_BATCH];
+#pragma unroll
+    for (uint32_t u = 0; u < GATHER_BATCH; ++u) {
+      const unsigned long long i = base + u * ROWS_BLOCK + threadIdx.x;
+      const bool in = i < batch;
+      row[u] = in ? rows[i] : -1;
+      seq[u] = in ? seq_lens[i] : 0;
+      prefix[u] = !in ? 0 : prefix_lens ? prefix_lens[i] : seq[u] - 1;
+    }
+    unsigned long long tokens[GATHER_BATCH];
+#pragma unroll
+    for (uint32_t u = 0; u < GATHER_BATCH; ++u) {
+      const unsigned long long i = base + u * ROWS_BLOCK + threadIdx.x;
+      tokens[u] = 0;
+      ll[u] = -1;
+      if (i >= batch) continue;
+      if (row[u] < 0 || (unsigned long long)row[u] >= table_rows) {
         report(&errors, i, ERR_ROW);
-      } else if (seq > 0 && (unsigned long long)seq > row_len) {
+      } else if (seq[u] > 0 && (unsigned long long)seq[u] > row_len) {
         report(&errors, i, ERR_ROW_LEN);
-      } else if (prefix >= 0 && seq >= prefix) {
-        if (prefix > 0) {
-          ll = table_last_loc<Index>(
-              table_at(table, wide, (unsigned long long)row * stride + prefix - 1));
+      } else if (prefix[u] >= 0 && seq[u] >= prefix[u]) {
+        if (prefix[u] > 0) {
+          ll[u] = table_last_loc<Index>(table_at(
+              table, wide, (unsigned long long)row[u] * stride + prefix[u] - 1));
         }
-        tokens = (unsigned long long)(seq - prefix);
+        tokens[u] = (unsigned long long)(seq[u] - prefix[u]);
       }
-      last_loc[i] = (Index)ll;
+    }
+#pragma unroll
+    for (uint32_t u = 0; u < GATHER_BATCH; ++u) {
+      const unsigned long long i = base + u * ROWS_BLOCK + threadIdx.x;
+      if (i < batch) last_loc[i] = (Index)ll[u];
     }
     if (prefix_lens) {
-      unsigned long long total;
-      const unsigned long long before = rows_scan(tokens, &total);
-      if (i < batch) tok_off[i] = carry + before;
-      __syncthreads();
-      if (threadIdx.x == 0) carry += total;
-      __syncthreads();
+      // (The same branch for the whole block: every thread reaches the scans' barriers.)
+#pragma unroll
+      for (uint32_t u = 0; u < GATHER_BATCH; ++u) {
+        if (base + u * ROWS_BLOCK >= batch) break;
+        const unsigned long long i = base + u * ROWS_BLOCK + threadIdx.x;
+        unsigned long long total;
+        const unsigned long long before = rows_scan(tokens[u], &total);
+        if (i < batch) tok_off[i] = carry + before;
+        __syncthreads();
+        if (threadIdx.x == 0) carry += total;
+        __syncthreads();
+      }
     }
   }
   if (prefix_lens && threadIdx.x == 0) tok_off[batch] = carry;
@@ -167,17 +213,20 @@ __device__ uint32_t block_request_of(const unsigned long long *tok_off, uint32_t
 
 // Threads of kvp_rows_scatter_* (kernels/pool.cu) and the requests it stages at once.
 constexpr uint32_t SCATTER_BLOCK = 256;
+// The most tokens of an extend a scatter thread takes per run (their loads in flight at once).
+constexpr uint32_t SCATTER_TOKENS = 4;
 
 // alloc_extend_rows / alloc_decode_rows, kernel 3 (any grid): out[t] into the table, unless
 // the pool is faulted (by this call's gather or extend kernel, or earlier).
 //
-// An extend's tokens are cut into one contiguous run per block (a multiple of 32 tokens, so
-// a warp's loads and stores stay whole). The block finds the request of its run's first
-// token together (block_request_of), then stages SCATTER_BLOCK requests at a time in shared
-// memory (first token, and where token 0 of the call would land in the table were it the
-// request's), so that a token finds its request among at most SCATTER_BLOCK staged offsets
-// (most often the one its previous token had) instead of searching tok_off in global memory,
-// and its table position is one add. A decode's token t is request t.
+// An extend's tokens are cut into runs of at most SCATTER_TOKENS * SCATTER_BLOCK tokens (a
+// multiple of 32, so a warp's loads and stores stay whole), one a block at a time. The block
+// loads its run's slots first, so that their round trip overlaps the rest; finds the request
+// of the run's first token together (block_request_of); then stages SCATTER_BLOCK requests
+// at a time in shared memory (first token, and where token 0 of the call would land in the
+// table were it the request's), so that a token finds its request among at most
+// SCATTER_BLOCK staged offsets (most often the one its previous token had) and its table
+// position is one add. A decode's token t is request t.
 template <typename Index>
 __device__ void rows_scatter(View v, void *table, uint32_t wide, unsigned long long stride,
                             const long long *rows, const long long *prefix_lens,
@@ -196,42 +245,56 @@ __device__ void rows_scatter(View v, void *table, uint32_t wide, unsigned long l
   }
   __shared__ unsigned long long first[SCATTER_BLOCK + 1];  // staged requests' first tokens
   __shared__ unsigned long long origin[SCATTER_BLOCK];     // their table position less first
-  const unsigned long long per_block = (tokens + gridDim.x - 1) / gridDim.x;
-  const unsigned long long run = (per_block + 31) & ~31ull;
-  const unsigned long long t0 = blockIdx.x * run;
-  if (t0 >= tokens) return;  // the same for the whole block
-  const unsigned long long t1 = min(t0 + run, tokens);  // the run is [t0, t1)
-  for (uint32_t w = block_request_of(tok_off, batch, t0);;) {
-    // Stage requests [w, w + m) and their end; m >= 1 (w < batch: the loop below leaves
-    // before w reaches batch).
-    const uint32_t m = min(SCATTER_BLOCK, batch - w);
-    const uint32_t j = threadIdx.x;
-    if (j < m) {
-      const uint32_t i = w + j;
-      const unsigned long long at = tok_off[i];
-      first[j] = at;
-      origin[j] = (unsigned long long)rows[i] * stride + (unsigned long long)prefix_lens[i] - at;
+  // The run: the grid's share of the tokens, rounded up to 32, at most SCATTER_TOKENS a
+  // thread (a smaller grid loops).
+  const unsigned long long share = (tokens + gridDim.x - 1) / gridDim.x;
+  const unsigned long long run =
+      min((share + 31) & ~31ull, (unsigned long long)SCATTER_TOKENS * SCATTER_BLOCK);
+  for (unsigned long long t0 = blockIdx.x * run; t0 < tokens; t0 += gridDim.x * run) {
+    const unsigned long long t1 = min(t0 + run, tokens);  // the run is [t0, t1)
+    // The thread's tokens t0 + threadIdx.x + k * SCATTER_BLOCK and their slots.
+    long long slot[SCATTER_TOKENS];
+#pragma unroll
+    for (uint32_t k = 0; k < SCATTER_TOKENS; ++k) {
+      const unsigned long long t = t0 + threadIdx.x + k * SCATTER_BLOCK;
+      slot[k] = t < t1 ? (long long)out[t] : 0;
     }
-    if (j == 0) first[m] = tok_off[w + m];  // tok_off[batch]: the call's tokens
-    __syncthreads();
-    const unsigned long long lo = max(t0, first[0]), hi = min(t1, first[m]);
-    uint32_t q = 0;  // the request of the thread's previous token (staged index)
-    for (unsigned long long t = lo + threadIdx.x; t < hi; t += SCATTER_BLOCK) {
-      if (first[q + 1] <= t) {
-        // The last staged request starting at or before t, past q.
-        uint32_t a = q + 1, b = m;  // first[a] <= t < first[b]
-        while (b - a > 1) {
-          const uint32_t mid = a + (b - a) / 2;
-          if (first[mid] <= t) a = mid;
-          else b = mid;
-        }
-        q = a;
+    for (uint32_t w = block_request_of(tok_off, batch, t0);;) {
+      // Stage requests [w, w + m) and their end; m >= 1 (w < batch: the loop below leaves
+      // before w reaches batch).
+      const uint32_t m = min(SCATTER_BLOCK, batch - w);
+      const uint32_t j = threadIdx.x;
+      if (j < m) {
+        const uint32_t i = w + j;
+        const unsigned long long at = tok_off[i];
+        first[j] = at;
+        origin[j] =
+            (unsigned long long)rows[i] * stride + (unsigned long long)prefix_lens[i] - at;
       }
-      table_put(table, wide, origin[q] + t, (long long)out[t]);
+      if (j == 0) first[m] = tok_off[w + m];  // tok_off[batch]: the call's tokens
+      __syncthreads();
+      uint32_t q = 0;  // the request of the thread's previous token (staged index)
+#pragma unroll
+      for (uint32_t k = 0; k < SCATTER_TOKENS; ++k) {
+        const unsigned long long t = t0 + threadIdx.x + k * SCATTER_BLOCK;
+        if (t >= t1 || t < first[0] || t >= first[m]) continue;  // not this stage's
+        if (first[q + 1] <= t) {
+          // The last staged request starting at or before t, past q.
+          uint32_t a = q + 1, b = m;  // first[a] <= t < first[b]
+          while (b - a > 1) {
+            const uint32_t mid = a + (b - a) / 2;
+            if (first[mid] <= t) a = mid;
+            else b = mid;
+          }
+          q = a;
+        }
+        table_put(table, wide, origin[q] + t, slot[k]);
+      }
+      const bool more = first[m] < t1 && w + m < batch;  // the same for the whole block
+      __syncthreads();  // every thread is done with this stage before the next overwrites it
+      if (!more) break;
+      w += m;
     }
-    if (hi >= t1 || w + m >= batch) break;  // same for the whole block
-    w += m;
-    __syncthreads();  // every thread is done with this stage before the next overwrites it
   }
 }
 
