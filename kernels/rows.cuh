@@ -68,43 +68,19 @@ __device__ unsigned long long rows_scan(unsigned long long x, unsigned long long
 template <typename RowOf>
 __device__ void find_repeats(uint32_t *marks, uint32_t batch, unsigned long long *errors,
                              RowOf row_of) {
-  // Each pass takes REPEAT_BATCH requests a thread at a time, their loads issued together.
-  constexpr uint32_t REPEAT_BATCH = 4;
-  constexpr uint32_t SPAN = REPEAT_BATCH * ROWS_BLOCK;
-  auto rows_at = [&](unsigned long long base, long long (&row)[REPEAT_BATCH]) {
-#pragma unroll
-    for (uint32_t u = 0; u < REPEAT_BATCH; ++u) {
-      const unsigned long long i = base + u * ROWS_BLOCK + threadIdx.x;
-      row[u] = i < batch ? row_of((uint32_t)i) : -1;
-    }
-  };
-  for (unsigned long long base = 0; base < batch; base += SPAN) {
-    long long row[REPEAT_BATCH];
-    rows_at(base, row);
-#pragma unroll
-    for (uint32_t u = 0; u < REPEAT_BATCH; ++u)
-      if (row[u] >= 0) atomicMax(&marks[row[u]], ~(uint32_t)(base + u * ROWS_BLOCK + threadIdx.x));
+  for (uint32_t i = threadIdx.x; i < batch; i += ROWS_BLOCK) {
+    const long long row = row_of(i);
+    if (row >= 0) atomicMax(&marks[row], ~i);
   }
   __syncthreads();
-  for (unsigned long long base = 0; base < batch; base += SPAN) {
-    long long row[REPEAT_BATCH];
-    rows_at(base, row);
-    uint32_t mark[REPEAT_BATCH];
-#pragma unroll
-    for (uint32_t u = 0; u < REPEAT_BATCH; ++u) mark[u] = row[u] >= 0 ? marks[row[u]] : 0;
-#pragma unroll
-    for (uint32_t u = 0; u < REPEAT_BATCH; ++u) {
-      const unsigned long long i = base + u * ROWS_BLOCK + threadIdx.x;
-      if (row[u] >= 0 && mark[u] != ~(uint32_t)i) report(errors, (uint32_t)i, ERR_ROW_TWICE);
-    }
+  for (uint32_t i = threadIdx.x; i < batch; i += ROWS_BLOCK) {
+    const long long row = row_of(i);
+    if (row >= 0 && marks[row] != ~i) report(errors, i, ERR_ROW_TWICE);
   }
   __syncthreads();
-  for (unsigned long long base = 0; base < batch; base += SPAN) {
-    long long row[REPEAT_BATCH];
-    rows_at(base, row);
-#pragma unroll
-    for (uint32_t u = 0; u < REPEAT_BATCH; ++u)
-      if (row[u] >= 0) marks[row[u]] = 0;
+  for (uint32_t i = threadIdx.x; i < batch; i += ROWS_BLOCK) {
+    const long long row = row_of(i);
+    if (row >= 0) marks[row] = 0;
   }
 }
 
@@ -128,57 +104,35 @@ __device__ void rows_gather(View v, Call call, const void *table, uint32_t wide,
     const long long row = rows[i];
     return row >= 0 && (unsigned long long)row < table_rows ? row : -1;
   };
-  // Chunks of ROWS_BLOCK requests, a request a thread (the scan needs every thread),
-  // GATHER_BATCH chunks at a time: their loads, then their table reads, are issued together
-  // (one round trip each for up to 4,096 requests, where each chunk paid two).
-  constexpr uint32_t GATHER_BATCH = 4;
-  for (unsigned long long base = 0; base < batch; base += GATHER_BATCH * ROWS_BLOCK) {
-    long long row[GATHER_BATCH], seq[GATHER_BATCH], prefix[GATHER_BATCH], ll[GATHER_BATCH];
-#pragma unroll
-    for (uint32_t u = 0; u < GATHER_BATCH; ++u) {
-      const unsigned long long i = base + u * ROWS_BLOCK + threadIdx.x;
-      const bool in = i < batch;
-      row[u] = in ? rows[i] : -1;
-      seq[u] = in ? seq_lens[i] : 0;
-      prefix[u] = !in ? 0 : prefix_lens ? prefix_lens[i] : seq[u] - 1;
-    }
-    unsigned long long tokens[GATHER_BATCH];
-#pragma unroll
-    for (uint32_t u = 0; u < GATHER_BATCH; ++u) {
-      const unsigned long long i = base + u * ROWS_BLOCK + threadIdx.x;
-      tokens[u] = 0;
-      ll[u] = -1;
-      if (i >= batch) continue;
-      if (row[u] < 0 || (unsigned long long)row[u] >= table_rows) {
+  // Chunks of ROWS_BLOCK requests, a request a thread (the scan needs every thread).
+  for (uint32_t base = 0; base < batch; base += ROWS_BLOCK) {
+    const uint32_t i = base + threadIdx.x;
+    unsigned long long tokens = 0;
+    if (i < batch) {
+      const long long row = rows[i];
+      const long long seq = seq_lens[i];
+      const long long prefix = prefix_lens ? prefix_lens[i] : seq - 1;
+      long long ll = -1;
+      if (row < 0 || (unsigned long long)row >= table_rows) {
         report(&errors, i, ERR_ROW);
-      } else if (seq[u] > 0 && (unsigned long long)seq[u] > row_len) {
+      } else if (seq > 0 && (unsigned long long)seq > row_len) {
         report(&errors, i, ERR_ROW_LEN);
-      } else if (prefix[u] >= 0 && seq[u] >= prefix[u]) {
-        if (prefix[u] > 0) {
-          ll[u] = table_last_loc<Index>(table_at(
-              table, wide, (unsigned long long)row[u] * stride + prefix[u] - 1));
+      } else if (prefix >= 0 && seq >= prefix) {
+        if (prefix > 0) {
+          ll = table_last_loc<Index>(
+              table_at(table, wide, (unsigned long long)row * stride + prefix - 1));
         }
-        tokens[u] = (unsigned long long)(seq[u] - prefix[u]);
+        tokens = (unsigned long long)(seq - prefix);
       }
-    }
-#pragma unroll
-    for (uint32_t u = 0; u < GATHER_BATCH; ++u) {
-      const unsigned long long i = base + u * ROWS_BLOCK + threadIdx.x;
-      if (i < batch) last_loc[i] = (Index)ll[u];
+      last_loc[i] = (Index)ll;
     }
     if (prefix_lens) {
-      // (The same branch for the whole block: every thread reaches the scans' barriers.)
-#pragma unroll
-      for (uint32_t u = 0; u < GATHER_BATCH; ++u) {
-        if (base + u * ROWS_BLOCK >= batch) break;
-        const unsigned long long i = base + u * ROWS_BLOCK + threadIdx.x;
-        unsigned long long total;
-        const unsigned long long before = rows_scan(tokens[u], &total);
-        if (i < batch) tok_off[i] = carry + before;
-        __syncthreads();
-        if (threadIdx.x == 0) carry += total;
-        __syncthreads();
-      }
+      unsigned long long total;
+      const unsigned long long before = rows_scan(tokens, &total);
+      if (i < batch) tok_off[i] = carry + before;
+      __syncthreads();
+      if (threadIdx.x == 0) carry += total;
+      __syncthreads();
     }
   }
   if (prefix_lens && threadIdx.x == 0) tok_off[batch] = carry;
