@@ -1441,7 +1441,7 @@ KVP_INDEX_KERNELS(i32, int)
     rows_gather<INDEX>(v, call, table, wide, table_rows, stride, row_len, rows, prefix_lens,      \
                        seq_lens, batch, marks, last_loc, tok_off);                                \
   }                                                                                               \
-  extern "C" __global__ void __launch_bounds__(256) kvp_rows_scatter_##SUFFIX(                    \
+  extern "C" __global__ void __launch_bounds__(SCATTER_BLOCK) kvp_rows_scatter_##SUFFIX(          \
       View v, Call call, void *table, uint32_t wide, unsigned long long stride,                   \
       const long long *rows, const long long *prefix_lens, const long long *seq_lens,             \
       uint32_t batch, const unsigned long long *tok_off, const INDEX *out,                        \

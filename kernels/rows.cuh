@@ -14,7 +14,8 @@
 //     extend       the unchanged extend kernel (warp, block or multi-block), reading last_loc
 //                  from the scratch and writing out (the caller's out_cache_loc or scratch);
 //     rows_scatter (any grid) copies out into the table rows, unless the pool is faulted:
-//                  a failing call writes nothing to the table.
+//                  a failing call writes nothing to the table. An extend's block stages
+//                  the requests of its run of tokens, found by one block-wide search.
 //   free_rows:
 //     rows_segments (one block) checks rows and segments and lays the segments' slots out as
 //                  one row of whole pages in the scratch (a segment's partial last page padded
@@ -146,8 +147,40 @@ __device__ void rows_gather(View v, Call call, const void *table, uint32_t wide,
   }
 }
 
+// The last request i in [0, batch) with tok_off[i] <= t (tok_off[0] = 0 <= t), searched by
+// the whole block at once: each round tests blockDim.x evenly spaced offsets and counts the
+// ones at or below t (one load and one barrier a round; two rounds up to 65,536 requests on
+// 256 threads). Every thread must call it; every thread gets the answer.
+__device__ uint32_t block_request_of(const unsigned long long *tok_off, uint32_t batch,
+                                     unsigned long long t) {
+  uint32_t lo = 0, len = batch;  // the answer lies in [lo, lo + len)
+  while (len > 1) {
+    const uint32_t step = (len + blockDim.x - 1) / blockDim.x;
+    const unsigned long long k = (unsigned long long)threadIdx.x * step;
+    const bool below = k < len && tok_off[lo + k] <= t;
+    const uint32_t count = (uint32_t)__syncthreads_count(below);  // >= 1: k = 0
+    lo += (count - 1) * step;
+    len = min(step, len - (count - 1) * step);
+  }
+  return lo;
+}
+
+// Threads of kvp_rows_scatter_* (kernels/pool.cu) and the requests it stages at once.
+constexpr uint32_t SCATTER_BLOCK = 256;
+// The most tokens of an extend a scatter thread takes per run (their loads in flight at once).
+constexpr uint32_t SCATTER_TOKENS = 4;
+
 // alloc_extend_rows / alloc_decode_rows, kernel 3 (any grid): out[t] into the table, unless
 // the pool is faulted (by this call's gather or extend kernel, or earlier).
+//
+// An extend's tokens are cut into runs of at most SCATTER_TOKENS * SCATTER_BLOCK tokens (a
+// multiple of 32, so a warp's loads and stores stay whole), one a block at a time. The block
+// loads its run's slots first, so that their round trip overlaps the rest; finds the request
+// of the run's first token together (block_request_of); then stages SCATTER_BLOCK requests
+// at a time in shared memory (first token, and where token 0 of the call would land in the
+// table were it the request's), so that a token finds its request among at most
+// SCATTER_BLOCK staged offsets (most often the one its previous token had) and its table
+// position is one add. A decode's token t is request t.
 template <typename Index>
 __device__ void rows_scatter(View v, void *table, uint32_t wide, unsigned long long stride,
                             const long long *rows, const long long *prefix_lens,
@@ -155,27 +188,67 @@ __device__ void rows_scatter(View v, void *table, uint32_t wide, unsigned long l
                             const unsigned long long *tok_off, const Index *out,
                             unsigned long long tokens) {
   if (*(volatile uint32_t *)&v.header->fault != 0) return;
-  const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
-  for (unsigned long long t = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
-       t < tokens; t += step) {
-    uint32_t i;
-    unsigned long long pos;
-    if (prefix_lens == nullptr) {
-      i = (uint32_t)t;
-      pos = (unsigned long long)(seq_lens[i] - 1);
-    } else {
-      // The request of token t: the last i with tok_off[i] <= t (empty requests share an
-      // offset with the next one).
-      uint32_t lo = 0, hi = batch;  // tok_off[lo] <= t < tok_off[hi]
-      while (hi - lo > 1) {
-        const uint32_t mid = lo + (hi - lo) / 2;
-        if (tok_off[mid] <= t) lo = mid;
-        else hi = mid;
-      }
-      i = lo;
-      pos = (unsigned long long)prefix_lens[i] + (t - tok_off[i]);
+  if (prefix_lens == nullptr) {
+    const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+    for (unsigned long long t = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+         t < tokens; t += step) {
+      const unsigned long long pos = (unsigned long long)(seq_lens[t] - 1);
+      table_put(table, wide, (unsigned long long)rows[t] * stride + pos, (long long)out[t]);
     }
-    table_put(table, wide, (unsigned long long)rows[i] * stride + pos, (long long)out[t]);
+    return;
+  }
+  __shared__ unsigned long long first[SCATTER_BLOCK + 1];  // staged requests' first tokens
+  __shared__ unsigned long long origin[SCATTER_BLOCK];     // their table position less first
+  // The run: the grid's share of the tokens, rounded up to 32, at most SCATTER_TOKENS a
+  // thread (a smaller grid loops).
+  const unsigned long long share = (tokens + gridDim.x - 1) / gridDim.x;
+  const unsigned long long run =
+      min((share + 31) & ~31ull, (unsigned long long)SCATTER_TOKENS * SCATTER_BLOCK);
+  for (unsigned long long t0 = blockIdx.x * run; t0 < tokens; t0 += gridDim.x * run) {
+    const unsigned long long t1 = min(t0 + run, tokens);  // the run is [t0, t1)
+    // The thread's tokens t0 + threadIdx.x + k * SCATTER_BLOCK and their slots.
+    long long slot[SCATTER_TOKENS];
+#pragma unroll
+    for (uint32_t k = 0; k < SCATTER_TOKENS; ++k) {
+      const unsigned long long t = t0 + threadIdx.x + k * SCATTER_BLOCK;
+      slot[k] = t < t1 ? (long long)out[t] : 0;
+    }
+    for (uint32_t w = block_request_of(tok_off, batch, t0);;) {
+      // Stage requests [w, w + m) and their end; m >= 1 (w < batch: the loop below leaves
+      // before w reaches batch).
+      const uint32_t m = min(SCATTER_BLOCK, batch - w);
+      const uint32_t j = threadIdx.x;
+      if (j < m) {
+        const uint32_t i = w + j;
+        const unsigned long long at = tok_off[i];
+        first[j] = at;
+        origin[j] =
+            (unsigned long long)rows[i] * stride + (unsigned long long)prefix_lens[i] - at;
+      }
+      if (j == 0) first[m] = tok_off[w + m];  // tok_off[batch]: the call's tokens
+      __syncthreads();
+      uint32_t q = 0;  // the request of the thread's previous token (staged index)
+#pragma unroll
+      for (uint32_t k = 0; k < SCATTER_TOKENS; ++k) {
+        const unsigned long long t = t0 + threadIdx.x + k * SCATTER_BLOCK;
+        if (t >= t1 || t < first[0] || t >= first[m]) continue;  // not this stage's
+        if (first[q + 1] <= t) {
+          // The last staged request starting at or before t, past q.
+          uint32_t a = q + 1, b = m;  // first[a] <= t < first[b]
+          while (b - a > 1) {
+            const uint32_t mid = a + (b - a) / 2;
+            if (first[mid] <= t) a = mid;
+            else b = mid;
+          }
+          q = a;
+        }
+        table_put(table, wide, origin[q] + t, slot[k]);
+      }
+      const bool more = first[m] < t1 && w + m < batch;  // the same for the whole block
+      __syncthreads();  // every thread is done with this stage before the next overwrites it
+      if (!more) break;
+      w += m;
+    }
   }
 }
 

@@ -784,3 +784,174 @@ fn large_decodes_by_row_name_the_hosts_bad_request() {
         }
     }
 }
+
+/// Extends by row of more than 2,048 requests (gather, the ticketed kernel, scatter): fresh
+/// requests, then the same rows continued from their prefixes in another order, of lengths
+/// that put many requests in one scatter block's run (0-3 tokens, empty ones included),
+/// mixed ones (0-600) and 512 each; with and without `out_cache_loc`. After every call the
+/// device's `out_cache_loc`, whole table and state digest equal the host's; the rows are
+/// freed at the end of a round. Page sizes 1, 16, 64 (16 alone under a sanitizer).
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn large_extends_by_row_match_the_host_backend() {
+    if skip() {
+        return;
+    }
+    const ROWS: u64 = 4200;
+    const ROW_LEN: u64 = 1300;
+    const STRIDE: u64 = 1301;
+    let gpu = Gpu::new(false);
+    let span = ((ROWS - 1) * STRIDE + ROW_LEN) as usize;
+    let mut rng = rng::Rng(2049);
+    // Under a sanitizer (KVPOOL_ROWS_OPS below the default 400) one configuration.
+    let sanitizing = std::env::var("KVPOOL_ROWS_OPS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .is_some_and(|ops| ops < 400);
+    let configs: &[(u32, u32, u32)] = if sanitizing {
+        &[(16, I64, I32)]
+    } else {
+        &[(1, I32, I32), (16, I64, I32), (64, I64, I64)]
+    };
+    let mut calls = 0;
+    for &(ps, pool_type, table_type) in configs {
+        let p = pools(5 << 20, ps, false, pool_type);
+        let (tw, ow) = (width(table_type), width(pool_type));
+        let mut host_table = vec![0u8; span * tw];
+        let dev_table = DevBuf::new(span * tw);
+        dev_table.upload(&host_table);
+        let host_desc = kvp_req_table {
+            data: host_table.as_mut_ptr().cast(),
+            index_type: table_type,
+            rows: ROWS,
+            row_stride: STRIDE,
+            row_len: ROW_LEN,
+        };
+        let dev_desc = kvp_req_table {
+            data: dev_table.ptr as usize as *mut c_void,
+            ..host_desc
+        };
+        for (round, (n, lengths)) in [(2049usize, "short"), (3001, "mixed"), (4096, "512")]
+            .into_iter()
+            .enumerate()
+        {
+            let mut order: Vec<i64> = (0..ROWS as i64).collect();
+            rng.shuffle(&mut order);
+            order.truncate(n);
+            let mut lens = vec![0i64; n];
+            for pass in 0..2 {
+                if pass == 1 {
+                    // The same rows continued, in another order.
+                    let mut perm: Vec<usize> = (0..n).collect();
+                    rng.shuffle(&mut perm);
+                    order = perm.iter().map(|&k| order[k]).collect();
+                    lens = perm.iter().map(|&k| lens[k]).collect();
+                }
+                let prefix = lens.clone();
+                let seq: Vec<i64> = prefix
+                    .iter()
+                    .map(|&q| {
+                        q + match lengths {
+                            "short" => rng.below(4) as i64,
+                            "mixed" if rng.chance(10) => 300 + rng.below(301) as i64,
+                            "mixed" => rng.below(40) as i64,
+                            _ => 512,
+                        }
+                    })
+                    .collect();
+                let total = seq.iter().zip(&prefix).map(|(s, q)| s - q).sum::<i64>() as usize;
+                let with_out = (round + pass) % 2 == 0;
+                let mut out_h = vec![0u8; total * ow];
+                let out_d = DevBuf::new(total * ow);
+                let (r, pr, sq) = (upload(&order), upload(&prefix), upload(&seq));
+                // SAFETY: every pointer is valid for the lengths passed; the device buffers
+                // outlive the synchronization below.
+                let (sh, sd) = unsafe {
+                    let sh = kvp_pool_alloc_extend_rows(
+                        p.host,
+                        &host_desc,
+                        order.as_ptr(),
+                        prefix.as_ptr(),
+                        seq.as_ptr(),
+                        n,
+                        total,
+                        out_h.as_mut_ptr().cast(),
+                        total,
+                    );
+                    let sd = kvp_pool_alloc_extend_rows_async(
+                        p.device,
+                        &dev_desc,
+                        r.ptr as usize as *const i64,
+                        prefix.as_ptr(),
+                        seq.as_ptr(),
+                        pr.ptr as usize as *const i64,
+                        sq.ptr as usize as *const i64,
+                        n,
+                        total,
+                        if with_out {
+                            out_d.ptr as usize as *mut c_void
+                        } else {
+                            null_mut()
+                        },
+                        total,
+                        gpu.stream.cast(),
+                    );
+                    gpu.sync();
+                    (sh, sd)
+                };
+                let what = format!("ps {ps}: {n} requests ({lengths}), pass {pass}");
+                assert_eq!(sh, kvp_status::Ok, "{what}: host: {}", last_error());
+                assert_eq!(sd, kvp_status::Ok, "{what}: device: {}", last_error());
+                // SAFETY: valid pool.
+                let checked = unsafe { kvp_pool_check_device(p.device) };
+                assert_eq!(checked, kvp_status::Ok, "{what}: {}", last_error());
+                if with_out {
+                    assert_eq!(
+                        widen(&out_d.download::<u8>(total * ow), pool_type),
+                        widen(&out_h, pool_type),
+                        "{what}: out_cache_loc"
+                    );
+                }
+                assert!(
+                    dev_table.download::<u8>(span * tw) == host_table,
+                    "{what}: the tables differ"
+                );
+                assert_eq!(
+                    digest(p.host, &gpu, false),
+                    digest(p.device, &gpu, true),
+                    "{what}: digests"
+                );
+                lens = seq;
+                calls += 1;
+            }
+            let starts = vec![0i64; n];
+            let (r, s, e) = (upload(&order), upload(&starts), upload(&lens));
+            // SAFETY: as above.
+            unsafe {
+                let sh = kvp_pool_free_rows(
+                    p.host,
+                    &host_desc,
+                    order.as_ptr(),
+                    starts.as_ptr(),
+                    lens.as_ptr(),
+                    n,
+                );
+                let sd = kvp_pool_free_rows_async(
+                    p.device,
+                    &dev_desc,
+                    r.ptr as usize as *const i64,
+                    starts.as_ptr(),
+                    lens.as_ptr(),
+                    s.ptr as usize as *const i64,
+                    e.ptr as usize as *const i64,
+                    n,
+                    gpu.stream.cast(),
+                );
+                gpu.sync();
+                assert_eq!((sh, sd), (kvp_status::Ok, kvp_status::Ok), "ps {ps}: free");
+            }
+        }
+    }
+    assert_eq!(calls, 6 * configs.len());
+    eprintln!("{calls} extends by row of 2,049-4,096 requests matched the host");
+}

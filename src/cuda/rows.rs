@@ -77,6 +77,27 @@ struct TableArgs {
 
 /// Threads of the one-block rows kernels (`ROWS_BLOCK` in kernels/rows.cuh).
 const ROWS_BLOCK: u32 = 1024;
+/// Threads of `kvp_rows_scatter_*` (`SCATTER_BLOCK` in kernels/rows.cuh).
+const SCATTER_BLOCK: u32 = 256;
+/// The most tokens of an extend a scatter block takes at once (`SCATTER_TOKENS` a thread in
+/// kernels/rows.cuh): each run pays one block-wide search for its first request and a
+/// staging of its requests. The kernel derives its runs from the grid (any grid is correct).
+const SCATTER_RUN: u64 = 4 * SCATTER_BLOCK as u64;
+
+/// The scatter's grid: for an extend, a block per SCATTER_RUN tokens, but at least two per
+/// multiprocessor (down to a token a thread) where the tokens allow, so that a short call
+/// still spreads over the device; for a decode, a token a thread.
+fn scatter_grid(tokens: u64, extend: bool, multiprocessors: u32) -> u32 {
+    let block = u64::from(SCATTER_BLOCK);
+    let blocks = if extend {
+        tokens
+            .div_ceil(SCATTER_RUN)
+            .max(tokens.div_ceil(block).min(2 * u64::from(multiprocessors)))
+    } else {
+        tokens.div_ceil(block)
+    };
+    blocks.clamp(1, 65_535) as u32
+}
 
 fn batch_u32(batch: usize) -> Result<u32, PoolError> {
     u32::try_from(batch)
@@ -339,7 +360,7 @@ impl DevicePool {
             table.shape.row_len,
         );
         let extend_fn = kernel.function(&self.kernels.typed);
-        let scatter_grid = tokens.div_ceil(u64::from(BLOCK)).clamp(1, 1024) as u32;
+        let scatter_grid = scatter_grid(tokens, prefix.is_some(), self.multiprocessors);
         let gather_args = [
             arg(&table.data),
             arg(&wide),
@@ -402,7 +423,7 @@ impl DevicePool {
                     Launch {
                         function: self.kernels.typed.rows_scatter,
                         grid: scatter_grid,
-                        block: BLOCK,
+                        block: SCATTER_BLOCK,
                         shared: 0,
                         extra: &scatter_args,
                     },
@@ -648,5 +669,24 @@ impl DevicePool {
             }
         }
         Ok(total)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scatter_grids_spread_short_extends_and_cap_long_ones() {
+        // 2,049 requests of 512 tokens: a block per 1,024 tokens.
+        assert_eq!(scatter_grid(2049 * 512, true, 132), 1025);
+        // 2,049 of 16 tokens: a token a thread up to two blocks per multiprocessor.
+        assert_eq!(scatter_grid(2049 * 16, true, 132), 129);
+        assert_eq!(scatter_grid(100_000, true, 132), 264);
+        // No tokens still launches one block; a huge call is capped (the blocks loop).
+        assert_eq!(scatter_grid(0, true, 132), 1);
+        assert_eq!(scatter_grid(1 << 40, true, 132), 65_535);
+        // Decodes: a token a thread.
+        assert_eq!(scatter_grid(4097, false, 132), 17);
     }
 }
