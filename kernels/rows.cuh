@@ -68,19 +68,50 @@ __device__ unsigned long long rows_scan(unsigned long long x, unsigned long long
 template <typename RowOf>
 __device__ void find_repeats(uint32_t *marks, uint32_t batch, unsigned long long *errors,
                              RowOf row_of) {
-  for (uint32_t i = threadIdx.x; i < batch; i += ROWS_BLOCK) {
-    const long long row = row_of(i);
-    if (row >= 0) atomicMax(&marks[row], ~i);
+  // Each pass takes REPEAT_BATCH requests a thread at a time, their loads issued together.
+  constexpr uint32_t REPEAT_BATCH = 4;
+  constexpr uint32_t SPAN = REPEAT_BATCH * ROWS_BLOCK;
+  auto rows_at = [&](unsigned long long base, long long (&row)[REPEAT_BATCH]) {
+#pragma unroll
+    for (uint32_t u = 0; u < REPEAT_BATCH; ++u) {
+      const unsigned long long i = base + u * ROWS_BLOCK + threadIdx.x;
+      row[u] = i < batch ? row_of((uint32_t)i) : -1;
+    }
+  };
+  for (unsigned long long base = 0; base < batch; base += SPAN) {
+    long long row[REPEAT_BATCH];
+    rows_at(base, row);
+#pragma unroll
+    for (uint32_t u = 0; u < REPEAT_BATCH; ++u)
+      if (row[u] >= 0) atomicMax(&marks[row[u]], ~(uint32_t)(base + u * ROWS_BLOCK + threadIdx.x));
   }
   __syncthreads();
-  for (uint32_t i = threadIdx.x; i < batch; i += ROWS_BLOCK) {
-    const long long row = row_of(i);
-    if (row >= 0 && marks[row] != ~i) report(errors, i, ERR_ROW_TWICE);
+  for (unsigned long long base = 0; base < batch; base += SPAN) {
+    long long row[REPEAT_BATCH];
+    rows_at(base, row);
+    uint32_t mark[REPEAT_BATCH];
+#pragma unroll
+    for (uint32_t u = 0; u < REPEAT_BATCH; ++u) mark[u] = row[u] >= 0 ? marks[row[u]] : 0;
+    uint32_t repeats = 0;  // a bit per request whose row another request marked
+#pragma unroll
+    for (uint32_t u = 0; u < REPEAT_BATCH; ++u) {
+      const uint32_t i = (uint32_t)(base + u * ROWS_BLOCK + threadIdx.x);
+      if (row[u] >= 0 && mark[u] != ~i) repeats |= 1u << u;
+    }
+    // (Rare: one report in the code, not one a request.)
+#pragma unroll 1
+    for (; repeats != 0; repeats &= repeats - 1) {
+      const uint32_t u = __ffs(repeats) - 1;
+      report(errors, base + u * ROWS_BLOCK + threadIdx.x, ERR_ROW_TWICE);
+    }
   }
   __syncthreads();
-  for (uint32_t i = threadIdx.x; i < batch; i += ROWS_BLOCK) {
-    const long long row = row_of(i);
-    if (row >= 0) marks[row] = 0;
+  for (unsigned long long base = 0; base < batch; base += SPAN) {
+    long long row[REPEAT_BATCH];
+    rows_at(base, row);
+#pragma unroll
+    for (uint32_t u = 0; u < REPEAT_BATCH; ++u)
+      if (row[u] >= 0) marks[row[u]] = 0;
   }
 }
 
