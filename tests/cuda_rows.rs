@@ -107,6 +107,152 @@ fn digest(pool: *mut kvp_pool, gpu: &Gpu, dev: bool) -> u64 {
     d
 }
 
+/// One request-to-token table on each backend, zeroed: the host's in a Vec, the device's
+/// in a DevBuf, and their descriptions (the host's points into the Vec, whose buffer does
+/// not move with the struct).
+struct Tables {
+    host: Vec<u8>,
+    dev: DevBuf,
+    host_desc: kvp_req_table,
+    dev_desc: kvp_req_table,
+}
+
+impl Tables {
+    fn new(table_type: u32, rows: u64, row_stride: u64, row_len: u64) -> Self {
+        let span = ((rows - 1) * row_stride + row_len) as usize;
+        let mut host = vec![0u8; span * width(table_type)];
+        let dev = DevBuf::new(host.len());
+        dev.upload(&host);
+        let host_desc = kvp_req_table {
+            data: host.as_mut_ptr().cast(),
+            index_type: table_type,
+            rows,
+            row_stride,
+            row_len,
+        };
+        let dev_desc = kvp_req_table {
+            data: dev.ptr as usize as *mut c_void,
+            ..host_desc
+        };
+        Self {
+            host,
+            dev,
+            host_desc,
+            dev_desc,
+        }
+    }
+
+    /// Whether the device table equals the host's, byte for byte.
+    fn agree(&self) -> bool {
+        self.dev.download::<u8>(self.host.len()) == self.host
+    }
+}
+
+/// An extend by row on both pools (the device one with `out_cache_loc` when `with_out`,
+/// else into the pool's scratch), synchronized: the two statuses and the host's and the
+/// device's `out_cache_loc` bytes (the device's empty without `with_out`).
+///
+/// # Safety
+/// `p`'s pools and `t`'s tables live; `rows`, `prefix`, `seq` of one length.
+unsafe fn extend_on_both(
+    p: &Pools,
+    t: &Tables,
+    gpu: &Gpu,
+    (rows, prefix, seq): (&[i64], &[i64], &[i64]),
+    out_width: usize,
+    with_out: bool,
+) -> (kvp_status, kvp_status, Vec<u8>, Vec<u8>) {
+    let n = rows.len();
+    let total = seq.iter().zip(prefix).map(|(s, q)| s - q).sum::<i64>() as usize;
+    let mut out_h = vec![0u8; total * out_width];
+    let out_d = DevBuf::new(total * out_width);
+    let (r, pr, sq) = (upload(rows), upload(prefix), upload(seq));
+    // SAFETY: every pointer is valid for the lengths passed; the device buffers outlive the
+    // synchronization below.
+    unsafe {
+        let sh = kvp_pool_alloc_extend_rows(
+            p.host,
+            &t.host_desc,
+            rows.as_ptr(),
+            prefix.as_ptr(),
+            seq.as_ptr(),
+            n,
+            total,
+            // An empty Vec<u8>'s pointer is not aligned for the index type (refused even
+            // with length 0): pass NULL then.
+            if total == 0 {
+                null_mut()
+            } else {
+                out_h.as_mut_ptr().cast()
+            },
+            total,
+        );
+        let sd = kvp_pool_alloc_extend_rows_async(
+            p.device,
+            &t.dev_desc,
+            r.ptr as usize as *const i64,
+            prefix.as_ptr(),
+            seq.as_ptr(),
+            pr.ptr as usize as *const i64,
+            sq.ptr as usize as *const i64,
+            n,
+            total,
+            if with_out {
+                out_d.ptr as usize as *mut c_void
+            } else {
+                null_mut()
+            },
+            total,
+            gpu.stream.cast(),
+        );
+        gpu.sync();
+        let got = if with_out {
+            out_d.download::<u8>(total * out_width)
+        } else {
+            Vec::new()
+        };
+        (sh, sd, out_h, got)
+    }
+}
+
+/// A free by row on both pools, synchronized: the two statuses.
+///
+/// # Safety
+/// As for [`extend_on_both`]; `rows`, `starts`, `ends` of one length.
+unsafe fn free_on_both(
+    p: &Pools,
+    t: &Tables,
+    gpu: &Gpu,
+    (rows, starts, ends): (&[i64], &[i64], &[i64]),
+) -> (kvp_status, kvp_status) {
+    let n = rows.len();
+    let (r, s, e) = (upload(rows), upload(starts), upload(ends));
+    // SAFETY: as for extend_on_both.
+    unsafe {
+        let sh = kvp_pool_free_rows(
+            p.host,
+            &t.host_desc,
+            rows.as_ptr(),
+            starts.as_ptr(),
+            ends.as_ptr(),
+            n,
+        );
+        let sd = kvp_pool_free_rows_async(
+            p.device,
+            &t.dev_desc,
+            r.ptr as usize as *const i64,
+            starts.as_ptr(),
+            ends.as_ptr(),
+            s.ptr as usize as *const i64,
+            e.ptr as usize as *const i64,
+            n,
+            gpu.stream.cast(),
+        );
+        gpu.sync();
+        (sh, sd)
+    }
+}
+
 /// Runs `ops` random row operations on both backends and compares everything.
 #[allow(clippy::too_many_arguments)]
 fn lockstep(
@@ -125,25 +271,11 @@ fn lockstep(
         max_batch,
         slots,
     } = shape;
-    let span = shape.span();
     let gpu = Gpu::new(false);
     let size = slots * u64::from(ps).min(8);
     let p = pools(size, ps, need_sort, pool_type);
-    let tw = width(table_type);
-    let mut host_table = vec![0u8; span * tw];
-    let dev_table = DevBuf::new(span * tw);
-    dev_table.upload(&host_table);
-    let host_desc = kvp_req_table {
-        data: host_table.as_mut_ptr().cast(),
-        index_type: table_type,
-        rows: n_rows,
-        row_stride: stride,
-        row_len,
-    };
-    let dev_desc = kvp_req_table {
-        data: dev_table.ptr as usize as *mut c_void,
-        ..host_desc
-    };
+    let tables = Tables::new(table_type, n_rows, stride, row_len);
+    let (host_desc, dev_desc) = (tables.host_desc, tables.dev_desc);
     let ow = width(pool_type);
     let mut work = Work::new(seed, n_rows as usize, row_len as i64, ps, max_batch);
     let (mut ok, mut short) = (0, 0);
@@ -164,51 +296,11 @@ fn lockstep(
         let (sh, sd) = unsafe {
             match &op {
                 Op::Extend { rows, prefix, seq } => {
-                    let n = rows.len();
-                    let total: i64 = seq.iter().zip(prefix).map(|(s, p)| s - p).sum();
-                    let mut out_h = vec![0u8; total as usize * ow];
-                    let out_d = DevBuf::new(total as usize * ow);
-                    let sh = kvp_pool_alloc_extend_rows(
-                        p.host,
-                        &host_desc,
-                        rows.as_ptr(),
-                        prefix.as_ptr(),
-                        seq.as_ptr(),
-                        n,
-                        total as usize,
-                        // An empty Vec<u8>'s pointer is not aligned for the index type
-                        // (refused even with length 0): pass NULL then.
-                        if total == 0 {
-                            null_mut()
-                        } else {
-                            out_h.as_mut_ptr().cast()
-                        },
-                        total as usize,
-                    );
-                    let (r, pr, sq) = (upload(rows), upload(prefix), upload(seq));
                     // Half the calls without out_cache_loc (the pool's scratch takes it).
                     let with_out = step % 2 == 0;
-                    let sd = kvp_pool_alloc_extend_rows_async(
-                        p.device,
-                        &dev_desc,
-                        r.ptr as usize as *const i64,
-                        prefix.as_ptr(),
-                        seq.as_ptr(),
-                        pr.ptr as usize as *const i64,
-                        sq.ptr as usize as *const i64,
-                        n,
-                        total as usize,
-                        if with_out {
-                            out_d.ptr as usize as *mut c_void
-                        } else {
-                            null_mut()
-                        },
-                        total as usize,
-                        gpu.stream.cast(),
-                    );
-                    gpu.sync();
+                    let (sh, sd, out_h, got) =
+                        extend_on_both(&p, &tables, &gpu, (rows, prefix, seq), ow, with_out);
                     if sh == kvp_status::Ok && with_out {
-                        let got = out_d.download::<u8>(total as usize * ow);
                         assert_eq!(
                             widen(&got, pool_type),
                             widen(&out_h, pool_type),
@@ -254,29 +346,7 @@ fn lockstep(
                     (sh, sd)
                 }
                 Op::Free { rows, starts, ends } => {
-                    let n = rows.len();
-                    let sh = kvp_pool_free_rows(
-                        p.host,
-                        &host_desc,
-                        rows.as_ptr(),
-                        starts.as_ptr(),
-                        ends.as_ptr(),
-                        n,
-                    );
-                    let (r, s, e) = (upload(rows), upload(starts), upload(ends));
-                    let sd = kvp_pool_free_rows_async(
-                        p.device,
-                        &dev_desc,
-                        r.ptr as usize as *const i64,
-                        starts.as_ptr(),
-                        ends.as_ptr(),
-                        s.ptr as usize as *const i64,
-                        e.ptr as usize as *const i64,
-                        n,
-                        gpu.stream.cast(),
-                    );
-                    gpu.sync();
-                    (sh, sd)
+                    free_on_both(&p, &tables, &gpu, (rows, starts, ends))
                 }
                 Op::PageTable { rows, seq } => {
                     let n = rows.len();
@@ -332,7 +402,7 @@ fn lockstep(
                         "step {step}: host copies"
                     );
                     // And the documented layout, from the host table.
-                    let t = widen(&host_table, table_type);
+                    let t = widen(&tables.host, table_type);
                     let slots: Vec<Vec<i64>> = rows
                         .iter()
                         .zip(seq)
@@ -367,9 +437,8 @@ fn lockstep(
             kvp_status::OutOfSlots => short += 1,
             other => panic!("step {step}: {other:?}: {}", last_error()),
         }
-        let dev = dev_table.download::<u8>(span * tw);
         assert!(
-            dev == host_table,
+            tables.agree(),
             "step {step}: the tables differ after {op:?}"
         );
         assert_eq!(
@@ -801,7 +870,6 @@ fn large_extends_by_row_match_the_host_backend() {
     const ROW_LEN: u64 = 1300;
     const STRIDE: u64 = 1301;
     let gpu = Gpu::new(false);
-    let span = ((ROWS - 1) * STRIDE + ROW_LEN) as usize;
     let mut rng = rng::Rng(2049);
     // Under a sanitizer (KVPOOL_ROWS_OPS below the default 400) one configuration.
     let sanitizing = std::env::var("KVPOOL_ROWS_OPS")
@@ -816,21 +884,8 @@ fn large_extends_by_row_match_the_host_backend() {
     let mut calls = 0;
     for &(ps, pool_type, table_type) in configs {
         let p = pools(5 << 20, ps, false, pool_type);
-        let (tw, ow) = (width(table_type), width(pool_type));
-        let mut host_table = vec![0u8; span * tw];
-        let dev_table = DevBuf::new(span * tw);
-        dev_table.upload(&host_table);
-        let host_desc = kvp_req_table {
-            data: host_table.as_mut_ptr().cast(),
-            index_type: table_type,
-            rows: ROWS,
-            row_stride: STRIDE,
-            row_len: ROW_LEN,
-        };
-        let dev_desc = kvp_req_table {
-            data: dev_table.ptr as usize as *mut c_void,
-            ..host_desc
-        };
+        let ow = width(pool_type);
+        let tables = Tables::new(table_type, ROWS, STRIDE, ROW_LEN);
         for (round, (n, lengths)) in [(2049usize, "short"), (3001, "mixed"), (4096, "512")]
             .into_iter()
             .enumerate()
@@ -859,45 +914,10 @@ fn large_extends_by_row_match_the_host_backend() {
                         }
                     })
                     .collect();
-                let total = seq.iter().zip(&prefix).map(|(s, q)| s - q).sum::<i64>() as usize;
                 let with_out = (round + pass) % 2 == 0;
-                let mut out_h = vec![0u8; total * ow];
-                let out_d = DevBuf::new(total * ow);
-                let (r, pr, sq) = (upload(&order), upload(&prefix), upload(&seq));
-                // SAFETY: every pointer is valid for the lengths passed; the device buffers
-                // outlive the synchronization below.
-                let (sh, sd) = unsafe {
-                    let sh = kvp_pool_alloc_extend_rows(
-                        p.host,
-                        &host_desc,
-                        order.as_ptr(),
-                        prefix.as_ptr(),
-                        seq.as_ptr(),
-                        n,
-                        total,
-                        out_h.as_mut_ptr().cast(),
-                        total,
-                    );
-                    let sd = kvp_pool_alloc_extend_rows_async(
-                        p.device,
-                        &dev_desc,
-                        r.ptr as usize as *const i64,
-                        prefix.as_ptr(),
-                        seq.as_ptr(),
-                        pr.ptr as usize as *const i64,
-                        sq.ptr as usize as *const i64,
-                        n,
-                        total,
-                        if with_out {
-                            out_d.ptr as usize as *mut c_void
-                        } else {
-                            null_mut()
-                        },
-                        total,
-                        gpu.stream.cast(),
-                    );
-                    gpu.sync();
-                    (sh, sd)
+                // SAFETY: live pools and tables; the three arrays of n requests.
+                let (sh, sd, out_h, got) = unsafe {
+                    extend_on_both(&p, &tables, &gpu, (&order, &prefix, &seq), ow, with_out)
                 };
                 let what = format!("ps {ps}: {n} requests ({lengths}), pass {pass}");
                 assert_eq!(sh, kvp_status::Ok, "{what}: host: {}", last_error());
@@ -907,15 +927,12 @@ fn large_extends_by_row_match_the_host_backend() {
                 assert_eq!(checked, kvp_status::Ok, "{what}: {}", last_error());
                 if with_out {
                     assert_eq!(
-                        widen(&out_d.download::<u8>(total * ow), pool_type),
+                        widen(&got, pool_type),
                         widen(&out_h, pool_type),
                         "{what}: out_cache_loc"
                     );
                 }
-                assert!(
-                    dev_table.download::<u8>(span * tw) == host_table,
-                    "{what}: the tables differ"
-                );
+                assert!(tables.agree(), "{what}: the tables differ");
                 assert_eq!(
                     digest(p.host, &gpu, false),
                     digest(p.device, &gpu, true),
@@ -925,31 +942,9 @@ fn large_extends_by_row_match_the_host_backend() {
                 calls += 1;
             }
             let starts = vec![0i64; n];
-            let (r, s, e) = (upload(&order), upload(&starts), upload(&lens));
             // SAFETY: as above.
-            unsafe {
-                let sh = kvp_pool_free_rows(
-                    p.host,
-                    &host_desc,
-                    order.as_ptr(),
-                    starts.as_ptr(),
-                    lens.as_ptr(),
-                    n,
-                );
-                let sd = kvp_pool_free_rows_async(
-                    p.device,
-                    &dev_desc,
-                    r.ptr as usize as *const i64,
-                    starts.as_ptr(),
-                    lens.as_ptr(),
-                    s.ptr as usize as *const i64,
-                    e.ptr as usize as *const i64,
-                    n,
-                    gpu.stream.cast(),
-                );
-                gpu.sync();
-                assert_eq!((sh, sd), (kvp_status::Ok, kvp_status::Ok), "ps {ps}: free");
-            }
+            let freed = unsafe { free_on_both(&p, &tables, &gpu, (&order, &starts, &lens)) };
+            assert_eq!(freed, (kvp_status::Ok, kvp_status::Ok), "ps {ps}: free");
         }
     }
     assert_eq!(calls, 6 * configs.len());
