@@ -704,7 +704,10 @@ fn a_stale_last_loc_faults_and_a_rewind_reopens_the_page_on_the_device() {
 }
 
 /// Every C call on a device pool — creation, an `*_async` call, a query, a free — leaves the
-/// calling thread's current context as it found it: an engine's own context, or none.
+/// calling thread's current context as it found it: an engine's own context, none, or the
+/// pool's own (primary) context, which a call then need not bind; and an engine's context
+/// made current after calls that found the pool's current is bound away from again (a call
+/// remembers the current context only while it runs).
 #[test]
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
 fn c_calls_leave_the_callers_context_current() {
@@ -719,6 +722,8 @@ fn c_calls_leave_the_callers_context_current() {
         );
         ctx
     };
+    let primary = current(); // before cuCtxCreate, which makes its context current
+    assert!(!primary.is_null());
     let out = DevBuf::new(16 * 8);
     let mut own = null_mut();
     let mut device = 0;
@@ -734,7 +739,7 @@ fn c_calls_leave_the_callers_context_current() {
             sys::CUresult::CUDA_SUCCESS
         );
     }
-    for engine_ctx in [own, null_mut()] {
+    for engine_ctx in [own, null_mut(), primary, own] {
         // SAFETY: `own` is live. Setting NULL pops the thread's context stack (cuCtxCreate
         // pushed `own` above the primary): pop until no context is current.
         unsafe {

@@ -48,6 +48,18 @@ pub(crate) fn init() -> Result<(), PoolError> {
     .clone()
 }
 
+thread_local! {
+    /// The calling thread's current context as this crate last read or set it, while a
+    /// [`RestoreContext`] is alive on the thread (`None` outside one, or when unsure): inside
+    /// a C call only our code runs on the thread, and it changes the current context only
+    /// through [`PrimaryContext::bind`], which keeps this up to date. So the call's `bind`
+    /// and its restore need no `cuCtxGetCurrent` of their own when the pool's context was
+    /// already current (two of a device call's three, about 0.1 µs: run s25-1's 57 ns each,
+    /// BENCHMARKS.md). Outside a `RestoreContext` (the Rust API) nothing is assumed: the
+    /// caller may change contexts between calls.
+    static KNOWN_CURRENT: std::cell::Cell<Option<CUcontext>> = const { std::cell::Cell::new(None) };
+}
+
 /// The calling thread's current context, made current again when this is dropped: a C call
 /// on a device pool binds the pool's primary context while it runs and leaves the thread's
 /// context as it found it (an engine may have its own context current).
@@ -67,6 +79,9 @@ impl RestoreContext {
         // reads NULL (or an error, on some drivers): restoring then unbinds.
         if unsafe { sys::cuCtxGetCurrent(&mut current) } != CUresult::CUDA_SUCCESS {
             current = std::ptr::null_mut();
+            KNOWN_CURRENT.set(None); // not read: binds and the restore ask the driver
+        } else {
+            KNOWN_CURRENT.set(Some(current));
         }
         Self {
             previous: Some(current),
@@ -79,6 +94,10 @@ impl Drop for RestoreContext {
         let Some(previous) = self.previous else {
             return;
         };
+        // (Outer scopes, if any, ask the driver from here on.)
+        if KNOWN_CURRENT.take() == Some(previous) {
+            return; // nothing in the call changed the current context
+        }
         let mut current = std::ptr::null_mut();
         // SAFETY: the driver is initialised (`previous` was read); `previous` is the
         // caller's context (or NULL, which unbinds), current when the call began.
@@ -170,8 +189,13 @@ impl PrimaryContext {
             .is_ok_and(|supported| supported != 0)
     }
 
-    /// Makes the context current on the calling thread (a no-op when it already is).
+    /// Makes the context current on the calling thread (a no-op when it already is; no
+    /// driver call when a [`RestoreContext`] knows it is).
     pub fn bind(&self) -> Result<(), PoolError> {
+        let known = KNOWN_CURRENT.get();
+        if known == Some(self.ctx) {
+            return Ok(());
+        }
         let mut current = std::ptr::null_mut();
         // SAFETY: valid out-pointer.
         check(
@@ -181,6 +205,9 @@ impl PrimaryContext {
         if current != self.ctx {
             // SAFETY: `self.ctx` is retained.
             check(unsafe { sys::cuCtxSetCurrent(self.ctx) }, "cuCtxSetCurrent")?;
+        }
+        if known.is_some() {
+            KNOWN_CURRENT.set(Some(self.ctx)); // still inside the RestoreContext's call
         }
         Ok(())
     }
