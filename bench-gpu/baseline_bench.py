@@ -32,6 +32,14 @@ Usage: baseline_bench.py --lib path/to/libkvpool.so [--quick] [--csv PATH] [--de
                          [--page-sizes 1,16,64] [--batch-sizes 1,8,64,256,1024,4096]
                          [--ops alloc_extend,alloc_decode,free_indices,free_segment]
                          [--extend-tokens N] [--host-only]
+       baseline_bench.py --lib ... --ops decode_step   (run only when named)
+
+``decode_step`` is the decode as SGLang's scheduler makes it with its request-to-token
+table (``alloc_for_decode``: last_loc gathered from the table, the Triton kernel, the slots
+cast to int32 and written back), captured as one graph, against kvpool's
+``kvp_pool_alloc_decode_rows_async`` (one kernel reads last_loc from the table and writes
+the slots into it) with the one torch op that makes the next lengths; device time per
+replay of a one-step graph on both sides (see ``Bench.decode_step``).
 
 ``--host-only`` skips every device timing (the figures print as nan): for a profiler that
 serializes kernels, under which nothing can be queued behind a spinner.
@@ -60,7 +68,10 @@ import triton.language as tl
 
 PAGE_SIZES = (1, 16, 64)
 BATCH_SIZES = (1, 8, 64, 256, 1024, 4096)
-OPS = ("alloc_extend", "alloc_decode", "free_indices", "free_segment")
+OPS = ("alloc_extend", "alloc_decode", "free_indices", "free_segment", "decode_step")
+# Run only when asked for (kvpool_bench.cu has no such operation, so scripts/gpu/run.sh's
+# bench step, which gives both programs the same --ops, never names it): see Bench.decode_step.
+DEFAULT_OPS = OPS[:4]
 TOKENS_PER_REQUEST = 512  # extend: new tokens per request (SGLang's reference figures; the
                           # most --extend-tokens takes)
 MAX_BATCH = 4096
@@ -273,7 +284,19 @@ class PoolConfig(ctypes.Structure):
 
 
 KVP_INDEX_TYPE_I64 = 0
+KVP_INDEX_TYPE_I32 = 1
 KVP_BACKEND_CUDA = 1
+
+
+class ReqTable(ctypes.Structure):
+    """``struct kvp_req_table``: a request-to-token table borrowed for one call."""
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("index_type", ctypes.c_uint32),
+        ("rows", ctypes.c_uint64),
+        ("row_stride", ctypes.c_uint64),
+        ("row_len", ctypes.c_uint64),
+    ]
 
 _P = ctypes.c_void_p
 _SZ = ctypes.c_size_t
@@ -289,6 +312,8 @@ SIGNATURES = {
     "kvp_pool_free": (None, [_P]),
     "kvp_pool_alloc_extend_async": (_STATUS, [_P, _P, _P, _P, _P, _P, _SZ, _SZ, _P, _SZ, _P]),
     "kvp_pool_alloc_decode_async": (_STATUS, [_P, _P, _P, _P, _SZ, _P, _SZ, _P]),
+    "kvp_pool_alloc_decode_rows_async": (
+        _STATUS, [_P, ctypes.POINTER(ReqTable), _P, _P, _P, _SZ, _P, _SZ, _P]),
     "kvp_pool_free_indices_async": (_STATUS, [_P, _P, _SZ, _P]),
     "kvp_pool_free_pages_async": (_STATUS, [_P, _P, _SZ, _P]),
     "kvp_pool_rewind_async": (_STATUS, [_P, _P, _SZ, _P]),
@@ -382,6 +407,12 @@ class KvPool:
         return KvCall(self.lib, "kvp_pool_alloc_decode_async", self.handle, b.seq_cpu.data_ptr(),
                       b.seq.data_ptr(), b.last_loc.data_ptr(), b.bs, out.data_ptr(), out.numel(),
                       self.stream())
+
+    def alloc_decode_rows(self, desc, rows, seq_cpu, seq, out):
+        """`desc` (a ReqTable) must stay alive as long as the call."""
+        return KvCall(self.lib, "kvp_pool_alloc_decode_rows_async", self.handle,
+                      ctypes.byref(desc), rows.data_ptr(), seq_cpu.data_ptr(), seq.data_ptr(),
+                      rows.numel(), out.data_ptr(), out.numel(), self.stream())
 
     def free_indices(self, indices):
         return KvCall(self.lib, "kvp_pool_free_indices_async", self.handle, indices.data_ptr(),
@@ -857,6 +888,109 @@ class Bench:
         kv.clear()
         self.row("alloc_decode", bs, base_host, base_dev, kv_host, kv_dev, method, base_dev100)
 
+    # A decode step as SGLang's scheduler makes it, with its request-to-token table
+    # (mem_cache/common.py alloc_for_decode, 0.5.23), against kvpool's one call by request
+    # row, on decode()'s requests (request i holds i % page_size + 1 tokens) kept in an int32
+    # req_to_token table (row bs - 1 - i is request i's). SGLang, paged: last_loc =
+    # req_to_token[rows, seq_lens - 1], the Triton decode kernel on seq_lens + 1, then
+    # req_to_token[rows, seq_lens.clone()] = out.to(int32); token pool: the slots are a slice
+    # of the free list (no kernel), then the same write. kvpool: the next lengths (seq_lens +
+    # 1, one torch op, into a buffer) and kvp_pool_alloc_decode_rows_async, which reads
+    # last_loc from the table and writes the slot into it and into out. Device time per
+    # replay of a graph of one step, the graph's launch included on both sides (kvpool's
+    # step with the rewind of the continued pages, less the rewind alone, as in decode());
+    # after one step, and again after the replays, kvpool's table and out must be SGLang's.
+    # No host time: SGLang's step is Python launching one kernel at a time.
+    def decode_step(self, bs):
+        cfg, base, kv, ps = self.cfg, self.base, self.kv, self.ps
+        what = f"decode_step page_size {ps} bs {bs}"
+        lens = [i % ps + 1 for i in range(bs)]
+        setup = Batch([0] * bs, lens, [-1] * bs)
+        setup_out = torch.empty(setup.tokens, dtype=I64, device="cuda")
+
+        self.fresh()
+        base_setup = setup.baseline_extend(base)
+        kv.alloc_extend(setup, setup_out)()
+        expect_equal(setup_out, base_setup, what + " (setup extend)")
+        held = POOL_SIZE - base.available_size()
+
+        row_len = ps + 8
+        n_rows = bs + 3
+        rows = torch.arange(bs - 1, -1, -1, dtype=I64, device="cuda")
+        seq_lens = torch.tensor(lens, dtype=I64, device="cuda")  # SGLang's batch.seq_lens
+        request = torch.repeat_interleave(torch.arange(bs, device="cuda"), seq_lens)
+        first = torch.cumsum(seq_lens, 0) - seq_lens
+        position = torch.arange(setup.tokens, device="cuda") - first[request]
+        table0 = torch.zeros(n_rows, row_len, dtype=torch.int32, device="cuda")
+        table0[rows[request], position] = base_setup.to(torch.int32)
+        base_table = table0.clone()
+        kv_table = table0.clone()
+        desc = ReqTable(kv_table.data_ptr(), KVP_INDEX_TYPE_I32, n_rows, row_len, row_len)
+
+        next_cpu = torch.tensor([n + 1 for n in lens], dtype=I64)
+        next_lens = torch.empty(bs, dtype=I64, device="cuda")
+        base_out = torch.empty(bs, dtype=I64, device="cuda")
+        kv_out = torch.empty(bs, dtype=I64, device="cuda")
+        taken = int(((next_cpu - 1) % ps == 0).sum()) if ps > 1 else bs  # new pages (slots)
+
+        def base_step():
+            """alloc_for_decode's device work (its host checks: the eager step below)."""
+            if ps > 1:
+                last_loc = base_table[rows, seq_lens - 1]
+                seq_next = seq_lens + 1
+                base.launch_decode(seq_next, last_loc, base_out)
+                out = base_out
+            else:
+                out = base.free_pages[:bs]
+            locs = seq_lens.clone()
+            base_table[rows, locs] = out.to(torch.int32)
+            return out
+
+        kv_decode = kv.alloc_decode_rows(desc, rows, next_cpu, next_lens, kv_out)
+
+        def kv_step():
+            torch.add(seq_lens, 1, out=next_lens)
+            kv_decode()
+
+        # SGLang's free list is left as it is (the host's slicing is no device work): its
+        # replays below take the same pages, and its kernel sees the same alignment.
+        consumed = taken * ps if ps > 1 else bs
+        expected = base_step().clone()
+        kv_step()
+        expect_equal(kv_out, expected, what)
+        if not torch.equal(kv_table, base_table):
+            raise AssertionError(f"{what}: kvpool's table differs from SGLang's")
+        kv.check_settled(POOL_SIZE - held - consumed, what)
+        expected_table = base_table.clone()
+
+        # The continued pages, rewound after each replayed step (see decode()).
+        ends = torch.cumsum(seq_lens, 0) - 1
+        continuing = ((next_cpu - 1) % ps != 0).nonzero().flatten().cuda()
+        continuing_at = base_setup[ends[continuing]] if ps > 1 else base_setup[:0]
+        kv_rewind = kv.rewind(continuing_at) if continuing_at.numel() else (lambda: None)
+
+        base_dev = graph_device_us(cfg, self.stream, base_step)
+        rewind_us = (graph_device_us(cfg, self.stream, kv_rewind)
+                     if continuing_at.numel() else 0.0)
+        kv.clear()
+        kv.alloc_extend(setup, setup_out)()
+        kv_table.copy_(table0)
+        kv_out.fill_(-1)
+
+        def kv_replayed():
+            kv_step()
+            kv_rewind()
+
+        kv_dev = graph_device_us(cfg, self.stream, kv_replayed)
+        if not cfg.host_only:
+            kv.check_settled(POOL_SIZE - held - consumed, what + " (graph replays)")
+            expect_equal(kv_out, expected, what + " after graph replays")
+            if not torch.equal(kv_table, expected_table):
+                raise AssertionError(f"{what}: kvpool's table differs after graph replays")
+        kv.clear()
+        method = "graph per step" + (" less rewind" if continuing_at.numel() else "")
+        self.row("decode_step", bs, None, base_dev, None, kv_dev - rewind_us, method)
+
     # Frees of one extend batch's indices (bs x 512 tokens, or --extend-tokens), by index or
     # as one row segment.
     def free(self, bs, by_index):
@@ -942,16 +1076,19 @@ def flatten(row, floors):
         return None if a is None or b is None else a / b
 
     base_dev, kv_dev = row["base_dev"], row["kv_dev"]
-    floor_dev = floors["triton_graph"] if row["method"] == "graph" else floors["triton_events"]
+    floor_dev = (floors["triton_graph"] if row["method"].startswith("graph")
+                 else floors["triton_events"])
+    base_host = row["base_host"] or {}  # None: not timed (decode_step)
+    kv_host = row["kv_host"] or {}
     return {
         "op": row["op"], "page_size": row["page_size"], "bs": row["bs"],
-        "baseline_host_median_us": row["base_host"]["median"],
-        "baseline_host_p90_us": row["base_host"]["p90"],
+        "baseline_host_median_us": base_host.get("median"),
+        "baseline_host_p90_us": base_host.get("p90"),
         "baseline_device_us": base_dev,
-        "kvpool_host_median_us": row["kv_host"]["median"],
-        "kvpool_host_p90_us": row["kv_host"]["p90"],
+        "kvpool_host_median_us": kv_host.get("median"),
+        "kvpool_host_p90_us": kv_host.get("p90"),
         "kvpool_device_us": kv_dev,
-        "host_speedup": ratio(row["base_host"]["median"], row["kv_host"]["median"]),
+        "host_speedup": ratio(base_host.get("median"), kv_host.get("median")),
         "device_speedup": ratio(base_dev, kv_dev),
         "floor_host_us": floors["triton_host"]["median"],
         "floor_device_us": floor_dev,
@@ -995,7 +1132,10 @@ def print_report(rows, floors, cfg, lib):
           "synchronizing call (the baseline's paged free, torch.unique). Baseline per launch "
           "in a graph of 100: its Triton kernel launched 100 times with the same inputs in one "
           "captured graph, per launch (kvpool_bench.cu's shape; floor: empty Triton kernel per "
-          "launch in a graph of 100)\n")
+          "launch in a graph of 100). decode_step: SGLang's whole decode step with its "
+          "req_to_token table (gather last_loc, add, Triton kernel, clone, cast, write) "
+          "against kvpool's add and alloc_decode_rows, each one step per captured graph, the "
+          "graph's launch included (compare with the floor per graph replay)\n")
     print("| " + " | ".join(title for _, title in COLUMNS) + " |")
     print("|" + "|".join("---" if key in ("op", "device_method") else "---:"
                          for key, _ in COLUMNS) + "|")
@@ -1035,9 +1175,10 @@ def main():
     parser.add_argument("--batch-sizes", type=subset(range(1, MAX_BATCH + 1)),
                         default=list(BATCH_SIZES),
                         help="comma-separated, each 1..4096 (default 1,8,64,256,1024,4096)")
-    parser.add_argument("--ops", type=lambda text: text.split(","), default=list(OPS),
+    parser.add_argument("--ops", type=lambda text: text.split(","), default=list(DEFAULT_OPS),
                         help=f"comma-separated operations, of which {','.join(OPS)} have a "
-                             "baseline here (others are skipped; default all)")
+                             "baseline here (others are skipped; default all but "
+                             "decode_step)")
     parser.add_argument("--extend-tokens", type=int, default=TOKENS_PER_REQUEST,
                         help="new tokens per extend request, 1..512 (default 512: SGLang's "
                              "figures; kvpool_bench.cu takes the same)")
@@ -1078,6 +1219,8 @@ def main():
                         bench.free(bs, by_index=True)
                     if "free_segment" in ops:
                         bench.free(bs, by_index=False)
+                    if "decode_step" in ops:
+                        bench.decode_step(bs)
             finally:
                 sync()
                 bench.close()
