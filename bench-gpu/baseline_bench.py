@@ -897,8 +897,9 @@ class Bench:
     # of the free list (no kernel), then the same write. kvpool: the next lengths (seq_lens +
     # 1, one torch op, into a buffer) and kvp_pool_alloc_decode_rows_async, which reads
     # last_loc from the table and writes the slot into it and into out. Device time per
-    # replay of a graph of one step, the graph's launch included on both sides (kvpool's
-    # step with the rewind of the continued pages, less the rewind alone, as in decode());
+    # replay of a graph of one step (paged: each side's graph also holds kvpool's rewind of
+    # the continued pages, whose graph alone is subtracted, as in decode(); that takes the
+    # graph's launch out of both figures, which the token pool's keep);
     # after one step, and again after the replays, kvpool's table and out must be SGLang's.
     # No host time: SGLang's step is Python launching one kernel at a time.
     def decode_step(self, bs):
@@ -969,9 +970,16 @@ class Bench:
         continuing_at = base_setup[ends[continuing]] if ps > 1 else base_setup[:0]
         kv_rewind = kv.rewind(continuing_at) if continuing_at.numel() else (lambda: None)
 
-        base_dev = graph_device_us(cfg, self.stream, base_step)
+        # SGLang's step is timed with kvpool's rewind in its graph too, less the rewind alone
+        # (as in decode()): both figures then hold one graph launch, or both none.
         rewind_us = (graph_device_us(cfg, self.stream, kv_rewind)
                      if continuing_at.numel() else 0.0)
+
+        def base_replayed():
+            base_step()
+            kv_rewind()
+
+        base_dev = graph_device_us(cfg, self.stream, base_replayed) - rewind_us
         kv.clear()
         kv.alloc_extend(setup, setup_out)()
         kv_table.copy_(table0)
@@ -1134,8 +1142,8 @@ def print_report(rows, floors, cfg, lib):
           "captured graph, per launch (kvpool_bench.cu's shape; floor: empty Triton kernel per "
           "launch in a graph of 100). decode_step: SGLang's whole decode step with its "
           "req_to_token table (gather last_loc, add, Triton kernel, clone, cast, write) "
-          "against kvpool's add and alloc_decode_rows, each one step per captured graph, the "
-          "graph's launch included (compare with the floor per graph replay)\n")
+          "against kvpool's add and alloc_decode_rows, each one step per captured graph "
+          "(paged: with kvpool's rewind, less the rewind alone, on both sides)\n")
     print("| " + " | ".join(title for _, title in COLUMNS) + " |")
     print("|" + "|".join("---" if key in ("op", "device_method") else "---:"
                          for key, _ in COLUMNS) + "|")
