@@ -32,14 +32,16 @@ Usage: baseline_bench.py --lib path/to/libkvpool.so [--quick] [--csv PATH] [--de
                          [--page-sizes 1,16,64] [--batch-sizes 1,8,64,256,1024,4096]
                          [--ops alloc_extend,alloc_decode,free_indices,free_segment]
                          [--extend-tokens N] [--host-only]
-       baseline_bench.py --lib ... --ops decode_step   (run only when named)
+       baseline_bench.py --lib ... --ops decode_step,extend_step   (run only when named)
 
-``decode_step`` is the decode as SGLang's scheduler makes it with its request-to-token
-table (``alloc_for_decode``: last_loc gathered from the table, the Triton kernel, the slots
-cast to int32 and written back), captured as one graph, against kvpool's
-``kvp_pool_alloc_decode_rows_async`` (one kernel reads last_loc from the table and writes
-the slots into it) with the one torch op that makes the next lengths; device time per
-replay of a one-step graph on both sides (see ``Bench.decode_step``).
+``decode_step`` and ``extend_step`` are a decode and an extend as SGLang's scheduler makes
+them with its request-to-token table (``alloc_for_decode``: last_loc gathered from the
+table, the Triton kernel, the slots cast to int32 and written back; ``alloc_for_extend``:
+last_loc from the prefixes, the Triton kernel, the Triton write of each row), each captured
+as one graph, against kvpool's ``kvp_pool_alloc_decode_rows_async`` /
+``kvp_pool_alloc_extend_rows_async`` (one call reads last_loc from the table and writes the
+slots into it); device time per replay of a one-step graph on both sides (see
+``Bench.decode_step`` and ``Bench.extend_step``).
 
 ``--host-only`` skips every device timing (the figures print as nan): for a profiler that
 serializes kernels, under which nothing can be queued behind a spinner.
@@ -68,9 +70,11 @@ import triton.language as tl
 
 PAGE_SIZES = (1, 16, 64)
 BATCH_SIZES = (1, 8, 64, 256, 1024, 4096)
-OPS = ("alloc_extend", "alloc_decode", "free_indices", "free_segment", "decode_step")
-# Run only when asked for (kvpool_bench.cu has no such operation, so scripts/gpu/run.sh's
-# bench step, which gives both programs the same --ops, never names it): see Bench.decode_step.
+OPS = ("alloc_extend", "alloc_decode", "free_indices", "free_segment", "decode_step",
+       "extend_step")
+# The steps run only when asked for (kvpool_bench.cu has no such operations, so
+# scripts/gpu/run.sh's bench step, which gives both programs the same --ops, never names
+# them): see Bench.decode_step and Bench.extend_step.
 DEFAULT_OPS = OPS[:4]
 TOKENS_PER_REQUEST = 512  # extend: new tokens per request (SGLang's reference figures; the
                           # most --extend-tokens takes)
@@ -173,6 +177,33 @@ def decode_kernel(seq_ptr, last_loc_ptr, free_pages_ptr, out_ptr, bs,
     starts_page = (seq - 1) % PAGE == 0
     page = tl.load(free_pages_ptr + rank, mask=starts_page, other=0)
     tl.store(out_ptr + rid, tl.where(starts_page, page * PAGE, last_loc + 1))
+
+
+@triton.jit
+def write_rows_kernel(table_ptr, rows_ptr, prefix_ptrs_ptr, prefix_ptr, seq_ptr, extend_ptr,
+                      out_ptr, stride, BLOCK: tl.constexpr):
+    """An extend's slots into the request-to-token table (int32) as SGLang writes them
+    (``write_req_to_token_pool_triton``'s semantics, our code): one program a request
+    copies its prefix's slots, read through the address of the prefix's own int64 tensor,
+    to the start of its row, then its new slots, whose place in the output it finds by
+    adding up every earlier request's count (O(bs) a program, as SGLang's)."""
+    rid = tl.program_id(0)
+    dst = table_ptr + tl.load(rows_ptr + rid) * stride
+    pre = tl.load(prefix_ptr + rid)
+    new = tl.load(seq_ptr + rid) - pre
+    src = tl.load(prefix_ptrs_ptr + rid).to(tl.pointer_type(tl.int64))
+    for k in range(tl.cdiv(pre, BLOCK)):
+        o = k * BLOCK + tl.arange(0, BLOCK)
+        inside = o < pre
+        tl.store(dst + o, tl.load(src + o, mask=inside).to(tl.int32), mask=inside)
+    before = tl.cast(0, tl.int64)
+    for i in range(rid):
+        before += tl.load(extend_ptr + i)
+    for k in range(tl.cdiv(new, BLOCK)):
+        o = k * BLOCK + tl.arange(0, BLOCK)
+        inside = o < new
+        tl.store(dst + pre + o, tl.load(out_ptr + before + o, mask=inside).to(tl.int32),
+                 mask=inside)
 
 
 SCAN_BLOCK = 1024
@@ -312,6 +343,8 @@ SIGNATURES = {
     "kvp_pool_free": (None, [_P]),
     "kvp_pool_alloc_extend_async": (_STATUS, [_P, _P, _P, _P, _P, _P, _SZ, _SZ, _P, _SZ, _P]),
     "kvp_pool_alloc_decode_async": (_STATUS, [_P, _P, _P, _P, _SZ, _P, _SZ, _P]),
+    "kvp_pool_alloc_extend_rows_async": (
+        _STATUS, [_P, ctypes.POINTER(ReqTable), _P, _P, _P, _P, _P, _SZ, _SZ, _P, _SZ, _P]),
     "kvp_pool_alloc_decode_rows_async": (
         _STATUS, [_P, ctypes.POINTER(ReqTable), _P, _P, _P, _SZ, _P, _SZ, _P]),
     "kvp_pool_free_indices_async": (_STATUS, [_P, _P, _SZ, _P]),
@@ -407,6 +440,13 @@ class KvPool:
         return KvCall(self.lib, "kvp_pool_alloc_decode_async", self.handle, b.seq_cpu.data_ptr(),
                       b.seq.data_ptr(), b.last_loc.data_ptr(), b.bs, out.data_ptr(), out.numel(),
                       self.stream())
+
+    def alloc_extend_rows(self, desc, rows, b, out):
+        """`desc` (a ReqTable) must stay alive as long as the call."""
+        return KvCall(self.lib, "kvp_pool_alloc_extend_rows_async", self.handle,
+                      ctypes.byref(desc), rows.data_ptr(), b.prefix_cpu.data_ptr(),
+                      b.seq_cpu.data_ptr(), b.prefix.data_ptr(), b.seq.data_ptr(), b.bs,
+                      b.tokens, out.data_ptr(), out.numel(), self.stream())
 
     def alloc_decode_rows(self, desc, rows, seq_cpu, seq, out):
         """`desc` (a ReqTable) must stay alive as long as the call."""
@@ -999,6 +1039,105 @@ class Bench:
         method = "graph per step" + (" less rewind" if continuing_at.numel() else "")
         self.row("decode_step", bs, None, base_dev, None, kv_dev - rewind_us, method)
 
+    # An extend as SGLang's scheduler makes it with its request-to-token table
+    # (mem_cache/common.py alloc_for_extend and write_cache_indices, 0.5.23), for requests
+    # that hold a prefix (a prefix-cache hit or the next chunk of a chunked prefill), against
+    # kvpool's one call by request row. Request i holds a prefix of 2 * page_size + 1 tokens
+    # (33 on the token pool; a partial last page) in row bs - 1 - i of an int32 table, as the
+    # int64 tensor SGLang keeps per request (a view of the setup's output), and gets 512
+    # (--extend-tokens) new tokens. SGLang, paged: last_loc = cat(prefix[-1:] of each
+    # request), the Triton extend kernel; token pool: a slice of the free list; then the
+    # prefix tensors' addresses uploaded (from pinned memory) and the Triton write of each
+    # row (prefix and new slots). kvpool: kvp_pool_alloc_extend_rows_async (last_loc from the
+    # table, the new slots into it and into out). The lengths' device copies, which both
+    # need, are made before. Device time per replay of a graph of one step, as decode_step
+    # (paged: with kvpool's rewind of the continued prefix pages on both sides, less the
+    # rewind alone); after one step, and again after kvpool's replays, kvpool's table and out
+    # must be SGLang's.
+    def extend_step(self, bs):
+        cfg, base, kv, ps = self.cfg, self.base, self.kv, self.ps
+        what = f"extend_step page_size {ps} bs {bs}"
+        prefix = 2 * ps + 1 if ps > 1 else 33
+        new = cfg.extend_tokens
+        setup = extend_batch(bs, prefix)
+        setup_out = torch.empty(setup.tokens, dtype=I64, device="cuda")
+        self.fresh()
+        base_setup = setup.baseline_extend(base)
+        kv.alloc_extend(setup, setup_out)()
+        expect_equal(setup_out, base_setup, what + " (setup extend)")
+        held = POOL_SIZE - base.available_size()
+
+        row_len = prefix + new + 8
+        n_rows = bs + 3
+        rows = torch.arange(bs - 1, -1, -1, dtype=I64, device="cuda")
+        table0 = torch.zeros(n_rows, row_len, dtype=torch.int32, device="cuda")
+        table0[rows, :prefix] = base_setup.view(bs, prefix).to(torch.int32)
+        base_table = table0.clone()
+        kv_table = table0.clone()
+        desc = ReqTable(kv_table.data_ptr(), KVP_INDEX_TYPE_I32, n_rows, row_len, row_len)
+
+        prefix_tensors = [base_setup[i * prefix:(i + 1) * prefix] for i in range(bs)]
+        lasts = [t[-1:] for t in prefix_tensors]
+        b = Batch([prefix] * bs, [prefix + new] * bs, torch.cat(lasts))
+        extend_lens = b.seq - b.prefix
+        pointers_host = torch.tensor([t.data_ptr() for t in prefix_tensors],
+                                     dtype=torch.uint64).pin_memory()
+        pointers = torch.empty(bs, dtype=torch.uint64, device="cuda")
+        base_out = torch.empty(b.tokens, dtype=I64, device="cuda")
+        kv_out = torch.empty(b.tokens, dtype=I64, device="cuda")
+        pages = ((b.seq_cpu + ps - 1) // ps - (b.prefix_cpu + ps - 1) // ps).sum()
+        consumed = int(pages) * ps if ps > 1 else b.tokens
+
+        def base_step():
+            """alloc_for_extend's device work once the lengths are on the device."""
+            if ps > 1:
+                last_loc = torch.cat(lasts)
+                base.launch_extend(b.prefix, b.seq, last_loc, base_out)
+                out = base_out
+            else:
+                out = base.free_pages[:b.tokens]
+            pointers.copy_(pointers_host, non_blocking=True)
+            write_rows_kernel[(bs,)](base_table, rows, pointers, b.prefix, b.seq, extend_lens,
+                                     out, row_len, BLOCK=WRITE_BLOCK)
+            return out
+
+        kv_extend = kv.alloc_extend_rows(desc, rows, b, kv_out)
+        expected = base_step().clone()
+        kv_extend()
+        expect_equal(kv_out, expected, what)
+        if not torch.equal(kv_table, base_table):
+            raise AssertionError(f"{what}: kvpool's table differs from SGLang's")
+        kv.check_settled(POOL_SIZE - held - consumed, what)
+        expected_table = base_table.clone()
+
+        # The prefixes' partial pages, continued by the step: rewound after each replay.
+        kv_rewind = kv.rewind(b.last_loc) if ps > 1 else (lambda: None)
+        rewind_us = graph_device_us(cfg, self.stream, kv_rewind) if ps > 1 else 0.0
+
+        def base_replayed():
+            base_step()
+            kv_rewind()
+
+        base_dev = graph_device_us(cfg, self.stream, base_replayed) - rewind_us
+        kv.clear()
+        kv.alloc_extend(setup, setup_out)()
+        kv_table.copy_(table0)
+        kv_out.fill_(-1)
+
+        def kv_replayed():
+            kv_extend()
+            kv_rewind()
+
+        kv_dev = graph_device_us(cfg, self.stream, kv_replayed)
+        if not cfg.host_only:
+            kv.check_settled(POOL_SIZE - held - consumed, what + " (graph replays)")
+            expect_equal(kv_out, expected, what + " after graph replays")
+            if not torch.equal(kv_table, expected_table):
+                raise AssertionError(f"{what}: kvpool's table differs after graph replays")
+        kv.clear()
+        method = "graph per step" + (" less rewind" if ps > 1 else "")
+        self.row("extend_step", bs, None, base_dev, None, kv_dev - rewind_us, method)
+
     # Frees of one extend batch's indices (bs x 512 tokens, or --extend-tokens), by index or
     # as one row segment.
     def free(self, bs, by_index):
@@ -1140,10 +1279,12 @@ def print_report(rows, floors, cfg, lib):
           "synchronizing call (the baseline's paged free, torch.unique). Baseline per launch "
           "in a graph of 100: its Triton kernel launched 100 times with the same inputs in one "
           "captured graph, per launch (kvpool_bench.cu's shape; floor: empty Triton kernel per "
-          "launch in a graph of 100). decode_step: SGLang's whole decode step with its "
-          "req_to_token table (gather last_loc, add, Triton kernel, clone, cast, write) "
-          "against kvpool's add and alloc_decode_rows, each one step per captured graph "
-          "(paged: with kvpool's rewind, less the rewind alone, on both sides)\n")
+          "launch in a graph of 100). decode_step / extend_step: SGLang's whole step with its "
+          "req_to_token table (decode: gather last_loc, add, Triton kernel, clone, cast, "
+          "write; extend: cat last_loc, Triton kernel, pointer upload, Triton row write) "
+          "against kvpool's add and alloc_decode_rows / alloc_extend_rows, each one step per "
+          "captured graph (paged: with kvpool's rewind, less the rewind alone, on both sides)"
+          "\n")
     print("| " + " | ".join(title for _, title in COLUMNS) + " |")
     print("|" + "|".join("---" if key in ("op", "device_method") else "---:"
                          for key, _ in COLUMNS) + "|")
@@ -1186,7 +1327,7 @@ def main():
     parser.add_argument("--ops", type=lambda text: text.split(","), default=list(DEFAULT_OPS),
                         help=f"comma-separated operations, of which {','.join(OPS)} have a "
                              "baseline here (others are skipped; default all but "
-                             "decode_step)")
+                             "the steps)")
     parser.add_argument("--extend-tokens", type=int, default=TOKENS_PER_REQUEST,
                         help="new tokens per extend request, 1..512 (default 512: SGLang's "
                              "figures; kvpool_bench.cu takes the same)")
@@ -1229,6 +1370,8 @@ def main():
                         bench.free(bs, by_index=False)
                     if "decode_step" in ops:
                         bench.decode_step(bs)
+                    if "extend_step" in ops:
+                        bench.extend_step(bs)
             finally:
                 sync()
                 bench.close()

@@ -9,8 +9,9 @@
 #   scripts/gpu/run.sh python-builtins   (not in the default set: builtins vs ctypes, ~1 min)
 #   scripts/gpu/run.sh anatomy           (not in the default set: phases of the small kernels)
 #   scripts/gpu/run.sh host-calls        (not in the default set: the host path's driver calls)
-#   scripts/gpu/run.sh decode-step       (not in the default set: SGLang's decode step with
-#                                         its req_to_token table vs kvpool's by-row call)
+#   scripts/gpu/run.sh engine-steps      (not in the default set: SGLang's decode and extend
+#                                         steps with their req_to_token table vs kvpool's
+#                                         by-row calls)
 #   scripts/gpu/run.sh profile           (not in the default set: Nsight Compute, see below)
 #
 # tp: the tensor-parallel digest test (tests/tp/tp_digest.py): one rank per GPU (at least
@@ -21,7 +22,7 @@
 # fails instead of holding the machine; the lockstep soak has LOCKSTEP_SOAK_SECONDS),
 # OVERHEAD_ARGS (extra python_overhead.py arguments), OVERHEAD_POOLS (python-overhead's
 # pools, default "cuda cpu"), HOST_CALLS_ARGS (host_calls' arguments), OVERHEAD_VARIANTS
-# (see python-overhead below), STEP_ARGS (decode-step's baseline_bench.py arguments), SANITIZE_OPS (lockstep operations per configuration under the
+# (see python-overhead below), STEP_ARGS (engine-steps' baseline_bench.py arguments), SANITIZE_OPS (lockstep operations per configuration under the
 # sanitizers, default 600), BENCH_PYTHON=0 (C++ benchmark only), BENCH_ARGS, TAIL_LINES,
 # BENCH_BEFORE (gpu-artifacts/before, made by `scripts/gpu/pack.sh --before REV`: the C++
 # benchmark of that revision, built against its own header and library, runs right after
@@ -325,14 +326,15 @@ for step in "${steps[@]}"; do
             bench-gpu/host_calls.cu -lcuda
         run host-calls bash -c "'$LOGS/host_calls' ${HOST_CALLS_ARGS:-} | tee '$OUT/host_calls.md'"
         ;;
-    decode-step)
-        # A decode step as SGLang's scheduler makes it (req_to_token gather, Triton kernel,
-        # write back) against kvpool's alloc_decode_rows, device time per step
-        # (bench-gpu/baseline_bench.py --ops decode_step; STEP_ARGS: its page and batch
-        # sizes, default 1,16,64 and 1,8,64,256,1024,4096). Table in $OUT/decode_step.md.
-        run decode-step python3 bench-gpu/baseline_bench.py --lib "$KVPOOL_LIB" \
-            --ops decode_step --csv "$OUT/decode_step.csv" ${STEP_ARGS:-}
-        cp "$LOGS/decode-step.log" "$OUT/decode_step.md"
+    engine-steps)
+        # A decode and an extend as SGLang's scheduler makes them with its req_to_token
+        # table (gathers, Triton kernels, writes back) against kvpool's alloc_decode_rows
+        # and alloc_extend_rows, device time per step (bench-gpu/baseline_bench.py --ops
+        # decode_step,extend_step; STEP_ARGS: more of its arguments, e.g. --page-sizes 16
+        # --batch-sizes 1,256). Table in $OUT/engine_steps.md.
+        run engine-steps python3 bench-gpu/baseline_bench.py --lib "$KVPOOL_LIB" \
+            --ops decode_step,extend_step --csv "$OUT/engine_steps.csv" ${STEP_ARGS:-}
+        cp "$LOGS/engine-steps.log" "$OUT/engine_steps.md"
         ;;
     python-builtins)
         # The package's call mechanism alone: the library's builtins against ctypes
