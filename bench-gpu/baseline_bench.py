@@ -1119,6 +1119,23 @@ class Bench:
             kv_rewind()
 
         base_dev = graph_device_us(cfg, self.stream, base_replayed) - rewind_us
+
+        # Where SGLang's step spends it: each part alone, per replay of its own graph (the
+        # graph's launch included in each).
+        def upload_and_write():
+            pointers.copy_(pointers_host, non_blocking=True)
+            write_rows_kernel[(bs,)](base_table, rows, pointers, b.prefix, b.seq, extend_lens,
+                                     expected, row_len, BLOCK=WRITE_BLOCK)
+
+        parts = {}
+        if ps > 1:
+            parts["cat of last_loc"] = graph_device_us(cfg, self.stream,
+                                                       lambda: torch.cat(lasts))
+            parts["extend kernel"] = graph_device_us(
+                cfg, self.stream, lambda: base.launch_extend(b.prefix, b.seq, b.last_loc,
+                                                             base_out))
+        parts["pointer upload + row write"] = graph_device_us(cfg, self.stream,
+                                                              upload_and_write)
         kv.clear()
         kv.alloc_extend(setup, setup_out)()
         kv_table.copy_(table0)
@@ -1137,6 +1154,7 @@ class Bench:
         kv.clear()
         method = "graph per step" + (" less rewind" if ps > 1 else "")
         self.row("extend_step", bs, None, base_dev, None, kv_dev - rewind_us, method)
+        self.rows[-1]["base_parts"] = parts
 
     # Frees of one extend batch's indices (bs x 512 tokens, or --extend-tokens), by index or
     # as one row segment.
@@ -1291,6 +1309,17 @@ def print_report(rows, floors, cfg, lib):
     for row in rows:
         flat = flatten(row, floors)
         print("| " + " | ".join(fmt(flat[key]) for key, _ in COLUMNS) + " |")
+    parted = [row for row in rows if row.get("base_parts")]
+    if parted:
+        print("\nSGLang's extend step by part, µs per replay of a graph of the part alone "
+              "(the graph's launch included in each):\n")
+        names = list(dict.fromkeys(name for row in parted for name in row["base_parts"]))
+        print("| op | page_size | bs | " + " | ".join(names) + " |")
+        print("|---|---:|---:|" + "---:|" * len(names))
+        for row in parted:
+            cells = [fmt(row["base_parts"].get(name)) for name in names]
+            print(f"| {row['op']} | {row['page_size']} | {row['bs']} | " + " | ".join(cells)
+                  + " |")
 
 
 def write_csv(path, rows, floors):
