@@ -18,7 +18,9 @@ use kvpool::cuda::DevicePool;
 use kvpool::ffi::*;
 use kvpool::{BackendKind, ErrorKind, IndexType, PoolConfig};
 
-use gpu::{last_error, narrow, read_device, skip, upload, widen, width, DevBuf, Gpu, Graph};
+use gpu::{
+    last_error, narrow, read_device, skip, upload, widen, width, DevBuf, Gpu, Graph, Tables,
+};
 use rng::Rng;
 
 const I64: u32 = kvp_index_type::I64 as u32;
@@ -336,22 +338,7 @@ fn capture_and_replay(
     let mut rng = Rng(seed);
     let (p, batch) = setup(&gpu, &mut rng, ps, index_type, bs);
     let w = width(index_type);
-    let tw = width(table_type);
-    let span = ((ROWS - 1) * STRIDE + ROW_LEN) as usize;
-    let mut host_table = vec![0u8; span * tw];
-    let dev_table = DevBuf::new(span * tw);
-    dev_table.upload(&host_table);
-    let host_desc = kvp_req_table {
-        data: host_table.as_mut_ptr().cast(),
-        index_type: table_type,
-        rows: ROWS,
-        row_stride: STRIDE,
-        row_len: ROW_LEN,
-    };
-    let dev_desc = kvp_req_table {
-        data: dptr(&dev_table),
-        ..host_desc
-    };
+    let tables = Tables::new(table_type, ROWS, STRIDE, ROW_LEN);
     let last = narrow(&batch.last, index_type);
     let (lens_d, last_d, rows_d) = (upload(&batch.lens), upload(&last), upload(&batch.rows));
     let out_d = DevBuf::new(bs * w);
@@ -391,7 +378,7 @@ fn capture_and_replay(
             kvp_decode_reservation_step_async(
                 dres,
                 dptr(&out_d),
-                &dev_desc,
+                &tables.dev_desc,
                 dptr(&rows_d),
                 gpu.stream.cast(),
             )
@@ -409,7 +396,7 @@ fn capture_and_replay(
                     hres,
                     out_h.as_mut_ptr().cast(),
                     bs,
-                    &host_desc,
+                    &tables.host_desc,
                     batch.rows.as_ptr()
                 ),
                 kvp_status::Ok,
@@ -423,11 +410,7 @@ fn capture_and_replay(
             assert_eq!(got, twin, "seed {seed} ps {ps}: replay {s} vs plain decode");
             prev = twin;
         }
-        assert_eq!(
-            dev_table.download::<u8>(span * tw),
-            host_table,
-            "seed {seed} ps {ps}: tables"
-        );
+        assert!(tables.agree(), "seed {seed} ps {ps}: tables");
         if used == k {
             // Fill points as if every step ran: equal before the finish.
             p.agree(&gpu, "all steps, before the finish");

@@ -16,7 +16,7 @@ use std::ptr::null_mut;
 
 use kvpool::ffi::*;
 
-use gpu::{last_error, skip, upload, widen, width, DevBuf, Gpu};
+use gpu::{last_error, skip, upload, widen, width, DevBuf, Gpu, Tables};
 use rows_work::{flashinfer_reference, Op, Work};
 
 /// A table shape and batch bound of a lockstep run.
@@ -105,47 +105,6 @@ fn digest(pool: *mut kvp_pool, gpu: &Gpu, dev: bool) -> u64 {
         }
     }
     d
-}
-
-/// One request-to-token table on each backend, zeroed: the host's in a Vec, the device's
-/// in a DevBuf, and their descriptions (the host's points into the Vec, whose buffer does
-/// not move with the struct).
-struct Tables {
-    host: Vec<u8>,
-    dev: DevBuf,
-    host_desc: kvp_req_table,
-    dev_desc: kvp_req_table,
-}
-
-impl Tables {
-    fn new(table_type: u32, rows: u64, row_stride: u64, row_len: u64) -> Self {
-        let span = ((rows - 1) * row_stride + row_len) as usize;
-        let mut host = vec![0u8; span * width(table_type)];
-        let dev = DevBuf::new(host.len());
-        dev.upload(&host);
-        let host_desc = kvp_req_table {
-            data: host.as_mut_ptr().cast(),
-            index_type: table_type,
-            rows,
-            row_stride,
-            row_len,
-        };
-        let dev_desc = kvp_req_table {
-            data: dev.ptr as usize as *mut c_void,
-            ..host_desc
-        };
-        Self {
-            host,
-            dev,
-            host_desc,
-            dev_desc,
-        }
-    }
-
-    /// Whether the device table equals the host's, byte for byte.
-    fn agree(&self) -> bool {
-        self.dev.download::<u8>(self.host.len()) == self.host
-    }
 }
 
 /// An extend by row on both pools (the device one with `out_cache_loc` when `with_out`,

@@ -401,3 +401,44 @@ pub fn widen(bytes: &[u8], index_type: u32) -> Vec<i64> {
             .collect()
     }
 }
+
+/// One request-to-token table on each backend, zeroed: the host's in a Vec, the device's
+/// in a DevBuf, and their descriptions (the host's points into the Vec, whose buffer does
+/// not move with the struct).
+pub struct Tables {
+    pub host: Vec<u8>,
+    pub dev: DevBuf,
+    pub host_desc: kvpool::ffi::kvp_req_table,
+    pub dev_desc: kvpool::ffi::kvp_req_table,
+}
+
+impl Tables {
+    pub fn new(table_type: u32, rows: u64, row_stride: u64, row_len: u64) -> Self {
+        let span = ((rows - 1) * row_stride + row_len) as usize;
+        let mut host = vec![0u8; span * width(table_type)];
+        let dev = DevBuf::new(host.len());
+        dev.upload(&host);
+        let host_desc = kvpool::ffi::kvp_req_table {
+            data: host.as_mut_ptr().cast(),
+            index_type: table_type,
+            rows,
+            row_stride,
+            row_len,
+        };
+        let dev_desc = kvpool::ffi::kvp_req_table {
+            data: dev.ptr as usize as *mut c_void,
+            ..host_desc
+        };
+        Self {
+            host,
+            dev,
+            host_desc,
+            dev_desc,
+        }
+    }
+
+    /// Whether the device table equals the host's, byte for byte.
+    pub fn agree(&self) -> bool {
+        self.dev.download::<u8>(self.host.len()) == self.host
+    }
+}
