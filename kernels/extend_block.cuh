@@ -495,8 +495,9 @@ __device__ void extend_kernel(View v, Call call, const long long *prefix_lens,
 // kernel had served; about a block an SM). Their shared memory passes the 48 KB a kernel
 // may declare, so it is the launch's dynamic shared memory: the host reads its size from
 // kvp_extend_blocks_wide_shared (pool.cu) and allows it on the kernel when the module loads.
-// PER 2 on 1,024 threads (kvp_extend_blocks2048_*): 1,025-2,048 requests, used by row only
-// (plain, it took 1.00-1.09x the ticketed kernel's time: run s30-10).
+// PER 2 on 1,024 threads (kvp_extend_blocks2048_rows_*): 1,025-2,048 requests, by row only
+// (plain, that shape took 1.00-1.09x the ticketed kernel's time, run s30-10, and is not
+// built).
 template <int BLOCK, typename Index, bool ROWS = false, int PER = 1>
 __device__ void extend_blocks_wide(View v, Call call, const long long *prefix_lens,
                                    const long long *seq_lens, const Index *last_loc,

@@ -1343,11 +1343,10 @@ using namespace kvp;
                                                       out);                                       \
   }                                                                                               \
   /* The same for 257-512 and 513-1,024 requests (one block of 256 threads holds 256), on     \
-     blocks of 512 and 1,024 threads, and 1,025-2,048 on 1,024 threads of two requests each,   \
-     their shared memory given at launch. */                                                      \
+     blocks of 512 and 1,024 threads, their shared memory given at launch (1,025-2,048         \
+     requests on 1,024 threads of two each: by row only, kvp_extend_blocks2048_rows_*). */       \
   KVP_EXTEND_WIDE(512, 512, SUFFIX, INDEX)                                                        \
   KVP_EXTEND_WIDE(1024, 1024, SUFFIX, INDEX)                                                      \
-  KVP_EXTEND_WIDE(2048, 1024, SUFFIX, INDEX)                                                      \
   /* Page ids and token-pool slots (mode FREE_PAGE_IDS / FREE_SLOTS). */                          \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK, 2) kvp_free_known_##SUFFIX(            \
       View v, Call call, const INDEX *src, uint32_t mode, unsigned long long len,                 \
@@ -1385,12 +1384,13 @@ using namespace kvp;
     rewind<INDEX>(v, call, last_kept, len);                                                       \
   }
 
-// The dynamic shared memory of kvp_extend_blocks{512,1024,2048}_* and their _rows_ kernels, in
-// bytes (of either index type): read by the host when it loads the module.
-extern "C" __device__ const uint32_t kvp_extend_blocks_wide_shared[6] = {
+// The dynamic shared memory of kvp_extend_blocks{512,1024}_* and of
+// kvp_extend_blocks{512,1024,2048}_rows_*, in bytes (of either index type): read by the host
+// when it loads the module.
+extern "C" __device__ const uint32_t kvp_extend_blocks_wide_shared[5] = {
     sizeof(ExtendShared<512, 1, false>), sizeof(ExtendShared<1024, 1, false>),
-    sizeof(ExtendShared<1024, 2, false>), sizeof(ExtendShared<512, 1, true>),
-    sizeof(ExtendShared<1024, 1, true>),  sizeof(ExtendShared<1024, 2, true>)};
+    sizeof(ExtendShared<512, 1, true>), sizeof(ExtendShared<1024, 1, true>),
+    sizeof(ExtendShared<1024, 2, true>)};
 
 KVP_INDEX_KERNELS(i64, long long)
 KVP_INDEX_KERNELS(i32, int)

@@ -7,7 +7,7 @@ use std::ffi::{c_void, CString};
 use cudarc::driver::sys::{self, CUfunction, CUmodule, CUstream};
 
 use super::driver::check;
-use super::pool::{DECODE_CLUSTERS, DECODE_THREADS, FEW_THREADS, WIDE_BATCHES};
+use super::pool::{DECODE_CLUSTERS, DECODE_THREADS, FEW_THREADS, WIDE_BATCHES, WIDE_PLAIN_BATCHES};
 use crate::pool::{ErrorKind, IndexType, PoolError};
 
 /// The fatbin built from `kernels/pool.cu` (`kernels/pool.fatbin.sha256` records its
@@ -25,10 +25,10 @@ pub(crate) struct Typed {
     pub extend_block64: CUfunction,
     /// `alloc_extend` of at most 256 requests on several blocks that each decide the call.
     pub extend_blocks: CUfunction,
-    /// The same on blocks that hold each of `WIDE_BATCHES` requests, in that order
-    /// (`kvp_extend_blocks{N}_*`: 257-2,048 requests), launched with
+    /// The same on blocks that hold each of `WIDE_PLAIN_BATCHES` requests, in that order
+    /// (`kvp_extend_blocks{N}_*`: 257-1,024 requests), launched with
     /// [`Kernels::wide_shared`] bytes of dynamic shared memory.
-    pub extend_blocks_wide: [CUfunction; WIDE_BATCHES.len()],
+    pub extend_blocks_wide: [CUfunction; WIDE_PLAIN_BATCHES.len()],
     /// `alloc_extend` of at most 32 requests decided by one warp (`extend_few.cuh`): one
     /// block of each of `FEW_THREADS` threads (two warps, four, 256 threads), in that order,
     /// and several blocks: one request or more a block (`kvp_extend_few_blocks_*`), more
@@ -68,7 +68,8 @@ pub(crate) struct Typed {
     pub extend_block_rows: CUfunction,
     pub extend_block64_rows: CUfunction,
     pub extend_blocks_rows: CUfunction,
-    /// `extend_blocks_wide` by request row (`kvp_extend_blocks{N}_rows_*`), launched with
+    /// `extend_blocks_wide` by request row, for each of `WIDE_BATCHES` in that order
+    /// (`kvp_extend_blocks{N}_rows_*`: 257-2,048 requests), launched with
     /// [`Kernels::wide_rows_shared`] bytes.
     pub extend_blocks_wide_rows: [CUfunction; WIDE_BATCHES.len()],
     /// Decode reservations (`kernels/reservation.cuh`): the reserve, one step (capturable),
@@ -87,7 +88,7 @@ pub(crate) struct Kernels {
     /// The dynamic shared memory, in bytes, of `Typed::extend_blocks_wide`'s kernels (more
     /// than a kernel may declare), as the module computed it; 0 for a kernel that needs more
     /// than the device gives a block (it is not launched: `DeviceShapes`).
-    pub wide_shared: [u32; WIDE_BATCHES.len()],
+    pub wide_shared: [u32; WIDE_PLAIN_BATCHES.len()],
     /// The same for `Typed::extend_blocks_wide_rows`.
     pub wide_rows_shared: [u32; WIDE_BATCHES.len()],
     pub group_end: CUfunction,
@@ -155,7 +156,7 @@ impl Kernels {
                 *bytes = 0;
             }
         }
-        let (plain, rows) = sizes.split_at(WIDE_BATCHES.len());
+        let (plain, rows) = sizes.split_at(WIDE_PLAIN_BATCHES.len());
         kernels.wide_shared.copy_from_slice(plain);
         kernels.wide_rows_shared.copy_from_slice(rows);
         Ok(kernels)
@@ -175,7 +176,7 @@ impl Kernels {
         Ok(Self {
             module,
             typed: Typed::resolve(get, index)?,
-            wide_shared: [0; WIDE_BATCHES.len()],
+            wide_shared: [0; WIDE_PLAIN_BATCHES.len()],
             wide_rows_shared: [0; WIDE_BATCHES.len()],
             group_end: get("kvp_group_end")?,
             release_claimed: get("kvp_release_claimed")?,
@@ -192,10 +193,13 @@ impl Kernels {
     }
 }
 
+/// How many sizes `kvp_extend_blocks_wide_shared` holds.
+const WIDE_KERNELS: usize = WIDE_PLAIN_BATCHES.len() + WIDE_BATCHES.len();
+
 /// The sizes in `kvp_extend_blocks_wide_shared` (`kernels/pool.cu`: the shared struct of each
-/// of `WIDE_BATCHES`' kernels, then of their rows kernels), copied from the module once per
-/// pool.
-fn read_wide_shared(module: CUmodule) -> Result<[u32; 2 * WIDE_BATCHES.len()], PoolError> {
+/// of `WIDE_PLAIN_BATCHES`' kernels, then of `WIDE_BATCHES`' rows kernels), copied from the
+/// module once per pool.
+fn read_wide_shared(module: CUmodule) -> Result<[u32; WIDE_KERNELS], PoolError> {
     let name = c"kvp_extend_blocks_wide_shared";
     let (mut ptr, mut bytes) = (0, 0);
     // SAFETY: `module` is loaded; `name` is NUL-terminated.
@@ -203,7 +207,7 @@ fn read_wide_shared(module: CUmodule) -> Result<[u32; 2 * WIDE_BATCHES.len()], P
         unsafe { sys::cuModuleGetGlobal_v2(&mut ptr, &mut bytes, module, name.as_ptr()) },
         "cuModuleGetGlobal (kvp_extend_blocks_wide_shared)",
     )?;
-    let mut sizes = [0u32; 2 * WIDE_BATCHES.len()];
+    let mut sizes = [0u32; WIDE_KERNELS];
     if bytes != std::mem::size_of_val(&sizes) {
         return Err(PoolError::new(
             ErrorKind::CudaError,
@@ -287,7 +291,7 @@ impl Typed {
             extend_block: typed("extend_block")?,
             extend_block64: typed("extend_block64")?,
             extend_blocks: typed("extend_blocks")?,
-            extend_blocks_wide: sized(&typed, "extend_blocks", WIDE_BATCHES, "")?,
+            extend_blocks_wide: sized(&typed, "extend_blocks", WIDE_PLAIN_BATCHES, "")?,
             extend_few: sized(&typed, "extend_few_", FEW_THREADS, "")?,
             extend_few_blocks: typed("extend_few_blocks")?,
             extend_few_spread: typed("extend_few_spread")?,
@@ -430,7 +434,6 @@ mod tests {
             "kvp_extend_blocks1024_i32",
             "kvp_extend_blocks512_rows_i32",
             "kvp_extend_blocks1024_rows_i64",
-            "kvp_extend_blocks2048_i64",
             "kvp_extend_blocks2048_rows_i32",
             "kvp_extend_few_256_i64",
             "kvp_extend_few_blocks_i32",
@@ -445,13 +448,17 @@ mod tests {
         ] {
             assert!(asked.iter().any(|n| n == name), "{name} was not asked for");
         }
+        // No plain kernel of 2,048 requests (by row only), none asked for.
+        assert!(!asked
+            .iter()
+            .any(|n| n.starts_with("kvp_extend_blocks2048_i")));
         // Per index type: 24 typed entry points, 2 x DECODE_THREADS decode kernels,
         // 2 x DECODE_CLUSTERS cluster decode kernels, FEW_THREADS one-block extend_few
-        // kernels, 2 x WIDE_BATCHES wide extend kernels, and the 11 others.
+        // kernels, WIDE_PLAIN_BATCHES + WIDE_BATCHES wide extend kernels, and the 11 others.
         assert_eq!(
             asked.len(),
             2 * (24
-                + 2 * WIDE_BATCHES.len()
+                + WIDE_KERNELS
                 + 2 * DECODE_THREADS.len()
                 + 2 * DECODE_CLUSTERS.len()
                 + FEW_THREADS.len()

@@ -100,7 +100,7 @@ const WARP_BATCH: usize = 32;
 /// Requests a block of the deciding blocks for extends of more than `BLOCK` requests holds
 /// (`kvp_extend_blocks{N}_*`, in the order of `Typed::extend_blocks_wide`): an extend runs
 /// on the blocks of the fewest that hold it — 512 or 1,024 threads a request each, 1,024 of
-/// two requests each (`wide_threads`; by row only: `WIDE_PLAIN`) —, at most one block an
+/// two requests each (`wide_threads`; by row only: `WIDE_PLAIN_BATCHES`) —, at most one block an
 /// SM (`DevicePool::multiprocessors`), each deciding the whole call as
 /// `kvp_extend_blocks_*`'s do; a shape whose shared memory the device does not give a block
 /// is left out. Against the ticketed kernel that served them before,
@@ -109,11 +109,13 @@ const WARP_BATCH: usize = 32;
 /// 768-1,024, and two or four requests a thread on 256 threads 1.01-1.41x (BENCHMARKS.md,
 /// thirtieth session).
 pub(super) const WIDE_BATCHES: [u32; 3] = [512, 1024, 2048];
-/// Which of `WIDE_BATCHES` serve plain extends. Blocks of 1,024 threads of two requests
-/// each (spilling 56-120 bytes a thread) took 1.00-1.09x the ticketed kernel's time at
-/// 1,025-2,048 requests, so plain extends of that size stay on the ticketed kernel; by row
-/// they took 0.48-0.59x the time of its three kernels (run s30-10, BENCHMARKS.md).
-const WIDE_PLAIN: [bool; 3] = [true, true, false];
+/// The first of `WIDE_BATCHES`, which serve plain extends too (`kvp_extend_blocks{N}_*`;
+/// the others by row only, `kvp_extend_blocks{N}_rows_*`). Blocks of 1,024 threads of two
+/// requests each (spilling 56-120 bytes a thread) took 1.00-1.09x the ticketed kernel's
+/// time at 1,025-2,048 requests, so plain extends of that size stay on the ticketed kernel
+/// and the module has no plain kernel of that shape; by row they took 0.48-0.59x the time of
+/// its three kernels (run s30-10, BENCHMARKS.md).
+pub(super) const WIDE_PLAIN_BATCHES: [u32; 2] = [512, 1024];
 
 /// Threads of the wide deciding blocks that hold `batch` requests (one of `WIDE_BATCHES`).
 fn wide_threads(batch: u32) -> u32 {
@@ -138,8 +140,9 @@ pub(super) enum ExtendKernel {
     /// Several blocks that each decide the whole call (`kvp_extend_blocks_*`).
     Blocks,
     /// The same on blocks that hold this many requests, one of `WIDE_BATCHES`
-    /// (`kvp_extend_blocks{N}_*`, by row `kvp_extend_blocks{N}_rows_*`, where the device
-    /// gives a block its shared memory), launched with dynamic shared memory.
+    /// (`kvp_extend_blocks{N}_*`, one of `WIDE_PLAIN_BATCHES`; by row
+    /// `kvp_extend_blocks{N}_rows_*`; where the device gives a block its shared memory),
+    /// launched with dynamic shared memory.
     BlocksWide(u32),
     /// Many blocks (`kvp_extend_*`).
     Grid,
@@ -166,6 +169,8 @@ pub(super) enum ExtendKernel {
 }
 
 impl ExtendKernel {
+    /// Its plain kernel (`BlocksWide` of one of `WIDE_PLAIN_BATCHES`: `DevicePool::shapes`
+    /// offers no other).
     pub(super) fn function(self, typed: &crate::cuda::kernels::Typed) -> CUfunction {
         match self {
             Self::Block64 => typed.extend_block64,
@@ -181,7 +186,7 @@ impl ExtendKernel {
         }
     }
 
-    /// The dynamic shared memory its kernel is launched with, in bytes.
+    /// The dynamic shared memory its plain kernel (`function`'s) is launched with, in bytes.
     pub(super) fn shared_bytes(self, kernels: &Kernels) -> u32 {
         match self {
             Self::BlocksWide(batch) => kernels.wide_shared[wide_slot(batch)],
@@ -199,7 +204,8 @@ impl ExtendKernel {
 }
 
 /// Where the kernel whose blocks hold `batch` requests (one of `WIDE_BATCHES`) sits in
-/// `Typed::extend_blocks_wide` and `Typed::extend_blocks_wide_rows`.
+/// `Typed::extend_blocks_wide_rows` and, of `WIDE_PLAIN_BATCHES`, `Typed::extend_blocks_wide`
+/// (the plain batches come first in both).
 pub(super) fn wide_slot(batch: u32) -> usize {
     match batch {
         512 => 0,
@@ -1236,11 +1242,11 @@ impl DevicePool {
     }
 
     /// What the device offers `extend_shape` for a plain call: the wide shapes of
-    /// `WIDE_PLAIN` whose shared memory the device gives a block.
+    /// `WIDE_PLAIN_BATCHES` whose shared memory the device gives a block.
     pub(super) fn shapes(&self) -> DeviceShapes {
-        let mut wide = self.kernels.wide_shared.map(|bytes| bytes > 0);
-        for (usable, plain) in wide.iter_mut().zip(WIDE_PLAIN) {
-            *usable &= plain;
+        let mut wide = [false; WIDE_BATCHES.len()];
+        for (usable, &bytes) in wide.iter_mut().zip(&self.kernels.wide_shared) {
+            *usable = bytes > 0;
         }
         DeviceShapes {
             clusters: self.clusters,
@@ -2255,7 +2261,8 @@ mod tests {
             let device = DeviceShapes {
                 clusters,
                 multiprocessors: 132,
-                wide: WIDE_PLAIN,
+                // A plain call's shapes (`DevicePool::shapes`).
+                wide: std::array::from_fn(|slot| slot < WIDE_PLAIN_BATCHES.len()),
             };
             let (kernel, grid, threads, per_block, _) =
                 DevicePool::extend_shape(batch, decode, tokens, pages, device).unwrap();
