@@ -1241,8 +1241,12 @@ def flatten(row, floors):
         return None if a is None or b is None else a / b
 
     base_dev, kv_dev = row["base_dev"], row["kv_dev"]
-    floor_dev = (floors["triton_graph"] if row["method"].startswith("graph")
-                 else floors["triton_events"])
+    # The steps' floors: a graph replay, or (less rewind: the launch taken out) a launch in a
+    # graph of 100.
+    floor_dev = {"graph": floors["triton_graph"],
+                 "graph per step": floors["triton_graph"],
+                 "graph per step less rewind": floors["triton_graph100"]}.get(
+                     row["method"], floors["triton_events"])
     base_host = row["base_host"] or {}  # None: not timed (decode_step)
     kv_host = row["kv_host"] or {}
     return {
