@@ -819,19 +819,29 @@ class Bench:
         kv.clear()
         self.row("alloc_extend", bs, base_host, base_dev, kv_host, kv_dev, method, base_dev100)
 
+    def set_up(self, setup, what):
+        """Fresh pools and `setup`'s extend on both, compared: (kvpool's output, a device
+        buffer, and the baseline's)."""
+        self.fresh()
+        setup_out = torch.empty(setup.tokens, dtype=I64, device="cuda")
+        base_setup = setup.baseline_extend(self.base)
+        self.kv.alloc_extend(setup, setup_out)()
+        expect_equal(setup_out, base_setup, what + " (setup extend)")
+        return setup_out, base_setup
+
+    def decode_lengths(self, bs):
+        """The decodes' requests before their step: request i holds i % page_size + 1 tokens
+        (its lengths, and the extend that sets them up)."""
+        lens = [i % self.ps + 1 for i in range(bs)]
+        return lens, Batch([0] * bs, lens, [-1] * bs)
+
     # alloc_decode on requests of 1..page_size tokens, set up by one extend: request i's new
     # token starts a page iff i % page_size == page_size - 1 (token pool: every request).
     def decode(self, bs):
         cfg, base, kv, ps = self.cfg, self.base, self.kv, self.ps
         what = f"alloc_decode page_size {ps} bs {bs}"
-        lens = [i % ps + 1 for i in range(bs)]
-        setup = Batch([0] * bs, lens, [-1] * bs)
-        setup_out = torch.empty(setup.tokens, dtype=I64, device="cuda")
-
-        self.fresh()
-        base_setup = setup.baseline_extend(base)
-        kv.alloc_extend(setup, setup_out)()
-        expect_equal(setup_out, base_setup, what + " (setup extend)")
+        lens, setup = self.decode_lengths(bs)
+        setup_out, base_setup = self.set_up(setup, what)
         ends = torch.tensor(lens, dtype=I64).cumsum(0) - 1
         b = Batch([0] * bs, [n + 1 for n in lens], base_setup[ends.cuda()])
         starters = ((b.seq_cpu - 1) % ps == 0).nonzero().flatten().cuda()
@@ -928,6 +938,32 @@ class Bench:
         kv.clear()
         self.row("alloc_decode", bs, base_host, base_dev, kv_host, kv_dev, method, base_dev100)
 
+    def kv_step_row(self, op, bs, what, base_dev, setup, setup_out, table0, kv_table, kv_out,
+                    kv_call, kv_rewind, rewind_us, expected, expected_table, available):
+        """kvpool's side of a step, and the row: the pool, table and out brought back to
+        before the step (a clear and `setup`), the step (`kv_call`, then `kv_rewind`, a
+        no-op on the token pool) timed as one graph per replay less `rewind_us`, then the
+        pool's free count (`available`), out and the table checked against SGLang's step."""
+        kv = self.kv
+        kv.clear()
+        kv.alloc_extend(setup, setup_out)()
+        kv_table.copy_(table0)
+        kv_out.fill_(-1)
+
+        def replayed():
+            kv_call()
+            kv_rewind()
+
+        kv_dev = graph_device_us(self.cfg, self.stream, replayed)
+        if not self.cfg.host_only:
+            kv.check_settled(available, what + " (graph replays)")
+            expect_equal(kv_out, expected, what + " after graph replays")
+            if not torch.equal(kv_table, expected_table):
+                raise AssertionError(f"{what}: kvpool's table differs after graph replays")
+        kv.clear()
+        method = "graph per step" + (" less rewind" if self.ps > 1 else "")
+        self.row(op, bs, None, base_dev, None, kv_dev - rewind_us, method)
+
     # A decode step as SGLang's scheduler makes it, with its request-to-token table
     # (mem_cache/common.py alloc_for_decode, 0.5.23), against kvpool's one call by request
     # row, on decode()'s requests (request i holds i % page_size + 1 tokens) kept in an int32
@@ -945,14 +981,8 @@ class Bench:
     def decode_step(self, bs):
         cfg, base, kv, ps = self.cfg, self.base, self.kv, self.ps
         what = f"decode_step page_size {ps} bs {bs}"
-        lens = [i % ps + 1 for i in range(bs)]
-        setup = Batch([0] * bs, lens, [-1] * bs)
-        setup_out = torch.empty(setup.tokens, dtype=I64, device="cuda")
-
-        self.fresh()
-        base_setup = setup.baseline_extend(base)
-        kv.alloc_extend(setup, setup_out)()
-        expect_equal(setup_out, base_setup, what + " (setup extend)")
+        lens, setup = self.decode_lengths(bs)
+        setup_out, base_setup = self.set_up(setup, what)
         held = POOL_SIZE - base.available_size()
 
         row_len = ps + 8
@@ -1020,24 +1050,9 @@ class Bench:
             kv_rewind()
 
         base_dev = graph_device_us(cfg, self.stream, base_replayed) - rewind_us
-        kv.clear()
-        kv.alloc_extend(setup, setup_out)()
-        kv_table.copy_(table0)
-        kv_out.fill_(-1)
-
-        def kv_replayed():
-            kv_step()
-            kv_rewind()
-
-        kv_dev = graph_device_us(cfg, self.stream, kv_replayed)
-        if not cfg.host_only:
-            kv.check_settled(POOL_SIZE - held - consumed, what + " (graph replays)")
-            expect_equal(kv_out, expected, what + " after graph replays")
-            if not torch.equal(kv_table, expected_table):
-                raise AssertionError(f"{what}: kvpool's table differs after graph replays")
-        kv.clear()
-        method = "graph per step" + (" less rewind" if continuing_at.numel() else "")
-        self.row("decode_step", bs, None, base_dev, None, kv_dev - rewind_us, method)
+        self.kv_step_row("decode_step", bs, what, base_dev, setup, setup_out, table0,
+                         kv_table, kv_out, kv_step, kv_rewind, rewind_us, expected,
+                         expected_table, POOL_SIZE - held - consumed)
 
     # An extend as SGLang's scheduler makes it with its request-to-token table
     # (mem_cache/common.py alloc_for_extend and write_cache_indices, 0.5.23), for requests
@@ -1060,11 +1075,7 @@ class Bench:
         prefix = 2 * ps + 1 if ps > 1 else 33
         new = cfg.extend_tokens
         setup = extend_batch(bs, prefix)
-        setup_out = torch.empty(setup.tokens, dtype=I64, device="cuda")
-        self.fresh()
-        base_setup = setup.baseline_extend(base)
-        kv.alloc_extend(setup, setup_out)()
-        expect_equal(setup_out, base_setup, what + " (setup extend)")
+        setup_out, base_setup = self.set_up(setup, what)
         held = POOL_SIZE - base.available_size()
 
         row_len = prefix + new + 8
@@ -1136,24 +1147,9 @@ class Bench:
                                                              base_out))
         parts["pointer upload + row write"] = graph_device_us(cfg, self.stream,
                                                               upload_and_write)
-        kv.clear()
-        kv.alloc_extend(setup, setup_out)()
-        kv_table.copy_(table0)
-        kv_out.fill_(-1)
-
-        def kv_replayed():
-            kv_extend()
-            kv_rewind()
-
-        kv_dev = graph_device_us(cfg, self.stream, kv_replayed)
-        if not cfg.host_only:
-            kv.check_settled(POOL_SIZE - held - consumed, what + " (graph replays)")
-            expect_equal(kv_out, expected, what + " after graph replays")
-            if not torch.equal(kv_table, expected_table):
-                raise AssertionError(f"{what}: kvpool's table differs after graph replays")
-        kv.clear()
-        method = "graph per step" + (" less rewind" if ps > 1 else "")
-        self.row("extend_step", bs, None, base_dev, None, kv_dev - rewind_us, method)
+        self.kv_step_row("extend_step", bs, what, base_dev, setup, setup_out, table0,
+                         kv_table, kv_out, kv_extend, kv_rewind, rewind_us, expected,
+                         expected_table, POOL_SIZE - held - consumed)
         self.rows[-1]["base_parts"] = parts
 
     # Frees of one extend batch's indices (bs x 512 tokens, or --extend-tokens), by index or
