@@ -705,9 +705,9 @@ fn a_stale_last_loc_faults_and_a_rewind_reopens_the_page_on_the_device() {
 
 /// Every C call on a device pool — creation, an `*_async` call, a query, a free — leaves the
 /// calling thread's current context as it found it: an engine's own context, none, or the
-/// pool's own (primary) context, which a call then need not bind; and an engine's context
-/// made current after calls that found the pool's current is bound away from again (a call
-/// remembers the current context only while it runs).
+/// pool's own (primary) context; and after calls that found the pool's context current, an
+/// engine's context made current again is still left current (no call may assume the
+/// context it saw last).
 #[test]
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
 fn c_calls_leave_the_callers_context_current() {

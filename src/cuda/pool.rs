@@ -98,12 +98,12 @@ const CLUSTER_BLOCK: u32 = 512;
 pub(super) const DECODE_CLUSTERS: [u32; 2] = [4, 8];
 const WARP_BATCH: usize = 32;
 /// Requests a block of the deciding blocks for extends of more than `BLOCK` requests holds
-/// (`kvp_extend_blocks{N}_*`, in the order of `Typed::extend_blocks_wide`): an extend runs
-/// on the blocks of the fewest that hold it — 512 or 1,024 threads a request each, 1,024 of
-/// two requests each (`wide_threads`; by row only: `WIDE_PLAIN_BATCHES`) —, at most one block an
-/// SM (`DevicePool::multiprocessors`), each deciding the whole call as
-/// `kvp_extend_blocks_*`'s do; a shape whose shared memory the device does not give a block
-/// is left out. Against the ticketed kernel that served them before,
+/// (`kvp_extend_blocks{N}_rows_*`, in the order of `Typed::extend_blocks_wide_rows`): an
+/// extend runs on the blocks of the fewest that hold it — 512 or 1,024 threads a request
+/// each, 1,024 of two requests each (`wide_threads`; by row only: not in
+/// `WIDE_PLAIN_BATCHES`) —, at most one block an SM (`DevicePool::multiprocessors`), each
+/// deciding the whole call as `kvp_extend_blocks_*`'s do; a shape whose shared memory the
+/// device does not give a block is left out. Against the ticketed kernel that served them before,
 /// 257-512 requests take 0.71-0.81x its time, 513-1,024 0.82-0.89x; up to `TARGET_BLOCKS`
 /// blocks took 1.08-1.15x the time of one an SM at 257-512 requests and 1.54-1.61x at
 /// 768-1,024, and two or four requests a thread on 256 threads 1.01-1.41x (BENCHMARKS.md,
