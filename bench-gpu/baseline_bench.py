@@ -76,9 +76,11 @@ OPS = ("alloc_extend", "alloc_decode", "free_indices", "free_segment", "decode_s
 # scripts/gpu/run.sh's bench step, which gives both programs the same --ops, never names
 # them): see Bench.decode_step and Bench.extend_step.
 DEFAULT_OPS = OPS[:4]
-TOKENS_PER_REQUEST = 512  # extend: new tokens per request (SGLang's reference figures; the
-                          # most --extend-tokens takes)
+TOKENS_PER_REQUEST = 512  # extend: new tokens per request (SGLang's reference figures)
 MAX_BATCH = 4096
+# --extend-tokens: at most this many a request (a long prefill chunk), and at most
+# MAX_BATCH * TOKENS_PER_REQUEST in a batch (the pool is sized for that).
+MAX_REQUEST_TOKENS = 16384
 MAX_PAGE_SIZE = 64
 # Room for the largest extend batch twice plus the decode setup and its new pages at the
 # largest page size; a multiple of every page size. The same pool as kvpool_bench.cu.
@@ -1358,13 +1360,17 @@ def main():
                              "baseline here (others are skipped; default all but "
                              "the steps)")
     parser.add_argument("--extend-tokens", type=int, default=TOKENS_PER_REQUEST,
-                        help="new tokens per extend request, 1..512 (default 512: SGLang's "
-                             "figures; kvpool_bench.cu takes the same)")
+                        help="new tokens per extend request, 1..16384, at most 4096 x 512 "
+                             "in a batch (default 512: SGLang's figures; kvpool_bench.cu "
+                             "takes the same)")
     parser.add_argument("--host-only", action="store_true",
                         help="host timing only (under a profiler that serializes kernels)")
     args = parser.parse_args()
-    if not 1 <= args.extend_tokens <= TOKENS_PER_REQUEST:
-        parser.error(f"--extend-tokens must be 1..{TOKENS_PER_REQUEST}")
+    if not 1 <= args.extend_tokens <= MAX_REQUEST_TOKENS:
+        parser.error(f"--extend-tokens must be 1..{MAX_REQUEST_TOKENS}")
+    if max(args.batch_sizes) * args.extend_tokens > MAX_BATCH * TOKENS_PER_REQUEST:
+        parser.error(f"batch size x --extend-tokens must be at most "
+                     f"{MAX_BATCH * TOKENS_PER_REQUEST} (the pool's size)")
     if not args.lib:
         parser.error("--lib (or $KVPOOL_LIB) is required")
     skipped = [op for op in args.ops if op not in OPS]

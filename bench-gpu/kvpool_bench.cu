@@ -93,9 +93,11 @@ std::string last_error_message() {
 
 // ---- settings -------------------------------------------------------------------------
 
-constexpr int64_t kTokensPerRequest = 512;  // extend: new tokens per request (SGLang's figures),
-                                            // at most (--extend-tokens)
+constexpr int64_t kTokensPerRequest = 512;  // extend: new tokens per request (SGLang's figures)
 constexpr int64_t kMaxBatch = 4096;
+// --extend-tokens: at most this many a request (a long prefill chunk), and at most
+// kMaxBatch * kTokensPerRequest in a batch (the pool is sized for that).
+constexpr int64_t kMaxRequestTokens = 16384;
 constexpr int64_t kMaxPageSize = 64;
 
 struct Settings {
@@ -989,9 +991,10 @@ void usage() {
       "  --ops LIST          comma-separated subset of alloc_extend,alloc_extend_rows,\n"
       "                      alloc_decode,alloc_decode_rows,free_indices,free_segment\n"
       "                      (default all)\n"
-      "  --extend-tokens N   new tokens per extend request, 1..512, a multiple of every\n"
-      "                      page size run (default 512: SGLang's figures; an extend is\n"
-      "                      undone, and the frees give back one, as a row segment)\n"
+      "  --extend-tokens N   new tokens per extend request, 1..16384, a multiple of every\n"
+      "                      page size run, at most 4096 x 512 in a batch (default 512:\n"
+      "                      SGLang's figures; an extend is undone, and the frees give back\n"
+      "                      one, as a row segment)\n"
       "  --host-only         host timing only (under a profiler that serializes kernels)");
 }
 
@@ -1055,8 +1058,8 @@ Settings parse_args(int argc, char **argv) {
     } else if (arg == "--ops" && i + 1 < argc) {
       cfg.ops = parse_names(argv[++i], Settings().ops);
     } else if (arg == "--extend-tokens" && i + 1 < argc) {
-      std::vector<int64_t> every(kTokensPerRequest);
-      for (int64_t t = 1; t <= kTokensPerRequest; ++t) every[t - 1] = t;
+      std::vector<int64_t> every(kMaxRequestTokens);
+      for (int64_t t = 1; t <= kMaxRequestTokens; ++t) every[t - 1] = t;
       const std::vector<int64_t> one = parse_list(argv[++i], every);
       if (one.size() != 1) die("--extend-tokens takes one value");
       cfg.extend_tokens = one[0];
@@ -1068,6 +1071,12 @@ Settings parse_args(int argc, char **argv) {
       die("unknown or incomplete argument: %s", arg.c_str());
     }
   }
+  for (const int64_t bs : cfg.batch_sizes)
+    if (bs * cfg.extend_tokens > kMaxBatch * kTokensPerRequest)
+      die("batch size %lld x --extend-tokens %lld is more than the pool is sized for (%lld "
+          "tokens a batch)",
+          static_cast<long long>(bs), static_cast<long long>(cfg.extend_tokens),
+          static_cast<long long>(kMaxBatch * kTokensPerRequest));
   for (const int64_t ps : cfg.page_sizes)
     if (cfg.extend_tokens % ps != 0)
       die("--extend-tokens %lld is not a multiple of page size %lld (an extend is undone as a "
