@@ -1101,6 +1101,12 @@ class Bench:
         pages = ((b.seq_cpu + ps - 1) // ps - (b.prefix_cpu + ps - 1) // ps).sum()
         consumed = int(pages) * ps if ps > 1 else b.tokens
 
+        def write_rows(out):
+            """write_cache_indices: the prefix tensors' addresses up, then every row."""
+            pointers.copy_(pointers_host, non_blocking=True)
+            write_rows_kernel[(bs,)](base_table, rows, pointers, b.prefix, b.seq, extend_lens,
+                                     out, row_len, BLOCK=WRITE_BLOCK)
+
         def base_step():
             """alloc_for_extend's device work once the lengths are on the device."""
             if ps > 1:
@@ -1109,9 +1115,7 @@ class Bench:
                 out = base_out
             else:
                 out = base.free_pages[:b.tokens]
-            pointers.copy_(pointers_host, non_blocking=True)
-            write_rows_kernel[(bs,)](base_table, rows, pointers, b.prefix, b.seq, extend_lens,
-                                     out, row_len, BLOCK=WRITE_BLOCK)
+            write_rows(out)
             return out
 
         kv_extend = kv.alloc_extend_rows(desc, rows, b, kv_out)
@@ -1135,11 +1139,6 @@ class Bench:
 
         # Where SGLang's step spends it: each part alone, per replay of its own graph (the
         # graph's launch included in each).
-        def upload_and_write():
-            pointers.copy_(pointers_host, non_blocking=True)
-            write_rows_kernel[(bs,)](base_table, rows, pointers, b.prefix, b.seq, extend_lens,
-                                     expected, row_len, BLOCK=WRITE_BLOCK)
-
         parts = {}
         if ps > 1:
             parts["cat of last_loc"] = graph_device_us(cfg, self.stream,
@@ -1148,7 +1147,7 @@ class Bench:
                 cfg, self.stream, lambda: base.launch_extend(b.prefix, b.seq, b.last_loc,
                                                              base_out))
         parts["pointer upload + row write"] = graph_device_us(cfg, self.stream,
-                                                              upload_and_write)
+                                                              lambda: write_rows(expected))
         self.kv_step_row("extend_step", bs, what, base_dev, setup, setup_out, table0,
                          kv_table, kv_out, kv_extend, kv_rewind, rewind_us, expected,
                          expected_table, POOL_SIZE - held - consumed)

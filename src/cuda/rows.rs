@@ -79,10 +79,13 @@ struct TableArgs {
 const ROWS_BLOCK: u32 = 1024;
 /// Threads of `kvp_rows_scatter_*` (`SCATTER_BLOCK` in kernels/rows.cuh).
 const SCATTER_BLOCK: u32 = 256;
-/// The most tokens of an extend a scatter block takes at once (`SCATTER_TOKENS` a thread in
-/// kernels/rows.cuh): each run pays one block-wide search for its first request and a
-/// staging of its requests. The kernel derives its runs from the grid (any grid is correct).
-const SCATTER_RUN: u64 = 4 * SCATTER_BLOCK as u64;
+/// The most tokens of an extend a scatter thread takes per run (`SCATTER_TOKENS` in
+/// kernels/rows.cuh).
+const SCATTER_TOKENS: u64 = 4;
+/// The most tokens of an extend a scatter block takes at once: each run pays one block-wide
+/// search for its first request and a staging of its requests. The kernel derives its runs
+/// from the grid (any grid is correct).
+const SCATTER_RUN: u64 = SCATTER_TOKENS * SCATTER_BLOCK as u64;
 
 /// The scatter's grid: for an extend, a block per SCATTER_RUN tokens, but at least two per
 /// multiprocessor (down to a token a thread) where the tokens allow, so that a short call
