@@ -1,5 +1,6 @@
 // Device-side layout of a kvpool pool. Mirrored field for field by `src/cuda/layout.rs`:
-// change both together (the Rust side asserts the sizes).
+// change both together (`kvp_abi`, abi.cuh, is compared with the library's copy when a pool
+// loads the module, and by a CPU test).
 #pragma once
 #include <stdint.h>
 

@@ -2,7 +2,7 @@
 //! compute_90 PTX, built by `scripts/build-kernels.sh` with a pinned nvcc) and loaded into
 //! the pool's context by name. No CUDA toolkit is needed to build or run the library.
 
-use std::ffi::{c_void, CString};
+use std::ffi::{c_void, CStr, CString};
 
 use cudarc::driver::sys::{self, CUfunction, CUmodule, CUstream};
 
@@ -12,7 +12,7 @@ use crate::pool::{ErrorKind, IndexType, PoolError};
 
 /// The fatbin built from `kernels/pool.cu` (`kernels/pool.fatbin.sha256` records its
 /// sources; CI fails when they disagree).
-static FATBIN: &[u8] = include_bytes!("../../kernels/pool.fatbin");
+pub(super) static FATBIN: &[u8] = include_bytes!("../../kernels/pool.fatbin");
 
 /// Entry points with one instantiation per index type.
 #[derive(Debug)]
@@ -162,6 +162,11 @@ impl Kernels {
         Ok(kernels)
     }
 
+    /// The loaded module (for its globals).
+    pub fn module(&self) -> CUmodule {
+        self.module
+    }
+
     /// The entry points of `module`, each found by its name through `get`: those of
     /// `index_type` (`_i64` / `_i32`) and the untyped ones.
     fn resolve(
@@ -200,29 +205,38 @@ const WIDE_KERNELS: usize = WIDE_PLAIN_BATCHES.len() + WIDE_BATCHES.len();
 /// of `WIDE_PLAIN_BATCHES`' kernels, then of `WIDE_BATCHES`' rows kernels), copied from the
 /// module once per pool.
 fn read_wide_shared(module: CUmodule) -> Result<[u32; WIDE_KERNELS], PoolError> {
-    let name = c"kvp_extend_blocks_wide_shared";
+    read_global(module, c"kvp_extend_blocks_wide_shared")
+}
+
+/// The `N` values of the module's global `name` (a `__device__` array of exactly that size),
+/// copied to the host.
+pub(super) fn read_global<T: Copy + Default, const N: usize>(
+    module: CUmodule,
+    name: &CStr,
+) -> Result<[T; N], PoolError> {
+    let what = name.to_string_lossy();
     let (mut ptr, mut bytes) = (0, 0);
     // SAFETY: `module` is loaded; `name` is NUL-terminated.
     check(
         unsafe { sys::cuModuleGetGlobal_v2(&mut ptr, &mut bytes, module, name.as_ptr()) },
-        "cuModuleGetGlobal (kvp_extend_blocks_wide_shared)",
+        &format!("cuModuleGetGlobal ({what})"),
     )?;
-    let mut sizes = [0u32; WIDE_KERNELS];
-    if bytes != std::mem::size_of_val(&sizes) {
+    let mut values = [T::default(); N];
+    if bytes != std::mem::size_of_val(&values) {
         return Err(PoolError::new(
             ErrorKind::CudaError,
             format!(
-                "kvp_extend_blocks_wide_shared has {bytes} bytes, not {}",
-                std::mem::size_of_val(&sizes)
+                "{what} has {bytes} bytes, not {}",
+                std::mem::size_of_val(&values)
             ),
         ));
     }
-    // SAFETY: `ptr` holds `bytes` bytes, the size of `sizes`.
+    // SAFETY: `ptr` holds `bytes` bytes, the size of `values`.
     check(
-        unsafe { sys::cuMemcpyDtoH_v2(sizes.as_mut_ptr().cast(), ptr, bytes) },
-        "cuMemcpyDtoH (kvp_extend_blocks_wide_shared)",
+        unsafe { sys::cuMemcpyDtoH_v2(values.as_mut_ptr().cast(), ptr, bytes) },
+        &format!("cuMemcpyDtoH ({what})"),
     )?;
-    Ok(sizes)
+    Ok(values)
 }
 
 /// The static shared memory of `function`, in bytes.

@@ -1,5 +1,6 @@
-//! The device-side layout of a pool, field for field as in `kernels/pool_state.cuh`, and
-//! the meaning of what kernels report.
+//! The device-side layout of a pool, field for field as in `kernels/pool_state.cuh` (the
+//! module's `kvp_abi` holds the kernels' sizes and offsets: `abi.rs` compares them), and the
+//! meaning of what kernels report.
 
 use std::ffi::c_void;
 

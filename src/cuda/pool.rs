@@ -30,6 +30,8 @@ use crate::pool::config::Layout;
 use crate::pool::error::fail;
 use crate::pool::{plan, BackendKind, ErrorKind, PoolConfig, PoolError, PoolInfo, PoolStats};
 
+#[path = "abi.rs"]
+mod abi;
 #[path = "reservation.rs"]
 mod reservation;
 #[path = "rows.rs"]
@@ -423,6 +425,7 @@ impl DevicePool {
         let multiprocessors = context.multiprocessors()?;
         let last_use = Arc::new(LastUse::new()?);
         let kernels = Kernels::load(config.index_type, context.shared_optin()?)?;
+        abi::check_module(kernels.module())?;
         let clusters = context.cluster_launch()
             && kernels::cluster_fits(
                 kernels.typed.decode_cluster[DECODE_CLUSTERS.len() - 1],

@@ -25,7 +25,7 @@ use crate::pool::reservation::{plan_merge, plan_reservation, ReservationPlan};
 use crate::pool::{ErrorKind, PoolError};
 
 /// Threads of the reserve and finish kernels (`kvp::RES_BLOCK`); a step uses up to this many.
-const RES_BLOCK: u32 = 1024;
+pub(super) const RES_BLOCK: u32 = 1024;
 
 /// Byte offsets in a reservation's device memory: `kvp::ResHeader` (step counter, state),
 /// the lengths, the `K x batch` slot table, the pages in the order taken, a rank per request.

@@ -66,22 +66,22 @@ fn grow(
 
 /// `kvp::TableArgs` (kernels/req_table.cuh), passed by value to the fused allocation kernels.
 #[repr(C)]
-struct TableArgs {
+pub(super) struct TableArgs {
     table: CUdeviceptr,
     wide: u32,
-    rows_in_table: u64,
+    pub(super) rows_in_table: u64,
     stride: u64,
     row_len: u64,
-    rows: CUdeviceptr,
+    pub(super) rows: CUdeviceptr,
 }
 
 /// Threads of the one-block rows kernels (`ROWS_BLOCK` in kernels/rows.cuh).
-const ROWS_BLOCK: u32 = 1024;
+pub(super) const ROWS_BLOCK: u32 = 1024;
 /// Threads of `kvp_rows_scatter_*` (`SCATTER_BLOCK` in kernels/rows.cuh).
-const SCATTER_BLOCK: u32 = 256;
+pub(super) const SCATTER_BLOCK: u32 = 256;
 /// The most tokens of an extend a scatter thread takes per run (`SCATTER_TOKENS` in
 /// kernels/rows.cuh).
-const SCATTER_TOKENS: u64 = 4;
+pub(super) const SCATTER_TOKENS: u64 = 4;
 /// The most tokens of an extend a scatter block takes at once: each run pays one block-wide
 /// search for its first request and a staging of its requests. The kernel derives its runs
 /// from the grid (any grid is correct).

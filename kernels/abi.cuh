@@ -1,0 +1,69 @@
+// What the library restates about these kernels, as one table: the layouts it mirrors field
+// for field (src/cuda/layout.rs, rows.rs) and the constants it sizes launches, grids and
+// buffers by (src/cuda/pool.rs and its modules). A side changed alone would let a kernel
+// read a View at the wrong offsets, or a block write past shared memory or past the part of
+// `out` the host planned for it, with nothing to say so. So the host compares this table
+// with its own, entry by entry and in this order (src/cuda/abi.rs: `ENTRIES`), when it loads
+// the module, and refuses the pool if one differs; a CPU test reads the table from the
+// fatbin's cubins, so that CI fails first. Included last by pool.cu: every constant is
+// defined by then. (Only data: no kernel's code changes with it.)
+#pragma once
+#include <stddef.h>
+
+namespace kvp {
+
+extern "C" __device__ const unsigned long long kvp_abi[] = {
+    // Layouts (kernels/pool_state.cuh, req_table.cuh).
+    sizeof(View),
+    offsetof(View, record),
+    offsetof(View, size),
+    offsetof(View, page_shift),
+    sizeof(Call),
+    offsetof(Call, seq),
+    sizeof(Cursor),
+    alignof(Cursor),
+    sizeof(Header),
+    offsetof(Header, fault),
+    offsetof(Header, op_error),
+    offsetof(Header, chunk_claims),
+    sizeof(HostRecord),
+    offsetof(HostRecord, mirror_free),
+    sizeof(TableArgs),
+    offsetof(TableArgs, rows_in_table),
+    offsetof(TableArgs, rows),
+    // Words and flags.
+    KIND_BITS,
+    NOT_POW2,
+    CALL_MIRROR,
+    CALL_IN_GROUP,
+    CLAIM_CHUNKS,
+    FREE_PAGE_IDS,
+    FREE_SLOTS,
+    FREE_SEGMENT,
+    OP_ALLOC,
+    OP_ALLOC_EXTEND,
+    OP_ALLOC_DECODE,
+    OP_FREE_INDICES,
+    OP_FREE_PAGES,
+    OP_FREE_SEGMENT,
+    OP_GROUP_END,
+    OP_MERGE,
+    OP_REWIND,
+    // Launch shapes and the most a block takes.
+    EXTEND_BLOCK,
+    STAGE_CAP,
+    SPAN_TOKENS,
+    FewBlockTokens<64>::value,
+    FewBlockTokens<128>::value,
+    CLUSTER_BLOCK,
+    FREE_BLOCK,
+    SORT_CAP,
+    SEGMENT_RUN,
+    ROWS_BLOCK,
+    SCATTER_BLOCK,
+    SCATTER_TOKENS,
+    RES_BLOCK,
+    RES_MAX_STEPS,
+};
+
+}  // namespace kvp
