@@ -184,6 +184,53 @@ __global__ void __launch_bounds__(THREADS)
   PROBE(2, 0);
 }
 
+// SGLang's decode as the compiler sees Triton's (the page size a constant, pointers that do
+// not alias), for a batch of requests that continue their pages, one block a request; with
+// CHECK, the same kernel first reading the page words of last_loc's page (its state word and
+// fill point, as kvpool's decode kernels do) and writing the slot only if they say the page is
+// allocated and last_loc is its last handed-out slot (else the padding slot 0): the one
+// dependent round trip kvpool's check of a continuation adds to SGLang's algorithm. The
+// words are set up so that the check passes.
+template <int THREADS, long long PS, bool CHECK>
+__global__ void __launch_bounds__(THREADS)
+    sglang_decode_tuned(const long long *__restrict__ seq_lens,
+                        const long long *__restrict__ last_loc,
+                        const long long *__restrict__ free_pages,
+                        const uint32_t *__restrict__ state,
+                        const unsigned long long *__restrict__ fill, long long *__restrict__ out,
+                        int bs) {
+  PROBE(0, 0);
+  __shared__ long long sums[THREADS / 32];
+  const int pid = blockIdx.x, t = threadIdx.x;
+  long long pages = 0;
+  for (int j = t; j <= pid && j < bs; j += THREADS) {
+    const long long s = seq_lens[j];
+    pages += (s + PS - 1) / PS - (s - 1 + PS - 1) / PS;
+  }
+  for (int o = 16; o > 0; o >>= 1) pages += __shfl_xor_sync(0xffffffffu, pages, o);
+  if ((t & 31) == 0) sums[t >> 5] = pages;
+  __syncthreads();
+  pages = 0;
+  for (int w = 0; w < THREADS / 32; ++w) pages += sums[w];
+  const long long seq = seq_lens[pid], ll = last_loc[pid];
+  const bool starts = (seq + PS - 1) / PS != (seq - 1 + PS - 1) / PS;
+  PROBE(1, pages + ll);
+  if (t != 0) return;
+  if (starts) {
+    out[pid] = free_pages[pages - 1] * PS;
+    return;
+  }
+  bool ok = true;
+  if constexpr (CHECK) {
+    const long long page = ll / PS;
+    const uint32_t word = state[page];
+    const unsigned long long filled = fill[page];
+    ok = kvp::kind_of(word) == kvp::KIND_ALLOCATED && kvp::fill_of(filled) == ll % PS + 1;
+  }
+  out[pid] = ok ? ll + 1 : 0;
+  PROBE(2, 0);
+}
+
 // The same call twice in one launch: the second runs on a warm SM (its instructions, the
 // constant bank, the TLBs and L1 already loaded), so its probes (which overwrite the
 // first's) show what a phase costs once nothing is cold.
@@ -607,6 +654,50 @@ int main() {
                                                kPageSize);
         });
     verify("decode (SGLang's algorithm)", out_sgl, decode_want, false);
+  }
+
+  // A decode of requests that continue their pages (Triton's decode in
+  // bench-gpu/baseline_bench.py: request i holds i % 16 + 1 tokens, so all but the sixteenth
+  // continue), SGLang's algorithm tuned, without and with kvpool's check of a continuation
+  // (the page words of last_loc's page read before the slot is written): what the check
+  // costs by itself. Request i's last slot is in page i + 1, whose words say it is allocated
+  // with the request's tokens handed out.
+  for (const int bs : {1, 8, 64}) {
+    std::vector<long long> seq_host(bs), last_host(bs), want(bs);
+    std::vector<uint32_t> state_host(bs + 2, 0);
+    std::vector<unsigned long long> fill_host(bs + 2, 0);
+    for (int i = 0; i < bs; ++i) {
+      const long long held = i % 15 + 1;  // every request continues its page
+      seq_host[i] = held + 1;
+      last_host[i] = (i + 1) * (long long)kPageSize + held - 1;
+      want[i] = last_host[i] + 1;
+      state_host[i + 1] = kvp::page_word(kvp::KIND_ALLOCATED, 5);
+      fill_host[i + 1] = kvp::fill_word(5, (unsigned long long)held);
+    }
+    DeviceInts dseq(seq_host), dlast(last_host), out(std::vector<long long>(bs, -7));
+    uint32_t *state = nullptr;
+    unsigned long long *fill = nullptr;
+    CHECK(cudaMalloc(&state, state_host.size() * sizeof(uint32_t)));
+    CHECK(cudaMalloc(&fill, fill_host.size() * sizeof(unsigned long long)));
+    CHECK(cudaMemcpy(state, state_host.data(), state_host.size() * sizeof(uint32_t),
+                     cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(fill, fill_host.data(), fill_host.size() * sizeof(unsigned long long),
+                     cudaMemcpyHostToDevice));
+    const std::string shape = "decode " + std::to_string(bs) + ", continuing pages";
+    add(shape + ": SGLang's algorithm tuned, 128 threads a request", 4,
+        {"start", "sums in", "end"}, [&] {
+          sglang_decode_tuned<128, kPageSize, false><<<bs, 128, 0, s>>>(
+              dseq.p, dlast.p, free_pages.p, state, fill, out.p, bs);
+        });
+    verify(shape + " (SGLang's algorithm, tuned)", out, want, false);
+    add(shape + ": the same, last_loc's page words checked first", 4,
+        {"start", "sums in", "end"}, [&] {
+          sglang_decode_tuned<128, kPageSize, true><<<bs, 128, 0, s>>>(
+              dseq.p, dlast.p, free_pages.p, state, fill, out.p, bs);
+        });
+    verify(shape + " (SGLang's algorithm, tuned, checked)", out, want, false);
+    CHECK(cudaFree(state));
+    CHECK(cudaFree(fill));
   }
 
   unsigned long long *rate;
