@@ -263,6 +263,19 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     word[u] = v.state[prefix_page[u]];
     filled[u] = tracked ? v.fill[prefix_page[u]] : 0;
   }
+  // EXPERIMENT (s33-oracle): several blocks, not by row, a power-of-two page size: the
+  // block's ring pages guessed from its tokens alone (exact for requests of whole pages with
+  // empty prefixes, the benchmark's), loaded with the words; used only if the scan's ranks
+  // are the guess.
+  EarlyRing<4, BLOCK> guessed;
+  uint32_t guess_lo = 0, guess_count = ~0u;
+  if constexpr (GRID && !ROWS && POW2) {
+    if (t_end - t_begin <= (unsigned long long)BLOCK * 4 && t_end < (1ull << 31)) {
+      guess_lo = (uint32_t)t_begin >> v.page_shift;
+      guess_count = (((uint32_t)t_end + v.page_size - 1) >> v.page_shift) - guess_lo;
+      guessed.load(v, ring_pos(c.head, guess_lo, n), min(guess_count, n), r);
+    }
+  }
   own = after_loads(own, &sh.scan_in[r]);
   Pair total;
   Pair rank = block_scan_plan<BLOCK>(own, total_tokens, total_pages, &total);
@@ -332,7 +345,8 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     // Four loads in flight per thread before any is used (as stage_pages).
     EarlyRing<4, BLOCK> ring;
     const uint32_t count = (uint32_t)(page_hi - page_lo);
-    ring.load(v, ring_pos(c.head, page_lo, n), min(count, n), r);
+    if (GRID && !ROWS && POW2 && page_lo == guess_lo && count == guess_count) ring = guessed;
+    else ring.load(v, ring_pos(c.head, page_lo, n), min(count, n), r);
     // (Several blocks: a warp barrier, no instruction, keeps the loads ahead of the
     // planning, as in extend_block's round trip 1.)
     if constexpr (GRID) __syncwarp();
