@@ -3,7 +3,7 @@
 // buffers by (src/cuda/pool.rs and its modules). A side changed alone would let a kernel
 // read a View at the wrong offsets, or a block write past shared memory or past the part of
 // `out` the host planned for it, with nothing to say so. So the host compares this table
-// with its own, entry by entry and in this order (src/cuda/abi.rs: `ENTRIES`), when it loads
+// with its own, entry by entry and in this order (src/cuda/abi.rs: `entries`), when it loads
 // the module, and refuses the pool if one differs; a CPU test reads the table from the
 // fatbin's cubins, so that CI fails first. Included last by pool.cu: every constant is
 // defined by then. (Only data: no kernel's code changes with it.)

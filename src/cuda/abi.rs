@@ -138,7 +138,7 @@ mod tests {
     use super::*;
     use crate::cuda::kernels::FATBIN;
 
-    /// `symbol`'s initial bytes in every ELF image of the fatbin (its cubins, one a
+    /// `symbol`'s initial bytes in every ELF image of the fatbin (its cubins, one per
     /// target architecture; little-endian ELF64, as nvcc writes them).
     fn symbol_in_cubins(fatbin: &[u8], symbol: &str) -> Vec<Vec<u8>> {
         let u16_at = |b: &[u8], at: usize| u16::from_le_bytes(b[at..at + 2].try_into().unwrap());

@@ -209,7 +209,7 @@ fn read_wide_shared(module: CUmodule) -> Result<[u32; WIDE_KERNELS], PoolError> 
 }
 
 /// The `N` values of the module's global `name` (a `__device__` array of exactly that size),
-/// copied to the host.
+/// copied to the host. `T` is a plain integer type: the bytes are copied as they are.
 pub(super) fn read_global<T: Copy + Default, const N: usize>(
     module: CUmodule,
     name: &CStr,
