@@ -1,8 +1,9 @@
 // What the library restates about these kernels, as one table: the layouts it mirrors field
 // for field (src/cuda/layout.rs, rows.rs) and the constants it sizes launches, grids and
-// buffers by (src/cuda/pool.rs and its modules). A side changed alone would let a kernel
-// read a View at the wrong offsets, or a block write past shared memory or past the part of
-// `out` the host planned for it, with nothing to say so. So the host compares this table
+// buffers by (src/cuda/pool.rs and its modules), and the fault codes it decodes (layout.rs).
+// A side changed alone would let a kernel read a View at the wrong offsets, or a block write
+// past shared memory or past the part of `out` the host planned for it, or a fault be
+// reported as another, with nothing to say so. So the host compares this table
 // with its own, entry by entry and in this order (src/cuda/abi.rs: `entries`), when it loads
 // the module, and refuses the pool if one differs; a CPU test reads the table from the
 // fatbin's cubins, so that CI fails first. Included last by pool.cu: every constant is
@@ -64,6 +65,33 @@ extern "C" __device__ const unsigned long long kvp_abi[] = {
     SCATTER_TOKENS,
     RES_BLOCK,
     RES_MAX_STEPS,
+    // What a fault record's code says (pool_state.cuh, req_table.cuh, reservation.cuh).
+    ERR_RESERVED,
+    ERR_OUT_OF_RANGE,
+    ERR_ALREADY_FREE,
+    ERR_TWICE_IN_CALL,
+    ERR_PENDING,
+    ERR_NOT_ALLOCATED,
+    ERR_LAST_LOC,
+    ERR_LAST_LOC_EMPTY,
+    ERR_SHARED_PAGE,
+    ERR_UNALIGNED,
+    ERR_NOT_CONTIGUOUS,
+    ERR_SHORTAGE,
+    ERR_FILL,
+    ERR_LENGTHS,
+    ERR_REWIND_AHEAD,
+    ERR_REWIND_TWICE,
+    ERR_UNORDERED,
+    ERR_ROW,
+    ERR_ROW_TWICE,
+    ERR_ROW_LEN,
+    ERR_RES_OVERRUN,
+    ERR_RES_STEPS,
+    ERR_RES_FINISHED,
+    ERR_RES_PAGE,
+    ERR_RES_REWIND,
+    ERR_HELD,
 };
 
 }  // namespace kvp

@@ -1,6 +1,6 @@
 //! The library's side of `kvp_abi` (`kernels/abi.cuh`): what it restates about the embedded
-//! kernels — the layouts it mirrors and the constants it sizes launches, grids and buffers
-//! by — compared entry by entry with the module's table when a pool loads the module. A
+//! kernels — the layouts it mirrors, the constants it sizes launches, grids and buffers by,
+//! and the fault codes it decodes — compared entry by entry with the module's table when a pool loads the module. A
 //! change made on one side alone (a field, a block size, a cap on what one block takes)
 //! would otherwise show only as a kernel reading the wrong offsets or writing past a buffer.
 
@@ -16,8 +16,8 @@ use super::{
 };
 use crate::cuda::kernels::read_global;
 use crate::cuda::layout::{
-    Call, Cursor, DeviceOp, Header, HostRecord, View, CALL_IN_GROUP, CALL_MIRROR, CLAIM_CHUNKS,
-    FREE_PAGE_IDS, FREE_SEGMENT, FREE_SLOTS, NOT_POW2, TAG_LIMIT,
+    err, Call, Cursor, DeviceOp, Header, HostRecord, View, CALL_IN_GROUP, CALL_MIRROR,
+    CLAIM_CHUNKS, FREE_PAGE_IDS, FREE_SEGMENT, FREE_SLOTS, NOT_POW2, TAG_LIMIT,
 };
 use crate::pool::reservation::MAX_RESERVED_STEPS;
 use crate::pool::{ErrorKind, PoolError};
@@ -26,7 +26,7 @@ use crate::pool::{ErrorKind, PoolError};
 const GLOBAL: &std::ffi::CStr = c"kvp_abi";
 
 /// How many entries `kvp_abi` holds.
-const ENTRY_COUNT: usize = 48;
+const ENTRY_COUNT: usize = 74;
 
 /// Each entry as the library has it, with the kernels' name for it, in `kvp_abi`'s order.
 pub(super) fn entries() -> [(&'static str, u64); ENTRY_COUNT] {
@@ -96,6 +96,32 @@ pub(super) fn entries() -> [(&'static str, u64); ENTRY_COUNT] {
         ("SCATTER_TOKENS", SCATTER_TOKENS),
         ("RES_BLOCK", u64::from(RES_BLOCK)),
         ("RES_MAX_STEPS", u64::from(MAX_RESERVED_STEPS)),
+        ("ERR_RESERVED", err::RESERVED),
+        ("ERR_OUT_OF_RANGE", err::OUT_OF_RANGE),
+        ("ERR_ALREADY_FREE", err::ALREADY_FREE),
+        ("ERR_TWICE_IN_CALL", err::TWICE_IN_CALL),
+        ("ERR_PENDING", err::PENDING),
+        ("ERR_NOT_ALLOCATED", err::NOT_ALLOCATED),
+        ("ERR_LAST_LOC", err::LAST_LOC),
+        ("ERR_LAST_LOC_EMPTY", err::LAST_LOC_EMPTY),
+        ("ERR_SHARED_PAGE", err::SHARED_PAGE),
+        ("ERR_UNALIGNED", err::UNALIGNED),
+        ("ERR_NOT_CONTIGUOUS", err::NOT_CONTIGUOUS),
+        ("ERR_SHORTAGE", err::SHORTAGE),
+        ("ERR_FILL", err::FILL),
+        ("ERR_LENGTHS", err::LENGTHS),
+        ("ERR_REWIND_AHEAD", err::REWIND_AHEAD),
+        ("ERR_REWIND_TWICE", err::REWIND_TWICE),
+        ("ERR_UNORDERED", err::UNORDERED),
+        ("ERR_ROW", err::ROW),
+        ("ERR_ROW_TWICE", err::ROW_TWICE),
+        ("ERR_ROW_LEN", err::ROW_LEN),
+        ("ERR_RES_OVERRUN", err::RES_OVERRUN),
+        ("ERR_RES_STEPS", err::RES_STEPS),
+        ("ERR_RES_FINISHED", err::RES_FINISHED),
+        ("ERR_RES_PAGE", err::RES_PAGE),
+        ("ERR_RES_REWIND", err::RES_REWIND),
+        ("ERR_HELD", err::HELD),
     ]
 }
 
@@ -224,7 +250,7 @@ mod tests {
         let e = compare(&values).unwrap_err();
         assert!(
             e.message()
-                .contains("kvp_abi has 47 entries, the library expects 48"),
+                .contains("kvp_abi has 73 entries, the library expects 74"),
             "{}",
             e.message()
         );

@@ -95,6 +95,37 @@ pub(crate) const FREE_PAGE_IDS: u32 = 0;
 pub(crate) const FREE_SLOTS: u32 = 1;
 pub(crate) const FREE_SEGMENT: u32 = 2;
 
+/// What kernels report (`kvp::ErrorCode`: the low 8 bits of a fault record's code),
+/// named as in `kernels/pool_state.cuh`, `req_table.cuh` and `reservation.cuh`.
+pub(crate) mod err {
+    pub(crate) const RESERVED: u64 = 1;
+    pub(crate) const OUT_OF_RANGE: u64 = 2;
+    pub(crate) const ALREADY_FREE: u64 = 3;
+    pub(crate) const TWICE_IN_CALL: u64 = 4;
+    pub(crate) const PENDING: u64 = 5;
+    pub(crate) const NOT_ALLOCATED: u64 = 6;
+    pub(crate) const LAST_LOC: u64 = 7;
+    pub(crate) const LAST_LOC_EMPTY: u64 = 8;
+    pub(crate) const SHARED_PAGE: u64 = 9;
+    pub(crate) const UNALIGNED: u64 = 10;
+    pub(crate) const NOT_CONTIGUOUS: u64 = 11;
+    pub(crate) const SHORTAGE: u64 = 12;
+    pub(crate) const FILL: u64 = 13;
+    pub(crate) const LENGTHS: u64 = 14;
+    pub(crate) const REWIND_AHEAD: u64 = 15;
+    pub(crate) const REWIND_TWICE: u64 = 16;
+    pub(crate) const UNORDERED: u64 = 17;
+    pub(crate) const ROW: u64 = 18;
+    pub(crate) const ROW_TWICE: u64 = 19;
+    pub(crate) const ROW_LEN: u64 = 20;
+    pub(crate) const RES_OVERRUN: u64 = 21;
+    pub(crate) const RES_STEPS: u64 = 22;
+    pub(crate) const RES_FINISHED: u64 = 23;
+    pub(crate) const RES_PAGE: u64 = 24;
+    pub(crate) const RES_REWIND: u64 = 25;
+    pub(crate) const HELD: u64 = 26;
+}
+
 /// Offsets of the arrays in a pool's device block, all 4-byte words after the header.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Arrays {
@@ -282,113 +313,113 @@ impl DeviceFault {
             op.map_or("element", DeviceOp::element)
         );
         let (kind, text) = match code & 0xff {
-            1 => (ErrorKind::ReservedSlot, format!("{element} lies in page 0, the padding page")),
-            2 => (ErrorKind::IndexOutOfRange, format!("{element} is outside the pool")),
-            3 => (ErrorKind::DoubleFree, format!("{element}: its page is already free")),
-            4 => (ErrorKind::DoubleFree, format!("{element} appears more than once in the call")),
-            5 => (
+            err::RESERVED => (ErrorKind::ReservedSlot, format!("{element} lies in page 0, the padding page")),
+            err::OUT_OF_RANGE => (ErrorKind::IndexOutOfRange, format!("{element} is outside the pool")),
+            err::ALREADY_FREE => (ErrorKind::DoubleFree, format!("{element}: its page is already free")),
+            err::TWICE_IN_CALL => (ErrorKind::DoubleFree, format!("{element} appears more than once in the call")),
+            err::PENDING => (
                 ErrorKind::DoubleFree,
                 format!("{element}: its page was already freed in the open free group"),
             ),
-            6 => (
+            err::NOT_ALLOCATED => (
                 ErrorKind::NotAllocated,
                 format!("{element} lies in a page that is not allocated"),
             ),
-            7 => (
+            err::LAST_LOC => (
                 ErrorKind::LastLocMismatch,
                 format!("{element} does not end the request's prefix ((last_loc + 1) % page_size != prefix % page_size)"),
             ),
-            8 => (
+            err::LAST_LOC_EMPTY => (
                 ErrorKind::LastLocMismatch,
                 format!("{element} but the prefix is empty, so it must be -1"),
             ),
-            9 => (
+            err::SHARED_PAGE => (
                 ErrorKind::LastLocMismatch,
                 format!("{element}: another request of the batch extends the same page"),
             ),
-            10 => (
+            err::UNALIGNED => (
                 ErrorKind::Unaligned,
                 format!("{element} is not the first slot of its page"),
             ),
-            11 => (
+            err::NOT_CONTIGUOUS => (
                 ErrorKind::InvalidArgument,
                 format!("{element} breaks its page: a page's slots must be consecutive in the row"),
             ),
-            12 => (
+            err::SHORTAGE => (
                 ErrorKind::InvalidState,
                 format!("the device free list held {value} pages, fewer than the host counted (internal error)"),
             ),
-            13 => (
+            err::FILL => (
                 ErrorKind::LastLocMismatch,
                 format!("{element} is not its page's last handed-out slot (a stale or foreign continuation; rewind the page after rejecting tokens)"),
             ),
-            14 if op == Some(DeviceOp::ReserveDecode) => (
+            err::LENGTHS if op == Some(DeviceOp::ReserveDecode) => (
                 ErrorKind::InvalidLengths,
                 format!(
                     "the device copy of lens disagrees with the host copy the reservation was planned from (device lens[{position}] = {value}); nothing was reserved"
                 ),
             ),
-            20 if op == Some(DeviceOp::ReservationStep) => (
+            err::ROW_LEN if op == Some(DeviceOp::ReservationStep) => (
                 ErrorKind::BufferTooSmall,
                 format!("request {position} would write table position {value}, past the table's row_len"),
             ),
-            21 => (
+            err::RES_OVERRUN => (
                 ErrorKind::InvalidState,
                 format!("reservation overrun: all {position} reserved steps were already taken (step counter {value}); the step wrote the padding slot 0, wrote no table entry and allocated nothing"),
             ),
-            22 => (
+            err::RES_STEPS => (
                 ErrorKind::InvalidArgument,
                 format!("steps_used = {position} but the device ran {value} steps of the reservation; nothing was returned"),
             ),
-            23 => (
+            err::RES_FINISHED => (
                 ErrorKind::InvalidState,
                 format!("reservation overrun: a step of a reservation of {position} steps ran after its finish (step counter {value}); the step wrote the padding slot 0, wrote no table entry and allocated nothing"),
             ),
-            24 => (
+            err::RES_PAGE => (
                 ErrorKind::NotAllocated,
                 format!("reserved page {value} (unused page {position}) was freed before the finish: finish a reservation before freeing its requests; nothing was returned"),
             ),
-            25 => (
+            err::RES_REWIND => (
                 ErrorKind::NotAllocated,
                 format!("request {position}'s last used slot {value} is no longer in an allocated page filled that far: finish a reservation before freeing or rewinding its requests; nothing was returned"),
             ),
-            14 if op == Some(DeviceOp::FreeRows) => (
+            err::LENGTHS if op == Some(DeviceOp::FreeRows) => (
                 ErrorKind::InvalidLengths,
                 format!(
                     "the device copies of starts/ends disagree with the host copies the call was planned from, first at request {position} (device ends[{position}] = {value})"
                 ),
             ),
-            14 => (
+            err::LENGTHS => (
                 ErrorKind::InvalidLengths,
                 format!(
                     "the device copies of the lengths disagree with the host copies the call was planned from, first at request {position} (device seq_lens[{position}] = {value}); nothing past the planned output was written"
                 ),
             ),
-            15 => (
+            err::REWIND_AHEAD => (
                 ErrorKind::LastLocMismatch,
                 format!("{element} was never handed out: a rewind can only move a page back"),
             ),
-            16 => (
+            err::REWIND_TWICE => (
                 ErrorKind::LastLocMismatch,
                 format!("{element} rewinds a page that another element of the call also rewinds"),
             ),
-            18 => (
+            err::ROW => (
                 ErrorKind::IndexOutOfRange,
                 format!("rows[{position}] = {value} is outside the table"),
             ),
-            19 => (
+            err::ROW_TWICE => (
                 ErrorKind::InvalidArgument,
                 format!("rows[{position}] = {value} repeats an earlier request's row: a row may appear once per call"),
             ),
-            20 => (
+            err::ROW_LEN => (
                 ErrorKind::BufferTooSmall,
                 format!("device seq_lens[{position}] = {value} exceeds the table's row_len"),
             ),
-            26 => (
+            err::HELD => (
                 ErrorKind::InvalidState,
                 format!("{element}: its page is held by a live decode reservation, whose later steps hand out its slots; finish the reservation (kvp_decode_reservation_finish_async) before freeing, rewinding or continuing its requests"),
             ),
-            17 => (
+            err::UNORDERED => (
                 ErrorKind::UnorderedStreams,
                 format!(
                     "it started on the device before the previous call of the pool (call #{position}) had finished (the last finished call was #{value}): the two were enqueued on streams not ordered with each other; order them with an event (cudaEventRecord + cudaStreamWaitEvent) or use one stream"
@@ -401,7 +432,7 @@ impl DeviceFault {
             kind,
             position,
             value,
-            message: if code & 0xff == 17 {
+            message: if code & 0xff == err::UNORDERED {
                 format!("{what}: {text} (detected on the device by the stream-order debug check; the call changed nothing)")
             } else {
                 format!("{what}: {text} (detected on the device; the call changed nothing)")
@@ -441,7 +472,7 @@ mod tests {
             "{}",
             fault.message
         );
-        let fault = DeviceFault::decode(17 | (3 << 32), 41, 39);
+        let fault = DeviceFault::decode(err::UNORDERED | (3 << 32), 41, 39);
         assert_eq!(fault.kind, ErrorKind::UnorderedStreams);
         assert_eq!(fault.op, Some(DeviceOp::AllocDecode));
         assert!(
