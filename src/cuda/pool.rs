@@ -63,8 +63,8 @@ const SORT_CAP: u64 = 4096;
 /// session), 256 threads for up to `SPAN_TOKENS` (since the writers plan their tokens before
 /// the verdict, 65-256 tokens took 0.63-0.91x the time they had taken on two warps writing
 /// after it: BENCHMARKS.md, nineteenth session), else several blocks of 256 of
-/// about `SPAN_TOKENS` tokens each (at most `TARGET_BLOCKS`; two blocks of 512 tokens take
-/// 0.80-0.90x the time of one block of 1,024: BENCHMARKS.md, sixteenth session;
+/// `SHORT_SPAN_TOKENS` or `SPAN_TOKENS` tokens each (`span_grid`; two blocks of 512 tokens
+/// take 0.80-0.90x the time of one block of 1,024: BENCHMARKS.md, sixteenth session;
 /// `kvp_extend_few_spread_*` when the requests outnumber the blocks, see
 /// `ExtendKernel::FewSpread`). A larger
 /// extend runs a request a thread: on two warps (`kvp_extend_block64_*`) for up to 64
@@ -130,7 +130,12 @@ const WARP_TOKENS: u64 = 64;
 const FOUR_WARP_TOKENS: u64 = 256;
 const BLOCK_TOKENS: u64 = 512;
 const BLOCK64_TOKENS: u64 = 128;
+/// The most tokens a block of the several-block extend kernels takes (`kvp::SPAN_TOKENS`;
+/// past `TARGET_BLOCKS` blocks, more: see `span_grid`).
 const SPAN_TOKENS: u64 = 512;
+/// The tokens a block of the several-block extend kernels takes while that needs at most one
+/// block an SM (`span_grid`).
+const SHORT_SPAN_TOKENS: u64 = 256;
 
 /// The allocation kernel that serves a batch (`extend_shape`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -213,6 +218,23 @@ pub(super) fn wide_slot(batch: u32) -> usize {
         512 => 0,
         1024 => 1,
         _ => 2,
+    }
+}
+
+/// The grid of the several-block extend kernels (`kvp_extend_blocks_*`,
+/// `kvp_extend_few_{blocks,spread}_*`) for `tokens` tokens: blocks of `SHORT_SPAN_TOKENS`
+/// while that takes at most one block an SM, else of `SPAN_TOKENS`, at most `TARGET_BLOCKS`.
+/// Every block decides the whole call, so a block's time is the call's; with fewer tokens
+/// each, its planning, staging and writes are shorter. Against blocks of `SPAN_TOKENS`
+/// (run s33-7, BENCHMARKS.md): 33-256 requests of 16-64 tokens 0.83-0.91x the time, of
+/// 256-512 tokens 0.91-0.98x; 4-32 requests of 256-512 tokens 0.88-0.98x. Past one block an
+/// SM it stopped paying (128 requests of 512 tokens on 256 blocks, 1.01-1.02x).
+fn span_grid(tokens: u64, multiprocessors: u32) -> u32 {
+    let short = tokens.div_ceil(SHORT_SPAN_TOKENS);
+    if short <= u64::from(multiprocessors.max(1)) {
+        short.max(1) as u32
+    } else {
+        tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32
     }
 }
 
@@ -1304,7 +1326,7 @@ impl DevicePool {
             } else if tokens <= SPAN_TOKENS {
                 (ExtendKernel::Few(BLOCK), 1, BLOCK)
             } else {
-                let grid = tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32;
+                let grid = span_grid(tokens, device.multiprocessors);
                 if batch > grid as usize {
                     (ExtendKernel::FewSpread, grid, BLOCK)
                 } else {
@@ -1317,7 +1339,7 @@ impl DevicePool {
         } else if batch <= BLOCK as usize && tokens <= BLOCK_TOKENS {
             (ExtendKernel::Block, 1, BLOCK, batch32, batch32)
         } else if batch <= BLOCK as usize {
-            let grid = tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32;
+            let grid = span_grid(tokens, device.multiprocessors);
             (ExtendKernel::Blocks, grid, BLOCK, batch32, batch32)
         } else if let Some(held) = WIDE_BATCHES
             .into_iter()
@@ -2173,12 +2195,14 @@ mod tests {
             ((1, false, 257, 17), (ExtendKernel::Few(256), 1, 256)),
             ((1, false, 512, 32), (ExtendKernel::Few(256), 1, 256)),
             ((32, false, 512, 64), (ExtendKernel::Few(256), 1, 256)),
-            ((1, false, 513, 33), (ExtendKernel::FewBlocks, 2, 256)),
+            // Several blocks of SHORT_SPAN_TOKENS while they fit one an SM (span_grid).
+            ((1, false, 513, 33), (ExtendKernel::FewBlocks, 3, 256)),
+            ((2, false, 1024, 64), (ExtendKernel::FewBlocks, 4, 256)),
+            ((4, false, 1024, 64), (ExtendKernel::FewBlocks, 4, 256)),
             // More requests than blocks: the blocks that hold several plan their tokens.
-            ((2, false, 1024, 64), (ExtendKernel::FewBlocks, 2, 256)),
-            ((3, false, 1024, 64), (ExtendKernel::FewSpread, 2, 256)),
-            ((32, false, 1024, 64), (ExtendKernel::FewSpread, 2, 256)),
-            ((32, false, 1025, 65), (ExtendKernel::FewSpread, 3, 256)),
+            ((5, false, 1024, 64), (ExtendKernel::FewSpread, 4, 256)),
+            ((32, false, 1024, 64), (ExtendKernel::FewSpread, 4, 256)),
+            ((32, false, 1025, 65), (ExtendKernel::FewSpread, 5, 256)),
             // Past 32 requests, two tokens a thread at most in one block (the twentieth
             // session's measurements, BENCHMARKS.md).
             ((33, false, 33, 33), (ExtendKernel::Block64, 1, 64)),
@@ -2187,8 +2211,18 @@ mod tests {
             ((65, false, 65, 65), (ExtendKernel::Block, 1, 256)),
             ((40, false, 257, 257), (ExtendKernel::Block, 1, 256)),
             ((200, false, 512, 512), (ExtendKernel::Block, 1, 256)),
-            ((200, false, 513, 513), (ExtendKernel::Blocks, 2, 256)),
-            ((200, false, 1025, 1025), (ExtendKernel::Blocks, 3, 256)),
+            ((200, false, 513, 513), (ExtendKernel::Blocks, 3, 256)),
+            ((200, false, 1025, 1025), (ExtendKernel::Blocks, 5, 256)),
+            // One block an SM (132 here) of SHORT_SPAN_TOKENS at most; past that, blocks of
+            // SPAN_TOKENS.
+            (
+                (200, false, 132 * 256, 132),
+                (ExtendKernel::Blocks, 132, 256),
+            ),
+            (
+                (200, false, 132 * 256 + 1, 133),
+                (ExtendKernel::Blocks, 67, 256),
+            ),
             (
                 (256, false, 1 << 17, 1 << 13),
                 (ExtendKernel::Blocks, 256, 256),
@@ -2197,7 +2231,15 @@ mod tests {
                 (256, false, 1 << 20, 1 << 16),
                 (ExtendKernel::Blocks, 264, 256),
             ),
-            ((1, false, 4096, 4096), (ExtendKernel::FewBlocks, 8, 256)),
+            ((1, false, 4096, 4096), (ExtendKernel::FewBlocks, 16, 256)),
+            (
+                (1, false, 1 << 14, 1 << 10),
+                (ExtendKernel::FewBlocks, 64, 256),
+            ),
+            (
+                (1, false, 1 << 16, 1 << 12),
+                (ExtendKernel::FewBlocks, 128, 256),
+            ),
             // 257-1,024 requests: blocks of 512 or 1,024 threads that each decide the call,
             // at least one (no tokens), at most one an SM (132 here).
             ((257, false, 0, 0), (ExtendKernel::BlocksWide(512), 1, 512)),
@@ -2225,9 +2267,10 @@ mod tests {
             ((1025, false, 1025, 1025), (ExtendKernel::Grid, 257, 256)),
             ((2048, false, 2048, 2048), (ExtendKernel::Grid, 256, 256)),
             ((2049, false, 2049, 2049), (ExtendKernel::Grid, 257, 256)),
-            ((8, false, 4096, 256), (ExtendKernel::FewBlocks, 8, 256)),
-            ((9, false, 4096, 256), (ExtendKernel::FewSpread, 8, 256)),
-            ((33, false, 4096, 256), (ExtendKernel::Blocks, 8, 256)),
+            ((8, false, 4096, 256), (ExtendKernel::FewBlocks, 16, 256)),
+            ((16, false, 4096, 256), (ExtendKernel::FewBlocks, 16, 256)),
+            ((17, false, 4096, 256), (ExtendKernel::FewSpread, 16, 256)),
+            ((33, false, 4096, 256), (ExtendKernel::Blocks, 16, 256)),
         ];
         // Where the device runs clusters, decodes of 1,025-4,096 requests run on one cluster
         // of 512-thread blocks; nothing else changes.
