@@ -1317,7 +1317,7 @@ impl DevicePool {
         } else if batch <= BLOCK as usize && tokens <= BLOCK_TOKENS {
             (ExtendKernel::Block, 1, BLOCK, batch32, batch32)
         } else if batch <= BLOCK as usize {
-            let grid = tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32;
+            let grid = tokens.div_ceil(256).min(TARGET_BLOCKS) as u32;
             (ExtendKernel::Blocks, grid, BLOCK, batch32, batch32)
         } else if let Some(held) = WIDE_BATCHES
             .into_iter()
