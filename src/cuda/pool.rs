@@ -216,6 +216,16 @@ pub(super) fn wide_slot(batch: u32) -> usize {
     }
 }
 
+/// EXPERIMENT: 256 tokens a block where that stays within TARGET_BLOCKS, else SPAN_TOKENS.
+fn short_span_grid(tokens: u64) -> u32 {
+    let short = tokens.div_ceil(256);
+    if short <= TARGET_BLOCKS {
+        short.max(1) as u32
+    } else {
+        tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32
+    }
+}
+
 /// Where the kernel of `threads` threads (one of `FEW_THREADS`) sits in `Typed::extend_few`.
 pub(super) fn few_slot(threads: u32) -> usize {
     match threads {
@@ -1317,7 +1327,7 @@ impl DevicePool {
         } else if batch <= BLOCK as usize && tokens <= BLOCK_TOKENS {
             (ExtendKernel::Block, 1, BLOCK, batch32, batch32)
         } else if batch <= BLOCK as usize {
-            let grid = tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32;
+            let grid = short_span_grid(tokens);
             (ExtendKernel::Blocks, grid, BLOCK, batch32, batch32)
         } else if let Some(held) = WIDE_BATCHES
             .into_iter()
