@@ -1314,7 +1314,7 @@ impl DevicePool {
             } else if tokens <= SPAN_TOKENS {
                 (ExtendKernel::Few(BLOCK), 1, BLOCK)
             } else {
-                let grid = tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32;
+                let grid = short_span_grid(tokens);
                 if batch > grid as usize {
                     (ExtendKernel::FewSpread, grid, BLOCK)
                 } else {
