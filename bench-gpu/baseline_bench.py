@@ -1359,9 +1359,9 @@ def main():
                              "baseline here (others are skipped; default all but "
                              "the steps)")
     parser.add_argument("--extend-tokens", type=int, default=TOKENS_PER_REQUEST,
-                        help="new tokens per extend request, 1..16384, at most 4096 x 512 "
-                             "in a batch (default 512: SGLang's figures; kvpool_bench.cu "
-                             "takes the same)")
+                        help="new tokens per extend request, 1..16384 and a multiple of "
+                             "every page size, at most 4096 x 512 in a batch (default 512: "
+                             "SGLang's figures; kvpool_bench.cu takes the same)")
     parser.add_argument("--host-only", action="store_true",
                         help="host timing only (under a profiler that serializes kernels)")
     args = parser.parse_args()
@@ -1370,6 +1370,11 @@ def main():
     if max(args.batch_sizes) * args.extend_tokens > MAX_BATCH * TOKENS_PER_REQUEST:
         parser.error(f"batch size x --extend-tokens must be at most "
                      f"{MAX_BATCH * TOKENS_PER_REQUEST} (the pool's size)")
+    for ps in args.page_sizes:
+        # (As kvpool_bench.cu: the free-count checks count an extend's slots as whole pages.)
+        if args.extend_tokens % ps:
+            parser.error(f"--extend-tokens {args.extend_tokens} is not a multiple of page size "
+                         f"{ps}")
     if not args.lib:
         parser.error("--lib (or $KVPOOL_LIB) is required")
     skipped = [op for op in args.ops if op not in OPS]
