@@ -190,7 +190,9 @@ __global__ void __launch_bounds__(THREADS)
 // fill point, as kvpool's decode kernels do) and writing the slot only if they say the page is
 // allocated and last_loc is its last handed-out slot (else the padding slot 0): the one
 // dependent round trip kvpool's check of a continuation adds to SGLang's algorithm. The
-// words are set up so that the check passes.
+// words are set up so that the check passes. (Up to the slot, it repeats sglang_decode line
+// for line where the two differ only in the page size's type and the pointers' aliasing,
+// as sglang_extend_tuned does sglang_extend: the code measured in run s33-1.)
 template <int THREADS, long long PS, bool CHECK>
 __global__ void __launch_bounds__(THREADS)
     sglang_decode_tuned(const long long *__restrict__ seq_lens,
