@@ -226,9 +226,9 @@ pub(super) fn wide_slot(batch: u32) -> usize {
 /// while that takes at most one block an SM, else of `SPAN_TOKENS`, at most `TARGET_BLOCKS`.
 /// Every block decides the whole call, so a block's time is the call's; with fewer tokens
 /// each, its planning, staging and writes are shorter. Against blocks of `SPAN_TOKENS`
-/// (run s33-7, BENCHMARKS.md): 33-256 requests of 16-64 tokens 0.83-0.91x the time, of
-/// 256-512 tokens 0.91-0.98x; 4-32 requests of 256-512 tokens 0.88-0.98x. Past one block an
-/// SM it stopped paying (128 requests of 512 tokens on 256 blocks, 1.01-1.02x).
+/// (run s33-8, BENCHMARKS.md): 2-64 requests of 512 tokens 0.93-0.98x the time, 33-256 of 16
+/// tokens 0.84-0.89x, 1-8 of 2,048-8,192 tokens 0.94-1.00x, by row alike. Past one block an
+/// SM it stopped paying (run s33-7: 128 requests of 512 tokens on 256 blocks, 1.01-1.02x).
 fn span_grid(tokens: u64, multiprocessors: u32) -> u32 {
     let short = tokens.div_ceil(SHORT_SPAN_TOKENS);
     if short <= u64::from(multiprocessors.max(1)) {
