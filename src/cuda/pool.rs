@@ -2168,6 +2168,30 @@ mod tests {
     }
 
     #[test]
+    fn several_block_extends_take_short_spans_while_they_fit_one_block_an_sm() {
+        // (tokens, multiprocessors) -> blocks
+        let cases = [
+            ((513, 132), 3),
+            ((132 * 256, 132), 132),
+            // One more token would need 133 short blocks: blocks of SPAN_TOKENS.
+            ((132 * 256 + 1, 132), 67),
+            ((108 * 256, 108), 108),
+            ((108 * 256 + 1, 108), 55),
+            ((1 << 20, 132), TARGET_BLOCKS as u32),
+            // A device that reports no multiprocessors counts as one.
+            ((256, 0), 1),
+            ((1000, 0), 2),
+        ];
+        for ((tokens, multiprocessors), blocks) in cases {
+            assert_eq!(
+                span_grid(tokens, multiprocessors),
+                blocks,
+                "{tokens} tokens, {multiprocessors} multiprocessors"
+            );
+        }
+    }
+
+    #[test]
     fn batches_go_to_the_smallest_kernel_that_holds_them() {
         // (batch, decode, tokens, pages) -> (kernel, grid, threads)
         let cases = [
