@@ -260,12 +260,16 @@ __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_
   return own;
 }
 
-template <int BLOCK, typename Index, bool GRID, bool POW2, bool SPREAD>
+// ONE (kvp_extend_one_*): the host sends exactly one request, so `batch` is the constant 1
+// and the compiler drops every path of several requests (the scan, the token search, the
+// repeats' match): a shorter kernel whose instructions a cold SM fetches sooner.
+template <int BLOCK, typename Index, bool GRID, bool POW2, bool SPREAD, bool ONE = false>
 __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
                                            const long long *prefix_lens,
                                            const long long *seq_lens, const Index *last_loc,
                                            uint32_t batch, unsigned long long total_tokens,
                                            unsigned long long total_pages, Index *out) {
+  if constexpr (ONE) batch = 1;
   const uint32_t r = threadIdx.x, lane = r & 31;
   const bool decides = r < 32;  // warp 0
   KVP_PROBE(0, 0);  // (probes: see pool.cu; anatomy.cu names the points)
@@ -552,18 +556,20 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
 }
 
 // The body is instantiated for both kinds of page size (see extend_kernel).
-template <int BLOCK, typename Index, bool GRID = false, bool SPREAD = false>
+template <int BLOCK, typename Index, bool GRID = false, bool SPREAD = false, bool ONE = false>
 __device__ void extend_few_kernel(View v, Call call, const long long *prefix_lens,
                                   const long long *seq_lens, const Index *last_loc,
                                   uint32_t batch, unsigned long long total_tokens,
                                   unsigned long long total_pages, Index *out) {
   __shared__ FewShared sh;
   if (v.page_shift != NOT_POW2)
-    extend_few<BLOCK, Index, GRID, true, SPREAD>(sh, v, call, prefix_lens, seq_lens, last_loc,
-                                                 batch, total_tokens, total_pages, out);
+    extend_few<BLOCK, Index, GRID, true, SPREAD, ONE>(sh, v, call, prefix_lens, seq_lens,
+                                                      last_loc, batch, total_tokens,
+                                                      total_pages, out);
   else
-    extend_few<BLOCK, Index, GRID, false, SPREAD>(sh, v, call, prefix_lens, seq_lens, last_loc,
-                                                  batch, total_tokens, total_pages, out);
+    extend_few<BLOCK, Index, GRID, false, SPREAD, ONE>(sh, v, call, prefix_lens, seq_lens,
+                                                       last_loc, batch, total_tokens,
+                                                       total_pages, out);
 }
 
 }  // namespace kvp

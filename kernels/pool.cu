@@ -1540,12 +1540,36 @@ KVP_DECODE_CLUSTER_KERNEL(8, i32, int)
                                                          last_loc, batch, total_tokens,           \
                                                          total_pages, out);                       \
   }
+// Exactly one request (ONE, extend_few.cuh): kvp_extend_one_{64,128,256}_*, one block, and
+// kvp_extend_one_blocks_*, several.
+#define KVP_EXTEND_ONE_KERNEL(THREADS, SUFFIX, INDEX)                                             \
+  extern "C" __global__ void __launch_bounds__(THREADS) kvp_extend_one_##THREADS##_##SUFFIX(      \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend_few_kernel<THREADS, INDEX, false, false, true>(v, call, prefix_lens, seq_lens,         \
+                                                          last_loc, batch, total_tokens,          \
+                                                          total_pages, out);                      \
+  }
+#define KVP_EXTEND_ONE_GRID_KERNEL(SUFFIX, INDEX)                                                 \
+  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_one_blocks_##SUFFIX(      \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend_few_kernel<EXTEND_BLOCK, INDEX, true, false, true>(v, call, prefix_lens, seq_lens,     \
+                                                              last_loc, batch, total_tokens,      \
+                                                              total_pages, out);                  \
+  }
 #define KVP_EXTEND_FEW_KERNELS(SUFFIX, INDEX)                                                     \
   KVP_EXTEND_FEW_KERNEL(64, SUFFIX, INDEX)                                                        \
   KVP_EXTEND_FEW_KERNEL(128, SUFFIX, INDEX)                                                       \
   KVP_EXTEND_FEW_KERNEL(256, SUFFIX, INDEX)                                                       \
   KVP_EXTEND_FEW_GRID_KERNEL(blocks, false, SUFFIX, INDEX)                                        \
-  KVP_EXTEND_FEW_GRID_KERNEL(spread, true, SUFFIX, INDEX)
+  KVP_EXTEND_FEW_GRID_KERNEL(spread, true, SUFFIX, INDEX)                                         \
+  KVP_EXTEND_ONE_KERNEL(64, SUFFIX, INDEX)                                                        \
+  KVP_EXTEND_ONE_KERNEL(128, SUFFIX, INDEX)                                                       \
+  KVP_EXTEND_ONE_KERNEL(256, SUFFIX, INDEX)                                                       \
+  KVP_EXTEND_ONE_GRID_KERNEL(SUFFIX, INDEX)
 
 KVP_EXTEND_FEW_KERNELS(i64, long long)
 KVP_EXTEND_FEW_KERNELS(i32, int)

@@ -37,6 +37,11 @@ pub(crate) struct Typed {
     pub extend_few: [CUfunction; FEW_THREADS.len()],
     pub extend_few_blocks: CUfunction,
     pub extend_few_spread: CUfunction,
+    /// The same shapes for exactly one request (`kvp_extend_one_{N}_*`, one block of each of
+    /// `FEW_THREADS` threads, and `kvp_extend_one_blocks_*`): the batch a constant, so the
+    /// kernels carry no path of several requests.
+    pub extend_one: [CUfunction; FEW_THREADS.len()],
+    pub extend_one_blocks: CUfunction,
     /// `alloc_decode` in one block of each of `DECODE_THREADS` threads, in that order
     /// (`kvp_decode_{N}_*`), and by request row.
     pub decode: [CUfunction; DECODE_THREADS.len()],
@@ -309,6 +314,8 @@ impl Typed {
             extend_few: sized(&typed, "extend_few_", FEW_THREADS, "")?,
             extend_few_blocks: typed("extend_few_blocks")?,
             extend_few_spread: typed("extend_few_spread")?,
+            extend_one: sized(&typed, "extend_one_", FEW_THREADS, "")?,
+            extend_one_blocks: typed("extend_one_blocks")?,
             decode: sized(&typed, "decode_", DECODE_THREADS, "")?,
             decode_rows: sized(&typed, "decode_", DECODE_THREADS, "_rows")?,
             decode_cluster: sized(&typed, "decode_cluster", DECODE_CLUSTERS, "")?,
@@ -452,6 +459,9 @@ mod tests {
             "kvp_extend_few_256_i64",
             "kvp_extend_few_blocks_i32",
             "kvp_extend_few_spread_i64",
+            "kvp_extend_one_64_i32",
+            "kvp_extend_one_256_i64",
+            "kvp_extend_one_blocks_i64",
             "kvp_decode_32_i64",
             "kvp_decode_1024_rows_i32",
             "kvp_decode_cluster8_i64",
@@ -466,16 +476,17 @@ mod tests {
         assert!(!asked
             .iter()
             .any(|n| n.starts_with("kvp_extend_blocks2048_i")));
-        // Per index type: 24 typed entry points, 2 x DECODE_THREADS decode kernels,
-        // 2 x DECODE_CLUSTERS cluster decode kernels, FEW_THREADS one-block extend_few
-        // kernels, WIDE_PLAIN_BATCHES + WIDE_BATCHES wide extend kernels, and the 11 others.
+        // Per index type: 25 typed entry points, 2 x DECODE_THREADS decode kernels,
+        // 2 x DECODE_CLUSTERS cluster decode kernels, 2 x FEW_THREADS one-block extend_few
+        // kernels (several requests, one), WIDE_PLAIN_BATCHES + WIDE_BATCHES wide extend
+        // kernels, and the 11 others.
         assert_eq!(
             asked.len(),
-            2 * (24
+            2 * (25
                 + WIDE_KERNELS
                 + 2 * DECODE_THREADS.len()
                 + 2 * DECODE_CLUSTERS.len()
-                + FEW_THREADS.len()
+                + 2 * FEW_THREADS.len()
                 + 11)
         );
     }

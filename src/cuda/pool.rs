@@ -166,6 +166,11 @@ pub(super) enum ExtendKernel {
     Few(u32),
     /// The same on several blocks (`kvp_extend_few_blocks_*`); by row, `Blocks`'s.
     FewBlocks,
+    /// `Few` for exactly one request (`kvp_extend_one_{N}_*`), and `FewBlocks`
+    /// (`kvp_extend_one_blocks_*`): the batch a constant in the kernel. By row, `Few`'s and
+    /// `FewBlocks`' rows kernels.
+    One(u32),
+    OneBlocks,
     /// `FewBlocks` for more requests than blocks (`kvp_extend_few_spread_*`): a block whose
     /// tokens span several requests plans them before the verdict and stores their slots
     /// while warp 0 decides (16-32 requests of 64 tokens 0.89-0.90x `FewBlocks`'s time;
@@ -190,6 +195,8 @@ impl ExtendKernel {
             Self::Few(threads) => typed.extend_few[few_slot(threads)],
             Self::FewBlocks => typed.extend_few_blocks,
             Self::FewSpread => typed.extend_few_spread,
+            Self::One(threads) => typed.extend_one[few_slot(threads)],
+            Self::OneBlocks => typed.extend_one_blocks,
         }
     }
 
@@ -1333,6 +1340,12 @@ impl DevicePool {
                     (ExtendKernel::FewBlocks, grid, BLOCK)
                 }
             };
+            // Exactly one request: the same shape, its kernel built for one.
+            let kernel = match kernel {
+                ExtendKernel::Few(threads) if batch == 1 => ExtendKernel::One(threads),
+                ExtendKernel::FewBlocks if batch == 1 => ExtendKernel::OneBlocks,
+                kernel => kernel,
+            };
             (kernel, grid, threads, batch32, batch32)
         } else if batch <= 64 && tokens <= BLOCK64_TOKENS {
             (ExtendKernel::Block64, 1, 64, batch32, batch32)
@@ -2210,17 +2223,19 @@ mod tests {
                 (ExtendKernel::Decode(1024), 1, 1024),
             ),
             ((1025, true, 1025, 1025), (ExtendKernel::Grid, 5, 256)),
-            ((1, false, 1, 1), (ExtendKernel::Few(64), 1, 64)),
+            ((1, false, 1, 1), (ExtendKernel::One(64), 1, 64)),
+            ((2, false, 2, 2), (ExtendKernel::Few(64), 1, 64)),
             // Up to 64 tokens of up to 32 requests on two warps, up to 256 on four, up to
             // 512 on 256 threads (BENCHMARKS.md, twenty-second and twenty-third sessions).
             ((32, false, 64, 32), (ExtendKernel::Few(64), 1, 64)),
             ((32, false, 65, 32), (ExtendKernel::Few(128), 1, 128)),
-            ((1, false, 256, 16), (ExtendKernel::Few(128), 1, 128)),
-            ((1, false, 257, 17), (ExtendKernel::Few(256), 1, 256)),
-            ((1, false, 512, 32), (ExtendKernel::Few(256), 1, 256)),
+            ((1, false, 256, 16), (ExtendKernel::One(128), 1, 128)),
+            ((1, false, 257, 17), (ExtendKernel::One(256), 1, 256)),
+            ((1, false, 512, 32), (ExtendKernel::One(256), 1, 256)),
+            ((2, false, 512, 32), (ExtendKernel::Few(256), 1, 256)),
             ((32, false, 512, 64), (ExtendKernel::Few(256), 1, 256)),
             // Several blocks of SHORT_SPAN_TOKENS while they fit one an SM (span_grid).
-            ((1, false, 513, 33), (ExtendKernel::FewBlocks, 3, 256)),
+            ((1, false, 513, 33), (ExtendKernel::OneBlocks, 3, 256)),
             ((2, false, 1024, 64), (ExtendKernel::FewBlocks, 4, 256)),
             ((4, false, 1024, 64), (ExtendKernel::FewBlocks, 4, 256)),
             // More requests than blocks: the blocks that hold several plan their tokens.
@@ -2255,14 +2270,14 @@ mod tests {
                 (256, false, 1 << 20, 1 << 16),
                 (ExtendKernel::Blocks, 264, 256),
             ),
-            ((1, false, 4096, 4096), (ExtendKernel::FewBlocks, 16, 256)),
+            ((1, false, 4096, 4096), (ExtendKernel::OneBlocks, 16, 256)),
             (
                 (1, false, 1 << 14, 1 << 10),
-                (ExtendKernel::FewBlocks, 64, 256),
+                (ExtendKernel::OneBlocks, 64, 256),
             ),
             (
                 (1, false, 1 << 16, 1 << 12),
-                (ExtendKernel::FewBlocks, 128, 256),
+                (ExtendKernel::OneBlocks, 128, 256),
             ),
             // 257-1,024 requests: blocks of 512 or 1,024 threads that each decide the call,
             // at least one (no tokens), at most one an SM (132 here).
