@@ -101,13 +101,16 @@ struct DecodeShared {
 
 // ROWS: by request row, as extend_block (rows checked and seen once, last_loc from the table,
 // the slot into the table and to `out` when it is not NULL). POW2: the page size is a power
-// of two (shifts and masks, no call to the 64-bit division on the path).
-template <int BLOCK, typename Index, bool ROWS, bool POW2>
+// of two (shifts and masks, no call to the 64-bit division on the path). ONE
+// (kvp_decode_one_*): the host sends exactly one request, so `batch` is the constant 1 and
+// the compiler drops the paths of several (as extend_few's ONE).
+template <int BLOCK, typename Index, bool ROWS, bool POW2, bool ONE = false>
 __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View v, Call call,
                                              const long long *seq_lens, const Index *last_loc,
                                              uint32_t batch, unsigned long long total_tokens,
                                              unsigned long long total_pages, Index *out,
                                              TableArgs tab) {
+  if constexpr (ONE) batch = 1;
   constexpr bool WARP = BLOCK == 32;
   constexpr int TABLE_CAP = DecodeShared<BLOCK, ROWS>::TABLE_CAP;
   auto &claims = sh.claims;
@@ -360,17 +363,17 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
 
 // The body is instantiated for both kinds of page size, so a power of two (the usual case)
 // runs straight through.
-template <int BLOCK, typename Index, bool ROWS = false>
+template <int BLOCK, typename Index, bool ROWS = false, bool ONE = false>
 __device__ void decode_kernel(View v, Call call, const long long *seq_lens, const Index *last_loc,
                               uint32_t batch, unsigned long long total_tokens,
                               unsigned long long total_pages, Index *out, TableArgs tab = {}) {
   __shared__ DecodeShared<BLOCK, ROWS> sh;
   if (v.page_shift != NOT_POW2)
-    decode_block<BLOCK, Index, ROWS, true>(sh, v, call, seq_lens, last_loc, batch, total_tokens,
-                                           total_pages, out, tab);
+    decode_block<BLOCK, Index, ROWS, true, ONE>(sh, v, call, seq_lens, last_loc, batch,
+                                                total_tokens, total_pages, out, tab);
   else
-    decode_block<BLOCK, Index, ROWS, false>(sh, v, call, seq_lens, last_loc, batch, total_tokens,
-                                            total_pages, out, tab);
+    decode_block<BLOCK, Index, ROWS, false, ONE>(sh, v, call, seq_lens, last_loc, batch,
+                                                 total_tokens, total_pages, out, tab);
 }
 
 }  // namespace kvp

@@ -1490,6 +1490,19 @@ KVP_ROWS_KERNELS(i32, int)
 KVP_DECODE_KERNELS(i64, long long)
 KVP_DECODE_KERNELS(i32, int)
 
+// alloc_decode of exactly one request: kvp_decode_32_*'s shape, the batch a constant (ONE,
+// decode_block.cuh).
+#define KVP_DECODE_ONE_KERNEL(SUFFIX, INDEX)                                                      \
+  extern "C" __global__ void __launch_bounds__(32) kvp_decode_one_##SUFFIX(                       \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    decode_kernel<32, INDEX, false, true>(v, call, seq_lens, last_loc, batch, total_tokens,       \
+                                          total_pages, out);                                      \
+  }
+KVP_DECODE_ONE_KERNEL(i64, long long)
+KVP_DECODE_ONE_KERNEL(i32, int)
+
 // alloc_decode (and alloc_decode_rows) of DECODE_BATCH + 1 to CLUSTER * CLUSTER_BLOCK
 // requests on one cluster of CLUSTER blocks (decode_cluster.cuh), with kvp_decode_*'s (and
 // kvp_decode_*_rows_'s) parameters. sm_90 only: the host launches them only where clusters

@@ -45,6 +45,9 @@ pub(crate) struct Typed {
     /// `alloc_decode` in one block of each of `DECODE_THREADS` threads, in that order
     /// (`kvp_decode_{N}_*`), and by request row.
     pub decode: [CUfunction; DECODE_THREADS.len()],
+    /// `alloc_decode` of exactly one request (`kvp_decode_one_*`: `kvp_decode_32_*`'s shape,
+    /// the batch a constant).
+    pub decode_one: CUfunction,
     pub decode_rows: [CUfunction; DECODE_THREADS.len()],
     /// `alloc_decode` on one thread block cluster of each of `DECODE_CLUSTERS` blocks, in
     /// that order (`kvp_decode_cluster{N}_*`; sm_90: see `DevicePool::decodes_on_clusters`),
@@ -317,6 +320,7 @@ impl Typed {
             extend_one: sized(&typed, "extend_one_", FEW_THREADS, "")?,
             extend_one_blocks: typed("extend_one_blocks")?,
             decode: sized(&typed, "decode_", DECODE_THREADS, "")?,
+            decode_one: typed("decode_one")?,
             decode_rows: sized(&typed, "decode_", DECODE_THREADS, "_rows")?,
             decode_cluster: sized(&typed, "decode_cluster", DECODE_CLUSTERS, "")?,
             decode_cluster_rows: sized(&typed, "decode_cluster", DECODE_CLUSTERS, "_rows")?,
@@ -463,6 +467,7 @@ mod tests {
             "kvp_extend_one_256_i64",
             "kvp_extend_one_blocks_i64",
             "kvp_decode_32_i64",
+            "kvp_decode_one_i32",
             "kvp_decode_1024_rows_i32",
             "kvp_decode_cluster8_i64",
             "kvp_decode_cluster4_i32",
@@ -476,13 +481,13 @@ mod tests {
         assert!(!asked
             .iter()
             .any(|n| n.starts_with("kvp_extend_blocks2048_i")));
-        // Per index type: 25 typed entry points, 2 x DECODE_THREADS decode kernels,
+        // Per index type: 26 typed entry points, 2 x DECODE_THREADS decode kernels,
         // 2 x DECODE_CLUSTERS cluster decode kernels, 2 x FEW_THREADS one-block extend_few
         // kernels (several requests, one), WIDE_PLAIN_BATCHES + WIDE_BATCHES wide extend
         // kernels, and the 11 others.
         assert_eq!(
             asked.len(),
-            2 * (25
+            2 * (26
                 + WIDE_KERNELS
                 + 2 * DECODE_THREADS.len()
                 + 2 * DECODE_CLUSTERS.len()

@@ -156,6 +156,9 @@ pub(super) enum ExtendKernel {
     /// A decode in one block of this many threads, one of `DECODE_THREADS`
     /// (`kvp_decode_{N}_*`).
     Decode(u32),
+    /// `Decode(32)` for exactly one request (`kvp_decode_one_*`: the batch a constant in the
+    /// kernel). By row, `Decode(32)`'s rows kernel.
+    DecodeOne,
     /// A decode on one cluster of this many blocks, one of `DECODE_CLUSTERS`
     /// (`kvp_decode_cluster{N}_*`): the blocks decide the call together through their
     /// shared memory, where the ticketed kernel's blocks meet in global memory.
@@ -191,6 +194,7 @@ impl ExtendKernel {
             Self::BlocksWide(batch) => typed.extend_blocks_wide[wide_slot(batch)],
             Self::Grid => typed.extend,
             Self::Decode(threads) => typed.decode[decode_slot(threads)],
+            Self::DecodeOne => typed.decode_one,
             Self::DecodeCluster(blocks) => typed.decode_cluster[cluster_slot(blocks)],
             Self::Few(threads) => typed.extend_few[few_slot(threads)],
             Self::FewBlocks => typed.extend_few_blocks,
@@ -1313,7 +1317,12 @@ impl DevicePool {
                 .into_iter()
                 .find(|&t| batch <= t as usize)
                 .unwrap_or(DECODE_BATCH as u32);
-            (ExtendKernel::Decode(threads), 1, threads, batch32, batch32)
+            let kernel = if batch == 1 {
+                ExtendKernel::DecodeOne
+            } else {
+                ExtendKernel::Decode(threads)
+            };
+            (kernel, 1, threads, batch32, batch32)
         } else if let Some(blocks) = DECODE_CLUSTERS
             .into_iter()
             .find(|&blocks| decode && device.clusters && batch <= (blocks * CLUSTER_BLOCK) as usize)
@@ -2208,7 +2217,8 @@ mod tests {
     fn batches_go_to_the_smallest_kernel_that_holds_them() {
         // (batch, decode, tokens, pages) -> (kernel, grid, threads)
         let cases = [
-            ((1, true, 1, 1), (ExtendKernel::Decode(32), 1, 32)),
+            ((1, true, 1, 1), (ExtendKernel::DecodeOne, 1, 32)),
+            ((2, true, 2, 2), (ExtendKernel::Decode(32), 1, 32)),
             ((32, true, 32, 32), (ExtendKernel::Decode(32), 1, 32)),
             ((33, true, 33, 33), (ExtendKernel::Decode(64), 1, 64)),
             ((64, true, 64, 64), (ExtendKernel::Decode(64), 1, 64)),

@@ -297,6 +297,7 @@ impl DevicePool {
             | ExtendKernel::FewSpread
             | ExtendKernel::OneBlocks => Some((typed.extend_blocks_rows, block)),
             ExtendKernel::Decode(threads) => Some((typed.decode_rows[decode_slot(threads)], block)),
+            ExtendKernel::DecodeOne => Some((typed.decode_rows[decode_slot(32)], block)),
             ExtendKernel::DecodeCluster(blocks) => {
                 Some((typed.decode_cluster_rows[cluster_slot(blocks)], block))
             }
