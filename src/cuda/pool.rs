@@ -157,7 +157,8 @@ pub(super) enum ExtendKernel {
     /// (`kvp_decode_{N}_*`).
     Decode(u32),
     /// `Decode(32)` for exactly one request (`kvp_decode_one_*`: the batch a constant in the
-    /// kernel). By row, `Decode(32)`'s rows kernel.
+    /// kernel; 0.96-0.97x the time, BENCHMARKS.md, thirty-fourth session). By row,
+    /// `Decode(32)`'s rows kernel.
     DecodeOne,
     /// A decode on one cluster of this many blocks, one of `DECODE_CLUSTERS`
     /// (`kvp_decode_cluster{N}_*`): the blocks decide the call together through their
@@ -170,8 +171,10 @@ pub(super) enum ExtendKernel {
     /// The same on several blocks (`kvp_extend_few_blocks_*`); by row, `Blocks`'s.
     FewBlocks,
     /// `Few` for exactly one request (`kvp_extend_one_{N}_*`), and `FewBlocks`
-    /// (`kvp_extend_one_blocks_*`): the batch a constant in the kernel. By row, `Few`'s and
-    /// `FewBlocks`' rows kernels.
+    /// (`kvp_extend_one_blocks_*`): the batch a constant in the kernel, which carries no path
+    /// of several requests (one request of up to 64 tokens 0.87x the time, 128-512 tokens
+    /// 0.94-0.98x, more 0.99-1.00x: BENCHMARKS.md, thirty-fourth session). By row, `Few`'s
+    /// and `FewBlocks`' rows kernels.
     One(u32),
     OneBlocks,
     /// `FewBlocks` for more requests than blocks (`kvp_extend_few_spread_*`): a block whose
