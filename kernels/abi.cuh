@@ -54,6 +54,7 @@ extern "C" __device__ const unsigned long long kvp_abi[] = {
     EXTEND_BLOCK,
     STAGE_CAP,
     SPAN_TOKENS,
+    WARPS_BLOCK,
     FewBlockTokens<64>::value,
     FewBlockTokens<128>::value,
     CLUSTER_BLOCK,

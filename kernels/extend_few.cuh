@@ -52,17 +52,19 @@ struct FewShared {
 // page's fill point is left to the request's lane (`*fill_page`, `*fill_to`: set when the
 // call takes effect and this block writes it). REPORT_FIRST (two warps): what needs no page
 // word (the lengths' reports, the offsets in `sh`) comes first, while the words are in
-// flight; elsewhere it did not pay (see extend_few).
-template <bool GRID, bool POW2, bool REPORT_FIRST>
+// flight; elsewhere it did not pay (see extend_few). EVERY_WARP (extend_warps.cuh): any warp
+// decides for itself, lane i request i, and nothing goes to `sh` (unused).
+template <bool GRID, bool POW2, bool REPORT_FIRST, bool EVERY_WARP = false,
+          typename Shared = FewShared>
 __device__ __forceinline__ unsigned long long decide_few(
-    FewShared &sh, const View &v, const Call &call, bool dead, uint32_t batch, long long prefix,
+    Shared &sh, const View &v, const Call &call, bool dead, uint32_t batch, long long prefix,
     long long ll, bool sane, const Shape &s, uint32_t err, bool check, uint32_t prefix_page,
     uint32_t word, unsigned long long filled, unsigned long long at_tok,
     unsigned long long at_page, unsigned long long tokens, unsigned long long new_pages,
     bool live, unsigned long long total_tokens, unsigned long long total_pages,
     unsigned long long t_begin, unsigned long long t_end, long long *fill_page,
     unsigned long long *fill_to) {
-  const uint32_t r = threadIdx.x;
+  const uint32_t r = EVERY_WARP ? threadIdx.x & 31 : threadIdx.x;
   const bool valid = r < batch;
   const bool tracked = v.page_size > 1;
 
@@ -79,15 +81,17 @@ __device__ __forceinline__ unsigned long long decide_few(
   };
   // (With the verdict when it is known: one branch of lane 0 for both.)
   auto publish_offsets = [&](bool with_verdict, unsigned long long verdict) {
-    if (valid) {
-      sh.tok_off[r] = at_tok;
-      sh.part1[r] = s.part1;
-      sh.page_off[r] = at_page;
-      sh.last[r] = ll;
-    }
-    if (r == 0) {
-      sh.tok_off[min(batch, 32u)] = tokens;  // the host sends at most 32 requests
-      if (with_verdict) sh.verdict = verdict;
+    if constexpr (!EVERY_WARP) {
+      if (valid) {
+        sh.tok_off[r] = at_tok;
+        sh.part1[r] = s.part1;
+        sh.page_off[r] = at_page;
+        sh.last[r] = ll;
+      }
+      if (r == 0) {
+        sh.tok_off[min(batch, 32u)] = tokens;  // the host sends at most 32 requests
+        if (with_verdict) sh.verdict = verdict;
+      }
     }
   };
   if constexpr (REPORT_FIRST) {
@@ -139,7 +143,9 @@ __device__ __forceinline__ unsigned long long decide_few(
   const unsigned long long verdict = widen_error(__reduce_min_sync(FULL, key));
 
   if constexpr (REPORT_FIRST) {
-    if (r == 0) sh.verdict = verdict;
+    static_assert(!EVERY_WARP, "an every-warp decision publishes nothing");
+    if constexpr (!EVERY_WARP)
+      if (r == 0) sh.verdict = verdict;
   } else {
     publish_offsets(true, verdict);
   }

@@ -759,6 +759,7 @@ __device__ __forceinline__ TokenRange block_tokens(unsigned long long total) {
 #include "decode_block.cuh"
 #include "decode_cluster.cuh"
 #include "extend_few.cuh"
+#include "extend_warps.cuh"
 #include "extend_grid.cuh"
 
 namespace kvp {
@@ -1549,6 +1550,19 @@ KVP_DECODE_CLUSTER_KERNEL(8, i32, int)
 
 KVP_EXTEND_FEW_KERNELS(i64, long long)
 KVP_EXTEND_FEW_KERNELS(i32, int)
+
+// alloc_extend of up to 32 requests on warps that each decide the call (extend_warps.cuh),
+// kvp_extend_*'s parameters; `per_block` and `decode` (0) are unused.
+#define KVP_EXTEND_WARPS_KERNEL(SUFFIX, INDEX)                                                    \
+  extern "C" __global__ void __launch_bounds__(WARPS_BLOCK) kvp_extend_warps_##SUFFIX(            \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend_warps_kernel<INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, total_tokens,     \
+                               total_pages, out);                                                 \
+  }
+KVP_EXTEND_WARPS_KERNEL(i64, long long)
+KVP_EXTEND_WARPS_KERNEL(i32, int)
 
 // Decode reservations (reservation.cuh): the pool's index type a suffix, a request-to-token
 // table's element type a run-time flag (`wide`: int64) as for the rows kernels.

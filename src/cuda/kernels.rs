@@ -37,6 +37,9 @@ pub(crate) struct Typed {
     pub extend_few: [CUfunction; FEW_THREADS.len()],
     pub extend_few_blocks: CUfunction,
     pub extend_few_spread: CUfunction,
+    /// `alloc_extend` of at most 32 requests on warps that each decide the call
+    /// (`extend_warps.cuh`: blocks of `WARPS_BLOCK` threads, each warp writing its share).
+    pub extend_warps: CUfunction,
     /// `alloc_decode` in one block of each of `DECODE_THREADS` threads, in that order
     /// (`kvp_decode_{N}_*`), and by request row.
     pub decode: [CUfunction; DECODE_THREADS.len()],
@@ -309,6 +312,7 @@ impl Typed {
             extend_few: sized(&typed, "extend_few_", FEW_THREADS, "")?,
             extend_few_blocks: typed("extend_few_blocks")?,
             extend_few_spread: typed("extend_few_spread")?,
+            extend_warps: typed("extend_warps")?,
             decode: sized(&typed, "decode_", DECODE_THREADS, "")?,
             decode_rows: sized(&typed, "decode_", DECODE_THREADS, "_rows")?,
             decode_cluster: sized(&typed, "decode_cluster", DECODE_CLUSTERS, "")?,
@@ -452,6 +456,7 @@ mod tests {
             "kvp_extend_few_256_i64",
             "kvp_extend_few_blocks_i32",
             "kvp_extend_few_spread_i64",
+            "kvp_extend_warps_i32",
             "kvp_decode_32_i64",
             "kvp_decode_1024_rows_i32",
             "kvp_decode_cluster8_i64",
@@ -466,12 +471,12 @@ mod tests {
         assert!(!asked
             .iter()
             .any(|n| n.starts_with("kvp_extend_blocks2048_i")));
-        // Per index type: 24 typed entry points, 2 x DECODE_THREADS decode kernels,
+        // Per index type: 25 typed entry points, 2 x DECODE_THREADS decode kernels,
         // 2 x DECODE_CLUSTERS cluster decode kernels, FEW_THREADS one-block extend_few
         // kernels, WIDE_PLAIN_BATCHES + WIDE_BATCHES wide extend kernels, and the 11 others.
         assert_eq!(
             asked.len(),
-            2 * (24
+            2 * (25
                 + WIDE_KERNELS
                 + 2 * DECODE_THREADS.len()
                 + 2 * DECODE_CLUSTERS.len()

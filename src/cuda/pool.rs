@@ -166,6 +166,9 @@ pub(super) enum ExtendKernel {
     Few(u32),
     /// The same on several blocks (`kvp_extend_few_blocks_*`); by row, `Blocks`'s.
     FewBlocks,
+    /// An extend of at most `WARP_BATCH` requests on warps that each decide the call
+    /// (`kvp_extend_warps_*`, blocks of `WARPS_BLOCK` threads; see `warps_serve`).
+    Warps,
     /// `FewBlocks` for more requests than blocks (`kvp_extend_few_spread_*`): a block whose
     /// tokens span several requests plans them before the verdict and stores their slots
     /// while warp 0 decides (16-32 requests of 64 tokens 0.89-0.90x `FewBlocks`'s time;
@@ -190,6 +193,7 @@ impl ExtendKernel {
             Self::Few(threads) => typed.extend_few[few_slot(threads)],
             Self::FewBlocks => typed.extend_few_blocks,
             Self::FewSpread => typed.extend_few_spread,
+            Self::Warps => typed.extend_warps,
         }
     }
 
@@ -236,6 +240,27 @@ fn span_grid(tokens: u64, multiprocessors: u32) -> u32 {
     } else {
         tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32
     }
+}
+
+/// Threads of a `kvp_extend_warps_*` block (`kvp::WARPS_BLOCK`).
+pub(super) const WARPS_BLOCK: u32 = 128;
+/// Tokens the host gives each warp of `kvp_extend_warps_*` (`kvp::WARP_ROUND`: what a warp
+/// plans at once), up to `TARGET_BLOCKS` blocks; past that a warp takes more, in rounds.
+const WARP_ROUND: u64 = 64;
+
+/// Whether `kvp_extend_warps_*` serves an extend of at most `WARP_BATCH` requests of
+/// `tokens` tokens and `pages` new pages: its warps plan in 32 bits, so the plan's offsets
+/// must be narrow (below 2^31, as the kernel's `narrow_offsets`).
+fn warps_serve(tokens: u64, pages: u64) -> bool {
+    tokens < 1 << 31 && pages < 1 << 31
+}
+
+/// The grid of `kvp_extend_warps_*` for `tokens` tokens: a warp per `WARP_ROUND` tokens, at
+/// most `TARGET_BLOCKS` blocks (at least one, for a call of no tokens).
+fn warps_grid(tokens: u64, _multiprocessors: u32) -> u32 {
+    tokens
+        .div_ceil(WARP_ROUND * u64::from(WARPS_BLOCK / 32))
+        .clamp(1, TARGET_BLOCKS) as u32
 }
 
 /// Where the kernel of `threads` threads (one of `FEW_THREADS`) sits in `Typed::extend_few`.
@@ -1277,6 +1302,7 @@ impl DevicePool {
             clusters: self.clusters,
             multiprocessors: self.multiprocessors,
             wide,
+            warps: true,
         }
     }
 
@@ -1285,6 +1311,7 @@ impl DevicePool {
     pub(super) fn rows_shapes(&self) -> DeviceShapes {
         DeviceShapes {
             wide: self.kernels.wide_rows_shared.map(|bytes| bytes > 0),
+            warps: false,
             ..self.shapes()
         }
     }
@@ -1315,6 +1342,14 @@ impl DevicePool {
                 ExtendKernel::DecodeCluster(blocks),
                 blocks,
                 CLUSTER_BLOCK,
+                batch32,
+                batch32,
+            )
+        } else if !decode && batch <= WARP_BATCH && device.warps && warps_serve(tokens, pages) {
+            (
+                ExtendKernel::Warps,
+                warps_grid(tokens, device.multiprocessors),
+                WARPS_BLOCK,
                 batch32,
                 batch32,
             )
@@ -1951,6 +1986,9 @@ pub(super) struct DeviceShapes {
     pub multiprocessors: u32,
     /// Which of `WIDE_BATCHES`' kernels the device gives their shared memory.
     pub wide: [bool; WIDE_BATCHES.len()],
+    /// Whether `ExtendKernel::Warps` may serve (plain calls: a call by row keeps extend_few's
+    /// shapes, whose rows kernels `rows_alloc` maps them to).
+    pub warps: bool,
 }
 
 /// One kernel launch of a call (see `DevicePool::run_call`): the arguments after
@@ -2138,6 +2176,7 @@ mod tests {
                 clusters: true,
                 multiprocessors: 132,
                 wide,
+                warps: false,
             };
             let (kernel, grid, threads, ..) =
                 DevicePool::extend_shape(batch, false, tokens, tokens, device).unwrap();
@@ -2333,6 +2372,8 @@ mod tests {
                 multiprocessors: 132,
                 // A plain call's shapes (`DevicePool::shapes`).
                 wide: std::array::from_fn(|slot| slot < WIDE_PLAIN_BATCHES.len()),
+                // extend_few's shapes (a call by row's; a plain call's: warps_shapes_...).
+                warps: false,
             };
             let (kernel, grid, threads, per_block, _) =
                 DevicePool::extend_shape(batch, decode, tokens, pages, device).unwrap();

@@ -290,9 +290,10 @@ impl DevicePool {
             ExtendKernel::Few(_) => Some((typed.extend_block_rows, BLOCK)),
             ExtendKernel::Block64 => Some((typed.extend_block64_rows, block)),
             ExtendKernel::Block => Some((typed.extend_block_rows, block)),
-            ExtendKernel::Blocks | ExtendKernel::FewBlocks | ExtendKernel::FewSpread => {
-                Some((typed.extend_blocks_rows, block))
-            }
+            ExtendKernel::Blocks
+            | ExtendKernel::FewBlocks
+            | ExtendKernel::FewSpread
+            | ExtendKernel::Warps => Some((typed.extend_blocks_rows, block)),
             ExtendKernel::Decode(threads) => Some((typed.decode_rows[decode_slot(threads)], block)),
             ExtendKernel::DecodeCluster(blocks) => {
                 Some((typed.decode_cluster_rows[cluster_slot(blocks)], block))
