@@ -167,7 +167,10 @@ constexpr unsigned long long NARROW_TOTAL = 1ull << 26;
 // on pass the total, so each request past the plan is still found past it (the verdict's
 // ERR_LENGTHS, the first such request, is unchanged) and the call is not live; without such a
 // request the sums are exact. Half the shuffles and adds of the 64-bit scan, which the
-// stagers wait for before their ring loads (BENCHMARKS.md, fourteenth session).
+// stagers wait for before their ring loads (BENCHMARKS.md, fourteenth session). Only the
+// scan's steps that reach another request run (lanes past the batch add nothing: a batch of
+// 2 takes one step, not five), and the totals are warp reductions beside the scan rather
+// than a broadcast after it; a lane past the batch gets the totals, as from the full scan.
 __device__ __forceinline__ Offsets request_offsets(Pair own, uint32_t batch,
                                                    unsigned long long total_tokens,
                                                    unsigned long long total_pages) {
@@ -182,8 +185,17 @@ __device__ __forceinline__ Offsets request_offsets(Pair own, uint32_t batch,
     const uint32_t a = (uint32_t)min(own.a, total_tokens + 1);
     const uint32_t b = (uint32_t)min(own.b, total_pages + 1);
     uint32_t ia = a, ib = b;
-    warp_inclusive_scan2(ia, ib);
-    return Offsets{ia - a, ib - b, __shfl_sync(FULL, ia, 31), __shfl_sync(FULL, ib, 31)};
+#pragma unroll
+    for (uint32_t o = 1; o < 32; o <<= 1) {
+      if (o >= batch) break;  // (uniform)
+      const uint32_t ya = __shfl_up_sync(FULL, ia, o), yb = __shfl_up_sync(FULL, ib, o);
+      if (lane >= o) {
+        ia += ya;
+        ib += yb;
+      }
+    }
+    const uint32_t ta = __reduce_add_sync(FULL, a), tb = __reduce_add_sync(FULL, b);
+    return lane < batch ? Offsets{ia - a, ib - b, ta, tb} : Offsets{ta, tb, ta, tb};
   }
   const Pair incl = warp_inclusive_scan(own);
   return Offsets{incl.a - own.a, incl.b - own.b, __shfl_sync(FULL, incl.a, 31),
@@ -245,8 +257,11 @@ __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_
     uint32_t q[PER];
 #pragma unroll
     for (uint32_t u = 0; u < PER; ++u) q[u] = 0;
+    // (A step of `batch` or more finds no request: skipped, the branch uniform. Two
+    // requests take one step, not five.)
 #pragma unroll
     for (uint32_t step = 16; step > 0; step >>= 1) {
+      if (step >= batch) continue;
 #pragma unroll
       for (uint32_t u = 0; u < PER; ++u) {
         const uint32_t c = q[u] + step;
