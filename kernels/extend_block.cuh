@@ -150,7 +150,9 @@ __device__ __forceinline__ OwnTokens<PER> plan_block_tokens(const Shared &sh, co
 // row_len), last_loc read from the table (`last_loc` unused), the slots written into the rows
 // after the verdict, and to `out` only when it is not NULL. A failing call writes nothing to
 // the table. POW2: the page size is a power of two (see extend_kernel).
-template <int BLOCK, int PER, typename Index, bool ROWS, bool GRID, bool POW2>
+// ONE (kvp_extend_one_*_rows_*): the host sends exactly one request; `batch` is the
+// constant 1 (as extend_few's ONE).
+template <int BLOCK, int PER, typename Index, bool ROWS, bool GRID, bool POW2, bool ONE = false>
 __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh, View v,
                                              Call call, const long long *prefix_lens,
                                              const long long *seq_lens, const Index *last_loc,
@@ -158,6 +160,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
                                              unsigned long long total_tokens,
                                              unsigned long long total_pages, Index *out,
                                              TableArgs tab) {
+  if constexpr (ONE) batch = 1;
   auto &tok_off = sh.tok_off;
   auto &page_off = sh.page_off;
   auto &part1 = sh.part1;
@@ -463,7 +466,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
 
 // The body is instantiated for both kinds of page size, so a power of two (the usual case)
 // runs without a branch or a call per division.
-template <int BLOCK, int PER, typename Index, bool ROWS, bool GRID>
+template <int BLOCK, int PER, typename Index, bool ROWS, bool GRID, bool ONE = false>
 __device__ __forceinline__ void extend_on(ExtendShared<BLOCK, PER, ROWS> &sh, View v, Call call,
                                           const long long *prefix_lens,
                                           const long long *seq_lens, const Index *last_loc,
@@ -471,23 +474,24 @@ __device__ __forceinline__ void extend_on(ExtendShared<BLOCK, PER, ROWS> &sh, Vi
                                           unsigned long long total_pages, Index *out,
                                           TableArgs tab) {
   if (v.page_shift != NOT_POW2)
-    extend_block<BLOCK, PER, Index, ROWS, GRID, true>(sh, v, call, prefix_lens, seq_lens,
-                                                      last_loc, batch, total_tokens,
-                                                      total_pages, out, tab);
+    extend_block<BLOCK, PER, Index, ROWS, GRID, true, ONE>(sh, v, call, prefix_lens, seq_lens,
+                                                           last_loc, batch, total_tokens,
+                                                           total_pages, out, tab);
   else
-    extend_block<BLOCK, PER, Index, ROWS, GRID, false>(sh, v, call, prefix_lens, seq_lens,
-                                                       last_loc, batch, total_tokens,
-                                                       total_pages, out, tab);
+    extend_block<BLOCK, PER, Index, ROWS, GRID, false, ONE>(sh, v, call, prefix_lens, seq_lens,
+                                                            last_loc, batch, total_tokens,
+                                                            total_pages, out, tab);
 }
 
-template <int BLOCK, int PER, typename Index, bool ROWS = false, bool GRID = false>
+template <int BLOCK, int PER, typename Index, bool ROWS = false, bool GRID = false,
+          bool ONE = false>
 __device__ void extend_kernel(View v, Call call, const long long *prefix_lens,
                               const long long *seq_lens, const Index *last_loc, uint32_t batch,
                               unsigned long long total_tokens, unsigned long long total_pages,
                               Index *out, TableArgs tab = {}) {
   __shared__ ExtendShared<BLOCK, PER, ROWS> sh;
-  extend_on<BLOCK, PER, Index, ROWS, GRID>(sh, v, call, prefix_lens, seq_lens, last_loc, batch,
-                                           total_tokens, total_pages, out, tab);
+  extend_on<BLOCK, PER, Index, ROWS, GRID, ONE>(sh, v, call, prefix_lens, seq_lens, last_loc,
+                                                batch, total_tokens, total_pages, out, tab);
 }
 
 // Several blocks of BLOCK (512 or 1,024) threads, a request a thread, that each decide the

@@ -1491,7 +1491,7 @@ KVP_DECODE_KERNELS(i64, long long)
 KVP_DECODE_KERNELS(i32, int)
 
 // alloc_decode of exactly one request: kvp_decode_32_*'s shape, the batch a constant (ONE,
-// decode_block.cuh).
+// decode_block.cuh); by row too.
 #define KVP_DECODE_ONE_KERNEL(SUFFIX, INDEX)                                                      \
   extern "C" __global__ void __launch_bounds__(32) kvp_decode_one_##SUFFIX(                       \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
@@ -1499,6 +1499,38 @@ KVP_DECODE_KERNELS(i32, int)
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
     decode_kernel<32, INDEX, false, true>(v, call, seq_lens, last_loc, batch, total_tokens,       \
                                           total_pages, out);                                      \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(32) kvp_decode_one_rows_##SUFFIX(                  \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
+      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    decode_kernel<32, INDEX, true, true>(v, call, seq_lens, nullptr, batch, total_tokens,         \
+                                         total_pages, out, tab);                                  \
+  }                                                                                               \
+  /* alloc_extend_rows of exactly one request: kvp_extend_{warp,block,blocks}_rows_*'s shapes,    \
+     the batch a constant (ONE, extend_block.cuh). */                                             \
+  extern "C" __global__ void __launch_bounds__(32) kvp_extend_one_warp_rows_##SUFFIX(             \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
+      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    extend_kernel<32, 1, INDEX, true, false, true>(v, call, prefix_lens, seq_lens, nullptr,       \
+                                                   batch, total_tokens, total_pages, out, tab);   \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_one_block_rows_##SUFFIX(  \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
+      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    extend_kernel<EXTEND_BLOCK, 1, INDEX, true, false, true>(v, call, prefix_lens, seq_lens,      \
+                                                             nullptr, batch, total_tokens,        \
+                                                             total_pages, out, tab);              \
+  }                                                                                               \
+  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_one_blocks_rows_##SUFFIX( \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
+      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    extend_kernel<EXTEND_BLOCK, 1, INDEX, true, true, true>(v, call, prefix_lens, seq_lens,       \
+                                                            nullptr, batch, total_tokens,         \
+                                                            total_pages, out, tab);               \
   }
 KVP_DECODE_ONE_KERNEL(i64, long long)
 KVP_DECODE_ONE_KERNEL(i32, int)

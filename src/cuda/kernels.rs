@@ -76,6 +76,13 @@ pub(crate) struct Typed {
     pub extend_block_rows: CUfunction,
     pub extend_block64_rows: CUfunction,
     pub extend_blocks_rows: CUfunction,
+    /// The same three shapes and `kvp_decode_32_rows_*`'s for exactly one request
+    /// (`kvp_extend_one_{warp,block,blocks}_rows_*`, `kvp_decode_one_rows_*`: the batch a
+    /// constant).
+    pub extend_one_warp_rows: CUfunction,
+    pub extend_one_block_rows: CUfunction,
+    pub extend_one_blocks_rows: CUfunction,
+    pub decode_one_rows: CUfunction,
     /// `extend_blocks_wide` by request row, for each of `WIDE_BATCHES` in that order
     /// (`kvp_extend_blocks{N}_rows_*`: 257-2,048 requests), launched with
     /// [`Kernels::wide_rows_shared`] bytes.
@@ -337,6 +344,10 @@ impl Typed {
             extend_block_rows: typed("extend_block_rows")?,
             extend_block64_rows: typed("extend_block64_rows")?,
             extend_blocks_rows: typed("extend_blocks_rows")?,
+            extend_one_warp_rows: typed("extend_one_warp_rows")?,
+            extend_one_block_rows: typed("extend_one_block_rows")?,
+            extend_one_blocks_rows: typed("extend_one_blocks_rows")?,
+            decode_one_rows: typed("decode_one_rows")?,
             extend_blocks_wide_rows: sized(&typed, "extend_blocks", WIDE_BATCHES, "_rows")?,
             reserve_decode: typed("reserve_decode")?,
             reservation_step: typed("reservation_step")?,
@@ -468,6 +479,9 @@ mod tests {
             "kvp_extend_one_blocks_i64",
             "kvp_decode_32_i64",
             "kvp_decode_one_i32",
+            "kvp_decode_one_rows_i64",
+            "kvp_extend_one_warp_rows_i32",
+            "kvp_extend_one_blocks_rows_i64",
             "kvp_decode_1024_rows_i32",
             "kvp_decode_cluster8_i64",
             "kvp_decode_cluster4_i32",
@@ -481,13 +495,13 @@ mod tests {
         assert!(!asked
             .iter()
             .any(|n| n.starts_with("kvp_extend_blocks2048_i")));
-        // Per index type: 26 typed entry points, 2 x DECODE_THREADS decode kernels,
+        // Per index type: 30 typed entry points, 2 x DECODE_THREADS decode kernels,
         // 2 x DECODE_CLUSTERS cluster decode kernels, 2 x FEW_THREADS one-block extend_few
         // kernels (several requests, one), WIDE_PLAIN_BATCHES + WIDE_BATCHES wide extend
         // kernels, and the 11 others.
         assert_eq!(
             asked.len(),
-            2 * (26
+            2 * (30
                 + WIDE_KERNELS
                 + 2 * DECODE_THREADS.len()
                 + 2 * DECODE_CLUSTERS.len()
