@@ -158,7 +158,7 @@ pub(super) enum ExtendKernel {
     Decode(u32),
     /// `Decode(32)` for exactly one request (`kvp_decode_one_*`: the batch a constant in the
     /// kernel; 0.96-0.97x the time, BENCHMARKS.md, thirty-fourth session). By row,
-    /// `Decode(32)`'s rows kernel.
+    /// `kvp_decode_one_rows_*` (0.95x).
     DecodeOne,
     /// A decode on one cluster of this many blocks, one of `DECODE_CLUSTERS`
     /// (`kvp_decode_cluster{N}_*`): the blocks decide the call together through their
@@ -173,8 +173,9 @@ pub(super) enum ExtendKernel {
     /// `Few` for exactly one request (`kvp_extend_one_{N}_*`), and `FewBlocks`
     /// (`kvp_extend_one_blocks_*`): the batch a constant in the kernel, which carries no path
     /// of several requests (one request of up to 64 tokens 0.87x the time, 128-512 tokens
-    /// 0.94-0.98x, more 0.99-1.00x: BENCHMARKS.md, thirty-fourth session). By row, `Few`'s
-    /// and `FewBlocks`' rows kernels.
+    /// 0.94-0.98x, more 0.99-1.00x: BENCHMARKS.md, thirty-fourth session). By row, the
+    /// rows kernels of `Few`'s and `FewBlocks`' shapes built for one
+    /// (`kvp_extend_one_{warp,block,blocks}_rows_*`: 0.90-0.95x up to 512 tokens).
     One(u32),
     OneBlocks,
     /// `FewBlocks` for more requests than blocks (`kvp_extend_few_spread_*`): a block whose
