@@ -56,6 +56,8 @@ extern "C" __device__ const unsigned long long kvp_abi[] = {
     SPAN_TOKENS,
     FewBlockTokens<64>::value,
     FewBlockTokens<128>::value,
+    FewBlockTokens<64, true>::value,
+    FewBlockTokens<128, true>::value,
     CLUSTER_BLOCK,
     FREE_BLOCK,
     SORT_CAP,

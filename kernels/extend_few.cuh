@@ -191,13 +191,16 @@ __device__ __forceinline__ Offsets request_offsets(Pair own, uint32_t batch,
 }
 
 // The most tokens the host gives one block of BLOCK threads (src/cuda/pool.rs: WARP_TOKENS
-// to two warps, FOUR_WARP_TOKENS to four, SPAN_TOKENS to 256 threads). A call of more still
-// runs, on the general writers' loop.
-template <int BLOCK>
+// to two warps, FOUR_WARP_TOKENS to four, SPAN_TOKENS to 256 threads; ONE, one request:
+// ONE_WARP_TOKENS and ONE_FOUR_WARP_TOKENS). A call of more still runs, on the general
+// writers' loop.
+template <int BLOCK, bool ONE = false>
 struct FewBlockTokens {
   static_assert(BLOCK == 64 || BLOCK == 128 || BLOCK == 256,
                 "extend_few runs on two warps, four or 256 threads");
-  static constexpr uint32_t value = BLOCK == 64 ? 64 : BLOCK == 128 ? 256 : SPAN_TOKENS;
+  static constexpr uint32_t value = BLOCK == 64    ? (ONE ? 128 : 64)
+                                    : BLOCK == 128 ? (ONE ? 512 : 256)
+                                                   : SPAN_TOKENS;
 };
 
 // From this warp's scan (lane i, request i: `at`, `s`, `ll`), by shuffles, the request of
@@ -313,7 +316,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // about 512 tokens (pool.rs, SPAN_TOKENS). Two or four warps: their most tokens, as many
   // pages, spread over their writers.
   constexpr uint32_t BATCH = GRID       ? 4
-                             : BLOCK < 256 ? (FewBlockTokens<BLOCK>::value + STAGERS - 1) / STAGERS
+                             : BLOCK < 256 ? (FewBlockTokens<BLOCK, ONE>::value + STAGERS - 1) / STAGERS
                                            : (4 * BLOCK + STAGERS - 1) / STAGERS;
   const bool stages = !decides;
   const uint32_t stager = r - 32;
@@ -390,7 +393,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // 1.03-1.06x slower (run s27-2).
   constexpr uint32_t WRITERS = STAGERS;
   constexpr uint32_t PER =
-      ((GRID ? SPAN_TOKENS : FewBlockTokens<BLOCK>::value) + WRITERS - 1) / WRITERS;
+      ((GRID ? SPAN_TOKENS : FewBlockTokens<BLOCK, ONE>::value) + WRITERS - 1) / WRITERS;
   // (Staged: the block's new pages fit in shared memory.)
   const bool staged = page_hi - page_lo <= STAGE_CAP;
   const bool planned = GRID ? SPREAD && live && !one_request && staged &&

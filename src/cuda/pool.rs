@@ -128,6 +128,10 @@ fn wide_threads(batch: u32) -> u32 {
 const WARP_TOKENS: u64 = 64;
 /// The most tokens `kvp_extend_few_128_*` takes (three a writer lane).
 const FOUR_WARP_TOKENS: u64 = 256;
+/// The most tokens `kvp_extend_one_64_*` and `kvp_extend_one_128_*` take (four and six a
+/// writer lane): with no scan of the requests, fewer warps with more tokens each.
+const ONE_WARP_TOKENS: u64 = 128;
+const ONE_FOUR_WARP_TOKENS: u64 = 512;
 const BLOCK_TOKENS: u64 = 512;
 const BLOCK64_TOKENS: u64 = 128;
 /// The most tokens a block of the several-block extend kernels takes (`kvp::SPAN_TOKENS`;
@@ -1352,11 +1356,18 @@ impl DevicePool {
                     (ExtendKernel::FewBlocks, grid, BLOCK)
                 }
             };
-            // Exactly one request: the same shape, its kernel built for one.
-            let kernel = match kernel {
-                ExtendKernel::Few(threads) if batch == 1 => ExtendKernel::One(threads),
-                ExtendKernel::FewBlocks if batch == 1 => ExtendKernel::OneBlocks,
-                kernel => kernel,
+            // Exactly one request: its kernels built for one, two warps up to ONE_WARP_TOKENS,
+            // four up to ONE_FOUR_WARP_TOKENS.
+            let (kernel, threads) = match kernel {
+                ExtendKernel::Few(_) if batch == 1 && tokens <= ONE_WARP_TOKENS => {
+                    (ExtendKernel::One(64), 64)
+                }
+                ExtendKernel::Few(_) if batch == 1 && tokens <= ONE_FOUR_WARP_TOKENS => {
+                    (ExtendKernel::One(128), 128)
+                }
+                ExtendKernel::Few(threads) if batch == 1 => (ExtendKernel::One(threads), threads),
+                ExtendKernel::FewBlocks if batch == 1 => (ExtendKernel::OneBlocks, threads),
+                kernel => (kernel, threads),
             };
             (kernel, grid, threads, batch32, batch32)
         } else if batch <= 64 && tokens <= BLOCK64_TOKENS {
@@ -2243,8 +2254,10 @@ mod tests {
             ((32, false, 64, 32), (ExtendKernel::Few(64), 1, 64)),
             ((32, false, 65, 32), (ExtendKernel::Few(128), 1, 128)),
             ((1, false, 256, 16), (ExtendKernel::One(128), 1, 128)),
-            ((1, false, 257, 17), (ExtendKernel::One(256), 1, 256)),
-            ((1, false, 512, 32), (ExtendKernel::One(256), 1, 256)),
+            ((1, false, 128, 8), (ExtendKernel::One(64), 1, 64)),
+            ((1, false, 129, 9), (ExtendKernel::One(128), 1, 128)),
+            ((1, false, 257, 17), (ExtendKernel::One(128), 1, 128)),
+            ((1, false, 512, 32), (ExtendKernel::One(128), 1, 128)),
             ((2, false, 512, 32), (ExtendKernel::Few(256), 1, 256)),
             ((32, false, 512, 64), (ExtendKernel::Few(256), 1, 256)),
             // Several blocks of SHORT_SPAN_TOKENS while they fit one an SM (span_grid).
