@@ -1490,9 +1490,19 @@ KVP_ROWS_KERNELS(i32, int)
 KVP_DECODE_KERNELS(i64, long long)
 KVP_DECODE_KERNELS(i32, int)
 
-// alloc_decode of exactly one request: kvp_decode_32_*'s shape, the batch a constant (ONE,
-// decode_block.cuh); by row too.
-#define KVP_DECODE_ONE_KERNEL(SUFFIX, INDEX)                                                      \
+// Calls of exactly one request, the batch a constant (ONE: decode_block.cuh,
+// extend_block.cuh): alloc_decode on kvp_decode_32_*'s shape, plain and by row, and
+// alloc_extend_rows on kvp_extend_{warp,block,blocks}_rows_*'s shapes.
+#define KVP_EXTEND_ONE_ROWS_KERNEL(NAME, THREADS, GRID, SUFFIX, INDEX)                            \
+  extern "C" __global__ void __launch_bounds__(THREADS) kvp_extend_one_##NAME##_rows_##SUFFIX(    \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
+      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    extend_kernel<THREADS, 1, INDEX, true, GRID, true>(v, call, prefix_lens, seq_lens, nullptr,   \
+                                                       batch, total_tokens, total_pages, out,     \
+                                                       tab);                                      \
+  }
+#define KVP_ONE_KERNELS(SUFFIX, INDEX)                                                            \
   extern "C" __global__ void __launch_bounds__(32) kvp_decode_one_##SUFFIX(                       \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
@@ -1507,33 +1517,11 @@ KVP_DECODE_KERNELS(i32, int)
     decode_kernel<32, INDEX, true, true>(v, call, seq_lens, nullptr, batch, total_tokens,         \
                                          total_pages, out, tab);                                  \
   }                                                                                               \
-  /* alloc_extend_rows of exactly one request: kvp_extend_{warp,block,blocks}_rows_*'s shapes,    \
-     the batch a constant (ONE, extend_block.cuh). */                                             \
-  extern "C" __global__ void __launch_bounds__(32) kvp_extend_one_warp_rows_##SUFFIX(             \
-      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
-      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
-      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
-    extend_kernel<32, 1, INDEX, true, false, true>(v, call, prefix_lens, seq_lens, nullptr,       \
-                                                   batch, total_tokens, total_pages, out, tab);   \
-  }                                                                                               \
-  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_one_block_rows_##SUFFIX(  \
-      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
-      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
-      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
-    extend_kernel<EXTEND_BLOCK, 1, INDEX, true, false, true>(v, call, prefix_lens, seq_lens,      \
-                                                             nullptr, batch, total_tokens,        \
-                                                             total_pages, out, tab);              \
-  }                                                                                               \
-  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_one_blocks_rows_##SUFFIX( \
-      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
-      uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
-      unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
-    extend_kernel<EXTEND_BLOCK, 1, INDEX, true, true, true>(v, call, prefix_lens, seq_lens,       \
-                                                            nullptr, batch, total_tokens,         \
-                                                            total_pages, out, tab);               \
-  }
-KVP_DECODE_ONE_KERNEL(i64, long long)
-KVP_DECODE_ONE_KERNEL(i32, int)
+  KVP_EXTEND_ONE_ROWS_KERNEL(warp, 32, false, SUFFIX, INDEX)                                      \
+  KVP_EXTEND_ONE_ROWS_KERNEL(block, EXTEND_BLOCK, false, SUFFIX, INDEX)                           \
+  KVP_EXTEND_ONE_ROWS_KERNEL(blocks, EXTEND_BLOCK, true, SUFFIX, INDEX)
+KVP_ONE_KERNELS(i64, long long)
+KVP_ONE_KERNELS(i32, int)
 
 // alloc_decode (and alloc_decode_rows) of DECODE_BATCH + 1 to CLUSTER * CLUSTER_BLOCK
 // requests on one cluster of CLUSTER blocks (decode_cluster.cuh), with kvp_decode_*'s (and
