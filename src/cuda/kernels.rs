@@ -45,10 +45,10 @@ pub(crate) struct Typed {
     /// `alloc_decode` in one block of each of `DECODE_THREADS` threads, in that order
     /// (`kvp_decode_{N}_*`), and by request row.
     pub decode: [CUfunction; DECODE_THREADS.len()],
-    /// `alloc_decode` of exactly one request (`kvp_decode_one_*`: `kvp_decode_32_*`'s shape,
-    /// the batch a constant).
-    pub decode_one: CUfunction,
     pub decode_rows: [CUfunction; DECODE_THREADS.len()],
+    /// `alloc_decode` of exactly one request (`kvp_decode_one_*`: `kvp_decode_32_*`'s shape,
+    /// the batch a constant; by row, `decode_one_rows`).
+    pub decode_one: CUfunction,
     /// `alloc_decode` on one thread block cluster of each of `DECODE_CLUSTERS` blocks, in
     /// that order (`kvp_decode_cluster{N}_*`; sm_90: see `DevicePool::decodes_on_clusters`),
     /// and by request row.
