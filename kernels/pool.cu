@@ -1552,57 +1552,29 @@ KVP_DECODE_CLUSTER_KERNEL(8, i32, int)
 // alloc_extend of up to 32 requests (extend_few.cuh): warp 0 decides, then THREADS threads
 // write (one block), or several blocks of EXTEND_BLOCK (kvp_extend_few_blocks_*, a long
 // prefill; kvp_extend_few_spread_*, one of more requests than blocks, whose blocks plan
-// their tokens before the verdict where they hold several requests). kvp_extend_*'s
-// parameters, so the host launches any of them alike; `per_block` and `decode` (0) are
-// unused.
-#define KVP_EXTEND_FEW_KERNEL(THREADS, SUFFIX, INDEX)                                             \
-  extern "C" __global__ void __launch_bounds__(THREADS) kvp_extend_few_##THREADS##_##SUFFIX(      \
+// their tokens before the verdict where they hold several requests); kvp_extend_one_* the
+// same shapes for exactly one request (ONE). kvp_extend_*'s parameters, so the host launches
+// any of them alike; `per_block` and `decode` (0) are unused. KVP_EXTEND_FEW_KERNEL makes
+// kvp_extend_NAME_* on THREADS threads (GRID: several blocks).
+#define KVP_EXTEND_FEW_KERNEL(NAME, THREADS, GRID, SPREAD, ONE, SUFFIX, INDEX)                    \
+  extern "C" __global__ void __launch_bounds__(THREADS) kvp_extend_##NAME##_##SUFFIX(             \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_few_kernel<THREADS, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch,            \
-                                      total_tokens, total_pages, out);                            \
-  }
-// Several blocks: kvp_extend_few_{blocks,spread}_* (SPREAD, extend_few.cuh).
-#define KVP_EXTEND_FEW_GRID_KERNEL(NAME, SPREAD, SUFFIX, INDEX)                                   \
-  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_few_##NAME##_##SUFFIX(    \
-      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
-      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
-      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_few_kernel<EXTEND_BLOCK, INDEX, true, SPREAD>(v, call, prefix_lens, seq_lens,          \
+    extend_few_kernel<THREADS, INDEX, GRID, SPREAD, ONE>(v, call, prefix_lens, seq_lens,          \
                                                          last_loc, batch, total_tokens,           \
                                                          total_pages, out);                       \
   }
-// Exactly one request (ONE, extend_few.cuh): kvp_extend_one_{64,128,256}_*, one block, and
-// kvp_extend_one_blocks_*, several.
-#define KVP_EXTEND_ONE_KERNEL(THREADS, SUFFIX, INDEX)                                             \
-  extern "C" __global__ void __launch_bounds__(THREADS) kvp_extend_one_##THREADS##_##SUFFIX(      \
-      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
-      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
-      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_few_kernel<THREADS, INDEX, false, false, true>(v, call, prefix_lens, seq_lens,         \
-                                                          last_loc, batch, total_tokens,          \
-                                                          total_pages, out);                      \
-  }
-#define KVP_EXTEND_ONE_GRID_KERNEL(SUFFIX, INDEX)                                                 \
-  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_one_blocks_##SUFFIX(      \
-      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
-      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
-      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_few_kernel<EXTEND_BLOCK, INDEX, true, false, true>(v, call, prefix_lens, seq_lens,     \
-                                                              last_loc, batch, total_tokens,      \
-                                                              total_pages, out);                  \
-  }
 #define KVP_EXTEND_FEW_KERNELS(SUFFIX, INDEX)                                                     \
-  KVP_EXTEND_FEW_KERNEL(64, SUFFIX, INDEX)                                                        \
-  KVP_EXTEND_FEW_KERNEL(128, SUFFIX, INDEX)                                                       \
-  KVP_EXTEND_FEW_KERNEL(256, SUFFIX, INDEX)                                                       \
-  KVP_EXTEND_FEW_GRID_KERNEL(blocks, false, SUFFIX, INDEX)                                        \
-  KVP_EXTEND_FEW_GRID_KERNEL(spread, true, SUFFIX, INDEX)                                         \
-  KVP_EXTEND_ONE_KERNEL(64, SUFFIX, INDEX)                                                        \
-  KVP_EXTEND_ONE_KERNEL(128, SUFFIX, INDEX)                                                       \
-  KVP_EXTEND_ONE_KERNEL(256, SUFFIX, INDEX)                                                       \
-  KVP_EXTEND_ONE_GRID_KERNEL(SUFFIX, INDEX)
+  KVP_EXTEND_FEW_KERNEL(few_64, 64, false, false, false, SUFFIX, INDEX)                           \
+  KVP_EXTEND_FEW_KERNEL(few_128, 128, false, false, false, SUFFIX, INDEX)                         \
+  KVP_EXTEND_FEW_KERNEL(few_256, 256, false, false, false, SUFFIX, INDEX)                         \
+  KVP_EXTEND_FEW_KERNEL(few_blocks, EXTEND_BLOCK, true, false, false, SUFFIX, INDEX)              \
+  KVP_EXTEND_FEW_KERNEL(few_spread, EXTEND_BLOCK, true, true, false, SUFFIX, INDEX)               \
+  KVP_EXTEND_FEW_KERNEL(one_64, 64, false, false, true, SUFFIX, INDEX)                            \
+  KVP_EXTEND_FEW_KERNEL(one_128, 128, false, false, true, SUFFIX, INDEX)                          \
+  KVP_EXTEND_FEW_KERNEL(one_256, 256, false, false, true, SUFFIX, INDEX)                          \
+  KVP_EXTEND_FEW_KERNEL(one_blocks, EXTEND_BLOCK, true, false, true, SUFFIX, INDEX)
 
 KVP_EXTEND_FEW_KERNELS(i64, long long)
 KVP_EXTEND_FEW_KERNELS(i32, int)
