@@ -167,12 +167,16 @@ constexpr unsigned long long NARROW_TOTAL = 1ull << 26;
 // on pass the total, so each request past the plan is still found past it (the verdict's
 // ERR_LENGTHS, the first such request, is unchanged) and the call is not live; without such a
 // request the sums are exact. Half the shuffles and adds of the 64-bit scan, which the
-// stagers wait for before their ring loads (BENCHMARKS.md, fourteenth session).
+// stagers wait for before their ring loads (BENCHMARKS.md, fourteenth session). MAXB: the
+// most requests the kernel takes (see extend_few); below 32, a scan of log2(MAXB) steps,
+// exact in the first MAXB lanes (a lane past the batch holds nothing), and no branch for one
+// request, which the host sends elsewhere.
+template <uint32_t MAXB>
 __device__ __forceinline__ Offsets request_offsets(Pair own, uint32_t batch,
                                                    unsigned long long total_tokens,
                                                    unsigned long long total_pages) {
   const uint32_t lane = threadIdx.x & 31;
-  if (batch == 1) {  // (uniform: every lane takes the same branch)
+  if ((MAXB == 1 || MAXB == 32) && batch == 1) {  // (uniform: every lane takes the same branch)
     const unsigned long long tokens = __shfl_sync(FULL, own.a, 0);
     const unsigned long long new_pages = __shfl_sync(FULL, own.b, 0);
     return lane == 0 ? Offsets{0, 0, tokens, new_pages}
@@ -182,12 +186,12 @@ __device__ __forceinline__ Offsets request_offsets(Pair own, uint32_t batch,
     const uint32_t a = (uint32_t)min(own.a, total_tokens + 1);
     const uint32_t b = (uint32_t)min(own.b, total_pages + 1);
     uint32_t ia = a, ib = b;
-    warp_inclusive_scan2(ia, ib);
-    return Offsets{ia - a, ib - b, __shfl_sync(FULL, ia, 31), __shfl_sync(FULL, ib, 31)};
+    warp_inclusive_scan2<uint32_t, MAXB>(ia, ib);
+    return Offsets{ia - a, ib - b, __shfl_sync(FULL, ia, MAXB - 1), __shfl_sync(FULL, ib, MAXB - 1)};
   }
-  const Pair incl = warp_inclusive_scan(own);
-  return Offsets{incl.a - own.a, incl.b - own.b, __shfl_sync(FULL, incl.a, 31),
-                 __shfl_sync(FULL, incl.b, 31)};
+  const Pair incl = warp_inclusive_scan<MAXB>(own);
+  return Offsets{incl.a - own.a, incl.b - own.b, __shfl_sync(FULL, incl.a, MAXB - 1),
+                 __shfl_sync(FULL, incl.b, MAXB - 1)};
 }
 
 // The most tokens the host gives one block of BLOCK threads (src/cuda/pool.rs: WARP_TOKENS
@@ -207,7 +211,7 @@ struct FewBlockTokens {
 // nothing planned here is used then. GRID: the block's tokens from `t_first`, its staged pages
 // from ring rank `page_lo`, planned only for a live call whose offsets are narrow (below
 // 2^31), so that the clamps change nothing.
-template <uint32_t PER, uint32_t WRITERS, bool POW2, bool GRID = false>
+template <uint32_t PER, uint32_t WRITERS, bool POW2, bool GRID, uint32_t MAXB>
 __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_t writer,
                                                           uint32_t batch, const Offsets &at,
                                                           const Shape &s, long long ll,
@@ -236,8 +240,8 @@ __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_
   };
   // (Branches uniform: every lane shuffles.) One request: one set of shuffles, from lane 0,
   // for every token. Several: the searches of all the thread's tokens step by step
-  // together, so that each step's shuffles issue back to back.
-  if (batch == 1) {
+  // together, so that each step's shuffles issue back to back, log2(MAXB) steps.
+  if ((MAXB == 1 || MAXB == 32) && batch == 1) {
     const Request first = request(0);
 #pragma unroll
     for (uint32_t u = 0; u < PER; ++u) place(u, first);
@@ -246,7 +250,7 @@ __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_
 #pragma unroll
     for (uint32_t u = 0; u < PER; ++u) q[u] = 0;
 #pragma unroll
-    for (uint32_t step = 16; step > 0; step >>= 1) {
+    for (uint32_t step = MAXB / 2; step > 0; step >>= 1) {
 #pragma unroll
       for (uint32_t u = 0; u < PER; ++u) {
         const uint32_t c = q[u] + step;
@@ -260,16 +264,22 @@ __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_
   return own;
 }
 
-// ONE (kvp_extend_one_*): the host sends exactly one request, so `batch` is the constant 1
-// and the compiler drops every path of several requests (the scan, the token search, the
-// repeats' match): a shorter kernel whose instructions a cold SM fetches sooner.
-template <int BLOCK, typename Index, bool GRID, bool POW2, bool SPREAD, bool ONE = false>
+// MAXB, the most requests the host sends the kernel: 32 (kvp_extend_few_*), 1
+// (kvp_extend_one_*: `batch` is the constant 1 and the compiler drops every path of several
+// requests, the scan, the token search, the repeats' match: a shorter kernel whose
+// instructions a cold SM fetches sooner), or 2, 4, 8 (kvp_extend_few{2,4,8}_*: scans and
+// token searches of log2(MAXB) steps, not five). A batch past MAXB is cut to it: the plan's
+// totals then exceed the requests' and the call fails (ERR_LENGTHS), writing nothing past them.
+template <int BLOCK, typename Index, bool GRID, bool POW2, bool SPREAD, uint32_t MAXB = 32>
 __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
                                            const long long *prefix_lens,
                                            const long long *seq_lens, const Index *last_loc,
                                            uint32_t batch, unsigned long long total_tokens,
                                            unsigned long long total_pages, Index *out) {
-  if constexpr (ONE) batch = 1;
+  static_assert(MAXB == 1 || MAXB == 2 || MAXB == 4 || MAXB == 8 || MAXB == 32,
+                "extend_few takes at most 1, 2, 4, 8 or 32 requests");
+  if constexpr (MAXB == 1) batch = 1;
+  else if constexpr (MAXB < 32) batch = min(batch, MAXB);
   const uint32_t r = threadIdx.x, lane = r & 31;
   const bool decides = r < 32;  // warp 0
   KVP_PROBE(0, 0);  // (probes: see pool.cu; anatomy.cu names the points)
@@ -344,7 +354,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   if (decides) own = after_loads(own, &sh.scan_in[r]);
 
   // Every warp scans the requests (a warp's work: cheaper than publishing it).
-  const Offsets at = request_offsets(own, batch, total_tokens, total_pages);
+  const Offsets at = request_offsets<MAXB>(own, batch, total_tokens, total_pages);
   const unsigned long long at_tok = at.at_tok, at_page = at.at_page;
   const unsigned long long tokens = at.tokens, new_pages = at.new_pages;
   const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
@@ -413,7 +423,8 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   OwnTokens<PER> mine;
   if constexpr (PLAN_FIRST) {
     if (planned && stages)
-      mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens);
+      mine = plan_own_tokens<PER, WRITERS, POW2, false, MAXB>(v, stager, batch, at, s, ll,
+                                                              total_tokens);
   }
 
   // Round trip 3, while warp 0 decides: the new pages of this block's tokens, from the ring
@@ -429,7 +440,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     const uint32_t count = (uint32_t)(page_hi - page_lo);
     early.load(v, ring_pos(c.head, page_lo, v.num_pages), min(count, v.num_pages), stager);
     __syncwarp();
-    mine = plan_own_tokens<PER, WRITERS, POW2, GRID>(v, stager, batch, at, s, ll, total_tokens,
+    mine = plan_own_tokens<PER, WRITERS, POW2, GRID, MAXB>(v, stager, batch, at, s, ll, total_tokens,
                                                      (uint32_t)t_begin, (uint32_t)page_lo);
     early.stage(sh.pages, v, c, page_lo, count, stager);
   } else if (live && staged && stages) {
@@ -443,7 +454,8 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   }
   if constexpr (!PLAN_FIRST && !GRID) {
     if (planned && stages)
-      mine = plan_own_tokens<PER, WRITERS, POW2>(v, stager, batch, at, s, ll, total_tokens);
+      mine = plan_own_tokens<PER, WRITERS, POW2, false, MAXB>(v, stager, batch, at, s, ll,
+                                                              total_tokens);
   }
 
   // Planned: the writers' slots go to `out` while warp 0 decides, once the stagers (the
@@ -556,18 +568,18 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
 }
 
 // The body is instantiated for both kinds of page size (see extend_kernel).
-template <int BLOCK, typename Index, bool GRID = false, bool SPREAD = false, bool ONE = false>
+template <int BLOCK, typename Index, bool GRID = false, bool SPREAD = false, uint32_t MAXB = 32>
 __device__ void extend_few_kernel(View v, Call call, const long long *prefix_lens,
                                   const long long *seq_lens, const Index *last_loc,
                                   uint32_t batch, unsigned long long total_tokens,
                                   unsigned long long total_pages, Index *out) {
   __shared__ FewShared sh;
   if (v.page_shift != NOT_POW2)
-    extend_few<BLOCK, Index, GRID, true, SPREAD, ONE>(sh, v, call, prefix_lens, seq_lens,
+    extend_few<BLOCK, Index, GRID, true, SPREAD, MAXB>(sh, v, call, prefix_lens, seq_lens,
                                                       last_loc, batch, total_tokens,
                                                       total_pages, out);
   else
-    extend_few<BLOCK, Index, GRID, false, SPREAD, ONE>(sh, v, call, prefix_lens, seq_lens,
+    extend_few<BLOCK, Index, GRID, false, SPREAD, MAXB>(sh, v, call, prefix_lens, seq_lens,
                                                        last_loc, batch, total_tokens,
                                                        total_pages, out);
 }

@@ -63,11 +63,12 @@ struct Pair {
 };
 
 // Inclusive prefix sums of two values over the warp, in their own width (extend_few.cuh
-// scans in 32 bits where the sums fit).
-template <typename T>
+// scans in 32 bits where the sums fit). WIDTH < 32: exact in the first WIDTH lanes only (the
+// lanes past them sum windows of their own), for callers with at most WIDTH values.
+template <typename T, int WIDTH = 32>
 __device__ inline void warp_inclusive_scan2(T &a, T &b) {
   const int lane = threadIdx.x & 31;
-  for (int o = 1; o < 32; o <<= 1) {
+  for (int o = 1; o < WIDTH; o <<= 1) {
     const T ya = __shfl_up_sync(FULL, a, o);
     const T yb = __shfl_up_sync(FULL, b, o);
     if (lane >= o) {
@@ -77,8 +78,9 @@ __device__ inline void warp_inclusive_scan2(T &a, T &b) {
   }
 }
 
+template <int WIDTH = 32>
 __device__ inline Pair warp_inclusive_scan(Pair x) {
-  warp_inclusive_scan2(x.a, x.b);
+  warp_inclusive_scan2<unsigned long long, WIDTH>(x.a, x.b);
   return x;
 }
 
@@ -1552,29 +1554,33 @@ KVP_DECODE_CLUSTER_KERNEL(8, i32, int)
 // alloc_extend of up to 32 requests (extend_few.cuh): warp 0 decides, then THREADS threads
 // write (one block), or several blocks of EXTEND_BLOCK (kvp_extend_few_blocks_*, a long
 // prefill; kvp_extend_few_spread_*, one of more requests than blocks, whose blocks plan
-// their tokens before the verdict where they hold several requests); kvp_extend_one_* the
-// same shapes for exactly one request (ONE). kvp_extend_*'s parameters, so the host launches
+// their tokens before the verdict where they hold several requests); kvp_extend_one_* and
+// kvp_extend_few{2,4,8}_* the same shapes for at most 1, 2, 4 or 8 requests (extend_few's
+// MAXB). kvp_extend_*'s parameters, so the host launches
 // any of them alike; `per_block` and `decode` (0) are unused. KVP_EXTEND_FEW_KERNEL makes
 // kvp_extend_NAME_* on THREADS threads (GRID: several blocks).
-#define KVP_EXTEND_FEW_KERNEL(NAME, THREADS, GRID, SPREAD, ONE, SUFFIX, INDEX)                    \
+#define KVP_EXTEND_FEW_KERNEL(NAME, THREADS, GRID, SPREAD, MAXB, SUFFIX, INDEX)                   \
   extern "C" __global__ void __launch_bounds__(THREADS) kvp_extend_##NAME##_##SUFFIX(             \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
-    extend_few_kernel<THREADS, INDEX, GRID, SPREAD, ONE>(v, call, prefix_lens, seq_lens,          \
-                                                         last_loc, batch, total_tokens,           \
-                                                         total_pages, out);                       \
+    extend_few_kernel<THREADS, INDEX, GRID, SPREAD, MAXB>(v, call, prefix_lens, seq_lens,         \
+                                                          last_loc, batch, total_tokens,          \
+                                                          total_pages, out);                      \
   }
+// The one-block and several-block shapes for at most MAXB requests (extend_few's MAXB).
+#define KVP_EXTEND_FEW_SHAPES(NAME, MAXB, SUFFIX, INDEX)                                          \
+  KVP_EXTEND_FEW_KERNEL(NAME##_64, 64, false, false, MAXB, SUFFIX, INDEX)                         \
+  KVP_EXTEND_FEW_KERNEL(NAME##_128, 128, false, false, MAXB, SUFFIX, INDEX)                       \
+  KVP_EXTEND_FEW_KERNEL(NAME##_256, 256, false, false, MAXB, SUFFIX, INDEX)                       \
+  KVP_EXTEND_FEW_KERNEL(NAME##_blocks, EXTEND_BLOCK, true, false, MAXB, SUFFIX, INDEX)
 #define KVP_EXTEND_FEW_KERNELS(SUFFIX, INDEX)                                                     \
-  KVP_EXTEND_FEW_KERNEL(few_64, 64, false, false, false, SUFFIX, INDEX)                           \
-  KVP_EXTEND_FEW_KERNEL(few_128, 128, false, false, false, SUFFIX, INDEX)                         \
-  KVP_EXTEND_FEW_KERNEL(few_256, 256, false, false, false, SUFFIX, INDEX)                         \
-  KVP_EXTEND_FEW_KERNEL(few_blocks, EXTEND_BLOCK, true, false, false, SUFFIX, INDEX)              \
-  KVP_EXTEND_FEW_KERNEL(few_spread, EXTEND_BLOCK, true, true, false, SUFFIX, INDEX)               \
-  KVP_EXTEND_FEW_KERNEL(one_64, 64, false, false, true, SUFFIX, INDEX)                            \
-  KVP_EXTEND_FEW_KERNEL(one_128, 128, false, false, true, SUFFIX, INDEX)                          \
-  KVP_EXTEND_FEW_KERNEL(one_256, 256, false, false, true, SUFFIX, INDEX)                          \
-  KVP_EXTEND_FEW_KERNEL(one_blocks, EXTEND_BLOCK, true, false, true, SUFFIX, INDEX)
+  KVP_EXTEND_FEW_SHAPES(few, 32, SUFFIX, INDEX)                                                   \
+  KVP_EXTEND_FEW_KERNEL(few_spread, EXTEND_BLOCK, true, true, 32, SUFFIX, INDEX)                  \
+  KVP_EXTEND_FEW_SHAPES(one, 1, SUFFIX, INDEX)                                                    \
+  KVP_EXTEND_FEW_SHAPES(few2, 2, SUFFIX, INDEX)                                                   \
+  KVP_EXTEND_FEW_SHAPES(few4, 4, SUFFIX, INDEX)                                                   \
+  KVP_EXTEND_FEW_SHAPES(few8, 8, SUFFIX, INDEX)
 
 KVP_EXTEND_FEW_KERNELS(i64, long long)
 KVP_EXTEND_FEW_KERNELS(i32, int)

@@ -7,7 +7,9 @@ use std::ffi::{c_void, CStr, CString};
 use cudarc::driver::sys::{self, CUfunction, CUmodule, CUstream};
 
 use super::driver::check;
-use super::pool::{DECODE_CLUSTERS, DECODE_THREADS, FEW_THREADS, WIDE_BATCHES, WIDE_PLAIN_BATCHES};
+use super::pool::{
+    DECODE_CLUSTERS, DECODE_THREADS, FEW_BOUNDS, FEW_THREADS, WIDE_BATCHES, WIDE_PLAIN_BATCHES,
+};
 use crate::pool::{ErrorKind, IndexType, PoolError};
 
 /// The fatbin built from `kernels/pool.cu` (`kernels/pool.fatbin.sha256` records its
@@ -42,6 +44,10 @@ pub(crate) struct Typed {
     /// kernels carry no path of several requests.
     pub extend_one: [CUfunction; FEW_THREADS.len()],
     pub extend_one_blocks: CUfunction,
+    /// The same shapes for at most each of `FEW_BOUNDS` requests, in that order
+    /// (`kvp_extend_few{B}_{N}_*`, `kvp_extend_few{B}_blocks_*`).
+    pub extend_few_bounded: [[CUfunction; FEW_THREADS.len()]; FEW_BOUNDS.len()],
+    pub extend_few_bounded_blocks: [CUfunction; FEW_BOUNDS.len()],
     /// `alloc_decode` in one block of each of `DECODE_THREADS` threads, in that order
     /// (`kvp_decode_{N}_*`), and by request row.
     pub decode: [CUfunction; DECODE_THREADS.len()],
@@ -326,6 +332,14 @@ impl Typed {
             extend_few_spread: typed("extend_few_spread")?,
             extend_one: sized(&typed, "extend_one_", FEW_THREADS, "")?,
             extend_one_blocks: typed("extend_one_blocks")?,
+            extend_few_bounded: {
+                let mut functions = [[std::ptr::null_mut(); FEW_THREADS.len()]; FEW_BOUNDS.len()];
+                for (shapes, bound) in functions.iter_mut().zip(FEW_BOUNDS) {
+                    *shapes = sized(&typed, &format!("extend_few{bound}_"), FEW_THREADS, "")?;
+                }
+                functions
+            },
+            extend_few_bounded_blocks: sized(&typed, "extend_few", FEW_BOUNDS, "_blocks")?,
             decode: sized(&typed, "decode_", DECODE_THREADS, "")?,
             decode_one: typed("decode_one")?,
             decode_rows: sized(&typed, "decode_", DECODE_THREADS, "_rows")?,
@@ -477,6 +491,11 @@ mod tests {
             "kvp_extend_one_64_i32",
             "kvp_extend_one_256_i64",
             "kvp_extend_one_blocks_i64",
+            "kvp_extend_few2_64_i64",
+            "kvp_extend_few4_128_i32",
+            "kvp_extend_few8_256_i64",
+            "kvp_extend_few2_blocks_i32",
+            "kvp_extend_few8_blocks_i64",
             "kvp_decode_32_i64",
             "kvp_decode_one_i32",
             "kvp_decode_one_rows_i64",
@@ -496,16 +515,17 @@ mod tests {
             .iter()
             .any(|n| n.starts_with("kvp_extend_blocks2048_i")));
         // Per index type: 30 typed entry points, 2 x DECODE_THREADS decode kernels,
-        // 2 x DECODE_CLUSTERS cluster decode kernels, 2 x FEW_THREADS one-block extend_few
-        // kernels (several requests, one), WIDE_PLAIN_BATCHES + WIDE_BATCHES wide extend
-        // kernels, and the 11 others.
+        // 2 x DECODE_CLUSTERS cluster decode kernels, FEW_THREADS one-block extend_few
+        // kernels for each of 32 requests, one and FEW_BOUNDS, a several-block one for each
+        // bound, WIDE_PLAIN_BATCHES + WIDE_BATCHES wide extend kernels, and the 11 others.
         assert_eq!(
             asked.len(),
             2 * (30
                 + WIDE_KERNELS
                 + 2 * DECODE_THREADS.len()
                 + 2 * DECODE_CLUSTERS.len()
-                + 2 * FEW_THREADS.len()
+                + (2 + FEW_BOUNDS.len()) * FEW_THREADS.len()
+                + FEW_BOUNDS.len()
                 + 11)
         );
     }

@@ -90,6 +90,10 @@ pub(super) const DECODE_THREADS: [u32; 6] = [32, 64, 128, 256, 512, 1024];
 const MAX_DEVICE_PAGE_SIZE: u32 = 1 << 31;
 /// The one-block `kvp_extend_few_{N}_*` kernels, by threads (`few_slot`).
 pub(super) const FEW_THREADS: [u32; 3] = [64, 128, BLOCK];
+/// The extend_few shapes are also built for at most this many requests
+/// (`kvp_extend_few{B}_*`, `bound_slot`): scans and token searches of log2(B) steps, not five.
+/// A call of 2-8 requests runs on the kernels of the smallest bound that holds it.
+pub(super) const FEW_BOUNDS: [u32; 3] = [2, 4, 8];
 const DECODE_BATCH: usize = 1024;
 /// Threads per block of the cluster decode kernels (`kvp::CLUSTER_BLOCK`).
 const CLUSTER_BLOCK: u32 = 512;
@@ -178,6 +182,11 @@ pub(super) enum ExtendKernel {
     /// (`kvp_extend_one_{warp,block,blocks}_rows_*`: 0.90-0.95x up to 512 tokens).
     One(u32),
     OneBlocks,
+    /// `Few` and `FewBlocks` for at most this many requests, one of `FEW_BOUNDS`
+    /// (`kvp_extend_few{B}_{N}_*`, `kvp_extend_few{B}_blocks_*`): the requests' scans and the
+    /// tokens' searches of log2(B) steps. By row, `Few`'s and `FewBlocks`' rows kernels.
+    FewUpTo(u32, u32),
+    FewUpToBlocks(u32),
     /// `FewBlocks` for more requests than blocks (`kvp_extend_few_spread_*`): a block whose
     /// tokens span several requests plans them before the verdict and stores their slots
     /// while warp 0 decides (16-32 requests of 64 tokens 0.89-0.90x `FewBlocks`'s time;
@@ -205,6 +214,10 @@ impl ExtendKernel {
             Self::FewSpread => typed.extend_few_spread,
             Self::One(threads) => typed.extend_one[few_slot(threads)],
             Self::OneBlocks => typed.extend_one_blocks,
+            Self::FewUpTo(bound, threads) => {
+                typed.extend_few_bounded[bound_slot(bound)][few_slot(threads)]
+            }
+            Self::FewUpToBlocks(bound) => typed.extend_few_bounded_blocks[bound_slot(bound)],
         }
     }
 
@@ -258,6 +271,16 @@ pub(super) fn few_slot(threads: u32) -> usize {
     match threads {
         64 => 0,
         128 => 1,
+        _ => 2,
+    }
+}
+
+/// Where the kernels for at most `bound` requests (one of `FEW_BOUNDS`) sit in
+/// `Typed::extend_few_bounded` and `extend_few_bounded_blocks`.
+pub(super) fn bound_slot(bound: u32) -> usize {
+    match bound {
+        2 => 0,
+        4 => 1,
         _ => 2,
     }
 }
@@ -1353,11 +1376,17 @@ impl DevicePool {
                     (ExtendKernel::FewBlocks, grid, BLOCK)
                 }
             };
-            // Exactly one request: the same shape, its kernel built for one.
-            let kernel = match kernel {
-                ExtendKernel::Few(threads) if batch == 1 => ExtendKernel::One(threads),
-                ExtendKernel::FewBlocks if batch == 1 => ExtendKernel::OneBlocks,
-                kernel => kernel,
+            // Exactly one request, or at most one of `FEW_BOUNDS`: the same shape, its kernel
+            // built for that many.
+            let bound = FEW_BOUNDS
+                .into_iter()
+                .find(|&bound| batch <= bound as usize);
+            let kernel = match (kernel, bound) {
+                (ExtendKernel::Few(threads), _) if batch == 1 => ExtendKernel::One(threads),
+                (ExtendKernel::FewBlocks, _) if batch == 1 => ExtendKernel::OneBlocks,
+                (ExtendKernel::Few(threads), Some(bound)) => ExtendKernel::FewUpTo(bound, threads),
+                (ExtendKernel::FewBlocks, Some(bound)) => ExtendKernel::FewUpToBlocks(bound),
+                (kernel, _) => kernel,
             };
             (kernel, grid, threads, batch32, batch32)
         } else if batch <= 64 && tokens <= BLOCK64_TOKENS {
@@ -2148,6 +2177,15 @@ mod tests {
         for (slot, threads) in FEW_THREADS.into_iter().enumerate() {
             assert_eq!(few_slot(threads), slot);
         }
+        for (slot, bound) in FEW_BOUNDS.into_iter().enumerate() {
+            assert_eq!(bound_slot(bound), slot);
+        }
+        // The bounds rise and stay within the warp that decides (WARP_BATCH), powers of two
+        // (the kernels' scans and searches take log2 of them).
+        assert!(FEW_BOUNDS.windows(2).all(|w| w[0] < w[1]));
+        assert!(FEW_BOUNDS
+            .iter()
+            .all(|&b| b.is_power_of_two() && b > 1 && (b as usize) < WARP_BATCH));
         assert_eq!(DECODE_THREADS.last().copied(), Some(DECODE_BATCH as u32));
         for (slot, blocks) in DECODE_CLUSTERS.into_iter().enumerate() {
             assert_eq!(cluster_slot(blocks), slot);
@@ -2238,7 +2276,13 @@ mod tests {
             ),
             ((1025, true, 1025, 1025), (ExtendKernel::Grid, 5, 256)),
             ((1, false, 1, 1), (ExtendKernel::One(64), 1, 64)),
-            ((2, false, 2, 2), (ExtendKernel::Few(64), 1, 64)),
+            // 2-8 requests: the same shapes built for at most 2, 4 or 8 (FEW_BOUNDS).
+            ((2, false, 2, 2), (ExtendKernel::FewUpTo(2, 64), 1, 64)),
+            ((3, false, 3, 3), (ExtendKernel::FewUpTo(4, 64), 1, 64)),
+            ((4, false, 200, 8), (ExtendKernel::FewUpTo(4, 128), 1, 128)),
+            ((5, false, 300, 20), (ExtendKernel::FewUpTo(8, 256), 1, 256)),
+            ((8, false, 64, 8), (ExtendKernel::FewUpTo(8, 64), 1, 64)),
+            ((9, false, 64, 9), (ExtendKernel::Few(64), 1, 64)),
             // Up to 64 tokens of up to 32 requests on two warps, up to 256 on four, up to
             // 512 on 256 threads (BENCHMARKS.md, twenty-second and twenty-third sessions).
             ((32, false, 64, 32), (ExtendKernel::Few(64), 1, 64)),
@@ -2246,12 +2290,19 @@ mod tests {
             ((1, false, 256, 16), (ExtendKernel::One(128), 1, 128)),
             ((1, false, 257, 17), (ExtendKernel::One(256), 1, 256)),
             ((1, false, 512, 32), (ExtendKernel::One(256), 1, 256)),
-            ((2, false, 512, 32), (ExtendKernel::Few(256), 1, 256)),
+            ((2, false, 512, 32), (ExtendKernel::FewUpTo(2, 256), 1, 256)),
             ((32, false, 512, 64), (ExtendKernel::Few(256), 1, 256)),
             // Several blocks of SHORT_SPAN_TOKENS while they fit one an SM (span_grid).
             ((1, false, 513, 33), (ExtendKernel::OneBlocks, 3, 256)),
-            ((2, false, 1024, 64), (ExtendKernel::FewBlocks, 4, 256)),
-            ((4, false, 1024, 64), (ExtendKernel::FewBlocks, 4, 256)),
+            (
+                (2, false, 1024, 64),
+                (ExtendKernel::FewUpToBlocks(2), 4, 256),
+            ),
+            (
+                (4, false, 1024, 64),
+                (ExtendKernel::FewUpToBlocks(4), 4, 256),
+            ),
+            ((9, false, 4096, 256), (ExtendKernel::FewBlocks, 16, 256)),
             // More requests than blocks: the blocks that hold several plan their tokens.
             ((5, false, 1024, 64), (ExtendKernel::FewSpread, 4, 256)),
             ((32, false, 1024, 64), (ExtendKernel::FewSpread, 4, 256)),
@@ -2320,7 +2371,10 @@ mod tests {
             ((1025, false, 1025, 1025), (ExtendKernel::Grid, 257, 256)),
             ((2048, false, 2048, 2048), (ExtendKernel::Grid, 256, 256)),
             ((2049, false, 2049, 2049), (ExtendKernel::Grid, 257, 256)),
-            ((8, false, 4096, 256), (ExtendKernel::FewBlocks, 16, 256)),
+            (
+                (8, false, 4096, 256),
+                (ExtendKernel::FewUpToBlocks(8), 16, 256),
+            ),
             ((16, false, 4096, 256), (ExtendKernel::FewBlocks, 16, 256)),
             ((17, false, 4096, 256), (ExtendKernel::FewSpread, 16, 256)),
             ((33, false, 4096, 256), (ExtendKernel::Blocks, 16, 256)),

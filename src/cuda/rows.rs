@@ -286,17 +286,22 @@ impl DevicePool {
         // same grid, but its one-block shapes on two rows kernels only: one warp up to
         // `WARP_TOKENS` (the two-warp shape's limit), else 256 threads.
         let one_kernel = match kernel {
-            ExtendKernel::Few(_) if tokens <= WARP_TOKENS => Some((typed.extend_warp_rows, 32)),
-            ExtendKernel::Few(_) => Some((typed.extend_block_rows, BLOCK)),
+            ExtendKernel::Few(_) | ExtendKernel::FewUpTo(..) if tokens <= WARP_TOKENS => {
+                Some((typed.extend_warp_rows, 32))
+            }
+            ExtendKernel::Few(_) | ExtendKernel::FewUpTo(..) => {
+                Some((typed.extend_block_rows, BLOCK))
+            }
             // Exactly one request: the same shapes built for one.
             ExtendKernel::One(_) if tokens <= WARP_TOKENS => Some((typed.extend_one_warp_rows, 32)),
             ExtendKernel::One(_) => Some((typed.extend_one_block_rows, BLOCK)),
             ExtendKernel::OneBlocks => Some((typed.extend_one_blocks_rows, block)),
             ExtendKernel::Block64 => Some((typed.extend_block64_rows, block)),
             ExtendKernel::Block => Some((typed.extend_block_rows, block)),
-            ExtendKernel::Blocks | ExtendKernel::FewBlocks | ExtendKernel::FewSpread => {
-                Some((typed.extend_blocks_rows, block))
-            }
+            ExtendKernel::Blocks
+            | ExtendKernel::FewBlocks
+            | ExtendKernel::FewUpToBlocks(_)
+            | ExtendKernel::FewSpread => Some((typed.extend_blocks_rows, block)),
             ExtendKernel::Decode(threads) => Some((typed.decode_rows[decode_slot(threads)], block)),
             ExtendKernel::DecodeOne => Some((typed.decode_one_rows, block)),
             ExtendKernel::DecodeCluster(blocks) => {
