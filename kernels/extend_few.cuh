@@ -267,8 +267,9 @@ __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_
 // MAXB, the most requests the host sends the kernel: 32 (kvp_extend_few_*), 1
 // (kvp_extend_one_*: `batch` is the constant 1 and the compiler drops every path of several
 // requests, the scan, the token search, the repeats' match: a shorter kernel whose
-// instructions a cold SM fetches sooner), or 2, 4, 8 (kvp_extend_few{2,4,8}_*: scans and
-// token searches of log2(MAXB) steps, not five). A batch past MAXB is cut to it: the plan's
+// instructions a cold SM fetches sooner), or 2, 4, 8 (kvp_extend_few{2,4,8}_{64,128,256}_*:
+// scans and token searches of log2(MAXB) steps, not five; run s35-1, 2-8 requests of 16-64
+// tokens 0.86-0.98x the time). A batch past MAXB is cut to it: the plan's
 // totals then exceed the requests' and the call fails (ERR_LENGTHS), writing nothing past them.
 template <int BLOCK, typename Index, bool GRID, bool POW2, bool SPREAD, uint32_t MAXB = 32>
 __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,

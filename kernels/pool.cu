@@ -1554,9 +1554,9 @@ KVP_DECODE_CLUSTER_KERNEL(8, i32, int)
 // alloc_extend of up to 32 requests (extend_few.cuh): warp 0 decides, then THREADS threads
 // write (one block), or several blocks of EXTEND_BLOCK (kvp_extend_few_blocks_*, a long
 // prefill; kvp_extend_few_spread_*, one of more requests than blocks, whose blocks plan
-// their tokens before the verdict where they hold several requests); kvp_extend_one_* and
-// kvp_extend_few{2,4,8}_* the same shapes for at most 1, 2, 4 or 8 requests (extend_few's
-// MAXB). kvp_extend_*'s parameters, so the host launches
+// their tokens before the verdict where they hold several requests); kvp_extend_one_* the
+// same shapes for exactly one request, kvp_extend_few{2,4,8}_* the one-block shapes for at
+// most 2, 4 or 8 (extend_few's MAXB). kvp_extend_*'s parameters, so the host launches
 // any of them alike; `per_block` and `decode` (0) are unused. KVP_EXTEND_FEW_KERNEL makes
 // kvp_extend_NAME_* on THREADS threads (GRID: several blocks).
 #define KVP_EXTEND_FEW_KERNEL(NAME, THREADS, GRID, SPREAD, MAXB, SUFFIX, INDEX)                   \
@@ -1568,19 +1568,22 @@ KVP_DECODE_CLUSTER_KERNEL(8, i32, int)
                                                           last_loc, batch, total_tokens,          \
                                                           total_pages, out);                      \
   }
-// The one-block and several-block shapes for at most MAXB requests (extend_few's MAXB).
-#define KVP_EXTEND_FEW_SHAPES(NAME, MAXB, SUFFIX, INDEX)                                          \
+// The one-block shapes for at most MAXB requests (extend_few's MAXB). (Several blocks for
+// 2-8 requests, kvp_extend_few{2,4,8}_blocks_*, took 0.98-1.02x the time: not built, run
+// s35-1.)
+#define KVP_EXTEND_FEW_BLOCK_SHAPES(NAME, MAXB, SUFFIX, INDEX)                                    \
   KVP_EXTEND_FEW_KERNEL(NAME##_64, 64, false, false, MAXB, SUFFIX, INDEX)                         \
   KVP_EXTEND_FEW_KERNEL(NAME##_128, 128, false, false, MAXB, SUFFIX, INDEX)                       \
-  KVP_EXTEND_FEW_KERNEL(NAME##_256, 256, false, false, MAXB, SUFFIX, INDEX)                       \
-  KVP_EXTEND_FEW_KERNEL(NAME##_blocks, EXTEND_BLOCK, true, false, MAXB, SUFFIX, INDEX)
+  KVP_EXTEND_FEW_KERNEL(NAME##_256, 256, false, false, MAXB, SUFFIX, INDEX)
 #define KVP_EXTEND_FEW_KERNELS(SUFFIX, INDEX)                                                     \
-  KVP_EXTEND_FEW_SHAPES(few, 32, SUFFIX, INDEX)                                                   \
+  KVP_EXTEND_FEW_BLOCK_SHAPES(few, 32, SUFFIX, INDEX)                                             \
+  KVP_EXTEND_FEW_KERNEL(few_blocks, EXTEND_BLOCK, true, false, 32, SUFFIX, INDEX)                 \
   KVP_EXTEND_FEW_KERNEL(few_spread, EXTEND_BLOCK, true, true, 32, SUFFIX, INDEX)                  \
-  KVP_EXTEND_FEW_SHAPES(one, 1, SUFFIX, INDEX)                                                    \
-  KVP_EXTEND_FEW_SHAPES(few2, 2, SUFFIX, INDEX)                                                   \
-  KVP_EXTEND_FEW_SHAPES(few4, 4, SUFFIX, INDEX)                                                   \
-  KVP_EXTEND_FEW_SHAPES(few8, 8, SUFFIX, INDEX)
+  KVP_EXTEND_FEW_BLOCK_SHAPES(one, 1, SUFFIX, INDEX)                                              \
+  KVP_EXTEND_FEW_KERNEL(one_blocks, EXTEND_BLOCK, true, false, 1, SUFFIX, INDEX)                  \
+  KVP_EXTEND_FEW_BLOCK_SHAPES(few2, 2, SUFFIX, INDEX)                                             \
+  KVP_EXTEND_FEW_BLOCK_SHAPES(few4, 4, SUFFIX, INDEX)                                             \
+  KVP_EXTEND_FEW_BLOCK_SHAPES(few8, 8, SUFFIX, INDEX)
 
 KVP_EXTEND_FEW_KERNELS(i64, long long)
 KVP_EXTEND_FEW_KERNELS(i32, int)

@@ -44,10 +44,9 @@ pub(crate) struct Typed {
     /// kernels carry no path of several requests.
     pub extend_one: [CUfunction; FEW_THREADS.len()],
     pub extend_one_blocks: CUfunction,
-    /// The same shapes for at most each of `FEW_BOUNDS` requests, in that order
-    /// (`kvp_extend_few{B}_{N}_*`, `kvp_extend_few{B}_blocks_*`).
+    /// The one-block shapes for at most each of `FEW_BOUNDS` requests, in that order
+    /// (`kvp_extend_few{B}_{N}_*`).
     pub extend_few_bounded: [[CUfunction; FEW_THREADS.len()]; FEW_BOUNDS.len()],
-    pub extend_few_bounded_blocks: [CUfunction; FEW_BOUNDS.len()],
     /// `alloc_decode` in one block of each of `DECODE_THREADS` threads, in that order
     /// (`kvp_decode_{N}_*`), and by request row.
     pub decode: [CUfunction; DECODE_THREADS.len()],
@@ -339,7 +338,6 @@ impl Typed {
                 }
                 functions
             },
-            extend_few_bounded_blocks: sized(&typed, "extend_few", FEW_BOUNDS, "_blocks")?,
             decode: sized(&typed, "decode_", DECODE_THREADS, "")?,
             decode_one: typed("decode_one")?,
             decode_rows: sized(&typed, "decode_", DECODE_THREADS, "_rows")?,
@@ -494,8 +492,6 @@ mod tests {
             "kvp_extend_few2_64_i64",
             "kvp_extend_few4_128_i32",
             "kvp_extend_few8_256_i64",
-            "kvp_extend_few2_blocks_i32",
-            "kvp_extend_few8_blocks_i64",
             "kvp_decode_32_i64",
             "kvp_decode_one_i32",
             "kvp_decode_one_rows_i64",
@@ -516,8 +512,8 @@ mod tests {
             .any(|n| n.starts_with("kvp_extend_blocks2048_i")));
         // Per index type: 30 typed entry points, 2 x DECODE_THREADS decode kernels,
         // 2 x DECODE_CLUSTERS cluster decode kernels, FEW_THREADS one-block extend_few
-        // kernels for each of 32 requests, one and FEW_BOUNDS, a several-block one for each
-        // bound, WIDE_PLAIN_BATCHES + WIDE_BATCHES wide extend kernels, and the 11 others.
+        // kernels for each of 32 requests, one and FEW_BOUNDS, WIDE_PLAIN_BATCHES +
+        // WIDE_BATCHES wide extend kernels, and the 11 others.
         assert_eq!(
             asked.len(),
             2 * (30
@@ -525,7 +521,6 @@ mod tests {
                 + 2 * DECODE_THREADS.len()
                 + 2 * DECODE_CLUSTERS.len()
                 + (2 + FEW_BOUNDS.len()) * FEW_THREADS.len()
-                + FEW_BOUNDS.len()
                 + 11)
         );
     }

@@ -90,9 +90,10 @@ pub(super) const DECODE_THREADS: [u32; 6] = [32, 64, 128, 256, 512, 1024];
 const MAX_DEVICE_PAGE_SIZE: u32 = 1 << 31;
 /// The one-block `kvp_extend_few_{N}_*` kernels, by threads (`few_slot`).
 pub(super) const FEW_THREADS: [u32; 3] = [64, 128, BLOCK];
-/// The extend_few shapes are also built for at most this many requests
-/// (`kvp_extend_few{B}_*`, `bound_slot`): scans and token searches of log2(B) steps, not five.
-/// A call of 2-8 requests runs on the kernels of the smallest bound that holds it.
+/// The one-block extend_few shapes are also built for at most this many requests
+/// (`kvp_extend_few{B}_{N}_*`, `bound_slot`): scans and token searches of log2(B) steps, not
+/// five. A one-block call of 2-8 requests runs on the kernel of the smallest bound that holds
+/// it (`ExtendKernel::FewUpTo`).
 pub(super) const FEW_BOUNDS: [u32; 3] = [2, 4, 8];
 const DECODE_BATCH: usize = 1024;
 /// Threads per block of the cluster decode kernels (`kvp::CLUSTER_BLOCK`).
@@ -182,11 +183,12 @@ pub(super) enum ExtendKernel {
     /// (`kvp_extend_one_{warp,block,blocks}_rows_*`: 0.90-0.95x up to 512 tokens).
     One(u32),
     OneBlocks,
-    /// `Few` and `FewBlocks` for at most this many requests, one of `FEW_BOUNDS`
-    /// (`kvp_extend_few{B}_{N}_*`, `kvp_extend_few{B}_blocks_*`): the requests' scans and the
-    /// tokens' searches of log2(B) steps. By row, `Few`'s and `FewBlocks`' rows kernels.
+    /// `Few(threads)` for at most `bound` requests, one of `FEW_BOUNDS`
+    /// (`kvp_extend_few{B}_{N}_*`): the requests' scans and the tokens' searches of log2(B)
+    /// steps (2-8 requests of 16-64 tokens 0.86-0.98x the time; several blocks built so took
+    /// 0.98-1.02x and are not: BENCHMARKS.md, thirty-fifth session). By row, `Few`'s rows
+    /// kernels.
     FewUpTo(u32, u32),
-    FewUpToBlocks(u32),
     /// `FewBlocks` for more requests than blocks (`kvp_extend_few_spread_*`): a block whose
     /// tokens span several requests plans them before the verdict and stores their slots
     /// while warp 0 decides (16-32 requests of 64 tokens 0.89-0.90x `FewBlocks`'s time;
@@ -217,7 +219,6 @@ impl ExtendKernel {
             Self::FewUpTo(bound, threads) => {
                 typed.extend_few_bounded[bound_slot(bound)][few_slot(threads)]
             }
-            Self::FewUpToBlocks(bound) => typed.extend_few_bounded_blocks[bound_slot(bound)],
         }
     }
 
@@ -276,7 +277,7 @@ pub(super) fn few_slot(threads: u32) -> usize {
 }
 
 /// Where the kernels for at most `bound` requests (one of `FEW_BOUNDS`) sit in
-/// `Typed::extend_few_bounded` and `extend_few_bounded_blocks`.
+/// `Typed::extend_few_bounded`.
 pub(super) fn bound_slot(bound: u32) -> usize {
     match bound {
         2 => 0,
@@ -1376,8 +1377,8 @@ impl DevicePool {
                     (ExtendKernel::FewBlocks, grid, BLOCK)
                 }
             };
-            // Exactly one request, or at most one of `FEW_BOUNDS`: the same shape, its kernel
-            // built for that many.
+            // Exactly one request: the same shape, its kernel built for one; one block of at
+            // most one of `FEW_BOUNDS` requests, its kernel built for that many.
             let bound = FEW_BOUNDS
                 .into_iter()
                 .find(|&bound| batch <= bound as usize);
@@ -1385,7 +1386,6 @@ impl DevicePool {
                 (ExtendKernel::Few(threads), _) if batch == 1 => ExtendKernel::One(threads),
                 (ExtendKernel::FewBlocks, _) if batch == 1 => ExtendKernel::OneBlocks,
                 (ExtendKernel::Few(threads), Some(bound)) => ExtendKernel::FewUpTo(bound, threads),
-                (ExtendKernel::FewBlocks, Some(bound)) => ExtendKernel::FewUpToBlocks(bound),
                 (kernel, _) => kernel,
             };
             (kernel, grid, threads, batch32, batch32)
@@ -2294,14 +2294,8 @@ mod tests {
             ((32, false, 512, 64), (ExtendKernel::Few(256), 1, 256)),
             // Several blocks of SHORT_SPAN_TOKENS while they fit one an SM (span_grid).
             ((1, false, 513, 33), (ExtendKernel::OneBlocks, 3, 256)),
-            (
-                (2, false, 1024, 64),
-                (ExtendKernel::FewUpToBlocks(2), 4, 256),
-            ),
-            (
-                (4, false, 1024, 64),
-                (ExtendKernel::FewUpToBlocks(4), 4, 256),
-            ),
+            ((2, false, 1024, 64), (ExtendKernel::FewBlocks, 4, 256)),
+            ((4, false, 1024, 64), (ExtendKernel::FewBlocks, 4, 256)),
             ((9, false, 4096, 256), (ExtendKernel::FewBlocks, 16, 256)),
             // More requests than blocks: the blocks that hold several plan their tokens.
             ((5, false, 1024, 64), (ExtendKernel::FewSpread, 4, 256)),
@@ -2371,10 +2365,7 @@ mod tests {
             ((1025, false, 1025, 1025), (ExtendKernel::Grid, 257, 256)),
             ((2048, false, 2048, 2048), (ExtendKernel::Grid, 256, 256)),
             ((2049, false, 2049, 2049), (ExtendKernel::Grid, 257, 256)),
-            (
-                (8, false, 4096, 256),
-                (ExtendKernel::FewUpToBlocks(8), 16, 256),
-            ),
+            ((8, false, 4096, 256), (ExtendKernel::FewBlocks, 16, 256)),
             ((16, false, 4096, 256), (ExtendKernel::FewBlocks, 16, 256)),
             ((17, false, 4096, 256), (ExtendKernel::FewSpread, 16, 256)),
             ((33, false, 4096, 256), (ExtendKernel::Blocks, 16, 256)),

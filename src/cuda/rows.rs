@@ -298,10 +298,9 @@ impl DevicePool {
             ExtendKernel::OneBlocks => Some((typed.extend_one_blocks_rows, block)),
             ExtendKernel::Block64 => Some((typed.extend_block64_rows, block)),
             ExtendKernel::Block => Some((typed.extend_block_rows, block)),
-            ExtendKernel::Blocks
-            | ExtendKernel::FewBlocks
-            | ExtendKernel::FewUpToBlocks(_)
-            | ExtendKernel::FewSpread => Some((typed.extend_blocks_rows, block)),
+            ExtendKernel::Blocks | ExtendKernel::FewBlocks | ExtendKernel::FewSpread => {
+                Some((typed.extend_blocks_rows, block))
+            }
             ExtendKernel::Decode(threads) => Some((typed.decode_rows[decode_slot(threads)], block)),
             ExtendKernel::DecodeOne => Some((typed.decode_one_rows, block)),
             ExtendKernel::DecodeCluster(blocks) => {
