@@ -73,10 +73,11 @@ for line in sys.stdin:
 # Debug info is not needed there and would crowd the 64 MiB the device tool carries.
 strip --strip-debug gpu-artifacts/bin/* gpu-artifacts/lib/*
 ls -la gpu-artifacts/bin gpu-artifacts/lib
-# The binaries each embed the same kernels: compressed together they take about a tenth of
-# their 45-50 MB. run.sh unpacks them (and makes libkvpool.so from libkvpool.so.0.1) on
-# every call, so a warm machine never runs a previous pack's binaries.
-tar -cJf gpu-artifacts/bin.tar.xz -C gpu-artifacts bin
+# The binaries each embed the same kernels: with a window that spans them all, xz keeps one
+# copy (about 4 MB for the eight, 120 MB unpacked; xz's default 8 MiB window kept every copy,
+# 27 MB). run.sh unpacks them (and makes libkvpool.so from libkvpool.so.0.1) on every call,
+# so a warm machine never runs a previous pack's binaries.
+tar -cf - -C gpu-artifacts bin | xz -T1 --lzma2=preset=6,dict=192MiB >gpu-artifacts/bin.tar.xz
 rm -rf gpu-artifacts/bin gpu-artifacts/lib/libkvpool.so
 du -sh gpu-artifacts/bin.tar.xz gpu-artifacts/lib
 
@@ -109,7 +110,8 @@ for variant in ${VARIANTS[@]+"${VARIANTS[@]}"}; do
     mkdir -p "gpu-artifacts/var/$name"
     mkdir -p "gpu-artifacts/var/$name/python"
     if [[ "$rev" == "." ]]; then
-        cp gpu-artifacts/lib/libkvpool.so.0.1 "gpu-artifacts/var/$name/"
+        # (A link, not a copy: the device tool carries at most 64 MiB.)
+        ln -s ../../lib/libkvpool.so.0.1 "gpu-artifacts/var/$name/libkvpool.so.0.1"
         cp -r python/kvpool "gpu-artifacts/var/$name/python/"
     else
         tree=$(build_revision "target/var-$name" "$rev")
