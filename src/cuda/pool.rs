@@ -133,7 +133,7 @@ fn wide_threads(batch: u32) -> u32 {
 const WARP_TOKENS: u64 = 64;
 /// The most tokens `kvp_extend_few_128_*` takes (three a writer lane).
 const FOUR_WARP_TOKENS: u64 = 256;
-const BLOCK_TOKENS: u64 = 512;
+const BLOCK_TOKENS: u64 = 256;
 const BLOCK64_TOKENS: u64 = 128;
 /// The most tokens a block of the several-block extend kernels takes (`kvp::SPAN_TOKENS`;
 /// past `TARGET_BLOCKS` blocks, more: see `span_grid`).
@@ -2307,8 +2307,9 @@ mod tests {
             ((64, false, 128, 64), (ExtendKernel::Block64, 1, 64)),
             ((64, false, 129, 64), (ExtendKernel::Block, 1, 256)),
             ((65, false, 65, 65), (ExtendKernel::Block, 1, 256)),
-            ((40, false, 257, 257), (ExtendKernel::Block, 1, 256)),
-            ((200, false, 512, 512), (ExtendKernel::Block, 1, 256)),
+            ((40, false, 256, 256), (ExtendKernel::Block, 1, 256)),
+            ((40, false, 257, 257), (ExtendKernel::Blocks, 2, 256)),
+            ((200, false, 512, 512), (ExtendKernel::Blocks, 2, 256)),
             ((200, false, 513, 513), (ExtendKernel::Blocks, 3, 256)),
             ((200, false, 1025, 1025), (ExtendKernel::Blocks, 5, 256)),
             // One block an SM (132 here) of SHORT_SPAN_TOKENS at most; past that, blocks of
