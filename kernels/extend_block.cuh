@@ -320,7 +320,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     first = sh.stage_first;
   }
   const bool staged = page_hi - page_lo <= STAGE_CAP;
-  // Within the host's tokens for a block (one block: 2 a thread, BLOCK_TOKENS or
+  // Within the host's tokens for a block (one block: at most 2 a thread, BLOCK_TOKENS or
   // BLOCK64_TOKENS in src/cuda/pool.rs; several: SPAN_TOKENS each), in 32 bits, not by rows:
   // every thread plans its tokens while the block's new pages are in flight (see OwnTokens).
   // One block publishes the requests' offsets by a barrier of its own (several: the one

@@ -70,10 +70,12 @@ const SORT_CAP: u64 = 4096;
 /// extend runs a request a thread: on two warps (`kvp_extend_block64_*`) for up to 64
 /// requests and `BLOCK64_TOKENS` tokens, else blocks of 256 threads (`kvp_extend_block_*`)
 /// for up to `BLOCK` requests: one block for up to `BLOCK_TOKENS` tokens, more for a longer
-/// extend (`kvp_extend_blocks_*`). Two tokens a thread at most in one block: with the threads
+/// extend (`kvp_extend_blocks_*`). Two tokens a thread at most on two warps: with the threads
 /// planning their tokens before the verdict, 33-64 requests of 132-1,024 tokens take
 /// 0.62-0.88x the time they took at up to four a thread on the general loop (BENCHMARKS.md,
-/// twentieth session). By request row the extend_few shapes run on the request-a-thread
+/// twentieth session); one a thread on 256 threads, since 257-512 tokens take 0.85-0.89x the
+/// time on blocks of `SHORT_SPAN_TOKENS` that they took at two a thread in one block (by row
+/// 0.80-0.90x; BENCHMARKS.md, thirty-fifth session). By request row the extend_few shapes run on the request-a-thread
 /// kernels of the same shape (`kvp_extend_{warp,block64,block,blocks}_rows_*`; up to 64
 /// tokens on one warp, else one block of 256 threads).
 /// A decode of more than `DECODE_BATCH` and at most 4,096 requests, also by row, runs on one
