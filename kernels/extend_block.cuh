@@ -151,8 +151,12 @@ __device__ __forceinline__ OwnTokens<PER> plan_block_tokens(const Shared &sh, co
 // after the verdict, and to `out` only when it is not NULL. A failing call writes nothing to
 // the table. POW2: the page size is a power of two (see extend_kernel).
 // ONE (kvp_extend_one_*_rows_*): the host sends exactly one request; `batch` is the
-// constant 1 (as extend_few's ONE).
-template <int BLOCK, int PER, typename Index, bool ROWS, bool GRID, bool POW2, bool ONE = false>
+// constant 1 (as extend_few's ONE). OWN (kvp_extend_block_own_*: one block, a request a
+// thread, not by row): the ring's first new pages are loaded as soon as the cursor is in, and
+// each thread writes its own request's tokens after the verdict (write_own_tokens), for many
+// short requests, where the general loop searches nearly every token's request.
+template <int BLOCK, int PER, typename Index, bool ROWS, bool GRID, bool POW2, bool ONE = false,
+          bool OWN = false>
 __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh, View v,
                                              Call call, const long long *prefix_lens,
                                              const long long *seq_lens, const Index *last_loc,
@@ -160,6 +164,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
                                              unsigned long long total_tokens,
                                              unsigned long long total_pages, Index *out,
                                              TableArgs tab) {
+  static_assert(!OWN || (PER == 1 && !GRID && !ROWS), "OWN: one block, a request a thread");
   if constexpr (ONE) batch = 1;
   auto &tok_off = sh.tok_off;
   auto &page_off = sh.page_off;
@@ -261,6 +266,10 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     if (check[u]) err[u] = slot_error(ll[u], v);
     prefix_page[u] = check[u] && err[u] == ERR_NONE ? (uint32_t)div_ps<POW2>((unsigned long long)ll[u], v) : 0;
   }
+  // OWN: the ring's first new pages (at most the plan's), from the cursor alone, with the
+  // words (as extend_few's EarlyRing).
+  EarlyRing<4, BLOCK> early;
+  if constexpr (OWN) early.load(v, c.head, (uint32_t)min(total_pages, (unsigned long long)n), r);
 #pragma unroll
   for (int u = 0; u < PER; ++u) {
     word[u] = v.state[prefix_page[u]];
@@ -328,8 +337,10 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   // cap of two tokens a thread), several blocks 0.96-1.02x.
   constexpr bool PLANS = !ROWS;
   constexpr uint32_t PLAN_PER = !PLANS ? 1 : GRID ? (SPAN_TOKENS + BLOCK - 1) / BLOCK : 2;
-  const bool planned = PLANS && live && staged && t_end - t_begin <= PLAN_PER * BLOCK &&
+  const bool planned = !OWN && PLANS && live && staged && t_end - t_begin <= PLAN_PER * BLOCK &&
                        narrow_offsets(total_tokens, total_pages);
+  // OWN: the threads write their own requests' tokens (in 32 bits: narrow offsets only).
+  const bool owned = OWN && narrow_offsets(total_tokens, total_pages);
   OwnTokens<PLAN_PER> mine;
   if (planned) {  // (uniform: totals, cursor and fault are the block's)
     // Four loads in flight per thread before any is used (as stage_pages).
@@ -343,6 +354,8 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     mine = plan_block_tokens<PLAN_PER, BLOCK, POW2>(sh, v, batch, first, (uint32_t)t_begin,
                                                     (uint32_t)t_end, (uint32_t)page_lo);
     ring.stage(pages, v, c, page_lo, count, r);
+  } else if (OWN && live && staged) {
+    early.stage(pages, v, c, 0, (uint32_t)new_pages, r);
   } else if (live && staged) {
     stage_pages<4, BLOCK>(pages, v, c, page_lo, page_hi, r);
   }
@@ -424,7 +437,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     // their fill points; every token gets its slot, the first token of a new page setting
     // its fill point.
     if constexpr (!GRID) {
-      for (uint32_t k = r; k < new_pages && !planned; k += BLOCK) {
+      for (uint32_t k = r; k < new_pages && !planned && !owned; k += BLOCK) {
         const uint32_t page = staged ? pages[k] : v.ring[ring_pos(c.head, k, n)];
         v.state[page] = page_word(KIND_ALLOCATED, call.tag);
       }
@@ -439,6 +452,9 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     // (A one-block call's t_end is the plan's total, which the device's equals here.)
     if (planned)
       mine.template write<BLOCK>(pages, v, call, (uint32_t)t_begin, (uint32_t)t_end, r, out);
+    else if (owned)
+      write_own_tokens<POW2>(pages, staged, v, call, c, (uint32_t)at[0].a, (uint32_t)s[0].tokens,
+                             (uint32_t)s[0].part1, (uint32_t)at[0].b, ll[0], out);
     else
       write_call_slots<BLOCK, true, GRID, POW2, ROWS>(sh, v, call, c, batch, staged, page_lo,
                                                       first, t_begin, t_end, total_tokens,
@@ -466,7 +482,8 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
 
 // The body is instantiated for both kinds of page size, so a power of two (the usual case)
 // runs without a branch or a call per division.
-template <int BLOCK, int PER, typename Index, bool ROWS, bool GRID, bool ONE = false>
+template <int BLOCK, int PER, typename Index, bool ROWS, bool GRID, bool ONE = false,
+          bool OWN = false>
 __device__ __forceinline__ void extend_on(ExtendShared<BLOCK, PER, ROWS> &sh, View v, Call call,
                                           const long long *prefix_lens,
                                           const long long *seq_lens, const Index *last_loc,
@@ -474,24 +491,25 @@ __device__ __forceinline__ void extend_on(ExtendShared<BLOCK, PER, ROWS> &sh, Vi
                                           unsigned long long total_pages, Index *out,
                                           TableArgs tab) {
   if (v.page_shift != NOT_POW2)
-    extend_block<BLOCK, PER, Index, ROWS, GRID, true, ONE>(sh, v, call, prefix_lens, seq_lens,
+    extend_block<BLOCK, PER, Index, ROWS, GRID, true, ONE, OWN>(sh, v, call, prefix_lens, seq_lens,
                                                            last_loc, batch, total_tokens,
                                                            total_pages, out, tab);
   else
-    extend_block<BLOCK, PER, Index, ROWS, GRID, false, ONE>(sh, v, call, prefix_lens, seq_lens,
+    extend_block<BLOCK, PER, Index, ROWS, GRID, false, ONE, OWN>(sh, v, call, prefix_lens, seq_lens,
                                                             last_loc, batch, total_tokens,
                                                             total_pages, out, tab);
 }
 
 template <int BLOCK, int PER, typename Index, bool ROWS = false, bool GRID = false,
-          bool ONE = false>
+          bool ONE = false, bool OWN = false>
 __device__ void extend_kernel(View v, Call call, const long long *prefix_lens,
                               const long long *seq_lens, const Index *last_loc, uint32_t batch,
                               unsigned long long total_tokens, unsigned long long total_pages,
                               Index *out, TableArgs tab = {}) {
   __shared__ ExtendShared<BLOCK, PER, ROWS> sh;
-  extend_on<BLOCK, PER, Index, ROWS, GRID, ONE>(sh, v, call, prefix_lens, seq_lens, last_loc,
-                                                batch, total_tokens, total_pages, out, tab);
+  extend_on<BLOCK, PER, Index, ROWS, GRID, ONE, OWN>(sh, v, call, prefix_lens, seq_lens,
+                                                     last_loc, batch, total_tokens, total_pages,
+                                                     out, tab);
 }
 
 // Several blocks of BLOCK (512 or 1,024) threads, a request a thread, that each decide the

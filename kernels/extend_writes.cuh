@@ -289,6 +289,57 @@ __device__ __forceinline__ void write_slots(const Shared &sh, const View &v, con
   }
 }
 
+// Request-owned writes (extend_block's OWN: one block, a request a thread; many short
+// requests, e.g. a speculative verify of every running sequence): after the verdict, the
+// call taking effect, each thread writes its own request's first OWN_TOKENS tokens, with no
+// search for a token's request (the general loop, write_slots, searches one for nearly every
+// token when requests are shorter than the block); each warp then writes the rest of its
+// longer requests together, a request at a time (lane k: tokens OWN_TOKENS + k, + 32, ...),
+// so that one long request does not hold one thread for its every token. A new page's first
+// token makes the page allocated and sets its fill point. `tok`, `len`, `part1`, `page`: the
+// request's first token of the plan's output, its tokens, those into the prefix's partial
+// page (after `last`, its last_loc), the ring rank of its first new page; in 32 bits (the
+// host sends only narrow calls: `narrow_offsets`). A thread past the batch has `len` 0.
+constexpr uint32_t OWN_TOKENS = 16;
+template <bool POW2, typename Index>
+__device__ __forceinline__ void write_own_tokens(const uint32_t *pages, bool staged,
+                                                 const View &v, const Call &call,
+                                                 const Cursor &c, uint32_t tok, uint32_t len,
+                                                 uint32_t part1, uint32_t page, long long last,
+                                                 Index *out) {
+  const uint32_t allocated = page_word(KIND_ALLOCATED, call.tag);
+  // Token k of a request (its values as above): the slot, opening its new page at the
+  // page's first token.
+  auto slot_of = [&](uint32_t k, uint32_t q_len, uint32_t q_part1, uint32_t q_page,
+                     long long q_last) -> long long {
+    if (k < q_part1) return q_last + 1 + (long long)k;
+    const uint32_t j = k - q_part1, pos = mod_page<POW2>(j, v);
+    const uint32_t rank = q_page + div_page<POW2>(j, v);
+    const uint32_t got = staged ? pages[rank] : v.ring[ring_pos(c.head, rank, v.num_pages)];
+    if (pos == 0) {
+      v.state[got] = allocated;
+      if (v.page_size > 1) {
+        const uint32_t left = q_len - k;
+        v.fill[got] = fill_word(call.tag, left < v.page_size ? left : v.page_size);
+      }
+    }
+    return (long long)got * v.page_size + pos;
+  };
+  // (Unrolled with guards: the pages' shared loads of all the thread's tokens issue together.)
+#pragma unroll
+  for (uint32_t k = 0; k < OWN_TOKENS; ++k)
+    if (k < len) out[tok + k] = (Index)slot_of(k, len, part1, page, last);
+  const uint32_t lane = threadIdx.x & 31;
+  for (uint32_t longer = __ballot_sync(FULL, len > OWN_TOKENS); longer; longer &= longer - 1) {
+    const int q = __ffs(longer) - 1;
+    const uint32_t q_tok = __shfl_sync(FULL, tok, q), q_len = __shfl_sync(FULL, len, q);
+    const uint32_t q_part1 = __shfl_sync(FULL, part1, q), q_page = __shfl_sync(FULL, page, q);
+    const long long q_last = __shfl_sync(FULL, last, q);
+    for (uint32_t k = OWN_TOKENS + lane; k < q_len; k += 32)
+      out[q_tok + k] = (Index)slot_of(k, q_len, q_part1, q_page, q_last);
+  }
+}
+
 // write_slots in 32 bits where the plan allows, else in 64. NARROW: whether the kernel has
 // the 32-bit copy at all (extend_few's several-block kernel is faster without it: run s15-1,
 // 1.01x the time with it at 8-32 requests, where extend_block's gained 0.95-0.99x).

@@ -1326,6 +1326,14 @@ using namespace kvp;
     extend_kernel<EXTEND_BLOCK, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch,        \
                                          total_tokens, total_pages, out);                         \
   }                                                                                               \
+  /* The same, each thread writing its own request's tokens (OWN: many short requests). */      \
+  extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_block_own_##SUFFIX(       \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend_kernel<EXTEND_BLOCK, 1, INDEX, false, false, false, true>(                             \
+        v, call, prefix_lens, seq_lens, last_loc, batch, total_tokens, total_pages, out);         \
+  }                                                                                               \
   /* Two warps (batch <= 64, at most 256 tokens). */                                              \
   extern "C" __global__ void __launch_bounds__(64) kvp_extend_block64_##SUFFIX(                   \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \

@@ -23,6 +23,8 @@ pub(crate) struct Typed {
     pub extend: CUfunction,
     /// `alloc_extend` of at most 256 requests in one block, a request a thread.
     pub extend_block: CUfunction,
+    /// The same, each thread writing its own request's tokens (`kvp_extend_block_own_*`).
+    pub extend_block_own: CUfunction,
     /// The same for at most 64 requests and 256 tokens, in two warps.
     pub extend_block64: CUfunction,
     /// `alloc_extend` of at most 256 requests on several blocks that each decide the call.
@@ -323,6 +325,7 @@ impl Typed {
             alloc: typed("alloc")?,
             extend: typed("extend")?,
             extend_block: typed("extend_block")?,
+            extend_block_own: typed("extend_block_own")?,
             extend_block64: typed("extend_block64")?,
             extend_blocks: typed("extend_blocks")?,
             extend_blocks_wide: sized(&typed, "extend_blocks", WIDE_PLAIN_BATCHES, "")?,
@@ -510,13 +513,13 @@ mod tests {
         assert!(!asked
             .iter()
             .any(|n| n.starts_with("kvp_extend_blocks2048_i")));
-        // Per index type: 30 typed entry points, 2 x DECODE_THREADS decode kernels,
+        // Per index type: 31 typed entry points, 2 x DECODE_THREADS decode kernels,
         // 2 x DECODE_CLUSTERS cluster decode kernels, FEW_THREADS one-block extend_few
         // kernels for each of 32 requests, one and FEW_BOUNDS, WIDE_PLAIN_BATCHES +
         // WIDE_BATCHES wide extend kernels, and the 11 others.
         assert_eq!(
             asked.len(),
-            2 * (30
+            2 * (31
                 + WIDE_KERNELS
                 + 2 * DECODE_THREADS.len()
                 + 2 * DECODE_CLUSTERS.len()

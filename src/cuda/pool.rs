@@ -135,6 +135,10 @@ const WARP_TOKENS: u64 = 64;
 const FOUR_WARP_TOKENS: u64 = 256;
 const BLOCK_TOKENS: u64 = 512;
 const BLOCK64_TOKENS: u64 = 128;
+/// Plain extends of 33-`BLOCK` requests of at most this many tokens a request on average run
+/// on `kvp_extend_block_own_*` (`ExtendKernel::BlockOwn`), each thread writing its own
+/// request's tokens.
+const OWN_AVERAGE_TOKENS: u64 = 32;
 /// The most tokens a block of the several-block extend kernels takes (`kvp::SPAN_TOKENS`;
 /// past `TARGET_BLOCKS` blocks, more: see `span_grid`).
 const SPAN_TOKENS: u64 = 512;
@@ -149,6 +153,10 @@ pub(super) enum ExtendKernel {
     Block64,
     /// One block (`kvp_extend_block_*`).
     Block,
+    /// One block, each thread writing its own request's tokens after the verdict
+    /// (`kvp_extend_block_own_*`): many short requests (a speculative verify of a batch), where
+    /// `Block`'s writers search nearly every token's request. Not by row (`rows_shapes`).
+    BlockOwn,
     /// Several blocks that each decide the whole call (`kvp_extend_blocks_*`).
     Blocks,
     /// The same on blocks that hold this many requests, one of `WIDE_BATCHES`
@@ -205,6 +213,7 @@ impl ExtendKernel {
         match self {
             Self::Block64 => typed.extend_block64,
             Self::Block => typed.extend_block,
+            Self::BlockOwn => typed.extend_block_own,
             Self::Blocks => typed.extend_blocks,
             Self::BlocksWide(batch) => typed.extend_blocks_wide[wide_slot(batch)],
             Self::Grid => typed.extend,
@@ -1316,6 +1325,7 @@ impl DevicePool {
             clusters: self.clusters,
             multiprocessors: self.multiprocessors,
             wide,
+            own: true,
         }
     }
 
@@ -1324,6 +1334,7 @@ impl DevicePool {
     pub(super) fn rows_shapes(&self) -> DeviceShapes {
         DeviceShapes {
             wide: self.kernels.wide_rows_shared.map(|bytes| bytes > 0),
+            own: false,
             ..self.shapes()
         }
     }
@@ -1391,6 +1402,12 @@ impl DevicePool {
             (kernel, grid, threads, batch32, batch32)
         } else if batch <= 64 && tokens <= BLOCK64_TOKENS {
             (ExtendKernel::Block64, 1, 64, batch32, batch32)
+        } else if device.own
+            && !decode
+            && batch <= BLOCK as usize
+            && tokens <= OWN_AVERAGE_TOKENS * batch as u64
+        {
+            (ExtendKernel::BlockOwn, 1, BLOCK, batch32, batch32)
         } else if batch <= BLOCK as usize && tokens <= BLOCK_TOKENS {
             (ExtendKernel::Block, 1, BLOCK, batch32, batch32)
         } else if batch <= BLOCK as usize {
@@ -2006,6 +2023,8 @@ pub(super) struct DeviceShapes {
     pub multiprocessors: u32,
     /// Which of `WIDE_BATCHES`' kernels the device gives their shared memory.
     pub wide: [bool; WIDE_BATCHES.len()],
+    /// Whether `ExtendKernel::BlockOwn` may serve (a plain call; it has no rows kernel).
+    pub own: bool,
 }
 
 /// One kernel launch of a call (see `DevicePool::run_call`): the arguments after
@@ -2202,6 +2221,7 @@ mod tests {
                 clusters: true,
                 multiprocessors: 132,
                 wide,
+                own: false,
             };
             let (kernel, grid, threads, ..) =
                 DevicePool::extend_shape(batch, false, tokens, tokens, device).unwrap();
@@ -2301,16 +2321,18 @@ mod tests {
             ((5, false, 1024, 64), (ExtendKernel::FewSpread, 4, 256)),
             ((32, false, 1024, 64), (ExtendKernel::FewSpread, 4, 256)),
             ((32, false, 1025, 65), (ExtendKernel::FewSpread, 5, 256)),
-            // Past 32 requests, two tokens a thread at most in one block (the twentieth
-            // session's measurements, BENCHMARKS.md).
+            // Past 32 requests: two warps up to 64 requests and 128 tokens; one block, each
+            // thread writing its request's tokens, up to OWN_AVERAGE_TOKENS a request.
             ((33, false, 33, 33), (ExtendKernel::Block64, 1, 64)),
             ((64, false, 128, 64), (ExtendKernel::Block64, 1, 64)),
-            ((64, false, 129, 64), (ExtendKernel::Block, 1, 256)),
-            ((65, false, 65, 65), (ExtendKernel::Block, 1, 256)),
-            ((40, false, 257, 257), (ExtendKernel::Block, 1, 256)),
-            ((200, false, 512, 512), (ExtendKernel::Block, 1, 256)),
-            ((200, false, 513, 513), (ExtendKernel::Blocks, 3, 256)),
-            ((200, false, 1025, 1025), (ExtendKernel::Blocks, 5, 256)),
+            ((64, false, 129, 64), (ExtendKernel::BlockOwn, 1, 256)),
+            ((65, false, 65, 65), (ExtendKernel::BlockOwn, 1, 256)),
+            ((40, false, 257, 257), (ExtendKernel::BlockOwn, 1, 256)),
+            ((200, false, 512, 512), (ExtendKernel::BlockOwn, 1, 256)),
+            ((256, false, 8192, 8192), (ExtendKernel::BlockOwn, 1, 256)),
+            // Longer requests: several blocks that each decide the call.
+            ((40, false, 1281, 41), (ExtendKernel::Blocks, 6, 256)),
+            ((256, false, 8193, 257), (ExtendKernel::Blocks, 33, 256)),
             // One block an SM (132 here) of SHORT_SPAN_TOKENS at most; past that, blocks of
             // SPAN_TOKENS.
             (
@@ -2407,6 +2429,7 @@ mod tests {
                 multiprocessors: 132,
                 // A plain call's shapes (`DevicePool::shapes`).
                 wide: std::array::from_fn(|slot| slot < WIDE_PLAIN_BATCHES.len()),
+                own: true,
             };
             let (kernel, grid, threads, per_block, _) =
                 DevicePool::extend_shape(batch, decode, tokens, pages, device).unwrap();

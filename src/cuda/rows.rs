@@ -298,6 +298,8 @@ impl DevicePool {
             ExtendKernel::OneBlocks => Some((typed.extend_one_blocks_rows, block)),
             ExtendKernel::Block64 => Some((typed.extend_block64_rows, block)),
             ExtendKernel::Block => Some((typed.extend_block_rows, block)),
+            // (Never by row: `rows_shapes` leaves it out.)
+            ExtendKernel::BlockOwn => None,
             ExtendKernel::Blocks | ExtendKernel::FewBlocks | ExtendKernel::FewSpread => {
                 Some((typed.extend_blocks_rows, block))
             }
