@@ -187,7 +187,8 @@ __device__ __forceinline__ Offsets request_offsets(Pair own, uint32_t batch,
     const uint32_t b = (uint32_t)min(own.b, total_pages + 1);
     uint32_t ia = a, ib = b;
     warp_inclusive_scan2<uint32_t, MAXB>(ia, ib);
-    return Offsets{ia - a, ib - b, __shfl_sync(FULL, ia, MAXB - 1), __shfl_sync(FULL, ib, MAXB - 1)};
+    return Offsets{ia - a, ib - b, __shfl_sync(FULL, ia, MAXB - 1),
+                   __shfl_sync(FULL, ib, MAXB - 1)};
   }
   const Pair incl = warp_inclusive_scan<MAXB>(own);
   return Offsets{incl.a - own.a, incl.b - own.b, __shfl_sync(FULL, incl.a, MAXB - 1),
@@ -269,8 +270,8 @@ __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_
 // requests, the scan, the token search, the repeats' match: a shorter kernel whose
 // instructions a cold SM fetches sooner), or 2, 4, 8 (kvp_extend_few{2,4,8}_{64,128,256}_*:
 // scans and token searches of log2(MAXB) steps, not five; run s35-1, 2-8 requests of 16-64
-// tokens 0.86-0.98x the time). A batch past MAXB is cut to it: the plan's
-// totals then exceed the requests' and the call fails (ERR_LENGTHS), writing nothing past them.
+// tokens 0.86-0.98x the time). A batch past MAXB is cut to it: the plan's totals then exceed
+// the requests' and the call fails (ERR_LENGTHS), writing nothing past them.
 template <int BLOCK, typename Index, bool GRID, bool POW2, bool SPREAD, uint32_t MAXB = 32>
 __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
                                            const long long *prefix_lens,
@@ -441,8 +442,9 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     const uint32_t count = (uint32_t)(page_hi - page_lo);
     early.load(v, ring_pos(c.head, page_lo, v.num_pages), min(count, v.num_pages), stager);
     __syncwarp();
-    mine = plan_own_tokens<PER, WRITERS, POW2, GRID, MAXB>(v, stager, batch, at, s, ll, total_tokens,
-                                                     (uint32_t)t_begin, (uint32_t)page_lo);
+    mine = plan_own_tokens<PER, WRITERS, POW2, GRID, MAXB>(v, stager, batch, at, s, ll,
+                                                           total_tokens, (uint32_t)t_begin,
+                                                           (uint32_t)page_lo);
     early.stage(sh.pages, v, c, page_lo, count, stager);
   } else if (live && staged && stages) {
     // (In 32 bits: the stagers' path runs from the scan to the barrier.)
@@ -577,12 +579,12 @@ __device__ void extend_few_kernel(View v, Call call, const long long *prefix_len
   __shared__ FewShared sh;
   if (v.page_shift != NOT_POW2)
     extend_few<BLOCK, Index, GRID, true, SPREAD, MAXB>(sh, v, call, prefix_lens, seq_lens,
-                                                      last_loc, batch, total_tokens,
-                                                      total_pages, out);
-  else
-    extend_few<BLOCK, Index, GRID, false, SPREAD, MAXB>(sh, v, call, prefix_lens, seq_lens,
                                                        last_loc, batch, total_tokens,
                                                        total_pages, out);
+  else
+    extend_few<BLOCK, Index, GRID, false, SPREAD, MAXB>(sh, v, call, prefix_lens, seq_lens,
+                                                        last_loc, batch, total_tokens,
+                                                        total_pages, out);
 }
 
 }  // namespace kvp
