@@ -1391,8 +1391,6 @@ impl DevicePool {
                 (kernel, _) => kernel,
             };
             (kernel, grid, threads, batch32, batch32)
-        } else if batch <= 64 && tokens <= BLOCK64_TOKENS {
-            (ExtendKernel::Block64, 1, 64, batch32, batch32)
         } else if batch <= BLOCK as usize && tokens <= BLOCK_TOKENS {
             (ExtendKernel::Block, 1, BLOCK, batch32, batch32)
         } else if batch <= BLOCK as usize {
@@ -2305,8 +2303,8 @@ mod tests {
             ((32, false, 1025, 65), (ExtendKernel::FewSpread, 5, 256)),
             // Past 32 requests, two tokens a thread at most in one block (the twentieth
             // session's measurements, BENCHMARKS.md).
-            ((33, false, 33, 33), (ExtendKernel::Block64, 1, 64)),
-            ((64, false, 128, 64), (ExtendKernel::Block64, 1, 64)),
+            ((33, false, 33, 33), (ExtendKernel::Block, 1, 256)),
+            ((64, false, 128, 64), (ExtendKernel::Block, 1, 256)),
             ((64, false, 129, 64), (ExtendKernel::Block, 1, 256)),
             ((65, false, 65, 65), (ExtendKernel::Block, 1, 256)),
             ((40, false, 256, 256), (ExtendKernel::Block, 1, 256)),
