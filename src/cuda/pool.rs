@@ -70,12 +70,14 @@ const SORT_CAP: u64 = 4096;
 /// extend runs a request a thread: on two warps (`kvp_extend_block64_*`) for up to 64
 /// requests and `BLOCK64_TOKENS` tokens, else blocks of 256 threads (`kvp_extend_block_*`)
 /// for up to `BLOCK` requests: one block for up to `BLOCK_TOKENS` tokens, more for a longer
-/// extend (`kvp_extend_blocks_*`). Two tokens a thread at most on two warps: with the threads
-/// planning their tokens before the verdict, 33-64 requests of 132-1,024 tokens take
-/// 0.62-0.88x the time they took at up to four a thread on the general loop (BENCHMARKS.md,
-/// twentieth session); one a thread on 256 threads, since 257-512 tokens take 0.85-0.89x the
-/// time on blocks of `SHORT_SPAN_TOKENS` that they took at two a thread in one block (by row
-/// 0.80-0.90x; BENCHMARKS.md, thirty-fifth session). By request row the extend_few shapes run on the request-a-thread
+/// extend (`kvp_extend_blocks_*`). One token a thread at most in one block (with the
+/// threads planning their tokens before the verdict, two a thread had taken 0.62-0.88x the
+/// time of up to four on the general loop: BENCHMARKS.md, twentieth session; since the
+/// thirty-fifth, one a thread: 257-512 tokens take 0.85-0.89x the time on blocks of
+/// `SHORT_SPAN_TOKENS` that they took at two a thread on 256 threads, by row 0.80-0.90x, and
+/// 65-128 tokens of 33-64 requests 0.85-0.90x on 256 threads that they took at two a thread
+/// on two warps, by row 0.85-0.89x; up to 64 tokens two warps stay faster, 0.95-0.97x the
+/// time on 256 threads). By request row the extend_few shapes run on the request-a-thread
 /// kernels of the same shape (`kvp_extend_{warp,block64,block,blocks}_rows_*`; up to 64
 /// tokens on one warp, else one block of 256 threads).
 /// A decode of more than `DECODE_BATCH` and at most 4,096 requests, also by row, runs on one
@@ -136,7 +138,7 @@ const WARP_TOKENS: u64 = 64;
 /// The most tokens `kvp_extend_few_128_*` takes (three a writer lane).
 const FOUR_WARP_TOKENS: u64 = 256;
 const BLOCK_TOKENS: u64 = 256;
-const BLOCK64_TOKENS: u64 = 128;
+const BLOCK64_TOKENS: u64 = 64;
 /// The most tokens a block of the several-block extend kernels takes (`kvp::SPAN_TOKENS`;
 /// past `TARGET_BLOCKS` blocks, more: see `span_grid`).
 const SPAN_TOKENS: u64 = 512;
@@ -1391,6 +1393,8 @@ impl DevicePool {
                 (kernel, _) => kernel,
             };
             (kernel, grid, threads, batch32, batch32)
+        } else if batch <= 64 && tokens <= BLOCK64_TOKENS {
+            (ExtendKernel::Block64, 1, 64, batch32, batch32)
         } else if batch <= BLOCK as usize && tokens <= BLOCK_TOKENS {
             (ExtendKernel::Block, 1, BLOCK, batch32, batch32)
         } else if batch <= BLOCK as usize {
@@ -2301,9 +2305,12 @@ mod tests {
             ((5, false, 1024, 64), (ExtendKernel::FewSpread, 4, 256)),
             ((32, false, 1024, 64), (ExtendKernel::FewSpread, 4, 256)),
             ((32, false, 1025, 65), (ExtendKernel::FewSpread, 5, 256)),
-            // Past 32 requests, two tokens a thread at most in one block (the twentieth
-            // session's measurements, BENCHMARKS.md).
-            ((33, false, 33, 33), (ExtendKernel::Block, 1, 256)),
+            // Past 32 requests, one token a thread at most in one block: two warps up to 64
+            // requests and 64 tokens, else 256 threads (BENCHMARKS.md, twentieth and
+            // thirty-fifth sessions).
+            ((33, false, 33, 33), (ExtendKernel::Block64, 1, 64)),
+            ((64, false, 64, 64), (ExtendKernel::Block64, 1, 64)),
+            ((33, false, 65, 33), (ExtendKernel::Block, 1, 256)),
             ((64, false, 128, 64), (ExtendKernel::Block, 1, 256)),
             ((64, false, 129, 64), (ExtendKernel::Block, 1, 256)),
             ((65, false, 65, 65), (ExtendKernel::Block, 1, 256)),
