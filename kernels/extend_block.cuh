@@ -261,6 +261,14 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     if (check[u]) err[u] = slot_error(ll[u], v);
     prefix_page[u] = check[u] && err[u] == ERR_NONE ? (uint32_t)div_ps<POW2>((unsigned long long)ll[u], v) : 0;
   }
+  // One block, not by row: the ring's first new pages (a one-block call's new pages are
+  // ranks 0..new_pages; at most the plan's), from the cursor alone, with the words, where the
+  // planned path loaded them after the scan (as extend_few's EarlyRing since the eighteenth
+  // session; loads past the call's pages are left unused).
+  constexpr bool EARLY_RING = !GRID && !ROWS;
+  EarlyRing<4, BLOCK> early;
+  if constexpr (EARLY_RING)
+    early.load(v, c.head, (uint32_t)min(total_pages, (unsigned long long)n), r);
 #pragma unroll
   for (int u = 0; u < PER; ++u) {
     word[u] = v.state[prefix_page[u]];
@@ -332,17 +340,17 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
                        narrow_offsets(total_tokens, total_pages);
   OwnTokens<PLAN_PER> mine;
   if (planned) {  // (uniform: totals, cursor and fault are the block's)
-    // Four loads in flight per thread before any is used (as stage_pages).
-    EarlyRing<4, BLOCK> ring;
+    // Four loads in flight per thread before any is used (as stage_pages); one block's
+    // loaded with the words (EARLY_RING).
     const uint32_t count = (uint32_t)(page_hi - page_lo);
-    ring.load(v, ring_pos(c.head, page_lo, n), min(count, n), r);
+    if constexpr (!EARLY_RING) early.load(v, ring_pos(c.head, page_lo, n), min(count, n), r);
     // (Several blocks: a warp barrier, no instruction, keeps the loads ahead of the
     // planning, as in extend_block's round trip 1.)
     if constexpr (GRID) __syncwarp();
     else __syncthreads();
     mine = plan_block_tokens<PLAN_PER, BLOCK, POW2>(sh, v, batch, first, (uint32_t)t_begin,
                                                     (uint32_t)t_end, (uint32_t)page_lo);
-    ring.stage(pages, v, c, page_lo, count, r);
+    early.stage(pages, v, c, page_lo, count, r);
   } else if (live && staged) {
     stage_pages<4, BLOCK>(pages, v, c, page_lo, page_hi, r);
   }
