@@ -1569,7 +1569,7 @@ KVP_DECODE_CLUSTER_KERNEL(8, i32, int)
                                                           total_pages, out);                      \
   }
 // The one-block shapes for at most MAXB requests (extend_few's MAXB). (Several blocks for
-// 2-8 requests, kvp_extend_few{2,4,8}_blocks_*, took 0.98-1.02x the time: not built, run
+// 2-8 requests, kvp_extend_few{2,4,8}_blocks_*, took 0.97-1.02x the time: not built, run
 // s35-1.)
 #define KVP_EXTEND_FEW_BLOCK_SHAPES(NAME, MAXB, SUFFIX, INDEX)                                    \
   KVP_EXTEND_FEW_KERNEL(NAME##_64, 64, false, false, MAXB, SUFFIX, INDEX)                         \

@@ -190,7 +190,7 @@ pub(super) enum ExtendKernel {
     /// `Few(threads)` for at most `bound` requests, one of `FEW_BOUNDS`
     /// (`kvp_extend_few{B}_{N}_*`): the requests' scans and the tokens' searches of log2(B)
     /// steps (2-8 requests of 16-64 tokens 0.86-0.98x the time; several blocks built so took
-    /// 0.98-1.02x and are not: BENCHMARKS.md, thirty-fifth session). By row, `Few`'s rows
+    /// 0.97-1.02x and are not: BENCHMARKS.md, thirty-fifth session). By row, `Few`'s rows
     /// kernels.
     FewUpTo(u32, u32),
     /// `FewBlocks` for more requests than blocks (`kvp_extend_few_spread_*`): a block whose
