@@ -7,8 +7,9 @@
 #   scripts/gpu/steps.sh PLAN...
 #
 # Each PLAN is a bash file of `step NAME [VAR=value ...] RUN_STEP ...` lines (run.sh's steps and
-# environment), e.g. scripts/gpu/plans/kernel-ab.sh: every GPU test, an A/B benchmark of
-# two packed builds, both sanitizers and the Python tests, what a kernel change needs.
+# environment) and `ab_bench NAME BENCH_ARGS [VARIANTS]` lines (an A/B benchmark of packed
+# builds), e.g. scripts/gpu/plans/kernel-ab.sh: every GPU test, an A/B benchmark of two
+# packed builds, both sanitizers and the Python tests, what a kernel change needs.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 [[ $# -gt 0 ]] || { echo "usage: scripts/gpu/steps.sh PLAN..." >&2; exit 2; }
@@ -22,6 +23,13 @@ step() { # NAME [VAR=value ...] RUN_STEP ...
     mkdir -p "$ROOT/$name"
     env "${vars[@]}" OUT="$ROOT/$name" scripts/gpu/run.sh "$@" 2>&1 |
         grep -E '^=== |GPU check|FAIL|panicked|test result'
+}
+
+# An A/B of the builds packed with `scripts/gpu/pack.sh --variant NAME=REV`: the C++
+# benchmark alone with BENCH_ARGS, the builds alternating as AB_VARIANTS lists them (else
+# VARIANTS, default "P T P T").
+ab_bench() { # NAME BENCH_ARGS [VARIANTS]
+    step "$1" BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-${3:-P T P T}}" BENCH_ARGS="$2" bench
 }
 
 for plan in "$@"; do

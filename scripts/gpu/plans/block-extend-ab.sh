@@ -4,7 +4,5 @@
 # twentieth session's caps (src/cuda/pool.rs) the 4-token rows run on one block of 256
 # threads (kvp_extend_block_*) and the 16-token rows on several (kvp_extend_blocks_*); before
 # them, two warps (kvp_extend_block64_*) and one block up to 1,024 tokens.
-step block4 BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-    BENCH_ARGS="--ops alloc_extend --page-sizes 1 --batch-sizes 33,64 --extend-tokens 4" bench
-step block16 BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-    BENCH_ARGS="--ops alloc_extend --page-sizes 1,16 --batch-sizes 33,64,256 --extend-tokens 16" bench
+ab_bench block4 "--ops alloc_extend --page-sizes 1 --batch-sizes 33,64 --extend-tokens 4"
+ab_bench block16 "--ops alloc_extend --page-sizes 1,16 --batch-sizes 33,64,256 --extend-tokens 16"

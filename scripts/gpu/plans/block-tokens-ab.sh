@@ -10,6 +10,5 @@
 for tokens in 2 4 8 16; do
     pages=1
     [[ $tokens -ge 16 ]] && pages=1,16
-    step "bt$tokens" BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-        BENCH_ARGS="--ops alloc_extend,alloc_extend_rows --page-sizes $pages --batch-sizes 33,64,128,200,256 --extend-tokens $tokens" bench
+    ab_bench "bt$tokens" "--ops alloc_extend,alloc_extend_rows --page-sizes $pages --batch-sizes 33,64,128,200,256 --extend-tokens $tokens"
 done

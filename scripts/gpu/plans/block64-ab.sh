@@ -7,6 +7,5 @@
 # builds, a control). Tables: scripts/gpu/ab_table.py $OUT/b64_1 P T (b64_2, b64_3). Run
 # s35-7 (BENCHMARKS.md, thirty-fifth session).
 for tokens in 1 2 3; do
-    step "b64_$tokens" BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-        BENCH_ARGS="--ops alloc_extend,alloc_extend_rows --page-sizes 1 --batch-sizes 33,48,64 --extend-tokens $tokens" bench
+    ab_bench "b64_$tokens" "--ops alloc_extend,alloc_extend_rows --page-sizes 1 --batch-sizes 33,48,64 --extend-tokens $tokens"
 done

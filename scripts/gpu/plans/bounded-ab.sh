@@ -9,6 +9,5 @@
 for tokens in 16 64 256 512 2048; do
     pages=1,16,64
     [[ $tokens == 16 ]] && pages=1,16
-    step "bounded$tokens" BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-        BENCH_ARGS="--ops alloc_extend --page-sizes $pages --batch-sizes 1,2,3,4,5,8,9 --extend-tokens $tokens" bench
+    ab_bench "bounded$tokens" "--ops alloc_extend --page-sizes $pages --batch-sizes 1,2,3,4,5,8,9 --extend-tokens $tokens"
 done

@@ -7,6 +7,5 @@
 # runs on several blocks in both builds, a control). Tables: scripts/gpu/ab_table.py
 # $OUT/early1 P T (early2). Run s35-9 (BENCHMARKS.md, thirty-fifth session).
 for tokens in 1 2; do
-    step "early$tokens" BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-        BENCH_ARGS="--ops alloc_extend --page-sizes 1 --batch-sizes 33,64,128,200,256 --extend-tokens $tokens" bench
+    ab_bench "early$tokens" "--ops alloc_extend --page-sizes 1 --batch-sizes 33,64,128,200,256 --extend-tokens $tokens"
 done

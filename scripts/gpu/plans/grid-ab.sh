@@ -5,11 +5,7 @@
 # part at LONG_REQUEST tokens a request, kernels/extend_grid.cuh). Run s26-4 ran these
 # steps with kernel-ab.sh's tests, sanitizers and Python tests. (Since the thirtieth session
 # extends of 300 and 1,024 requests run on the wide deciding blocks, not on this kernel.)
-step grid BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-    BENCH_ARGS="--ops alloc_extend,alloc_decode --page-sizes 1,16,64 --batch-sizes 300,1024,2048,4096" bench
-step grid128 BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-    BENCH_ARGS="--ops alloc_extend --page-sizes 1,16,64 --batch-sizes 1024,4096 --extend-tokens 128" bench
-step grid64 BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-    BENCH_ARGS="--ops alloc_extend --page-sizes 1,16,64 --batch-sizes 1024,4096 --extend-tokens 64" bench
-step grid16 BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-    BENCH_ARGS="--ops alloc_extend --page-sizes 1,16 --batch-sizes 300,1024,4096 --extend-tokens 16" bench
+ab_bench grid "--ops alloc_extend,alloc_decode --page-sizes 1,16,64 --batch-sizes 300,1024,2048,4096"
+ab_bench grid128 "--ops alloc_extend --page-sizes 1,16,64 --batch-sizes 1024,4096 --extend-tokens 128"
+ab_bench grid64 "--ops alloc_extend --page-sizes 1,16,64 --batch-sizes 1024,4096 --extend-tokens 64"
+ab_bench grid16 "--ops alloc_extend --page-sizes 1,16 --batch-sizes 300,1024,4096 --extend-tokens 16"

@@ -4,7 +4,6 @@
 # AB_ARGS), both sanitizers with the C++ examples, and the Python tests. The A/B table:
 # scripts/gpu/ab_table.py $OUT/bench P T.
 step tests tests
-step bench BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-    BENCH_ARGS="${AB_ARGS:---ops alloc_extend,alloc_decode --page-sizes 16 --batch-sizes 1,8,64,256}" bench
+ab_bench bench "${AB_ARGS:---ops alloc_extend,alloc_decode --page-sizes 16 --batch-sizes 1,8,64,256}"
 step sanitize SANITIZE_OPS="${SANITIZE_OPS:-200}" sanitize example
 step python python

@@ -5,8 +5,7 @@
 # BENCHMARKS.md, twenty-eighth session). Tables: scripts/gpu/ab_table.py $OUT/bench P T,
 # scripts/gpu/triton_table.py $OUT/triton.
 step tests tests
-step bench BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-    BENCH_ARGS="--ops alloc_decode --page-sizes 1,16,64 --batch-sizes 1024,1025,2048,2049,3000,4096" bench
+ab_bench bench "--ops alloc_decode --page-sizes 1,16,64 --batch-sizes 1024,1025,2048,2049,3000,4096"
 step sanitize SANITIZE_OPS="${SANITIZE_OPS:-100}" sanitize example
 step python python
 step triton BENCH_ARGS="--ops alloc_decode --page-sizes 16,64 --batch-sizes 1024,2048,4096" bench

@@ -8,8 +8,6 @@
 for tokens in 16 64 128 256 512 1024 2048 8192; do
     pages=1,16,64
     [[ $tokens == 16 ]] && pages=1,16
-    step "one$tokens" BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-        BENCH_ARGS="--ops alloc_extend --page-sizes $pages --batch-sizes 1,2 --extend-tokens $tokens" bench
+    ab_bench "one$tokens" "--ops alloc_extend --page-sizes $pages --batch-sizes 1,2 --extend-tokens $tokens"
 done
-step decode BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-    BENCH_ARGS="--ops alloc_decode --page-sizes 1,16,64 --batch-sizes 1,2" bench
+ab_bench decode "--ops alloc_decode --page-sizes 1,16,64 --batch-sizes 1,2"

@@ -7,8 +7,6 @@
 for tokens in 16 64 512 2048; do
     pages=1,16,64
     [[ $tokens == 16 ]] && pages=1,16
-    step "rows$tokens" BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-        BENCH_ARGS="--ops alloc_extend_rows --page-sizes $pages --batch-sizes 1,2 --extend-tokens $tokens" bench
+    ab_bench "rows$tokens" "--ops alloc_extend_rows --page-sizes $pages --batch-sizes 1,2 --extend-tokens $tokens"
 done
-step rows-decode BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-    BENCH_ARGS="--ops alloc_decode_rows --page-sizes 1,16,64 --batch-sizes 1,2" bench
+ab_bench rows-decode "--ops alloc_decode_rows --page-sizes 1,16,64 --batch-sizes 1,2"

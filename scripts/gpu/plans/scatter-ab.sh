@@ -7,10 +7,8 @@
 # both sanitizers with the C++ examples, the Python tests. Tables:
 # scripts/gpu/ab_table.py $OUT/bench P T (and $OUT/bench-16).
 step tests tests
-step bench BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-    BENCH_ARGS="--ops alloc_extend,alloc_extend_rows --page-sizes 1,16,64 --batch-sizes 1024,2049,3001,4096" bench
-step bench-16 BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-    BENCH_ARGS="--ops alloc_extend_rows --page-sizes 16 --batch-sizes 2049,4096 --extend-tokens 16" bench
+ab_bench bench "--ops alloc_extend,alloc_extend_rows --page-sizes 1,16,64 --batch-sizes 1024,2049,3001,4096"
+ab_bench bench-16 "--ops alloc_extend_rows --page-sizes 16 --batch-sizes 2049,4096 --extend-tokens 16"
 step profile BENCH_VARIANTS=P PROFILE_KERNELS="^kvp_(rows|extend)" PROFILE_LAUNCHES=12 \
     PROFILE_ARGS="--ops alloc_extend_rows --page-sizes 16 --batch-sizes 2049" profile
 step sanitize SANITIZE_OPS="${SANITIZE_OPS:-100}" sanitize example

@@ -3,7 +3,5 @@
 # one-block shapes (32 and 256 threads; 64 threads too in revisions before the twentieth
 # session). 64 tokens a request at pages 1, 16, 64,
 # and 16 at pages 1, 16 (the token count must be a multiple of each page size).
-step short64 BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-    BENCH_ARGS="--ops alloc_extend --page-sizes 1,16,64 --batch-sizes 1,2,4,8 --extend-tokens 64" bench
-step short16 BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-    BENCH_ARGS="--ops alloc_extend --page-sizes 1,16 --batch-sizes 1,2,4,8,16,32 --extend-tokens 16" bench
+ab_bench short64 "--ops alloc_extend --page-sizes 1,16,64 --batch-sizes 1,2,4,8 --extend-tokens 64"
+ab_bench short16 "--ops alloc_extend --page-sizes 1,16 --batch-sizes 1,2,4,8,16,32 --extend-tokens 16"

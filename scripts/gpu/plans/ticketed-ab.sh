@@ -4,7 +4,6 @@
 # decodes, past 4,096 on an H200, are not timed), both sanitizers with the C++ examples, and
 # the Python tests. Table: scripts/gpu/ab_table.py $OUT/bench P T.
 step tests tests
-step bench BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-    BENCH_ARGS="--ops alloc_extend --page-sizes 1,16,64 --batch-sizes 1025,2048,4096" bench
+ab_bench bench "--ops alloc_extend --page-sizes 1,16,64 --batch-sizes 1025,2048,4096"
 step sanitize SANITIZE_OPS="${SANITIZE_OPS:-100}" sanitize example
 step python python

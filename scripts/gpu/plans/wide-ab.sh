@@ -6,12 +6,9 @@
 # scripts/gpu/ab_table.py $OUT/bench P T (and $OUT/bench-16, $OUT/bench-128),
 # scripts/gpu/triton_table.py $OUT/triton.
 step tests tests
-step bench BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-    BENCH_ARGS="--ops alloc_extend --page-sizes 1,16,64 --batch-sizes 256,257,384,512,768,1024,1025" bench
-step bench-16 BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-    BENCH_ARGS="--ops alloc_extend --page-sizes 16 --batch-sizes 257,512,1024 --extend-tokens 16" bench
-step bench-128 BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-    BENCH_ARGS="--ops alloc_extend --page-sizes 16 --batch-sizes 257,512,1024 --extend-tokens 128" bench
+ab_bench bench "--ops alloc_extend --page-sizes 1,16,64 --batch-sizes 256,257,384,512,768,1024,1025"
+ab_bench bench-16 "--ops alloc_extend --page-sizes 16 --batch-sizes 257,512,1024 --extend-tokens 16"
+ab_bench bench-128 "--ops alloc_extend --page-sizes 16 --batch-sizes 257,512,1024 --extend-tokens 128"
 step sanitize SANITIZE_OPS="${SANITIZE_OPS:-100}" sanitize example
 step python python
 step triton BENCH_ARGS="--ops alloc_extend --page-sizes 16,64 --batch-sizes 256,512,1024" bench

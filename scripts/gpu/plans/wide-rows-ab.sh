@@ -5,9 +5,7 @@
 # examples, the Python tests. Tables: scripts/gpu/ab_table.py $OUT/bench O P T (and
 # $OUT/bench-64).
 step tests tests
-step bench BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-O P T O P T}" \
-    BENCH_ARGS="--ops alloc_extend,alloc_extend_rows --page-sizes 16,64 --batch-sizes 64,256,257,512,1024,1025" bench
-step bench-64 BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-O P T O P T}" \
-    BENCH_ARGS="--ops alloc_extend_rows --page-sizes 16 --batch-sizes 257,512,1024 --extend-tokens 64" bench
+ab_bench bench "--ops alloc_extend,alloc_extend_rows --page-sizes 16,64 --batch-sizes 64,256,257,512,1024,1025" "O P T O P T"
+ab_bench bench-64 "--ops alloc_extend_rows --page-sizes 16 --batch-sizes 257,512,1024 --extend-tokens 64" "O P T O P T"
 step sanitize SANITIZE_OPS="${SANITIZE_OPS:-100}" sanitize example
 step python python

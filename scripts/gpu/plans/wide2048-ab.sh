@@ -5,9 +5,7 @@
 # (page 16, 64), both sanitizers with the C++ examples, the Python tests. Tables:
 # scripts/gpu/ab_table.py $OUT/bench P T (and $OUT/bench-64).
 step tests tests
-step bench BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-    BENCH_ARGS="--ops alloc_extend,alloc_extend_rows --page-sizes 16,64 --batch-sizes 64,256,1024,1025,1536,2048,2049" bench
-step bench-64 BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-P T P T}" \
-    BENCH_ARGS="--ops alloc_extend,alloc_extend_rows --page-sizes 16 --batch-sizes 1025,2048 --extend-tokens 64" bench
+ab_bench bench "--ops alloc_extend,alloc_extend_rows --page-sizes 16,64 --batch-sizes 64,256,1024,1025,1536,2048,2049"
+ab_bench bench-64 "--ops alloc_extend,alloc_extend_rows --page-sizes 16 --batch-sizes 1025,2048 --extend-tokens 64"
 step sanitize SANITIZE_OPS="${SANITIZE_OPS:-100}" sanitize example
 step python python
