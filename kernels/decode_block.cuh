@@ -103,7 +103,7 @@ struct DecodeShared {
 // the slot into the table and to `out` when it is not NULL). POW2: the page size is a power
 // of two (shifts and masks, no call to the 64-bit division on the path). ONE
 // (kvp_decode_one_*): the host sends exactly one request, so `batch` is the constant 1 and
-// the compiler drops the paths of several (as extend_few's ONE).
+// the compiler drops the paths of several (as extend_few's MAXB 1).
 template <int BLOCK, typename Index, bool ROWS, bool POW2, bool ONE = false>
 __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View v, Call call,
                                              const long long *seq_lens, const Index *last_loc,

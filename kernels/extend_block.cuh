@@ -151,7 +151,7 @@ __device__ __forceinline__ OwnTokens<PER> plan_block_tokens(const Shared &sh, co
 // after the verdict, and to `out` only when it is not NULL. A failing call writes nothing to
 // the table. POW2: the page size is a power of two (see extend_kernel).
 // ONE (kvp_extend_one_*_rows_*): the host sends exactly one request; `batch` is the
-// constant 1 (as extend_few's ONE).
+// constant 1 (as extend_few's MAXB 1).
 template <int BLOCK, int PER, typename Index, bool ROWS, bool GRID, bool POW2, bool ONE = false>
 __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh, View v,
                                              Call call, const long long *prefix_lens,
