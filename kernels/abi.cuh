@@ -56,6 +56,7 @@ extern "C" __device__ const unsigned long long kvp_abi[] = {
     SPAN_TOKENS,
     FewBlockTokens<64>::value,
     FewBlockTokens<128>::value,
+    PAIR_BATCH,
     CLUSTER_BLOCK,
     FREE_BLOCK,
     SORT_CAP,

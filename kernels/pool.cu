@@ -761,6 +761,7 @@ __device__ __forceinline__ TokenRange block_tokens(unsigned long long total) {
 #include "decode_block.cuh"
 #include "decode_cluster.cuh"
 #include "extend_few.cuh"
+#include "extend_pairs.cuh"
 #include "extend_grid.cuh"
 
 namespace kvp {
@@ -1587,6 +1588,25 @@ KVP_DECODE_CLUSTER_KERNEL(8, i32, int)
 
 KVP_EXTEND_FEW_KERNELS(i64, long long)
 KVP_EXTEND_FEW_KERNELS(i32, int)
+
+// alloc_extend of 33-64 requests in one block (extend_pairs.cuh: extend_few's one-block
+// shapes with two requests a lane), kvp_extend_*'s parameters; `per_block` and `decode` (0)
+// are unused.
+#define KVP_EXTEND_PAIRS_KERNEL(THREADS, SUFFIX, INDEX)                                           \
+  extern "C" __global__ void __launch_bounds__(THREADS) kvp_extend_pairs_##THREADS##_##SUFFIX(    \
+      View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
+      const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
+      unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    extend_pairs_kernel<THREADS, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch,          \
+                                        total_tokens, total_pages, out);                          \
+  }
+#define KVP_EXTEND_PAIRS_KERNELS(SUFFIX, INDEX)                                                   \
+  KVP_EXTEND_PAIRS_KERNEL(64, SUFFIX, INDEX)                                                      \
+  KVP_EXTEND_PAIRS_KERNEL(128, SUFFIX, INDEX)                                                     \
+  KVP_EXTEND_PAIRS_KERNEL(256, SUFFIX, INDEX)
+
+KVP_EXTEND_PAIRS_KERNELS(i64, long long)
+KVP_EXTEND_PAIRS_KERNELS(i32, int)
 
 // Decode reservations (reservation.cuh): the pool's index type a suffix, a request-to-token
 // table's element type a run-time flag (`wide`: int64) as for the rows kernels.

@@ -1556,8 +1556,9 @@ fn decode_kernels_of_every_size_name_the_hosts_first_bad_request() {
 
 /// Extends of a few requests on every shape of `kvp_extend_few_*` (one warp decides; one
 /// block of 32, 64 or 256 threads, or several blocks), built for 32 requests or at most 1,
-/// 2, 4 or 8 (`kvp_extend_one_*`, `kvp_extend_few{2,4,8}_*`), and, past 32 requests, the kernels
-/// they replace: against the host pool, the same slots for good batches, and for batches
+/// 2, 4 or 8 (`kvp_extend_one_*`, `kvp_extend_few{2,4,8}_*`), the same one-block shapes for
+/// 33-64 requests, two a lane (`kvp_extend_pairs_*`), and the request-a-thread kernels past
+/// them: against the host pool, the same slots for good batches, and for batches
 /// with a bad request (a stale last_loc, a second continuation of a page, out of range, in
 /// the reserved page, off its page position, non-empty for an empty prefix) the same error
 /// kind naming the same request, padding only, nothing past the plan, no page taken.
@@ -1567,7 +1568,7 @@ fn extends_of_a_few_requests_name_the_hosts_first_bad_request() {
     const GUARD: usize = 256;
     const ROWS: usize = 64;
     const CAP: usize = 1 << 14;
-    const SIZES: [usize; 8] = [1, 2, 3, 5, 8, 17, 32, 33];
+    const SIZES: [usize; 11] = [1, 2, 3, 5, 8, 17, 32, 33, 48, 63, 64];
     // Tokens a batch adds, in all: each of the one-block shapes (at most 64, 256 and 1,024
     // tokens) and several blocks.
     const TOKENS: [u64; 4] = [40, 200, 900, 3000];

@@ -11,8 +11,8 @@ use cudarc::driver::sys::CUmodule;
 use super::reservation::RES_BLOCK;
 use super::rows::{TableArgs, ROWS_BLOCK, SCATTER_BLOCK, SCATTER_TOKENS};
 use super::{
-    BLOCK, CLUSTER_BLOCK, FOUR_WARP_TOKENS, FREE_BLOCK, SEGMENT_RUN, SORT_CAP, SPAN_TOKENS,
-    STAGE_CAP, WARP_TOKENS,
+    BLOCK, CLUSTER_BLOCK, FOUR_WARP_TOKENS, FREE_BLOCK, PAIR_BATCH, SEGMENT_RUN, SORT_CAP,
+    SPAN_TOKENS, STAGE_CAP, WARP_TOKENS,
 };
 use crate::cuda::kernels::read_global;
 use crate::cuda::layout::{
@@ -26,7 +26,7 @@ use crate::pool::{ErrorKind, PoolError};
 const GLOBAL: &std::ffi::CStr = c"kvp_abi";
 
 /// How many entries `kvp_abi` holds.
-const ENTRY_COUNT: usize = 74;
+const ENTRY_COUNT: usize = 75;
 
 /// Each entry as the library has it, with the kernels' name for it, in `kvp_abi`'s order.
 pub(super) fn entries() -> [(&'static str, u64); ENTRY_COUNT] {
@@ -87,6 +87,7 @@ pub(super) fn entries() -> [(&'static str, u64); ENTRY_COUNT] {
         ("SPAN_TOKENS", SPAN_TOKENS),
         ("FewBlockTokens<64>", WARP_TOKENS),
         ("FewBlockTokens<128>", FOUR_WARP_TOKENS),
+        ("PAIR_BATCH", PAIR_BATCH as u64),
         ("CLUSTER_BLOCK", u64::from(CLUSTER_BLOCK)),
         ("FREE_BLOCK", u64::from(FREE_BLOCK)),
         ("SORT_CAP", SORT_CAP),
@@ -250,7 +251,7 @@ mod tests {
         let e = compare(&values).unwrap_err();
         assert!(
             e.message()
-                .contains("kvp_abi has 73 entries, the library expects 74"),
+                .contains("kvp_abi has 74 entries, the library expects 75"),
             "{}",
             e.message()
         );

@@ -47,6 +47,9 @@ pub(crate) struct Typed {
     /// The one-block shapes for at most each of `FEW_BOUNDS` requests, in that order
     /// (`kvp_extend_few{B}_{N}_*`).
     pub extend_few_bounded: [[CUfunction; FEW_THREADS.len()]; FEW_BOUNDS.len()],
+    /// The one-block shapes for at most `PAIR_BATCH` requests, two a lane
+    /// (`kvp_extend_pairs_{N}_*`, `extend_pairs.cuh`), one of each of `FEW_THREADS` threads.
+    pub extend_pairs: [CUfunction; FEW_THREADS.len()],
     /// `alloc_decode` in one block of each of `DECODE_THREADS` threads, in that order
     /// (`kvp_decode_{N}_*`), and by request row.
     pub decode: [CUfunction; DECODE_THREADS.len()],
@@ -338,6 +341,7 @@ impl Typed {
                 }
                 functions
             },
+            extend_pairs: sized(&typed, "extend_pairs_", FEW_THREADS, "")?,
             decode: sized(&typed, "decode_", DECODE_THREADS, "")?,
             decode_one: typed("decode_one")?,
             decode_rows: sized(&typed, "decode_", DECODE_THREADS, "_rows")?,
@@ -492,6 +496,8 @@ mod tests {
             "kvp_extend_few2_64_i64",
             "kvp_extend_few4_128_i32",
             "kvp_extend_few8_256_i64",
+            "kvp_extend_pairs_64_i32",
+            "kvp_extend_pairs_256_i64",
             "kvp_decode_32_i64",
             "kvp_decode_one_i32",
             "kvp_decode_one_rows_i64",
@@ -512,7 +518,7 @@ mod tests {
             .any(|n| n.starts_with("kvp_extend_blocks2048_i")));
         // Per index type: 30 typed entry points, 2 x DECODE_THREADS decode kernels,
         // 2 x DECODE_CLUSTERS cluster decode kernels, FEW_THREADS one-block extend_few
-        // kernels for each of 32 requests, one and FEW_BOUNDS, WIDE_PLAIN_BATCHES +
+        // kernels for each of 32 requests, one, FEW_BOUNDS and two a lane, WIDE_PLAIN_BATCHES +
         // WIDE_BATCHES wide extend kernels, and the 11 others.
         assert_eq!(
             asked.len(),
@@ -520,7 +526,7 @@ mod tests {
                 + WIDE_KERNELS
                 + 2 * DECODE_THREADS.len()
                 + 2 * DECODE_CLUSTERS.len()
-                + (2 + FEW_BOUNDS.len()) * FEW_THREADS.len()
+                + (3 + FEW_BOUNDS.len()) * FEW_THREADS.len()
                 + 11)
         );
     }

@@ -99,6 +99,10 @@ pub(super) const FEW_THREADS: [u32; 3] = [64, 128, BLOCK];
 /// five. A one-block call of 2-8 requests runs on the kernel of the smallest bound that holds
 /// it (`ExtendKernel::FewUpTo`).
 pub(super) const FEW_BOUNDS: [u32; 3] = [2, 4, 8];
+/// The most requests of `kvp_extend_pairs_*` (`kvp::PAIR_BATCH`): a plain extend of
+/// `WARP_BATCH` + 1 to this many requests and at most `SPAN_TOKENS` tokens runs on the
+/// extend_few shapes with two requests a lane (`ExtendKernel::Pairs`), not a request a thread.
+pub(super) const PAIR_BATCH: usize = 64;
 const DECODE_BATCH: usize = 1024;
 /// Threads per block of the cluster decode kernels (`kvp::CLUSTER_BLOCK`).
 const CLUSTER_BLOCK: u32 = 512;
@@ -193,6 +197,12 @@ pub(super) enum ExtendKernel {
     /// 0.97-1.02x and are not: BENCHMARKS.md, thirty-fifth session). By row, `Few`'s rows
     /// kernels.
     FewUpTo(u32, u32),
+    /// `Few(threads)` for `WARP_BATCH` + 1 to `PAIR_BATCH` requests, two a lane
+    /// (`kvp_extend_pairs_{N}_*`): one warp decides, the others stage and write, where a
+    /// request a thread (`Block64`, `Block`, `Blocks`) scans the block and fills a shared
+    /// table between barriers. Plain only: by row these batches keep the request-a-thread
+    /// kernels (`DeviceShapes::pairs`).
+    Pairs(u32),
     /// `FewBlocks` for more requests than blocks (`kvp_extend_few_spread_*`): a block whose
     /// tokens span several requests plans them before the verdict and stores their slots
     /// while warp 0 decides (16-32 requests of 64 tokens 0.89-0.90x `FewBlocks`'s time;
@@ -223,6 +233,7 @@ impl ExtendKernel {
             Self::FewUpTo(bound, threads) => {
                 typed.extend_few_bounded[bound_slot(bound)][few_slot(threads)]
             }
+            Self::Pairs(threads) => typed.extend_pairs[few_slot(threads)],
         }
     }
 
@@ -268,6 +279,19 @@ fn span_grid(tokens: u64, multiprocessors: u32) -> u32 {
         short.max(1) as u32
     } else {
         tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32
+    }
+}
+
+/// The threads of the one-block extend_few shape for `tokens` tokens (at most
+/// `SPAN_TOKENS`): two warps up to `WARP_TOKENS`, four up to `FOUR_WARP_TOKENS`, else
+/// `BLOCK`.
+fn few_threads(tokens: u64) -> u32 {
+    if tokens <= WARP_TOKENS {
+        64
+    } else if tokens <= FOUR_WARP_TOKENS {
+        128
+    } else {
+        BLOCK
     }
 }
 
@@ -1320,6 +1344,7 @@ impl DevicePool {
             clusters: self.clusters,
             multiprocessors: self.multiprocessors,
             wide,
+            pairs: true,
         }
     }
 
@@ -1328,6 +1353,7 @@ impl DevicePool {
     pub(super) fn rows_shapes(&self) -> DeviceShapes {
         DeviceShapes {
             wide: self.kernels.wide_rows_shared.map(|bytes| bytes > 0),
+            pairs: false,
             ..self.shapes()
         }
     }
@@ -1367,12 +1393,9 @@ impl DevicePool {
                 batch32,
             )
         } else if !decode && batch <= WARP_BATCH {
-            let (kernel, grid, threads) = if tokens <= WARP_TOKENS {
-                (ExtendKernel::Few(64), 1, 64)
-            } else if tokens <= FOUR_WARP_TOKENS {
-                (ExtendKernel::Few(128), 1, 128)
-            } else if tokens <= SPAN_TOKENS {
-                (ExtendKernel::Few(BLOCK), 1, BLOCK)
+            let (kernel, grid, threads) = if tokens <= SPAN_TOKENS {
+                let threads = few_threads(tokens);
+                (ExtendKernel::Few(threads), 1, threads)
             } else {
                 let grid = span_grid(tokens, device.multiprocessors);
                 if batch > grid as usize {
@@ -1393,6 +1416,9 @@ impl DevicePool {
                 (kernel, _) => kernel,
             };
             (kernel, grid, threads, batch32, batch32)
+        } else if !decode && device.pairs && batch <= PAIR_BATCH && tokens <= SPAN_TOKENS {
+            let threads = few_threads(tokens);
+            (ExtendKernel::Pairs(threads), 1, threads, batch32, batch32)
         } else if batch <= 64 && tokens <= BLOCK64_TOKENS {
             (ExtendKernel::Block64, 1, 64, batch32, batch32)
         } else if batch <= BLOCK as usize && tokens <= BLOCK_TOKENS {
@@ -2010,6 +2036,9 @@ pub(super) struct DeviceShapes {
     pub multiprocessors: u32,
     /// Which of `WIDE_BATCHES`' kernels the device gives their shared memory.
     pub wide: [bool; WIDE_BATCHES.len()],
+    /// Whether `ExtendKernel::Pairs` may serve an extend (plain calls; by row, no kernel of
+    /// that shape).
+    pub pairs: bool,
 }
 
 /// One kernel launch of a call (see `DevicePool::run_call`): the arguments after
@@ -2206,6 +2235,7 @@ mod tests {
                 clusters: true,
                 multiprocessors: 132,
                 wide,
+                pairs: false,
             };
             let (kernel, grid, threads, ..) =
                 DevicePool::extend_shape(batch, false, tokens, tokens, device).unwrap();
@@ -2305,17 +2335,20 @@ mod tests {
             ((5, false, 1024, 64), (ExtendKernel::FewSpread, 4, 256)),
             ((32, false, 1024, 64), (ExtendKernel::FewSpread, 4, 256)),
             ((32, false, 1025, 65), (ExtendKernel::FewSpread, 5, 256)),
-            // Past 32 requests, one token a thread at most in one block: two warps up to 64
-            // requests and 64 tokens, else 256 threads (BENCHMARKS.md, twentieth and
-            // thirty-fifth sessions).
-            ((33, false, 33, 33), (ExtendKernel::Block64, 1, 64)),
-            ((64, false, 64, 64), (ExtendKernel::Block64, 1, 64)),
-            ((33, false, 65, 33), (ExtendKernel::Block, 1, 256)),
-            ((64, false, 128, 64), (ExtendKernel::Block, 1, 256)),
-            ((64, false, 129, 64), (ExtendKernel::Block, 1, 256)),
+            // 33-64 requests of up to 512 tokens: extend_few's one-block shapes, two requests
+            // a lane.
+            ((33, false, 33, 33), (ExtendKernel::Pairs(64), 1, 64)),
+            ((64, false, 64, 64), (ExtendKernel::Pairs(64), 1, 64)),
+            ((33, false, 65, 33), (ExtendKernel::Pairs(128), 1, 128)),
+            ((64, false, 128, 64), (ExtendKernel::Pairs(128), 1, 128)),
+            ((40, false, 256, 256), (ExtendKernel::Pairs(128), 1, 128)),
+            ((40, false, 257, 257), (ExtendKernel::Pairs(256), 1, 256)),
+            ((64, false, 512, 64), (ExtendKernel::Pairs(256), 1, 256)),
+            ((64, false, 513, 65), (ExtendKernel::Blocks, 3, 256)),
+            // Past 64 requests, one token a thread at most in one block (BLOCK_TOKENS;
+            // BENCHMARKS.md, twentieth and thirty-fifth sessions).
             ((65, false, 65, 65), (ExtendKernel::Block, 1, 256)),
-            ((40, false, 256, 256), (ExtendKernel::Block, 1, 256)),
-            ((40, false, 257, 257), (ExtendKernel::Blocks, 2, 256)),
+            ((65, false, 257, 65), (ExtendKernel::Blocks, 2, 256)),
             ((200, false, 512, 512), (ExtendKernel::Blocks, 2, 256)),
             ((200, false, 513, 513), (ExtendKernel::Blocks, 3, 256)),
             ((200, false, 1025, 1025), (ExtendKernel::Blocks, 5, 256)),
@@ -2415,6 +2448,7 @@ mod tests {
                 multiprocessors: 132,
                 // A plain call's shapes (`DevicePool::shapes`).
                 wide: std::array::from_fn(|slot| slot < WIDE_PLAIN_BATCHES.len()),
+                pairs: true,
             };
             let (kernel, grid, threads, per_block, _) =
                 DevicePool::extend_shape(batch, decode, tokens, pages, device).unwrap();
@@ -2438,6 +2472,83 @@ mod tests {
                 }
                 _ => assert!(per_block as usize >= batch),
             }
+        }
+    }
+
+    /// By row (`DevicePool::rows_shapes`: no `Pairs`), 33-64 requests keep the
+    /// request-a-thread shapes: two warps up to 64 tokens, one block of 256 threads up to
+    /// `BLOCK_TOKENS`, else several; a plain call of the same shape runs two requests a lane.
+    #[test]
+    fn extends_of_33_to_64_requests_run_two_a_lane_only_when_plain() {
+        let shape = |batch: usize, tokens: u64, pairs: bool| {
+            let device = DeviceShapes {
+                clusters: true,
+                multiprocessors: 132,
+                wide: [true; WIDE_BATCHES.len()],
+                pairs,
+            };
+            let (kernel, grid, threads, ..) =
+                DevicePool::extend_shape(batch, false, tokens, tokens, device).unwrap();
+            (kernel, grid, threads)
+        };
+        let cases = [
+            (
+                (33, 33),
+                (ExtendKernel::Block64, 1, 64),
+                (ExtendKernel::Pairs(64), 1, 64),
+            ),
+            (
+                (64, 64),
+                (ExtendKernel::Block64, 1, 64),
+                (ExtendKernel::Pairs(64), 1, 64),
+            ),
+            (
+                (33, 65),
+                (ExtendKernel::Block, 1, 256),
+                (ExtendKernel::Pairs(128), 1, 128),
+            ),
+            (
+                (64, 256),
+                (ExtendKernel::Block, 1, 256),
+                (ExtendKernel::Pairs(128), 1, 128),
+            ),
+            (
+                (40, 257),
+                (ExtendKernel::Blocks, 2, 256),
+                (ExtendKernel::Pairs(256), 1, 256),
+            ),
+            (
+                (64, 512),
+                (ExtendKernel::Blocks, 2, 256),
+                (ExtendKernel::Pairs(256), 1, 256),
+            ),
+            (
+                (64, 513),
+                (ExtendKernel::Blocks, 3, 256),
+                (ExtendKernel::Blocks, 3, 256),
+            ),
+            (
+                (65, 64),
+                (ExtendKernel::Block, 1, 256),
+                (ExtendKernel::Block, 1, 256),
+            ),
+            (
+                (32, 64),
+                (ExtendKernel::Few(64), 1, 64),
+                (ExtendKernel::Few(64), 1, 64),
+            ),
+        ];
+        for ((batch, tokens), by_row, plain) in cases {
+            assert_eq!(
+                shape(batch, tokens, false),
+                by_row,
+                "by row: {batch} x {tokens}"
+            );
+            assert_eq!(
+                shape(batch, tokens, true),
+                plain,
+                "plain: {batch} x {tokens}"
+            );
         }
     }
 }

@@ -310,7 +310,8 @@ impl DevicePool {
             ExtendKernel::BlocksWide(held) => {
                 Some((typed.extend_blocks_wide_rows[wide_slot(held)], block))
             }
-            ExtendKernel::Grid => None,
+            // (Not offered by row, `rows_shapes`; were it, the ticketed kernels would serve.)
+            ExtendKernel::Grid | ExtendKernel::Pairs(_) => None,
         };
         if let Some((function, block)) = one_kernel {
             let tab = TableArgs {
