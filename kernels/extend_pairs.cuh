@@ -4,14 +4,17 @@
 //
 // Why: at 33 requests a call left extend_few (warp 0 decides by shuffles, the other warps
 // stage and write) for extend_block (a request a thread: a block scan, a shared table of
-// continued pages and barriers between them), and a one-token-a-request extend of 33
-// requests took 2.67 us on two warps where extend_few's 8 requests of 16 tokens took 2.10
-// (BENCHMARKS.md, thirty-fifth session). Here lane l of every warp holds requests 2l and
+// continued pages and barriers between them). Run s36-3 (BENCHMARKS.md, thirty-sixth
+// session), one token a request at page size 1: 32 requests took 2.03 us on extend_few's two
+// warps, 33 took 2.67 on extend_block's. Here lane l of every warp holds requests 2l and
 // 2l + 1: each warp scans the lanes' sums (one scan, as for 32 requests) and each lane
 // splits its own, warp 0 checks both of its requests, and two requests continuing one page
 // are found in a small table warp 0 alone fills (match_any compares one value a lane; the
 // pairs' keys would need a comparison across lanes for each of them). No block scan, one
-// barrier before the writes.
+// barrier before the writes. Run s36-3: 33-64 requests of 1, 2, 4 and 8 tokens 0.90-0.91x,
+// 0.93-0.94x, 0.94-0.96x and 0.97-0.98x the time of the request-a-thread kernels (33 x 1:
+// 2.43 us). Not all of the step at 33 is gone: warp 0, whose path sets the time, now checks
+// two requests a lane.
 
 namespace kvp {
 

@@ -66,7 +66,10 @@ const SORT_CAP: u64 = 4096;
 /// `SHORT_SPAN_TOKENS` or `SPAN_TOKENS` tokens each (`span_grid`; two blocks of 512 tokens
 /// take 0.80-0.90x the time of one block of 1,024: BENCHMARKS.md, sixteenth session;
 /// `kvp_extend_few_spread_*` when the requests outnumber the blocks, see
-/// `ExtendKernel::FewSpread`). A larger
+/// `ExtendKernel::FewSpread`). A plain extend of up to `PAIR_BATCH` requests and
+/// `SPAN_TOKENS` tokens runs on the same one-block shapes with two requests a lane
+/// (`kvp_extend_pairs_*`: 33-64 requests of 1-8 tokens 0.90-0.98x the time of the
+/// request-a-thread kernels below, BENCHMARKS.md, thirty-sixth session). A larger
 /// extend runs a request a thread: on two warps (`kvp_extend_block64_*`) for up to 64
 /// requests and `BLOCK64_TOKENS` tokens, else blocks of 256 threads (`kvp_extend_block_*`)
 /// for up to `BLOCK` requests: one block for up to `BLOCK_TOKENS` tokens, more for a longer
@@ -200,8 +203,9 @@ pub(super) enum ExtendKernel {
     /// `Few(threads)` for `WARP_BATCH` + 1 to `PAIR_BATCH` requests, two a lane
     /// (`kvp_extend_pairs_{N}_*`): one warp decides, the others stage and write, where a
     /// request a thread (`Block64`, `Block`, `Blocks`) scans the block and fills a shared
-    /// table between barriers. Plain only: by row these batches keep the request-a-thread
-    /// kernels (`DeviceShapes::pairs`).
+    /// table between barriers (33-64 requests of 1-8 tokens 0.90-0.98x their time:
+    /// BENCHMARKS.md, thirty-sixth session). Plain only: by row these batches keep the
+    /// request-a-thread kernels (`DeviceShapes::pairs`).
     Pairs(u32),
     /// `FewBlocks` for more requests than blocks (`kvp_extend_few_spread_*`): a block whose
     /// tokens span several requests plans them before the verdict and stores their slots
