@@ -158,6 +158,14 @@ struct Offsets {
   unsigned long long at_tok, at_page, tokens, new_pages;
 };
 
+// Whether the kernels for at most MAXB requests (see extend_few) have a path of their own for
+// a call of one request (the scan and the tokens' searches skipped): the kernel built for
+// exactly one, where it is the whole path, and the kernels for 32, which had it before the
+// kernels for one existed (the host now sends one request to those; kept as measured). The
+// kernels for 2, 4 or 8 are sent at least two requests and carry no such branch.
+template <uint32_t MAXB>
+constexpr bool ONE_REQUEST_PATH = MAXB == 1 || MAXB == 32;
+
 // A 32-bit sum is exact below 2^26 a total (32 lanes of at most 2^26 + 1 stay below 2^32).
 constexpr unsigned long long NARROW_TOTAL = 1ull << 26;
 
@@ -176,7 +184,7 @@ __device__ __forceinline__ Offsets request_offsets(Pair own, uint32_t batch,
                                                    unsigned long long total_tokens,
                                                    unsigned long long total_pages) {
   const uint32_t lane = threadIdx.x & 31;
-  if ((MAXB == 1 || MAXB == 32) && batch == 1) {  // (uniform: every lane takes the same branch)
+  if (ONE_REQUEST_PATH<MAXB> && batch == 1) {  // (uniform: every lane takes the same branch)
     const unsigned long long tokens = __shfl_sync(FULL, own.a, 0);
     const unsigned long long new_pages = __shfl_sync(FULL, own.b, 0);
     return lane == 0 ? Offsets{0, 0, tokens, new_pages}
@@ -242,7 +250,7 @@ __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_
   // (Branches uniform: every lane shuffles.) One request: one set of shuffles, from lane 0,
   // for every token. Several: the searches of all the thread's tokens step by step
   // together, so that each step's shuffles issue back to back, log2(MAXB) steps.
-  if ((MAXB == 1 || MAXB == 32) && batch == 1) {
+  if (ONE_REQUEST_PATH<MAXB> && batch == 1) {
     const Request first = request(0);
 #pragma unroll
     for (uint32_t u = 0; u < PER; ++u) place(u, first);
