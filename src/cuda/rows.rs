@@ -310,7 +310,8 @@ impl DevicePool {
             ExtendKernel::BlocksWide(held) => {
                 Some((typed.extend_blocks_wide_rows[wide_slot(held)], block))
             }
-            // (Not offered by row, `rows_shapes`; were it, the ticketed kernels would serve.)
+            // (`Pairs` is not offered by row, `rows_shapes`; were it, the three kernels below
+            // would serve: gather, the plain kernel, scatter.)
             ExtendKernel::Grid | ExtendKernel::Pairs(_) => None,
         };
         if let Some((function, block)) = one_kernel {
