@@ -386,6 +386,100 @@ fn device_lengths_that_disagree_with_the_host_fault_without_writing_out_of_bound
     }
 }
 
+/// Every page word of a device pool (tests only).
+fn page_words_on_device(device: &DevicePool) -> Vec<u32> {
+    let layout = device.debug_layout();
+    gpu::read_device(
+        layout.block + layout.state as u64,
+        layout.num_pages as usize + 1,
+    )
+}
+
+/// The two-warp extend kernels store the slots and the new pages' words before warp 0
+/// decides, and free those pages again when the call fails. An extend whose device lengths
+/// add up to less than the host's plan must still change no page: before the fix, the writer
+/// warp planned the plan's tokens past the device's and took their pages from shared memory
+/// past the ones it had staged, what an earlier call had left there (here call A's pages,
+/// allocated and in use), marked them allocated, then free. Batches of 3 and 40 requests
+/// (`kvp_extend_few4_64_*`, `kvp_extend_pairs_64_*`), pages of 1 and 16 slots.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_two_warp_extend_short_of_its_plan_changes_no_page() {
+    const GUARD: usize = 64;
+    let gpu = Gpu::new(false);
+    for ps in [1u32, 16] {
+        for batch in [3usize, 40] {
+            let mut device = DevicePool::new(config(CUDA0, ps)).unwrap();
+            let (prefix_d, seq_d, last_d) = DevBuf::lengths(batch);
+            let out = DevBuf::new(8 * (64 + GUARD));
+            // 60 tokens in all, empty prefixes: the first request takes the rest.
+            let per = if batch == 3 { 20 } else { 1 };
+            let mut seq = vec![per as i64; batch];
+            seq[0] = 60 - (batch as i64 - 1) * per as i64;
+            let prefix = vec![0i64; batch];
+            let last = vec![-1i64; batch];
+            // Call A: valid; its pages are staged in shared memory and taken.
+            let lengths = [&prefix_d, &seq_d, &last_d];
+            extend_on_device(&mut device, &gpu, lengths, [&prefix, &seq, &last], &out);
+            gpu.sync();
+            assert!(device.fault().is_none(), "call A: {:?}", device.fault());
+            let before = page_words_on_device(&device);
+            let taken = allocated_pages_on_device(&device);
+            assert!(taken > 0);
+            // Call B: the same plan on the host, the last request 16 tokens short on the
+            // device.
+            let mut short = seq.clone();
+            *short.last_mut().unwrap() = 0;
+            short[0] -= 16 - per as i64;
+            prefix_d.upload(&prefix);
+            seq_d.upload(&short);
+            last_d.upload(&last);
+            out.upload(&vec![-7i64; 60 + GUARD]);
+            // SAFETY: the buffers hold what the call says; the test synchronizes after.
+            unsafe {
+                device
+                    .alloc_extend(
+                        &prefix,
+                        &seq,
+                        prefix_d.ptr,
+                        seq_d.ptr,
+                        last_d.ptr,
+                        60,
+                        out.ptr,
+                        60,
+                        gpu.stream,
+                    )
+                    .unwrap();
+            }
+            gpu.sync();
+            let what = format!("page size {ps}, {batch} requests");
+            let fault = device
+                .fault()
+                .expect("the short lengths must fault the pool");
+            assert_eq!(fault.kind, ErrorKind::InvalidLengths, "{what}: {fault:?}");
+            assert_eq!(
+                allocated_pages_on_device(&device),
+                taken,
+                "{what}: pages freed"
+            );
+            assert!(
+                page_words_on_device(&device) == before,
+                "{what}: a page word changed"
+            );
+            let written: Vec<i64> = out.download(60 + GUARD);
+            assert!(
+                written[..60].iter().all(|&x| x == 0),
+                "{what}: {:?}",
+                &written[..60]
+            );
+            assert!(
+                written[60..].iter().all(|&x| x == -7),
+                "{what}: a write past out"
+            );
+        }
+    }
+}
+
 /// Every allocation kernel (one warp, one block, many blocks: chosen by batch size) refuses a
 /// decode whose device lengths disagree with the host's, names the request, writes only the
 /// padding slot and only inside the plan, and takes no page.
