@@ -475,9 +475,15 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // padding slot over their slots (the block barrier orders the two). Run s22-1: 1 x 512
   // tokens 0.96x the time, 8 x 64 and 32 x 16 0.98x; the new pages' words a page a thread
   // after the verdict, from shared memory (1ff322b), 1.00-1.02x more.
+  // EARLY writes pool words before the verdict, so only for a call whose device totals are
+  // the plan's: one short of its plan fails, and its writers plan tokens past the device's,
+  // whose pages were never staged (the shared memory past them holds what an earlier kernel
+  // left: before this check, such a call marked those pages allocated, then free). Else the
+  // slots alone, which the padding overwrites when the call fails.
+  const bool writes = live && (!EARLY || (tokens == total_tokens && new_pages == total_pages));
   if (planned && stages) {
     asm volatile("bar.sync 1, %0;" ::"n"(STAGERS) : "memory");
-    if (live)
+    if (writes)
       mine.template store_slots<WRITERS, EARLY>(sh.pages, v, call, (uint32_t)t_begin,
                                                 (uint32_t)t_end, stager, out);
   }
@@ -524,7 +530,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
       if (!live || failed) {
         // Dead, short or failed: the pages taken early go back, and the plan's whole output
         // is the padding slot.
-        if (live) mine.template undo_pages<WRITERS>(sh.pages, v, 0, (uint32_t)total_tokens, stager);
+        if (writes) mine.template undo_pages<WRITERS>(sh.pages, v, 0, (uint32_t)total_tokens, stager);
         for (unsigned long long t = stager; t < total_tokens; t += WRITERS) out[t] = 0;
       }
     }

@@ -303,9 +303,12 @@ __device__ __forceinline__ void extend_pairs(PairShared &sh, View v, Call call,
   if constexpr (!PLAN_FIRST) {
     if (planned && stages) mine = plan_pair_tokens<PER, WRITERS, POW2>(v, stager, batch, q, total_tokens);
   }
+  // (EARLY: pool words before the verdict, only for a call whose device totals are the
+  // plan's, as in extend_few.)
+  const bool writes = live && (!EARLY || (tokens == total_tokens && new_pages == total_pages));
   if (planned && stages) {
     asm volatile("bar.sync 1, %0;" ::"n"(STAGERS) : "memory");
-    if (live)
+    if (writes)
       mine.template store_slots<WRITERS, EARLY>(sh.pages, v, call, 0, (uint32_t)total_tokens,
                                                 stager, out);
   }
@@ -344,7 +347,7 @@ __device__ __forceinline__ void extend_pairs(PairShared &sh, View v, Call call,
       const unsigned long long verdict = sh.verdict;
       const bool failed = !dead && (short_ || verdict != NO_ERROR);
       if (!live || failed) {
-        if (live) mine.template undo_pages<WRITERS>(sh.pages, v, 0, (uint32_t)total_tokens, stager);
+        if (writes) mine.template undo_pages<WRITERS>(sh.pages, v, 0, (uint32_t)total_tokens, stager);
         for (unsigned long long t = stager; t < total_tokens; t += WRITERS) out[t] = 0;
       }
     }
