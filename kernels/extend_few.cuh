@@ -367,7 +367,18 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   const Offsets at = request_offsets<MAXB>(own, batch, total_tokens, total_pages);
   const unsigned long long at_tok = at.at_tok, at_page = at.at_page;
   const unsigned long long tokens = at.tokens, new_pages = at.new_pages;
-  const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
+  // Two warps (EARLY, below) write pool words before the verdict, so there a call is live only
+  // when its device totals are the plan's: a call short of its plan fails anyway, and its
+  // writers would plan the plan's tokens past the device's, whose ring ranks were never
+  // staged (the shared memory past the staged pages holds what an earlier kernel left:
+  // before the thirty-sixth session such a call marked those pages allocated, then free).
+  // With equal totals every planned token belongs to a request and every rank to a staged
+  // page. Elsewhere the writes before the verdict are slots alone, which the padding
+  // overwrites when the call fails.
+  constexpr bool EXACT = !GRID && BLOCK == 64;
+  bool live;
+  if constexpr (EXACT) live = !dead && !short_ && tokens == total_tokens && new_pages == total_pages;
+  else live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
   KVP_PROBE(6, tokens + at_tok);  // every warp: the scan done
 
   // GRID: the ring ranks of the new pages this block's tokens use, [lo, hi), from the
@@ -427,7 +438,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // and 1 x 64 tokens 0.94-0.95x the time. On four warps and 256 threads the writer warps'
   // own path, not warp 0's, then held the end: 1.00-1.05x (run s24-1), and 1.00-1.03x on top
   // of PLAN_FIRST (run s24-2); REPORT_FIRST on several blocks took 1.01-1.06x (run s24-1).
-  constexpr bool EARLY = !GRID && BLOCK == 64;
+  constexpr bool EARLY = EXACT;
   // (The planning call stands twice, before and after the staging, not in one lambda: the
   // lambda changed the one-block kernels' register allocation from the measured ones.)
   OwnTokens<PER> mine;
@@ -475,15 +486,9 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // padding slot over their slots (the block barrier orders the two). Run s22-1: 1 x 512
   // tokens 0.96x the time, 8 x 64 and 32 x 16 0.98x; the new pages' words a page a thread
   // after the verdict, from shared memory (1ff322b), 1.00-1.02x more.
-  // EARLY writes pool words before the verdict, so only for a call whose device totals are
-  // the plan's: one short of its plan fails, and its writers plan tokens past the device's,
-  // whose pages were never staged (the shared memory past them holds what an earlier kernel
-  // left: before this check, such a call marked those pages allocated, then free). Else the
-  // slots alone, which the padding overwrites when the call fails.
-  const bool writes = live && (!EARLY || (tokens == total_tokens && new_pages == total_pages));
   if (planned && stages) {
     asm volatile("bar.sync 1, %0;" ::"n"(STAGERS) : "memory");
-    if (writes)
+    if (live)
       mine.template store_slots<WRITERS, EARLY>(sh.pages, v, call, (uint32_t)t_begin,
                                                 (uint32_t)t_end, stager, out);
   }
@@ -530,7 +535,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
       if (!live || failed) {
         // Dead, short or failed: the pages taken early go back, and the plan's whole output
         // is the padding slot.
-        if (writes) mine.template undo_pages<WRITERS>(sh.pages, v, 0, (uint32_t)total_tokens, stager);
+        if (live) mine.template undo_pages<WRITERS>(sh.pages, v, 0, (uint32_t)total_tokens, stager);
         for (unsigned long long t = stager; t < total_tokens; t += WRITERS) out[t] = 0;
       }
     }

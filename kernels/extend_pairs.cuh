@@ -284,7 +284,11 @@ __device__ __forceinline__ void extend_pairs(PairShared &sh, View v, Call call,
   q.at_tok[1] = at.at_tok + q.s[0].tokens;
   q.at_page[1] = at.at_page + q.s[0].new_pages;
   const unsigned long long tokens = at.tokens, new_pages = at.new_pages;
-  const bool live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
+  // (Two warps: live only when the device totals are the plan's, as in extend_few.)
+  constexpr bool EXACT = BLOCK == 64;
+  bool live;
+  if constexpr (EXACT) live = !dead && !short_ && tokens == total_tokens && new_pages == total_pages;
+  else live = !dead && !short_ && tokens <= total_tokens && new_pages <= total_pages;
 
   // The writers plan their tokens while warp 0 decides, as extend_few's one block: four
   // warps and 256 threads before staging the ring's pages (while those are in flight), two
@@ -294,7 +298,7 @@ __device__ __forceinline__ void extend_pairs(PairShared &sh, View v, Call call,
   const bool staged = new_pages <= STAGE_CAP;
   const bool planned = total_tokens <= (unsigned long long)PER * WRITERS;
   constexpr bool PLAN_FIRST = BLOCK > 64;
-  constexpr bool EARLY = BLOCK == 64;
+  constexpr bool EARLY = EXACT;
   OwnTokens<PER> mine;
   if constexpr (PLAN_FIRST) {
     if (planned && stages) mine = plan_pair_tokens<PER, WRITERS, POW2>(v, stager, batch, q, total_tokens);
@@ -303,12 +307,9 @@ __device__ __forceinline__ void extend_pairs(PairShared &sh, View v, Call call,
   if constexpr (!PLAN_FIRST) {
     if (planned && stages) mine = plan_pair_tokens<PER, WRITERS, POW2>(v, stager, batch, q, total_tokens);
   }
-  // (EARLY: pool words before the verdict, only for a call whose device totals are the
-  // plan's, as in extend_few.)
-  const bool writes = live && (!EARLY || (tokens == total_tokens && new_pages == total_pages));
   if (planned && stages) {
     asm volatile("bar.sync 1, %0;" ::"n"(STAGERS) : "memory");
-    if (writes)
+    if (live)
       mine.template store_slots<WRITERS, EARLY>(sh.pages, v, call, 0, (uint32_t)total_tokens,
                                                 stager, out);
   }
@@ -347,7 +348,7 @@ __device__ __forceinline__ void extend_pairs(PairShared &sh, View v, Call call,
       const unsigned long long verdict = sh.verdict;
       const bool failed = !dead && (short_ || verdict != NO_ERROR);
       if (!live || failed) {
-        if (writes) mine.template undo_pages<WRITERS>(sh.pages, v, 0, (uint32_t)total_tokens, stager);
+        if (live) mine.template undo_pages<WRITERS>(sh.pages, v, 0, (uint32_t)total_tokens, stager);
         for (unsigned long long t = stager; t < total_tokens; t += WRITERS) out[t] = 0;
       }
     }
