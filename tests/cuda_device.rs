@@ -297,14 +297,21 @@ fn a_device_detected_double_free_faults_the_pool_until_cleared() {
     assert_eq!(out.download::<i64>(16), (16..32).collect::<Vec<i64>>());
 }
 
-/// Reads every page word of a device pool back (tests only) and counts allocated pages.
-fn allocated_pages_on_device(device: &DevicePool) -> usize {
+/// Every page word of a device pool, read back (tests only).
+fn page_words_on_device(device: &DevicePool) -> Vec<u32> {
     let layout = device.debug_layout();
-    let words: Vec<u32> = gpu::read_device(
+    gpu::read_device(
         layout.block + layout.state as u64,
         layout.num_pages as usize + 1,
-    );
-    words.iter().filter(|&&w| w & 7 == 3).count()
+    )
+}
+
+/// The allocated pages of a device pool (tests only).
+fn allocated_pages_on_device(device: &DevicePool) -> usize {
+    page_words_on_device(device)
+        .iter()
+        .filter(|&&w| w & 7 == 3)
+        .count()
 }
 
 /// The kernel plans its writes from the device copies of the lengths, the host from its
@@ -384,15 +391,6 @@ fn device_lengths_that_disagree_with_the_host_fault_without_writing_out_of_bound
             &format!("page size {ps}, decode"),
         );
     }
-}
-
-/// Every page word of a device pool (tests only).
-fn page_words_on_device(device: &DevicePool) -> Vec<u32> {
-    let layout = device.debug_layout();
-    gpu::read_device(
-        layout.block + layout.state as u64,
-        layout.num_pages as usize + 1,
-    )
 }
 
 /// The two-warp extend kernels store the slots and the new pages' words before warp 0
