@@ -13,8 +13,9 @@
 // pairs' keys would need a comparison across lanes for each of them). No block scan, one
 // barrier before the writes. Run s36-3: 33-64 requests of 1, 2, 4 and 8 tokens 0.90-0.91x,
 // 0.93-0.94x, 0.94-0.96x and 0.97-0.98x the time of the request-a-thread kernels (33 x 1:
-// 2.43 us). Not all of the step at 33 is gone: warp 0, whose path sets the time, now checks
-// two requests a lane.
+// 2.43 us). Not all of the step at 33 is gone, likely because warp 0, whose path set a small
+// extend's time in earlier sessions' probes, now checks two requests a lane (not measured
+// phase by phase).
 
 namespace kvp {
 
