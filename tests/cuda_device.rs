@@ -523,6 +523,334 @@ fn every_decode_kernel_refuses_device_lengths_that_disagree() {
     }
 }
 
+/// What a refused call must leave as it found it: the cursor the next call reads, the ring,
+/// every page word and every fill point (read back; tests only).
+#[derive(Debug, PartialEq)]
+struct PoolImage {
+    cursor: Vec<u32>,
+    ring: Vec<u32>,
+    words: Vec<u32>,
+    fill_points: Vec<u32>,
+}
+
+impl PoolImage {
+    fn of(device: &DevicePool) -> Self {
+        let layout = device.debug_layout();
+        let pages = layout.num_pages as usize;
+        let at = |offset: usize| layout.block + offset as u64;
+        let fill_points = if device.page_size() > 1 {
+            gpu::read_device::<u64>(at(layout.fill), pages + 1)
+                .into_iter()
+                .map(|word| word as u32)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Self {
+            // head, free_len, staged_len and the two group lengths.
+            cursor: gpu::read_device(at(layout.cursor), 5),
+            ring: gpu::read_device(at(layout.ring), pages),
+            words: page_words_on_device(device),
+            fill_points,
+        }
+    }
+}
+
+/// One shape per kernel a plain extend can run on (`debug_extend_kernel` names them; the
+/// test checks that it reached every family): (requests, tokens each).
+const EXTEND_SHAPES: [(usize, i64); 19] = [
+    (1, 10),   // One(64)
+    (1, 100),  // One(128)
+    (1, 400),  // One(256)
+    (1, 3000), // OneBlocks
+    (2, 7),    // FewUpTo(2, 64)
+    (3, 20),   // FewUpTo(4, 64)
+    (6, 40),   // FewUpTo(8, 128)
+    (20, 3),   // Few(64)
+    (20, 25),  // Few(256)
+    (4, 300),  // FewBlocks
+    (32, 30),  // FewSpread
+    (40, 1),   // Pairs(64)
+    (64, 8),   // Pairs(256)
+    (100, 2),  // Block
+    (200, 5),  // Blocks
+    (400, 2),  // BlocksWide(512)
+    (900, 1),  // BlocksWide(1024)
+    (1500, 1), // Grid
+    (3000, 3), // Grid
+];
+
+/// Decode batches, one per decode kernel (`DecodeOne`, `Decode(32 .. 1024)`, the clusters
+/// where the device has them, the ticketed kernel).
+const DECODE_BATCHES: [usize; 10] = [1, 20, 50, 100, 200, 400, 800, 1500, 3000, 5000];
+
+/// Every allocation kernel a plain call can run on refuses device lengths that disagree
+/// with the host's plan, and leaves the pool exactly as it was: the cursor, the ring, every
+/// page word and fill point read back equal, no slot is handed out, nothing is written past
+/// the plan's output. Each refused call follows a valid call of the same shape (call A),
+/// whose pages are still in use and whose page ids the kernel staged in shared memory:
+/// a kernel that planned past the device's lengths would find them there (the bug that
+/// 46b41b6 fixed for the two-warp extends). Call B continues every other request of A.
+/// Its device copies are the host's with one change each: a request short by a token, one
+/// empty, one a token over, one far over, the tokens moved between two requests (pages
+/// then differ), a prefix past its seq, negative lengths. Decodes: a seq_len of 0, a
+/// negative one, and a huge one. Pages of 1 and 16 slots.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn every_allocation_kernel_refuses_disagreeing_device_lengths_and_changes_nothing() {
+    const GUARD: usize = 256;
+    let gpu = Gpu::new(false);
+    let mut reached = std::collections::BTreeSet::new();
+    let mut refused = 0usize;
+    for ps in [1u32, 16] {
+        let mut device = DevicePool::new(PoolConfig {
+            size: (1 << 15) * u64::from(ps),
+            ..config(CUDA0, ps)
+        })
+        .unwrap();
+        let most = 5000 + 3000 * 3;
+        let (prefix_d, seq_d, last_d) = DevBuf::lengths(most);
+        let out = DevBuf::new(8 * (most + GUARD));
+        for (batch, per) in EXTEND_SHAPES {
+            let tokens = batch * per as usize;
+            let slots = allocate_rows(
+                &mut device,
+                &gpu,
+                [&prefix_d, &seq_d, &last_d],
+                &out,
+                batch,
+                per,
+            );
+            // Call B: odd requests continue A's rows, even ones are new; `per` tokens each.
+            let mut prefix = vec![0i64; batch];
+            let mut last = vec![-1i64; batch];
+            for i in (1..batch).step_by(2) {
+                prefix[i] = per;
+                last[i] = slots[(i + 1) * per as usize - 1];
+            }
+            let seq: Vec<i64> = prefix.iter().map(|&p| p + per).collect();
+            let plan = device.extend_need(&prefix, &seq).unwrap();
+            let kernel = device.debug_extend_kernel(batch, false, plan.tokens, plan.new_pages);
+            reached.insert(family(&kernel));
+            let (mid, end) = (batch / 2, batch - 1);
+            let mut cases: Vec<(&str, Vec<i64>, Vec<i64>)> = Vec::new();
+            let mut with = |what: &'static str, change: &dyn Fn(&mut Vec<i64>, &mut Vec<i64>)| {
+                let (mut p, mut s) = (prefix.clone(), seq.clone());
+                change(&mut p, &mut s);
+                cases.push((what, p, s));
+            };
+            with("the last request a token short", &|_, s| s[end] -= 1);
+            with("the first request empty", &|p, s| s[0] = p[0]);
+            with("a request a token over", &|_, s| s[mid] += 1);
+            with("a request far over", &|_, s| s[mid] += 1 << 20);
+            with("a request past the pool", &|_, s| s[end] = i64::MAX);
+            with("a negative seq_len", &|_, s| s[mid] = -3);
+            with("a prefix past its seq_len", &|p, s| p[mid] = s[mid] + 1);
+            with("a negative prefix", &|p, _| p[0] = -1);
+            // Tokens moved between the first two requests so that the pages differ (where
+            // some move does).
+            let moved = |k: i64| {
+                let mut s = seq.clone();
+                s[0] += k;
+                s[1] -= k;
+                s
+            };
+            let differs = |k: i64| {
+                let p = device.extend_need(&prefix, &moved(k));
+                matches!(p, Ok(p) if p.new_pages != plan.new_pages)
+            };
+            if let Some(k) = (batch > 1)
+                .then(|| (1..=per).flat_map(|k| [k, -k]).find(|&k| differs(k)))
+                .flatten()
+            {
+                cases.push((
+                    "tokens moved between two requests",
+                    prefix.clone(),
+                    moved(k),
+                ));
+            }
+            for (what, device_prefix, device_seq) in cases {
+                let what = format!("page size {ps}, {batch} x {per} tokens ({kernel}): {what}");
+                // Totals the host would plan from the device copy: equal ones are no
+                // disagreement (the kernel then follows the device's lengths).
+                if let Ok(p) = device.extend_need(&device_prefix, &device_seq) {
+                    if (p.tokens, p.new_pages) == (plan.tokens, plan.new_pages) {
+                        continue;
+                    }
+                }
+                prefix_d.upload(&device_prefix);
+                seq_d.upload(&device_seq);
+                last_d.upload(&last);
+                let seq_only = device_prefix == prefix;
+                let call =
+                    refused_call(&mut device, &gpu, &out, tokens, GUARD, &what, |d| unsafe {
+                        d.alloc_extend(
+                            &prefix,
+                            &seq,
+                            prefix_d.ptr,
+                            seq_d.ptr,
+                            last_d.ptr,
+                            tokens as u64,
+                            out.ptr,
+                            tokens,
+                            gpu.stream,
+                        )
+                    });
+                // A changed prefix may be refused for its last_loc first.
+                if seq_only {
+                    let fault = device.fault().unwrap();
+                    assert_eq!(fault.kind, ErrorKind::InvalidLengths, "{what}: {fault:?}");
+                }
+                call.assert_refused_then_restore(&mut device, &gpu, &what);
+                refused += 1;
+            }
+            // The next shape starts from an empty pool.
+            unsafe { device.clear(gpu.stream) }.unwrap();
+        }
+        // Decodes: every request of call A one token on.
+        for batch in DECODE_BATCHES {
+            let per = 3i64;
+            let slots = allocate_rows(
+                &mut device,
+                &gpu,
+                [&prefix_d, &seq_d, &last_d],
+                &out,
+                batch,
+                per,
+            );
+            let seq = vec![per + 1; batch];
+            let last: Vec<i64> = (0..batch)
+                .map(|i| slots[(i + 1) * per as usize - 1])
+                .collect();
+            let pages = device.decode_need(&seq).unwrap();
+            let kernel = device.debug_extend_kernel(batch, true, batch as u64, pages);
+            reached.insert(format!("decode {}", family(&kernel)));
+            let mid = batch / 2;
+            for (what, value) in [
+                ("a seq_len of 0", 0i64),
+                ("a negative seq_len", -3),
+                ("a huge seq_len", i64::MAX),
+            ] {
+                let what = format!("page size {ps}, decode of {batch} ({kernel}): {what}");
+                let mut device_seq = seq.clone();
+                device_seq[mid] = value;
+                seq_d.upload(&device_seq);
+                last_d.upload(&last);
+                let call = refused_call(&mut device, &gpu, &out, batch, GUARD, &what, |d| unsafe {
+                    d.alloc_decode(&seq, seq_d.ptr, last_d.ptr, out.ptr, batch, gpu.stream)
+                });
+                let fault = device.fault().unwrap();
+                assert_eq!(
+                    (fault.kind, fault.position),
+                    (ErrorKind::InvalidLengths, mid as i64),
+                    "{what}: {fault:?}"
+                );
+                call.assert_refused_then_restore(&mut device, &gpu, &what);
+                refused += 1;
+            }
+            unsafe { device.clear(gpu.stream) }.unwrap();
+        }
+        gpu.sync();
+    }
+    eprintln!("{refused} refused calls; kernels reached: {reached:?}");
+    let mut want: Vec<String> = [
+        "One",
+        "OneBlocks",
+        "FewUpTo",
+        "Few",
+        "FewBlocks",
+        "FewSpread",
+        "Pairs",
+        "Block",
+        "Blocks",
+        "BlocksWide",
+        "Grid",
+        "decode DecodeOne",
+        "decode Decode",
+        "decode Grid",
+    ]
+    .map(String::from)
+    .to_vec();
+    if DevicePool::new(config(CUDA0, 1))
+        .unwrap()
+        .decodes_on_clusters()
+    {
+        want.push("decode DecodeCluster".into());
+    }
+    for family in want {
+        assert!(
+            reached.contains(&family),
+            "no call reached {family}: {reached:?}"
+        );
+    }
+}
+
+/// A kernel family from `debug_extend_kernel`'s name: `FewUpTo(4, 64)` -> `FewUpTo`.
+fn family(kernel: &str) -> String {
+    kernel.split('(').next().unwrap_or(kernel).to_string()
+}
+
+/// Call A of the refusal test: `batch` new requests of `per` tokens each, checked accepted;
+/// returns their slots in batch order.
+fn allocate_rows(
+    device: &mut DevicePool,
+    gpu: &Gpu,
+    bufs: [&DevBuf; 3],
+    out: &DevBuf,
+    batch: usize,
+    per: i64,
+) -> Vec<i64> {
+    let (prefix, seq, last) = (vec![0i64; batch], vec![per; batch], vec![-1i64; batch]);
+    extend_on_device(device, gpu, bufs, [&prefix, &seq, &last], out);
+    gpu.sync();
+    assert!(
+        device.fault().is_none(),
+        "call A, {batch} x {per}: {:?}",
+        device.fault()
+    );
+    out.download(batch * per as usize)
+}
+
+/// Runs `call` (which the host must accept and the device must refuse) as `call_guarded`
+/// does, then asserts that it faulted and that the pool reads back as before it.
+fn refused_call(
+    device: &mut DevicePool,
+    gpu: &Gpu,
+    out: &DevBuf,
+    n: usize,
+    guard: usize,
+    what: &str,
+    call: impl FnOnce(&mut DevicePool) -> Result<(), kvpool::PoolError>,
+) -> Guarded {
+    let mut before = None;
+    let guarded = call_guarded(device, gpu, out, n, guard, what, |d| {
+        // (After the backup call_guarded enqueued, which may write the other cursor.)
+        gpu.sync();
+        before = Some(PoolImage::of(d));
+        call(d).unwrap_or_else(|e| panic!("{what}: the host refused the call: {e}"));
+    });
+    assert!(
+        device.fault().is_some(),
+        "{what}: the device accepted the call"
+    );
+    let after = PoolImage::of(device);
+    let before = before.unwrap();
+    for (part, a, b) in [
+        ("cursor", &before.cursor, &after.cursor),
+        ("ring", &before.ring, &after.ring),
+        ("page words", &before.words, &after.words),
+        ("fill points", &before.fill_points, &after.fill_points),
+    ] {
+        if let Some(i) = (0..a.len()).find(|&i| a[i] != b[i]) {
+            panic!(
+                "{what}: the refused call changed the {part} at {i}: {} -> {}",
+                a[i], b[i]
+            );
+        }
+    }
+    guarded
+}
+
 /// After a refused call (synchronized): `out[..n]` holds only the padding slot, the `guard`
 /// elements after it still hold the -7 they were filled with, no page is allocated; then the
 /// pool is cleared, reports the fault once more, and is healthy.

@@ -688,6 +688,23 @@ impl DevicePool {
         }
     }
 
+    /// The kernel an allocation of `batch` requests, `tokens` tokens and `new_pages` new
+    /// pages runs on this pool's device (a plain call, not by row), by its shape's name, e.g.
+    /// `FewUpTo(4, 64)`: tests show with it which kernels they reached.
+    #[doc(hidden)]
+    pub fn debug_extend_kernel(
+        &self,
+        batch: usize,
+        decode: bool,
+        tokens: u64,
+        new_pages: u64,
+    ) -> String {
+        match Self::extend_shape(batch, decode, tokens, new_pages, self.shapes()) {
+            Ok((kernel, ..)) => format!("{kernel:?}"),
+            Err(e) => format!("none ({e})"),
+        }
+    }
+
     /// Moves the page-word tag counter to `tag` (at most the limit), so tests can cross
     /// the re-tagging that otherwise happens once every 2^29 calls.
     #[doc(hidden)]
