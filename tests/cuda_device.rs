@@ -13,7 +13,7 @@ use kvpool::cuda::{DevicePool, DeviceSnapshot};
 use kvpool::ffi::*;
 use kvpool::{BackendKind, ErrorKind, IndexType, Pool, PoolConfig};
 
-use gpu::{DevBuf, Event, Gpu, Spinner};
+use gpu::{DevBuf, Event, Gpu, PoolImage, Spinner};
 
 fn config(backend: BackendKind, ps: u32) -> PoolConfig {
     PoolConfig {
@@ -523,39 +523,6 @@ fn every_decode_kernel_refuses_device_lengths_that_disagree() {
     }
 }
 
-/// What a refused call must leave as it found it: the cursor the next call reads, the ring,
-/// every page word and every fill point (read back; tests only).
-#[derive(Debug, PartialEq)]
-struct PoolImage {
-    cursor: Vec<u32>,
-    ring: Vec<u32>,
-    words: Vec<u32>,
-    fill_points: Vec<u32>,
-}
-
-impl PoolImage {
-    fn of(device: &DevicePool) -> Self {
-        let layout = device.debug_layout();
-        let pages = layout.num_pages as usize;
-        let at = |offset: usize| layout.block + offset as u64;
-        let fill_points = if device.page_size() > 1 {
-            gpu::read_device::<u64>(at(layout.fill), pages + 1)
-                .into_iter()
-                .map(|word| word as u32)
-                .collect()
-        } else {
-            Vec::new()
-        };
-        Self {
-            // head, free_len, staged_len and the two group lengths.
-            cursor: gpu::read_device(at(layout.cursor), 5),
-            ring: gpu::read_device(at(layout.ring), pages),
-            words: page_words_on_device(device),
-            fill_points,
-        }
-    }
-}
-
 /// One shape per kernel a plain extend can run on (`debug_extend_kernel` names them; the
 /// test checks that it reached every family): (requests, tokens each).
 const EXTEND_SHAPES: [(usize, i64); 19] = [
@@ -585,16 +552,17 @@ const EXTEND_SHAPES: [(usize, i64); 19] = [
 const DECODE_BATCHES: [usize; 10] = [1, 20, 50, 100, 200, 400, 800, 1500, 3000, 5000];
 
 /// Every allocation kernel a plain call can run on refuses device lengths that disagree
-/// with the host's plan, and leaves the pool exactly as it was: the cursor, the ring, every
-/// page word and fill point read back equal, no slot is handed out, nothing is written past
-/// the plan's output. Each refused call follows a valid call of the same shape (call A),
-/// whose pages are still in use and whose page ids the kernel staged in shared memory:
-/// a kernel that planned past the device's lengths would find them there (the bug that
-/// 46b41b6 fixed for the two-warp extends). Call B continues every other request of A.
-/// Its device copies are the host's with one change each: a request short by a token, one
-/// empty, one a token over, one far over, the tokens moved between two requests (pages
-/// then differ), a prefix past its seq, negative lengths. Decodes: a seq_len of 0, a
-/// negative one, and a huge one. Pages of 1 and 16 slots.
+/// with the host's plan and leaves the pool exactly as it was (`PoolImage`: the cursor, the
+/// free pages, the pages' kinds, the in-use pages' words and fill points read back equal);
+/// no slot is handed out, nothing is written past the plan's output. Each refused call
+/// follows a valid call of the same shape (call A), whose pages are still in use and whose
+/// page ids the kernel staged in shared memory: a kernel that planned past the device's
+/// lengths would find them there (the bug that 46b41b6 fixed for the two-warp extends).
+/// Call B continues every other request of A. Its device copies are the host's with one
+/// change each: a request short by a token, one empty, one a token over, one far over,
+/// one past the pool, the tokens moved between two requests (pages then differ), a prefix
+/// past its seq, negative lengths. Decodes: a seq_len of 0, a negative one, a huge one.
+/// Pages of 1 and 16 slots.
 #[test]
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
 fn every_allocation_kernel_refuses_disagreeing_device_lengths_and_changes_nothing() {
@@ -833,20 +801,8 @@ fn refused_call(
         device.fault().is_some(),
         "{what}: the device accepted the call"
     );
-    let after = PoolImage::of(device);
-    let before = before.unwrap();
-    for (part, a, b) in [
-        ("cursor", &before.cursor, &after.cursor),
-        ("ring", &before.ring, &after.ring),
-        ("page words", &before.words, &after.words),
-        ("fill points", &before.fill_points, &after.fill_points),
-    ] {
-        if let Some(i) = (0..a.len()).find(|&i| a[i] != b[i]) {
-            panic!(
-                "{what}: the refused call changed the {part} at {i}: {} -> {}",
-                a[i], b[i]
-            );
-        }
+    if let Some(change) = before.unwrap().difference(&PoolImage::of(device)) {
+        panic!("{what}: the refused call changed the pool: {change}");
     }
     guarded
 }

@@ -24,7 +24,10 @@ use kvpool::cuda::DevicePool;
 use kvpool::host::PageState;
 use kvpool::{BackendKind, ErrorKind, IndexType, Pool, PoolConfig, PoolError};
 
-use gpu::{DevBuf, Gpu};
+use gpu::{DevBuf, Gpu, PoolImage};
+
+/// What `Run::backup` keeps before a call the device may refuse.
+type Before = (kvpool::cuda::DeviceSnapshot, PoolImage);
 use rng::Rng;
 
 fn kind<T>(r: Result<T, PoolError>) -> Result<T, ErrorKind> {
@@ -141,14 +144,23 @@ impl Run {
         }
     }
 
+    /// Before a call that may be refused on the device: a backup of the pool and its state
+    /// as read back (the stream synchronized).
+    fn backup(&mut self) -> Before {
+        let snapshot = unsafe { self.device.backup_state(self.gpu.stream) }.unwrap();
+        self.gpu.sync();
+        (snapshot, PoolImage::of(&self.device))
+    }
+
     /// After a device call: synchronize, then the statuses must agree, and a device fault
-    /// must be the host's error kind (then the device is restored to before the call).
+    /// must be the host's error kind and have left the pool's state as it was (then the
+    /// device is restored to before the call).
     fn settle(
         &mut self,
         what: &str,
         host: Result<(), ErrorKind>,
         device: Result<(), ErrorKind>,
-        before: Option<kvpool::cuda::DeviceSnapshot>,
+        before: Option<Before>,
     ) -> bool {
         self.gpu.sync();
         let fault = self.device.fault();
@@ -174,7 +186,20 @@ impl Run {
                     "op {} {what}",
                     self.ops
                 );
-                let before = before.expect("bad inputs are only generated with a backup");
+                let (before, image) = before.expect("bad inputs are only generated with a backup");
+                // The refused call changed nothing (a restore would hide it if it had).
+                let after = PoolImage::of(&self.device);
+                let change = if self.device.config().need_sort {
+                    image.difference_but_a_merge(&after)
+                } else {
+                    image.difference(&after)
+                };
+                if let Some(change) = change {
+                    panic!(
+                        "op {} {what}: the refused call changed the pool: {change}",
+                        self.ops
+                    );
+                }
                 unsafe { self.device.restore_state(&before, self.gpu.stream) }.unwrap();
                 self.gpu.sync();
                 assert!(self.device.fault().is_none());
@@ -341,7 +366,7 @@ impl Run {
                 last[0] = free_page * self.ps as i64 + (prefix[0] - 1).rem_euclid(self.ps as i64);
             }
         }
-        let before = bad.then(|| unsafe { self.device.backup_state(self.gpu.stream) }.unwrap());
+        let before = bad.then(|| self.backup());
         let mut host_out = vec![0i64; total as usize];
         let h = if self.i32 {
             let mut o = vec![0i32; total as usize];
@@ -497,7 +522,7 @@ impl Run {
             if bad {
                 indices.push(indices[0]); // the same slot twice
             }
-            let before = bad.then(|| unsafe { self.device.backup_state(self.gpu.stream) }.unwrap());
+            let before = bad.then(|| self.backup());
             let h = host_call!(self, free, indices);
             self.upload_indices(&self.bufs.a, &indices);
             // SAFETY: as in `extend`.
@@ -518,7 +543,7 @@ impl Run {
             if bad {
                 pages.push(pages[0]);
             }
-            let before = bad.then(|| unsafe { self.device.backup_state(self.gpu.stream) }.unwrap());
+            let before = bad.then(|| self.backup());
             let h = host_call!(self, free_pages, pages);
             self.upload_indices(&self.bufs.a, &pages);
             // SAFETY: as in `extend`.
@@ -539,7 +564,7 @@ impl Run {
                 row[start] = 0; // the padding slot
             }
             let len = row.len() - start;
-            let before = bad.then(|| unsafe { self.device.backup_state(self.gpu.stream) }.unwrap());
+            let before = bad.then(|| self.backup());
             let h = host_call!(self, free_segment, row, start, len);
             self.upload_indices(&self.bufs.a, &row);
             // SAFETY: as in `extend`.
@@ -608,7 +633,7 @@ impl Run {
         if self.ps > 1 && indices.len() > 4096 {
             self.large_frees += 1;
         }
-        let before = bad.then(|| unsafe { self.device.backup_state(self.gpu.stream) }.unwrap());
+        let before = bad.then(|| self.backup());
         let h = host_call!(self, free, indices);
         self.upload_indices(&self.bufs.a, &indices);
         // SAFETY: as in `extend`.
@@ -684,7 +709,7 @@ impl Run {
         let bad = self.rng.chance(10) && !self.in_group && !(last as usize + 1).is_multiple_of(ps);
         if bad {
             let ahead = vec![last + 1];
-            let before = Some(unsafe { self.device.backup_state(self.gpu.stream) }.unwrap());
+            let before = Some(self.backup());
             let h = host_call!(self, rewind, ahead);
             self.upload_indices(&self.bufs.a, &ahead);
             // SAFETY: as in `extend`.

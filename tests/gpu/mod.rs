@@ -442,3 +442,113 @@ impl Tables {
         self.dev.download::<u8>(self.host.len()) == self.host
     }
 }
+
+/// A device pool's state as the next call sees it, read back (synchronize the pool's stream
+/// first): the cursor the next call reads, the free pages in ring order from the head, every
+/// page's kind, and each allocated page's word (kind and tag) and fill point. What a refused
+/// call must leave as it found it. Other bytes it may leave as it pleases (ring entries past
+/// the free run, a free page's tag or fill word): a call writes them before it reads them.
+#[derive(Debug, PartialEq)]
+pub struct PoolImage {
+    /// head, free_len, staged_len and the two group lengths.
+    pub cursor: Vec<u32>,
+    pub free_run: Vec<u32>,
+    /// The staged pages (released under need_sort, waiting for a merge).
+    pub staged: Vec<u32>,
+    pub kinds: Vec<u32>,
+    /// (page, word, fill point) of every allocated or held page.
+    pub in_use: Vec<(usize, u32, u32)>,
+}
+
+impl PoolImage {
+    pub fn of(device: &kvpool::cuda::DevicePool) -> Self {
+        const KIND_MASK: u32 = 7;
+        const ALLOCATED: u32 = 3;
+        const HELD: u32 = 7;
+        let layout = device.debug_layout();
+        let pages = layout.num_pages as usize;
+        let at = |offset: usize| layout.block + offset as u64;
+        let cursor: Vec<u32> = read_device(at(layout.cursor), 5);
+        let ring: Vec<u32> = read_device(at(layout.ring), pages);
+        let free_run = (0..cursor[1] as usize)
+            .map(|i| ring[(cursor[0] as usize + i) % pages])
+            .collect();
+        let staged = read_device(at(layout.staged), cursor[2] as usize);
+        let words: Vec<u32> = read_device(at(layout.state), pages + 1);
+        let fills: Vec<u64> = if device.page_size() > 1 {
+            read_device(at(layout.fill), pages + 1)
+        } else {
+            vec![0; pages + 1]
+        };
+        let in_use = (0..=pages)
+            .filter(|&p| matches!(words[p] & KIND_MASK, ALLOCATED | HELD))
+            .map(|p| (p, words[p], fills[p] as u32))
+            .collect();
+        Self {
+            cursor,
+            free_run,
+            staged,
+            kinds: words.iter().map(|w| w & KIND_MASK).collect(),
+            in_use,
+        }
+    }
+
+    /// `difference`, blind to a merge of the staged pages into the free ones: a need_sort
+    /// pool may enqueue one before a call's kernel (the host decides from counts alone, as
+    /// SGLang merges before it finds a shortage), so a call the device refuses may follow
+    /// one. Compared: the free and staged pages as one set, the group lengths, every page's
+    /// kind with staged read as free, and the in-use pages.
+    pub fn difference_but_a_merge(&self, after: &Self) -> Option<String> {
+        const FREE: u32 = 1;
+        const STAGED: u32 = 2;
+        let merged = |image: &Self| {
+            let mut free: Vec<u32> = image
+                .free_run
+                .iter()
+                .chain(&image.staged)
+                .copied()
+                .collect();
+            free.sort_unstable();
+            let kinds: Vec<u32> = image
+                .kinds
+                .iter()
+                .map(|&k| if k == STAGED { FREE } else { k })
+                .collect();
+            Self {
+                cursor: vec![0, 0, 0, image.cursor[3], image.cursor[4]],
+                free_run: free,
+                staged: Vec::new(),
+                kinds,
+                in_use: image.in_use.clone(),
+            }
+        };
+        merged(self).difference(&merged(after))
+    }
+
+    /// The first part of `after` that differs from this image, described; `None` if equal.
+    pub fn difference(&self, after: &Self) -> Option<String> {
+        if self.cursor != after.cursor {
+            return Some(format!("cursor {:?} -> {:?}", self.cursor, after.cursor));
+        }
+        let first = |a: &[u32], b: &[u32]| (0..a.len().min(b.len())).find(|&i| a[i] != b[i]);
+        if self.free_run != after.free_run {
+            let i = first(&self.free_run, &after.free_run);
+            return Some(format!("free run at {i:?} (of {})", self.free_run.len()));
+        }
+        if self.staged != after.staged {
+            return Some(format!(
+                "staged pages {:?} -> {:?}",
+                self.staged, after.staged
+            ));
+        }
+        if let Some(p) = first(&self.kinds, &after.kinds) {
+            let (a, b) = (self.kinds[p], after.kinds[p]);
+            return Some(format!("page {p}'s kind {a} -> {b}"));
+        }
+        let i = (0..self.in_use.len()).find(|&i| self.in_use[i] != after.in_use[i])?;
+        Some(format!(
+            "in-use page (page, word, fill) {:?} -> {:?}",
+            self.in_use[i], after.in_use[i]
+        ))
+    }
+}
