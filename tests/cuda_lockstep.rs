@@ -25,10 +25,10 @@ use kvpool::host::PageState;
 use kvpool::{BackendKind, ErrorKind, IndexType, Pool, PoolConfig, PoolError};
 
 use gpu::{DevBuf, Gpu, PoolImage};
+use rng::Rng;
 
 /// What `Run::backup` keeps before a call the device may refuse.
 type Before = (kvpool::cuda::DeviceSnapshot, PoolImage);
-use rng::Rng;
 
 fn kind<T>(r: Result<T, PoolError>) -> Result<T, ErrorKind> {
     r.map_err(|e| e.kind())
