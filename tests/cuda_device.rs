@@ -523,11 +523,11 @@ fn every_decode_kernel_refuses_device_lengths_that_disagree() {
     }
 }
 
-/// One shape per kernel a plain extend can run on (`debug_extend_kernel` names them; the
-/// test checks that it reached every family): (requests, tokens each).
+/// One shape per kernel an extend can run on, plain or by row (`debug_extend_kernel` names
+/// them; the tests check that they reached every family): (requests, tokens each).
 const EXTEND_SHAPES: [(usize, i64); 19] = [
-    (1, 10),   // One(64)
-    (1, 100),  // One(128)
+    (1, 10),   // One(64); by row the one-warp rows kernel
+    (1, 100),  // One(128); by row the 256-thread rows kernel
     (1, 400),  // One(256)
     (1, 3000), // OneBlocks
     (2, 7),    // FewUpTo(2, 64)
@@ -537,32 +537,134 @@ const EXTEND_SHAPES: [(usize, i64); 19] = [
     (20, 25),  // Few(256)
     (4, 300),  // FewBlocks
     (32, 30),  // FewSpread
-    (40, 1),   // Pairs(64)
-    (64, 8),   // Pairs(256)
+    (40, 1),   // Pairs(64); by row Block64
+    (64, 8),   // Pairs(256); by row Blocks
     (100, 2),  // Block
     (200, 5),  // Blocks
     (400, 2),  // BlocksWide(512)
     (900, 1),  // BlocksWide(1024)
-    (1500, 1), // Grid
-    (3000, 3), // Grid
+    (1500, 1), // Grid; by row BlocksWide(2048)
+    (3000, 3), // Grid (by row: gather, the plain kernel, scatter)
 ];
 
 /// Decode batches, one per decode kernel (`DecodeOne`, `Decode(32 .. 1024)`, the clusters
 /// where the device has them, the ticketed kernel).
 const DECODE_BATCHES: [usize; 10] = [1, 20, 50, 100, 200, 400, 800, 1500, 3000, 5000];
 
+/// Call B of the refusal tests for `batch` requests of `per` tokens after call A (as many
+/// new requests): odd requests continue A's rows, even ones are new. (prefix_lens,
+/// seq_lens.)
+fn call_b_lengths(batch: usize, per: i64) -> (Vec<i64>, Vec<i64>) {
+    let prefix: Vec<i64> = (0..batch)
+        .map(|i| if i % 2 == 1 { per } else { 0 })
+        .collect();
+    let seq = prefix.iter().map(|&p| p + per).collect();
+    (prefix, seq)
+}
+
+/// Device copies of call B's lengths that disagree with the host's plan, each the host's
+/// with one change: a request short by a token, one empty, one a token over, one far over,
+/// one past the pool, a negative seq_len, a prefix past its seq_len, a negative prefix, and
+/// the tokens moved between the first two requests so that the pages differ (where a move
+/// does). Copies from which the host would plan the same totals are left out: no
+/// disagreement (the kernel then follows the device's lengths). (what, prefix, seq.)
+fn disagreeing_copies(
+    device: &DevicePool,
+    prefix: &[i64],
+    seq: &[i64],
+) -> Vec<(&'static str, Vec<i64>, Vec<i64>)> {
+    let plan = device.extend_need(prefix, seq).unwrap();
+    let totals = |p: &[i64], s: &[i64]| {
+        device
+            .extend_need(p, s)
+            .ok()
+            .map(|plan| (plan.tokens, plan.new_pages))
+    };
+    let planned = Some((plan.tokens, plan.new_pages));
+    let (batch, per) = (seq.len(), seq[0] - prefix[0]);
+    let (mid, end) = (batch / 2, batch - 1);
+    let mut cases = Vec::new();
+    let mut with = |what: &'static str, change: &dyn Fn(&mut Vec<i64>, &mut Vec<i64>)| {
+        let (mut p, mut s) = (prefix.to_vec(), seq.to_vec());
+        change(&mut p, &mut s);
+        if totals(&p, &s) != planned {
+            cases.push((what, p, s));
+        }
+    };
+    with("the last request a token short", &|_, s| s[end] -= 1);
+    with("the first request empty", &|p, s| s[0] = p[0]);
+    with("a request a token over", &|_, s| s[mid] += 1);
+    with("a request far over", &|_, s| s[mid] += 1 << 20);
+    with("a request past the pool", &|_, s| s[end] = i64::MAX);
+    with("a negative seq_len", &|_, s| s[mid] = -3);
+    with("a prefix past its seq_len", &|p, s| p[mid] = s[mid] + 1);
+    with("a negative prefix", &|p, _| p[0] = -1);
+    if batch > 1 {
+        let moved = |k: i64| {
+            let mut s = seq.to_vec();
+            s[0] += k;
+            s[1] -= k;
+            s
+        };
+        let pages_differ = |k: i64| {
+            let p = device.extend_need(prefix, &moved(k));
+            matches!(p, Ok(p) if p.new_pages != plan.new_pages)
+        };
+        if let Some(k) = (1..=per).flat_map(|k| [k, -k]).find(|&k| pages_differ(k)) {
+            with("tokens moved between two requests", &|_, s| *s = moved(k));
+        }
+    }
+    cases
+}
+
+/// The device seq_lens of a decode the refusal tests try at request `batch / 2`.
+const BAD_DECODE_LENGTHS: [(&str, i64); 3] = [
+    ("a seq_len of 0", 0),
+    ("a negative seq_len", -3),
+    ("a huge seq_len", i64::MAX),
+];
+
+/// A device pool for the refusal tests: room for call A and call B of every shape.
+fn refusal_pool(ps: u32) -> DevicePool {
+    DevicePool::new(PoolConfig {
+        size: (1 << 15) * u64::from(ps),
+        ..config(CUDA0, ps)
+    })
+    .unwrap()
+}
+
+/// The kernel families the refusal tests must reach (`family`), plain or by row.
+fn families_to_reach(by_row: bool) -> Vec<String> {
+    let mut want = vec![
+        "One",
+        "OneBlocks",
+        "FewUpTo",
+        "Few",
+        "FewBlocks",
+        "FewSpread",
+        "Block",
+        "Blocks",
+        "BlocksWide",
+        "Grid",
+        "decode DecodeOne",
+        "decode Decode",
+        "decode Grid",
+    ];
+    want.push(if by_row { "Block64" } else { "Pairs" });
+    if refusal_pool(1).decodes_on_clusters() {
+        want.push("decode DecodeCluster");
+    }
+    want.into_iter().map(String::from).collect()
+}
+
 /// Every allocation kernel a plain call can run on refuses device lengths that disagree
 /// with the host's plan and leaves the pool exactly as it was (`PoolImage`: the cursor, the
 /// free pages, the pages' kinds, the in-use pages' words and fill points read back equal);
 /// no slot is handed out, nothing is written past the plan's output. Each refused call
-/// follows a valid call of the same shape (call A), whose pages are still in use and whose
-/// page ids the kernel staged in shared memory: a kernel that planned past the device's
-/// lengths would find them there (the bug that 46b41b6 fixed for the two-warp extends).
-/// Call B continues every other request of A. Its device copies are the host's with one
-/// change each: a request short by a token, one empty, one a token over, one far over,
-/// one past the pool, the tokens moved between two requests (pages then differ), a prefix
-/// past its seq, negative lengths. Decodes: a seq_len of 0, a negative one, a huge one.
-/// Pages of 1 and 16 slots.
+/// (call B, `disagreeing_copies`) follows a valid call of the same shape (call A), whose
+/// pages are still in use and whose page ids the kernel staged in shared memory: a kernel
+/// that planned past the device's lengths would find them there (the bug that 46b41b6
+/// fixed for the two-warp extends). Decodes: `BAD_DECODE_LENGTHS`. Pages of 1 and 16 slots.
 #[test]
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
 fn every_allocation_kernel_refuses_disagreeing_device_lengths_and_changes_nothing() {
@@ -570,86 +672,32 @@ fn every_allocation_kernel_refuses_disagreeing_device_lengths_and_changes_nothin
     let gpu = Gpu::new(false);
     let mut reached = std::collections::BTreeSet::new();
     let mut refused = 0usize;
+    let most = 5000 + 3000 * 3;
+    let (prefix_d, seq_d, last_d) = DevBuf::lengths(most);
+    let out = DevBuf::new(8 * (most + GUARD));
     for ps in [1u32, 16] {
-        let mut device = DevicePool::new(PoolConfig {
-            size: (1 << 15) * u64::from(ps),
-            ..config(CUDA0, ps)
-        })
-        .unwrap();
-        let most = 5000 + 3000 * 3;
-        let (prefix_d, seq_d, last_d) = DevBuf::lengths(most);
-        let out = DevBuf::new(8 * (most + GUARD));
+        let mut device = refusal_pool(ps);
         for (batch, per) in EXTEND_SHAPES {
             let tokens = batch * per as usize;
-            let slots = allocate_rows(
-                &mut device,
-                &gpu,
-                [&prefix_d, &seq_d, &last_d],
-                &out,
-                batch,
-                per,
-            );
-            // Call B: odd requests continue A's rows, even ones are new; `per` tokens each.
-            let mut prefix = vec![0i64; batch];
-            let mut last = vec![-1i64; batch];
-            for i in (1..batch).step_by(2) {
-                prefix[i] = per;
-                last[i] = slots[(i + 1) * per as usize - 1];
-            }
-            let seq: Vec<i64> = prefix.iter().map(|&p| p + per).collect();
+            let bufs = [&prefix_d, &seq_d, &last_d];
+            let slots = allocate_rows(&mut device, &gpu, bufs, &out, batch, per);
+            let (prefix, seq) = call_b_lengths(batch, per);
+            let last: Vec<i64> = (0..batch)
+                .map(|i| match prefix[i] {
+                    0 => -1,
+                    _ => slots[(i + 1) * per as usize - 1],
+                })
+                .collect();
             let plan = device.extend_need(&prefix, &seq).unwrap();
-            let kernel = device.debug_extend_kernel(batch, false, plan.tokens, plan.new_pages);
+            let kernel =
+                device.debug_extend_kernel(false, batch, false, plan.tokens, plan.new_pages);
             reached.insert(family(&kernel));
-            let (mid, end) = (batch / 2, batch - 1);
-            let mut cases: Vec<(&str, Vec<i64>, Vec<i64>)> = Vec::new();
-            let mut with = |what: &'static str, change: &dyn Fn(&mut Vec<i64>, &mut Vec<i64>)| {
-                let (mut p, mut s) = (prefix.clone(), seq.clone());
-                change(&mut p, &mut s);
-                cases.push((what, p, s));
-            };
-            with("the last request a token short", &|_, s| s[end] -= 1);
-            with("the first request empty", &|p, s| s[0] = p[0]);
-            with("a request a token over", &|_, s| s[mid] += 1);
-            with("a request far over", &|_, s| s[mid] += 1 << 20);
-            with("a request past the pool", &|_, s| s[end] = i64::MAX);
-            with("a negative seq_len", &|_, s| s[mid] = -3);
-            with("a prefix past its seq_len", &|p, s| p[mid] = s[mid] + 1);
-            with("a negative prefix", &|p, _| p[0] = -1);
-            // Tokens moved between the first two requests so that the pages differ (where
-            // some move does).
-            let moved = |k: i64| {
-                let mut s = seq.clone();
-                s[0] += k;
-                s[1] -= k;
-                s
-            };
-            let differs = |k: i64| {
-                let p = device.extend_need(&prefix, &moved(k));
-                matches!(p, Ok(p) if p.new_pages != plan.new_pages)
-            };
-            if let Some(k) = (batch > 1)
-                .then(|| (1..=per).flat_map(|k| [k, -k]).find(|&k| differs(k)))
-                .flatten()
-            {
-                cases.push((
-                    "tokens moved between two requests",
-                    prefix.clone(),
-                    moved(k),
-                ));
-            }
-            for (what, device_prefix, device_seq) in cases {
+            for (what, device_prefix, device_seq) in disagreeing_copies(&device, &prefix, &seq) {
                 let what = format!("page size {ps}, {batch} x {per} tokens ({kernel}): {what}");
-                // Totals the host would plan from the device copy: equal ones are no
-                // disagreement (the kernel then follows the device's lengths).
-                if let Ok(p) = device.extend_need(&device_prefix, &device_seq) {
-                    if (p.tokens, p.new_pages) == (plan.tokens, plan.new_pages) {
-                        continue;
-                    }
-                }
                 prefix_d.upload(&device_prefix);
                 seq_d.upload(&device_seq);
                 last_d.upload(&last);
-                let seq_only = device_prefix == prefix;
+                // SAFETY: the buffers hold what the call says; refused_call synchronizes.
                 let call =
                     refused_call(&mut device, &gpu, &out, tokens, GUARD, &what, |d| unsafe {
                         d.alloc_extend(
@@ -664,8 +712,8 @@ fn every_allocation_kernel_refuses_disagreeing_device_lengths_and_changes_nothin
                             gpu.stream,
                         )
                     });
-                // A changed prefix may be refused for its last_loc first.
-                if seq_only {
+                // (A changed prefix may be refused for its last_loc first.)
+                if device_prefix == prefix {
                     let fault = device.fault().unwrap();
                     assert_eq!(fault.kind, ErrorKind::InvalidLengths, "{what}: {fault:?}");
                 }
@@ -678,32 +726,23 @@ fn every_allocation_kernel_refuses_disagreeing_device_lengths_and_changes_nothin
         // Decodes: every request of call A one token on.
         for batch in DECODE_BATCHES {
             let per = 3i64;
-            let slots = allocate_rows(
-                &mut device,
-                &gpu,
-                [&prefix_d, &seq_d, &last_d],
-                &out,
-                batch,
-                per,
-            );
+            let bufs = [&prefix_d, &seq_d, &last_d];
+            let slots = allocate_rows(&mut device, &gpu, bufs, &out, batch, per);
             let seq = vec![per + 1; batch];
             let last: Vec<i64> = (0..batch)
                 .map(|i| slots[(i + 1) * per as usize - 1])
                 .collect();
             let pages = device.decode_need(&seq).unwrap();
-            let kernel = device.debug_extend_kernel(batch, true, batch as u64, pages);
+            let kernel = device.debug_extend_kernel(false, batch, true, batch as u64, pages);
             reached.insert(format!("decode {}", family(&kernel)));
             let mid = batch / 2;
-            for (what, value) in [
-                ("a seq_len of 0", 0i64),
-                ("a negative seq_len", -3),
-                ("a huge seq_len", i64::MAX),
-            ] {
+            for (what, value) in BAD_DECODE_LENGTHS {
                 let what = format!("page size {ps}, decode of {batch} ({kernel}): {what}");
                 let mut device_seq = seq.clone();
                 device_seq[mid] = value;
                 seq_d.upload(&device_seq);
                 last_d.upload(&last);
+                // SAFETY: the buffers hold what the call says; refused_call synchronizes.
                 let call = refused_call(&mut device, &gpu, &out, batch, GUARD, &what, |d| unsafe {
                     d.alloc_decode(&seq, seq_d.ptr, last_d.ptr, out.ptr, batch, gpu.stream)
                 });
@@ -721,35 +760,166 @@ fn every_allocation_kernel_refuses_disagreeing_device_lengths_and_changes_nothin
         gpu.sync();
     }
     eprintln!("{refused} refused calls; kernels reached: {reached:?}");
-    let mut want: Vec<String> = [
-        "One",
-        "OneBlocks",
-        "FewUpTo",
-        "Few",
-        "FewBlocks",
-        "FewSpread",
-        "Pairs",
-        "Block",
-        "Blocks",
-        "BlocksWide",
-        "Grid",
-        "decode DecodeOne",
-        "decode Decode",
-        "decode Grid",
-    ]
-    .map(String::from)
-    .to_vec();
-    if DevicePool::new(config(CUDA0, 1))
-        .unwrap()
-        .decodes_on_clusters()
-    {
-        want.push("decode DecodeCluster".into());
-    }
-    for family in want {
+    for family in families_to_reach(false) {
         assert!(
             reached.contains(&family),
             "no call reached {family}: {reached:?}"
         );
+    }
+}
+
+/// The same by request row (`alloc_extend_rows`, `alloc_decode_rows`): call A writes its
+/// slots into table rows, call B continues every other row and starts new rows for the
+/// rest, reading `last_loc` from the table. A refused call also leaves the table as it was
+/// (the rows kernels, and the scatter kernel after the plain kernel of a three-kernel call).
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn every_allocation_kernel_by_row_refuses_disagreeing_device_lengths_and_changes_nothing() {
+    const GUARD: usize = 256;
+    let gpu = Gpu::new(false);
+    let mut reached = std::collections::BTreeSet::new();
+    let mut refused = 0usize;
+    let most = 5000 + 3000 * 3;
+    let (prefix_d, seq_d, rows_d) = DevBuf::lengths(2 * most);
+    let out = DevBuf::new(8 * (most + GUARD));
+    for ps in [1u32, 16] {
+        let mut device = refusal_pool(ps);
+        let shapes = EXTEND_SHAPES.map(|(batch, per)| (batch, per, false));
+        let decodes = DECODE_BATCHES.map(|batch| (batch, 3, true));
+        for (batch, per, decode) in shapes.into_iter().chain(decodes) {
+            // Rows 0 .. batch for call A; call B's new requests take rows batch + i.
+            let table = DeviceRows::new(2 * batch, 2 * per as usize + 2);
+            let a_rows: Vec<i64> = (0..batch as i64).collect();
+            let a_lengths = (vec![0i64; batch], vec![per; batch]);
+            rows_d.upload(&a_rows);
+            prefix_d.upload(&a_lengths.0);
+            seq_d.upload(&a_lengths.1);
+            let a_tokens = batch as u64 * per as u64;
+            // SAFETY: the buffers hold what the call says; synchronized below.
+            unsafe {
+                device.alloc_extend_rows(
+                    table.desc,
+                    rows_d.ptr,
+                    &a_lengths.0,
+                    &a_lengths.1,
+                    prefix_d.ptr,
+                    seq_d.ptr,
+                    a_tokens,
+                    0,
+                    0,
+                    gpu.stream,
+                )
+            }
+            .unwrap();
+            gpu.sync();
+            assert!(
+                device.fault().is_none(),
+                "call A by row, {batch} x {per}: {:?}",
+                device.fault()
+            );
+            let table_before = table.read();
+            if decode {
+                let seq = vec![per + 1; batch];
+                let pages = device.decode_need(&seq).unwrap();
+                let kernel = device.debug_extend_kernel(true, batch, true, batch as u64, pages);
+                reached.insert(format!("decode {}", family(&kernel)));
+                let mid = batch / 2;
+                for (what, value) in BAD_DECODE_LENGTHS {
+                    let what =
+                        format!("page size {ps}, decode by row of {batch} ({kernel}): {what}");
+                    let mut device_seq = seq.clone();
+                    device_seq[mid] = value;
+                    rows_d.upload(&a_rows);
+                    seq_d.upload(&device_seq);
+                    // SAFETY: the buffers hold what the call says; refused_call synchronizes.
+                    let call =
+                        refused_call(&mut device, &gpu, &out, batch, GUARD, &what, |d| unsafe {
+                            d.alloc_decode_rows(
+                                table.desc, rows_d.ptr, &seq, seq_d.ptr, out.ptr, batch, gpu.stream,
+                            )
+                        });
+                    assert_eq!(device.fault().unwrap().position, mid as i64, "{what}");
+                    assert!(table.read() == table_before, "{what}: the table changed");
+                    call.assert_refused_then_restore(&mut device, &gpu, &what);
+                    refused += 1;
+                }
+            } else {
+                let tokens = batch * per as usize;
+                let (prefix, seq) = call_b_lengths(batch, per);
+                let rows: Vec<i64> = (0..batch)
+                    .map(|i| if prefix[i] > 0 { i } else { batch + i } as i64)
+                    .collect();
+                let plan = device.extend_need(&prefix, &seq).unwrap();
+                let kernel =
+                    device.debug_extend_kernel(true, batch, false, plan.tokens, plan.new_pages);
+                reached.insert(family(&kernel));
+                for (what, device_prefix, device_seq) in disagreeing_copies(&device, &prefix, &seq)
+                {
+                    let what =
+                        format!("page size {ps}, {batch} x {per} tokens by row ({kernel}): {what}");
+                    rows_d.upload(&rows);
+                    prefix_d.upload(&device_prefix);
+                    seq_d.upload(&device_seq);
+                    // SAFETY: the buffers hold what the call says; refused_call synchronizes.
+                    let call =
+                        refused_call(&mut device, &gpu, &out, tokens, GUARD, &what, |d| unsafe {
+                            d.alloc_extend_rows(
+                                table.desc,
+                                rows_d.ptr,
+                                &prefix,
+                                &seq,
+                                prefix_d.ptr,
+                                seq_d.ptr,
+                                tokens as u64,
+                                out.ptr,
+                                tokens,
+                                gpu.stream,
+                            )
+                        });
+                    assert!(table.read() == table_before, "{what}: the table changed");
+                    call.assert_refused_then_restore(&mut device, &gpu, &what);
+                    refused += 1;
+                }
+            }
+            unsafe { device.clear(gpu.stream) }.unwrap();
+            gpu.sync();
+        }
+    }
+    eprintln!("{refused} refused calls by row; kernels reached: {reached:?}");
+    for family in families_to_reach(true) {
+        assert!(
+            reached.contains(&family),
+            "no call by row reached {family}: {reached:?}"
+        );
+    }
+}
+
+/// A zeroed `int64` request-to-token table in device memory (rows of `row_len`, no gap).
+struct DeviceRows {
+    buf: DevBuf,
+    len: usize,
+    desc: kvpool::cuda::DeviceTable,
+}
+
+impl DeviceRows {
+    fn new(rows: usize, row_len: usize) -> Self {
+        let len = rows * row_len;
+        let buf = DevBuf::new(8 * len);
+        buf.upload(&vec![0i64; len]);
+        let desc = kvpool::cuda::DeviceTable {
+            data: buf.ptr,
+            index_type: IndexType::I64,
+            shape: kvpool::TableShape {
+                rows: rows as u64,
+                row_stride: row_len as u64,
+                row_len: row_len as u64,
+            },
+        };
+        Self { buf, len, desc }
+    }
+
+    fn read(&self) -> Vec<i64> {
+        self.buf.download(self.len)
     }
 }
 

@@ -689,17 +689,24 @@ impl DevicePool {
     }
 
     /// The kernel an allocation of `batch` requests, `tokens` tokens and `new_pages` new
-    /// pages runs on this pool's device (a plain call, not by row), by its shape's name, e.g.
-    /// `FewUpTo(4, 64)`: tests show with it which kernels they reached.
+    /// pages runs on this pool's device, plain or `by_row`, by its shape's name, e.g.
+    /// `FewUpTo(4, 64)` (by row, the rows kernel of that shape; `Grid`: gather, the plain
+    /// kernel, scatter): tests show with it which kernels they reached.
     #[doc(hidden)]
     pub fn debug_extend_kernel(
         &self,
+        by_row: bool,
         batch: usize,
         decode: bool,
         tokens: u64,
         new_pages: u64,
     ) -> String {
-        match Self::extend_shape(batch, decode, tokens, new_pages, self.shapes()) {
+        let device = if by_row {
+            self.rows_shapes()
+        } else {
+            self.shapes()
+        };
+        match Self::extend_shape(batch, decode, tokens, new_pages, device) {
             Ok((kernel, ..)) => format!("{kernel:?}"),
             Err(e) => format!("none ({e})"),
         }
