@@ -624,6 +624,21 @@ const BAD_DECODE_LENGTHS: [(&str, i64); 3] = [
     ("a huge seq_len", i64::MAX),
 ];
 
+/// The page sizes of the refusal tests: `KVPOOL_REFUSAL_PAGE_SIZES` (a comma list; the
+/// sanitizer steps of scripts/gpu/run.sh keep one), else 1 and 16.
+fn refusal_page_sizes() -> Vec<u32> {
+    let sizes = std::env::var("KVPOOL_REFUSAL_PAGE_SIZES").unwrap_or_else(|_| "1,16".into());
+    let sizes: Vec<u32> = sizes
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    assert!(
+        !sizes.is_empty(),
+        "KVPOOL_REFUSAL_PAGE_SIZES names no page size"
+    );
+    sizes
+}
+
 /// A device pool for the refusal tests: room for call A and call B of every shape.
 fn refusal_pool(ps: u32) -> DevicePool {
     DevicePool::new(PoolConfig {
@@ -664,7 +679,8 @@ fn families_to_reach(by_row: bool) -> Vec<String> {
 /// (call B, `disagreeing_copies`) follows a valid call of the same shape (call A), whose
 /// pages are still in use and whose page ids the kernel staged in shared memory: a kernel
 /// that planned past the device's lengths would find them there (the bug that 46b41b6
-/// fixed for the two-warp extends). Decodes: `BAD_DECODE_LENGTHS`. Pages of 1 and 16 slots.
+/// fixed for the two-warp extends). Decodes: `BAD_DECODE_LENGTHS`. Pages of 1 and 16 slots
+/// (`refusal_page_sizes`).
 #[test]
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
 fn every_allocation_kernel_refuses_disagreeing_device_lengths_and_changes_nothing() {
@@ -675,7 +691,7 @@ fn every_allocation_kernel_refuses_disagreeing_device_lengths_and_changes_nothin
     let most = 5000 + 3000 * 3;
     let (prefix_d, seq_d, last_d) = DevBuf::lengths(most);
     let out = DevBuf::new(8 * (most + GUARD));
-    for ps in [1u32, 16] {
+    for ps in refusal_page_sizes() {
         let mut device = refusal_pool(ps);
         for (batch, per) in EXTEND_SHAPES {
             let tokens = batch * per as usize;
@@ -782,7 +798,7 @@ fn every_allocation_kernel_by_row_refuses_disagreeing_device_lengths_and_changes
     let most = 5000 + 3000 * 3;
     let (prefix_d, seq_d, rows_d) = DevBuf::lengths(2 * most);
     let out = DevBuf::new(8 * (most + GUARD));
-    for ps in [1u32, 16] {
+    for ps in refusal_page_sizes() {
         let mut device = refusal_pool(ps);
         let shapes = EXTEND_SHAPES.map(|(batch, per)| (batch, per, false));
         let decodes = DECODE_BATCHES.map(|batch| (batch, 3, true));

@@ -163,7 +163,8 @@ for step in "${steps[@]}"; do
             --error-exitcode 9 "$BIN/cuda_reservation" --ignored --test-threads=1
         run sanitize-racecheck-reservation "$SANITIZER" --tool racecheck \
             --error-exitcode 9 "$BIN/cuda_reservation" --ignored --test-threads=1
-        KVPOOL_DECODE_ROUNDS=1 KVPOOL_EXTEND_ROUNDS=1 KVPOOL_WIDE_SEEDS=4 run sanitize-memcheck-device "$SANITIZER" \
+        KVPOOL_DECODE_ROUNDS=1 KVPOOL_EXTEND_ROUNDS=1 KVPOOL_WIDE_SEEDS=4 KVPOOL_REFUSAL_PAGE_SIZES=16 \
+            run sanitize-memcheck-device "$SANITIZER" \
             --tool memcheck --error-exitcode 9 "$BIN/cuda_device" --ignored --test-threads=1 \
             --skip no_call_waits
         # The decode and few-request extend kernels with repeats and refusals (lockstep has
@@ -173,6 +174,12 @@ for step in "${steps[@]}"; do
             --tool racecheck --error-exitcode 9 "$BIN/cuda_device" --ignored --test-threads=1 --exact \
             decode_kernels_of_every_size_name_the_hosts_first_bad_request \
             extends_of_a_few_requests_name_the_hosts_first_bad_request
+        # Every allocation kernel, plain and by row, refusing device lengths that disagree with
+        # the plan after a call of the same shape (its undo paths; page size 16).
+        KVPOOL_REFUSAL_PAGE_SIZES=16 run sanitize-racecheck-refusals "$SANITIZER" --tool racecheck \
+            --error-exitcode 9 "$BIN/cuda_device" --ignored --test-threads=1 --exact \
+            every_allocation_kernel_refuses_disagreeing_device_lengths_and_changes_nothing \
+            every_allocation_kernel_by_row_refuses_disagreeing_device_lengths_and_changes_nothing
         # Extends of more than 256 requests (blocks of 512 and 1,024 threads that each decide
         # the call up to 1,024, the ticketed kernel past it), with empty requests on continued
         # pages and refusals (two seeds a page size).
