@@ -297,6 +297,83 @@ fn a_device_detected_double_free_faults_the_pool_until_cleared() {
     assert_eq!(out.download::<i64>(16), (16..32).collect::<Vec<i64>>());
 }
 
+/// A free naming more pages than are allocated (some of them free or staged: it must fail)
+/// changes nothing (`PoolImage`). The known-count free kernel puts each page it takes in its
+/// place before the verdict; before the fix, such a release's places ran into the ring's
+/// free run (the next free pages' ids overwritten by an allocated page's, which a later call
+/// would hand out again) or past the staged buffer. Three destinations: the ring's front (a
+/// paged pool), its tail (the token pool), the staged pages (need_sort); the allocated pages
+/// named where their places overlap the live entries.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_free_of_more_pages_than_are_allocated_changes_nothing() {
+    let gpu = Gpu::new(false);
+    for (ps, need_sort) in [(16u32, false), (1, false), (16, true)] {
+        let what = format!("page size {ps}, need_sort {need_sort}");
+        let mut device = DevicePool::new(PoolConfig {
+            size: 64 * u64::from(ps),
+            need_sort,
+            ..config(CUDA0, ps)
+        })
+        .unwrap();
+        let layout = device.debug_layout();
+        let n = layout.num_pages as usize;
+        // (A write past the staged buffer then lands in the page map, which the image reads.)
+        assert_eq!(layout.state, layout.staged + 4 * n, "{what}");
+        let out = DevBuf::new(8 * n * ps as usize);
+        // Pages allocated: two; need_sort: all, then two freed (to the staged buffer).
+        let taken = if need_sort { n } else { 2 };
+        let slots = taken * ps as usize;
+        // SAFETY: `out` holds every slot of the pool; synchronized below.
+        unsafe { device.alloc(slots, out.ptr, slots, gpu.stream) }.unwrap();
+        gpu.sync();
+        let pages: Vec<i64> = out
+            .download::<i64>(slots)
+            .iter()
+            .step_by(ps as usize)
+            .map(|&slot| slot / i64::from(ps))
+            .collect();
+        let (staged, allocated) = pages.split_at(if need_sort { 2 } else { 0 });
+        let ids = DevBuf::new(8 * n);
+        if need_sort {
+            ids.upload(staged);
+            // SAFETY: `ids` holds the two page ids.
+            unsafe { device.free_pages(ids.ptr, 2, gpu.stream) }.unwrap();
+        }
+        // Every page once. Front: the allocated ones first (their places are the ring's
+        // first free positions); tail and staged: last (past the free run, the buffer).
+        let others: Vec<i64> = (1..=n as i64).filter(|p| !allocated.contains(p)).collect();
+        let named: Vec<i64> = if ps > 1 && !need_sort {
+            allocated.iter().chain(&others).copied().collect()
+        } else {
+            others.iter().chain(allocated).copied().collect()
+        };
+        ids.upload(&named);
+        gpu.sync();
+        let before = PoolImage::of(&device);
+        let backup = unsafe { device.backup_state(gpu.stream) }.unwrap();
+        // SAFETY: `ids` holds `n` ids (slots of the token pool); synchronized below.
+        unsafe {
+            if ps > 1 {
+                device.free_pages(ids.ptr, n, gpu.stream)
+            } else {
+                device.free(ids.ptr, n, gpu.stream)
+            }
+        }
+        .unwrap();
+        gpu.sync();
+        let fault = device
+            .fault()
+            .unwrap_or_else(|| panic!("{what}: the free was accepted"));
+        eprintln!("{what}: {fault:?}");
+        if let Some(change) = before.difference(&PoolImage::of(&device)) {
+            panic!("{what}: the refused free changed the pool: {change}");
+        }
+        unsafe { device.restore_state(&backup, gpu.stream) }.unwrap();
+        gpu.sync();
+    }
+}
+
 /// Every page word of a device pool, read back (tests only).
 fn page_words_on_device(device: &DevicePool) -> Vec<u32> {
     let layout = device.debug_layout();
@@ -674,7 +751,7 @@ fn families_to_reach(by_row: bool) -> Vec<String> {
 
 /// Every allocation kernel a plain call can run on refuses device lengths that disagree
 /// with the host's plan and leaves the pool exactly as it was (`PoolImage`: the cursor, the
-/// free pages, the pages' kinds, the in-use pages' words and fill points read back equal);
+/// free and staged pages, the pages' kinds, the in-use pages' fill points read back equal);
 /// no slot is handed out, nothing is written past the plan's output. Each refused call
 /// (call B, `disagreeing_copies`) follows a valid call of the same shape (call A), whose
 /// pages are still in use and whose page ids the kernel staged in shared memory: a kernel
@@ -907,6 +984,54 @@ fn every_allocation_kernel_by_row_refuses_disagreeing_device_lengths_and_changes
             reached.contains(&family),
             "no call by row reached {family}: {reached:?}"
         );
+    }
+}
+
+/// A free by row of an int32 pool from an int64 table whose entries the pool's index type
+/// cannot hold (2^32 + 64 .. 2^32 + 127: page 1's slots, narrowed) is refused as out of range,
+/// as the host backend refuses it, and frees nothing. Before the fix, the segments kernel
+/// narrowed the entries to int32 and freed page 1, in use.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_free_by_row_of_entries_an_int32_pool_cannot_hold_frees_nothing() {
+    let gpu = Gpu::new(false);
+    let mut device = DevicePool::new(PoolConfig {
+        index_type: IndexType::I32,
+        ..config(CUDA0, 64)
+    })
+    .unwrap();
+    let out = DevBuf::new(4 * 64);
+    // SAFETY: `out` holds 64 int32 slots; synchronized below.
+    unsafe { device.alloc(64, out.ptr, 64, gpu.stream) }.unwrap();
+    gpu.sync();
+    assert_eq!(out.download::<i32>(1)[0], 64, "page 1 allocated");
+    let table = DeviceRows::new(1, 64);
+    table
+        .buf
+        .upload(&(0..64).map(|k| (1i64 << 32) + 64 + k).collect::<Vec<i64>>());
+    let (rows, starts, ends) = (DevBuf::new(8), DevBuf::new(8), DevBuf::new(8));
+    rows.upload(&[0i64]);
+    starts.upload(&[0i64]);
+    ends.upload(&[64i64]);
+    let before = PoolImage::of(&device);
+    // SAFETY: the table and the arrays hold what the call says; synchronized below.
+    unsafe {
+        device.free_rows(
+            table.desc,
+            rows.ptr,
+            &[0],
+            &[64],
+            starts.ptr,
+            ends.ptr,
+            gpu.stream,
+        )
+    }
+    .unwrap();
+    gpu.sync();
+    let fault = device.fault().expect("the free must fault");
+    assert_eq!(fault.kind, ErrorKind::IndexOutOfRange, "{fault:?}");
+    if let Some(change) = before.difference(&PoolImage::of(&device)) {
+        panic!("the refused free changed the pool: {change}");
     }
 }
 

@@ -19,7 +19,8 @@ use kvpool::ffi::*;
 use kvpool::{BackendKind, ErrorKind, IndexType, PoolConfig};
 
 use gpu::{
-    last_error, narrow, read_device, skip, upload, widen, width, DevBuf, Gpu, Graph, Tables,
+    last_error, narrow, read_device, skip, upload, widen, width, DevBuf, Gpu, Graph, PoolImage,
+    Tables,
 };
 use rng::Rng;
 
@@ -845,6 +846,72 @@ fn a_bad_last_loc_faults_the_reservation() {
         kvp_decode_reservation_free(dres);
     }
     assert_eq!(out_d.download::<i64>(6), vec![0; 6]);
+}
+
+/// Device lengths that give the host's page total but move requests' first new page to
+/// another step pass the reserve, which checks the total: host lens 5 and 5 at page size 4
+/// (a page each at step 4), device lens 4 and 4 (full pages: a page each at step 1, every
+/// last_loc check passing). After one step the host's plan has used no page, the device's
+/// two. Before the fix the finish returned the host's unused pages, the two pages that step
+/// had handed out; now it finds that its lengths give the used step other pages, faults the
+/// pool and returns nothing (`PoolImage` unchanged).
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_finish_refuses_device_lengths_that_moved_pages_to_other_steps() {
+    if skip() {
+        return;
+    }
+    let gpu = Gpu::new(false);
+    let stream = gpu.stream;
+    let mut pool = DevicePool::new(PoolConfig {
+        size: 256,
+        page_size: 4,
+        need_sort: false,
+        index_type: IndexType::I64,
+        backend: BackendKind::Cuda { ordinal: 0 },
+    })
+    .unwrap();
+    let (zeros, none, four) = (upload(&[0i64; 2]), upload(&[-1i64; 2]), upload(&[4i64; 2]));
+    let ext = DevBuf::new(8 * 8);
+    let out = DevBuf::new(2 * 8);
+    // SAFETY: device buffers valid for their lengths, alive until the synchronizations.
+    unsafe {
+        pool.alloc_extend(
+            &[0, 0],
+            &[4, 4],
+            zeros.ptr,
+            four.ptr,
+            none.ptr,
+            8,
+            ext.ptr,
+            8,
+            stream,
+        )
+        .unwrap();
+        gpu.sync();
+        let slots = ext.download::<i64>(8);
+        let last = upload(&[slots[3], slots[7]]);
+        let mut res = pool
+            .reserve_decode(&[5, 5], four.ptr, last.ptr, 4, stream)
+            .unwrap();
+        pool.reservation_step(&res, out.ptr, None, stream).unwrap();
+        gpu.sync();
+        assert!(pool.fault().is_none(), "the reserve: {:?}", pool.fault());
+        let stepped = out.download::<i64>(2);
+        assert!(
+            stepped.iter().all(|&slot| slot % 4 == 0 && slot > 0),
+            "step 1 opened a page for each request: {stepped:?}"
+        );
+        let before = PoolImage::of(&pool);
+        pool.finish_reservation(&mut res, 1, stream).unwrap();
+        gpu.sync();
+        let fault = pool.fault().expect("the finish must fault");
+        assert_eq!(fault.kind, ErrorKind::InvalidLengths, "{fault:?}");
+        if let Some(change) = before.difference(&PoolImage::of(&pool)) {
+            panic!("the refused finish changed the pool: {change}");
+        }
+        pool.release_reservation(res);
+    }
 }
 
 /// While a reservation is live, a plain decode continuing a reserved request's partly

@@ -444,10 +444,12 @@ impl Tables {
 }
 
 /// A device pool's state as the next call sees it, read back (synchronize the pool's stream
-/// first): the cursor the next call reads, the free pages in ring order from the head, every
-/// page's kind, and each allocated page's word (kind and tag) and fill point. What a refused
-/// call must leave as it found it. Other bytes it may leave as it pleases (ring entries past
-/// the free run, a free page's tag or fill word): a call writes them before it reads them.
+/// first): the cursor the next call reads, the free pages in ring order from the head, the
+/// staged pages, every page's kind, and each allocated page's fill point. What a refused
+/// call must leave as it found it. Other bytes it may leave as it pleases: ring entries past
+/// the free run and a free page's fill word (a call writes them before it reads them), and
+/// page words' tags (an undo writes tag 0, which names no call: a tag only tells a call
+/// whether it set the word itself).
 #[derive(Debug, PartialEq)]
 pub struct PoolImage {
     /// head, free_len, staged_len and the two group lengths.
@@ -456,8 +458,8 @@ pub struct PoolImage {
     /// The staged pages (released under need_sort, waiting for a merge).
     pub staged: Vec<u32>,
     pub kinds: Vec<u32>,
-    /// (page, word, fill point) of every allocated or held page.
-    pub in_use: Vec<(usize, u32, u32)>,
+    /// (page, fill point) of every allocated or held page.
+    pub in_use: Vec<(usize, u32)>,
 }
 
 impl PoolImage {
@@ -482,7 +484,7 @@ impl PoolImage {
         };
         let in_use = (0..=pages)
             .filter(|&p| matches!(words[p] & KIND_MASK, ALLOCATED | HELD))
-            .map(|p| (p, words[p], fills[p] as u32))
+            .map(|p| (p, fills[p] as u32))
             .collect();
         Self {
             cursor,
@@ -547,7 +549,7 @@ impl PoolImage {
         }
         let i = (0..self.in_use.len()).find(|&i| self.in_use[i] != after.in_use[i])?;
         Some(format!(
-            "in-use page (page, word, fill) {:?} -> {:?}",
+            "in-use page (page, fill point) {:?} -> {:?}",
             self.in_use[i], after.in_use[i]
         ))
     }
