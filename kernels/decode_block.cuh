@@ -159,7 +159,7 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
     if (valid && (row < 0 || (unsigned long long)row >= tab.rows_in_table)) row_err = ERR_ROW;
     else if (valid && seq > 0 && (unsigned long long)seq > tab.row_len) row_err = ERR_ROW_LEN;
     if (valid && row_err == ERR_NONE && usable && prefix > 0)
-      ll = table_last_loc<Index>(
+      ll = table_entry<Index>(
           table_at(tab.table, tab.wide, (unsigned long long)row * tab.stride + prefix - 1));
   }
   if (!valid) ll = -1;

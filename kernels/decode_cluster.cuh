@@ -126,7 +126,7 @@ __device__ __forceinline__ void decode_cluster(ClusterDecodeShared<BLOCK, CLUSTE
     if (valid && (row < 0 || (unsigned long long)row >= tab.rows_in_table)) row_err = ERR_ROW;
     else if (valid && seq > 0 && (unsigned long long)seq > tab.row_len) row_err = ERR_ROW_LEN;
     if (valid && row_err == ERR_NONE && usable && prefix > 0)
-      ll = table_last_loc<Index>(
+      ll = table_entry<Index>(
           table_at(tab.table, tab.wide, (unsigned long long)row * tab.stride + prefix - 1));
   }
   if (!valid) ll = -1;
@@ -267,7 +267,7 @@ __device__ __forceinline__ void decode_cluster(ClusterDecodeShared<BLOCK, CLUSTE
         if (code == ERR_LENGTHS || code == ERR_ROW_LEN) value = seq_lens[pos];
         else if (code == ERR_ROW || code == ERR_ROW_TWICE) value = tab.rows[pos];
         else if (ROWS)
-          value = table_last_loc<Index>(table_at(
+          value = table_entry<Index>(table_at(
               tab.table, tab.wide, (unsigned long long)tab.rows[pos] * tab.stride + seq_lens[pos] - 2));
         else value = (long long)last_loc[pos];
       }

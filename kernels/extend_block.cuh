@@ -185,8 +185,8 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
   const uint32_t n = v.num_pages;
-  const bool dead = h->fault != 0;
-  const bool short_ = !dead && c.free_len < total_pages;
+  bool dead = h->fault != 0;  // GRID: voted on below
+  bool short_ = !dead && c.free_len < total_pages;
   const bool tracked = v.page_size > 1;
   if constexpr (GRID) {
     if (r == 0) {  // published by the barrier in block_scan_plan
@@ -214,6 +214,15 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   // which waits for the lengths: a second round trip before the prefix pages' words. A warp
   // barrier (no instruction: the warp is converged) keeps every load above it.
   __syncwarp();
+  // GRID: every block decides the call alone, and block 0 faults a bad one as soon as it has
+  // decided, so a block starting just then could load the fault flag in some warps before
+  // and in others after; a warp that saw no fault would then act on pages that the others,
+  // seeing it, did not stage. One vote makes the flag the block's (the loads above stay in
+  // flight across it).
+  if constexpr (GRID) {
+    dead = __syncthreads_or(dead);
+    short_ = !dead && c.free_len < total_pages;
+  }
   // This block's tokens, worked out while the loads are in flight (GRID: a division).
   const TokenRange block_range = block_tokens<GRID>(total_tokens);
   const unsigned long long t_begin = block_range.begin, t_end = block_range.end;
@@ -242,7 +251,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     if (valid && (row[u] < 0 || (unsigned long long)row[u] >= tab.rows_in_table)) row_err[u] = ERR_ROW;
     else if (valid && seq[u] > 0 && (unsigned long long)seq[u] > tab.row_len) row_err[u] = ERR_ROW_LEN;
     const bool read = valid && row_err[u] == ERR_NONE && sane[u] && prefix[u] > 0;
-    ll[u] = read ? table_last_loc<Index>(table_at(
+    ll[u] = read ? table_entry<Index>(table_at(
                        tab.table, tab.wide, (unsigned long long)row[u] * tab.stride + prefix[u] - 1))
                  : -1;
   }

@@ -296,8 +296,8 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
   const uint32_t n = v.num_pages;
-  const bool dead = h->fault != 0;
-  const bool short_ = !dead && c.free_len < total_pages;
+  bool dead = h->fault != 0;  // GRID: voted on below
+  bool short_ = !dead && c.free_len < total_pages;
 
   // Round trip 1, in every warp (lane i, request i): every load unconditional, a lane past
   // the batch reading the last request again.
@@ -306,6 +306,12 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   long long prefix = prefix_lens[i];
   long long ll = (long long)last_loc[i];
   __syncwarp();  // keeps the loads together (see extend_block)
+  // GRID: one vote on the fault flag, as extend_block's several blocks take (block 0 may
+  // fault the call while this block starts; warp 0 decides, the others stage and write).
+  if constexpr (GRID) {
+    dead = __syncthreads_or(dead);
+    short_ = !dead && c.free_len < total_pages;
+  }
   // This block's tokens, worked out while the loads are in flight (GRID: a division).
   const TokenRange block_range = block_tokens<GRID>(total_tokens);
   const unsigned long long t_begin = block_range.begin, t_end = block_range.end;

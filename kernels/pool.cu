@@ -456,6 +456,24 @@ __device__ inline void put_page(const View &v, const Cursor &c, Dest dest, uint3
   }
 }
 
+// Whether `count` pages released to `dest` go to places outside its live entries (the
+// ring's free run, the staged or group pages so far). Always for a valid release: its pages
+// are distinct and allocated, so none of them is among those entries. A release naming free
+// or staged pages may count more, and then fails: it must write nowhere (free_known writes
+// a page as soon as it takes it, before the verdict; past this bound it would overwrite
+// free pages' ids, and past the staged or group buffers the arrays after them).
+__device__ inline bool release_fits(const Cursor &c, Dest dest, uint32_t count, uint32_t n) {
+  unsigned long long held;
+  switch (dest) {
+    case DEST_FRONT:
+    case DEST_TAIL: held = c.free_len; break;
+    case DEST_STAGED: held = c.staged_len; break;
+    case DEST_GROUP_ORD: held = c.group_ord_len; break;
+    default: held = c.group_idx_len; break;
+  }
+  return held + count <= n;
+}
+
 // The cursor after releasing `count` pages to `dest`.
 __device__ inline Cursor advance(Cursor c, Dest dest, uint32_t count, uint32_t n) {
   switch (dest) {
@@ -847,8 +865,10 @@ __device__ inline uint32_t segment_lanes_log2(uint32_t page_size) {
 
 // Frees whose page count the host knows: page ids, token-pool slots, segments; element `i`
 // names page `i` of the release. Any number of blocks: each page goes straight from
-// allocated to its final kind with a compare-and-swap and is written to its place; the last
-// block commits the cursor, or undoes every page the call took if any element was bad.
+// allocated to its final kind with a compare-and-swap and is written to its place (when the
+// release fits there, `release_fits`: a release of more pages than are allocated names some
+// that are not, fails, and writes no place); the last block commits the cursor, or undoes
+// every page the call took if any element was bad.
 // SEGMENT: its own kernel (mode FREE_SEGMENT, a group of lanes per page; the host sizes its
 // grid for that), apart from the page-id / slot one (a thread per element).
 template <typename Index, bool SEGMENT>
@@ -862,12 +882,13 @@ __device__ void free_known(View v, Call call, const Index *src, uint32_t mode,
   const Dest dest = release_dest(v, call, false);
   const uint32_t kind = dest_kind(dest);
   const unsigned long long ps = v.page_size;
+  const bool fits = release_fits(c, dest, count, v.num_pages);
   // Page `i` of the release: `page` (when `err` is ERR_NONE) goes from allocated to its new
-  // kind and to its place; `pos` is the element an error names.
+  // kind and, when the release fits, to its place; `pos` is the element an error names.
   auto release = [&](unsigned long long i, uint32_t page, uint32_t err, unsigned long long pos) {
     bool won = false;
     if (err == ERR_NONE) err = take_page(v, page, kind, call.tag, false, &won);
-    if (won) put_page(v, c, dest, count, (uint32_t)i, page);
+    if (won && fits) put_page(v, c, dest, count, (uint32_t)i, page);
     v.scratch[i] = won ? page : 0;
     if (err != ERR_NONE) report(&errors, pos, err);
   };

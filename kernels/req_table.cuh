@@ -28,11 +28,11 @@ __device__ inline void table_put(void *table, uint32_t wide, unsigned long long 
   else ((int *)table)[at] = (int)v;
 }
 
-// A last_loc read from the table, as the pool's index type sees it: an entry an int32 pool
-// cannot hold is outside the pool, so -2 keeps it so (the checks then refuse it, as the host
-// backend does).
+// A table entry (a last_loc, or a slot to free) as the pool's index type sees it: an entry
+// an int32 pool cannot hold is outside the pool, so -2 keeps it so (the checks then refuse
+// it, as the host backend does; narrowed as it is, it could name a slot in use).
 template <typename Index>
-__device__ inline long long table_last_loc(long long entry) {
+__device__ inline long long table_entry(long long entry) {
   if (sizeof(Index) == 4 && (entry > 0x7fffffffll || entry < -1)) return -2;
   return entry;
 }

@@ -332,16 +332,25 @@ __device__ void unhold_pages(const View &v, const long long *lens, const Index *
 // Ends a reservation after `used` steps: the pages of steps after `used` (taken[first_unused
 // ..], `unused` of them) go back to the front of the ring, and each request whose step
 // used + 1 continues a page has that page rewound to its last used slot.
+//
+// `first_unused` is the host's count of the pages steps 1..used took, planned from its copy
+// of the lengths; the reserve checked only that the device's lengths (`lens`, as the reserve
+// read them) give the same page total. Lengths that move a request's first page to another
+// step keep the total but not this count: the host's `taken[first_unused ..]` would then
+// hold pages the used steps handed out. So the device counts them from its own lengths, and
+// a count that differs faults the call (ERR_LENGTHS, the last request) and returns nothing.
 template <typename Index>
 __device__ void reservation_finish(View v, Call call, ResHeader *res, const long long *lens,
                                    const Index *slots, const uint32_t *taken, uint32_t batch,
                                    uint32_t steps, uint32_t used, unsigned long long first_unused,
                                    unsigned long long unused) {
   __shared__ unsigned long long errors;
+  __shared__ unsigned long long used_pages;  // taken by steps 1..used, by the device's lengths
   __shared__ uint32_t counter_at, state_at, dead_at;
   const uint32_t r = threadIdx.x;
   if (r == 0) {
     errors = NO_ERROR;
+    used_pages = 0;
     counter_at = *(volatile uint32_t *)&res->counter;
     state_at = *(volatile uint32_t *)&res->state;
     dead_at = v.header->fault != 0;
@@ -355,6 +364,12 @@ __device__ void reservation_finish(View v, Call call, ResHeader *res, const long
   const bool counted = run && counter_at == used;
   const bool rewinding = counted && tracked && used < steps;
   if (counted) {
+    unsigned long long mine = 0;
+    for (uint32_t i = r; i < batch; i += RES_BLOCK) {
+      const unsigned long long first = first_page_step((unsigned long long)lens[i], v);
+      if (first <= used) mine += 1 + div_ps(used - first, v);
+    }
+    if (mine) atomicAdd(&used_pages, mine);
     for (unsigned long long k = r; k < unused; k += RES_BLOCK) {
       const uint32_t page = taken[first_unused + k];
       if (kind_of(v.state[page]) != KIND_HELD) report(&errors, k, ERR_RES_PAGE);
@@ -371,7 +386,11 @@ __device__ void reservation_finish(View v, Call call, ResHeader *res, const long
     }
   }
   __syncthreads();
-  const unsigned long long verdict = errors;
+  // (A count that differs needs a request: lengths give no page without one.)
+  const unsigned long long verdict =
+      counted && used_pages != first_unused
+          ? min(errors, ((unsigned long long)(batch - 1) << 8) | ERR_LENGTHS)
+          : errors;
   const bool ok = counted && verdict == NO_ERROR;
   if (ok) {
     for (unsigned long long k = r; k < unused; k += RES_BLOCK) {
@@ -405,6 +424,8 @@ __device__ void reservation_finish(View v, Call call, ResHeader *res, const long
       long long value;
       if ((verdict & 0xff) == ERR_RES_PAGE)
         value = taken[first_unused + pos];
+      else if ((verdict & 0xff) == ERR_LENGTHS)
+        value = lens[pos];
       else
         value = (long long)slots[(unsigned long long)used * batch + pos] - 1;
       raise_fault(v, call, verdict, value);

@@ -119,7 +119,7 @@ __device__ void rows_gather(View v, Call call, const void *table, uint32_t wide,
         report(&errors, i, ERR_ROW_LEN);
       } else if (prefix >= 0 && seq >= prefix) {
         if (prefix > 0) {
-          ll = table_last_loc<Index>(
+          ll = table_entry<Index>(
               table_at(table, wide, (unsigned long long)row * stride + prefix - 1));
         }
         tokens = (unsigned long long)(seq - prefix);
@@ -316,7 +316,7 @@ __device__ void rows_segments(View v, Call call, const void *table, uint32_t wid
       for (unsigned long long k = lane; k < seg_pad[r]; k += 32) {
         const long long s = k < n ? table_at(table, wide, at + k)
                                   : table_at(table, wide, at + (k - k % ps)) + (long long)(k % ps);
-        virt[o + k] = (Index)s;
+        virt[o + k] = (Index)table_entry<Index>(s);
       }
     }
     __syncthreads();

@@ -359,6 +359,12 @@ impl DeviceFault {
                     "the device copy of lens disagrees with the host copy the reservation was planned from (device lens[{position}] = {value}); nothing was reserved"
                 ),
             ),
+            err::LENGTHS if op == Some(DeviceOp::ReservationFinish) => (
+                ErrorKind::InvalidLengths,
+                format!(
+                    "the device copy of lens the reservation was made from disagrees with the host copy (device lens[{position}] = {value}): its used steps took other pages than the host planned; nothing was returned"
+                ),
+            ),
             err::ROW_LEN if op == Some(DeviceOp::ReservationStep) => (
                 ErrorKind::BufferTooSmall,
                 format!("request {position} would write table position {value}, past the table's row_len"),

@@ -469,7 +469,9 @@ impl DevicePool {
 
     /// Enqueues the finish of a reservation after `steps_used` steps (the number of steps
     /// the engine ran, replays included): one kernel that checks the device's step counter
-    /// equals `steps_used` (else it faults the pool naming both and returns nothing), then
+    /// equals `steps_used` (else it faults the pool naming both and returns nothing) and that
+    /// the device's lengths give the used steps the pages the host planned (the reserve
+    /// checked only their total; else it faults the pool and returns nothing), then
     /// puts the pages of the unused steps back at the front of the free list in the order
     /// they were taken and rewinds each request's partly used last page (see
     /// [`crate::Pool::finish_reservation`]). The host's counts are exact afterwards (planned

@@ -234,7 +234,10 @@ pub unsafe extern "C" fn kvp_pool_reserve_decode(
 /// kernel does, takes the planned pages, computes the `steps x batch_size` slot table into
 /// device memory the reservation owns (with a copy of `lens`) and advances the fill points.
 /// A bad `last_loc`, or device lengths that disagree with the host copy, fault the pool
-/// (nothing taken; the reservation's steps then write the padding slot 0). The first
+/// (nothing taken; the reservation's steps then write the padding slot 0). (Device lengths
+/// that give the host's page total but place some first pages at other steps are caught by
+/// the finish: it then returns nothing and faults the pool, since the pages the used steps
+/// took differ from the host's plan.) The first
 /// reservations allocate device memory (`cuMemAlloc`, which may synchronize); memory of
 /// freed reservations is reused. `lens` and `last_loc` must stay alive until the stream
 /// passes the call; the reservation does not need them afterwards.
@@ -529,7 +532,10 @@ pub unsafe extern "C" fn kvp_decode_reservation_finish(
 /// Enqueues the end of a device pool's reservation after `steps_used` steps (the number of
 /// steps the engine ran: replays plus uncaptured calls) on `stream`: one kernel (one block)
 /// that checks the reservation's device step counter equals `steps_used` — a mismatch
-/// faults the pool naming both numbers and returns nothing — then returns the unused pages
+/// faults the pool naming both numbers and returns nothing — and that the device's copy of
+/// `lens` (as the reserve read it) gives the used steps the pages the host planned — else
+/// it faults the pool (`KVP_STATUS_INVALID_LENGTHS`'s message) and returns nothing —, then
+/// returns the unused pages
 /// and rewinds partly used pages as `kvp_decode_reservation_finish` does. The host plans
 /// the returned page count from `steps_used`, so `kvp_pool_available_size` is exact right
 /// after the call, and the holds end (a free of the batch's requests enqueued after the
