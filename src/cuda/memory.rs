@@ -15,16 +15,26 @@ pub(crate) struct DeviceMemory {
 }
 
 impl DeviceMemory {
-    /// Allocates `bytes` (at least 1) and fills them with zeros (synchronously: only at pool
-    /// creation and for snapshot buffers the pool keeps for reuse).
-    pub fn zeroed(bytes: usize) -> Result<Self, PoolError> {
+    /// Allocates `bytes` (at least 1), contents undefined.
+    pub fn uninit(bytes: usize) -> Result<Self, PoolError> {
         let bytes = bytes.max(1);
         let mut ptr = 0;
         // SAFETY: valid out-pointer; the pool's context is current.
         check(unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) }, "cuMemAlloc")?;
-        let memory = Self { ptr, bytes };
-        // SAFETY: `ptr` holds `bytes` bytes.
-        check(unsafe { sys::cuMemsetD8_v2(ptr, 0, bytes) }, "cuMemsetD8")?;
+        Ok(Self { ptr, bytes })
+    }
+
+    /// Allocates `bytes` (at least 1) and fills them with zeros on the legacy default
+    /// stream, which returns before the memset is done and is not ordered with non-blocking
+    /// streams: only for pool creation, which synchronizes the context before its first
+    /// call. Memory a call's stream will use is zeroed there ([`zeroed_on`](Self::zeroed_on)).
+    pub fn zeroed(bytes: usize) -> Result<Self, PoolError> {
+        let memory = Self::uninit(bytes)?;
+        // SAFETY: the memory holds `memory.bytes` bytes.
+        check(
+            unsafe { sys::cuMemsetD8_v2(memory.ptr, 0, memory.bytes) },
+            "cuMemsetD8",
+        )?;
         Ok(memory)
     }
 
@@ -32,14 +42,11 @@ impl DeviceMemory {
     /// work on `stream` sees zeros without the host waiting (`cuMemAlloc` itself may
     /// synchronize the device: used only when a pool's scratch must grow).
     pub fn zeroed_on(bytes: usize, stream: sys::CUstream) -> Result<Self, PoolError> {
-        let bytes = bytes.max(1);
-        let mut ptr = 0;
-        // SAFETY: valid out-pointer; the pool's context is current.
-        check(unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) }, "cuMemAlloc")?;
-        let memory = Self { ptr, bytes };
-        // SAFETY: `ptr` holds `bytes` bytes; `stream` is a live stream of the context.
+        let memory = Self::uninit(bytes)?;
+        // SAFETY: the memory holds `memory.bytes` bytes; `stream` is a live stream of the
+        // context.
         check(
-            unsafe { sys::cuMemsetD8Async(ptr, 0, bytes, stream) },
+            unsafe { sys::cuMemsetD8Async(memory.ptr, 0, memory.bytes, stream) },
             "cuMemsetD8Async",
         )?;
         Ok(memory)

@@ -1970,7 +1970,9 @@ impl DevicePool {
         let spare = self.buffers.spare.lock().pop();
         let buffer = match spare {
             Some(buffer) => buffer,
-            None => DeviceMemory::zeroed(bytes)?,
+            // Zeroed on the call's stream (cuMemsetD8 ran on the legacy default stream,
+            // unordered with a non-blocking one: it could zero words the backup had copied).
+            None => DeviceMemory::zeroed_on(bytes, stream)?,
         };
         let target = buffer.at(0);
         let counts = self.counts.counts();

@@ -54,10 +54,12 @@ pub(crate) struct StreamOrderCheck {
 }
 
 impl StreamOrderCheck {
-    /// Allocates the device word (synchronously: only when the option is switched on).
+    /// Allocates the device word, left unset: a launch's mark writes it before any check
+    /// reads it (`previous` is `None` until then). (A zeroing memset on the legacy default
+    /// stream could run after that mark, on a non-blocking stream.)
     pub fn new() -> Result<Self, PoolError> {
         Ok(Self {
-            done: DeviceMemory::zeroed(4)?,
+            done: DeviceMemory::uninit(4)?,
             previous: None,
             history: VecDeque::with_capacity(HISTORY),
         })
