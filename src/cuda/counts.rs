@@ -56,7 +56,7 @@ impl Step {
 }
 
 impl Step {
-    fn is_unknown(&self) -> bool {
+    pub(crate) fn is_unknown(&self) -> bool {
         matches!(
             self,
             Step::Release { pages: None, .. } | Step::Set { exact: false, .. }
@@ -90,6 +90,16 @@ fn slot(c: &mut Counts, dest: Dest) -> &mut u64 {
         Dest::GroupIdx => &mut c.group_idx,
         Dest::GroupOrd => &mut c.group_ord,
     }
+}
+
+/// The number (counted from 1, never wrapping) of the call numbered `seq` on the device,
+/// given that the latest call, `calls_now`, is numbered `seq_now`: the most recent call with
+/// that number. Device call numbers run 1 ..= 2^32 - 1 and wrap to 1 (0 names no call), so
+/// the answer is right for a call fewer than 2^32 - 1 calls back.
+pub(crate) fn call_of(seq: u32, seq_now: u32, calls_now: u64) -> u64 {
+    const PERIOD: u64 = u32::MAX as u64; // numbers per turn: 1 ..= 2^32 - 1
+    let back = (u64::from(seq_now) + PERIOD - u64::from(seq)) % PERIOD;
+    calls_now.saturating_sub(back)
 }
 
 /// `a` is `b` or later in the wrapping sequence of calls.
@@ -142,15 +152,20 @@ impl Accounting {
         }
     }
 
-    /// Folds in the device's counts as of call `seq` (from the mapped record). Returns the
-    /// free or staged pages the exact counts add to the lower bounds: pages returned to the
-    /// pool now (pages still in an open free group are counted when it ends).
-    pub fn catch_up(&mut self, seq: u32, device: Counts) -> u64 {
+    /// Folds in the device's counts as of call `seq` (from the mapped record; `now`: the
+    /// latest call's number). Returns the free or staged pages the exact counts add to the
+    /// lower bounds: pages returned to the pool now (pages still in an open free group are
+    /// counted when it ends).
+    pub fn catch_up(&mut self, seq: u32, now: u32, device: Counts) -> u64 {
         let Some(&(first, _)) = self.log.front() else {
             return 0;
         };
-        if !seq_at_or_after(seq, first) {
-            return 0; // published before the oldest unknown call: says nothing new
+        // Published before the oldest unknown call: says nothing new. (A record from over
+        // 2^31 calls back would read as later than `first` in the wrapping order; it would
+        // also read as later than `now`, which no record can be. The pool clears the record
+        // when the log starts, so none is that old: see `DevicePool::next_call`.)
+        if !seq_at_or_after(seq, first) || !seq_at_or_after(now, seq) {
+            return 0;
         }
         while self
             .log
@@ -215,10 +230,10 @@ mod tests {
         assert_eq!(a.counts().free, 4);
         a.record(3, Step::Take(1));
         // A record from before the unknown free teaches nothing.
-        assert_eq!(a.catch_up(1, counts(4, 0)), 0);
+        assert_eq!(a.catch_up(1, 3, counts(4, 0)), 0);
         assert!(!a.is_exact());
         // The device after call 2 had 7 free (the free released 3 pages); call 3 took one.
-        assert_eq!(a.catch_up(2, counts(7, 0)), 3);
+        assert_eq!(a.catch_up(2, 3, counts(7, 0)), 3);
         assert!(a.is_exact());
         assert_eq!(a.counts().free, 6);
     }
@@ -241,10 +256,10 @@ mod tests {
             },
         );
         a.record(3, Step::Merge);
-        a.catch_up(1, counts(10, 2));
+        a.catch_up(1, 3, counts(10, 2));
         assert!(!a.is_exact());
         assert_eq!(a.counts(), counts(12, 0));
-        a.catch_up(3, counts(15, 0));
+        a.catch_up(3, 3, counts(15, 0));
         assert!(a.is_exact());
         assert_eq!(a.counts(), counts(15, 0));
     }
@@ -263,7 +278,7 @@ mod tests {
             group_idx: 3,
             ..counts(10, 0)
         };
-        assert_eq!(a.catch_up(1, device), 0, "still in the group");
+        assert_eq!(a.catch_up(1, 1, device), 0, "still in the group");
         assert!(a.is_exact());
         a.record(2, Step::GroupEnd { dest: Dest::Free });
         assert_eq!(a.counts(), counts(13, 0));
@@ -282,7 +297,44 @@ mod tests {
             },
         );
         a.record(1, Step::Take(1));
-        assert_eq!(a.catch_up(u32::MAX, counts(6, 0)), 2);
+        assert_eq!(a.catch_up(u32::MAX, 1, counts(6, 0)), 2);
         assert_eq!(a.counts().free, 5);
+    }
+
+    #[test]
+    fn a_record_later_than_the_latest_call_teaches_nothing() {
+        // The log starts at call 1000; a record numbered 1000 + 2^31 + 5 reads as later than
+        // 1000 in the wrapping order, but it is later than the latest call (1002) too: a
+        // record from over 2^31 calls back, not a new one.
+        let mut a = Accounting::new(counts(10, 0));
+        a.record(
+            1000,
+            Step::Release {
+                dest: Dest::Free,
+                pages: None,
+            },
+        );
+        a.record(1002, Step::Take(3));
+        let stale = 1000u32.wrapping_add(1 << 31).wrapping_add(5);
+        assert_eq!(a.catch_up(stale, 1002, counts(5000, 0)), 0);
+        assert!(!a.is_exact());
+        assert_eq!(a.counts().free, 7);
+        assert_eq!(a.catch_up(1001, 1002, counts(12, 0)), 2);
+        assert!(a.is_exact());
+        assert_eq!(a.counts().free, 9);
+    }
+
+    #[test]
+    fn call_numbers_map_to_calls_across_the_wrap() {
+        // Numbers run 1 ..= u32::MAX, then 1 again (0 is skipped).
+        assert_eq!(call_of(7, 7, 100), 100);
+        assert_eq!(call_of(5, 7, 100), 98);
+        assert_eq!(call_of(u32::MAX, 1, 100), 99);
+        assert_eq!(call_of(u32::MAX - 1, 2, 100), 97);
+        // A number just after the latest is from the previous turn, 2^32 - 2 calls back.
+        let calls = 10u64 << 32;
+        assert_eq!(call_of(8, 7, calls), calls - (u64::from(u32::MAX) - 1));
+        // Before the first call: no call is older than the first.
+        assert_eq!(call_of(9, 2, 2), 0);
     }
 }

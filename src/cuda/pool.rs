@@ -7,6 +7,7 @@
 //! synchronizes and never reads device memory: what only the device can check (the indices
 //! themselves) the kernels check, and they report through host-mapped memory.
 
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -466,12 +467,22 @@ pub struct DevicePool {
     /// Which cursor the next kernel reads.
     parity: u32,
     tag: u32,
+    /// The device's number of the latest call (wraps, skipping 0).
     seq: u32,
+    /// Calls so far, the latest being call `calls` (never wraps: call numbers on the device
+    /// are `seq`, which `counts::call_of` maps back).
+    calls: u64,
     counts: Accounting,
     group_open: bool,
     stats: PoolStats,
-    /// The call of the last clear or restore: faults of earlier calls no longer block.
-    recovered_at: u32,
+    /// The last clear or restore (in `calls`): faults of earlier calls no longer block.
+    recovered_at: u64,
+    /// The fault record last read (its four fields) and the call it came from (in `calls`),
+    /// worked out when first seen: a record stays until the next fault, and its 32-bit
+    /// number alone cannot tell, 2^31 calls later, whether it came before a recovery. (A
+    /// new fault with the same four fields, a multiple of 2^32 - 1 calls later, would be
+    /// taken for the old one.)
+    seen_fault: Cell<Option<([u64; 4], u64)>>,
     /// The fault most recently reported by [`check_device`](Self::check_device).
     reported_fault: u64,
     /// The device's SMs: a segment free of more blocks runs its two-blocks-an-SM kernel.
@@ -580,7 +591,9 @@ impl DevicePool {
             counts: Accounting::default(),
             group_open: false,
             stats: PoolStats::default(),
+            calls: 0,
             recovered_at: 0,
+            seen_fault: Cell::new(None),
             reported_fault: 0,
             multiprocessors,
             clusters,
@@ -760,18 +773,32 @@ impl DevicePool {
         unsafe { std::ptr::read_volatile(base.add(field)) }
     }
 
-    /// The fault the device recorded, if any (with the call number it came from).
-    fn recorded_fault(&self) -> Option<(u32, DeviceFault)> {
+    /// The fault the device recorded, if any: the device's number of the call it came
+    /// from, the call in `calls`, and the fault.
+    fn recorded_fault(&self) -> Option<(u32, u64, DeviceFault)> {
         let seq = self.read_record(0);
         if seq == 0 {
             return None;
         }
-        let fault = DeviceFault::decode(
+        // The device writes the number last, after a system fence: the other fields are
+        // read after it (an acquire fence, for hosts that reorder loads).
+        std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
+        let raw = [
+            seq,
             self.read_record(1),
-            self.read_record(2) as i64,
-            self.read_record(3) as i64,
-        );
-        Some((seq as u32, fault))
+            self.read_record(2),
+            self.read_record(3),
+        ];
+        let call = match self.seen_fault.get() {
+            Some((seen, call)) if seen == raw => call,
+            _ => {
+                let call = super::counts::call_of(seq as u32, self.seq, self.calls);
+                self.seen_fault.set(Some((raw, call)));
+                call
+            }
+        };
+        let fault = DeviceFault::decode(raw[1], raw[2] as i64, raw[3] as i64);
+        Some((seq as u32, call, fault))
     }
 
     /// A fault that still blocks the pool: recorded by a call after the last recovery.
@@ -779,10 +806,11 @@ impl DevicePool {
         self.blocking_fault_seq().map(|(_, fault)| fault)
     }
 
+    /// The blocking fault and its call's device number. A fault of the recovering call
+    /// itself blocks too: the stream-order check raises one as the next call's.
     fn blocking_fault_seq(&self) -> Option<(u32, DeviceFault)> {
-        let (seq, fault) = self.recorded_fault()?;
-        (seq != self.recovered_at && super::counts::seq_at_or_after(seq, self.recovered_at))
-            .then_some((seq, fault))
+        let (seq, call, fault) = self.recorded_fault()?;
+        (call >= self.recovered_at).then_some((seq, fault))
     }
 
     /// How a recorded fault is reported: `DeviceFault`, or `UnorderedStreams` (whose message
@@ -815,7 +843,7 @@ impl DevicePool {
         if let Some((seq, fault)) = self.blocking_fault_seq() {
             return Err(self.fault_error(seq, &fault, "", ""));
         }
-        if let Some((seq, fault)) = self.recorded_fault() {
+        if let Some((seq, _, fault)) = self.recorded_fault() {
             if u64::from(seq) != self.reported_fault {
                 self.reported_fault = u64::from(seq);
                 return Err(self.fault_error(
@@ -836,6 +864,15 @@ impl DevicePool {
 
     // ---- the common path of every call ---------------------------------------------------
 
+    /// Zeroes the mapped record's published counts (fields 4-7; number 0 names no call).
+    fn clear_published_counts(&self) {
+        let base = self.record.host().cast::<u64>();
+        for field in 4..8 {
+            // SAFETY: the record holds 8 u64 fields; volatile because the device writes them.
+            unsafe { std::ptr::write_volatile(base.add(field), 0) };
+        }
+    }
+
     /// Folds the device's published counts into the host's lower bounds.
     fn catch_up(&mut self) {
         if self.counts.is_exact() {
@@ -849,6 +886,7 @@ impl DevicePool {
         let count = |w: u64| w & 0xffff_ffff;
         let freed = self.counts.catch_up(
             seq,
+            self.seq,
             Counts {
                 free: count(words[0]),
                 staged: count(words[1]),
@@ -888,6 +926,15 @@ impl DevicePool {
         self.seq = self.seq.wrapping_add(1);
         if self.seq == 0 {
             self.seq = 1;
+        }
+        self.calls += 1;
+        if self.counts.is_exact() && step.is_unknown() {
+            // The log starts: this call and the later ones publish their counts. Clear the
+            // record first, so that one left by a call long ago (over 2^31 calls back, whose
+            // number reads as new in the wrapping order) is not taken for theirs. (A kernel
+            // of an earlier call may still publish after this: its number is older than
+            // this call's, which `catch_up` ignores.)
+            self.clear_published_counts();
         }
         let mut flags = 0;
         if self.counts.wants_mirror(step) {
@@ -1049,7 +1096,7 @@ impl DevicePool {
                 &[],
             )
         }?;
-        self.recovered_at = self.seq;
+        self.recovered_at = self.calls;
         self.group_open = false;
         Ok(())
     }
@@ -2043,7 +2090,7 @@ impl DevicePool {
                     &[arg(&source)],
                 )
             }?;
-            self.recovered_at = self.seq;
+            self.recovered_at = self.calls;
             self.stats.restores += 1;
             Ok(())
         })();

@@ -85,7 +85,7 @@ struct ReserveBuffers {
 pub struct DeviceReservation {
     pool_id: u64,
     /// The pool's `recovered_at` when reserved: a later clear or restore ends it.
-    recovered_at: u32,
+    recovered_at: u64,
     /// The reserve call's number: faults of its steps are reported as of that call.
     seq: u32,
     tag: u32,
