@@ -1846,7 +1846,8 @@ enum kvp_status kvp_pool_backup_state_async(struct kvp_pool *pool,
  * device fault. The snapshot stays usable, and may be freed right after this call (its
  * buffer goes to the pool's spares and is reused only in stream order, after the restore
  * has read it). Fails with `KVP_STATUS_FOREIGN_SNAPSHOT` or
- * `KVP_STATUS_INVALID_STATE` (free group open). One kernel.
+ * `KVP_STATUS_INVALID_STATE` (free group open — unless the pool is faulted: its group end
+ * is refused like any work, so the restore abandons the group). One kernel.
  *
  * # Safety
  * `pool` a live pool or NULL; `snapshot` a live snapshot or NULL; `stream` as for

@@ -374,6 +374,53 @@ fn a_free_of_more_pages_than_are_allocated_changes_nothing() {
     }
 }
 
+/// A fault inside an open free group can be recovered by a restore: the group's end is
+/// refused like any work on a faulted pool, and the restore abandons the group (it was
+/// refused while a group was open, which left only a clear, dropping every request).
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_restore_recovers_a_fault_inside_an_open_free_group() {
+    let gpu = Gpu::new(false);
+    let mut device = DevicePool::new(config(CUDA0, 16)).unwrap();
+    let out = DevBuf::new(8 * 64);
+    let ids = DevBuf::new(8 * 2);
+    // SAFETY: `out` holds 64 slots, `ids` two page ids; synchronized below.
+    unsafe {
+        device.alloc(64, out.ptr, 64, gpu.stream).unwrap();
+        gpu.sync();
+        let before = PoolImage::of(&device);
+        let snapshot = device.backup_state(gpu.stream).unwrap();
+        let pages: Vec<i64> = out
+            .download::<i64>(64)
+            .iter()
+            .step_by(16)
+            .map(|s| s / 16)
+            .collect();
+        device.free_group_begin().unwrap();
+        ids.upload(&[pages[0], pages[0]]); // the same page twice: refused on the device
+        device.free_pages(ids.ptr, 2, gpu.stream).unwrap();
+        gpu.sync();
+        assert!(device.fault().is_some(), "the double free must fault");
+        let refused = device.free_group_end(gpu.stream).unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::DeviceFault, "{refused}");
+        device.restore_state(&snapshot, gpu.stream).unwrap();
+        gpu.sync();
+        assert_eq!(kind_of(device.check_device()), Err(ErrorKind::DeviceFault));
+        assert_eq!(kind_of(device.check_device()), Ok(()));
+        if let Some(change) = before.difference(&PoolImage::of(&device)) {
+            panic!("the restore did not give back the snapshot's state: {change}");
+        }
+        // The group is closed: a new one opens.
+        device.free_group_begin().unwrap();
+        ids.upload(&[pages[1]]);
+        device.free_pages(ids.ptr, 1, gpu.stream).unwrap();
+        device.free_group_end(gpu.stream).unwrap();
+        gpu.sync();
+        assert!(device.fault().is_none(), "{:?}", device.fault());
+        assert_eq!(device.available_size_bound(), (4096 * 16 - 48, true));
+    }
+}
+
 /// Every page word of a device pool, read back (tests only).
 fn page_words_on_device(device: &DevicePool) -> Vec<u32> {
     let layout = device.debug_layout();

@@ -2050,7 +2050,8 @@ impl DevicePool {
         })
     }
 
-    /// Enqueues a restore of `snapshot` (of this pool); also clears a device fault.
+    /// Enqueues a restore of `snapshot` (of this pool); also clears a device fault. Refused
+    /// while a free group is open, unless the pool is faulted: the group is then abandoned.
     ///
     /// # Safety
     /// `stream` must be a live stream of the pool's device (or NULL).
@@ -2067,7 +2068,10 @@ impl DevicePool {
                     "the snapshot was taken from a different pool",
                 );
             }
-            if self.group_open {
+            // A faulted pool's open group is abandoned (its end is refused like any work,
+            // and the snapshot, taken with no group open, has none): restoring is the
+            // documented recovery and must not need a clear.
+            if self.group_open && self.blocking_fault().is_none() {
                 return fail(
                     ErrorKind::InvalidState,
                     "cannot restore a snapshot while a free group is open",
@@ -2091,6 +2095,7 @@ impl DevicePool {
                 )
             }?;
             self.recovered_at = self.calls;
+            self.group_open = false;
             self.stats.restores += 1;
             Ok(())
         })();
