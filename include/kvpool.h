@@ -1847,7 +1847,10 @@ enum kvp_status kvp_pool_backup_state_async(struct kvp_pool *pool,
  * buffer goes to the pool's spares and is reused only in stream order, after the restore
  * has read it). Fails with `KVP_STATUS_FOREIGN_SNAPSHOT` or
  * `KVP_STATUS_INVALID_STATE` (free group open — unless the pool is faulted: its group end
- * is refused like any work, so the restore abandons the group). One kernel.
+ * is refused like any work, so the restore abandons the group). One kernel. A snapshot
+ * whose backup ran while the pool was faulted (enqueued after a call the device refused,
+ * before the host saw the fault) is not restored: the kernel changes nothing and faults
+ * the pool again, its message saying so; restore one taken before the faulting call.
  *
  * # Safety
  * `pool` a live pool or NULL; `snapshot` a live snapshot or NULL; `stream` as for

@@ -93,6 +93,8 @@ extern "C" __device__ const unsigned long long kvp_abi[] = {
     ERR_RES_PAGE,
     ERR_RES_REWIND,
     ERR_HELD,
+    ERR_SNAPSHOT_FAULTED,
+    offsetof(Cursor, faulted),
 };
 
 }  // namespace kvp

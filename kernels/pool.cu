@@ -1254,12 +1254,29 @@ __device__ void retag(View v) {
 }
 
 // Snapshot layout: Cursor, then ring, staged, state words and fill words (two each).
+//
+// A backup taken while the pool is faulted (enqueued after a call the device refused,
+// before the host saw the fault) marks the snapshot (`Cursor::faulted`): the state it holds
+// may not be one the host's counts or the engine agree with (a refused call's counts, a
+// free group whose end the fault turned away, its pages' ids not in the snapshot). Its
+// restore changes nothing and faults the pool again (ERR_SNAPSHOT_FAULTED, as this call),
+// where it would have cleared the fault and let the calls go on.
 __device__ void copy_state(View v, Call call, uint32_t *snap, bool restore) {
   const unsigned long long n = v.num_pages;
   const unsigned long long fill_at = 3 * n + 1;
   const unsigned long long words = fill_at + 2 * (n + 1);
   uint32_t *fill_halves = reinterpret_cast<uint32_t *>(v.fill);
   uint32_t *arrays = snap + sizeof(Cursor) / sizeof(uint32_t);
+  Cursor *saved = reinterpret_cast<Cursor *>(snap);
+  if (restore && saved->faulted != 0) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+      Header *h = v.header;
+      h->fault = 0;  // this call's fault is the one the host must see (raise_fault: first wins)
+      raise_fault(v, call, ERR_SNAPSHOT_FAULTED, 0);
+      commit(v, call, h->cursor[call.in]);
+    }
+    return;
+  }
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
   for (unsigned long long w = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; w < words;
        w += stride) {
@@ -1281,9 +1298,11 @@ __device__ void copy_state(View v, Call call, uint32_t *snap, bool restore) {
     }
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) {
-    Cursor *saved = reinterpret_cast<Cursor *>(snap);
     const Cursor next = restore ? *saved : v.header->cursor[call.in];
-    if (!restore) *saved = next;
+    if (!restore) {
+      *saved = next;
+      saved->faulted = v.header->fault != 0;
+    }
     if (restore) {
       v.header->fault = 0;
       v.header->op_error = NO_ERROR;

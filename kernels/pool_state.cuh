@@ -48,7 +48,8 @@ struct __align__(16) Cursor {  // two 16-byte loads and stores
   uint32_t staged_len;     // pages in `staged`
   uint32_t group_idx_len;  // pages in `group_idx` (open free group, freed by token index)
   uint32_t group_ord_len;  // pages in `group_ord` (open free group, freed by page/segment)
-  uint32_t pad[3];
+  uint32_t faulted;        // a snapshot's copy only: taken while the pool was faulted (0 live)
+  uint32_t pad[2];
 };
 
 // Chunks of the page map a large paged free by index releases (one block each) at most.
@@ -106,6 +107,7 @@ enum ErrorCode : uint32_t {
   ERR_UNORDERED = 17,        // debug: the previous call had not finished (unordered streams)
   // 18-20: request-to-token tables (req_table.cuh); 21-25: reservations (reservation.cuh)
   ERR_HELD = 26,             // page held by a live decode reservation (free/rewind/last_loc)
+  ERR_SNAPSHOT_FAULTED = 27, // restore: the snapshot was taken while the pool was faulted
 };
 
 // What a page word that is not KIND_ALLOCATED tells a continuation or a rewind of the page.

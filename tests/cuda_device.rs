@@ -421,6 +421,58 @@ fn a_restore_recovers_a_fault_inside_an_open_free_group() {
     }
 }
 
+/// A backup enqueued after a call the device refused, before the host saw the fault, holds
+/// a state no one planned (the refused call's counts on the host, an ended free group's
+/// pages still pending on the device): its restore changes nothing and faults the pool
+/// again, naming the snapshot, where it had cleared the fault and let every call go on.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_snapshot_taken_while_faulted_is_not_restored() {
+    let gpu = Gpu::new(false);
+    let mut device = DevicePool::new(config(CUDA0, 16)).unwrap();
+    let out = DevBuf::new(8 * 64);
+    let ids = DevBuf::new(8 * 2);
+    // SAFETY: `out` holds 64 slots, `ids` two page ids; synchronized below.
+    unsafe {
+        device.alloc(64, out.ptr, 64, gpu.stream).unwrap();
+        gpu.sync();
+        let good = device.backup_state(gpu.stream).unwrap();
+        let page = out.download::<i64>(1)[0] / 16;
+        ids.upload(&[page, page]);
+        // Hold the stream, so that the host enqueues the backup before the fault is seen.
+        let spinner = Spinner::new();
+        spinner.launch(gpu.stream, 100_000_000);
+        device.free_pages(ids.ptr, 2, gpu.stream).unwrap(); // refused on the device
+        let poisoned = device.backup_state(gpu.stream).unwrap();
+        gpu.sync();
+        assert!(device.fault().is_some(), "the double free must fault");
+        device.clear(gpu.stream).unwrap();
+        gpu.sync();
+        assert_eq!(kind_of(device.check_device()), Err(ErrorKind::DeviceFault));
+        assert_eq!(kind_of(device.check_device()), Ok(()));
+        let cleared = PoolImage::of(&device);
+        device.restore_state(&poisoned, gpu.stream).unwrap();
+        gpu.sync();
+        let fault = device.fault().expect("restoring it must fault the pool");
+        assert_eq!(fault.kind, ErrorKind::InvalidState, "{fault:?}");
+        assert!(
+            fault.message.contains("taken while the pool was faulted"),
+            "{fault:?}"
+        );
+        if let Some(change) = cleared.difference(&PoolImage::of(&device)) {
+            panic!("the refused restore changed the pool: {change}");
+        }
+        let refused = device.alloc(16, out.ptr, 64, gpu.stream).unwrap_err();
+        assert_eq!(refused.kind(), ErrorKind::DeviceFault, "{refused}");
+        // A snapshot from before the faulting call recovers it.
+        device.restore_state(&good, gpu.stream).unwrap();
+        gpu.sync();
+        assert_eq!(kind_of(device.check_device()), Err(ErrorKind::DeviceFault));
+        assert_eq!(kind_of(device.check_device()), Ok(()));
+        assert_eq!(device.available_size_bound(), (4096 * 16 - 64, true));
+    }
+}
+
 /// Every page word of a device pool, read back (tests only).
 fn page_words_on_device(device: &DevicePool) -> Vec<u32> {
     let layout = device.debug_layout();

@@ -26,7 +26,7 @@ use crate::pool::{ErrorKind, PoolError};
 const GLOBAL: &std::ffi::CStr = c"kvp_abi";
 
 /// How many entries `kvp_abi` holds.
-const ENTRY_COUNT: usize = 75;
+const ENTRY_COUNT: usize = 77;
 
 /// Each entry as the library has it, with the kernels' name for it, in `kvp_abi`'s order.
 pub(super) fn entries() -> [(&'static str, u64); ENTRY_COUNT] {
@@ -123,6 +123,8 @@ pub(super) fn entries() -> [(&'static str, u64); ENTRY_COUNT] {
         ("ERR_RES_PAGE", err::RES_PAGE),
         ("ERR_RES_REWIND", err::RES_REWIND),
         ("ERR_HELD", err::HELD),
+        ("ERR_SNAPSHOT_FAULTED", err::SNAPSHOT_FAULTED),
+        ("offsetof(Cursor, faulted)", us(offset_of!(Cursor, faulted))),
     ]
 }
 
@@ -251,7 +253,7 @@ mod tests {
         let e = compare(&values).unwrap_err();
         assert!(
             e.message()
-                .contains("kvp_abi has 74 entries, the library expects 75"),
+                .contains("kvp_abi has 76 entries, the library expects 77"),
             "{}",
             e.message()
         );

@@ -15,7 +15,9 @@ pub(crate) struct Cursor {
     pub staged_len: u32,
     pub group_idx_len: u32,
     pub group_ord_len: u32,
-    pub pad: [u32; 3],
+    /// A snapshot's copy only: taken while the pool was faulted (`kvp::Cursor::faulted`).
+    pub faulted: u32,
+    pub pad: [u32; 2],
 }
 
 /// `kvp::Header`: the device memory in front of the arrays.
@@ -124,6 +126,7 @@ pub(crate) mod err {
     pub(crate) const RES_PAGE: u64 = 24;
     pub(crate) const RES_REWIND: u64 = 25;
     pub(crate) const HELD: u64 = 26;
+    pub(crate) const SNAPSHOT_FAULTED: u64 = 27;
 }
 
 /// Offsets of the arrays in a pool's device block, all 4-byte words after the header.
@@ -420,6 +423,10 @@ impl DeviceFault {
             err::ROW_LEN => (
                 ErrorKind::BufferTooSmall,
                 format!("device seq_lens[{position}] = {value} exceeds the table's row_len"),
+            ),
+            err::SNAPSHOT_FAULTED => (
+                ErrorKind::InvalidState,
+                "the snapshot was taken while the pool was faulted (its backup was enqueued after a call the device refused, before the host saw the fault), so it may hold a state no one planned; nothing was restored: restore a snapshot taken before the faulting call, or clear the pool".to_string(),
             ),
             err::HELD => (
                 ErrorKind::InvalidState,
