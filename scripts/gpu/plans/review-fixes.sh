@@ -1,15 +1,23 @@
-# The fixes of the thirty-seventh session's review (1990f8e: free_known's release_fits, the
-# reservation finish's page count, rows_segments' int32 entries, the several-block extends'
-# vote on the fault flag) and the refusal tests: every GPU test (with the new ones:
-# every_allocation_kernel{,_by_row}_refuses_disagreeing_device_lengths_and_changes_nothing,
+# The fixes of the thirty-seventh session's review, none run on a GPU yet: free_known's
+# release_fits, the reservation finish's page count, rows_segments' int32 entries, the
+# several-block extends' vote on the fault flag (1990f8e), snapshots taken while faulted
+# (17757aa), the new snapshot buffer zeroed on the backup's stream, call numbers past 2^31,
+# restore inside a faulted free group. Every GPU test, with the new ones
+# (every_allocation_kernel{,_by_row}_refuses_disagreeing_device_lengths_and_changes_nothing,
 # a_free_of_more_pages_than_are_allocated_changes_nothing,
 # a_free_by_row_of_entries_an_int32_pool_cannot_hold_frees_nothing,
-# a_finish_refuses_device_lengths_that_moved_pages_to_other_steps), both sanitizers (with
+# a_restore_recovers_a_fault_inside_an_open_free_group,
+# a_snapshot_taken_while_faulted_is_not_restored,
+# a_finish_refuses_device_lengths_that_moved_pages_to_other_steps; the lockstep test now
+# reads the pool back after every refused call), both sanitizers (with
 # sanitize-racecheck-refusals), then A/B of the kernels whose SASS changed, packed with
-# `scripts/gpu/pack.sh --variant P=6e8aef2 --variant T=.` (P: before the fixes): several-block
-# extends (8 x 512 tokens: few_blocks, 1 x 512 beside it unchanged; 32 x 64: few_spread; 1 x 4,096: one_blocks; 128 and
-# 256 x 64: blocks; 400 and 1,000 x 8: blocks512/1024) and the known-count frees (free_segment
-# at pages 16 and 64). Tables: scripts/gpu/ab_table.py $OUT/NAME P T.
+# `scripts/gpu/pack.sh --variant P=6e8aef2 --variant T=.` (P: before the fixes):
+# several-block extends (8 x 512 tokens: few_blocks, 1 x 512 beside it unchanged; 32 x 64:
+# few_spread; 1 x 4,096: one_blocks; 128 and 256 x 64: blocks; 400 and 1,000 x 8:
+# blocks512/1024) and the known-count frees (free_segment at pages 16 and 64). Tables:
+# scripts/gpu/ab_table.py $OUT/NAME P T. (To see the new tests fail on the old kernels:
+# pack P=6e8aef2's library as the tests' library, e.g. gpu-artifacts/var/P/ in place of
+# gpu-artifacts/lib, and run the test binaries alone.)
 step tests tests
 step sanitize SANITIZE_OPS="${SANITIZE_OPS:-200}" sanitize
 ab_bench grid8 "--ops alloc_extend --page-sizes 16 --batch-sizes 1,8 --extend-tokens 512"
