@@ -15,9 +15,9 @@
 # several-block extends (8 x 512 tokens: few_blocks, 1 x 512 beside it unchanged; 32 x 64:
 # few_spread; 1 x 4,096: one_blocks; 128 and 256 x 64: blocks; 400 and 1,000 x 8:
 # blocks512/1024) and the known-count frees (free_segment at pages 16 and 64). Tables:
-# scripts/gpu/ab_table.py $OUT/NAME P T. (To see the new tests fail on the old kernels: the
-# test binaries embed the fatbin, so build them in a worktree of this revision whose
-# kernels/pool.fatbin* and kernels/*.cu* are 6e8aef2's, and run them beside these.)
+# scripts/gpu/ab_table.py $OUT/NAME P T. (The new tests on the old kernels need test
+# binaries built from 6e8aef2 with ed190e4..HEAD's tests/ and DevicePool::debug_extend_kernel
+# cherry-picked: the binaries embed the fatbin, whose ABI table the library checks.)
 step tests tests
 step sanitize SANITIZE_OPS="${SANITIZE_OPS:-200}" sanitize
 ab_bench grid8 "--ops alloc_extend --page-sizes 16 --batch-sizes 1,8 --extend-tokens 512"
