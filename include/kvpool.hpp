@@ -283,9 +283,13 @@ private:
 /// to the pool; its holds end). Keeps its pool alive.
 class decode_reservation : public detail::owner<kvp_decode_reservation> {
 public:
-    /// Takes ownership of `raw` (from kvp_pool_reserve_decode[_async]).
-    static decode_reservation adopt(kvp_decode_reservation *raw) {
-        return decode_reservation(detail::adoptable(raw, "kvpool::decode_reservation::adopt"));
+    /// Takes ownership of `raw` (from kvp_pool_reserve_decode[_async] on a pool of index type
+    /// `index_type`, which step() and step_async() check `out`'s element type against: the
+    /// library writes the pool's index type, so a narrower `out` would be overrun).
+    static decode_reservation adopt(kvp_decode_reservation *raw, kvp_index_type index_type) {
+        decode_reservation res(detail::adoptable(raw, "kvpool::decode_reservation::adopt"));
+        res.index_type_ = index_type;
+        return res;
     }
 
     uint32_t steps() const { return info().steps; }
@@ -297,6 +301,7 @@ public:
     /// pool's index type). Throws KVP_STATUS_INVALID_STATE past the reservation.
     template <class Out>
     void step(Out &&out) {
+        require_index<detail::element_t<Out>>("kvp_decode_reservation_step");
         check(kvp_decode_reservation_step(get(), std::data(out), std::size(out), nullptr,
                                           nullptr),
               "kvp_decode_reservation_step");
@@ -305,6 +310,7 @@ public:
     template <class Rows, class Out>
     void step(const kvp_req_table &table, const Rows &rows, Out &&out) {
         static_assert(std::is_same_v<detail::element_t<Rows>, int64_t>, "rows hold int64_t");
+        require_index<detail::element_t<Out>>("kvp_decode_reservation_step");
         if (std::size(rows) != batch_size())
             throw error(KVP_STATUS_INVALID_LENGTHS, "kvp_decode_reservation_step",
                         "rows must have one entry per request of the reservation");
@@ -317,6 +323,7 @@ public:
     /// out[0 .. batch) (device). Past the reservation the kernel writes 0 and faults the pool.
     template <class Out>
     void step_async(device_span<Out> out, stream_t stream) {
+        require_index<Out>("kvp_decode_reservation_step_async");
         require_out(out.size());
         check(kvp_decode_reservation_step_async(get(), out.data(), nullptr, nullptr, stream),
               "kvp_decode_reservation_step_async");
@@ -326,6 +333,7 @@ public:
     template <class Out>
     void step_async(const kvp_req_table &table, device_span<const int64_t> rows,
                     device_span<Out> out, stream_t stream) {
+        require_index<Out>("kvp_decode_reservation_step_async");
         if (!out.empty()) require_out(out.size());
         if (rows.size() != batch_size())
             throw error(KVP_STATUS_INVALID_LENGTHS, "kvp_decode_reservation_step_async",
@@ -336,6 +344,18 @@ public:
 
 private:
     using owner::owner;
+
+    kvp_index_type index_type_ = KVP_INDEX_TYPE_I64;
+
+    template <class Index>
+    void require_index(const char *call) const {
+        constexpr kvp_index_type type = detail::index_type_of<std::remove_const_t<Index>>();
+        if (type != index_type_)
+            throw error(KVP_STATUS_INVALID_ARGUMENT, call,
+                        std::string("out holds ") + detail::index_type_name(type) +
+                            " but the reservation's pool's index type is " +
+                            detail::index_type_name(index_type_));
+    }
 
     struct info_t {
         uint32_t steps = 0;
@@ -550,7 +570,7 @@ public:
         check(kvp_pool_reserve_decode(get(), std::data(lens), std::data(last_loc), batch, steps,
                                       &raw),
               "kvp_pool_reserve_decode");
-        return decode_reservation::adopt(raw);
+        return decode_reservation::adopt(raw, index_type_);
     }
     /// Ends a host pool's reservation after `steps_used` steps: unused pages back to the
     /// front of the free list, partly used pages rewound.
@@ -850,7 +870,7 @@ public:
         check(kvp_pool_reserve_decode_async(get(), std::data(lens_host), lens.data(),
                                             last_loc.data(), batch, steps, &raw, stream),
               "kvp_pool_reserve_decode_async");
-        return decode_reservation::adopt(raw);
+        return decode_reservation::adopt(raw, index_type_);
     }
     /// Enqueues the end of a device pool's reservation after `steps_used` steps (replays
     /// included); the kernel checks the count against the device's.

@@ -294,6 +294,27 @@ fn shared_prefix_pages_are_a_double_free() {
     assert_eq!(p.stats().pages_in_use, 0);
 }
 
+/// A page count that would pass 2^64 (rows may repeat: 2^21 requests of one row of 2^43
+/// tokens at page size 1) is refused as too many for int32, not wrapped to 0 and taken for
+/// an empty table (then the build indexed past `kv_indices`, panicked and poisoned the pool).
+#[test]
+fn a_page_count_past_2_pow_64_is_refused() {
+    let p = pool(256, 1, false);
+    let row_len = 1u64 << 43;
+    let shape = TableShape {
+        rows: 1,
+        row_stride: row_len,
+        row_len,
+    };
+    let n = 1usize << 21;
+    let (rows, seq_lens) = (vec![0i64; n], vec![row_len as i64; n]);
+    let err = p
+        .check_page_table(&shape, &rows, &seq_lens, n + 1, 0, n)
+        .unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidLengths, "{err}");
+    assert!(err.message().contains("kv_indptr is int32"), "{err}");
+}
+
 #[test]
 fn page_table_edge_cases() {
     let ps = 4;

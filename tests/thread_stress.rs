@@ -684,3 +684,38 @@ fn threads_share_a_paged_pool_and_scheduler() {
 fn threads_share_a_sorted_paged_pool_and_scheduler() {
     stress::<i64>(4, 1024, true);
 }
+
+/// A failing call made while a thread exits, from a thread-local's destructor that runs
+/// after the library's per-thread error message is gone, returns its status. Recording the
+/// message panicked there, and the second panic on the way out of the C boundary aborted
+/// the process (this test binary with it).
+#[test]
+fn a_failing_call_during_thread_exit_returns_a_status() {
+    struct CallsOnExit(mpsc::Sender<kvp_status>);
+    impl Drop for CallsOnExit {
+        fn drop(&mut self) {
+            let _ = self.0.send(alloc_on_no_pool());
+        }
+    }
+    fn alloc_on_no_pool() -> kvp_status {
+        let mut slot = 0i64;
+        // SAFETY: a NULL pool is refused before anything is read or written.
+        unsafe { kvp_pool_alloc(std::ptr::null_mut(), 1, (&mut slot as *mut i64).cast(), 1) }
+    }
+    thread_local! {
+        static ON_EXIT: std::cell::RefCell<Option<CallsOnExit>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        // Registered before the library's message slot (which the failing call below
+        // creates), so destroyed after it: thread-locals go in reverse order.
+        ON_EXIT.with(|slot| *slot.borrow_mut() = Some(CallsOnExit(tx)));
+        assert_ne!(alloc_on_no_pool(), kvp_status::Ok);
+    })
+    .join()
+    .unwrap();
+    let status = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_ne!(status, kvp_status::Ok);
+    assert_ne!(status, kvp_status::Panic);
+}

@@ -119,13 +119,15 @@ impl<T: HandleKind> Guarded<T> {
 impl<T> Guarded<T> {
     /// Runs `body` under the lock, poisoning the handle if `body` panics.
     pub fn with(&self, body: impl FnOnce(&mut T) -> kvp_status) -> kvp_status {
+        // Checked under the lock: a call that waited for it while the holder panicked must
+        // see the poison the holder left.
+        let mut guard = self.value.lock();
         if self.poisoned.load(Ordering::Acquire) {
             return fail(
                 kvp_status::Poisoned,
                 "the object was poisoned by an internal panic in an earlier call; free it",
             );
         }
-        let mut guard = self.value.lock();
         match catch_unwind(AssertUnwindSafe(|| body(&mut guard))) {
             Ok(status) => status,
             Err(payload) => {

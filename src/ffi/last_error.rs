@@ -7,10 +7,17 @@ thread_local! {
     static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
 }
 
-/// Records `message` as this thread's last error.
+/// Records `message` as this thread's last error. During the thread's exit, once its
+/// thread-locals are gone (a failing call from a pthread key destructor or a C++
+/// `thread_local`'s), the message is dropped: `with` would panic, and a second panic on the
+/// way out of the boundary would abort the process.
 pub(crate) fn set(message: impl Into<String>) {
     let message = message.into();
-    LAST_ERROR.with(|slot| *slot.borrow_mut() = message);
+    let _ = LAST_ERROR.try_with(|slot| {
+        if let Ok(mut text) = slot.try_borrow_mut() {
+            *text = message;
+        }
+    });
 }
 
 /// Copies this thread's last error message into `buf` (at most `buf_len - 1` bytes plus a
@@ -26,20 +33,25 @@ pub(crate) fn set(message: impl Into<String>) {
 #[no_mangle]
 pub unsafe extern "C" fn kvp_last_error_message(buf: *mut c_char, buf_len: usize) -> usize {
     let copy = || {
-        LAST_ERROR.with(|slot| {
-            let message = slot.borrow();
-            let bytes = message.as_bytes();
-            if !buf.is_null() && buf_len > 0 {
-                let n = bytes.len().min(buf_len - 1);
-                // SAFETY: the caller guarantees `buf` has `buf_len` writable bytes; we write
-                // `n + 1 <= buf_len` of them, from a distinct allocation.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), n);
-                    *buf.add(n) = 0;
+        // (No message once the thread's locals are gone: 0, as for none.)
+        LAST_ERROR
+            .try_with(|slot| {
+                let Ok(message) = slot.try_borrow() else {
+                    return 0;
+                };
+                let bytes = message.as_bytes();
+                if !buf.is_null() && buf_len > 0 {
+                    let n = bytes.len().min(buf_len - 1);
+                    // SAFETY: the caller guarantees `buf` has `buf_len` writable bytes; we write
+                    // `n + 1 <= buf_len` of them, from a distinct allocation.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(bytes.as_ptr(), buf.cast::<u8>(), n);
+                        *buf.add(n) = 0;
+                    }
                 }
-            }
-            bytes.len()
-        })
+                bytes.len()
+            })
+            .unwrap_or(0)
     };
     std::panic::catch_unwind(copy).unwrap_or(0)
 }

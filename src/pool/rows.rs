@@ -138,7 +138,9 @@ pub fn page_table_pages(
                 format!("seq_lens[{i}] = {seq} is negative"),
             );
         }
-        total += (seq as u64).div_ceil(ps);
+        // Saturating: rows may repeat, so a batch of long rows can add past 2^64, and a
+        // wrapped total would pass the int32 check below.
+        total = total.saturating_add((seq as u64).div_ceil(ps));
     }
     shape.check_seq_lens(seq_lens)?;
     if total > i32::MAX as u64 {

@@ -614,6 +614,14 @@ void test_decode_reservation() {
     std::vector<int32_t> req_to_token(2 * 20, 0);
     const kvp_req_table table = kvpool::req_table(req_to_token.data(), 2, 20);
     const std::vector<int64_t> rows{1, 0};
+    // An out of int32_t on an int64_t pool is refused before anything is written: the
+    // library writes the pool's index type (it had overrun the buffer).
+    std::vector<int32_t> narrow(2, -7);
+    CHECK_THROWS(INVALID_ARGUMENT, "index type", res.step(narrow));
+    CHECK_THROWS(INVALID_ARGUMENT, "index type", res.step(table, rows, narrow));
+    CHECK_THROWS(INVALID_ARGUMENT, "index type",
+                 res.step_async(kvpool::device_span<int32_t>(narrow.data(), 2), nullptr));
+    CHECK(narrow == std::vector<int32_t>(2, -7));
     for (int64_t s = 0; s < 4; ++s) {
         std::vector<int64_t> got(2);
         res.step(table, rows, got);
