@@ -26,8 +26,13 @@
  *    `row`) hold elements of the pool's index type: int64_t by default, int32_t for a pool
  *    created with KVP_INDEX_TYPE_I32. Lengths count elements. Length arrays (`prefix_lens`,
  *    `seq_lens`) are always int64_t. A pointer may be NULL only when its length is 0, and
- *    must be aligned for its element type (else KVP_STATUS_INVALID_ARGUMENT). A call
- *    refused for its buffers still counts in kvp_pool_get_stats (calls, rejected_calls).
+ *    must be aligned for its element type (else KVP_STATUS_INVALID_ARGUMENT). An output
+ *    buffer (`out`, a table a call writes, the page-table arrays) must not share memory
+ *    with another buffer of the call (else KVP_STATUS_INVALID_ARGUMENT, checked on host
+ *    pools and for the device allocations' `out`: a call reads its inputs again while it
+ *    writes, so an `out` over `last_loc` would hand a slot out twice). A call refused for
+ *    its buffers still counts in
+ *    kvp_pool_get_stats (calls, rejected_calls).
  *  - Slot 0 is the padding slot and page 0 the padding page: never allocated, never freed.
  *    KV buffers need `size + page_size` rows (kvp_pool_info.kv_rows).
  *  - Backends. A host pool (KVP_BACKEND_HOST) runs every call on the calling thread and is

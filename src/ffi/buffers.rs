@@ -36,6 +36,46 @@ fn check<T>(ptr: *const T, len: usize, name: &str) -> Result<(), kvp_status> {
     Ok(())
 }
 
+/// A buffer's memory as a call sees it: start address, bytes, and its parameter's name.
+pub(crate) type Span<'a> = (*const c_void, usize, &'a str);
+
+/// `len` elements of `T` at `ptr`, as a [`Span`] (empty for NULL, which the buffer's own
+/// check refuses; the size saturates: an impossible length is refused there too).
+pub(crate) fn span<'a, T>(ptr: *const T, len: usize, name: &'a str) -> Span<'a> {
+    let bytes = if ptr.is_null() {
+        0
+    } else {
+        len.saturating_mul(std::mem::size_of::<T>())
+    };
+    (ptr.cast(), bytes, name)
+}
+
+/// Refuses an output buffer that shares memory with another buffer of the call. A call
+/// reads its inputs again while it writes its outputs: an `out` over `last_loc` turns a
+/// later request's `last_loc` into a slot just handed out, which then continues the wrong
+/// page (a slot handed out twice), and over `seq_lens` it runs past the plan. (Rust may not
+/// hold a view of memory that is being written through another, either.) Empty buffers
+/// share nothing.
+pub(crate) fn disjoint(outputs: &[Span<'_>], inputs: &[Span<'_>]) -> Result<(), kvp_status> {
+    let overlap = |(a, a_len, _): &Span<'_>, (b, b_len, _): &Span<'_>| {
+        let (a, b) = (*a as usize, *b as usize);
+        *a_len > 0 && *b_len > 0 && a < b.saturating_add(*b_len) && b < a.saturating_add(*a_len)
+    };
+    for (k, out) in outputs.iter().enumerate() {
+        let others = outputs[k + 1..].iter().chain(inputs);
+        if let Some(other) = others.into_iter().find(|other| overlap(out, other)) {
+            return Err(fail(
+                kvp_status::InvalidArgument,
+                format!(
+                    "{} overlaps {}: an output must not share memory with the call's other buffers",
+                    out.2, other.2
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Borrows `len` elements at `ptr` for the duration of the call (NULL allowed when `len == 0`).
 ///
 /// # Safety

@@ -4,7 +4,7 @@
 use std::ffi::c_void;
 
 use super::boundary::{fail, status_of};
-use super::buffers::input;
+use super::buffers::{disjoint, input, span};
 use super::handle::{boxed_into_raw, boxed_ref};
 use super::pool::{kvp_pool, with_device_pool};
 use super::snapshot::{kvp_snapshot, SnapshotObject};
@@ -138,6 +138,16 @@ pub unsafe extern "C" fn kvp_pool_alloc_extend_async(
         tri!(check_device_ptr(seq_lens.cast(), batch_size, 8, "seq_lens"));
         tri!(check_device_ptr(last_loc, batch_size, align, "last_loc"));
         tri!(check_device_ptr(out, out_len, align, "out"));
+        // (The kernel reads last_loc and the lengths while it writes out.)
+        let bytes = |n: usize| n.saturating_mul(align);
+        tri!(disjoint(
+            &[span(out.cast_const().cast::<u8>(), bytes(out_len), "out")],
+            &[
+                span(prefix_lens, batch_size, "prefix_lens"),
+                span(seq_lens, batch_size, "seq_lens"),
+                span(last_loc.cast::<u8>(), bytes(batch_size), "last_loc"),
+            ],
+        ));
         // SAFETY: forwarded caller contract.
         status_of(unsafe {
             pool.alloc_extend(
@@ -181,6 +191,14 @@ pub unsafe extern "C" fn kvp_pool_alloc_decode_async(
         tri!(check_device_ptr(seq_lens.cast(), batch_size, 8, "seq_lens"));
         tri!(check_device_ptr(last_loc, batch_size, align, "last_loc"));
         tri!(check_device_ptr(out, out_len, align, "out"));
+        let bytes = |n: usize| n.saturating_mul(align);
+        tri!(disjoint(
+            &[span(out.cast_const().cast::<u8>(), bytes(out_len), "out")],
+            &[
+                span(seq_lens, batch_size, "seq_lens"),
+                span(last_loc.cast::<u8>(), bytes(batch_size), "last_loc"),
+            ],
+        ));
         // SAFETY: forwarded caller contract.
         status_of(unsafe {
             pool.alloc_decode(

@@ -3,7 +3,7 @@
 use std::ffi::c_void;
 
 use super::boundary::{fail, ffi_boundary, status_of};
-use super::buffers::{input, input_indices, output_indices};
+use super::buffers::{disjoint, input, input_indices, output_indices, span};
 use super::handle::{into_raw, release, with_raw, Guarded};
 use super::status::kvp_status;
 use crate::cuda::{DevicePool, RestoreContext};
@@ -679,6 +679,23 @@ unsafe fn alloc_extend_typed<I: SlotIndex>(
 ) -> kvp_status {
     // SAFETY (all four): forwarded caller contract of `kvp_pool_alloc_extend`.
     let op = PoolOp::AllocExtend;
+    let width = std::mem::size_of::<I>();
+    buffer!(
+        pool,
+        op,
+        disjoint(
+            &[span(out.cast::<u8>(), out_len.saturating_mul(width), "out")],
+            &[
+                span(prefix_lens, batch_size, "prefix_lens"),
+                span(seq_lens, batch_size, "seq_lens"),
+                span(
+                    last_loc.cast::<u8>(),
+                    batch_size.saturating_mul(width),
+                    "last_loc"
+                ),
+            ],
+        )
+    );
     let prefix_lens = buffer!(pool, op, unsafe {
         input(prefix_lens, batch_size, "prefix_lens")
     });
@@ -763,6 +780,22 @@ unsafe fn alloc_decode_typed<I: SlotIndex>(
 ) -> kvp_status {
     // SAFETY (all three): forwarded caller contract of `kvp_pool_alloc_decode`.
     let op = PoolOp::AllocDecode;
+    let width = std::mem::size_of::<I>();
+    buffer!(
+        pool,
+        op,
+        disjoint(
+            &[span(out.cast::<u8>(), out_len.saturating_mul(width), "out")],
+            &[
+                span(seq_lens, batch_size, "seq_lens"),
+                span(
+                    last_loc.cast::<u8>(),
+                    batch_size.saturating_mul(width),
+                    "last_loc"
+                ),
+            ],
+        )
+    );
     let seq_lens = buffer!(pool, op, unsafe { input(seq_lens, batch_size, "seq_lens") });
     let last_loc = buffer!(pool, op, unsafe {
         input_indices::<I>(last_loc, batch_size, "last_loc")

@@ -5,11 +5,11 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use super::boundary::{fail, ffi_boundary, status_of};
-use super::buffers::{input, input_indices, output_indices};
+use super::buffers::{disjoint, input, input_indices, output_indices, span};
 use super::device::{check_device_ptr, device_ptr, index_align, stream_of, CUstream_st};
 use super::handle::{into_raw, release, share, with_raw, Guarded, HandleKind};
 use super::pool::{kvp_pool, PoolObject};
-use super::rows::{device_table, host_table, kvp_req_table, table_of};
+use super::rows::{device_table, host_table, kvp_req_table, table_of, table_span};
 use super::status::kvp_status;
 use crate::cuda::{DeviceReservation, RestoreContext};
 use crate::pool::{DecodeReservation, IndexType, Pool, PoolOp, SlotIndex};
@@ -313,6 +313,20 @@ unsafe fn step_typed<I: SlotIndex, T: SlotIndex>(
     rows: *const i64,
 ) -> kvp_status {
     let batch = res.batch();
+    let out_len_used = if out.is_null() { 0 } else { out_len };
+    let table_mem = table
+        .as_ref()
+        .map_or((std::ptr::null(), 0, "table.data"), |(t, shape)| {
+            table_span::<T>(t, shape)
+        });
+    let rows_mem = span(rows, if table.is_some() { batch } else { 0 }, "rows");
+    tri!(disjoint(
+        &[
+            span(out.cast_const().cast::<I>(), out_len_used, "out"),
+            table_mem
+        ],
+        &[rows_mem],
+    ));
     let out = if out.is_null() && table.is_some() {
         None
     } else {

@@ -4,7 +4,7 @@
 use std::ffi::c_void;
 
 use super::boundary::{fail, status_of};
-use super::buffers::{input, output, output_indices};
+use super::buffers::{disjoint, input, output, output_indices, span, Span};
 use super::device::{check_device_ptr, device_ptr, index_align, stream_of, CUstream_st};
 use super::pool::{kvp_pool, with_device_pool, with_pool};
 use super::status::kvp_status;
@@ -96,6 +96,12 @@ pub(crate) unsafe fn host_table<'a, T: SlotIndex>(
     ReqTable::new(data, shape).map_err(|e| fail(e.kind().into(), e.message()))
 }
 
+/// A host table's memory as a [`Span`] (empty for a shape `host_table` refuses anyway).
+pub(crate) fn table_span<'a, T>(t: &kvp_req_table, shape: &TableShape) -> Span<'a> {
+    let elements = shape.span().map_or(0, |n| n as usize);
+    span(t.data.cast_const().cast::<T>(), elements, "table.data")
+}
+
 /// Dispatches on the pool's index type (`I`) and the table's (`T`).
 macro_rules! by_types {
     ($pool:expr, $table_type:expr, $f:ident($($arg:expr),* $(,)?)) => {
@@ -135,6 +141,23 @@ unsafe fn extend_rows_typed<I: SlotIndex, T: SlotIndex>(
     out_len: usize,
 ) -> kvp_status {
     let op = PoolOp::AllocExtend;
+    let out_span = span(
+        out.cast_const().cast::<I>(),
+        if out.is_null() { 0 } else { out_len },
+        "out",
+    );
+    buffer!(
+        pool,
+        op,
+        disjoint(
+            &[out_span, table_span::<T>(&t, &shape)],
+            &[
+                span(rows, batch_size, "rows"),
+                span(prefix_lens, batch_size, "prefix_lens"),
+                span(seq_lens, batch_size, "seq_lens"),
+            ],
+        )
+    );
     // SAFETY (all): forwarded caller contract of `kvp_pool_alloc_extend_rows`.
     let rows = buffer!(pool, op, unsafe { input(rows, batch_size, "rows") });
     let prefix_lens = buffer!(pool, op, unsafe {
@@ -228,6 +251,22 @@ unsafe fn decode_rows_typed<I: SlotIndex, T: SlotIndex>(
     out_len: usize,
 ) -> kvp_status {
     let op = PoolOp::AllocDecode;
+    let out_span = span(
+        out.cast_const().cast::<I>(),
+        if out.is_null() { 0 } else { out_len },
+        "out",
+    );
+    buffer!(
+        pool,
+        op,
+        disjoint(
+            &[out_span, table_span::<T>(&t, &shape)],
+            &[
+                span(rows, batch_size, "rows"),
+                span(seq_lens, batch_size, "seq_lens"),
+            ],
+        )
+    );
     // SAFETY (all): forwarded caller contract of `kvp_pool_alloc_decode_rows`.
     let rows = buffer!(pool, op, unsafe { input(rows, batch_size, "rows") });
     let seq_lens = buffer!(pool, op, unsafe { input(seq_lens, batch_size, "seq_lens") });
@@ -347,6 +386,26 @@ unsafe fn page_table_typed<T: SlotIndex>(
     indices_capacity: usize,
     kv_last_page_len: *mut i32,
 ) -> kvp_status {
+    tri!(disjoint(
+        &[
+            span(
+                kv_indptr.cast_const(),
+                batch_size.saturating_add(1),
+                "kv_indptr"
+            ),
+            span(kv_indices.cast_const(), indices_capacity, "kv_indices"),
+            span(
+                kv_last_page_len.cast_const(),
+                batch_size,
+                "kv_last_page_len"
+            ),
+        ],
+        &[
+            span(rows, batch_size, "rows"),
+            span(seq_lens, batch_size, "seq_lens"),
+            table_span::<T>(&t, &shape),
+        ],
+    ));
     // SAFETY (all): forwarded caller contract of `kvp_pool_page_table`.
     let rows = tri!(unsafe { input(rows, batch_size, "rows") });
     let seq_lens = tri!(unsafe { input(seq_lens, batch_size, "seq_lens") });

@@ -184,8 +184,41 @@ static void test_rewind_after_rejected_drafts(void) {
     kvp_pool_free(pool);
 }
 
+/* An output that shares memory with an input is refused, and nothing changes: the call
+   reads its inputs again while it writes (an out over last_loc made a later request continue
+   from a slot just handed out: a slot handed out twice). Page size 4: request B holds slots
+   4 and 5; A (8 new tokens) and B (one more) with last_loc inside out. */
+static void test_an_output_over_an_input_is_refused(void) {
+    g_test = "an_output_over_an_input_is_refused";
+    struct kvp_pool *pool = new_pool(PAGE);
+    int64_t zero = 0, two = 2, none = -1, b_slots[2] = {0, 0};
+    CHECK_OK(kvp_pool_alloc_extend(pool, &zero, &two, &none, 1, 2, b_slots, 2));
+    uint64_t before = available(pool);
+    int64_t prefix[2] = {0, 2}, seq[2] = {8, 3}, buf[16];
+    for (int i = 0; i < 16; ++i) buf[i] = -9;
+    buf[0] = -1;
+    buf[1] = b_slots[1];
+    CHECK_STATUS(kvp_pool_alloc_extend(pool, prefix, seq, buf, 2, 9, buf, 16),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    CHECK(last_error_contains("out overlaps last_loc"));
+    CHECK_EQ(buf[2], -9); /* nothing written */
+    CHECK_STATUS(kvp_pool_alloc_extend(pool, prefix, seq, buf + 2, 2, 9, seq, 2),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    CHECK(last_error_contains("out overlaps seq_lens"));
+    int64_t dseq[2] = {3, 3};
+    CHECK_STATUS(kvp_pool_alloc_decode(pool, dseq, buf, 2, buf + 1, 2),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    CHECK_EQ(available(pool), before);
+    /* Side by side, the same call goes through. */
+    int64_t out[9];
+    CHECK_OK(kvp_pool_alloc_extend(pool, prefix, seq, buf, 2, 9, out, 9));
+    CHECK_EQ(out[8], b_slots[1] + 1);
+    kvp_pool_free(pool);
+}
+
 int main(void) {
     test_out_of_memory_is_a_status();
+    test_an_output_over_an_input_is_refused();
     test_stale_last_loc_is_refused();
     test_interleaved_requests_never_share_a_slot();
     test_rewind_after_rejected_drafts();
