@@ -1167,13 +1167,15 @@ class DecodeReservation(_Owner):
         """Host pool: the next step's slots (what the matching ``alloc_decode`` would
         return), also written to ``table[rows[i], lens[i] + s]`` when a table is given."""
         pool = self._pool
-        out, address, length, kind = _out_buffer(self.batch_size, out, pool._index)
         t, table_keep, rows_p, rows_keep = None, None, None, None
         if table is not None:
-            t, table_keep = pool._table(table, None)
+            # (Rows first: a list's elements may run Python code (__index__), which must not
+            # run once a buffer's address is taken.)
             rows_p, rows_n, rows_keep = _host_array(rows, _INT64, "rows")
+            t, table_keep = pool._table(table, None)
             if rows_n != self.batch_size:
                 raise ValueError("rows needs one entry per request of the reservation")
+        out, address, length, kind = _out_buffer(self.batch_size, out, pool._index)
         status = self._lib.fast.kvp_decode_reservation_step(
             self.handle, address, length, None if t is None else ctypes.addressof(t), rows_p)
         if status:
@@ -1506,10 +1508,11 @@ class Pool(_Owner):
         if out_len is None and out is not None and _HOST[type(out)] in _BUFFER_HANDLERS:
             native = self._lib.python
             if native is not None:
+                length = len(out)  # (before the call: it may raise)
                 status = native.kvp_python_pool_alloc(self._handle or self.handle, num_tokens,
                                                       out)
                 if status != _FALLBACK:
-                    return self._native_result(status, out, num_tokens)
+                    return self._native_result(status, out, num_tokens, length)
         if out_len is not None:
             out_len = _size(out_len, "out_len")
         if out is None:
@@ -1546,12 +1549,17 @@ class Pool(_Owner):
                 if out is None and kind is not None:  # a new output of the inputs' kind
                     out = _new_output(kind, extend_num_tokens, self._index)
                 if out is not None and _HOST[type(out)] in _BUFFER_HANDLERS:
+                    length = len(out)  # (before the call: it may raise)
                     status = native.kvp_python_pool_alloc_extend(
                         self._handle or self.handle, prefix_lens, seq_lens, last_loc,
                         extend_num_tokens, out)
                     if status != _FALLBACK:
-                        return self._native_result(status, out, extend_num_tokens)
+                        return self._native_result(status, out, extend_num_tokens, length)
         index = self._index
+        if extend_num_tokens is not None and type(extend_num_tokens) is not int:
+            # Before any buffer's address is taken: converting it may run Python code
+            # (__index__) that could resize a buffer.
+            extend_num_tokens = _int(extend_num_tokens, "size_t", "extend_num_tokens")
         prefix_p, batch, prefix_keep = _HOST[type(prefix_lens)](prefix_lens, _INT64,
                                                                 "prefix_lens", False)
         seq_p, seq_n, seq_keep = _HOST[type(seq_lens)](seq_lens, _INT64, "seq_lens", False)
@@ -1591,10 +1599,12 @@ class Pool(_Owner):
                 if kind is not None and getattr(seq_lens, "ndim", 1) == 1:
                     out = _new_output(kind, len(seq_lens), self._index)
             if out is not None and _HOST[type(out)] in _BUFFER_HANDLERS:
+                # (Before the call: len() may raise, and the pool must not have changed.)
+                batch, length = len(seq_lens), len(out)
                 status = native.kvp_python_pool_alloc_decode(self._handle or self.handle,
                                                              seq_lens, last_loc, out)
                 if status != _FALLBACK:
-                    return self._native_result(status, out, len(seq_lens))
+                    return self._native_result(status, out, batch, length)
         index = self._index
         seq_p, batch, seq_keep = _HOST[type(seq_lens)](seq_lens, _INT64, "seq_lens", False)
         last_p, last_n, last_keep = _HOST[type(last_loc)](last_loc, index, "last_loc", False)
@@ -1617,12 +1627,12 @@ class Pool(_Owner):
             return out
         return _result(out, kind, batch, length)
 
-    def _native_result(self, status, out, k):
-        """What a hot call made through ``lib.python`` returns: ``out`` when exactly filled,
-        else its first ``k`` elements (as ``_result``); raises on a failed status."""
+    def _native_result(self, status, out, k, length):
+        """What a hot call made through ``lib.python`` returns: ``out`` (of ``length``
+        elements, taken before the call) when exactly filled, else its first ``k`` elements
+        (as ``_result``); raises on a failed status."""
         if status:
             self._lib.check(status)
-        length = len(out)
         if length == k:
             return out
         return _result(out, _KINDS.get(_HOST[type(out)], _ARRAY), k, length)
@@ -2204,10 +2214,12 @@ class Pool(_Owner):
             prefix_lens_host, _INT64, "prefix_lens_host", False, keep, tensors)
         seq_host, seq_host_n = _prepared.host_buffer(seq_lens_host, _INT64, "seq_lens_host",
                                                      False, keep, tensors)
-        prefix_buf, prefix_n = self._prepared_device(prefix_lens, _INT64, "prefix_lens", tensors)
-        seq_buf, seq_n = self._prepared_device(seq_lens, _INT64, "seq_lens", tensors)
-        last_buf, last_n = self._prepared_device(last_loc, self._index, "last_loc", tensors)
-        buf, n = self._prepared_device(out, self._index, "out", tensors)
+        prefix_buf, prefix_n = self._prepared_device(prefix_lens, _INT64, "prefix_lens", tensors,
+                                                     keep)
+        seq_buf, seq_n = self._prepared_device(seq_lens, _INT64, "seq_lens", tensors, keep)
+        last_buf, last_n = self._prepared_device(last_loc, self._index, "last_loc", tensors,
+                                                 keep)
+        buf, n = self._prepared_device(out, self._index, "out", tensors, keep)
         handle = self._stream_handle(stream)
         keep.append(stream)  # a Stream object stays alive with its handle
         return _prepared.Prepared(
@@ -2224,19 +2236,21 @@ class Pool(_Owner):
         keep, tensors = [], []
         seq_host, seq_host_n = _prepared.host_buffer(seq_lens_host, _INT64, "seq_lens_host",
                                                      False, keep, tensors)
-        seq_buf, seq_n = self._prepared_device(seq_lens, _INT64, "seq_lens", tensors)
-        last_buf, last_n = self._prepared_device(last_loc, self._index, "last_loc", tensors)
-        buf, n = self._prepared_device(out, self._index, "out", tensors)
+        seq_buf, seq_n = self._prepared_device(seq_lens, _INT64, "seq_lens", tensors, keep)
+        last_buf, last_n = self._prepared_device(last_loc, self._index, "last_loc", tensors,
+                                                 keep)
+        buf, n = self._prepared_device(out, self._index, "out", tensors, keep)
         handle = self._stream_handle(stream)
         keep.append(stream)
         return _prepared.Prepared(
             self, self._lib.fast.kvp_pool_alloc_decode_async, (seq_host, seq_buf, last_buf),
             (buf, n, handle), tensors, keep, min(seq_host_n, seq_n, last_n), n, out, False)
 
-    def _prepared_device(self, tensor, elements, what, tensors):
-        """(address, length) of a CUDA tensor for a prepared call, listed in ``tensors``."""
+    def _prepared_device(self, tensor, elements, what, tensors, keep):
+        """(address, length) of a CUDA tensor for a prepared call, tracked as
+        ``_prepared.track`` does (``tensors``, its storage in ``keep``)."""
         address, n = _device_pointer(tensor, elements, what, self.device)
-        tensors.append((tensor, address))
+        _prepared.track(tensor, address, n, keep, tensors)
         return address, n
 
     # ---- device pools: frees ----

@@ -219,7 +219,10 @@ def _view(buffer, elements, what, writable):
 
 
 # ---- host arrays: one handler per exact type, found by a dict lookup --------------------------
-# A handler takes (values, elements, what, writable) and returns (address, length, keep).
+# A handler takes (values, elements, what, writable) and returns (address, length, keep):
+# `keep` must be held until the library call has returned; for a buffer it holds an export
+# (a memoryview, or the ctypes object over the buffer), so the memory cannot be resized
+# away meanwhile.
 
 
 def _from_array(values, elements, what, writable):
@@ -227,7 +230,9 @@ def _from_array(values, elements, what, writable):
         raise TypeError(f"{what} is an array of typecode {values.typecode!r}; it must hold "
                         f"{elements.expected()}")
     address, n = values.buffer_info()
-    return (address if n else EMPTY_ADDRESS), n, values
+    # Kept: a memoryview, whose export stops a resize (which would move the memory at
+    # `address`) until the call has returned.
+    return (address, n, memoryview(values)) if n else (EMPTY_ADDRESS, 0, values)
 
 
 def _from_memoryview(values, elements, what, writable):
@@ -235,7 +240,8 @@ def _from_memoryview(values, elements, what, writable):
         n = len(values)
         if n:
             try:  # asks for a writable C-contiguous buffer: refused otherwise
-                return _addressof(_from_buffer(values)), n, values
+                exported = _from_buffer(values)  # kept: its export stops a resize
+                return _addressof(exported), n, exported
             except TypeError:
                 pass  # read-only or not contiguous: _view copies, or says why not
     return _view(values, elements, what, writable)
@@ -273,7 +279,8 @@ def _from_ndarray(values, elements, what, writable):
         n = len(values)
         if n:
             try:  # asks for a writable C-contiguous buffer: refused otherwise
-                return _addressof(_from_buffer(values)), n, values
+                exported = _from_buffer(values)  # kept: its export stops a resize
+                return _addressof(exported), n, exported
             except TypeError:
                 pass  # read-only or not contiguous: _view copies, or says why not
     return _view(values, elements, what, writable)
@@ -349,6 +356,8 @@ def total(values, keep):
     memoryview (O(n) at C speed)."""
     if _torch(values) is not None or _numpy(values) is not None:
         return int(values.sum())
+    if isinstance(values, memoryview):
+        return sum(values)  # (`keep` may be the ctypes object holding its export)
     return sum(keep)
 
 

@@ -9,10 +9,13 @@ against the prepared capacity, and a check that no prepared tensor was re-pointe
 
 Buffers stay valid because the prepared call holds them: a buffer-protocol object through a
 ``memoryview`` (an exported buffer cannot be resized or freed: ``array.array`` raises
-``BufferError`` on a resize, numpy refuses one), a torch tensor by reference, with its
-``data_ptr()`` compared on every call (``resize_`` / ``set_`` can move a tensor's memory:
-the call then refuses with ``ValueError`` instead of using a stale address). Dropping the
-prepared call lets the buffers go. Lists and
+``BufferError`` on a resize, numpy refuses one), a torch tensor by reference and its
+storage (``untyped_storage()``), with its ``data_ptr()`` compared on every call
+(``resize_`` / ``set_`` / ``.data =`` can move a tensor's memory: the call then refuses with
+``ValueError`` instead of using a stale address). Holding the storage keeps its memory
+allocated, so a tensor re-pointed to new memory cannot come back to the same address
+(smaller) and pass the check; and a tensor emptied since has another address too. Dropping
+the prepared call lets the buffers go. Lists and
 read-only buffers are refused: their converted copy would be a snapshot, not the memory the
 caller updates between steps.
 """
@@ -33,15 +36,21 @@ def host_buffer(values, elements, what, writable, pinned, tensors):
                         f"it needs a writable buffer or a tensor (array.array, numpy, "
                         f"memoryview, torch), not a {type(values).__name__} (a list, a tuple "
                         "or a read-only buffer would be copied once)")
-    track(values, address, pinned, tensors)
+    track(values, address, n, pinned, tensors)
     return address, n
 
 
-def track(values, address, pinned, tensors):
-    """Keeps ``values`` alive for a prepared call: a tensor by reference with its address
-    (checked per call), anything else through a memoryview (which stops a resize)."""
+def track(values, address, n, pinned, tensors):
+    """Keeps ``values`` (``n`` elements at ``address``) alive for a prepared call: a tensor
+    by reference with its address (checked per call) and its storage, anything else through
+    a memoryview (which stops a resize). An empty buffer is never read or written (the
+    prepared capacity or output is 0), so it needs nothing."""
     if hasattr(values, "data_ptr"):
-        tensors.append((values, address))
+        if n:
+            tensors.append((values, address))
+            storage = getattr(values, "untyped_storage", None)
+            if storage is not None:
+                pinned.append(storage())
     else:
         pinned.append(memoryview(values))
 
@@ -49,7 +58,7 @@ def track(values, address, pinned, tensors):
 def moved(tensors):
     """The first prepared tensor whose memory moved since the preparation, or None."""
     for tensor, address in tensors:
-        if tensor.numel() and tensor.data_ptr() != address:
+        if tensor.data_ptr() != address:
             return tensor
     return None
 
@@ -101,7 +110,7 @@ class Prepared:
                                       or extend_num_tokens < 0))):
             self._refuse(batch, extend_num_tokens)
         for tensor, address in self._tensors:
-            if tensor.data_ptr() != address and tensor.numel():
+            if tensor.data_ptr() != address:
                 self._refuse(batch, extend_num_tokens)
         pool = self._pool
         handle = pool._handle or pool.handle

@@ -2332,6 +2332,47 @@ class TestHostArrayKinds(KvpTestCase):
         pool.free_indices(idx([]))
         return got, pool.stats().as_dict()
 
+    def test_an_out_over_an_input_is_refused_and_changes_nothing(self):
+        # The call reads its inputs again while it writes: an `out` over last_loc made B
+        # continue from a slot A had just been handed (a slot handed out twice).
+        pool = self.pool(64, 4)
+        b = as_list(pool.alloc_extend(array.array("q", [0]), array.array("q", [2]),
+                                      array.array("q", [-1])))
+        before = pool.available_size()
+        buf = array.array("q", [-9] * 16)
+        buf[0], buf[1] = -1, b[-1]
+        view = memoryview(buf)
+        self.assertKvpError("INVALID_ARGUMENT", pool.alloc_extend, array.array("q", [0, 2]),
+                            array.array("q", [8, 3]), view[:2], out=view,
+                            message="out overlaps last_loc")
+        self.assertKvpError("INVALID_ARGUMENT", pool.alloc_decode, view[2:4], view[:2],
+                            out=view[3:5], message="out overlaps seq_lens")
+        self.assertEqual(pool.available_size(), before)
+        self.assertEqual(list(buf[2:]), [-9] * 14)
+        # Side by side the same call goes through, B continuing its own page.
+        got = as_list(pool.alloc_extend(array.array("q", [0, 2]), array.array("q", [8, 3]),
+                                        view[:2], out=view[2:11]))
+        self.assertEqual(got[8], b[-1] + 1)
+
+    def test_an_out_without_len_fails_before_the_call_or_works(self):
+        # A buffer that has no len() (pickle.PickleBuffer): a call either raises before the
+        # pool changes (the entry points' path; it had raised after the slots were taken,
+        # losing them) or allocates (the general path reads it as a buffer).
+        import pickle
+        pool = self.pool(64, 4)
+        for _ in range(2):  # (the second with the type known to the fast path)
+            before = pool.available_size()
+            memory = array.array("q", [0, 0])
+            try:
+                pool.alloc_decode(array.array("q", [1, 1]), array.array("q", [-1, -1]),
+                                  out=pickle.PickleBuffer(memory))
+            except TypeError:
+                self.assertEqual(pool.available_size(), before)
+                self.assertEqual(list(memory), [0, 0])
+            else:
+                self.assertEqual(pool.available_size(), before - 8)
+                self.assertTrue(all(slot > 0 for slot in memory), list(memory))
+
     def test_every_kind_gives_the_same_indices(self):
         for index_type, typecode in ((kvp.INDEX_TYPE_I64, "q"), (kvp.INDEX_TYPE_I32, "i")):
             want = self.run_sequence(host_kinds()["list"][0], typecode, index_type)
