@@ -1383,6 +1383,7 @@ class Pool(_Owner):
         self._raw_stream = None  # device pools: (device) -> current torch stream handle
         self._torch_device = None
         self.page_size = page_size
+        self._size = size  # usable slots: no call hands out more
         self.backend = backend
         # CUDA ordinal of a device pool, None for a host pool
         self.device = device if backend == BACKEND_CUDA else None
@@ -1485,10 +1486,16 @@ class Pool(_Owner):
         what is wrong)."""
         if given is None and plan and batch == seq_n:
             pages, tokens = ctypes.c_uint64(), ctypes.c_uint64()
-            if not self._lib.fast.kvp_pool_extend_need(
-                    self._handle or self.handle, prefix_p, seq_p, batch, ctypes.byref(pages),
-                    ctypes.byref(tokens)):
+            status = self._lib.fast.kvp_pool_extend_need(
+                self._handle or self.handle, prefix_p, seq_p, batch, ctypes.byref(pages),
+                ctypes.byref(tokens))
+            if not status:
                 return tokens.value
+            if status == STATUS["INVALID_LENGTHS"]:
+                # 0, not the sum of bad lengths (which could size an output of more slots
+                # than the pool has): the allocation names the bad length, and counts the
+                # refusal.
+                return 0
         return _extend_num_tokens(given, seq_lens, prefix_lens, seq_keep, prefix_keep)
 
     # ---- allocation ----
@@ -1542,8 +1549,10 @@ class Pool(_Owner):
                     if extend_num_tokens is None or out is None else None)
             if extend_num_tokens is None and kind is not None:
                 # The default, summed by the library over buffers (NO_SUM: summed below).
+                # More tokens than the pool has slots: bad lengths, which the general path
+                # names (before sizing an output of that many).
                 total = native.kvp_python_extend_tokens(prefix_lens, seq_lens)
-                if total != _NO_SUM:
+                if total != _NO_SUM and total <= self._size:
                     extend_num_tokens = total
             if type(extend_num_tokens) is int and 0 <= extend_num_tokens <= _SIZE_MAX:
                 if out is None and kind is not None:  # a new output of the inputs' kind
