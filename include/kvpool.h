@@ -2941,7 +2941,8 @@ enum kvp_status kvp_pool_alloc_decode_rows_async(struct kvp_pool *pool,
  * distinct) and lays the segments' slots out, page after page, in the pool's scratch; the
  * second is `kvp_pool_free_segment_async`'s kernel over them (so a free page, a page named
  * by two rows, a slot outside the pool fault the pool and free nothing; its fault names the
- * position in the laid-out segments). A batch whose segments are all empty enqueues nothing.
+ * position in the laid-out segments, and as its value -2 for an int64 table's entry an
+ * int32 pool cannot hold). A batch whose segments are all empty enqueues nothing.
  *
  * # Safety
  * As for `kvp_pool_alloc_extend_rows_async`.

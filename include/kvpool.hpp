@@ -2,7 +2,8 @@
 //
 //  - Handles. kvpool::pool, snapshot, scheduler, adder and delayer each own one C handle
 //    (std::unique_ptr with the matching kvp_*_free): move-only, freed exactly once.
-//    get() lends the C handle, release() gives it up, X::adopt(raw) takes one over.
+//    get() lends the C handle, release() gives it up, X::adopt(raw) takes one over
+//    (decode_reservation::adopt(raw, index_type): its steps check out's element type).
 //    A moved-from object holds NULL; calling it throws (KVP_STATUS_NULL_ARGUMENT).
 //  - Errors. A status other than KVP_STATUS_OK becomes a kvpool::error carrying the status
 //    and the thread's kvp_last_error_message(); what() reads "<call>: <status text>: <message>".
@@ -333,8 +334,10 @@ public:
     template <class Out>
     void step_async(const kvp_req_table &table, device_span<const int64_t> rows,
                     device_span<Out> out, stream_t stream) {
-        require_index<Out>("kvp_decode_reservation_step_async");
-        if (!out.empty()) require_out(out.size());
+        if (!out.empty()) {
+            require_index<Out>("kvp_decode_reservation_step_async");
+            require_out(out.size());
+        }
         if (rows.size() != batch_size())
             throw error(KVP_STATUS_INVALID_LENGTHS, "kvp_decode_reservation_step_async",
                         "rows must have one entry per request of the reservation");

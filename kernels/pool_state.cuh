@@ -126,6 +126,8 @@ enum OpKind : uint32_t {
   OP_GROUP_END = 7,
   OP_MERGE = 8,
   OP_REWIND = 9,
+  // 10-15: by row and reservations (the host's DeviceOp, src/cuda/layout.rs)
+  OP_RESTORE = 16,  // the host passes it; a restore faults only for a faulted snapshot
 };
 
 // Everything a kernel needs to find the pool; passed by value.

@@ -727,6 +727,11 @@ const EXTEND_SHAPES: [(usize, i64); 19] = [
 /// where the device has them, the ticketed kernel).
 const DECODE_BATCHES: [usize; 10] = [1, 20, 50, 100, 200, 400, 800, 1500, 3000, 5000];
 
+/// The refusal tests' largest call: requests (a decode of 5,000) and tokens (its call A,
+/// 5,000 requests of 3 tokens; the largest extend shape is 9,000).
+const MOST_REQUESTS: usize = 5000;
+const MOST_TOKENS: usize = 5000 * 3;
+
 /// Call B of the refusal tests for `batch` requests of `per` tokens after call A (as many
 /// new requests): odd requests continue A's rows, even ones are new. (prefix_lens,
 /// seq_lens.)
@@ -864,9 +869,8 @@ fn every_allocation_kernel_refuses_disagreeing_device_lengths_and_changes_nothin
     let gpu = Gpu::new(false);
     let mut reached = std::collections::BTreeSet::new();
     let mut refused = 0usize;
-    let most = 5000 + 3000 * 3;
-    let (prefix_d, seq_d, last_d) = DevBuf::lengths(most);
-    let out = DevBuf::new(8 * (most + GUARD));
+    let (prefix_d, seq_d, last_d) = DevBuf::lengths(MOST_REQUESTS);
+    let out = DevBuf::new(8 * (MOST_TOKENS + GUARD));
     for ps in refusal_page_sizes() {
         let mut device = refusal_pool(ps);
         for (batch, per) in EXTEND_SHAPES {
@@ -971,9 +975,8 @@ fn every_allocation_kernel_by_row_refuses_disagreeing_device_lengths_and_changes
     let gpu = Gpu::new(false);
     let mut reached = std::collections::BTreeSet::new();
     let mut refused = 0usize;
-    let most = 5000 + 3000 * 3;
-    let (prefix_d, seq_d, rows_d) = DevBuf::lengths(2 * most);
-    let out = DevBuf::new(8 * (most + GUARD));
+    let (prefix_d, seq_d, rows_d) = DevBuf::lengths(MOST_REQUESTS);
+    let out = DevBuf::new(8 * (MOST_TOKENS + GUARD));
     for ps in refusal_page_sizes() {
         let mut device = refusal_pool(ps);
         let shapes = EXTEND_SHAPES.map(|(batch, per)| (batch, per, false));

@@ -1515,11 +1515,15 @@ class Pool(_Owner):
         if out_len is None and out is not None and _HOST[type(out)] in _BUFFER_HANDLERS:
             native = self._lib.python
             if native is not None:
-                length = len(out)  # (before the call: it may raise)
-                status = native.kvp_python_pool_alloc(self._handle or self.handle, num_tokens,
-                                                      out)
-                if status != _FALLBACK:
-                    return self._native_result(status, out, num_tokens, length)
+                try:  # before the call (a buffer without len(): the general path)
+                    length = len(out)
+                except TypeError:
+                    length = None
+                if length is not None:
+                    status = native.kvp_python_pool_alloc(self._handle or self.handle,
+                                                          num_tokens, out)
+                    if status != _FALLBACK:
+                        return self._native_result(status, out, num_tokens, length)
         if out_len is not None:
             out_len = _size(out_len, "out_len")
         if out is None:
@@ -1557,8 +1561,13 @@ class Pool(_Owner):
             if type(extend_num_tokens) is int and 0 <= extend_num_tokens <= _SIZE_MAX:
                 if out is None and kind is not None:  # a new output of the inputs' kind
                     out = _new_output(kind, extend_num_tokens, self._index)
+                length = None
                 if out is not None and _HOST[type(out)] in _BUFFER_HANDLERS:
-                    length = len(out)  # (before the call: it may raise)
+                    try:  # before the call (a buffer without len(): the general path)
+                        length = len(out)
+                    except TypeError:
+                        pass
+                if length is not None:
                     status = native.kvp_python_pool_alloc_extend(
                         self._handle or self.handle, prefix_lens, seq_lens, last_loc,
                         extend_num_tokens, out)
@@ -1608,12 +1617,17 @@ class Pool(_Owner):
                 if kind is not None and getattr(seq_lens, "ndim", 1) == 1:
                     out = _new_output(kind, len(seq_lens), self._index)
             if out is not None and _HOST[type(out)] in _BUFFER_HANDLERS:
-                # (Before the call: len() may raise, and the pool must not have changed.)
-                batch, length = len(seq_lens), len(out)
-                status = native.kvp_python_pool_alloc_decode(self._handle or self.handle,
-                                                             seq_lens, last_loc, out)
-                if status != _FALLBACK:
-                    return self._native_result(status, out, batch, length)
+                # Lengths before the call, which must not have changed the pool if they
+                # raise; an object without len() (a generator) goes the general way.
+                try:
+                    batch, length = len(seq_lens), len(out)
+                except TypeError:
+                    batch = None
+                if batch is not None:
+                    status = native.kvp_python_pool_alloc_decode(self._handle or self.handle,
+                                                                 seq_lens, last_loc, out)
+                    if status != _FALLBACK:
+                        return self._native_result(status, out, batch, length)
         index = self._index
         seq_p, batch, seq_keep = _HOST[type(seq_lens)](seq_lens, _INT64, "seq_lens", False)
         last_p, last_n, last_keep = _HOST[type(last_loc)](last_loc, index, "last_loc", False)
@@ -1731,10 +1745,14 @@ class Pool(_Owner):
         ``table[rows[i], prefix_lens[i] - 1]`` and the new slots are written to
         ``table[rows[i], prefix_lens[i]:seq_lens[i]]``. Returns ``out_cache_loc`` (as
         ``alloc_extend`` returns its output), or None with ``out_cache_loc=False``."""
-        t, table_keep = self._table(table, None)
+        # (Scalars first and the table last: converting one may run Python code
+        # (__index__), which must not run once a buffer's address is taken.)
+        if extend_num_tokens is not None and type(extend_num_tokens) is not int:
+            extend_num_tokens = _int(extend_num_tokens, "size_t", "extend_num_tokens")
         rows_p, batch, rows_keep = _host_array(rows, _INT64, "rows")
         prefix_p, prefix_n, prefix_keep = _host_array(prefix_lens, _INT64, "prefix_lens")
         seq_p, seq_n, seq_keep = _host_array(seq_lens, _INT64, "seq_lens")
+        t, table_keep = self._table(table, None)
         if not batch == prefix_n == seq_n:
             raise ValueError("rows, prefix_lens and seq_lens need one entry per request")
         if type(extend_num_tokens) is not int or not 0 <= extend_num_tokens <= _SIZE_MAX:
@@ -1757,9 +1775,9 @@ class Pool(_Owner):
     def alloc_decode_rows(self, table, rows, seq_lens, out=None, out_cache_loc=True):
         """``alloc_decode`` by request rows: ``last_loc`` from ``table[rows[i],
         seq_lens[i] - 2]``, the new slot into ``table[rows[i], seq_lens[i] - 1]``."""
-        t, table_keep = self._table(table, None)
         rows_p, batch, rows_keep = _host_array(rows, _INT64, "rows")
         seq_p, seq_n, seq_keep = _host_array(seq_lens, _INT64, "seq_lens")
+        t, table_keep = self._table(table, None)  # (last: see alloc_extend_rows)
         if batch != seq_n:
             raise ValueError("rows and seq_lens need one entry per request")
         if out_cache_loc:
@@ -1775,10 +1793,10 @@ class Pool(_Owner):
 
     def free_rows(self, table, rows, starts, ends):
         """Frees ``table[rows[i], starts[i]:ends[i]]`` for every ``i`` as one call."""
-        t, table_keep = self._table(table, None)
         rows_p, batch, rows_keep = _host_array(rows, _INT64, "rows")
         starts_p, starts_n, starts_keep = _host_array(starts, _INT64, "starts")
         ends_p, ends_n, ends_keep = _host_array(ends, _INT64, "ends")
+        t, table_keep = self._table(table, None)  # (last: see alloc_extend_rows)
         if not batch == starts_n == ends_n:
             raise ValueError("rows, starts and ends need one entry per request")
         status = self._lib.fast.kvp_pool_free_rows(self.handle, ctypes.addressof(t), rows_p,
@@ -1790,9 +1808,9 @@ class Pool(_Owner):
     def page_table(self, table, rows, seq_lens):
         """FlashInfer's paged-KV page table of ``rows[i]``'s first ``seq_lens[i]`` tokens:
         ``(kv_indptr, kv_indices, kv_last_page_len)`` as ``array.array('i')`` (int32)."""
-        t, table_keep = self._table(table, None)
         rows_p, batch, rows_keep = _host_array(rows, _INT64, "rows")
         seq_p, seq_n, seq_keep = _host_array(seq_lens, _INT64, "seq_lens")
+        t, table_keep = self._table(table, None)  # (last: see alloc_extend_rows)
         if batch != seq_n:
             raise ValueError("rows and seq_lens need one entry per request")
         ps = self.page_size

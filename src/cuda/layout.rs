@@ -227,6 +227,8 @@ pub enum DeviceOp {
     ReservationStep = 14,
     /// a reservation's finish
     ReservationFinish = 15,
+    /// `restore_state` (its only fault: a snapshot taken while faulted)
+    Restore = 16,
 }
 
 impl DeviceOp {
@@ -247,6 +249,7 @@ impl DeviceOp {
             13 => Self::ReserveDecode,
             14 => Self::ReservationStep,
             15 => Self::ReservationFinish,
+            16 => Self::Restore,
             _ => return None,
         })
     }
@@ -269,6 +272,7 @@ impl DeviceOp {
             Self::ReserveDecode => "kvp_pool_reserve_decode_async",
             Self::ReservationStep => "kvp_decode_reservation_step_async",
             Self::ReservationFinish => "kvp_decode_reservation_finish_async",
+            Self::Restore => "kvp_pool_restore_state_async",
         }
     }
 
@@ -287,6 +291,7 @@ impl DeviceOp {
             Self::Alloc | Self::GroupEnd | Self::Merge => "state",
             Self::ReservationStep => "rows",
             Self::ReservationFinish => "reserved pages",
+            Self::Restore => "snapshot",
         }
     }
 }

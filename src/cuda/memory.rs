@@ -40,7 +40,8 @@ impl DeviceMemory {
 
     /// Allocates `bytes` (at least 1) and enqueues zeroing them on `stream`, so that later
     /// work on `stream` sees zeros without the host waiting (`cuMemAlloc` itself may
-    /// synchronize the device: used only when a pool's scratch must grow).
+    /// synchronize the device: used only when a pool's scratch, reservation or snapshot
+    /// buffers must grow).
     pub fn zeroed_on(bytes: usize, stream: sys::CUstream) -> Result<Self, PoolError> {
         let memory = Self::uninit(bytes)?;
         // SAFETY: the memory holds `memory.bytes` bytes; `stream` is a live stream of the

@@ -2085,7 +2085,7 @@ impl DevicePool {
                     self.kernels.restore,
                     grid,
                     BLOCK,
-                    0,
+                    DeviceOp::Restore as u32,
                     Step::Set {
                         counts: snapshot.counts,
                         exact: snapshot.exact,

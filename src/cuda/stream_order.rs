@@ -23,8 +23,9 @@
 
 use std::collections::VecDeque;
 
-use cudarc::driver::sys::{CUfunction, CUstream};
+use cudarc::driver::sys::{self, CUfunction, CUstream};
 
+use super::driver::check;
 use super::kernels::launch;
 use super::layout::{arg, Call, View};
 use super::memory::DeviceMemory;
@@ -54,12 +55,17 @@ pub(crate) struct StreamOrderCheck {
 }
 
 impl StreamOrderCheck {
-    /// Allocates the device word, left unset: a launch's mark writes it before any check
-    /// reads it (`previous` is `None` until then). (A zeroing memset on the legacy default
-    /// stream could run after that mark, on a non-blocking stream.)
+    /// Allocates the device word, zeroed, and synchronizes the context (switching the check
+    /// on may synchronize: `DevicePool::set_debug`): the zeroing, on the legacy default
+    /// stream, must not land after a launch's mark on a non-blocking stream, and the word
+    /// must not hold what a freed allocation left (the check that runs before a mark, on
+    /// streams that are not ordered, reads it).
     pub fn new() -> Result<Self, PoolError> {
+        let done = DeviceMemory::zeroed(4)?;
+        // SAFETY: the pool's context is current.
+        check(unsafe { sys::cuCtxSynchronize() }, "cuCtxSynchronize")?;
         Ok(Self {
-            done: DeviceMemory::uninit(4)?,
+            done,
             previous: None,
             history: VecDeque::with_capacity(HISTORY),
         })

@@ -9,7 +9,7 @@ use super::buffers::{disjoint, input, input_indices, output_indices, span};
 use super::device::{check_device_ptr, device_ptr, index_align, stream_of, CUstream_st};
 use super::handle::{into_raw, release, share, with_raw, Guarded, HandleKind};
 use super::pool::{kvp_pool, PoolObject};
-use super::rows::{device_table, host_table, kvp_req_table, table_of, table_span};
+use super::rows::{device_table, host_table, kvp_req_table, table_of, table_span, table_span_of};
 use super::status::kvp_status;
 use crate::cuda::{DeviceReservation, RestoreContext};
 use crate::pool::{DecodeReservation, IndexType, Pool, PoolOp, SlotIndex};
@@ -473,6 +473,29 @@ pub unsafe extern "C" fn kvp_decode_reservation_step_async(
                 );
             };
             tri!(check_device_ptr(out, 0, index_align(pool), "out"));
+            // (The kernel writes out[i], then reads rows[i] to place the slot in the table.)
+            let batch = res.batch();
+            let out_bytes = if out.is_null() {
+                0
+            } else {
+                batch.saturating_mul(index_align(pool))
+            };
+            let (table_mem, rows_mem) = match &table {
+                Some((t, shape, index)) => {
+                    (table_span_of(t, shape, *index), span(rows, batch, "rows"))
+                }
+                None => (
+                    (std::ptr::null(), 0, "table.data"),
+                    (std::ptr::null(), 0, "rows"),
+                ),
+            };
+            tri!(disjoint(
+                &[
+                    span(out.cast_const().cast::<u8>(), out_bytes, "out"),
+                    table_mem
+                ],
+                &[rows_mem],
+            ));
             let table = match table {
                 Some((t, shape, index)) => {
                     tri!(check_device_ptr(rows.cast(), res.batch(), 8, "rows"));

@@ -102,6 +102,18 @@ pub(crate) fn table_span<'a, T>(t: &kvp_req_table, shape: &TableShape) -> Span<'
     span(t.data.cast_const().cast::<T>(), elements, "table.data")
 }
 
+/// [`table_span`] for a table whose element type is known at run time (device tables).
+pub(crate) fn table_span_of<'a>(
+    t: &kvp_req_table,
+    shape: &TableShape,
+    index: IndexType,
+) -> Span<'a> {
+    match index {
+        IndexType::I64 => table_span::<i64>(t, shape),
+        IndexType::I32 => table_span::<i32>(t, shape),
+    }
+}
+
 /// Dispatches on the pool's index type (`I`) and the table's (`T`).
 macro_rules! by_types {
     ($pool:expr, $table_type:expr, $f:ident($($arg:expr),* $(,)?)) => {
@@ -564,6 +576,22 @@ pub unsafe extern "C" fn kvp_pool_alloc_extend_rows_async(
         ));
         tri!(check_device_ptr(seq_lens.cast(), batch_size, 8, "seq_lens"));
         tri!(check_device_ptr(out, 0, index_align(pool), "out"));
+        let out_bytes = if out.is_null() {
+            0
+        } else {
+            out_len.saturating_mul(index_align(pool))
+        };
+        tri!(disjoint(
+            &[
+                span(out.cast_const().cast::<u8>(), out_bytes, "out"),
+                table_span_of(&t, &shape, table_type),
+            ],
+            &[
+                span(rows, batch_size, "rows"),
+                span(prefix_lens, batch_size, "prefix_lens"),
+                span(seq_lens, batch_size, "seq_lens"),
+            ],
+        ));
         // SAFETY: forwarded caller contract.
         status_of(unsafe {
             pool.alloc_extend_rows(
@@ -608,6 +636,21 @@ pub unsafe extern "C" fn kvp_pool_alloc_decode_rows_async(
         tri!(check_device_ptr(rows.cast(), batch_size, 8, "rows"));
         tri!(check_device_ptr(seq_lens.cast(), batch_size, 8, "seq_lens"));
         tri!(check_device_ptr(out, 0, index_align(pool), "out"));
+        let out_bytes = if out.is_null() {
+            0
+        } else {
+            out_len.saturating_mul(index_align(pool))
+        };
+        tri!(disjoint(
+            &[
+                span(out.cast_const().cast::<u8>(), out_bytes, "out"),
+                table_span_of(&t, &shape, table_type),
+            ],
+            &[
+                span(rows, batch_size, "rows"),
+                span(seq_lens, batch_size, "seq_lens")
+            ],
+        ));
         // SAFETY: forwarded caller contract.
         status_of(unsafe {
             pool.alloc_decode_rows(
@@ -631,7 +674,8 @@ pub unsafe extern "C" fn kvp_pool_alloc_decode_rows_async(
 /// distinct) and lays the segments' slots out, page after page, in the pool's scratch; the
 /// second is `kvp_pool_free_segment_async`'s kernel over them (so a free page, a page named
 /// by two rows, a slot outside the pool fault the pool and free nothing; its fault names the
-/// position in the laid-out segments). A batch whose segments are all empty enqueues nothing.
+/// position in the laid-out segments, and as its value -2 for an int64 table's entry an
+/// int32 pool cannot hold). A batch whose segments are all empty enqueues nothing.
 ///
 /// # Safety
 /// As for `kvp_pool_alloc_extend_rows_async`.

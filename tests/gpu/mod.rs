@@ -129,6 +129,14 @@ impl DevBuf {
                 unsafe { sys::cuMemcpyHtoD_v2(self.ptr, data.as_ptr().cast::<c_void>(), bytes) },
                 "cuMemcpyHtoD",
             );
+            // From pageable memory the copy returns once the data is staged; its transfer
+            // runs on the legacy stream, which a non-blocking stream's next kernel does not
+            // wait for. (Not the context: a spinner may hold a test's stream.)
+            // SAFETY: the legacy default stream.
+            ok(
+                unsafe { sys::cuStreamSynchronize(std::ptr::null_mut()) },
+                "cuStreamSynchronize(legacy)",
+            );
         }
     }
 

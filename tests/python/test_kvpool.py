@@ -2373,6 +2373,15 @@ class TestHostArrayKinds(KvpTestCase):
                 self.assertEqual(pool.available_size(), before - 8)
                 self.assertTrue(all(slot > 0 for slot in memory), list(memory))
 
+    def test_generator_lengths_with_an_out_buffer_work(self):
+        # Iterables are documented inputs: with an out buffer, the entry points' path (which
+        # needs len()) leaves them to the general path.
+        pool = self.pool(64, 4)
+        out = array.array("q", [0, 0])
+        got = pool.alloc_decode((n for n in (1, 1)), (x for x in (-1, -1)), out=out)
+        self.assertEqual(as_list(got), [4, 8])
+        self.assertEqual(list(out), [4, 8])
+
     def test_every_kind_gives_the_same_indices(self):
         for index_type, typecode in ((kvp.INDEX_TYPE_I64, "q"), (kvp.INDEX_TYPE_I32, "i")):
             want = self.run_sequence(host_kinds()["list"][0], typecode, index_type)
