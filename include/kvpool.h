@@ -12,7 +12,10 @@
  *    returned through `**out` are owned by the caller and released with the matching
  *    `kvp_*_free`; `kvp_*_free(NULL)` is a no-op.
  *  - Threads. Every handle may be used from several threads at once (calls are serialized
- *    by an internal lock); its `_free` must not race with other calls on it.
+ *    by an internal lock); its `_free` must not race with other calls on it. Memory a call
+ *    hands back for later reading (a scheduler step's plan arrays) stays valid only until
+ *    the handle's next such call, which another thread may make: a loop that steps from
+ *    several threads serializes the step and its reading of the plan itself.
  *  - Handle kinds. Every handle's memory starts with a tag naming its kind, checked by every
  *    call, so a live handle of another kind (a kvp_scheduler passed as a kvp_pool, a
  *    kvp_pool as a kvp_snapshot, ...) fails with KVP_STATUS_INVALID_ARGUMENT ("pool is not
