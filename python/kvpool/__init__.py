@@ -1188,7 +1188,10 @@ class DecodeReservation(_Owner):
         arguments, so it may be recorded in ``torch.cuda.graph`` and replayed once per
         step. ``out`` (a CUDA tensor of the pool's index dtype, ``batch_size`` entries) gets
         the slots; with a ``table`` (``req_to_token``) and ``rows`` (an int64 CUDA tensor),
-        ``table[rows[i], lens[i] + s]`` too. Returns ``out``."""
+        ``table[rows[i], lens[i] + s]`` too. Returns ``out``. Keep this reservation (and its
+        pool) referenced for as long as a graph holding the step may be replayed: freeing it
+        (which dropping the last reference does) gives its device memory to the next
+        reservation, whose slots a later replay would then hand out again."""
         pool = self._pool
         call = "kvp_decode_reservation_step_async"
         pool._require_device(call)
@@ -1256,20 +1259,28 @@ def _backend_number(backend):
 
 
 def _device_ordinal(device):
-    """A CUDA device ordinal from an int, ``"cuda"``/``"cuda:N"`` or a torch.device."""
+    """A CUDA device ordinal from an int, ``"cuda"``/``"cuda:N"`` or a torch.device. Without
+    an index (``"cuda"``), torch's current device, as torch reads it (a tensor-parallel
+    worker calls ``torch.cuda.set_device(rank)`` and then says ``"cuda"``)."""
     if isinstance(device, int):
         return device
     kind = getattr(device, "type", None)
     if kind is not None:  # torch.device
         if kind != "cuda":
             raise ValueError(f"device {device} is not a CUDA device")
-        return 0 if device.index is None else device.index
+        return _current_cuda_device() if device.index is None else device.index
     text = str(device)
     if text == "cuda":
-        return 0
+        return _current_cuda_device()
     if text.startswith("cuda:") and text[5:].isdigit():
         return int(text[5:])
     raise ValueError(f"device must be a CUDA ordinal, 'cuda:N' or a torch.device, not {device!r}")
+
+
+def _current_cuda_device():
+    """torch's current CUDA device (0 without torch: there is no other notion of one)."""
+    torch = sys.modules.get("torch")
+    return torch.cuda.current_device() if torch is not None else 0
 
 
 def _extend_num_tokens(given, seq_lens, prefix_lens, seq_keep, prefix_keep):
@@ -1929,12 +1940,12 @@ class Pool(_Owner):
         (required: the host plans and checks the shortage from it)."""
         call = "kvp_pool_reserve_decode_async"
         self._require_device(call)
+        steps = _int(steps, "uint32_t", "steps")  # (first: it may run Python code)
         lens_h, batch, lens_keep = self._host_lengths(lens_host, "lens", call)
         lens_buf, lens_n = self._device_lengths(lens, "lens")
         last_buf, last_n = self._device_indices(last_loc, "last_loc")
         if not batch == lens_n == last_n:
             raise ValueError("lens, last_loc and lens_host need one entry per request")
-        steps = _int(steps, "uint32_t", "steps")
         handle = ctypes.c_void_p()
         self._async_call(call, lens_h, lens_buf, last_buf, batch, steps,
                          ctypes.addressof(handle), self._stream_handle(stream))
@@ -2105,6 +2116,9 @@ class Pool(_Owner):
                                              extend_num_tokens, stream)
             if done is not None:
                 return done
+        if extend_num_tokens is not None and type(extend_num_tokens) is not int:
+            # Before any address is taken (converting it may run Python code).
+            extend_num_tokens = _int(extend_num_tokens, "size_t", "extend_num_tokens")
         # self._host_lengths inlined (one Python call less per host copy)
         if prefix_lens_host is None:
             raise _no_host_copy(call, "prefix_lens")
@@ -2337,10 +2351,14 @@ class Pool(_Owner):
         (SGLang's ``out_cache_loc``), or None with ``out_cache_loc=False``."""
         call = "kvp_pool_alloc_extend_rows_async"
         self._require_device(call)
-        t, table_keep = self._table(table, self.device)
+        # (Scalars and host copies first: converting them may run Python code, which must
+        # not run once an address is taken.)
+        if extend_num_tokens is not None and type(extend_num_tokens) is not int:
+            extend_num_tokens = _int(extend_num_tokens, "size_t", "extend_num_tokens")
         prefix_host, batch, prefix_keep = self._host_lengths(prefix_lens_host, "prefix_lens",
                                                              call)
         seq_host, seq_host_n, seq_keep = self._host_lengths(seq_lens_host, "seq_lens", call)
+        t, table_keep = self._table(table, self.device)
         rows_buf, rows_n = self._device_lengths(rows, "rows")
         prefix_buf, prefix_n = self._device_lengths(prefix_lens, "prefix_lens")
         seq_buf, seq_n = self._device_lengths(seq_lens, "seq_lens")
@@ -2367,8 +2385,8 @@ class Pool(_Owner):
         """``alloc_decode_rows`` on the device (see ``alloc_extend_rows_async``)."""
         call = "kvp_pool_alloc_decode_rows_async"
         self._require_device(call)
-        t, table_keep = self._table(table, self.device)
         seq_host, batch, seq_keep = self._host_lengths(seq_lens_host, "seq_lens", call)
+        t, table_keep = self._table(table, self.device)  # (after the host copy, as above)
         rows_buf, rows_n = self._device_lengths(rows, "rows")
         seq_buf, seq_n = self._device_lengths(seq_lens, "seq_lens")
         if not batch == seq_n == rows_n:
@@ -2390,9 +2408,9 @@ class Pool(_Owner):
         """``free_rows`` on the device; ``starts_host`` / ``ends_host`` are required."""
         call = "kvp_pool_free_rows_async"
         self._require_device(call)
-        t, table_keep = self._table(table, self.device)
         starts_h, batch, starts_keep = self._host_lengths(starts_host, "starts", call)
         ends_h, ends_n, ends_keep = self._host_lengths(ends_host, "ends", call)
+        t, table_keep = self._table(table, self.device)  # (after the host copies)
         rows_buf, rows_n = self._device_lengths(rows, "rows")
         starts_buf, starts_n = self._device_lengths(starts, "starts")
         ends_buf, ends_dn = self._device_lengths(ends, "ends")
@@ -2411,8 +2429,8 @@ class Pool(_Owner):
         kv_last_page_len)`` as ``array.array('i')`` (for FlashInfer's ``plan()``)."""
         call = "kvp_pool_page_table_async"
         self._require_device(call)
-        t, table_keep = self._table(table, self.device)
         seq_host, batch, seq_keep = self._host_lengths(seq_lens_host, "seq_lens", call)
+        t, table_keep = self._table(table, self.device)  # (after the host copy)
         rows_buf, rows_n = self._device_lengths(rows, "rows")
         seq_buf, seq_n = self._device_lengths(seq_lens, "seq_lens")
         if not batch == seq_n == rows_n:

@@ -10,12 +10,13 @@ against the prepared capacity, and a check that no prepared tensor was re-pointe
 Buffers stay valid because the prepared call holds them: a buffer-protocol object through a
 ``memoryview`` (an exported buffer cannot be resized or freed: ``array.array`` raises
 ``BufferError`` on a resize, numpy refuses one), a torch tensor by reference and its
-storage (``untyped_storage()``), with its ``data_ptr()`` compared on every call
-(``resize_`` / ``set_`` / ``.data =`` can move a tensor's memory: the call then refuses with
-``ValueError`` instead of using a stale address). Holding the storage keeps its memory
-allocated, so a tensor re-pointed to new memory cannot come back to the same address
-(smaller) and pass the check; and a tensor emptied since has another address too. Dropping
-the prepared call lets the buffers go. Lists and
+storage (``untyped_storage()``), with the tensor's and the storage's ``data_ptr()``
+compared on every call (``resize_`` / ``set_`` / ``.data =`` can move a tensor's memory: the
+call then refuses with ``ValueError`` instead of using a stale address). While the held
+storage's address is unchanged it still owns that memory, so a tensor re-pointed elsewhere
+cannot come back to the same address in smaller memory and pass the check (a resize that
+moves the storage's own memory changes its address); a tensor emptied since has another
+address too. Dropping the prepared call lets the buffers go. Lists and
 read-only buffers are refused: their converted copy would be a snapshot, not the memory the
 caller updates between steps.
 """
@@ -47,18 +48,17 @@ def track(values, address, n, pinned, tensors):
     prepared capacity or output is 0), so it needs nothing."""
     if hasattr(values, "data_ptr"):
         if n:
-            tensors.append((values, address))
             storage = getattr(values, "untyped_storage", None)
-            if storage is not None:
-                pinned.append(storage())
+            storage = storage() if storage is not None else values
+            tensors.append((values, address, storage, storage.data_ptr()))
     else:
         pinned.append(memoryview(values))
 
 
 def moved(tensors):
     """The first prepared tensor whose memory moved since the preparation, or None."""
-    for tensor, address in tensors:
-        if tensor.data_ptr() != address:
+    for tensor, address, storage, storage_address in tensors:
+        if tensor.data_ptr() != address or storage.data_ptr() != storage_address:
             return tensor
     return None
 
@@ -109,8 +109,8 @@ class Prepared:
                 or (self._extend and (type(extend_num_tokens) is not int
                                       or extend_num_tokens < 0))):
             self._refuse(batch, extend_num_tokens)
-        for tensor, address in self._tensors:
-            if tensor.data_ptr() != address:
+        for tensor, address, storage, storage_address in self._tensors:
+            if tensor.data_ptr() != address or storage.data_ptr() != storage_address:
                 self._refuse(batch, extend_num_tokens)
         pool = self._pool
         handle = pool._handle or pool.handle
