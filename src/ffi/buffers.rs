@@ -50,6 +50,17 @@ pub(crate) fn span<'a, T>(ptr: *const T, len: usize, name: &'a str) -> Span<'a> 
     (ptr.cast(), bytes, name)
 }
 
+/// [`span`] of an index buffer whose element width is known only at run time (a device
+/// pool's index type: `device::index_align`).
+pub(crate) fn index_span<'a>(
+    ptr: *const c_void,
+    len: usize,
+    width: usize,
+    name: &'a str,
+) -> Span<'a> {
+    span(ptr.cast::<u8>(), len.saturating_mul(width), name)
+}
+
 /// Refuses an output buffer that shares memory with another buffer of the call. A call
 /// reads its inputs again while it writes its outputs: an `out` over `last_loc` turns a
 /// later request's `last_loc` into a slot just handed out, which then continues the wrong

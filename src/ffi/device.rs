@@ -4,7 +4,7 @@
 use std::ffi::c_void;
 
 use super::boundary::{fail, status_of};
-use super::buffers::{disjoint, input, span};
+use super::buffers::{disjoint, index_span, input, span};
 use super::handle::{boxed_into_raw, boxed_ref};
 use super::pool::{kvp_pool, with_device_pool};
 use super::snapshot::{kvp_snapshot, SnapshotObject};
@@ -139,13 +139,12 @@ pub unsafe extern "C" fn kvp_pool_alloc_extend_async(
         tri!(check_device_ptr(last_loc, batch_size, align, "last_loc"));
         tri!(check_device_ptr(out, out_len, align, "out"));
         // (The kernel reads last_loc and the lengths while it writes out.)
-        let bytes = |n: usize| n.saturating_mul(align);
         tri!(disjoint(
-            &[span(out.cast_const().cast::<u8>(), bytes(out_len), "out")],
+            &[index_span(out.cast_const(), out_len, align, "out")],
             &[
                 span(prefix_lens, batch_size, "prefix_lens"),
                 span(seq_lens, batch_size, "seq_lens"),
-                span(last_loc.cast::<u8>(), bytes(batch_size), "last_loc"),
+                index_span(last_loc, batch_size, align, "last_loc"),
             ],
         ));
         // SAFETY: forwarded caller contract.
@@ -191,12 +190,11 @@ pub unsafe extern "C" fn kvp_pool_alloc_decode_async(
         tri!(check_device_ptr(seq_lens.cast(), batch_size, 8, "seq_lens"));
         tri!(check_device_ptr(last_loc, batch_size, align, "last_loc"));
         tri!(check_device_ptr(out, out_len, align, "out"));
-        let bytes = |n: usize| n.saturating_mul(align);
         tri!(disjoint(
-            &[span(out.cast_const().cast::<u8>(), bytes(out_len), "out")],
+            &[index_span(out.cast_const(), out_len, align, "out")],
             &[
                 span(seq_lens, batch_size, "seq_lens"),
-                span(last_loc.cast::<u8>(), bytes(batch_size), "last_loc"),
+                index_span(last_loc, batch_size, align, "last_loc"),
             ],
         ));
         // SAFETY: forwarded caller contract.

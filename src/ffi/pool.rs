@@ -679,20 +679,15 @@ unsafe fn alloc_extend_typed<I: SlotIndex>(
 ) -> kvp_status {
     // SAFETY (all four): forwarded caller contract of `kvp_pool_alloc_extend`.
     let op = PoolOp::AllocExtend;
-    let width = std::mem::size_of::<I>();
     buffer!(
         pool,
         op,
         disjoint(
-            &[span(out.cast::<u8>(), out_len.saturating_mul(width), "out")],
+            &[span(out.cast_const().cast::<I>(), out_len, "out")],
             &[
                 span(prefix_lens, batch_size, "prefix_lens"),
                 span(seq_lens, batch_size, "seq_lens"),
-                span(
-                    last_loc.cast::<u8>(),
-                    batch_size.saturating_mul(width),
-                    "last_loc"
-                ),
+                span(last_loc.cast::<I>(), batch_size, "last_loc"),
             ],
         )
     );
@@ -780,19 +775,14 @@ unsafe fn alloc_decode_typed<I: SlotIndex>(
 ) -> kvp_status {
     // SAFETY (all three): forwarded caller contract of `kvp_pool_alloc_decode`.
     let op = PoolOp::AllocDecode;
-    let width = std::mem::size_of::<I>();
     buffer!(
         pool,
         op,
         disjoint(
-            &[span(out.cast::<u8>(), out_len.saturating_mul(width), "out")],
+            &[span(out.cast_const().cast::<I>(), out_len, "out")],
             &[
                 span(seq_lens, batch_size, "seq_lens"),
-                span(
-                    last_loc.cast::<u8>(),
-                    batch_size.saturating_mul(width),
-                    "last_loc"
-                ),
+                span(last_loc.cast::<I>(), batch_size, "last_loc"),
             ],
         )
     );

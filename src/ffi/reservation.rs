@@ -5,7 +5,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 
 use super::boundary::{fail, ffi_boundary, status_of};
-use super::buffers::{disjoint, input, input_indices, output_indices, span};
+use super::buffers::{disjoint, index_span, input, input_indices, output_indices, span};
 use super::device::{check_device_ptr, device_ptr, index_align, stream_of, CUstream_st};
 use super::handle::{into_raw, release, share, with_raw, Guarded, HandleKind};
 use super::pool::{kvp_pool, PoolObject};
@@ -313,7 +313,6 @@ unsafe fn step_typed<I: SlotIndex, T: SlotIndex>(
     rows: *const i64,
 ) -> kvp_status {
     let batch = res.batch();
-    let out_len_used = if out.is_null() { 0 } else { out_len };
     let table_mem = table
         .as_ref()
         .map_or((std::ptr::null(), 0, "table.data"), |(t, shape)| {
@@ -322,7 +321,7 @@ unsafe fn step_typed<I: SlotIndex, T: SlotIndex>(
     let rows_mem = span(rows, if table.is_some() { batch } else { 0 }, "rows");
     tri!(disjoint(
         &[
-            span(out.cast_const().cast::<I>(), out_len_used, "out"),
+            span(out.cast_const().cast::<I>(), out_len, "out"),
             table_mem
         ],
         &[rows_mem],
@@ -475,11 +474,6 @@ pub unsafe extern "C" fn kvp_decode_reservation_step_async(
             tri!(check_device_ptr(out, 0, index_align(pool), "out"));
             // (The kernel writes out[i], then reads rows[i] to place the slot in the table.)
             let batch = res.batch();
-            let out_bytes = if out.is_null() {
-                0
-            } else {
-                batch.saturating_mul(index_align(pool))
-            };
             let (table_mem, rows_mem) = match &table {
                 Some((t, shape, index)) => {
                     (table_span_of(t, shape, *index), span(rows, batch, "rows"))
@@ -491,7 +485,7 @@ pub unsafe extern "C" fn kvp_decode_reservation_step_async(
             };
             tri!(disjoint(
                 &[
-                    span(out.cast_const().cast::<u8>(), out_bytes, "out"),
+                    index_span(out.cast_const(), batch, index_align(pool), "out"),
                     table_mem
                 ],
                 &[rows_mem],

@@ -4,7 +4,7 @@
 use std::ffi::c_void;
 
 use super::boundary::{fail, status_of};
-use super::buffers::{disjoint, input, output, output_indices, span, Span};
+use super::buffers::{disjoint, index_span, input, output, output_indices, span, Span};
 use super::device::{check_device_ptr, device_ptr, index_align, stream_of, CUstream_st};
 use super::pool::{kvp_pool, with_device_pool, with_pool};
 use super::status::kvp_status;
@@ -153,16 +153,14 @@ unsafe fn extend_rows_typed<I: SlotIndex, T: SlotIndex>(
     out_len: usize,
 ) -> kvp_status {
     let op = PoolOp::AllocExtend;
-    let out_span = span(
-        out.cast_const().cast::<I>(),
-        if out.is_null() { 0 } else { out_len },
-        "out",
-    );
     buffer!(
         pool,
         op,
         disjoint(
-            &[out_span, table_span::<T>(&t, &shape)],
+            &[
+                span(out.cast_const().cast::<I>(), out_len, "out"),
+                table_span::<T>(&t, &shape),
+            ],
             &[
                 span(rows, batch_size, "rows"),
                 span(prefix_lens, batch_size, "prefix_lens"),
@@ -263,16 +261,14 @@ unsafe fn decode_rows_typed<I: SlotIndex, T: SlotIndex>(
     out_len: usize,
 ) -> kvp_status {
     let op = PoolOp::AllocDecode;
-    let out_span = span(
-        out.cast_const().cast::<I>(),
-        if out.is_null() { 0 } else { out_len },
-        "out",
-    );
     buffer!(
         pool,
         op,
         disjoint(
-            &[out_span, table_span::<T>(&t, &shape)],
+            &[
+                span(out.cast_const().cast::<I>(), out_len, "out"),
+                table_span::<T>(&t, &shape),
+            ],
             &[
                 span(rows, batch_size, "rows"),
                 span(seq_lens, batch_size, "seq_lens"),
@@ -576,14 +572,9 @@ pub unsafe extern "C" fn kvp_pool_alloc_extend_rows_async(
         ));
         tri!(check_device_ptr(seq_lens.cast(), batch_size, 8, "seq_lens"));
         tri!(check_device_ptr(out, 0, index_align(pool), "out"));
-        let out_bytes = if out.is_null() {
-            0
-        } else {
-            out_len.saturating_mul(index_align(pool))
-        };
         tri!(disjoint(
             &[
-                span(out.cast_const().cast::<u8>(), out_bytes, "out"),
+                index_span(out.cast_const(), out_len, index_align(pool), "out"),
                 table_span_of(&t, &shape, table_type),
             ],
             &[
@@ -636,14 +627,9 @@ pub unsafe extern "C" fn kvp_pool_alloc_decode_rows_async(
         tri!(check_device_ptr(rows.cast(), batch_size, 8, "rows"));
         tri!(check_device_ptr(seq_lens.cast(), batch_size, 8, "seq_lens"));
         tri!(check_device_ptr(out, 0, index_align(pool), "out"));
-        let out_bytes = if out.is_null() {
-            0
-        } else {
-            out_len.saturating_mul(index_align(pool))
-        };
         tri!(disjoint(
             &[
-                span(out.cast_const().cast::<u8>(), out_bytes, "out"),
+                index_span(out.cast_const(), out_len, index_align(pool), "out"),
                 table_span_of(&t, &shape, table_type),
             ],
             &[
