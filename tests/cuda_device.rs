@@ -13,7 +13,7 @@ use kvpool::cuda::{DevicePool, DeviceSnapshot};
 use kvpool::ffi::*;
 use kvpool::{BackendKind, ErrorKind, IndexType, Pool, PoolConfig};
 
-use gpu::{DevBuf, Event, Gpu, PoolImage, Spinner};
+use gpu::{page_words_on_device, DevBuf, Event, Gpu, PoolImage, Spinner};
 
 fn config(backend: BackendKind, ps: u32) -> PoolConfig {
     PoolConfig {
@@ -473,15 +473,6 @@ fn a_snapshot_taken_while_faulted_is_not_restored() {
     }
 }
 
-/// Every page word of a device pool, read back (tests only).
-fn page_words_on_device(device: &DevicePool) -> Vec<u32> {
-    let layout = device.debug_layout();
-    gpu::read_device(
-        layout.block + layout.state as u64,
-        layout.num_pages as usize + 1,
-    )
-}
-
 /// The allocated pages of a device pool (tests only).
 fn allocated_pages_on_device(device: &DevicePool) -> usize {
     page_words_on_device(device)
@@ -829,6 +820,22 @@ fn refusal_pool(ps: u32) -> DevicePool {
     .unwrap()
 }
 
+/// Every kernel family a refusal test must reach (`families_to_reach`) is in `reached`.
+fn assert_reached_every_family(
+    reached: &std::collections::BTreeSet<String>,
+    by_row: bool,
+    refused: usize,
+) {
+    let how = if by_row { " by row" } else { "" };
+    eprintln!("{refused} refused calls{how}; kernels reached: {reached:?}");
+    for family in families_to_reach(by_row) {
+        assert!(
+            reached.contains(&family),
+            "no call{how} reached {family}: {reached:?}"
+        );
+    }
+}
+
 /// The kernel families the refusal tests must reach (`family`), plain or by row.
 fn families_to_reach(by_row: bool) -> Vec<String> {
     let mut want = vec![
@@ -955,13 +962,7 @@ fn every_allocation_kernel_refuses_disagreeing_device_lengths_and_changes_nothin
         }
         gpu.sync();
     }
-    eprintln!("{refused} refused calls; kernels reached: {reached:?}");
-    for family in families_to_reach(false) {
-        assert!(
-            reached.contains(&family),
-            "no call reached {family}: {reached:?}"
-        );
-    }
+    assert_reached_every_family(&reached, false, refused);
 }
 
 /// The same by request row (`alloc_extend_rows`, `alloc_decode_rows`): call A writes its
@@ -1080,13 +1081,7 @@ fn every_allocation_kernel_by_row_refuses_disagreeing_device_lengths_and_changes
             gpu.sync();
         }
     }
-    eprintln!("{refused} refused calls by row; kernels reached: {reached:?}");
-    for family in families_to_reach(true) {
-        assert!(
-            reached.contains(&family),
-            "no call by row reached {family}: {reached:?}"
-        );
-    }
+    assert_reached_every_family(&reached, true, refused);
 }
 
 /// A free by row of an int32 pool from an int64 table whose entries the pool's index type

@@ -451,6 +451,15 @@ impl Tables {
     }
 }
 
+/// Every page word of a device pool, read back.
+pub fn page_words_on_device(device: &kvpool::cuda::DevicePool) -> Vec<u32> {
+    let layout = device.debug_layout();
+    read_device(
+        layout.block + layout.state as u64,
+        layout.num_pages as usize + 1,
+    )
+}
+
 /// A device pool's state as the next call sees it, read back (synchronize the pool's stream
 /// first): the cursor the next call reads, the free pages in ring order from the head, the
 /// staged pages, every page's kind, and each allocated page's fill point. What a refused
@@ -484,7 +493,7 @@ impl PoolImage {
             .map(|i| ring[(cursor[0] as usize + i) % pages])
             .collect();
         let staged = read_device(at(layout.staged), cursor[2] as usize);
-        let words: Vec<u32> = read_device(at(layout.state), pages + 1);
+        let words = page_words_on_device(device);
         let fills: Vec<u64> = if device.page_size() > 1 {
             read_device(at(layout.fill), pages + 1)
         } else {
