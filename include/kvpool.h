@@ -267,6 +267,13 @@ enum kvp_status {
   KVP_STATUS_CUDA_UNAVAILABLE = 60,
   /**
    * A CUDA driver call failed; the message names the call and its `CUresult`.
+   *
+   * A device call whose kernels were only partly enqueued (a launch after its first
+   * failed: the earlier ones run, and the host did not record what they change) leaves
+   * the pool refusing work with this status, naming that call, until
+   * `kvp_pool_clear_async` or `kvp_pool_restore_state_async` (any snapshot: none can be
+   * taken after such a call). Without that, the next call could read a cursor the
+   * queued kernels moved and hand the same slots out twice.
    */
   KVP_STATUS_CUDA_ERROR = 61,
   /**
@@ -1872,14 +1879,16 @@ enum kvp_status kvp_pool_restore_state_async(struct kvp_pool *pool,
 /**
  * Reports what the device found, without synchronizing: `KVP_STATUS_OK`, or
  * `KVP_STATUS_DEVICE_FAULT` with a message naming the call, the element and its value —
- * while the pool is faulted, and once more for a fault from before the last clear/restore.
- * A fault in a call the stream has not reached yet is not visible yet: synchronize the
+ * while the pool is faulted, and once more for a fault from before the last clear/restore;
+ * `KVP_STATUS_CUDA_ERROR` while it refuses work after a call only partly enqueued (see
+ * `KVP_STATUS_CUDA_ERROR`). A fault in a call the stream has not reached yet is not visible yet: synchronize the
  * stream first to check everything enqueued so far.
  *
  * # Safety
  * `pool` a live pool or NULL.
  */
-KVP_NODISCARD enum kvp_status kvp_pool_check_device(struct kvp_pool *pool);
+KVP_NODISCARD
+enum kvp_status kvp_pool_check_device(struct kvp_pool *pool);
 
 /**
  * Writes the free token slots to `*out_tokens` and whether that number is exact to

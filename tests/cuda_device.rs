@@ -473,6 +473,119 @@ fn a_snapshot_taken_while_faulted_is_not_restored() {
     }
 }
 
+/// A call whose kernels were only partly enqueued (a launch after its first failed; here
+/// made to fail by `debug_fail_launch`) blocks the pool until a restore or clear. Its queued
+/// kernels run: an extend by row of 2,049 requests (gather, extend, scatter) whose scatter
+/// fails has taken its pages and moved the cursor the host did not flip to, so the next call
+/// would have read the old cursor and handed the same pages out again; a paged free of more
+/// than `SORT_CAP` indices (claim, release) whose release fails leaves its pages claimed.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_call_only_partly_enqueued_blocks_the_pool_until_recovered() {
+    let gpu = Gpu::new(false);
+    let pages = 8192usize;
+    let mut device = DevicePool::new(PoolConfig {
+        size: pages as u64 * 16,
+        ..config(CUDA0, 16)
+    })
+    .unwrap();
+    let out = DevBuf::new(8 * pages * 16);
+    let assert_blocked = |device: &mut DevicePool, what: &str| {
+        // SAFETY: `out` holds every slot of the pool.
+        for refused in [
+            unsafe { device.alloc(16, out.ptr, 16, gpu.stream) }.unwrap_err(),
+            unsafe { device.backup_state(gpu.stream) }
+                .map(|_| ())
+                .unwrap_err(),
+            device.check_device().unwrap_err(),
+        ] {
+            assert_eq!(refused.kind(), ErrorKind::CudaError, "{what}: {refused}");
+            assert!(
+                refused.message().contains("refuses work"),
+                "{what}: {refused}"
+            );
+        }
+    };
+
+    // The extend by row: restored.
+    let batch = 2049usize;
+    let kernel = device.debug_extend_kernel(true, batch, false, batch as u64, batch as u64);
+    assert_eq!(family(&kernel), "Grid", "{kernel}");
+    let table = DeviceRows::new(batch, 16);
+    let (prefix_d, seq_d, rows_d) = DevBuf::lengths(batch);
+    let (prefix, seq) = (vec![0i64; batch], vec![1i64; batch]);
+    rows_d.upload(&(0..batch as i64).collect::<Vec<_>>());
+    prefix_d.upload(&prefix);
+    seq_d.upload(&seq);
+    gpu.sync();
+    let before = PoolImage::of(&device);
+    // SAFETY: the buffers hold what the calls say; synchronized below.
+    unsafe {
+        let snapshot = device.backup_state(gpu.stream).unwrap();
+        device.debug_fail_launch(2);
+        let err = device
+            .alloc_extend_rows(
+                table.desc,
+                rows_d.ptr,
+                &prefix,
+                &seq,
+                prefix_d.ptr,
+                seq_d.ptr,
+                batch as u64,
+                0,
+                0,
+                gpu.stream,
+            )
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::CudaError, "{err}");
+        assert!(
+            err.message().contains("enqueued 2 of its 3 kernels"),
+            "{err}"
+        );
+        gpu.sync();
+        assert_eq!(
+            allocated_pages_on_device(&device),
+            batch,
+            "the queued extend kernel took its pages"
+        );
+        assert_blocked(&mut device, "extend by row");
+        device.restore_state(&snapshot, gpu.stream).unwrap();
+        gpu.sync();
+        assert_eq!(kind_of(device.check_device()), Ok(()));
+        if let Some(change) = before.difference(&PoolImage::of(&device)) {
+            panic!("the restore did not give back the snapshot's state: {change}");
+        }
+    }
+
+    // The free by index: cleared. Every page allocated, then all freed in one call.
+    let slots = pages * 16;
+    // SAFETY: `out` holds every slot; synchronized below.
+    unsafe {
+        device.alloc(slots, out.ptr, slots, gpu.stream).unwrap();
+        device.debug_fail_launch(1);
+        let err = device.free(out.ptr, slots, gpu.stream).unwrap_err();
+        assert!(
+            err.message().contains("enqueued 1 of its 2 kernels"),
+            "{err}"
+        );
+        gpu.sync();
+        assert_eq!(
+            allocated_pages_on_device(&device),
+            0,
+            "the queued claim kernel claimed every page"
+        );
+        assert_blocked(&mut device, "free by index");
+        device.clear(gpu.stream).unwrap();
+        // Every page once more, each once.
+        device.alloc(slots, out.ptr, slots, gpu.stream).unwrap();
+        gpu.sync();
+    }
+    assert_eq!(kind_of(device.check_device()), Ok(()));
+    let mut got: Vec<i64> = out.download(slots);
+    got.sort_unstable();
+    assert_eq!(got, (16..16 * (pages as i64 + 1)).collect::<Vec<_>>());
+}
+
 /// The allocated pages of a device pool (tests only).
 fn allocated_pages_on_device(device: &DevicePool) -> usize {
     page_words_on_device(device)

@@ -232,7 +232,7 @@ pub enum DeviceOp {
 }
 
 impl DeviceOp {
-    fn from_raw(raw: u32) -> Option<Self> {
+    pub(super) fn from_raw(raw: u32) -> Option<Self> {
         Some(match raw {
             1 => Self::Alloc,
             2 => Self::AllocExtend,

@@ -485,6 +485,15 @@ pub struct DevicePool {
     seen_fault: Cell<Option<([u64; 4], u64)>>,
     /// The fault most recently reported by [`check_device`](Self::check_device).
     reported_fault: u64,
+    /// Why the pool refuses work after a call whose kernels were only partly enqueued (a
+    /// launch after its first failed): the queued ones run and may change the pool in ways
+    /// the host did not record — a cursor moved under the host's parity would let the next
+    /// call hand the same pages out again. Cleared by a clear or a restore, which rewrite
+    /// the whole state.
+    broken: Option<String>,
+    /// Test hook ([`debug_fail_launch`](Self::debug_fail_launch)): the launch of the next
+    /// call with this position fails.
+    fail_launch: Option<usize>,
     /// The device's SMs: a segment free of more blocks runs its two-blocks-an-SM kernel.
     multiprocessors: u32,
     /// Whether decodes of more than `DECODE_BATCH` requests run on a thread block cluster:
@@ -595,6 +604,8 @@ impl DevicePool {
             recovered_at: 0,
             seen_fault: Cell::new(None),
             reported_fault: 0,
+            broken: None,
+            fail_launch: None,
             multiprocessors,
             clusters,
             context,
@@ -837,9 +848,13 @@ impl DevicePool {
 
     /// Reports a fault the device detected: `Err(DeviceFault)` (or `Err(UnorderedStreams)`
     /// from the stream-order debug check) while the pool is faulted, and once for a fault
-    /// from before the last clear/restore. Never synchronizes, so a fault in a call the
+    /// from before the last clear/restore; `Err(CudaError)` while a call only partly
+    /// enqueued blocks the pool. Never synchronizes, so a fault in a call the
     /// stream has not reached yet is not seen yet.
     pub fn check_device(&mut self) -> Result<(), PoolError> {
+        if let Some(err) = self.broken_error() {
+            return Err(err);
+        }
         if let Some((seq, fault)) = self.blocking_fault_seq() {
             return Err(self.fault_error(seq, &fault, "", ""));
         }
@@ -903,14 +918,8 @@ impl DevicePool {
         self.context.bind()?;
         self.context.check_stream(stream)?;
         if !recovering {
-            if let Some((seq, fault)) = self.blocking_fault_seq() {
-                return Err(self.fault_error(
-                    seq,
-                    &fault,
-                    "the pool is faulted and refuses work until kvp_pool_clear_async or \
-                     kvp_pool_restore_state_async: ",
-                    "",
-                ));
+            if let Some(err) = self.refusal() {
+                return Err(err);
             }
         }
         self.catch_up();
@@ -1007,6 +1016,7 @@ impl DevicePool {
         if self.debug != 0 {
             self.debug_before(&view, &call, stream)?;
         }
+        let fail_at = self.fail_launch.take();
         for (i, l) in launches.iter().enumerate() {
             // On the stack, not a heap allocation per launch (too small to see beside the
             // launch's own spread: run s25-1, BENCHMARKS.md).
@@ -1015,14 +1025,14 @@ impl DevicePool {
             args[0] = arg(&view);
             args[1] = arg(&call);
             args[2..].copy_from_slice(l.extra);
+            // A grid of no blocks: the driver refuses the launch (the test hook's failure).
+            let grid = if fail_at == Some(i) { 0 } else { l.grid };
             // SAFETY: forwarded contract.
             let launched =
-                unsafe { launch_shared(l.function, l.grid, l.block, l.shared, stream, args) };
+                unsafe { launch_shared(l.function, grid, l.block, l.shared, stream, args) };
             if let Err(err) = launched {
                 if i > 0 {
-                    // Earlier kernels of the call are queued (a broken context, in
-                    // practice): released memory must still wait for them.
-                    let _ = self.last_use.mark(stream);
+                    return Err(self.break_call(&call, i, launches.len(), &err, stream));
                 }
                 return Err(err);
             }
@@ -1037,6 +1047,66 @@ impl DevicePool {
         }
         self.counts.record(call.seq, step);
         Ok(())
+    }
+
+    /// A call whose launch `failed` of `total` failed after its first: the earlier ones are
+    /// queued and will run, so the pool stops taking work until a clear or restore
+    /// ([`broken`](Self::broken)); released memory must still wait for those kernels.
+    #[cold]
+    fn break_call(
+        &mut self,
+        call: &Call,
+        failed: usize,
+        total: usize,
+        err: &PoolError,
+        stream: CUstream,
+    ) -> PoolError {
+        let _ = self.last_use.mark(stream);
+        let why = format!(
+            "call #{} ({}) enqueued {failed} of its {total} kernels before a launch failed \
+             ({}); the queued ones run, and what they change is not recorded",
+            call.seq,
+            DeviceOp::from_raw(call.op).map_or("an internal call", DeviceOp::name),
+            err.message()
+        );
+        let error = PoolError::new(
+            ErrorKind::CudaError,
+            format!("{why}: the pool refuses work until {RECOVERY}"),
+        );
+        self.broken = Some(why);
+        error
+    }
+
+    /// Why the pool refuses work now, if it does: a fault a call after the last recovery
+    /// recorded, or a call only partly enqueued (`broken`).
+    fn refusal(&self) -> Option<PoolError> {
+        if let Some(err) = self.broken_error() {
+            return Some(err);
+        }
+        let (seq, fault) = self.blocking_fault_seq()?;
+        Some(self.fault_error(
+            seq,
+            &fault,
+            &format!("the pool is faulted and refuses work until {RECOVERY}: "),
+            "",
+        ))
+    }
+
+    /// The refusal of a pool whose call was only partly enqueued (`broken`).
+    fn broken_error(&self) -> Option<PoolError> {
+        let why = self.broken.as_ref()?;
+        Some(PoolError::new(
+            ErrorKind::CudaError,
+            format!("the pool refuses work until {RECOVERY}: {why}"),
+        ))
+    }
+
+    /// Makes the launch at position `launch` (0 the first) of the next call of several
+    /// kernels fail as the driver fails it (a grid of no blocks: `CUDA_ERROR_INVALID_VALUE`),
+    /// so tests can show what a call only partly enqueued leaves.
+    #[doc(hidden)]
+    pub fn debug_fail_launch(&mut self, launch: usize) {
+        self.fail_launch = Some(launch);
     }
 
     fn retag(&mut self, stream: CUstream) -> Result<(), PoolError> {
@@ -1096,8 +1166,15 @@ impl DevicePool {
                 &[],
             )
         }?;
+        self.recovered()
+    }
+
+    /// After a clear or restore is enqueued: faults of earlier calls and a call only partly
+    /// enqueued no longer block, and no group is open.
+    fn recovered(&mut self) -> Result<(), PoolError> {
         self.recovered_at = self.calls;
         self.group_open = false;
+        self.broken = None;
         Ok(())
     }
 
@@ -2071,7 +2148,7 @@ impl DevicePool {
             // A faulted pool's open group is abandoned (its end is refused like any work,
             // and the snapshot, taken with no group open, has none): restoring is the
             // documented recovery and must not need a clear.
-            if self.group_open && self.blocking_fault().is_none() {
+            if self.group_open && self.refusal().is_none() {
                 return fail(
                     ErrorKind::InvalidState,
                     "cannot restore a snapshot while a free group is open",
@@ -2094,14 +2171,15 @@ impl DevicePool {
                     &[arg(&source)],
                 )
             }?;
-            self.recovered_at = self.calls;
-            self.group_open = false;
             self.stats.restores += 1;
-            Ok(())
+            self.recovered()
         })();
         self.record_outcome(result)
     }
 }
+
+/// What ends a refusal of work (a fault, a call only partly enqueued), as messages name it.
+const RECOVERY: &str = "kvp_pool_clear_async or kvp_pool_restore_state_async";
 
 /// The most parameters a kernel takes after `(View, Call)` (`Launch::extra`): twelve, in
 /// `kvp_reserve_decode_*`; a launch with more panics in `run_call`, caught at the C boundary

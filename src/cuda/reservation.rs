@@ -374,14 +374,8 @@ impl DevicePool {
     ) -> Result<(), PoolError> {
         self.context.bind()?;
         self.context.check_stream(stream)?;
-        if let Some((seq, fault)) = self.blocking_fault_seq() {
-            return Err(self.fault_error(
-                seq,
-                &fault,
-                "the pool is faulted and refuses work until kvp_pool_clear_async or \
-                 kvp_pool_restore_state_async: ",
-                "",
-            ));
+        if let Some(err) = self.refusal() {
+            return Err(err);
         }
         self.check_reservation(res)?;
         if out == 0 && table.is_none() {

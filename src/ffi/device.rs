@@ -456,8 +456,9 @@ pub unsafe extern "C" fn kvp_pool_restore_state_async(
 
 /// Reports what the device found, without synchronizing: `KVP_STATUS_OK`, or
 /// `KVP_STATUS_DEVICE_FAULT` with a message naming the call, the element and its value —
-/// while the pool is faulted, and once more for a fault from before the last clear/restore.
-/// A fault in a call the stream has not reached yet is not visible yet: synchronize the
+/// while the pool is faulted, and once more for a fault from before the last clear/restore;
+/// `KVP_STATUS_CUDA_ERROR` while it refuses work after a call only partly enqueued (see
+/// `KVP_STATUS_CUDA_ERROR`). A fault in a call the stream has not reached yet is not visible yet: synchronize the
 /// stream first to check everything enqueued so far.
 ///
 /// # Safety

@@ -60,6 +60,13 @@ pub enum kvp_status {
     /// Never a crash: the library loads the driver only when a device pool is created.
     CudaUnavailable = 60,
     /// A CUDA driver call failed; the message names the call and its `CUresult`.
+    ///
+    /// A device call whose kernels were only partly enqueued (a launch after its first
+    /// failed: the earlier ones run, and the host did not record what they change) leaves
+    /// the pool refusing work with this status, naming that call, until
+    /// `kvp_pool_clear_async` or `kvp_pool_restore_state_async` (any snapshot: none can be
+    /// taken after such a call). Without that, the next call could read a cursor the
+    /// queued kernels moved and hand the same slots out twice.
     CudaError = 61,
     /// The stream passed to an `*_async` call belongs to another device or context than the
     /// pool (which uses its device's primary context).
