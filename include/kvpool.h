@@ -2206,7 +2206,9 @@ enum kvp_status kvp_pool_alloc(struct kvp_pool *pool,
  * from the host lengths). Failure statuses: `KVP_STATUS_INVALID_LENGTHS`,
  * `KVP_STATUS_BUFFER_TOO_SMALL`, `KVP_STATUS_LAST_LOC_MISMATCH`, `KVP_STATUS_NOT_ALLOCATED`,
  * `KVP_STATUS_INDEX_OUT_OF_RANGE`, `KVP_STATUS_RESERVED_SLOT`, `KVP_STATUS_OUT_OF_SLOTS`,
- * `KVP_STATUS_NULL_ARGUMENT`; `out` is untouched and the pool unchanged.
+ * `KVP_STATUS_NULL_ARGUMENT`; `out` is untouched and the pool unchanged, but for one thing: a
+ * shortage (`KVP_STATUS_OUT_OF_SLOTS`) may first merge staged (`need_sort`) frees, as SGLang
+ * does, so that later allocations get SGLang's pages.
  *
  * Buffers: `prefix_lens`, `seq_lens` hold `batch_size` `int64_t`; `last_loc` holds
  * `batch_size` and `out` holds `out_len` elements of the pool's index type. All are only
@@ -2237,7 +2239,8 @@ enum kvp_status kvp_pool_alloc_extend(struct kvp_pool *pool,
  * Checked before anything is written: `1 <= seq_lens[i] <= size`, `out_len >= batch_size`,
  * `last_loc[i]` allocated with `(last_loc[i] + 2) % page_size == seq_lens[i] % page_size`
  * and its page's last handed-out slot, no two requests writing into the same page, enough free pages. Failure statuses as for
- * `kvp_pool_alloc_extend`; `out` is untouched and the pool unchanged.
+ * `kvp_pool_alloc_extend`; `out` is untouched and the pool unchanged (but for the merge a
+ * shortage may make first, as there).
  *
  * Buffers: `seq_lens` holds `batch_size` `int64_t`; `last_loc` `batch_size` and `out`
  * `out_len` elements of the pool's index type; only used during the call.
@@ -2780,7 +2783,9 @@ void kvp_decode_reservation_free(struct kvp_decode_reservation *reservation);
  * `KVP_STATUS_INVALID_ARGUMENT`), `0 <= rows[i] < table.rows`
  * (`KVP_STATUS_INDEX_OUT_OF_RANGE`), no row twice in one call
  * (`KVP_STATUS_INVALID_ARGUMENT`, naming the second), `seq_lens[i] <= table.row_len`
- * (`KVP_STATUS_BUFFER_TOO_SMALL`). On failure the table, `out` and the pool are unchanged.
+ * (`KVP_STATUS_BUFFER_TOO_SMALL`). On failure the table, `out` and the pool are unchanged
+ * (but for the merge of staged frees a shortage may make first, as for
+ * `kvp_pool_alloc_extend`).
  *
  * # Safety
  * `table` must point to a valid descriptor of host memory; `rows`, `prefix_lens`,

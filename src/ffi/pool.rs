@@ -728,7 +728,9 @@ unsafe fn alloc_extend_typed<I: SlotIndex>(
 /// from the host lengths). Failure statuses: `KVP_STATUS_INVALID_LENGTHS`,
 /// `KVP_STATUS_BUFFER_TOO_SMALL`, `KVP_STATUS_LAST_LOC_MISMATCH`, `KVP_STATUS_NOT_ALLOCATED`,
 /// `KVP_STATUS_INDEX_OUT_OF_RANGE`, `KVP_STATUS_RESERVED_SLOT`, `KVP_STATUS_OUT_OF_SLOTS`,
-/// `KVP_STATUS_NULL_ARGUMENT`; `out` is untouched and the pool unchanged.
+/// `KVP_STATUS_NULL_ARGUMENT`; `out` is untouched and the pool unchanged, but for one thing: a
+/// shortage (`KVP_STATUS_OUT_OF_SLOTS`) may first merge staged (`need_sort`) frees, as SGLang
+/// does, so that later allocations get SGLang's pages.
 ///
 /// Buffers: `prefix_lens`, `seq_lens` hold `batch_size` `int64_t`; `last_loc` holds
 /// `batch_size` and `out` holds `out_len` elements of the pool's index type. All are only
@@ -807,7 +809,8 @@ unsafe fn alloc_decode_typed<I: SlotIndex>(
 /// Checked before anything is written: `1 <= seq_lens[i] <= size`, `out_len >= batch_size`,
 /// `last_loc[i]` allocated with `(last_loc[i] + 2) % page_size == seq_lens[i] % page_size`
 /// and its page's last handed-out slot, no two requests writing into the same page, enough free pages. Failure statuses as for
-/// `kvp_pool_alloc_extend`; `out` is untouched and the pool unchanged.
+/// `kvp_pool_alloc_extend`; `out` is untouched and the pool unchanged (but for the merge a
+/// shortage may make first, as there).
 ///
 /// Buffers: `seq_lens` holds `batch_size` `int64_t`; `last_loc` `batch_size` and `out`
 /// `out_len` elements of the pool's index type; only used during the call.

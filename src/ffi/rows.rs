@@ -208,7 +208,9 @@ unsafe fn extend_rows_typed<I: SlotIndex, T: SlotIndex>(
 /// `KVP_STATUS_INVALID_ARGUMENT`), `0 <= rows[i] < table.rows`
 /// (`KVP_STATUS_INDEX_OUT_OF_RANGE`), no row twice in one call
 /// (`KVP_STATUS_INVALID_ARGUMENT`, naming the second), `seq_lens[i] <= table.row_len`
-/// (`KVP_STATUS_BUFFER_TOO_SMALL`). On failure the table, `out` and the pool are unchanged.
+/// (`KVP_STATUS_BUFFER_TOO_SMALL`). On failure the table, `out` and the pool are unchanged
+/// (but for the merge of staged frees a shortage may make first, as for
+/// `kvp_pool_alloc_extend`).
 ///
 /// # Safety
 /// `table` must point to a valid descriptor of host memory; `rows`, `prefix_lens`,

@@ -50,7 +50,8 @@ pub enum ErrorKind {
     UnorderedStreams,
 }
 
-/// A failed pool operation. The pool is unchanged after any error (all-or-nothing).
+/// A failed pool operation. The pool is unchanged after any error (all-or-nothing), but for
+/// the merge of staged frees an allocation makes before it reports a shortage (as SGLang).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PoolError {
     kind: ErrorKind,

@@ -4,7 +4,9 @@
 //! which arguments are valid, when staged frees are merged, whether a batch fits, what a
 //! free group holds. The free list, page states and index math live in the backend's
 //! storage ([`crate::host::HostStorage`] today). Every public operation is all-or-nothing:
-//! on error the pool, its outputs and its free list are exactly as before.
+//! on error the pool, its outputs and its free list are exactly as before, but for one
+//! thing: an allocation that runs short merges the staged (`need_sort`) frees before it
+//! reports the shortage, as SGLang does (the next allocations then get SGLang's pages).
 
 pub(crate) mod config;
 pub(crate) mod error;

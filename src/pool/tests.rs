@@ -176,6 +176,35 @@ fn need_sort_stages_frees_and_merges_sorted_when_short() {
     assert_eq!(p.free_page_census(), [3]);
 }
 
+/// The one change a refused allocation makes: a shortage merges the staged frees first
+/// (SGLang merges, then returns None), so the pool is then exactly as after an explicit
+/// `merge_and_sort_free`, and the next allocations get SGLang's pages.
+#[test]
+fn a_shortage_merges_staged_frees_first_and_changes_nothing_else() {
+    let staged = || {
+        let mut p = pool(16, 4, true);
+        let all = alloc(&mut p, 16);
+        p.free(&all[8..12]).unwrap();
+        p.free(&all[0..4]).unwrap();
+        p
+    };
+    let mut merged = staged();
+    merged.merge_and_sort_free();
+    for call in 0..3 {
+        let mut p = staged();
+        assert_eq!(p.free_page_census(), [3, 1], "call {call}");
+        let err = match call {
+            0 => p.alloc(12, &mut [0i64; 12]),
+            1 => p.alloc_extend(&[0], &[12], &[-1i64], 12, &mut [0i64; 12]),
+            _ => p.alloc_decode(&[1, 1, 1], &[-1i64; 3], &mut [0i64; 3]),
+        };
+        assert_eq!(kind(err), ErrorKind::OutOfSlots, "call {call}");
+        assert_eq!(p.free_page_census(), [1, 3], "call {call}");
+        assert_eq!(p.digest(), merged.digest(), "call {call}");
+        assert_eq!(p.available_size(), 8, "call {call}");
+    }
+}
+
 #[test]
 fn token_pool_need_sort_merges_only_when_short() {
     let mut p = pool(6, 1, true);
