@@ -1786,7 +1786,7 @@ enum kvp_status kvp_pool_free_pages_async(struct kvp_pool *pool,
  * request's `req_to_token` row), `kvp_pool_free_segment` semantics. The page count is
  * known on the host, so `kvp_pool_available_size` is exact at once. Host checks:
  * `start_pos + len <= row_len` (`KVP_STATUS_BUFFER_TOO_SMALL`), paged `start_pos %
- * page_size == 0` (`KVP_STATUS_UNALIGNED`). Kernel checks: each page allocated, its slots
+ * page_size == 0` (`KVP_STATUS_UNALIGNED`) unless `len == 0` (a no-op). Kernel checks: each page allocated, its slots
  * consecutive and page-aligned in the row; a bad one frees nothing and faults the pool.
  * `row` must stay alive until the stream passes the call. One kernel.
  *
@@ -2302,7 +2302,8 @@ enum kvp_status kvp_pool_free_pages(struct kvp_pool *pool,
  *
  * Failure (`KVP_STATUS_UNALIGNED`, `KVP_STATUS_BUFFER_TOO_SMALL` when the segment passes
  * `row_len`, `KVP_STATUS_INVALID_ARGUMENT` for a non-contiguous page, `KVP_STATUS_DOUBLE_FREE`,
- * ...) frees nothing. `len == 0` is a no-op.
+ * ...) frees nothing. `len == 0` is a no-op at any `start_pos <= row_len`, aligned or not
+ * (SGLang returns on an empty segment before its alignment check).
  *
  * Buffers: `row` holds `row_len` elements of the pool's index type; only used during the
  * call.
@@ -2831,8 +2832,8 @@ enum kvp_status kvp_pool_alloc_decode_rows(struct kvp_pool *pool,
  * Checked: the table descriptor, rows in range (`KVP_STATUS_INDEX_OUT_OF_RANGE`) and
  * distinct (`KVP_STATUS_INVALID_ARGUMENT`), `0 <= starts[i] <= ends[i] <= row_len`
  * (`KVP_STATUS_INVALID_LENGTHS`), then each segment as by `kvp_pool_free_segment`
- * (paged pools: `starts[i] % page_size == 0`, each page's slots contiguous; a segment
- * ending mid-page frees its page), and no page named by two rows
+ * (paged pools: `starts[i] % page_size == 0` unless the segment is empty, each page's slots
+ * contiguous; a segment ending mid-page frees its page), and no page named by two rows
  * (`KVP_STATUS_DOUBLE_FREE`). The table itself is never modified.
  *
  * # Safety

@@ -1809,15 +1809,15 @@ impl DevicePool {
                     format!("segment {start_pos}..{start_pos}+{len} lies outside the row of {row_len} slots"),
                 );
             }
+            if len == 0 {
+                return Ok(()); // wherever it starts, as the host pool (and SGLang)
+            }
             let ps = self.layout.page_size as usize;
             if self.layout.is_paged() && !start_pos.is_multiple_of(ps) {
                 return fail(
                     ErrorKind::Unaligned,
                     format!("start_pos {start_pos} is not a multiple of page_size {ps}"),
                 );
-            }
-            if len == 0 {
-                return Ok(());
             }
             let pages = len.div_ceil(ps) as u64;
             if pages > u64::from(self.layout.num_pages) {

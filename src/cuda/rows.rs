@@ -503,7 +503,8 @@ impl DevicePool {
         let ps = u64::from(self.layout.page_size);
         let (mut pages, mut virt_len) = (0u64, 0u64);
         for (i, (&s, &e)) in starts_host.iter().zip(ends_host).enumerate() {
-            if ps > 1 && !(s as u64).is_multiple_of(ps) {
+            // (An empty segment frees nothing, wherever it starts: as the host pool.)
+            if ps > 1 && e > s && !(s as u64).is_multiple_of(ps) {
                 return fail(
                     ErrorKind::Unaligned,
                     format!("starts[{i}] = {s} is not a multiple of page_size {ps}"),

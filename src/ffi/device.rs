@@ -306,7 +306,7 @@ pub unsafe extern "C" fn kvp_pool_free_pages_async(
 /// request's `req_to_token` row), `kvp_pool_free_segment` semantics. The page count is
 /// known on the host, so `kvp_pool_available_size` is exact at once. Host checks:
 /// `start_pos + len <= row_len` (`KVP_STATUS_BUFFER_TOO_SMALL`), paged `start_pos %
-/// page_size == 0` (`KVP_STATUS_UNALIGNED`). Kernel checks: each page allocated, its slots
+/// page_size == 0` (`KVP_STATUS_UNALIGNED`) unless `len == 0` (a no-op). Kernel checks: each page allocated, its slots
 /// consecutive and page-aligned in the row; a bad one frees nothing and faults the pool.
 /// `row` must stay alive until the stream passes the call. One kernel.
 ///

@@ -931,7 +931,8 @@ unsafe fn free_segment_typed<I: SlotIndex>(
 ///
 /// Failure (`KVP_STATUS_UNALIGNED`, `KVP_STATUS_BUFFER_TOO_SMALL` when the segment passes
 /// `row_len`, `KVP_STATUS_INVALID_ARGUMENT` for a non-contiguous page, `KVP_STATUS_DOUBLE_FREE`,
-/// ...) frees nothing. `len == 0` is a no-op.
+/// ...) frees nothing. `len == 0` is a no-op at any `start_pos <= row_len`, aligned or not
+/// (SGLang returns on an empty segment before its alignment check).
 ///
 /// Buffers: `row` holds `row_len` elements of the pool's index type; only used during the
 /// call.

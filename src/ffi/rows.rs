@@ -350,8 +350,8 @@ unsafe fn free_rows_typed<T: SlotIndex>(
 /// Checked: the table descriptor, rows in range (`KVP_STATUS_INDEX_OUT_OF_RANGE`) and
 /// distinct (`KVP_STATUS_INVALID_ARGUMENT`), `0 <= starts[i] <= ends[i] <= row_len`
 /// (`KVP_STATUS_INVALID_LENGTHS`), then each segment as by `kvp_pool_free_segment`
-/// (paged pools: `starts[i] % page_size == 0`, each page's slots contiguous; a segment
-/// ending mid-page frees its page), and no page named by two rows
+/// (paged pools: `starts[i] % page_size == 0` unless the segment is empty, each page's slots
+/// contiguous; a segment ending mid-page frees its page), and no page named by two rows
 /// (`KVP_STATUS_DOUBLE_FREE`). The table itself is never modified.
 ///
 /// # Safety

@@ -551,9 +551,9 @@ impl HostStorage {
     }
 
     /// Validates a segment `row[start_pos .. start_pos + len]` of one request's slot row and
-    /// appends the pages it frees. Paged pools need `start_pos % page_size == 0` and each
-    /// page's tokens contiguous in the row; the whole last page is freed even if the segment
-    /// ends inside it. Changes nothing.
+    /// appends the pages it frees. Paged pools need `start_pos % page_size == 0` (unless
+    /// `len == 0`) and each page's tokens contiguous in the row; the whole last page is freed
+    /// even if the segment ends inside it. Changes nothing.
     pub fn collect_segment_frees<I: SlotIndex>(
         &mut self,
         row: &[I],
@@ -574,6 +574,11 @@ impl HostStorage {
         let segment = &row[start_pos..end];
         if !self.layout.is_paged() {
             return self.collect_named_frees(segment, ("row", start_pos), pages);
+        }
+        if len == 0 {
+            // Nothing to free, wherever it starts (SGLang returns on an empty segment before
+            // its alignment check).
+            return Ok(());
         }
         let ps = self.layout.page_size as usize;
         if !start_pos.is_multiple_of(ps) {

@@ -345,6 +345,7 @@ impl Pool {
     /// ([`free_segment`](Pool::free_segment) of each row, in batch order, as one call:
     /// either every segment is freed or none). Rows must be in the table and distinct;
     /// `0 <= starts[i] <= ends[i] <= row_len`; paged pools need `starts[i] % page_size == 0`
+    /// unless the segment is empty
     /// (a segment ending mid-page frees that page). A page named by two rows (a shared
     /// prefix still referenced elsewhere) is a double free. The table is not modified.
     pub fn free_rows<T: SlotIndex>(

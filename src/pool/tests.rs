@@ -311,6 +311,12 @@ fn free_segment_checks_alignment_and_contiguity() {
     let row = extend(&mut p, &[0], &[10], &[-1]); // pages 1, 2, 3 (tail of 2)
     assert_eq!(kind(p.free_segment(&row, 2, 8)), ErrorKind::Unaligned);
     assert_eq!(kind(p.free_segment(&row, 4, 7)), ErrorKind::BufferTooSmall);
+    // An empty segment frees nothing wherever it starts (SGLang returns before its
+    // alignment check), but still within the row.
+    let digest = p.digest();
+    p.free_segment(&row, 3, 0).unwrap();
+    assert_eq!(p.digest(), digest);
+    assert_eq!(kind(p.free_segment(&row, 11, 0)), ErrorKind::BufferTooSmall);
     let mut broken = row.clone();
     broken[5] = 30;
     assert_eq!(
