@@ -56,8 +56,9 @@ pub(crate) fn index_align(pool: &DevicePool) -> usize {
 /// and returns whole pages.
 ///
 /// Checked on the host, before anything is enqueued (failure enqueues nothing and changes
-/// nothing): alignment, `out_len`, shortage (`KVP_STATUS_OUT_OF_SLOTS`). Enqueues one kernel
-/// (two when the shortage check merges staged frees, as SGLang does). `out` must stay alive
+/// nothing, but for a shortage, which may first enqueue the merge of staged `need_sort`
+/// frees, as SGLang does): alignment, `out_len`, shortage (`KVP_STATUS_OUT_OF_SLOTS`).
+/// Enqueues one kernel (two when the shortage check merges staged frees). `out` must stay alive
 /// until the stream passes the call.
 ///
 /// # Safety
@@ -89,8 +90,9 @@ pub unsafe extern "C" fn kvp_pool_alloc_async(
 /// reads `prefix_lens`, `seq_lens` and `last_loc` (device) and writes `out` (device).
 ///
 /// Checked on the host before anything is enqueued: lengths (`KVP_STATUS_INVALID_LENGTHS`),
-/// `out_len` (`KVP_STATUS_BUFFER_TOO_SMALL`), shortage (`KVP_STATUS_OUT_OF_SLOTS`), NULLs,
-/// alignment, the stream (`KVP_STATUS_WRONG_STREAM`). Checked by the kernel: each
+/// `out_len` (`KVP_STATUS_BUFFER_TOO_SMALL`), shortage (`KVP_STATUS_OUT_OF_SLOTS`; the merge
+/// of staged frees the shortage check may make first stays enqueued, as for
+/// `kvp_pool_alloc_async`), NULLs, alignment, the stream (`KVP_STATUS_WRONG_STREAM`). Checked by the kernel: each
 /// `last_loc` (allocated, consistent with its prefix, its page's last handed-out slot — see
 /// `kvp_pool_rewind` — no page extended twice), and that the device lengths add up to the
 /// host plan (a stale device copy: the fault names the first request that runs past the
