@@ -395,8 +395,10 @@ impl PrefillAdder {
             .budget
             .rem_chunk_tokens()
             .is_none_or(|chunk| extend as i64 <= chunk);
+        // The simulation above judged the whole output; the reservation is clipped like
+        // every other request's (SGLang reserves `min(max_new_tokens, CLIP)` here too).
         let (extend_len, chunked, reserve_max_new) = if whole {
-            (extend, false, req.max_new_tokens)
+            (extend, false, self.clip(req.max_new_tokens))
         } else {
             if self.chunked_in_flight >= self.config.max_chunked_requests.max(1) {
                 return Err(AddResult::Other);

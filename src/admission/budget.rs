@@ -214,7 +214,7 @@ impl PrefillBudget {
     /// SGLang's `_update_prefill_budget`: the extend is page-ceiled and one extra page is
     /// reserved for the request's partial page.
     ///
-    /// `max_new_tokens` may be any value (an `ignore_eos` request reserves it unclipped):
+    /// `max_new_tokens` may be any value (the caller clips it; a direct caller may not):
     /// the total offset is an exact float sum. The integer budgets saturate, which decides
     /// the same: an offset past `INT64_MAX` already exceeds any room, a remaining budget
     /// at `INT64_MIN` is as spent as below it.

@@ -327,8 +327,8 @@ fn the_largest_countable_candidate_is_simply_too_big() {
 }
 
 #[test]
-fn an_unclipped_ignore_eos_reservation_does_not_wrap() {
-    // Without a prefix cache an ignore_eos request reserves its whole max_new_tokens.
+fn an_unclipped_ignore_eos_output_does_not_wrap() {
+    // Without a prefix cache the ignore_eos simulation counts its whole max_new_tokens.
     let cfg = AdderConfig {
         prefix_cache_disabled: true,
         ..config(1)
@@ -443,4 +443,33 @@ fn a_chunk_continuation_past_int64_max_is_refused() {
         })
         .unwrap();
     assert_eq!((out.extend_len, out.truncated), (100, false));
+}
+
+// ---- the `ignore_eos` future simulation, as SGLang's `add_one_req_ignore_eos` --------
+
+fn no_prefix_cache(clip_max_new_tokens: u64) -> AdderConfig {
+    AdderConfig {
+        prefix_cache_disabled: true,
+        chunked_prefill_size: None,
+        clip_max_new_tokens,
+        ..AdderConfig::sglang_defaults(1)
+    }
+}
+
+#[test]
+fn an_admitted_ignore_eos_request_reserves_its_clipped_output() {
+    // SGLang: `_update_prefill_budget(0, extend, min(max_new_tokens, CLIP))` — the
+    // simulation judges the whole output, the reservation is clipped like everyone's.
+    let mut adder = PrefillAdder::new(no_prefix_cache(4096), 100_000, 0, &[], 0);
+    let req = Candidate {
+        input_len: 10,
+        max_new_tokens: 10_000,
+        ignore_eos: true,
+        ..Candidate::default()
+    };
+    assert_eq!(adder.add_one_req(&req).extend_len, Some(10));
+    assert_eq!(
+        adder.budget().rem_total_tokens(),
+        100_000.0 - (10 + 4096 + 1) as f64
+    );
 }
