@@ -369,10 +369,11 @@ impl PrefillAdder {
         if paged_input > cur_rem.min(self.budget.rem_total_tokens()) {
             return Err(AddResult::NoToken);
         }
+        // Its `input_len` is the KV it holds once prefilled, outputs so far included.
         let state = ignore_eos_state(
             req.max_new_tokens,
             req.output_len,
-            req.input_len,
+            req.input_len as f64,
             true,
             self.config.new_token_ratio,
         );
@@ -429,7 +430,7 @@ impl PrefillAdder {
                 ignore_eos_state(
                     r.max_new_tokens,
                     r.output_len,
-                    r.input_len,
+                    sum_f64([r.input_len, r.output_len]),
                     r.ignore_eos,
                     self.config.new_token_ratio,
                 )
@@ -457,18 +458,19 @@ impl PrefillAdder {
 }
 
 /// `(tokens_left, tokens_occupied)` of a request for the `ignore_eos` simulation, or `None`
-/// when it has nothing left to generate. Both are floats, as the simulation sums them (the
-/// occupied tokens exactly, whatever the caller's lengths).
+/// when it has nothing left to generate. `occupied` is the KV it holds once prefilled
+/// (SGLang's `len(origin_input_ids) + len(output_ids)`), summed exactly by the caller. Both
+/// are floats, as the simulation sums them.
 fn ignore_eos_state(
     max_new: u64,
     output_len: u64,
-    input_len: u64,
+    occupied: f64,
     ignore_eos: bool,
     ratio: f64,
 ) -> Option<(f64, f64)> {
     let ratio = if ignore_eos { 1.0 } else { ratio };
     let left = max_new as f64 * ratio - output_len as f64;
-    (left > 0.0).then_some((left, sum_f64([input_len, output_len])))
+    (left > 0.0).then_some((left, occupied))
 }
 
 fn insert_sorted(states: &mut Vec<(f64, f64)>, state: (f64, f64)) {

@@ -473,3 +473,30 @@ fn an_admitted_ignore_eos_request_reserves_its_clipped_output() {
         100_000.0 - (10 + 4096 + 1) as f64
     );
 }
+
+#[test]
+fn a_retracted_ignore_eos_candidate_occupies_its_fill_once() {
+    // SGLang: tokens_occupied = len(origin_input_ids) + len(output_ids), the KV it holds
+    // once prefilled — `input_len` here, which already counts the 40 outputs of this
+    // retracted request (prompt 60).
+    let running = [RunningRequest {
+        input_len: 10,
+        output_len: 0,
+        max_new_tokens: 1000,
+        ignore_eos: true,
+    }];
+    let mut adder = PrefillAdder::new(no_prefix_cache(10), 980, 0, &running, 0);
+    let retracted = Candidate {
+        input_len: 100,
+        output_len: 40,
+        max_new_tokens: 140,
+        ignore_eos: true,
+        ..Candidate::default()
+    };
+    // cur_rem 980 - 100 = 880. It finishes first (100 left): 880 - 100×2 > 2; then the
+    // running one (1000 left) has 880 + 100 freed - 1000 < 1: memory would run out.
+    let before = adder.budget().clone();
+    let out = adder.add_one_req(&retracted);
+    assert_eq!((out.extend_len, out.next), (None, AddResult::NoToken));
+    assert_eq!(adder.budget(), &before);
+}
