@@ -123,6 +123,11 @@ pub struct PrefillAdder {
     /// `(tokens_left, tokens_occupied)` of running + admitted requests, sorted by tokens
     /// left, for the `ignore_eos` future simulation; built on first use.
     ignore_eos_states: Option<Vec<(f64, f64)>>,
+    /// The states of the requests `add_one_req` admitted before that first use: SGLang
+    /// builds the simulation from its `can_run_list` too, so they grow in it. (Chunk
+    /// continuations are not among them: a `ChunkedCandidate` does not say whether it
+    /// ignores EOS or what it has generated.)
+    admitted_states: Vec<(f64, f64)>,
 }
 
 impl PrefillAdder {
@@ -144,6 +149,7 @@ impl PrefillAdder {
             admitted: 0,
             chunked_in_flight: carried_chunked,
             ignore_eos_states: None,
+            admitted_states: Vec::new(),
         })
     }
 
@@ -272,6 +278,12 @@ impl PrefillAdder {
     fn add_one_req_checked(&mut self, req: &Candidate) -> Admission {
         match self.select(req) {
             Ok(selected) => {
+                if self.config.prefix_cache_disabled
+                    && selected.ignore_eos.is_none()
+                    && self.ignore_eos_states.is_none()
+                {
+                    self.admitted_states.extend(self.candidate_state(req));
+                }
                 self.commit(selected);
                 Admission {
                     extend_len: Some(selected.extend_len),
@@ -369,14 +381,7 @@ impl PrefillAdder {
         if paged_input > cur_rem.min(self.budget.rem_total_tokens()) {
             return Err(AddResult::NoToken);
         }
-        // Its `input_len` is the KV it holds once prefilled, outputs so far included.
-        let state = ignore_eos_state(
-            req.max_new_tokens,
-            req.output_len,
-            req.input_len as f64,
-            true,
-            self.config.new_token_ratio,
-        );
+        let state = self.candidate_state(req);
         let mut states = self.ignore_eos_states();
         if let Some(state) = state {
             insert_sorted(&mut states, state);
@@ -419,6 +424,18 @@ impl PrefillAdder {
         })
     }
 
+    /// A candidate's simulation state. Its `input_len` is the KV it holds once
+    /// prefilled, outputs so far included.
+    fn candidate_state(&self, req: &Candidate) -> Option<(f64, f64)> {
+        ignore_eos_state(
+            req.max_new_tokens,
+            req.output_len,
+            req.input_len as f64,
+            req.ignore_eos,
+            self.config.new_token_ratio,
+        )
+    }
+
     fn ignore_eos_states(&self) -> Vec<(f64, f64)> {
         if let Some(states) = &self.ignore_eos_states {
             return states.clone();
@@ -435,6 +452,7 @@ impl PrefillAdder {
                     self.config.new_token_ratio,
                 )
             })
+            .chain(self.admitted_states.iter().copied())
             .collect();
         states.sort_by(|a, b| a.0.total_cmp(&b.0));
         states

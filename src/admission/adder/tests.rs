@@ -500,3 +500,28 @@ fn a_retracted_ignore_eos_candidate_occupies_its_fill_once() {
     assert_eq!((out.extend_len, out.next), (None, AddResult::NoToken));
     assert_eq!(adder.budget(), &before);
 }
+
+#[test]
+fn the_ignore_eos_simulation_counts_requests_admitted_earlier_in_the_pass() {
+    // SGLang builds the simulation's states from the candidate, the running batch *and*
+    // `can_run_list`: a request admitted by the normal path before it grows too.
+    let mut adder = PrefillAdder::new(no_prefix_cache(10), 500, 0, &[], 0);
+    let normal = Candidate {
+        input_len: 10,
+        max_new_tokens: 1000,
+        ..Candidate::default()
+    };
+    assert_eq!(adder.add_one_req(&normal).extend_len, Some(10));
+    let eos = Candidate {
+        input_len: 10,
+        max_new_tokens: 100,
+        ignore_eos: true,
+        ..Candidate::default()
+    };
+    // cur_rem 500 - 11 - 10 = 479. The ignore_eos one (100 left) finishes first:
+    // 479 - 100×2 > 2; then the normal one (1000 × 0.7 = 700 left): 479 + 10 - 700 < 1.
+    let before = adder.budget().clone();
+    let out = adder.add_one_req(&eos);
+    assert_eq!((out.extend_len, out.next), (None, AddResult::NoToken));
+    assert_eq!(adder.budget(), &before);
+}
