@@ -2566,7 +2566,9 @@ def digest_value(value):
 # ---- admission -----------------------------------------------------------------------------
 
 PrefillEntryT = collections.namedtuple("PrefillEntryT", "id prefix_len extend_len chunked")
-EvictedT = collections.namedtuple("EvictedT", "id kv_len")
+# prefix_len: the leading tokens of the row that are the cached prefix (unlock them; free
+# only row[prefix_len:kv_len]), as in struct kvp_evicted.
+EvictedT = collections.namedtuple("EvictedT", "id kv_len prefix_len")
 
 
 @dataclasses.dataclass
@@ -2578,9 +2580,9 @@ class StepPlan:
     new_token_ratio: float
     prefill: list  # [PrefillEntryT(id, prefix_len, extend_len, chunked)]
     decode: list  # [id]
-    retracted: list  # [EvictedT(id, kv_len)]
-    preempted: list  # [EvictedT(id, kv_len)]
-    aborted: list  # [EvictedT(id, kv_len)]
+    retracted: list  # [EvictedT(id, kv_len, prefix_len)]
+    preempted: list  # [EvictedT(id, kv_len, prefix_len)]
+    aborted: list  # [EvictedT(id, kv_len, prefix_len)]
 
     @property
     def kind_name(self):
@@ -2601,7 +2603,7 @@ class StepPlan:
             return [convert(pointer[i]) for i in range(n)]
 
         def evicted(e):
-            return EvictedT(e.id, e.kv_len)
+            return EvictedT(e.id, e.kv_len, e.prefix_len)
 
         return cls(
             kind=c_plan.kind,

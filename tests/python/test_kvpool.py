@@ -1140,7 +1140,7 @@ class TestScheduler(KvpTestCase):
         # frees 64 tokens: enough.
         plan = sched.step(available=40)
         self.assertEqual(plan.kind, kvp.STEP_KIND_DECODE)
-        self.assertEqual(plan.retracted, [(3, 64)])
+        self.assertEqual(plan.retracted, [(3, 64, 0)])
         self.assertEqual((plan.preempted, plan.aborted), ([], []))
         self.assertEqual(plan.decode, [0, 1, 2])
         self.assertAlmostEqual(plan.new_token_ratio,
@@ -1164,7 +1164,7 @@ class TestScheduler(KvpTestCase):
         self.assertEqual(len(sched.step(available=100_000).prefill), 3)
         # Nothing free: fewest generated tokens first (0, then 1); the last one stays.
         plan = sched.step(available=0)
-        self.assertEqual(plan.retracted, [(0, 16), (1, 16)])
+        self.assertEqual(plan.retracted, [(0, 16, 0), (1, 16, 0)])
         self.assertEqual(plan.decode, [2])
         # request 2 had 8 + 1 tokens when the estimate was made
         self.assertAlmostEqual(plan.new_token_ratio, retraction_ratio([9], [200]), places=12)
@@ -1179,7 +1179,7 @@ class TestScheduler(KvpTestCase):
         sched.submit(7, 32, 10)
         sched.step(available=1000)
         plan = sched.step(available=0)
-        self.assertEqual((plan.aborted, plan.decode), ([(7, 32)], []))
+        self.assertEqual((plan.aborted, plan.decode), ([(7, 32, 0)], []))
         self.assertKvpError("INVALID_ARGUMENT", sched.request, 7)
         self.assertEqual(sched.stats().aborts, 1)
 
@@ -1224,6 +1224,16 @@ class TestScheduler(KvpTestCase):
         self.assertEqual(sched.abort_ex(3).prefix_len, 0)  # waiting: locks nothing
         self.assertEqual(sched.stats().finished, 1)
 
+    def test_evicted_entries_report_the_locked_prefix(self):
+        # kvp_evicted carries prefix_len: the engine frees only row[prefix_len:kv_len] and
+        # unlocks the cached prefix; the Python plan must keep it.
+        sched = self.scheduler(capacity=1 << 16, page_size=16)
+        sched.submit(1, 96, 4, prefix_len=32, prefix_evictable=32)
+        self.assertEqual(sched.step(1 << 16).prefill, [(1, 32, 64, False)])
+        plan = sched.step(0)  # its KV ends on a page boundary: no page free to decode
+        self.assertEqual(plan.aborted, [(1, 96, 32)])
+        self.assertEqual(plan.aborted[0].prefix_len, 32)
+
     def test_allow_prefill_false_skips_prefill(self):
         sched = self.scheduler(capacity=1 << 20)
         sched.submit(1, 10, 10)
@@ -1253,7 +1263,7 @@ class TestScheduler(KvpTestCase):
         self.assertEqual([e.id for e in sched.step(10_000).prefill], [2, 1])
         sched.submit(4, 100, 100, priority=20)  # 30 better than request 1: preempts it
         plan = sched.step(9000)
-        self.assertEqual(plan.preempted, [(1, 100)])
+        self.assertEqual(plan.preempted, [(1, 100, 0)])
         self.assertEqual(plan.prefill, [(4, 0, 100, False)])
         self.assertEqual(sched.request(1).phase, kvp.PHASE_WAITING)
         self.assertEqual(sched.stats().preemptions, 1)
@@ -1453,7 +1463,7 @@ class TestSchedulerWithPool(KvpTestCase):
         # 3 slots needed, 1 free: the latest of three equal requests is retracted
         row = list(engine.rows[2])
         plan = engine.step()
-        self.assertEqual(plan.retracted, [(2, 21)])
+        self.assertEqual(plan.retracted, [(2, 21, 0)])
         self.assertEqual(plan.decode, [0, 1])
         self.assertAlmostEqual(plan.new_token_ratio, retraction_ratio([6, 6], [20, 20]),
                                places=12)
