@@ -382,9 +382,10 @@ impl PrefillAdder {
             return Err(AddResult::NoToken);
         }
         let state = self.candidate_state(req);
+        let first_use = self.ignore_eos_states.is_none();
         let mut states = self.ignore_eos_states();
         if let Some(state) = state {
-            insert_sorted(&mut states, state);
+            insert_as_sglang(&mut states, state, first_use);
         }
         let mut freed = 0f64;
         let avail = cur_rem - paged_input;
@@ -460,9 +461,10 @@ impl PrefillAdder {
 
     fn commit(&mut self, s: Selected) {
         if let Some(state) = s.ignore_eos {
+            let first_use = self.ignore_eos_states.is_none();
             let mut states = self.ignore_eos_states();
             if let Some(state) = state {
-                insert_sorted(&mut states, state);
+                insert_as_sglang(&mut states, state, first_use);
             }
             self.ignore_eos_states = Some(states);
         }
@@ -491,8 +493,23 @@ fn ignore_eos_state(
     (left > 0.0).then_some((left, occupied))
 }
 
-fn insert_sorted(states: &mut Vec<(f64, f64)>, state: (f64, f64)) {
-    let at = states.partition_point(|s| s.0 <= state.0);
+/// Puts a candidate's state where SGLang's `add_req_state` does. On the simulation's first
+/// use, before every state with as many tokens left (it appends the candidate first, then
+/// sorts stably). On later uses, before the first state with as many or more tokens left —
+/// or, when every state has fewer, before the last one: its insertion loop's index stops on
+/// the last element. That misplacement only ever refuses a candidate a sorted list would
+/// admit (the next-to-last step then charges the larger remainder to two requests), never
+/// the other way round; it is kept, so that verdicts are SGLang's.
+fn insert_as_sglang(states: &mut Vec<(f64, f64)>, state: (f64, f64), first_use: bool) {
+    let past_all = if first_use {
+        states.len()
+    } else {
+        states.len().saturating_sub(1)
+    };
+    let at = states
+        .iter()
+        .position(|s| state.0 <= s.0)
+        .unwrap_or(past_all);
     states.insert(at, state);
 }
 

@@ -525,3 +525,49 @@ fn the_ignore_eos_simulation_counts_requests_admitted_earlier_in_the_pass() {
     assert_eq!((out.extend_len, out.next), (None, AddResult::NoToken));
     assert_eq!(adder.budget(), &before);
 }
+
+#[test]
+fn a_later_ignore_eos_candidate_with_the_most_left_is_placed_as_sglang_places_it() {
+    // SGLang's later insertions stop on the last state when every state has fewer tokens
+    // left: the candidate goes before it, not after.
+    let mut adder = PrefillAdder::new(no_prefix_cache(4096), 22, 0, &[], 0);
+    let short = Candidate {
+        input_len: 1,
+        max_new_tokens: 5,
+        ignore_eos: true,
+        ..Candidate::default()
+    };
+    // States [(5, 1)]: 22 - 1 - 5 > 1.
+    assert_eq!(adder.add_one_req(&short).extend_len, Some(1));
+    let long = Candidate {
+        input_len: 1,
+        max_new_tokens: 12,
+        ..short
+    };
+    // cur_rem 22 - 2 - 1 = 19. SGLang's order [(12, 1), (5, 1)]: 19 - 12×2 <= 2, refused.
+    // (Sorted, [(5, 1), (12, 1)]: 19 - 5×2 > 2 and 19 + 1 - 12 > 1 would admit it.)
+    let before = adder.budget().clone();
+    let out = adder.add_one_req(&long);
+    assert_eq!((out.extend_len, out.next), (None, AddResult::NoToken));
+    assert_eq!(adder.budget(), &before);
+}
+
+#[test]
+fn ignore_eos_states_are_inserted_where_sglang_inserts_them() {
+    let (a, b) = ((5.0, 1.0), (9.0, 2.0));
+    let placed = |state: (f64, f64), first_use: bool| {
+        let mut states = vec![a, b];
+        insert_as_sglang(&mut states, state, first_use);
+        states
+    };
+    // Before every state with as many left (first use: a stable sort of candidate-first).
+    assert_eq!(placed((5.0, 7.0), true), [(5.0, 7.0), a, b]);
+    assert_eq!(placed((5.0, 7.0), false), [(5.0, 7.0), a, b]);
+    assert_eq!(placed((7.0, 7.0), false), [a, (7.0, 7.0), b]);
+    // More left than every state: last on first use, before the last one later.
+    assert_eq!(placed((10.0, 7.0), true), [a, b, (10.0, 7.0)]);
+    assert_eq!(placed((10.0, 7.0), false), [a, (10.0, 7.0), b]);
+    let mut none = Vec::new();
+    insert_as_sglang(&mut none, a, false);
+    assert_eq!(none, [a]);
+}
