@@ -393,7 +393,8 @@ enum kvp_policy
    */
   KVP_POLICY_RANDOM = 2,
   /**
-   * Longest cached prefix first (FCFS above 128 waiting requests).
+   * Longest cached prefix first (arrival order above 128 waiting requests). Priorities do
+   * not order it, as in SGLang.
    */
   KVP_POLICY_LPM = 3,
   /**
@@ -1121,7 +1122,8 @@ struct kvp_scheduler_config {
    */
   uint64_t policy_seed;
   /**
-   * Priority scheduling: priorities order the queue.
+   * Priority scheduling: priorities order the queue under FCFS and LOF (not LPM,
+   * DFS-weight or random, as in SGLang) and allow preemption.
    */
   bool enable_priority;
   /**

@@ -41,7 +41,8 @@ pub enum kvp_policy {
     Lof = 1,
     /// Random, from `policy_seed` (reproducible).
     Random = 2,
-    /// Longest cached prefix first (FCFS above 128 waiting requests).
+    /// Longest cached prefix first (arrival order above 128 waiting requests). Priorities do
+    /// not order it, as in SGLang.
     Lpm = 3,
     /// DFS over the prefix tree, heavier subtrees first (needs prefix paths at submit).
     DfsWeight = 4,
@@ -88,7 +89,8 @@ pub struct kvp_scheduler_config {
     pub retraction: u32,
     /// Seed of `KVP_POLICY_RANDOM`.
     pub policy_seed: u64,
-    /// Priority scheduling: priorities order the queue.
+    /// Priority scheduling: priorities order the queue under FCFS and LOF (not LPM,
+    /// DFS-weight or random, as in SGLang) and allow preemption.
     pub enable_priority: bool,
     /// With priority scheduling: lower values run first.
     pub low_priority_values_first: bool,

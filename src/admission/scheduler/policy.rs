@@ -17,7 +17,8 @@ pub enum Policy {
         /// Seed of the shuffle.
         seed: u64,
     },
-    /// Longest cached prefix first (falls back to FCFS above 128 waiting requests).
+    /// Longest cached prefix first (falls back to FCFS above 128 waiting requests). As in
+    /// SGLang, priorities do not order it (nor its fallback: arrival order).
     Lpm,
     /// DFS over the prefix tree, heavier subtrees first (uses `RequestSpec::prefix_path`).
     DfsWeight,
@@ -94,10 +95,13 @@ pub(crate) fn order(
                 queue.swap(k, j);
             }
         }
-        Policy::Lpm if queue.len() > LPM_MAX_QUEUE => by(queue, &|r| (prio(r), 0, r.arrival)),
+        // SGLang's LPM sorts by the match alone, priority scheduling or not, and above 128
+        // waiting requests leaves the queue as it stands (its FCFS fallback is no sort):
+        // here, arrival order.
+        Policy::Lpm if queue.len() > LPM_MAX_QUEUE => by(queue, &|r| (0, 0, r.arrival)),
         Policy::Lpm => by(queue, &|r| {
             (
-                prio(r),
+                0,
                 -(r.spec.prefix_len.min(i64::MAX as u64) as i64),
                 r.arrival,
             )

@@ -288,6 +288,44 @@ fn dfs_weight_visits_heavier_subtrees_first() {
 }
 
 #[test]
+fn lpm_orders_by_the_match_alone_even_with_priority_scheduling() {
+    // SGLang's calc_priority applies priorities to FCFS and LOF only: LPM sorts by
+    // -prefix, and its FCFS fallback above 128 waiting requests does not sort at all.
+    let prio = PriorityConfig {
+        low_values_first: true,
+        preemption_threshold: None,
+    };
+    let mk = |waiting: u64| {
+        let mut s = scheduler(1 << 30, 1, |c| {
+            c.policy = Policy::Lpm;
+            c.priority = Some(prio);
+        });
+        s.submit(RequestSpec {
+            priority: 1,
+            ..spec(1, 10, 5)
+        })
+        .unwrap();
+        s.submit(RequestSpec {
+            priority: 9,
+            prefix_len: 8,
+            ..spec(2, 10, 5)
+        })
+        .unwrap();
+        for id in 3..=waiting {
+            s.submit(RequestSpec {
+                priority: 0,
+                ..spec(id, 10, 5)
+            })
+            .unwrap();
+        }
+        s
+    };
+    assert_eq!(admitted_order(&mut mk(2)), [2, 1]);
+    let order = admitted_order(&mut mk(129));
+    assert_eq!(order[..3], [1, 2, 3], "above 128 waiting: arrival order");
+}
+
+#[test]
 fn priority_orders_and_preempts() {
     let prio = PriorityConfig {
         low_values_first: true,
