@@ -1030,8 +1030,9 @@ public:
     }
 
     /// Throws kvpool::error (KVP_STATUS_DEVICE_FAULT; the message names the call, the element
-    /// and its value) if a kernel has found invalid input. Polls without synchronizing: work
-    /// the stream has not reached yet is not judged.
+    /// and its value) if a kernel has found invalid input, or KVP_STATUS_CUDA_ERROR while the
+    /// pool refuses work after a call whose kernels were only partly enqueued. Polls without
+    /// synchronizing: work the stream has not reached yet is not judged.
     void check_device() { check(kvp_pool_check_device(get()), "kvp_pool_check_device"); }
 
     // ---- debugging (kvp_pool_set_debug) ----

@@ -2487,9 +2487,10 @@ class Pool(_Owner):
 
     def check_device(self):
         """Raises ``KvpError`` DEVICE_FAULT if a kernel has found invalid input (the message
-        names the operation, the element's position and its value); polls the device's fault
-        record without synchronizing, so a fault in work the stream has not reached yet is
-        not seen."""
+        names the operation, the element's position and its value), or CUDA_ERROR while the
+        pool refuses work after a call whose kernels were only partly enqueued; polls the
+        device's fault record without synchronizing, so a fault in work the stream has not
+        reached yet is not seen."""
         self._call("kvp_pool_check_device")
 
     def available_size_bound(self):
