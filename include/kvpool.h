@@ -1516,7 +1516,9 @@ enum kvp_status kvp_adder_add_one_req(struct kvp_adder *adder,
  * partial page plus whole free pages); `admitted` is false when that is nothing (it then
  * waits). `chunked` says tokens remain after this chunk. Fails, changing nothing, with
  * `KVP_STATUS_NULL_ARGUMENT` or `KVP_STATUS_INVALID_LENGTHS` when `prefix_len +
- * remaining`, rounded up to a page, exceeds `INT64_MAX` tokens.
+ * remaining`, rounded up to a page, exceeds `INT64_MAX` tokens. With the prefix cache
+ * disabled, the `ignore_eos` simulation of later candidates counts it as a request that
+ * stops at EOS and has generated nothing yet (`kvp_scheduler` passes both).
  *
  * # Safety
  * `out_admission` writable or NULL.

@@ -63,6 +63,11 @@ pub struct ChunkedCandidate {
     pub remaining: u64,
     /// The request's `max_new_tokens`.
     pub max_new_tokens: u64,
+    /// Tokens generated so far (non-zero for a retracted request; counted in `prefix_len +
+    /// remaining`). Only the `ignore_eos` simulation reads it.
+    pub output_len: u64,
+    /// Generates all `max_new_tokens`. Only the `ignore_eos` simulation reads it.
+    pub ignore_eos: bool,
 }
 
 impl ChunkedCandidate {
@@ -123,10 +128,9 @@ pub struct PrefillAdder {
     /// `(tokens_left, tokens_occupied)` of running + admitted requests, sorted by tokens
     /// left, for the `ignore_eos` future simulation; built on first use.
     ignore_eos_states: Option<Vec<(f64, f64)>>,
-    /// The states of the requests `add_one_req` admitted before that first use: SGLang
-    /// builds the simulation from its `can_run_list` too, so they grow in it. (Chunk
-    /// continuations are not among them: a `ChunkedCandidate` does not say whether it
-    /// ignores EOS or what it has generated.)
+    /// The states of the requests `add_one_req` admitted, and of the chunk continuations,
+    /// before that first use: SGLang builds the simulation from its `can_run_list` too, so
+    /// they grow in it.
     admitted_states: Vec<(f64, f64)>,
 }
 
@@ -217,6 +221,18 @@ impl PrefillAdder {
     }
 
     fn continue_chunk(&mut self, req: ChunkedCandidate) -> ChunkedOutcome {
+        if self.config.prefix_cache_disabled && self.ignore_eos_states.is_none() {
+            // SGLang's continuation joins `can_run_list` whatever it prefills, so the
+            // `ignore_eos` simulation grows it too: its KV once prefilled, its output.
+            let occupied = sum_f64([req.prefix_len, req.remaining]);
+            self.admitted_states.extend(ignore_eos_state(
+                req.max_new_tokens,
+                req.output_len,
+                occupied,
+                req.ignore_eos,
+                self.config.new_token_ratio,
+            ));
+        }
         let rem_total = self.budget.rem_total_tokens().trunc() as i64;
         let chunk = self.budget.rem_chunk_tokens().unwrap_or(rem_total);
         let mut rem = chunk.min(rem_total);

@@ -309,7 +309,9 @@ pub unsafe extern "C" fn kvp_adder_add_one_req(
 /// partial page plus whole free pages); `admitted` is false when that is nothing (it then
 /// waits). `chunked` says tokens remain after this chunk. Fails, changing nothing, with
 /// `KVP_STATUS_NULL_ARGUMENT` or `KVP_STATUS_INVALID_LENGTHS` when `prefix_len +
-/// remaining`, rounded up to a page, exceeds `INT64_MAX` tokens.
+/// remaining`, rounded up to a page, exceeds `INT64_MAX` tokens. With the prefix cache
+/// disabled, the `ignore_eos` simulation of later candidates counts it as a request that
+/// stops at EOS and has generated nothing yet (`kvp_scheduler` passes both).
 ///
 /// # Safety
 /// `out_admission` writable or NULL.
@@ -330,6 +332,7 @@ pub unsafe extern "C" fn kvp_adder_add_chunked_req(
             prefix_len,
             remaining,
             max_new_tokens,
+            ..ChunkedCandidate::default()
         }) {
             Ok(out) => out,
             Err(error) => return status_of(Err(error)),

@@ -40,6 +40,7 @@ fn seed_example_chunks_10000_tokens_as_4096_4096_1808() {
             prefix_len: 10_000 - remaining,
             remaining,
             max_new_tokens: 128,
+            ..ChunkedCandidate::default()
         });
         chunks.push(out.extend_len);
         remaining -= out.extend_len;
@@ -180,6 +181,7 @@ fn concurrent_chunked_requests_are_limited() {
         prefix_len: 8192,
         remaining: 5000,
         max_new_tokens: 10,
+        ..ChunkedCandidate::default()
     });
     assert_eq!((cont.extend_len, cont.truncated), (5000, false));
     // The carried request finished its prefill, so a new one may be chunked.
@@ -191,6 +193,7 @@ fn concurrent_chunked_requests_are_limited() {
         prefix_len: 8192,
         remaining: 3000,
         max_new_tokens: 10,
+        ..ChunkedCandidate::default()
     });
     assert!(!cont.truncated);
     let mut limited = PrefillAdder::new(one, 100_000, 0, &[], 1);
@@ -224,6 +227,7 @@ fn chunked_request_progresses_within_free_memory() {
         prefix_len: 4100,
         remaining: 6000,
         max_new_tokens: 10,
+        ..ChunkedCandidate::default()
     });
     assert_eq!((out.extend_len, out.truncated), (12 + 62 * 16, true));
     // One free page: the partial page and that page still take 28 tokens.
@@ -232,6 +236,7 @@ fn chunked_request_progresses_within_free_memory() {
         prefix_len: 4100,
         remaining: 6000,
         max_new_tokens: 10,
+        ..ChunkedCandidate::default()
     });
     assert_eq!(out.extend_len, 28);
     // Page-aligned prefix and no free page: it waits.
@@ -240,6 +245,7 @@ fn chunked_request_progresses_within_free_memory() {
         prefix_len: 4096,
         remaining: 6000,
         max_new_tokens: 10,
+        ..ChunkedCandidate::default()
     });
     assert_eq!((out.extend_len, out.truncated), (0, true));
 }
@@ -431,6 +437,7 @@ fn a_chunk_continuation_past_int64_max_is_refused() {
             prefix_len: u64::MAX - 10,
             remaining: 100,
             max_new_tokens: 1,
+            ..ChunkedCandidate::default()
         })
         .unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidLengths);
@@ -440,6 +447,7 @@ fn a_chunk_continuation_past_int64_max_is_refused() {
             prefix_len: 4096,
             remaining: 100,
             max_new_tokens: 1,
+            ..ChunkedCandidate::default()
         })
         .unwrap();
     assert_eq!((out.extend_len, out.truncated), (100, false));
@@ -570,4 +578,30 @@ fn ignore_eos_states_are_inserted_where_sglang_inserts_them() {
     let mut none = Vec::new();
     insert_as_sglang(&mut none, a, false);
     assert_eq!(none, [a]);
+}
+
+#[test]
+fn the_ignore_eos_simulation_counts_the_chunk_continuation() {
+    // SGLang's continuation joins `can_run_list`, whose requests the simulation grows.
+    let mut adder = PrefillAdder::new(no_prefix_cache(4096), 171, 0, &[], 1);
+    let cont = adder.add_chunked_req(ChunkedCandidate {
+        prefix_len: 10,
+        remaining: 10,
+        max_new_tokens: 100,
+        output_len: 0,
+        ignore_eos: true,
+    });
+    assert_eq!((cont.extend_len, cont.truncated), (10, false));
+    let eos = Candidate {
+        input_len: 10,
+        max_new_tokens: 100,
+        ignore_eos: true,
+        ..Candidate::default()
+    };
+    // cur_rem 171 - 11 - 10 = 150. States [(100, 10), (100, 20)]: 150 - 100×2 <= 2.
+    // (Without the continuation, [(100, 10)]: 150 - 100 > 1 would admit it.)
+    let before = adder.budget().clone();
+    let out = adder.add_one_req(&eos);
+    assert_eq!((out.extend_len, out.next), (None, AddResult::NoToken));
+    assert_eq!(adder.budget(), &before);
 }

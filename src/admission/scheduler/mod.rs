@@ -634,6 +634,8 @@ impl Scheduler {
                 prefix_len: req.kv_len,
                 remaining: req.fill_len - req.kv_len,
                 max_new_tokens: req.spec.max_new_tokens,
+                output_len: req.spec.output_len,
+                ignore_eos: req.spec.ignore_eos,
             });
             if out.extend_len == 0 {
                 continue;
