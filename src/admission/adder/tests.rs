@@ -273,10 +273,7 @@ fn ignore_eos_simulation_refuses_when_memory_would_run_out() {
     let mut adder = PrefillAdder::new(cfg, 1000, 0, &running, 0);
     assert_eq!(adder.add_one_req(&req).extend_len, Some(100));
     // A third identical request: 800 - 400×3 < 0 -> refused, no trace.
-    let before = adder.budget().clone();
-    let out = adder.add_one_req(&req);
-    assert_eq!((out.extend_len, out.next), (None, AddResult::NoToken));
-    assert_eq!(adder.budget(), &before);
+    assert_refused_for_memory(&mut adder, &req);
 }
 
 #[test]
@@ -455,6 +452,14 @@ fn a_chunk_continuation_past_int64_max_is_refused() {
 
 // ---- the `ignore_eos` future simulation, as SGLang's `add_one_req_ignore_eos` --------
 
+/// `req` is refused for memory (`NoToken`) and the budgets are as before.
+fn assert_refused_for_memory(adder: &mut PrefillAdder, req: &Candidate) {
+    let before = adder.budget().clone();
+    let out = adder.add_one_req(req);
+    assert_eq!((out.extend_len, out.next), (None, AddResult::NoToken));
+    assert_eq!(adder.budget(), &before);
+}
+
 fn no_prefix_cache(clip_max_new_tokens: u64) -> AdderConfig {
     AdderConfig {
         prefix_cache_disabled: true,
@@ -503,10 +508,7 @@ fn a_retracted_ignore_eos_candidate_occupies_its_fill_once() {
     };
     // cur_rem 980 - 100 = 880. It finishes first (100 left): 880 - 100×2 > 2; then the
     // running one (1000 left) has 880 + 100 freed - 1000 < 1: memory would run out.
-    let before = adder.budget().clone();
-    let out = adder.add_one_req(&retracted);
-    assert_eq!((out.extend_len, out.next), (None, AddResult::NoToken));
-    assert_eq!(adder.budget(), &before);
+    assert_refused_for_memory(&mut adder, &retracted);
 }
 
 #[test]
@@ -528,10 +530,7 @@ fn the_ignore_eos_simulation_counts_requests_admitted_earlier_in_the_pass() {
     };
     // cur_rem 500 - 11 - 10 = 479. The ignore_eos one (100 left) finishes first:
     // 479 - 100×2 > 2; then the normal one (1000 × 0.7 = 700 left): 479 + 10 - 700 < 1.
-    let before = adder.budget().clone();
-    let out = adder.add_one_req(&eos);
-    assert_eq!((out.extend_len, out.next), (None, AddResult::NoToken));
-    assert_eq!(adder.budget(), &before);
+    assert_refused_for_memory(&mut adder, &eos);
 }
 
 #[test]
@@ -554,10 +553,7 @@ fn a_later_ignore_eos_candidate_with_the_most_left_is_placed_as_sglang_places_it
     };
     // cur_rem 22 - 2 - 1 = 19. SGLang's order [(12, 1), (5, 1)]: 19 - 12×2 <= 2, refused.
     // (Sorted, [(5, 1), (12, 1)]: 19 - 5×2 > 2 and 19 + 1 - 12 > 1 would admit it.)
-    let before = adder.budget().clone();
-    let out = adder.add_one_req(&long);
-    assert_eq!((out.extend_len, out.next), (None, AddResult::NoToken));
-    assert_eq!(adder.budget(), &before);
+    assert_refused_for_memory(&mut adder, &long);
 }
 
 #[test]
@@ -600,8 +596,5 @@ fn the_ignore_eos_simulation_counts_the_chunk_continuation() {
     };
     // cur_rem 171 - 11 - 10 = 150. States [(100, 10), (100, 20)]: 150 - 100×2 <= 2.
     // (Without the continuation, [(100, 10)]: 150 - 100 > 1 would admit it.)
-    let before = adder.budget().clone();
-    let out = adder.add_one_req(&eos);
-    assert_eq!((out.extend_len, out.next), (None, AddResult::NoToken));
-    assert_eq!(adder.budget(), &before);
+    assert_refused_for_memory(&mut adder, &eos);
 }
