@@ -1101,9 +1101,9 @@ impl DevicePool {
         ))
     }
 
-    /// Makes the launch at position `launch` (0 the first) of the next call of several
-    /// kernels fail as the driver fails it (a grid of no blocks: `CUDA_ERROR_INVALID_VALUE`),
-    /// so tests can show what a call only partly enqueued leaves.
+    /// Makes the next call's launch at position `launch` (0 its first) fail as the driver
+    /// fails one (a grid of no blocks: `CUDA_ERROR_INVALID_VALUE`), so tests can show what a
+    /// call only partly enqueued leaves.
     #[doc(hidden)]
     pub fn debug_fail_launch(&mut self, launch: usize) {
         self.fail_launch = Some(launch);
@@ -1166,16 +1166,16 @@ impl DevicePool {
                 &[],
             )
         }?;
-        self.recovered()
+        self.recovered();
+        Ok(())
     }
 
     /// After a clear or restore is enqueued: faults of earlier calls and a call only partly
     /// enqueued no longer block, and no group is open.
-    fn recovered(&mut self) -> Result<(), PoolError> {
+    fn recovered(&mut self) {
         self.recovered_at = self.calls;
         self.group_open = false;
         self.broken = None;
-        Ok(())
     }
 
     fn record_outcome(&mut self, result: Result<(), PoolError>) -> Result<(), PoolError> {
@@ -2172,7 +2172,8 @@ impl DevicePool {
                 )
             }?;
             self.stats.restores += 1;
-            self.recovered()
+            self.recovered();
+            Ok(())
         })();
         self.record_outcome(result)
     }
