@@ -339,6 +339,9 @@ fn a_free_of_more_pages_than_are_allocated_changes_nothing() {
             ids.upload(staged);
             // SAFETY: `ids` holds the two page ids.
             unsafe { device.free_pages(ids.ptr, 2, gpu.stream) }.unwrap();
+            // Before `ids` is overwritten: the upload below is not ordered with this
+            // non-blocking stream, whose kernel may not have read the two ids yet.
+            gpu.sync();
         }
         // Every page once. Front: the allocated ones first (their places are the ring's
         // first free positions); tail and staged: last (past the free run, the buffer).
