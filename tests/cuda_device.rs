@@ -303,13 +303,20 @@ fn a_device_detected_double_free_faults_the_pool_until_cleared() {
 /// free run (the next free pages' ids overwritten by an allocated page's, which a later call
 /// would hand out again) or past the staged buffer. Three destinations: the ring's front (a
 /// paged pool), its tail (the token pool), the staged pages (need_sort); the allocated pages
-/// named where their places overlap the live entries.
+/// named where their places overlap the live entries. Both kernels that share the fix: page
+/// ids and token-pool slots (`kvp_free_known_*`), and the ring's front once more through a
+/// segment (`kvp_free_segment_*`).
 #[test]
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
 fn a_free_of_more_pages_than_are_allocated_changes_nothing() {
     let gpu = Gpu::new(false);
-    for (ps, need_sort) in [(16u32, false), (1, false), (16, true)] {
-        let what = format!("page size {ps}, need_sort {need_sort}");
+    for (ps, need_sort, segment) in [
+        (16u32, false, false),
+        (1, false, false),
+        (16, true, false),
+        (16, false, true),
+    ] {
+        let what = format!("page size {ps}, need_sort {need_sort}, segment {segment}");
         let mut device = DevicePool::new(PoolConfig {
             size: 64 * u64::from(ps),
             need_sort,
@@ -334,7 +341,8 @@ fn a_free_of_more_pages_than_are_allocated_changes_nothing() {
             .map(|&slot| slot / i64::from(ps))
             .collect();
         let (staged, allocated) = pages.split_at(if need_sort { 2 } else { 0 });
-        let ids = DevBuf::new(8 * n);
+        // (A segment names every slot of its pages.)
+        let ids = DevBuf::new(8 * n * ps as usize);
         if need_sort {
             ids.upload(staged);
             // SAFETY: `ids` holds the two page ids.
@@ -351,13 +359,27 @@ fn a_free_of_more_pages_than_are_allocated_changes_nothing() {
         } else {
             others.iter().chain(allocated).copied().collect()
         };
-        ids.upload(&named);
+        let row_len = n * ps as usize;
+        if segment {
+            // The pages' slots in that order, each page's consecutive from its first.
+            let ps = i64::from(ps);
+            let row: Vec<i64> = named
+                .iter()
+                .flat_map(|&page| (0..ps).map(move |j| page * ps + j))
+                .collect();
+            ids.upload(&row);
+        } else {
+            ids.upload(&named);
+        }
         gpu.sync();
         let before = PoolImage::of(&device);
         let backup = unsafe { device.backup_state(gpu.stream) }.unwrap();
-        // SAFETY: `ids` holds `n` ids (slots of the token pool); synchronized below.
+        // SAFETY: `ids` holds `n` ids (slots of the token pool), or the segment's `row_len`
+        // slots; synchronized below.
         unsafe {
-            if ps > 1 {
+            if segment {
+                device.free_segment(ids.ptr, row_len, 0, row_len, gpu.stream)
+            } else if ps > 1 {
                 device.free_pages(ids.ptr, n, gpu.stream)
             } else {
                 device.free(ids.ptr, n, gpu.stream)
