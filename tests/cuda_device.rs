@@ -464,9 +464,10 @@ fn a_snapshot_taken_while_faulted_is_not_restored() {
         let good = device.backup_state(gpu.stream).unwrap();
         let page = out.download::<i64>(1)[0] / 16;
         ids.upload(&[page, page]);
-        // Hold the stream, so that the host enqueues the backup before the fault is seen.
+        // Hold the stream, so that the host enqueues the backup before the fault is seen
+        // (one second: under a sanitizer the free's first launch may take a while to enqueue).
         let spinner = Spinner::new();
-        spinner.launch(gpu.stream, 100_000_000);
+        spinner.launch(gpu.stream, 1_000_000_000);
         device.free_pages(ids.ptr, 2, gpu.stream).unwrap(); // refused on the device
         let poisoned = device.backup_state(gpu.stream).unwrap();
         gpu.sync();
