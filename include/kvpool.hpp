@@ -1147,8 +1147,11 @@ public:
     /// pool's free tokens from the caller.
     explicit scheduler(const kvp_scheduler_config &config) : scheduler(config, nullptr) {}
     /// Attached to `kv`: capacity and page size come from the pool, step() reads its free
-    /// size, and the scheduler keeps the native pool alive until it is destroyed.
-    scheduler(const kvp_scheduler_config &config, const pool &kv) : scheduler(config, kv.get()) {}
+    /// size, and the scheduler keeps the native pool alive until it is destroyed. A
+    /// moved-from `kv` throws KVP_STATUS_NULL_ARGUMENT (kvp_scheduler_new would take its NULL
+    /// for a detached scheduler).
+    scheduler(const kvp_scheduler_config &config, const pool &kv)
+        : scheduler(config, attached(kv)) {}
 
     /// Takes ownership of `raw` (from kvp_scheduler_new); throws, without taking it, if NULL.
     static scheduler adopt(kvp_scheduler *raw) {
@@ -1222,6 +1225,12 @@ public:
 
 private:
     explicit scheduler(kvp_scheduler *raw) noexcept : owner(raw) {}
+    static const kvp_pool *attached(const pool &kv) {
+        if (!kv)
+            throw error(KVP_STATUS_NULL_ARGUMENT, "kvp_scheduler_new",
+                        "the pool to attach is a moved-from kvpool::pool (NULL)");
+        return kv.get();
+    }
     scheduler(const kvp_scheduler_config &config, const kvp_pool *kv) {
         check_abi_version();
         kvp_scheduler *raw = nullptr;

@@ -422,6 +422,12 @@ void test_detached_scheduler() {
     CHECK(!unfit.queued);
     CHECK_EQ(unfit.needed, 11016u);
     CHECK_EQ(unfit.capacity, 10000u);
+    // Attaching to a moved-from pool (NULL) throws: it must not make a detached scheduler
+    // (kvp_scheduler_new's NULL pool), which would then plan against sizes the caller passes.
+    auto pool = kvpool::pool::create(10000, 16);
+    const kvpool::pool taken = std::move(pool);
+    CHECK_THROWS(NULL_ARGUMENT, "moved-from",
+                 kvpool::scheduler(config, pool));  // NOLINT(bugprone-use-after-move)
     request.input_len = 100;
     const std::vector<uint64_t> path{1, 2, 3};
     CHECK(sched.submit(request, path).queued);
