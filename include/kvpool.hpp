@@ -46,9 +46,11 @@
 
 #include "kvpool.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -200,6 +202,22 @@ template <class C>
 void require_lengths(const C &) {
     static_assert(std::is_same_v<element_t<C>, int64_t>,
                   "length arrays (prefix_lens, seq_lens) hold int64_t");
+}
+
+// sum(seq_lens[i] - prefix_lens[i]) over the entries with 0 <= prefix_lens[i] <= seq_lens[i]
+// (the library refuses the others), saturating instead of overflowing.
+template <class PrefixLens, class SeqLens>
+std::size_t extend_total(const PrefixLens &prefix_lens, const SeqLens &seq_lens) {
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < std::size(seq_lens) && i < std::size(prefix_lens); ++i) {
+        const int64_t prefix = std::data(prefix_lens)[i], seq = std::data(seq_lens)[i];
+        if (prefix < 0 || seq < prefix) continue;
+        const auto tokens = static_cast<std::size_t>(seq - prefix);
+        total = tokens > std::numeric_limits<std::size_t>::max() - total
+                    ? std::numeric_limits<std::size_t>::max()
+                    : total + tokens;
+    }
+    return total;
 }
 
 // `raw`, checked for X::adopt: not NULL, and from a library of this header's ABI.
@@ -493,8 +511,11 @@ public:
         require_index<detail::element_t<Out>>("out");
         check(kvp_pool_alloc(get(), num_tokens, std::data(out), std::size(out)), "kvp_pool_alloc");
     }
+    /// As above, returning a vector of `num_tokens` slots (more than the pool's size throws
+    /// KVP_STATUS_OUT_OF_SLOTS before a vector is made).
     template <class Index = int64_t>
     std::vector<Index> alloc(std::size_t num_tokens) {
+        if (num_tokens > size_) throw_beyond_pool("kvp_pool_alloc", num_tokens);
         std::vector<Index> out(num_tokens);
         alloc(num_tokens, out);
         return out;
@@ -518,18 +539,21 @@ public:
                                     std::data(out), std::size(out)),
               "kvp_pool_alloc_extend");
     }
-    /// As above, returning a vector of sum(seq_lens - prefix_lens) slots.
+    /// As above, returning a vector of sum(seq_lens - prefix_lens) slots. A sum beyond the
+    /// pool's size is refused before a vector is made: the library's KVP_STATUS_INVALID_LENGTHS
+    /// for a length beyond the pool, else KVP_STATUS_OUT_OF_SLOTS.
     template <class PrefixLens, class SeqLens, class LastLoc>
     std::vector<detail::element_t<LastLoc>> alloc_extend(const PrefixLens &prefix_lens,
                                                          const SeqLens &seq_lens,
                                                          const LastLoc &last_loc) {
         detail::require_lengths(prefix_lens);
         detail::require_lengths(seq_lens);
-        int64_t total = 0;
-        for (std::size_t i = 0; i < std::size(seq_lens) && i < std::size(prefix_lens); ++i)
-            total += std::data(seq_lens)[i] - std::data(prefix_lens)[i];
-        std::vector<detail::element_t<LastLoc>> out(total > 0 ? static_cast<std::size_t>(total)
-                                                              : 0);
+        const std::size_t total = detail::extend_total(prefix_lens, seq_lens);
+        if (total > size_) {
+            (void)extend_need(prefix_lens, seq_lens);  // throws for the lengths it refuses
+            throw_beyond_pool("kvp_pool_alloc_extend", total);
+        }
+        std::vector<detail::element_t<LastLoc>> out(total);
         alloc_extend(prefix_lens, seq_lens, last_loc, out.size(), out);
         return out;
     }
@@ -669,10 +693,13 @@ public:
         detail::require_lengths(seq_lens);
         const std::size_t batch = std::size(seq_lens);
         require_batch(std::size(rows) == batch, "kvp_pool_page_table", "rows and seq_lens");
+        // Sized from the lengths the library accepts (0 .. row_len; it refuses the others).
         std::size_t pages = 0;
         for (std::size_t i = 0; i < batch; ++i) {
             const int64_t s = std::data(seq_lens)[i];
-            if (s > 0 && page_size_ > 0) pages += static_cast<std::size_t>((s + page_size_ - 1) / page_size_);
+            if (s <= 0 || page_size_ == 0) continue;
+            const uint64_t len = std::min<uint64_t>(static_cast<uint64_t>(s), table.row_len);
+            pages += static_cast<std::size_t>(len / page_size_ + (len % page_size_ != 0));
         }
         page_table_t t{std::vector<int32_t>(batch + 1), std::vector<int32_t>(pages),
                        std::vector<int32_t>(batch)};
@@ -830,13 +857,9 @@ public:
                             device_span<Out> out, stream_t stream) {
         detail::require_lengths(prefix_lens_host);
         detail::require_lengths(seq_lens_host);
-        int64_t total = 0;
-        for (std::size_t i = 0; i < std::size(seq_lens_host) && i < std::size(prefix_lens_host);
-             ++i)
-            total += std::data(seq_lens_host)[i] - std::data(prefix_lens_host)[i];
-        // a negative total reaches the library as a huge count: KVP_STATUS_INVALID_LENGTHS
+        // (the library refuses lengths the sum skips, with KVP_STATUS_INVALID_LENGTHS)
         alloc_extend_async(prefix_lens_host, seq_lens_host, prefix_lens, seq_lens, last_loc,
-                           static_cast<std::size_t>(total), out, stream);
+                           detail::extend_total(prefix_lens_host, seq_lens_host), out, stream);
     }
 
     /// Decode step on the device: one slot per request into out[0 .. batch); `seq_lens_host`
@@ -1082,6 +1105,7 @@ private:
         kvp_pool_info facts{};
         check(kvp_pool_get_info(raw, &facts), "kvp_pool_get_info");
         index_type_ = static_cast<kvp_index_type>(facts.index_type);
+        size_ = facts.size;
         page_size_ = facts.page_size;
         device_ = facts.backend == KVP_BACKEND_CUDA ? facts.device : -1;
     }
@@ -1110,7 +1134,15 @@ private:
         }
     }
 
+    // More slots than the pool has: no call could hand them out (the library's status for it).
+    [[noreturn]] void throw_beyond_pool(const char *call, std::size_t tokens) const {
+        throw error(KVP_STATUS_OUT_OF_SLOTS, call,
+                    std::to_string(tokens) + " tokens need more than the pool's " +
+                        std::to_string(size_) + " slots");
+    }
+
     kvp_index_type index_type_ = KVP_INDEX_TYPE_I64;
+    uint64_t size_ = 0;
     uint32_t page_size_ = 0;
     int32_t device_ = -1;
 };

@@ -604,6 +604,46 @@ void test_req_table() {
                                        kvpool::span<int32_t>(), nullptr));
 }
 
+// The overloads that return a vector size it from lengths the library has not checked yet: a
+// length beyond the pool is the library's error (a kvpool::error), never a std::length_error,
+// a std::bad_alloc or gigabytes zero-filled before the refusal.
+void test_result_sizes() {
+    auto pool = kvpool::pool::create(64, 4);
+    const int64_t huge = int64_t{1} << 62;
+    CHECK_THROWS(OUT_OF_SLOTS, "64 slots", pool.alloc(std::size_t{1} << 62));
+    CHECK_THROWS(OUT_OF_SLOTS, "", pool.alloc(68));
+    CHECK_THROWS(INVALID_LENGTHS, "seq_lens[0] = 4611686018427387904 exceeds the pool size 64",
+                 pool.alloc_extend(std::vector<int64_t>{0}, std::vector<int64_t>{huge},
+                                   std::vector<int64_t>{-1}));
+    // (an int64_t sum of these overflowed: undefined behaviour)
+    CHECK_THROWS(INVALID_LENGTHS, "exceeds the pool size 64",
+                 pool.alloc_extend(std::vector<int64_t>{0, 0},
+                                   std::vector<int64_t>{INT64_MAX, INT64_MAX},
+                                   std::vector<int64_t>{-1, -1}));
+    CHECK_THROWS(OUT_OF_SLOTS, "",
+                 pool.alloc_extend(std::vector<int64_t>{0, 0}, std::vector<int64_t>{40, 40},
+                                   std::vector<int64_t>{-1, -1}));
+    CHECK_THROWS(INVALID_LENGTHS, "less than prefix_lens[0]",
+                 pool.alloc_extend(std::vector<int64_t>{5}, std::vector<int64_t>{1},
+                                   std::vector<int64_t>{-1}));
+    std::vector<int32_t> req_to_token(4 * 8, 0);
+    const kvp_req_table table = kvpool::req_table(req_to_token.data(), 4, 8);
+    CHECK_THROWS(BUFFER_TOO_SMALL, "exceeds the table's row_len 8",
+                 pool.page_table(table, std::vector<int64_t>{0}, std::vector<int64_t>{INT64_MAX}));
+    CHECK_THROWS(BUFFER_TOO_SMALL, "row_len",
+                 pool.page_table(table, std::vector<int64_t>{0, 1},
+                                 std::vector<int64_t>{huge, huge}));
+    CHECK_EQ(pool.available_size(), 64u);
+    CHECK_EQ(pool.stats().pages_in_use, 0u);
+    // What fits still works.
+    CHECK_EQ(pool.alloc(64).size(), 64u);
+    pool.clear();
+    CHECK_EQ(pool.alloc_extend(std::vector<int64_t>{0, 0}, std::vector<int64_t>{32, 32},
+                               std::vector<int64_t>{-1, -1})
+                 .size(),
+             64u);
+}
+
 void test_decode_reservation() {
     // Two requests of 5 and 8 tokens on 4-token pages; 6 reserved steps against 6 plain
     // decodes on a twin pool.
@@ -667,6 +707,7 @@ int main() {
         {"paged_pool", test_paged_pool},
         {"req_table", test_req_table},
         {"decode_reservation", test_decode_reservation},
+        {"result_sizes", test_result_sizes},
         {"index_types", test_index_types},
         {"free_group_guard", test_free_group_guard},
         {"snapshots_and_moves", test_snapshots_and_moves},
