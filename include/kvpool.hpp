@@ -325,7 +325,8 @@ public:
                                           nullptr),
               "kvp_decode_reservation_step");
     }
-    /// Host pool: as above, also writing table[rows[i]][lens[i] + s] (host table and rows).
+    /// Host pool: as above, also writing table[rows[i]][lens[i] + s] (host table and rows);
+    /// `out` may be empty (passed as NULL: the table alone receives the slots).
     template <class Rows, class Out>
     void step(const kvp_req_table &table, const Rows &rows, Out &&out) {
         static_assert(std::is_same_v<detail::element_t<Rows>, int64_t>, "rows hold int64_t");
@@ -333,8 +334,8 @@ public:
         if (std::size(rows) != batch_size())
             throw error(KVP_STATUS_INVALID_LENGTHS, "kvp_decode_reservation_step",
                         "rows must have one entry per request of the reservation");
-        check(kvp_decode_reservation_step(get(), std::data(out), std::size(out), &table,
-                                          std::data(rows)),
+        check(kvp_decode_reservation_step(get(), std::size(out) ? std::data(out) : nullptr,
+                                          std::size(out), &table, std::data(rows)),
               "kvp_decode_reservation_step");
     }
 
@@ -348,7 +349,8 @@ public:
               "kvp_decode_reservation_step_async");
     }
     /// Device pool: as above, also writing table[rows[i]][lens[i] + s] (device table and
-    /// rows); `out` may be an empty span.
+    /// rows); `out` may be an empty span (passed as NULL: the kernel takes no length, so a
+    /// pointer would get batch_size() slots written whatever the span's size).
     template <class Out>
     void step_async(const kvp_req_table &table, device_span<const int64_t> rows,
                     device_span<Out> out, stream_t stream) {
@@ -359,7 +361,8 @@ public:
         if (rows.size() != batch_size())
             throw error(KVP_STATUS_INVALID_LENGTHS, "kvp_decode_reservation_step_async",
                         "rows must have one entry per request of the reservation");
-        check(kvp_decode_reservation_step_async(get(), out.data(), &table, rows.data(), stream),
+        check(kvp_decode_reservation_step_async(get(), out.empty() ? nullptr : out.data(), &table,
+                                                rows.data(), stream),
               "kvp_decode_reservation_step_async");
     }
 
@@ -929,11 +932,13 @@ public:
                                                std::data(prefix_lens_host),
                                                std::data(seq_lens_host), prefix_lens.data(),
                                                seq_lens.data(), batch, extend_num_tokens,
-                                               out.data(), out.size(), stream),
+                                               out.empty() ? nullptr : out.data(), out.size(),
+                                               stream),
               "kvp_pool_alloc_extend_rows_async");
     }
 
-    /// alloc_decode_rows on the device (kvp_pool_alloc_decode_rows_async).
+    /// alloc_decode_rows on the device (kvp_pool_alloc_decode_rows_async); `out` may be an
+    /// empty span.
     template <class SeqLensHost, class Out>
     void alloc_decode_rows_async(const kvp_req_table &table, device_span<const int64_t> rows,
                                  const SeqLensHost &seq_lens_host,
@@ -946,7 +951,8 @@ public:
                       "kvp_pool_alloc_decode_rows_async", "rows, seq_lens and seq_lens_host");
         check(kvp_pool_alloc_decode_rows_async(get(), &table, rows.data(),
                                                std::data(seq_lens_host), seq_lens.data(), batch,
-                                               out.data(), out.size(), stream),
+                                               out.empty() ? nullptr : out.data(), out.size(),
+                                               stream),
               "kvp_pool_alloc_decode_rows_async");
     }
 

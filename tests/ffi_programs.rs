@@ -1,6 +1,7 @@
 //! Builds and runs the C99 and C++17 tests of the C ABI (`tests/c/abi_test.c`,
 //! `tests/c/scheduler_test.c`, `tests/c/pool_guard_test.c`, `tests/cpp/abi_test.cpp`), the C++17 tests of the RAII
-//! wrappers (`tests/cpp/kvpool_hpp_test.cpp`, `include/kvpool.hpp`) and the consumer
+//! wrappers (`tests/cpp/kvpool_hpp_test.cpp`, `tests/cpp/kvpool_hpp_device_args_test.cpp`,
+//! `include/kvpool.hpp`) and the consumer
 //! programs of `cpp-examples/` against the library built with `--features testing`; checks
 //! that `include/kvpool.h` compiles cleanly (twice included, strict warnings) as C and C++,
 //! and that the library exports exactly the header's functions and `abi/kvpool.symbols`.
@@ -81,8 +82,13 @@ fn build_program_with(lang: Lang, source: &str, name: &str, extra: &[String]) ->
     exe
 }
 
-/// Runs a test program; it must exit 0 and end with its "all N checks passed" line.
+/// Runs a test program; it must exit 0 and end with its "all N checks passed" line (N > 100).
 fn run_program(exe: &Path, marker: &str) {
+    run_program_checks(exe, marker, 101);
+}
+
+/// `run_program` for a program of at least `min_checks` checks.
+fn run_program_checks(exe: &Path, marker: &str, min_checks: u32) {
     let output = run_to_completion(&mut Command::new(exe), "the test program");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let passed = stdout
@@ -92,7 +98,7 @@ fn run_program(exe: &Path, marker: &str) {
         .and_then(|rest| rest.strip_suffix(" checks passed"))
         .and_then(|n| n.parse::<u32>().ok());
     assert!(
-        output.status.success() && passed.is_some_and(|n| n > 100),
+        output.status.success() && passed.is_some_and(|n| n >= min_checks),
         "{} failed\n{}",
         exe.display(),
         support::describe_output(&output)
@@ -125,6 +131,20 @@ fn cpp17_kvpool_hpp_test() {
         true,
     );
     run_program(&exe, "kvpool_hpp_test (C++): all ");
+}
+
+/// What kvpool.hpp's device-pool methods pass to the C ABI, without a GPU
+/// (`tests/cpp/kvpool_hpp_device_args_test.cpp` defines recording stand-ins for the C
+/// functions it checks; the rest is the real library).
+#[test]
+fn cpp17_kvpool_hpp_device_args_test() {
+    let exe = build_program(
+        Lang::Cpp,
+        "tests/cpp/kvpool_hpp_device_args_test.cpp",
+        "kvpool_hpp_device_args_test",
+        false,
+    );
+    run_program_checks(&exe, "kvpool_hpp_device_args_test (C++): all ", 13);
 }
 
 /// Stream-ordered release through kvpool.hpp (`tests/cpp/cuda_release_test.cpp`): a
