@@ -123,16 +123,33 @@ inline std::size_t device_pending_releases() {
 
 // ---- buffers -----------------------------------------------------------------------------
 
+template <class T>
+class device_span;
+
+namespace detail {
+
+template <class C>
+struct is_device_span : std::false_type {};
+template <class T>
+struct is_device_span<device_span<T>> : std::true_type {};
+template <class C>
+constexpr bool is_device_span_v = is_device_span<std::remove_cv_t<std::remove_reference_t<C>>>::value;
+
+}  // namespace detail
+
 /// A pointer and an element count (std::span's subset that kvpool needs). Converts from any
-/// contiguous container with data() and size() of a compatible element type.
+/// contiguous container with data() and size() of a compatible element type — host memory,
+/// so never from a kvpool::device_span.
 template <class T>
 class span {
 public:
     constexpr span() noexcept = default;
     constexpr span(T *data, std::size_t size) noexcept : data_(data), size_(size) {}
-    template <class C, class = std::enable_if_t<std::is_convertible_v<
-                           std::remove_pointer_t<decltype(std::data(std::declval<C &>()))> (*)[],
-                           T (*)[]>>>
+    template <class C, class = std::enable_if_t<
+                           !detail::is_device_span_v<C> &&
+                           std::is_convertible_v<
+                               std::remove_pointer_t<decltype(std::data(std::declval<C &>()))> (*)[],
+                               T (*)[]>>>
     constexpr span(C &&container) noexcept  // NOLINT(google-explicit-constructor)
         : data_(std::data(container)), size_(std::size(container)) {}
 
@@ -182,8 +199,15 @@ constexpr device_span<T> device(T *data, std::size_t size) noexcept {
 
 namespace detail {
 
+// The element type of a host buffer (a host-pool index buffer, a length array, a host copy).
 template <class C>
-using element_t = std::remove_cv_t<std::remove_pointer_t<decltype(std::data(std::declval<C &>()))>>;
+struct host_element {
+    static_assert(!is_device_span_v<C>,
+                  "a kvpool::device_span is device memory: this parameter takes a host container");
+    using type = std::remove_cv_t<std::remove_pointer_t<decltype(std::data(std::declval<C &>()))>>;
+};
+template <class C>
+using element_t = typename host_element<C>::type;
 
 template <class I>
 constexpr bool is_index_v = std::is_same_v<I, int64_t> || std::is_same_v<I, int32_t>;

@@ -388,6 +388,62 @@ fn cpp_wrapper_header_compiles_twice_included() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// kvpool.hpp refuses, at compile time, a `kvpool::device_span` where a host buffer is taken
+/// (a host pool's index buffer, a length array, the host copy of an `_async` method's
+/// lengths): the library would read or write device memory on the host. The positive control
+/// (host vectors there) compiles.
+#[test]
+fn device_span_is_not_a_host_buffer() {
+    let dir = support::scratch_dir("device_span_host");
+    let cases = [
+        (
+            "host",
+            "pool.free_indices(host);\n    pool.alloc_decode_async(host, dev, dev, out, nullptr);",
+        ),
+        ("free_indices", "pool.free_indices(dev);"),
+        (
+            "lens_host",
+            "pool.alloc_decode_async(dev, dev, dev, out, nullptr);",
+        ),
+        ("alloc_out", "pool.alloc(1, out);"),
+    ];
+    for (name, call) in cases {
+        let source = dir.join(format!("{name}.cpp"));
+        std::fs::write(
+            &source,
+            format!(
+                "#include \"kvpool.hpp\"\nvoid f(kvpool::pool &pool, const std::vector<int64_t> &host,\n       \
+                 kvpool::device_span<const int64_t> dev, kvpool::device_span<int64_t> out);\n\
+                 void f(kvpool::pool &pool, const std::vector<int64_t> &host,\n       \
+                 kvpool::device_span<const int64_t> dev, kvpool::device_span<int64_t> out) {{\n    \
+                 (void)host;\n    (void)dev;\n    (void)out;\n    {call}\n}}\n"
+            ),
+        )
+        .unwrap();
+        let mut cmd = compiler(Lang::Cpp, "c++17");
+        cmd.arg("-c")
+            .arg(&source)
+            .arg("-o")
+            .arg(dir.join(format!("{name}.o")));
+        let output = run_to_completion(&mut cmd, "the compiler");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        if name == "host" {
+            assert!(
+                output.status.success(),
+                "{name}\n{}",
+                support::describe_output(&output)
+            );
+        } else {
+            assert!(
+                !output.status.success() && stderr.contains("kvpool::device_span is device memory"),
+                "{name}: compiled, or failed for another reason\n{}",
+                support::describe_output(&output)
+            );
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `KVP_NODISCARD` makes an ignored status a warning (an error under -Werror), in C through
 /// the GNU attribute and in C++17 through `[[nodiscard]]`; the positive control (the same
 /// call, its status used) compiles.

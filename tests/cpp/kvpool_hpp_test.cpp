@@ -97,6 +97,11 @@ void test_types() {
     static_assert(std::is_convertible_v<std::vector<uint64_t> &, kvpool::span<const uint64_t>>);
     static_assert(!std::is_convertible_v<std::vector<int64_t> &, kvpool::span<const uint64_t>>);
     static_assert(!std::is_convertible_v<const std::vector<uint64_t> &, kvpool::span<uint64_t>>);
+    // ... but never from a device_span: device memory is not a host buffer (the host methods'
+    // container parameters refuse one too: tests/ffi_programs.rs, device_span_is_not_a_host_buffer).
+    static_assert(!std::is_convertible_v<kvpool::device_span<int32_t>, kvpool::span<int32_t>>);
+    static_assert(!std::is_constructible_v<kvpool::span<const int64_t>,
+                                           kvpool::device_span<const int64_t> &>);
     std::array<uint64_t, 3> a{1, 2, 3};
     kvpool::span<const uint64_t> s = a;
     CHECK_EQ(s.size(), 3u);
