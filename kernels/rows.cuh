@@ -281,11 +281,12 @@ __device__ void rows_segments(View v, Call call, const void *table, uint32_t wid
       row = rows[i];
       start = starts[i];
       const long long end = ends[i];
+      // (An empty segment frees nothing, wherever it starts: the host's rule too.)
       if (row < 0 || (unsigned long long)row >= table_rows) {
         report(&errors, i, ERR_ROW);
         row = -1;
       } else if (start < 0 || end < start || (unsigned long long)end > row_len ||
-                 (ps > 1 && mod_ps((unsigned long long)start, v) != 0)) {
+                 (ps > 1 && end > start && mod_ps((unsigned long long)start, v) != 0)) {
         report(&errors, i, ERR_LENGTHS);
         row = -1;
       } else {

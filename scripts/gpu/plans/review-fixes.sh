@@ -9,7 +9,9 @@
 # a_restore_recovers_a_fault_inside_an_open_free_group,
 # a_snapshot_taken_while_faulted_is_not_restored,
 # a_finish_refuses_device_lengths_that_moved_pages_to_other_steps; from the thirty-eighth
-# session a_call_only_partly_enqueued_blocks_the_pool_until_recovered; the lockstep test now
+# session a_call_only_partly_enqueued_blocks_the_pool_until_recovered and (cuda_rows; the
+# segment kernel's empty segments, 4 functions' SASS changed)
+# an_empty_segment_starting_mid_page_frees_nothing_on_either_backend; the lockstep test now
 # reads the pool back after every refused call), both sanitizers (with
 # sanitize-racecheck-refusals), then A/B of the kernels whose SASS changed, packed with
 # `scripts/gpu/pack.sh --variant P=6e8aef2 --variant T=.` (P: before the fixes):
