@@ -153,13 +153,27 @@ unsafe fn lookup<'a, T: HandleKind, C>(
     ptr: *const C,
     name: &str,
 ) -> Result<&'a Guarded<T>, kvp_status> {
+    // SAFETY: forwarded caller contract; a checked pointer is a live `T` handle, made by
+    // `into_raw::<T, C>`.
+    Ok(unsafe { &*checked::<T, C>(ptr, name)? })
+}
+
+/// `ptr` as a `T` handle's object, after the checks of [`lookup`]. The pointer keeps the
+/// C pointer's reach over the whole `Arc` allocation, counts included, which one taken from
+/// a reference to the object would not (`Arc::from_raw` and the count changes need it).
+///
+/// # Safety
+/// `ptr` must be NULL or a live handle of some kind.
+unsafe fn checked<T: HandleKind, C>(
+    ptr: *const C,
+    name: &str,
+) -> Result<*const Guarded<T>, kvp_status> {
     if ptr.is_null() {
         return Err(fail(kvp_status::NullArgument, format!("{name} is NULL")));
     }
     // SAFETY: non-NULL and a live handle (caller contract).
     unsafe { check_kind::<T>(ptr.cast(), name)? };
-    // SAFETY: a live `T` handle, made by `into_raw::<T, C>`.
-    Ok(unsafe { &*ptr.cast::<Guarded<T>>() })
+    Ok(ptr.cast::<Guarded<T>>())
 }
 
 /// Runs `body` on the object behind the C pointer `ptr` (named `name` in errors), under the
@@ -187,7 +201,7 @@ pub(crate) unsafe fn share<T: HandleKind, C>(
     name: &str,
 ) -> Result<Arc<Guarded<T>>, kvp_status> {
     // SAFETY: forwarded caller contract.
-    let raw: *const Guarded<T> = unsafe { lookup::<T, C>(ptr, name)? };
+    let raw = unsafe { checked::<T, C>(ptr, name)? };
     // SAFETY: `raw` came from `Arc::into_raw`, and the caller's reference keeps it alive.
     unsafe {
         Arc::increment_strong_count(raw);
@@ -209,9 +223,9 @@ pub(crate) unsafe fn release<T: HandleKind, C>(ptr: *mut C) {
         // context; the caller's is current again afterwards.
         let _restore = RestoreContext::save();
         // SAFETY: a live handle (caller contract).
-        if let Ok(handle) = unsafe { lookup::<T, C>(ptr, "handle") } {
+        if let Ok(raw) = unsafe { checked::<T, C>(ptr.cast_const(), "handle") } {
             // SAFETY: created by `Arc::into_raw` in `into_raw`; released once (contract).
-            drop(unsafe { Arc::from_raw(std::ptr::from_ref(handle)) });
+            drop(unsafe { Arc::from_raw(raw) });
         }
     })
 }
