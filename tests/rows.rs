@@ -350,3 +350,76 @@ fn page_table_edge_cases() {
         (vec![9; 3], vec![9; 3], vec![9; 2])
     );
 }
+
+/// Index arrays a C caller keeps in the table's row padding (stride above row_len) are read
+/// while the call holds the table: a free by row and a page table borrow it for reading only,
+/// so those arrays stay validly borrowed. (They borrowed the whole table as `&mut`, which
+/// Stacked Borrows, in `cargo +nightly miri test --test rows`, rejects.)
+#[test]
+fn index_arrays_inside_the_tables_padding_are_read_where_they_are() {
+    use kvpool::ffi::*;
+    use std::ptr::null_mut;
+    let mut config = kvp_pool_config_default();
+    config.size = 64;
+    config.page_size = 4;
+    let mut pool = null_mut();
+    // Two rows of 8 entries, stride 12: entries 8..12 are row 0's padding.
+    let mut table = vec![0i64; 20];
+    let base = table.as_mut_ptr();
+    let desc = kvp_req_table {
+        data: base.cast(),
+        index_type: kvp_index_type::I64 as u32,
+        rows: 2,
+        row_stride: 12,
+        row_len: 8,
+    };
+    let (mut indptr, mut indices, mut last) = ([0i32; 2], [0i32; 4], [0i32; 1]);
+    // SAFETY: every pointer is valid for what the call reads or writes; the arrays in the
+    // padding (base + 8 ..) lie outside both rows' entries.
+    unsafe {
+        assert_eq!(kvp_pool_new(&config, &mut pool), kvp_status::Ok);
+        let (rows, prefix, seq) = ([0i64, 1], [0i64, 0], [8i64, 8]);
+        let status = kvp_pool_alloc_extend_rows(
+            pool,
+            &desc,
+            rows.as_ptr(),
+            prefix.as_ptr(),
+            seq.as_ptr(),
+            2,
+            16,
+            null_mut(),
+            0,
+        );
+        assert_eq!(status, kvp_status::Ok);
+        // A page table of row 1's 8 tokens: rows = [1], seq_lens = [8] in the padding.
+        (base.add(8).write(1), base.add(9).write(8));
+        let status = kvp_pool_page_table(
+            pool,
+            &desc,
+            base.add(8),
+            base.add(9),
+            1,
+            indptr.as_mut_ptr(),
+            indices.as_mut_ptr(),
+            indices.len(),
+            last.as_mut_ptr(),
+        );
+        assert_eq!(status, kvp_status::Ok);
+        assert_eq!((indptr, last), ([0, 2], [4]));
+        assert_eq!(
+            indices[..2],
+            [(*base.add(12) / 4) as i32, (*base.add(16) / 4) as i32]
+        );
+        // Free row 1's tokens 0 .. 8: rows = [1], starts = [0], ends = [8] in the padding.
+        (base.add(9).write(0), base.add(10).write(8));
+        let status = kvp_pool_free_rows(pool, &desc, base.add(8), base.add(9), base.add(10), 1);
+        assert_eq!(status, kvp_status::Ok);
+        let mut available = 0;
+        assert_eq!(
+            kvp_pool_available_size(pool, &mut available),
+            kvp_status::Ok
+        );
+        assert_eq!(available, 64 - 8);
+        kvp_pool_free(pool);
+    }
+}

@@ -5,7 +5,9 @@ use std::ffi::c_void;
 use super::boundary::fail;
 use super::status::kvp_status;
 
-fn check<T>(ptr: *const T, len: usize, name: &str) -> Result<(), kvp_status> {
+/// The checks [`input`] and [`output`] make before they borrow: `ptr` NULL only for `len`
+/// 0, aligned for `T`, `len` elements within `isize::MAX` bytes.
+pub(crate) fn check<T>(ptr: *const T, len: usize, name: &str) -> Result<(), kvp_status> {
     if ptr.is_null() {
         if len == 0 {
             return Ok(());

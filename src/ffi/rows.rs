@@ -4,7 +4,7 @@
 use std::ffi::c_void;
 
 use super::boundary::{fail, status_of};
-use super::buffers::{disjoint, index_span, input, output, output_indices, span, Span};
+use super::buffers::{check, disjoint, index_span, input, output, output_indices, span, Span};
 use super::device::{check_device_ptr, device_ptr, index_align, stream_of, CUstream_st};
 use super::pool::{kvp_pool, with_device_pool, with_pool};
 use super::status::kvp_status;
@@ -94,6 +94,26 @@ pub(crate) unsafe fn host_table<'a, T: SlotIndex>(
     // SAFETY: forwarded contract.
     let data = unsafe { output(t.data.cast::<T>(), span, "table.data") }?;
     ReqTable::new(data, shape).map_err(|e| fail(e.kind().into(), e.message()))
+}
+
+/// Borrows a host table a call only reads (a free by row, a page table): as
+/// [`host_table`], but no `&mut` to its memory is made, so index arrays the caller placed
+/// inside it stay validly borrowed.
+///
+/// # Safety
+/// `t.data` must be valid for reads of the span of `shape`, not written during the call.
+pub(crate) unsafe fn host_table_read<'a, T: SlotIndex>(
+    t: &kvp_req_table,
+    shape: TableShape,
+) -> Result<ReqTable<'a, T>, kvp_status> {
+    let span = shape
+        .span()
+        .map_err(|e| fail(e.kind().into(), e.message()))? as usize;
+    let data = t.data.cast::<T>();
+    check(data.cast_const(), span, "table.data")?;
+    // SAFETY: checked pointer; validity for reads is the caller's contract, and the call
+    // writes no row.
+    unsafe { ReqTable::from_raw(data, span, shape) }.map_err(|e| fail(e.kind().into(), e.message()))
 }
 
 /// A host table's memory as a [`Span`] (empty for a shape `host_table` refuses anyway).
@@ -337,7 +357,7 @@ unsafe fn free_rows_typed<T: SlotIndex>(
     let rows = buffer!(pool, op, unsafe { input(rows, batch_size, "rows") });
     let starts = buffer!(pool, op, unsafe { input(starts, batch_size, "starts") });
     let ends = buffer!(pool, op, unsafe { input(ends, batch_size, "ends") });
-    let table = buffer!(pool, op, unsafe { host_table::<T>(&t, shape) });
+    let table = buffer!(pool, op, unsafe { host_table_read::<T>(&t, shape) });
     status_of(pool.free_rows(&table, rows, starts, ends))
 }
 
@@ -422,7 +442,7 @@ unsafe fn page_table_typed<T: SlotIndex>(
     let kv_indptr = tri!(unsafe { output(kv_indptr, batch_size + 1, "kv_indptr") });
     let kv_indices = tri!(unsafe { output(kv_indices, indices_capacity, "kv_indices") });
     let kv_last = tri!(unsafe { output(kv_last_page_len, batch_size, "kv_last_page_len") });
-    let table = tri!(unsafe { host_table::<T>(&t, shape) });
+    let table = tri!(unsafe { host_table_read::<T>(&t, shape) });
     status_of(
         pool.page_table(&table, rows, seq_lens, kv_indptr, kv_indices, kv_last)
             .map(|_| ()),

@@ -7,6 +7,9 @@
 //! `last_loc` from the table and writes new slots into it; it owns nothing and registers
 //! nothing. Everything here is all-or-nothing like the rest of [`Pool`].
 
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+
 use super::error::{fail, ErrorKind, PoolError};
 use super::{plan, Pool, SlotIndex};
 
@@ -153,26 +156,59 @@ pub fn page_table_pages(
 }
 
 /// A request-to-token table borrowed for one call.
-#[derive(Debug)]
+///
+/// Held as a pointer, not a `&mut [T]`: a call that only reads the table (a free by row, a
+/// page table) then makes only shared references to it, so index arrays a C caller placed
+/// inside the table's memory are not aliased by a unique one ([`from_raw`](Self::from_raw)).
 pub struct ReqTable<'a, T> {
-    data: &'a mut [T],
+    data: NonNull<T>,
+    len: usize,
     shape: TableShape,
+    _borrow: PhantomData<&'a mut [T]>,
+}
+
+impl<T> std::fmt::Debug for ReqTable<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReqTable")
+            .field("len", &self.len)
+            .field("shape", &self.shape)
+            .finish()
+    }
 }
 
 impl<'a, T: SlotIndex> ReqTable<'a, T> {
     /// Borrows `data` as a table of this shape; `data` must span it.
     pub fn new(data: &'a mut [T], shape: TableShape) -> Result<Self, PoolError> {
+        // SAFETY: a unique borrow of `data.len()` elements for 'a.
+        unsafe { Self::from_raw(data.as_mut_ptr(), data.len(), shape) }
+    }
+
+    /// A table of `len` elements at `data` (non-NULL, aligned), which must span `shape`.
+    ///
+    /// # Safety
+    /// `data` must be valid for reads of `len` elements for 'a, and for writes when a call
+    /// writes rows ([`row_mut`](Self::row_mut)); nothing else may write them meanwhile.
+    pub(crate) unsafe fn from_raw(
+        data: *mut T,
+        len: usize,
+        shape: TableShape,
+    ) -> Result<Self, PoolError> {
         let span = shape.span()?;
-        if (data.len() as u64) < span {
+        if (len as u64) < span {
             return fail(
                 ErrorKind::BufferTooSmall,
-                format!(
-                    "the table holds {} elements but its shape spans {span}",
-                    data.len()
-                ),
+                format!("the table holds {len} elements but its shape spans {span}"),
             );
         }
-        Ok(Self { data, shape })
+        let Some(data) = NonNull::new(data) else {
+            return fail(ErrorKind::InvalidArgument, "the table's data is NULL");
+        };
+        Ok(Self {
+            data,
+            len,
+            shape,
+            _borrow: PhantomData,
+        })
     }
 
     /// The table's shape.
@@ -180,15 +216,37 @@ impl<'a, T: SlotIndex> ReqTable<'a, T> {
         self.shape
     }
 
+    /// Where row `row` starts; its `row_len` entries lie within the table.
+    fn row_start(&self, row: usize) -> usize {
+        let start = row.checked_mul(self.shape.row_stride as usize);
+        let end = start.and_then(|s| s.checked_add(self.shape.row_len as usize));
+        assert!(
+            end.is_some_and(|end| end <= self.len),
+            "row {row} lies outside the table"
+        );
+        start.unwrap_or_default()
+    }
+
     /// Row `row`'s usable entries.
     pub fn row(&self, row: usize) -> &[T] {
-        let start = row * self.shape.row_stride as usize;
-        &self.data[start..start + self.shape.row_len as usize]
+        let start = self.row_start(row);
+        // SAFETY: within the table (checked), readable for 'a; only shared references to
+        // it live while `&self` does.
+        unsafe {
+            std::slice::from_raw_parts(self.data.as_ptr().add(start), self.shape.row_len as usize)
+        }
     }
 
     pub(crate) fn row_mut(&mut self, row: usize) -> &mut [T] {
-        let start = row * self.shape.row_stride as usize;
-        &mut self.data[start..start + self.shape.row_len as usize]
+        let start = self.row_start(row);
+        // SAFETY: within the table (checked), writable for 'a (the constructors' contract);
+        // `&mut self` makes the reference unique.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.data.as_ptr().add(start),
+                self.shape.row_len as usize,
+            )
+        }
     }
 }
 
