@@ -392,7 +392,8 @@ fn index_arrays_inside_the_tables_padding_are_read_where_they_are() {
         );
         assert_eq!(status, kvp_status::Ok);
         // A page table of row 1's 8 tokens: rows = [1], seq_lens = [8] in the padding.
-        (base.add(8).write(1), base.add(9).write(8));
+        base.add(8).write(1);
+        base.add(9).write(8);
         let status = kvp_pool_page_table(
             pool,
             &desc,
@@ -411,7 +412,8 @@ fn index_arrays_inside_the_tables_padding_are_read_where_they_are() {
             [(*base.add(12) / 4) as i32, (*base.add(16) / 4) as i32]
         );
         // Free row 1's tokens 0 .. 8: rows = [1], starts = [0], ends = [8] in the padding.
-        (base.add(9).write(0), base.add(10).write(8));
+        base.add(9).write(0);
+        base.add(10).write(8);
         let status = kvp_pool_free_rows(pool, &desc, base.add(8), base.add(9), base.add(10), 1);
         assert_eq!(status, kvp_status::Ok);
         let mut available = 0;
