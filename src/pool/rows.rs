@@ -167,6 +167,12 @@ pub struct ReqTable<'a, T> {
     _borrow: PhantomData<&'a mut [T]>,
 }
 
+// SAFETY: a `ReqTable` is a unique borrow of its elements, as `&mut [T]` is (and so Send
+// and Sync on the same terms).
+unsafe impl<T: Send> Send for ReqTable<'_, T> {}
+// SAFETY: as above; `&ReqTable` only reads the elements.
+unsafe impl<T: Sync> Sync for ReqTable<'_, T> {}
+
 impl<T> std::fmt::Debug for ReqTable<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ReqTable")
