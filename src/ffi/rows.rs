@@ -88,12 +88,10 @@ pub(crate) unsafe fn host_table<'a, T: SlotIndex>(
     t: &kvp_req_table,
     shape: TableShape,
 ) -> Result<ReqTable<'a, T>, kvp_status> {
-    let span = shape
-        .span()
-        .map_err(|e| fail(e.kind().into(), e.message()))? as usize;
+    let span = elements(&shape)?;
     // SAFETY: forwarded contract.
     let data = unsafe { output(t.data.cast::<T>(), span, "table.data") }?;
-    ReqTable::new(data, shape).map_err(|e| fail(e.kind().into(), e.message()))
+    ReqTable::new(data, shape).map_err(status_of_error)
 }
 
 /// Borrows a host table a call only reads (a free by row, a page table): as
@@ -106,14 +104,22 @@ pub(crate) unsafe fn host_table_read<'a, T: SlotIndex>(
     t: &kvp_req_table,
     shape: TableShape,
 ) -> Result<ReqTable<'a, T>, kvp_status> {
-    let span = shape
-        .span()
-        .map_err(|e| fail(e.kind().into(), e.message()))? as usize;
+    let span = elements(&shape)?;
     let data = t.data.cast::<T>();
     check(data.cast_const(), span, "table.data")?;
     // SAFETY: checked pointer; validity for reads is the caller's contract, and the call
     // writes no row.
-    unsafe { ReqTable::from_raw(data, span, shape) }.map_err(|e| fail(e.kind().into(), e.message()))
+    unsafe { ReqTable::from_raw(data, span, shape) }.map_err(status_of_error)
+}
+
+/// The elements a table of `shape` spans.
+fn elements(shape: &TableShape) -> Result<usize, kvp_status> {
+    shape.span().map(|n| n as usize).map_err(status_of_error)
+}
+
+/// A pool error as the failing call's status (its message kept as the last error).
+fn status_of_error(e: crate::pool::PoolError) -> kvp_status {
+    fail(e.kind().into(), e.message())
 }
 
 /// A host table's memory as a [`Span`] (empty for a shape `host_table` refuses anyway).
