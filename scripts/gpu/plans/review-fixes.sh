@@ -26,5 +26,5 @@ step sanitize SANITIZE_OPS="${SANITIZE_OPS:-200}" sanitize
 ab_bench grid8 "--ops alloc_extend --page-sizes 16 --batch-sizes 1,8 --extend-tokens 512"
 ab_bench grid32 "--ops alloc_extend --page-sizes 16 --batch-sizes 32,128,256 --extend-tokens 64"
 ab_bench one4096 "--ops alloc_extend --page-sizes 16 --batch-sizes 1 --extend-tokens 4096"
-ab_bench wide "--ops alloc_extend --page-sizes 16 --batch-sizes 400,1000 --extend-tokens 8"
+ab_bench wide "--ops alloc_extend --page-sizes 16 --batch-sizes 400,1000 --extend-tokens 16"
 ab_bench frees "--ops free_segment --page-sizes 16,64 --batch-sizes 1,64,256"
