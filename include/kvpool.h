@@ -547,7 +547,7 @@ enum kvp_delay_verdict
    */
   KVP_DELAY_VERDICT_TOKEN_WATERMARK = 3,
   /**
-   * Waited the maximum passes or time: prefill.
+   * Waited the maximum passes: prefill.
    */
   KVP_DELAY_VERDICT_WAIT_TIMEOUT = 4,
   /**
@@ -625,7 +625,8 @@ struct kvp_decode_reservation;
  * collective is the engine's), and every rank calls `kvp_delayer_negotiate` on the same
  * array; pass the verdict to `kvp_scheduler_step(..., allow_prefill, ...)` and report the
  * prefill batch size with `kvp_delayer_record_prefill`. Time comes from the caller
- * (`timed_out`), so decisions stay deterministic.
+ * (`timed_out`), so decisions stay deterministic. As in SGLang, the first pass in a
+ * delayer's life that the slot or queue condition would delay prefills instead.
  *
  * Created by `kvp_delayer_new`, released by `kvp_delayer_free`; calls are serialized.
  */
@@ -863,7 +864,9 @@ struct kvp_rank_info {
    */
   bool force_allow;
   /**
-   * The caller's clock says the delay budget is spent.
+   * The caller's clock says this rank has waited its delay budget (SGLang:
+   * `prefill_delayer_max_delay_ms`, 5000). Once every rank says so, the queue condition
+   * no longer delays; the slot condition and a mixed pass are bounded by passes alone.
    */
   bool timed_out;
   /**

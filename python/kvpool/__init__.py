@@ -2835,7 +2835,8 @@ class Adder(_Owner):
 
 class Delayer(_Owner):
     """A kvp_delayer. Keyword arguments set ``DelayerConfig`` fields; the defaults are
-    SGLang's (30 passes) with every optional condition off."""
+    SGLang's (30 passes) with every optional condition off. As in SGLang, the first pass the
+    slot or queue condition would delay prefills instead, once in a delayer's life."""
 
     _free_name = "kvp_delayer_free"
 
@@ -2853,6 +2854,8 @@ class Delayer(_Owner):
         self._lib.check(getattr(self._lib, name)(self.handle, *args))
 
     def local_info(self, prefillable, token_usage, running_bs, waiting_len, timed_out=False):
+        """This rank's ``RankInfo``. ``timed_out``: it has waited its delay budget (SGLang:
+        5000 ms); once every rank says so, the queue condition stops delaying."""
         running_bs = _int(running_bs, "uint64_t", "running_bs")
         waiting_len = _int(waiting_len, "uint64_t", "waiting_len")
         out = RankInfo()

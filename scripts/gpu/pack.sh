@@ -51,7 +51,7 @@ build_revision() {
 scripts/build-kernels.sh --verify
 cargo build --release --lib --example demo
 # Variants and a before-build of an earlier pack would travel with this one: gone.
-rm -rf gpu-artifacts/bin gpu-artifacts/lib gpu-artifacts/var gpu-artifacts/before
+rm -rf gpu-artifacts/bin gpu-artifacts/lib gpu-artifacts/var gpu-artifacts/var.tar.xz gpu-artifacts/before
 mkdir -p gpu-artifacts/bin gpu-artifacts/lib
 cp target/release/libkvpool.so gpu-artifacts/lib/
 # Programs linked with -lkvpool record the SONAME; a copy, since links may not travel.
@@ -122,6 +122,14 @@ for variant in ${VARIANTS[@]+"${VARIANTS[@]}"}; do
     fi
     echo "packed $rev's library as gpu-artifacts/var/$name (BENCH_VARIANTS)"
 done
+
+# The builds share most of their bytes (the kernels): one xz window over them all keeps
+# three or four within the 64 MiB the device tool carries, where each would take 16 MB.
+if [[ -d gpu-artifacts/var ]]; then
+    tar -cf - -C gpu-artifacts var | xz -T1 --lzma2=preset=6,dict=192MiB >gpu-artifacts/var.tar.xz
+    rm -rf gpu-artifacts/var
+    du -sh gpu-artifacts/var.tar.xz
+fi
 
 rm -rf gpu-artifacts/anatomy
 for anatomy in ${ANATOMIES[@]+"${ANATOMIES[@]}"}; do

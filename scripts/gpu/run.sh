@@ -41,17 +41,20 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
 LOGS=$(mktemp -d)
 mkdir -p "$OUT"
-# What pack.sh left compressed or out: the test binaries (unpacked afresh on every call:
-# a warm machine keeps the previous call's files) and each library's link name.
-if [[ -f gpu-artifacts/bin.tar.xz ]]; then
-    rm -rf gpu-artifacts/bin
-    python3 -c 'import tarfile
-with tarfile.open("gpu-artifacts/bin.tar.xz") as t:
+# What pack.sh left compressed or out: the test binaries and the other builds (unpacked
+# afresh on every call: a warm machine keeps the previous call's files) and each library's
+# link name.
+for packed in bin var; do
+    [[ -f gpu-artifacts/$packed.tar.xz ]] || continue
+    rm -rf "gpu-artifacts/$packed"
+    python3 -c 'import sys, tarfile
+with tarfile.open(sys.argv[1]) as t:
     try:
         t.extractall("gpu-artifacts", filter="data")
     except TypeError:  # Python without extraction filters
-        t.extractall("gpu-artifacts")' || echo "could not unpack gpu-artifacts/bin.tar.xz"
-fi
+        t.extractall("gpu-artifacts")' "gpu-artifacts/$packed.tar.xz" ||
+        echo "could not unpack gpu-artifacts/$packed.tar.xz"
+done
 for lib in gpu-artifacts/lib gpu-artifacts/before/lib gpu-artifacts/var/*; do
     [[ -f $lib/libkvpool.so.0.1 ]] && cp "$lib/libkvpool.so.0.1" "$lib/libkvpool.so"
 done

@@ -47,7 +47,10 @@ pub struct RankInfo {
     pub max_prefill_bs: u64,
     /// Its waiting-queue length.
     pub waiting_len: u64,
-    /// The caller's clock says the delay budget (SGLang: 5000 ms) is spent.
+    /// The caller's clock says this rank has waited its delay budget (SGLang's
+    /// `prefill_delayer_max_delay_ms`, 5000 ms). Once every rank says so the queue condition
+    /// stops holding prefill back; the slot condition and a mixed pass are bounded by
+    /// passes alone, as in SGLang.
     pub timed_out: bool,
 }
 
@@ -81,6 +84,10 @@ pub struct PrefillDelayer {
     config: DelayerConfig,
     delayed: Option<u32>,
     recent_prefill_bs: VecDeque<u64>,
+    /// The first pass the slot or queue condition would delay has prefilled (SGLang's
+    /// `skip_first_delayer`, once in a delayer's life: that first merge would otherwise keep
+    /// the decode batch short of its maximum).
+    first_hold_skipped: bool,
 }
 
 /// Non-empty prefill batch sizes remembered for `max_prefill_bs`.
@@ -142,7 +149,13 @@ impl PrefillDelayer {
             self.delayed = None;
             return Verdict::TokenWatermark;
         }
-        let hold = ready < ranks.len() || self.capacity_hold(ranks);
+        // Every rank ready: only the slot and queue conditions hold prefill back, and the
+        // first time they would, they do not. Some ranks ready: wait for the others.
+        let mut hold = ready < ranks.len();
+        if !hold && self.capacity_hold(ranks) {
+            hold = self.first_hold_skipped;
+            self.first_hold_skipped = true;
+        }
         if !hold {
             self.delayed = None;
             return if waited {
@@ -152,7 +165,7 @@ impl PrefillDelayer {
             };
         }
         let delayed = self.delayed.unwrap_or(0);
-        if delayed + 1 >= self.config.max_delay_passes || ranks.iter().any(|r| r.timed_out) {
+        if delayed + 1 >= self.config.max_delay_passes {
             self.delayed = None;
             return Verdict::WaitTimeout;
         }
@@ -160,7 +173,9 @@ impl PrefillDelayer {
         Verdict::Delay
     }
 
-    /// The slot and queue conditions, evaluated when every rank could prefill.
+    /// The slot and queue conditions, evaluated when every rank could prefill. The queue
+    /// condition lapses once every rank has waited its time budget (SGLang compares the
+    /// shortest of the ranks' waits with it).
     fn capacity_hold(&self, ranks: &[RankInfo]) -> bool {
         let max_running = ranks.iter().map(|r| r.running_bs).max().unwrap_or(0);
         let max_prefill = ranks.iter().map(|r| r.max_prefill_bs).max().unwrap_or(0);
@@ -168,11 +183,13 @@ impl PrefillDelayer {
             .config
             .max_running_requests
             .is_some_and(|max| max.saturating_sub(max_running) < max_prefill);
-        let queue = self.config.queue_min_ratio.is_some_and(|ratio| {
-            let max_waiting = ranks.iter().map(|r| r.waiting_len).max().unwrap_or(0);
-            let cap = self.config.prefill_max_requests.unwrap_or(max_prefill);
-            max_waiting < ((max_running as f64 * ratio) as u64).min(cap)
-        });
+        let waited_out = ranks.iter().all(|r| r.timed_out);
+        let queue = !waited_out
+            && self.config.queue_min_ratio.is_some_and(|ratio| {
+                let max_waiting = ranks.iter().map(|r| r.waiting_len).max().unwrap_or(0);
+                let cap = self.config.prefill_max_requests.unwrap_or(max_prefill);
+                max_waiting < ((max_running as f64 * ratio) as u64).min(cap)
+            });
         slots || queue
     }
 }
@@ -221,7 +238,8 @@ mod tests {
                 ..rank(false)
             },
         ];
-        assert_eq!(d.negotiate(&timed_out), Verdict::WaitTimeout);
+        // A mixed pass is bounded by passes alone: a rank's clock does not end it.
+        assert_eq!(d.negotiate(&timed_out), Verdict::Delay);
     }
 
     #[test]
@@ -249,7 +267,8 @@ mod tests {
         d.record_prefill(0);
         let info = d.local_info(true, 0.9, 60, 100, false);
         assert_eq!(info.max_prefill_bs, 9);
-        // 64 − 60 = 4 free slots < 9: wait for slots.
+        // 64 − 60 = 4 free slots < 9: wait for slots, but not the first time.
+        assert_eq!(d.negotiate(&[info, info]), Verdict::NoWait);
         assert_eq!(d.negotiate(&[info, info]), Verdict::Delay);
         let roomy = RankInfo {
             running_bs: 40,
@@ -267,13 +286,57 @@ mod tests {
             waiting_len: 3,
             ..RankInfo::default()
         };
-        // 3 waiting < min(40 × 0.5, 8): let the queue build up.
+        // 3 waiting < min(40 × 0.5, 8): let the queue build up (after the first time).
+        assert_eq!(q.negotiate(&[short_queue]), Verdict::NoWait);
         assert_eq!(q.negotiate(&[short_queue]), Verdict::Delay);
         let full_queue = RankInfo {
             waiting_len: 8,
             ..short_queue
         };
         assert_eq!(q.negotiate(&[full_queue]), Verdict::WaitSuccess);
+    }
+
+    #[test]
+    fn only_the_first_hold_in_a_delayers_life_is_skipped() {
+        let mut d = PrefillDelayer::new(DelayerConfig {
+            max_running_requests: Some(8),
+            ..DelayerConfig::default()
+        });
+        d.record_prefill(4);
+        let full = d.local_info(true, 0.9, 6, 1, false);
+        let roomy = d.local_info(true, 0.9, 0, 1, false);
+        // A mixed pass and a pass with room do not use up the skip.
+        assert_eq!(d.negotiate(&[roomy, rank(false)]), Verdict::Delay);
+        assert_eq!(d.negotiate(&[roomy, roomy]), Verdict::WaitSuccess);
+        assert_eq!(d.negotiate(&[full, roomy]), Verdict::NoWait);
+        assert_eq!(d.negotiate(&[full, roomy]), Verdict::Delay);
+        assert_eq!(d.negotiate(&[roomy, roomy]), Verdict::WaitSuccess);
+        // Later holds delay from their first pass.
+        assert_eq!(d.negotiate(&[full, roomy]), Verdict::Delay);
+    }
+
+    #[test]
+    fn the_queue_condition_lapses_when_every_rank_waited_its_time() {
+        let mut d = PrefillDelayer::new(DelayerConfig {
+            queue_min_ratio: Some(1.0),
+            ..DelayerConfig::default()
+        });
+        d.record_prefill(16);
+        let short = d.local_info(true, 0.9, 32, 2, false);
+        let waited = d.local_info(true, 0.9, 32, 2, true);
+        assert_eq!(d.negotiate(&[short, short]), Verdict::NoWait); // the skipped first hold
+        assert_eq!(d.negotiate(&[short, short]), Verdict::Delay);
+        assert_eq!(d.negotiate(&[waited, short]), Verdict::Delay);
+        assert_eq!(d.negotiate(&[waited, waited]), Verdict::WaitSuccess);
+        // The slot condition is not bounded by time.
+        let mut s = PrefillDelayer::new(DelayerConfig {
+            max_running_requests: Some(33),
+            ..DelayerConfig::default()
+        });
+        s.record_prefill(16);
+        let full = s.local_info(true, 0.9, 32, 2, true);
+        assert_eq!(s.negotiate(&[full]), Verdict::NoWait);
+        assert_eq!(s.negotiate(&[full]), Verdict::Delay);
     }
 
     #[test]

@@ -12,7 +12,8 @@ use crate::admission::{DelayerConfig, PrefillDelayer, RankInfo, Verdict};
 /// collective is the engine's), and every rank calls `kvp_delayer_negotiate` on the same
 /// array; pass the verdict to `kvp_scheduler_step(..., allow_prefill, ...)` and report the
 /// prefill batch size with `kvp_delayer_record_prefill`. Time comes from the caller
-/// (`timed_out`), so decisions stay deterministic.
+/// (`timed_out`), so decisions stay deterministic. As in SGLang, the first pass in a
+/// delayer's life that the slot or queue condition would delay prefills instead.
 ///
 /// Created by `kvp_delayer_new`, released by `kvp_delayer_free`; calls are serialized.
 pub struct kvp_delayer {
@@ -31,7 +32,7 @@ pub enum kvp_delay_verdict {
     NoneReady = 2,
     /// A rank's KV usage is below the low watermark: prefill.
     TokenWatermark = 3,
-    /// Waited the maximum passes or time: prefill.
+    /// Waited the maximum passes: prefill.
     WaitTimeout = 4,
     /// Skip prefill this pass.
     Delay = 5,
@@ -63,7 +64,9 @@ pub struct kvp_rank_info {
     pub prefillable: bool,
     /// Its KV usage is below the low watermark.
     pub force_allow: bool,
-    /// The caller's clock says the delay budget is spent.
+    /// The caller's clock says this rank has waited its delay budget (SGLang:
+    /// `prefill_delayer_max_delay_ms`, 5000). Once every rank says so, the queue condition
+    /// no longer delays; the slot condition and a mixed pass are bounded by passes alone.
     pub timed_out: bool,
     /// Running batch size.
     pub running_bs: u64,

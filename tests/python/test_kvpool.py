@@ -1727,11 +1727,18 @@ class TestDelayer(KvpTestCase):
         verdicts = [d.negotiate(mixed) for _ in range(4)]
         self.assertEqual(verdicts, [kvp.DELAY_VERDICT_DELAY, kvp.DELAY_VERDICT_DELAY,
                                     kvp.DELAY_VERDICT_WAIT_TIMEOUT, kvp.DELAY_VERDICT_DELAY])
-        # the caller's clock: a rank reports its delay budget spent
+        # the caller's clock ends the queue condition's wait once every rank's budget is
+        # spent; a mixed pass is bounded by passes alone
         clock = d.local_info(False, 0.5, 4, 0, timed_out=True)
         self.assertTrue(clock.timed_out)
-        self.assertEqual(d.negotiate([self.rank(True), clock]), kvp.DELAY_VERDICT_WAIT_TIMEOUT)
-        self.assertEqual(d.negotiate(mixed), kvp.DELAY_VERDICT_DELAY)  # the count restarted
+        self.assertEqual(d.negotiate([self.rank(True), clock]), kvp.DELAY_VERDICT_DELAY)
+        self.assertEqual(d.negotiate(mixed), kvp.DELAY_VERDICT_WAIT_TIMEOUT)
+        q = self.delayer(queue_min_ratio=1.0, prefill_max_requests=8)
+        short = d.local_info(True, 0.5, 32, 2)
+        spent = d.local_info(True, 0.5, 32, 2, timed_out=True)
+        self.assertEqual(q.negotiate([short, short]), kvp.DELAY_VERDICT_NO_WAIT)  # first: skipped
+        self.assertEqual(q.negotiate([short, spent]), kvp.DELAY_VERDICT_DELAY)
+        self.assertEqual(q.negotiate([spent, spent]), kvp.DELAY_VERDICT_WAIT_SUCCESS)
 
     def test_low_watermark_forces_prefill(self):
         d = self.delayer(token_usage_low_watermark=0.3)
@@ -1752,7 +1759,9 @@ class TestDelayer(KvpTestCase):
             d.record_prefill(bs)
         info = d.local_info(True, 0.9, 60, 100)
         self.assertEqual(info.max_prefill_bs, 9)
-        # 64 - 60 = 4 free slots < 9: wait for slots
+        # 64 - 60 = 4 free slots < 9: wait for slots, except the first time (SGLang's
+        # skip_first_delayer)
+        self.assertEqual(d.negotiate([info, info]), kvp.DELAY_VERDICT_NO_WAIT)
         self.assertEqual(d.negotiate([info, info]), kvp.DELAY_VERDICT_DELAY)
         roomy = kvp.RankInfo(**dict(info.as_dict(), running_bs=40))
         self.assertEqual(d.negotiate([roomy, roomy]), kvp.DELAY_VERDICT_WAIT_SUCCESS)
