@@ -10,6 +10,8 @@
 // Exit status 0 and the final "all N checks passed" line mean success.
 #include "kvpool.h"
 
+#include "check.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <cinttypes>
@@ -29,12 +31,9 @@
 
 namespace {
 
-// ---- a tiny check framework (thread-safe) ---------------------------------------------------
+using kvp_test::check;
 
-std::atomic<int> g_checks{0};
-std::atomic<int> g_failures{0};
-std::mutex g_report_mutex;
-const char *g_test = "";
+// ---- checks on the C ABI's statuses and messages (the rest: check.hpp) ---------------------------
 
 std::string last_error() {
     std::vector<char> buf(kvp_last_error_message(nullptr, 0) + 1, 'X');
@@ -42,79 +41,27 @@ std::string last_error() {
     return std::string(buf.data());
 }
 
-void report(const char *file, int line, const std::string &what) {
-    g_failures++;
-    std::lock_guard<std::mutex> lock(g_report_mutex);
-    std::fprintf(stderr, "FAIL [%s] %s:%d: %s\n", g_test, file, line, what.c_str());
-}
-
-void check(bool ok, const char *file, int line, const char *expr) {
-    g_checks++;
-    if (!ok) report(file, line, expr);
-}
-
-template <class T>
-long long as_ll(T value) {
-    if constexpr (std::is_enum_v<T>) {
-        return static_cast<long long>(value);
-    } else {
-        static_assert(std::is_integral_v<T>, "CHECK_EQ compares integers and enums");
-        return static_cast<long long>(value);
-    }
-}
-
-template <class A, class B>
-void check_eq(A got, B want, const char *file, int line, const char *got_expr,
-              const char *want_expr) {
-    g_checks++;
-    if (as_ll(got) != as_ll(want)) {
-        report(file, line,
-               std::string(got_expr) + " == " + want_expr + ": got " +
-                   std::to_string(as_ll(got)) + ", want " + std::to_string(as_ll(want)));
-    }
-}
-
 void check_status(kvp_status got, kvp_status want, const char *file, int line,
                   const char *call) {
-    g_checks++;
+    std::string what;
     if (got != want) {
         std::string msg = got != KVP_STATUS_OK ? last_error() : std::string();
-        report(file, line,
-               std::string(call) + " returned " + std::to_string(got) + " (" +
-                   kvp_status_str(got) + "), want " + std::to_string(want) + " (" +
-                   kvp_status_str(want) + "); last error: \"" + msg + "\"");
+        what = std::string(call) + " returned " + std::to_string(got) + " (" +
+               kvp_status_str(got) + "), want " + std::to_string(want) + " (" +
+               kvp_status_str(want) + "); last error: \"" + msg + "\"";
     }
+    check(got == want, file, line, what);
 }
 
 void check_msg(const std::string &needle, const char *file, int line) {
-    g_checks++;
     std::string msg = last_error();
-    if (msg.find(needle) == std::string::npos)
-        report(file, line, "last error \"" + msg + "\" does not contain \"" + needle + "\"");
+    const bool found = msg.find(needle) != std::string::npos;
+    check(found, file, line,
+          found ? std::string() : "last error \"" + msg + "\" does not contain \"" + needle + "\"");
 }
 
-template <class T>
-std::string join(const std::vector<T> &v) {
-    std::string s;
-    for (T x : v) s += " " + std::to_string(x);
-    return s;
-}
-
-template <class T>
-void check_vec(const std::vector<T> &got, std::initializer_list<long long> want,
-               const char *file, int line, const char *expr) {
-    g_checks++;
-    std::vector<T> w;
-    for (long long x : want) w.push_back(static_cast<T>(x));
-    if (got != w) report(file, line, std::string(expr) + ":" + join(got) + " != " + join(w));
-}
-
-#define CHECK(cond) check(static_cast<bool>(cond), __FILE__, __LINE__, #cond)
-#define CHECK_EQ(got, want) check_eq((got), (want), __FILE__, __LINE__, #got, #want)
 #define CHECK_STATUS(call, want) check_status((call), (want), __FILE__, __LINE__, #call)
 #define CHECK_MSG(needle) check_msg((needle), __FILE__, __LINE__)
-#define FAIL(what) check(false, __FILE__, __LINE__, (what))
-#define CHECK_VEC(got, ...) check_vec((got), {__VA_ARGS__}, __FILE__, __LINE__, #got)
 
 // ---- RAII owners and helpers ---------------------------------------------------------------------
 
@@ -969,15 +916,10 @@ int main() {
         {"threads", test_threads},
     };
     for (const Test &t : tests) {
-        const int before = g_failures.load();
-        g_test = t.name;
+        const int before = kvp_test::failures.load();
+        kvp_test::current_test = t.name;
         t.run();
-        std::printf("%-32s %s\n", t.name, g_failures.load() == before ? "ok" : "FAILED");
+        std::printf("%-32s %s\n", t.name, kvp_test::failures.load() == before ? "ok" : "FAILED");
     }
-    if (g_failures.load() != 0) {
-        std::printf("abi_test (C++): %d of %d checks FAILED\n", g_failures.load(), g_checks.load());
-        return 1;
-    }
-    std::printf("abi_test (C++): all %d checks passed\n", g_checks.load());
-    return 0;
+    return kvp_test::summary("abi_test");
 }

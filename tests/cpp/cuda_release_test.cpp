@@ -12,6 +12,8 @@
 // Exit status 0 and the final "all N checks passed" line mean success.
 #include "kvpool.hpp"
 
+#include "check.hpp"
+
 #include <dlfcn.h>
 
 #include <chrono>
@@ -24,18 +26,6 @@
 #include <vector>
 
 namespace {
-
-int g_checks = 0;
-int g_failures = 0;
-
-void check(bool ok, int line, const std::string &what) {
-    g_checks++;
-    if (!ok) {
-        g_failures++;
-        std::fprintf(stderr, "FAIL line %d: %s\n", line, what.c_str());
-    }
-}
-#define CHECK(cond) check(static_cast<bool>(cond), __LINE__, #cond)
 
 // ---- the few driver calls the test needs, resolved with dlsym ----------------------------
 
@@ -235,7 +225,7 @@ int main(int argc, char **argv) {
         ok(cu.cuModuleGetFunction(&spin, module, "kvp_test_spin"), "cuModuleGetFunction");
         test_destructor_during_unwinding(stream, spin);
     } catch (const std::exception &e) {
-        check(false, __LINE__, std::string("threw: ") + e.what());
+        FAIL(std::string("threw: ") + e.what());
     }
     if (stream != nullptr) {
         cu.cuStreamSynchronize(stream);
@@ -243,10 +233,5 @@ int main(int argc, char **argv) {
     }
     if (module != nullptr) cu.cuModuleUnload(module);
     if (ctx != nullptr) cu.cuDevicePrimaryCtxRelease(device);
-    if (g_failures != 0) {
-        std::printf("cuda_release_test (C++): %d of %d checks FAILED\n", g_failures, g_checks);
-        return 1;
-    }
-    std::printf("cuda_release_test (C++): all %d checks passed\n", g_checks);
-    return 0;
+    return kvp_test::summary("cuda_release_test");
 }

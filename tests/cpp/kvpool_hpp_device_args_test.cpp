@@ -8,23 +8,13 @@
 // "all N checks passed" line mean success.
 #include "kvpool.hpp"
 
+#include "check.hpp"
+
 #include <cstdio>
 #include <string>
 #include <vector>
 
 namespace {
-
-int g_checks = 0;
-int g_failures = 0;
-
-void check(bool ok, int line, const std::string &what) {
-    g_checks++;
-    if (!ok) {
-        g_failures++;
-        std::fprintf(stderr, "FAIL line %d: %s\n", line, what.c_str());
-    }
-}
-#define CHECK(cond) check(static_cast<bool>(cond), __LINE__, #cond)
 
 // What the last recorded call received.
 struct recorded {
@@ -151,13 +141,7 @@ int main() {
         test_reservation_step_async();
         test_rows_async_empty_out();
     } catch (const std::exception &e) {
-        check(false, __LINE__, std::string("threw: ") + e.what());
+        FAIL(std::string("threw: ") + e.what());
     }
-    if (g_failures != 0) {
-        std::printf("kvpool_hpp_device_args_test (C++): %d of %d checks FAILED\n", g_failures,
-                    g_checks);
-        return 1;
-    }
-    std::printf("kvpool_hpp_device_args_test (C++): all %d checks passed\n", g_checks);
-    return 0;
+    return kvp_test::summary("kvpool_hpp_device_args_test");
 }

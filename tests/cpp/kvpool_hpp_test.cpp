@@ -8,6 +8,8 @@
 // Exit status 0 and the final "all N checks passed" line mean success.
 #include "kvpool.hpp"
 
+#include "check.hpp"
+
 #include <array>
 #include <atomic>
 #include <cstdio>
@@ -22,40 +24,9 @@
 
 namespace {
 
-// ---- a tiny check framework (thread-safe) -------------------------------------------------
+using kvp_test::check;
 
-std::atomic<int> g_checks{0};
-std::atomic<int> g_failures{0};
-std::mutex g_report_mutex;
-
-void check(bool ok, const char *file, int line, const std::string &what) {
-    g_checks++;
-    if (!ok) {
-        g_failures++;
-        std::lock_guard<std::mutex> lock(g_report_mutex);
-        std::fprintf(stderr, "FAIL %s:%d: %s\n", file, line, what.c_str());
-    }
-}
-
-template <class T>
-std::string join(const std::vector<T> &v) {
-    std::string s;
-    for (T x : v) s += " " + std::to_string(x);
-    return s;
-}
-
-template <class T>
-void check_vec(const std::vector<T> &got, std::initializer_list<long long> want,
-               const char *file, int line, const char *expr) {
-    std::vector<T> w;
-    for (long long x : want) w.push_back(static_cast<T>(x));
-    check(got == w, file, line, std::string(expr) + ":" + join(got) + " !=" + join(w));
-}
-
-template <class A, class B>
-void check_eq(const A &got, const B &want, const char *file, int line, const char *expr) {
-    check(got == want, file, line, std::string(expr) + ": got " + std::to_string(got));
-}
+// ---- CHECK_THROWS (the rest: check.hpp) ---------------------------------------------------
 
 // `body` throws a kvpool::error with `status` whose message contains `needle`.
 void check_throws(const std::function<void()> &body, kvp_status status, const std::string &needle,
@@ -73,9 +44,6 @@ void check_throws(const std::function<void()> &body, kvp_status status, const st
     }
 }
 
-#define CHECK(cond) check(static_cast<bool>(cond), __FILE__, __LINE__, #cond)
-#define CHECK_EQ(got, want) check_eq((got), (want), __FILE__, __LINE__, #got " == " #want)
-#define CHECK_VEC(got, ...) check_vec((got), {__VA_ARGS__}, __FILE__, __LINE__, #got)
 #define CHECK_THROWS(status, needle, ...)                                              \
     check_throws([&] { __VA_ARGS__; }, KVP_STATUS_##status, (needle), __FILE__, __LINE__, \
                  #__VA_ARGS__)
@@ -737,19 +705,13 @@ int main() {
 #endif
     };
     for (const Test &t : tests) {
-        const int before = g_failures.load();
+        const int before = kvp_test::failures.load();
         try {
             t.run();
         } catch (const std::exception &e) {
-            check(false, __FILE__, __LINE__, std::string(t.name) + " threw: " + e.what());
+            FAIL(std::string(t.name) + " threw: " + e.what());
         }
-        std::printf("%-24s %s\n", t.name, g_failures.load() == before ? "ok" : "FAILED");
+        std::printf("%-24s %s\n", t.name, kvp_test::failures.load() == before ? "ok" : "FAILED");
     }
-    if (g_failures.load() != 0) {
-        std::printf("kvpool_hpp_test (C++): %d of %d checks FAILED\n", g_failures.load(),
-                    g_checks.load());
-        return 1;
-    }
-    std::printf("kvpool_hpp_test (C++): all %d checks passed\n", g_checks.load());
-    return 0;
+    return kvp_test::summary("kvpool_hpp_test");
 }

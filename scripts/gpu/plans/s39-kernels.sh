@@ -4,13 +4,11 @@
 #   scripts/gpu/pack.sh --variant P=main --variant C=s39-check-tail --variant L=s39-live-exact --variant T=.
 # then: every GPU test and the Python tests on T (both changes), and A/B of the four builds
 # alternating (AB_VARIANTS, default "P C L T P C L T") on check-tail-ab.sh's and
-# two-warp-ab.sh's rows. The sanitizers on T are review-sanitize.sh, a call of their own.
+# two-warp-ab.sh's rows, in two calls of under ten minutes (this plan, then
+# s39-kernels-2.sh). The sanitizers on T are review-sanitize.sh, a call of their own.
 # Tables: scripts/gpu/ab_table.py $OUT/NAME P C (P L, P T).
 AB_VARIANTS=${AB_VARIANTS:-"P C L T P C L T"}
 step tests tests
 step python python
 ab_bench ct_extend "--ops alloc_extend --page-sizes 1,16 --batch-sizes 1,2,8,32,33,64,128,256 --extend-tokens 4"
 ab_bench ct_long "--ops alloc_extend --page-sizes 16 --batch-sizes 1,8 --extend-tokens 512"
-ab_bench ct_decode "--ops alloc_decode --page-sizes 1,16 --batch-sizes 1,32,256,1024,4096"
-ab_bench early1 "--ops alloc_extend --page-sizes 1 --batch-sizes 1,2,4,8,32,33,64 --extend-tokens 1"
-ab_bench early16 "--ops alloc_extend --page-sizes 16 --batch-sizes 1,2,4 --extend-tokens 16"
