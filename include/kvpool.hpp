@@ -780,34 +780,37 @@ public:
     /// free_group_end(), or for free_group_async(stream) with free_group_end_async(stream).
     class free_group_guard {
     public:
-        explicit free_group_guard(pool &p) : pool_(&p) { p.free_group_begin(); }
-        free_group_guard(pool &p, stream_t stream) : pool_(&p), stream_(stream), async_(true) {
+        explicit free_group_guard(pool &p) : handle_(p.get()) { p.free_group_begin(); }
+        free_group_guard(pool &p, stream_t stream)
+            : handle_(p.get()), stream_(stream), async_(true) {
             p.free_group_begin();
         }
         free_group_guard(const free_group_guard &) = delete;
         free_group_guard &operator=(const free_group_guard &) = delete;
         /// Ends the group (throws on failure); the destructor then does nothing.
         void end() {
-            pool *p = std::exchange(pool_, nullptr);
-            if (p == nullptr) return;
+            kvp_pool *h = std::exchange(handle_, nullptr);
+            if (h == nullptr) return;
             if (async_) {
-                p->free_group_end_async(stream_);
+                check(kvp_pool_free_group_end_async(h, stream_), "kvp_pool_free_group_end_async");
             } else {
-                p->free_group_end();
+                check(kvp_pool_free_group_end(h), "kvp_pool_free_group_end");
             }
         }
         /// Ends the group if end() was not called; a failure there cannot be reported.
         ~free_group_guard() {
-            if (pool_ == nullptr) return;
+            if (handle_ == nullptr) return;
             if (async_) {
-                (void)kvp_pool_free_group_end_async(pool_->get(), stream_);
+                (void)kvp_pool_free_group_end_async(handle_, stream_);
             } else {
-                (void)kvp_pool_free_group_end(pool_->get());
+                (void)kvp_pool_free_group_end(handle_);
             }
         }
 
     private:
-        pool *pool_;
+        // The C handle, not the wrapper: moving the `pool` object while the group is open
+        // keeps the handle (and the group) where it was, so the guard still ends it.
+        kvp_pool *handle_;
         stream_t stream_ = nullptr;
         bool async_ = false;
     };

@@ -249,6 +249,24 @@ void test_free_group_guard() {
     CHECK(!pool.info().in_free_group);
     CHECK_EQ(pool.available_size(), 24u);
     CHECK_THROWS(INVALID_STATE, "", pool.free_group_end());
+    // the pool object moved while its group is open: the guard still ends that group (it
+    // held the moved-from wrapper once, and its end() then threw on an empty pool)
+    {
+        auto group = pool.free_group();
+        pool.free_indices(std::vector<int64_t>{12});  // page 3
+        kvpool::pool moved(std::move(pool));
+        CHECK(moved.info().in_free_group);
+        group.end();
+        CHECK(!moved.info().in_free_group);
+        CHECK_EQ(moved.available_size(), 28u);
+        auto again = moved.free_group();  // ended by its destructor, after two moves
+        kvpool::pool elsewhere(std::move(moved));
+        elsewhere.free_indices(std::vector<int64_t>{20});  // page 5
+        CHECK_EQ(elsewhere.available_size(), 28u);
+        pool = std::move(elsewhere);
+    }
+    CHECK(!pool.info().in_free_group);
+    CHECK_EQ(pool.available_size(), 32u);
 }
 
 void test_snapshots_and_moves() {
