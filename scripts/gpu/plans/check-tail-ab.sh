@@ -8,6 +8,7 @@
 # empty prefixes (the checks do not run, the code around them changed); its decodes continue
 # every request (the checks run for each). Tables: scripts/gpu/ab_table.py $OUT/NAME P T.
 step tests tests
-ab_bench ct_extend "--ops alloc_extend --page-sizes 1,16 --batch-sizes 1,2,8,32,33,64,128,256 --extend-tokens 4"
+ab_bench ct_extend1 "--ops alloc_extend --page-sizes 1 --batch-sizes 1,2,8,32,33,64,128,256 --extend-tokens 4"
+ab_bench ct_extend16 "--ops alloc_extend --page-sizes 16 --batch-sizes 1,2,8,32,33,64,128,256 --extend-tokens 16"
 ab_bench ct_long "--ops alloc_extend --page-sizes 16 --batch-sizes 1,8 --extend-tokens 512"
 ab_bench ct_decode "--ops alloc_decode --page-sizes 1,16 --batch-sizes 1,32,256,1024,4096"

@@ -10,5 +10,4 @@
 AB_VARIANTS=${AB_VARIANTS:-"P C L T P C L T"}
 step tests tests
 step python python
-ab_bench ct_extend "--ops alloc_extend --page-sizes 1,16 --batch-sizes 1,2,8,32,33,64,128,256 --extend-tokens 4"
 ab_bench ct_long "--ops alloc_extend --page-sizes 16 --batch-sizes 1,8 --extend-tokens 512"
