@@ -23,6 +23,13 @@ step() { # NAME [VAR=value ...] RUN_STEP ...
     mkdir -p "$ROOT/$name"
     env "${vars[@]}" OUT="$ROOT/$name" scripts/gpu/run.sh "$@" 2>&1 |
         grep -E '^=== |GPU check|FAIL|panicked|test result'
+    archive
+}
+
+# $ROOT/all.tgz, rewritten after every step: a call cut off by the device tool's time limit
+# still brings back what its finished steps wrote (the tool returns only a few files).
+archive() {
+    (cd "$ROOT" && tar -czf all.tgz.part --exclude 'all.tgz*' -- */ && mv all.tgz.part all.tgz)
 }
 
 # An A/B of the builds packed with `scripts/gpu/pack.sh --variant NAME=REV`: the C++
@@ -36,5 +43,5 @@ for plan in "$@"; do
     # shellcheck source=/dev/null
     source "$plan"
 done
-(cd "$ROOT" && tar -czf all.tgz --exclude all.tgz -- */)
+archive
 echo "=== steps: logs in $ROOT/all.tgz"

@@ -16,6 +16,7 @@ san() { # NAME TOOL ENV... -- BINARY ARGS...
     env "${vars[@]}" "$SAN" --tool "$tool" --error-exitcode 9 "$@" >"$ROOT/$name/log" 2>&1
     echo "=== $name: rc=$? ($((SECONDS - start)) s)"
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|test result" "$ROOT/$name/log" | tail -3
+    archive
 }
 FEW=(extends_of_a_few_requests_name_the_hosts_first_bad_request
      a_two_warp_extend_short_of_its_plan_changes_no_page
