@@ -48,8 +48,13 @@ pub(crate) fn ffi_boundary<R: PanicDefault>(body: impl FnOnce() -> R) -> R {
 pub(crate) fn status_of(result: Result<(), PoolError>) -> kvp_status {
     match result {
         Ok(()) => kvp_status::Ok,
-        Err(err) => fail(err.kind().into(), err.message()),
+        Err(err) => status_of_error(err),
     }
+}
+
+/// A domain error as the failing call's status, its message recorded.
+pub(crate) fn status_of_error(err: PoolError) -> kvp_status {
+    fail(err.kind().into(), err.message())
 }
 
 /// Records `message` and returns `status`.

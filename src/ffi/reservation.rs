@@ -4,7 +4,7 @@
 use std::ffi::c_void;
 use std::sync::Arc;
 
-use super::boundary::{fail, ffi_boundary, status_of};
+use super::boundary::{fail, ffi_boundary, status_of, status_of_error};
 use super::buffers::{disjoint, index_span, input, input_indices, output_indices, span};
 use super::device::{check_device_ptr, device_ptr, index_align, stream_of, CUstream_st};
 use super::handle::{into_raw, release, share, with_raw, Guarded, HandleKind};
@@ -133,7 +133,7 @@ unsafe fn reserve_typed<I: SlotIndex>(
         }
     };
     pool.reserve_decode(lens, last_loc, steps)
-        .map_err(|e| fail(e.kind().into(), e.message()))
+        .map_err(status_of_error)
 }
 
 /// Reserves `steps` decode steps of a batch on a host pool and writes the new reservation

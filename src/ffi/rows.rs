@@ -3,7 +3,7 @@
 
 use std::ffi::c_void;
 
-use super::boundary::{fail, status_of};
+use super::boundary::{fail, status_of, status_of_error};
 use super::buffers::{check, disjoint, index_span, input, output, output_indices, span, Span};
 use super::device::{check_device_ptr, device_ptr, index_align, stream_of, CUstream_st};
 use super::pool::{kvp_pool, with_device_pool, with_pool};
@@ -61,9 +61,7 @@ pub(crate) fn table_of(
         row_stride: t.row_stride,
         row_len: t.row_len,
     };
-    if let Err(e) = shape.span() {
-        return Err(fail(e.kind().into(), e.message()));
-    }
+    shape.span().map_err(status_of_error)?;
     let align = match index_type {
         IndexType::I64 => 8,
         IndexType::I32 => 4,
@@ -115,11 +113,6 @@ pub(crate) unsafe fn host_table_read<'a, T: SlotIndex>(
 /// The elements a table of `shape` spans.
 fn elements(shape: &TableShape) -> Result<usize, kvp_status> {
     shape.span().map(|n| n as usize).map_err(status_of_error)
-}
-
-/// A pool error as the failing call's status (its message kept as the last error).
-fn status_of_error(e: crate::pool::PoolError) -> kvp_status {
-    fail(e.kind().into(), e.message())
 }
 
 /// A host table's memory as a [`Span`] (empty for a shape `host_table` refuses anyway).
