@@ -183,6 +183,10 @@ __all__ = [
     "SubmitResult",
 ]
 
+# The package's version: the library's (Cargo.toml, KVP_VERSION_* in the header), which the
+# wheel's metadata takes from here (pyproject.toml); `load().version()` is the loaded one's.
+__version__ = "0.1.0"
+
 # KVP_ABI_VERSION of the header this binding mirrors; a library with another ABI is refused.
 ABI_VERSION = 1
 

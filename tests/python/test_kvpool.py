@@ -296,6 +296,17 @@ class TestHeaderAndBinding(KvpTestCase):
         self.assertEqual(LIB.abi_version(), int(macros["KVP_ABI_VERSION"]))
         self.assertEqual(kvp.ABI_VERSION, int(macros["KVP_ABI_VERSION"]))
 
+    def test_package_version_is_the_crate_s(self):
+        """kvpool.__version__ (the wheel's version, pyproject.toml) is Cargo.toml's, which
+        build.rs also puts in the header."""
+        with open(os.path.join(ROOT, "Cargo.toml"), encoding="utf-8") as f:
+            crate = re.search(r'^version = "([^"]+)"', f.read(), re.M).group(1)
+        self.assertEqual(kvp.__version__, crate)
+        self.assertEqual(LIB.version(), crate)
+        with open(os.path.join(ROOT, "pyproject.toml"), encoding="utf-8") as f:
+            project = f.read()
+        self.assertIn('version = { attr = "kvpool.__version__" }', project)
+
     def test_status_str(self):
         texts = set()
         for number in kvp.STATUS_NAMES:

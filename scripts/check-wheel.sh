@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The Python wheel (pyproject.toml, setup.py), as a user gets it: built by pip from this
+# checkout (setuptools fetched, pinned, into pip's isolated build environment), its tag and
+# contents checked, installed into a fresh virtual environment, then imported from outside
+# the checkout without $KVPOOL_LIB and called on the library it carries. Leaves the
+# checkout as it found it (setuptools' scratch folders go under the ignored target/).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+version=$(sed -n 's/^version = "\([0-9.]*\)"$/\1/p' Cargo.toml | head -1)
+[[ -n "$version" ]] || { echo "no version in Cargo.toml" >&2; exit 1; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+before=$(git status --porcelain)
+
+python3 -m venv "$work/venv"
+py="$work/venv/bin/python"
+"$py" -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$work/dist" .
+
+wheel="$work/dist/kvpool-$version-py3-none-linux_$(uname -m).whl"
+if [[ ! -f "$wheel" ]]; then
+    echo "expected $wheel; pip wrote:" >&2
+    ls "$work/dist" >&2
+    exit 1
+fi
+
+# Contents: the package's modules and the library, and the wheel's own metadata; nothing
+# else of the tree (no tests, no CMake build output).
+"$py" - "$wheel" "$version" <<'EOF'
+import sys, zipfile
+wheel, version = sys.argv[1], sys.argv[2]
+names = set(zipfile.ZipFile(wheel).namelist())
+package = {f"kvpool/{name}" for name in
+           ("__init__.py", "_buffers.py", "_native.py", "_prepared.py", "libkvpool.so")}
+info = f"kvpool-{version}.dist-info/"
+metadata = {info + name for name in ("METADATA", "WHEEL", "RECORD", "top_level.txt")}
+missing, extra = (package | metadata) - names, names - package - metadata
+if missing or extra:
+    sys.exit(f"wheel contents: missing {sorted(missing)}, unexpected {sorted(extra)}")
+print(f"wheel: {len(names)} files, the package and libkvpool.so")
+EOF
+
+"$py" -m pip install --quiet --disable-pip-version-check --no-deps "$wheel"
+site=$("$py" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+if readelf -S "$site/kvpool/libkvpool.so" | grep -q '\.debug_info'; then
+    echo "the wheel's libkvpool.so still has debug info" >&2
+    exit 1
+fi
+
+# From a folder outside the checkout: the package must find the library beside itself.
+(cd "$work" && env -u KVPOOL_LIB -u PYTHONPATH "$py" - "$site" <<'EOF'
+import os, sys
+import kvpool
+site = sys.argv[1]
+path = kvpool.find_library()
+assert path == os.path.join(site, "kvpool", "libkvpool.so"), path
+lib = kvpool.load()
+assert lib.version() == kvpool.__version__, (lib.version(), kvpool.__version__)
+with kvpool.Pool(1024, page_size=16) as pool:
+    slots = pool.alloc_extend([0, 0], [20, 3], [-1, -1])
+    assert list(slots) == list(range(16, 36)) + [48, 49, 50], list(slots)
+    pool.free_indices(slots)
+    assert pool.available_size() == 1024, pool.available_size()
+print(f"installed wheel: kvpool {kvpool.__version__} from {path}, calls OK")
+EOF
+)
+
+after=$(git status --porcelain)
+if [[ "$before" != "$after" ]]; then
+    echo "building the wheel changed the checkout:" >&2
+    diff <(echo "$before") <(echo "$after") >&2 || true
+    exit 1
+fi
+echo "wheel check passed: $(basename "$wheel")"
