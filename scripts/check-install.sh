@@ -7,7 +7,9 @@
 #   3. build cpp-examples/ against the prefix with find_package(kvpool 0.1 CONFIG) and run
 #      its programs under ctest; check that an incompatible version request is refused;
 #   4. MOVE the prefix and do 3 again from a fresh build directory (the package is
-#      relocatable), then build and run a C program through pkg-config.
+#      relocatable), then build and run a C program through pkg-config;
+#   5. build two of cpp-examples' programs in a project that takes kvpool by
+#      add_subdirectory (no install) and run them.
 # Extra arguments go to kvpool's cmake configure. The cargo build reuses target/ (override
 # with KVPOOL_CARGO_TARGET_DIR).
 set -euo pipefail
@@ -84,5 +86,28 @@ cc -std=c99 -Wall -Wextra -Werror $(pkg-config --cflags kvpool) cpp-examples/ver
   -o "$work/version_check" $(pkg-config --libs kvpool)
 LD_LIBRARY_PATH=$work/moved/lib "$work/version_check"
 
+step "in-tree: add_subdirectory(kvpool), no install"
+mkdir "$work/in-tree"
+cat >"$work/in-tree/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.16)
+project(in_tree LANGUAGES C CXX)
+set(CMAKE_CXX_STANDARD 17)
+set(CMAKE_CXX_STANDARD_REQUIRED ON)
+add_subdirectory("${KVPOOL_SOURCE}" kvpool)
+add_executable(version_check "${KVPOOL_SOURCE}/cpp-examples/version_check.c")
+target_link_libraries(version_check PRIVATE kvpool::kvpool)
+target_compile_definitions(version_check PRIVATE KVPOOL_PACKAGE_VERSION="${KVPOOL_VERSION}")
+add_executable(serving_loop "${KVPOOL_SOURCE}/cpp-examples/serving_loop.cpp")
+target_link_libraries(serving_loop PRIVATE kvpool::kvpool)
+CMAKE
+cmake -S "$work/in-tree" -B "$work/in-tree/build" -DCMAKE_BUILD_TYPE=Release \
+  -DKVPOOL_SOURCE="$root" -DKVPOOL_VERSION="$version" \
+  -DKVPOOL_CARGO_TARGET_DIR="${KVPOOL_CARGO_TARGET_DIR:-$root/target}" >/dev/null
+cmake --build "$work/in-tree/build" -j "$(nproc 2>/dev/null || echo 2)"
+# No LD_LIBRARY_PATH: the build tree's RPATH must find the staged library.
+env -u LD_LIBRARY_PATH "$work/in-tree/build/version_check"
+env -u LD_LIBRARY_PATH "$work/in-tree/build/serving_loop" | tail -1 | grep -F "serving_loop: OK" ||
+  fail "serving_loop built in-tree did not report OK"
+
 echo
-echo "check-install: OK (install, layout, find_package before and after moving the prefix, pkg-config)"
+echo "check-install: OK (install, layout, find_package before and after moving the prefix, pkg-config, add_subdirectory)"
