@@ -20,8 +20,9 @@ from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 # setuptools' scratch folders, inside cargo's ignored target/: its default `build/` is where
-# the README's CMake build goes, whose lib/ the wheel would otherwise pick up.
-SCRATCH = os.path.join(ROOT, "target", "python-build")
+# the README's CMake build goes, whose lib/ the wheel would otherwise pick up. Relative to
+# this folder, where setuptools runs: it refuses absolute paths in its file lists.
+SCRATCH = os.path.join("target", "python-build")
 
 
 def cargo():
@@ -83,7 +84,12 @@ class PlatformWheel(bdist_wheel):
         return "py3", "none", platform
 
 
-os.makedirs(SCRATCH, exist_ok=True)  # egg_info wants its base to exist
+# A fresh scratch folder each time: egg_info reads the file list an earlier build left there
+# (which may name another checkout's files), and build_py leaves the modules of an earlier
+# build in place (a module since removed would still be packed). egg_info wants its base to
+# exist.
+shutil.rmtree(os.path.join(ROOT, SCRATCH), ignore_errors=True)
+os.makedirs(os.path.join(ROOT, SCRATCH))
 setup(
     distclass=BinaryDistribution,
     cmdclass={"build_py": BuildPyWithLibrary, "bdist_wheel": PlatformWheel},
