@@ -2,12 +2,12 @@
 //! and snapshots in device memory and runs every operation as a kernel on the caller's
 //! stream (kernels in `kernels/pool.cu`).
 //!
-//! Layering: [`driver`] loads `libcuda` on first use and holds the device's primary
-//! context; [`kernels`] embeds and launches the kernels; [`layout`] mirrors the device data
-//! structures; [`counts`] keeps the host's free-page counts (exact, or a lower bound while a
-//! paged free by index is in flight); [`pool`] ties them to the allocator semantics shared
-//! with the host backend (`crate::pool::plan`); [`release`] frees a released pool's memory
-//! after its last kernel (stream-ordered, never waiting); [`stream_order`] is the debug check
+//! Layering: `driver` loads `libcuda` on first use and holds the device's primary
+//! context; `kernels` embeds and launches the kernels; `layout` mirrors the device data
+//! structures; `counts` keeps the host's free-page counts (exact, or a lower bound while a
+//! paged free by index is in flight); `pool` ties them to the allocator semantics shared
+//! with the host backend (`crate::pool::plan`); `release` frees a released pool's memory
+//! after its last kernel (stream-ordered, never waiting); `stream_order` is the debug check
 //! for calls from streams not ordered with each other.
 
 pub(crate) mod counts;

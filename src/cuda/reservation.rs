@@ -533,7 +533,7 @@ impl DevicePool {
 
     /// Takes back a reservation's device memory for later reservations. An unfinished one
     /// returns nothing to the pool (its pages stay allocated as if every step ran); its holds
-    /// end in a kernel launched ahead of the pool's next call ([`Self::end_abandoned_holds`]),
+    /// end in a kernel launched ahead of the pool's next call (`Self::end_abandoned_holds`),
     /// its memory is reused after that. A captured graph holding its step must not be
     /// replayed afterwards.
     pub fn release_reservation(&mut self, mut res: DeviceReservation) {

@@ -1,7 +1,7 @@
 //! The C ABI (`include/kvpool.h`, generated from this module by cbindgen).
 //!
 //! The only place with `#[no_mangle]` functions and raw pointers. Every exported body runs
-//! inside [`boundary::ffi_boundary`]; results are `kvp_status` values with out-parameters
+//! inside `boundary::ffi_boundary`; results are `kvp_status` values with out-parameters
 //! written only on success; failure text goes to a per-thread last-error slot.
 #![allow(non_camel_case_types)]
 

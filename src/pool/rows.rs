@@ -159,7 +159,7 @@ pub fn page_table_pages(
 ///
 /// Held as a pointer, not a `&mut [T]`: a call that only reads the table (a free by row, a
 /// page table) then makes only shared references to it, so index arrays a C caller placed
-/// inside the table's memory are not aliased by a unique one ([`from_raw`](Self::from_raw)).
+/// inside the table's memory are not aliased by a unique one (`Self::from_raw`).
 pub struct ReqTable<'a, T> {
     data: NonNull<T>,
     len: usize,
