@@ -1943,6 +1943,32 @@ class TestPackage(KvpTestCase):
         self.assertEqual(namespace["plan"].prefill, [(1, 0, 4096, True)])
         self.assertTrue(namespace["pool"].closed)
 
+    def test_porting_guide_names_only_what_exists(self):
+        """docs/porting-from-sglang.md: every C name it gives is in the header, and every
+        Python name in its tables' third column is a method or attribute of the package's
+        classes (the guide would otherwise send a reader to something that is not there)."""
+        with open(os.path.join(ROOT, "docs", "porting-from-sglang.md"), encoding="utf-8") as f:
+            guide = f.read()
+        header = read_header()
+        c_names = set(re.findall(r"\bkvp_\w+", guide))
+        self.assertGreater(len(c_names), 40)
+        self.assertEqual(sorted(n for n in c_names if not re.search(rf"\b{n}\b", header)), [])
+        owners = [kvp.Pool, kvp.Scheduler, kvp.Adder, kvp.Delayer, kvp.DecodeReservation,
+                  kvp.AdderConfig, kvp]
+        rows = [line.split(" | ") for line in guide.splitlines()
+                if line.startswith("| ") and not line.startswith("| SGLang") and "---" not in line]
+        py_names = set()
+        for cells in rows:
+            self.assertEqual(len(cells), 3, cells)
+            for span in re.findall(r"`([^`]+)`", cells[2]):
+                name = re.match(r"(?:with pool\.)?([A-Za-z_]\w*)", span).group(1)
+                # "_async" stands for the name before it with that suffix
+                py_names.add(name)
+        py_names.discard("_async")
+        self.assertGreater(len(py_names), 30)
+        missing = sorted(n for n in py_names if not any(hasattr(o, n) for o in owners))
+        self.assertEqual(missing, [])
+
     def test_library_of_another_abi_is_refused(self):
         saved = kvp.ABI_VERSION
         kvp.ABI_VERSION = saved + 1
