@@ -2913,8 +2913,8 @@ enum kvp_status kvp_pool_page_table(struct kvp_pool *pool,
  * kernel; the third writes the new slots into the table unless the call failed. A bad row,
  * like a bad `last_loc`, faults the pool (`KVP_STATUS_DEVICE_FAULT` at a later call or
  * `kvp_pool_check_device`, naming the request: `rows[i] = r is outside the table`,
- * `... repeats an earlier request's row`); a failing call writes nothing to the table (`out`, if
- * given, gets the padding slot 0). Results equal the host backend's.
+ * `... repeats an earlier request's row`); a failing call writes nothing to the table
+ * (`out`, if given, gets the padding slot 0). Results equal the host backend's.
  *
  * The pool keeps a device scratch for these calls (a mark word per table row, and per
  * request `last_loc` and token offsets; with `out` NULL also the new slots); a call that
