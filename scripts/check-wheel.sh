@@ -6,6 +6,7 @@
 # checkout as it found it (setuptools' scratch folders go under the ignored target/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root=$PWD
 
 version=$(sed -n 's/^version = "\([0-9.]*\)"$/\1/p' Cargo.toml | head -1)
 [[ -n "$version" ]] || { echo "no version in Cargo.toml" >&2; exit 1; }
@@ -62,6 +63,23 @@ with kvpool.Pool(1024, page_size=16) as pool:
     pool.free_indices(slots)
     assert pool.available_size() == 1024, pool.available_size()
 print(f"installed wheel: kvpool {kvpool.__version__} from {path}, calls OK")
+EOF
+)
+
+# An editable install (`pip install -e .`): the checkout's package on the path, loading the
+# library of the tree's cargo build (find_library's last resort), as PYTHONPATH=python does.
+python3 -m venv "$work/editable"
+"$work/editable/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps -e .
+(cd "$work" && env -u KVPOOL_LIB -u PYTHONPATH "$work/editable/bin/python" - "$root" <<'EOF'
+import os, sys
+import kvpool
+root = sys.argv[1]
+assert kvpool.__file__ == os.path.join(root, "python", "kvpool", "__init__.py"), kvpool.__file__
+path = kvpool.find_library()
+assert path.startswith(os.path.join(root, "target", "release")), path
+with kvpool.Pool(64, page_size=16) as pool:
+    assert list(pool.alloc(16)) == list(range(16, 32))
+print(f"editable install: kvpool from {os.path.dirname(kvpool.__file__)}, library {path}")
 EOF
 )
 
