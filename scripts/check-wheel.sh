@@ -2,8 +2,9 @@
 # The Python wheel (pyproject.toml, setup.py), as a user gets it: built by pip from this
 # checkout (setuptools fetched, pinned, into pip's isolated build environment), its tag and
 # contents checked, installed into a fresh virtual environment, then imported from outside
-# the checkout without $KVPOOL_LIB and called on the library it carries. Leaves the
-# checkout as it found it (setuptools' scratch folders go under the ignored target/).
+# the checkout without $KVPOOL_LIB and called on the library it carries; then an editable
+# install (`pip install -e .`) in another environment. Leaves the checkout as it found it
+# (setuptools' scratch folders go under the ignored target/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
