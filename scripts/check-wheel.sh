@@ -26,14 +26,13 @@ if [[ ! -f "$wheel" ]]; then
     exit 1
 fi
 
-# Contents: the package's modules and the library, and the wheel's own metadata; nothing
-# else of the tree (no tests, no CMake build output).
-"$py" - "$wheel" "$version" <<'EOF'
-import sys, zipfile
-wheel, version = sys.argv[1], sys.argv[2]
+# Contents: the package's modules (python/kvpool/*.py) and the library, and the wheel's own
+# metadata; nothing else of the tree (no tests, no CMake build output).
+"$py" - "$wheel" "$version" python/kvpool/*.py <<'EOF'
+import os, sys, zipfile
+wheel, version, modules = sys.argv[1], sys.argv[2], sys.argv[3:]
 names = set(zipfile.ZipFile(wheel).namelist())
-package = {f"kvpool/{name}" for name in
-           ("__init__.py", "_buffers.py", "_native.py", "_prepared.py", "libkvpool.so")}
+package = {f"kvpool/{os.path.basename(m)}" for m in modules} | {"kvpool/libkvpool.so"}
 info = f"kvpool-{version}.dist-info/"
 metadata = {info + name for name in ("METADATA", "WHEEL", "RECORD", "top_level.txt")}
 missing, extra = (package | metadata) - names, names - package - metadata
