@@ -11,6 +11,7 @@ CARGO_TARGET_DIR (as cargo reads it), KVPOOL_WHEEL_STRIP=0 (keep the debug info:
 about 30 MB instead of 16, 15 of them the embedded kernels)."""
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -75,12 +76,50 @@ class BinaryDistribution(Distribution):
         return True
 
 
+# The libraries a manylinux wheel may link without carrying them (PEP 600: what every
+# glibc distribution has); libkvpool links libc and libgcc_s only.
+MANYLINUX_SYSTEM_LIBRARIES = {
+    "libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt.so.1",
+    "libgcc_s.so.1", "ld-linux-x86-64.so.2", "ld-linux-aarch64.so.1",
+}
+
+
+def manylinux_platform(library, machine):
+    """`manylinux_2_N_<machine>` (PEP 600) for a library that links only system libraries,
+    N the newest glibc symbol version it needs (what the build machine's glibc gave it: 2.34
+    on Debian 12), so pip installs the wheel on any distribution with that glibc or newer.
+    None where that cannot be read (no readelf) or does not hold: the wheel then keeps the
+    build machine's plain `linux_<machine>` tag. scripts/check-wheel.sh compares the tag
+    with auditwheel's verdict."""
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        return None
+    dynamic = subprocess.run([readelf, "--dynamic", "--wide", library], check=True,
+                             capture_output=True, text=True).stdout
+    needed = set(re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dynamic))
+    if not needed <= MANYLINUX_SYSTEM_LIBRARIES:
+        return None
+    versions = subprocess.run([readelf, "--version-info", "--wide", library], check=True,
+                              capture_output=True, text=True).stdout
+    glibc = [(int(major), int(minor))
+             for major, minor in re.findall(r"Name: GLIBC_(\d+)\.(\d+)", versions)]
+    if not glibc:
+        return None
+    major, minor = max(glibc)
+    return f"manylinux_{major}_{minor}_{machine}"
+
+
 class PlatformWheel(bdist_wheel):
-    """Tagged for the platform (the wheel holds a native library) but for any Python 3: the
-    library is loaded through ctypes and uses no Python ABI."""
+    """Tagged for the platform (the wheel holds a native library), manylinux where the
+    library allows it, and for any Python 3: the library is loaded through ctypes and uses
+    no Python ABI."""
 
     def get_tag(self):
         _, _, platform = super().get_tag()
+        library = os.path.join(self.bdist_dir or "", "kvpool", "libkvpool.so")
+        machine = platform.split("_", 1)[1] if platform.startswith("linux_") else None
+        if machine and os.path.isfile(library):
+            platform = manylinux_platform(library, machine) or platform
         return "py3", "none", platform
 
 

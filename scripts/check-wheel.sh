@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The Python wheel (pyproject.toml, setup.py), as a user gets it: built by pip from this
-# checkout (setuptools fetched, pinned, into pip's isolated build environment), its tag and
-# contents checked, installed into a fresh virtual environment, then imported from outside
-# the checkout without $KVPOOL_LIB and called on the library it carries; then an editable
-# install (`pip install -e .`) in another environment. Leaves the checkout as it found it
-# (setuptools' scratch folders go under the ignored target/).
+# checkout (setuptools fetched, pinned, into pip's isolated build environment), its
+# manylinux tag (against auditwheel) and contents checked, installed into a fresh virtual
+# environment, then imported from outside the checkout without $KVPOOL_LIB and called on the
+# library it carries; then an editable install (`pip install -e .`) in another environment.
+# Leaves the checkout as it found it (setuptools' scratch folders go under the ignored
+# target/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -19,12 +20,37 @@ python3 -m venv "$work/venv"
 py="$work/venv/bin/python"
 "$py" -m pip wheel --quiet --disable-pip-version-check --no-deps -w "$work/dist" .
 
-wheel="$work/dist/kvpool-$version-py3-none-linux_$(uname -m).whl"
-if [[ ! -f "$wheel" ]]; then
-    echo "expected $wheel; pip wrote:" >&2
+shopt -s nullglob
+wheels=("$work"/dist/kvpool-"$version"-py3-none-manylinux_*_"$(uname -m)".whl)
+shopt -u nullglob
+if [[ ${#wheels[@]} -ne 1 ]]; then
+    echo "expected one kvpool-$version-py3-none-manylinux_*_$(uname -m).whl; pip wrote:" >&2
     ls "$work/dist" >&2
     exit 1
 fi
+wheel=${wheels[0]}
+
+# The manylinux tag setup.py gave it must be the one auditwheel (pinned, with its
+# dependencies, in a venv of its own) finds the library consistent with: no library outside
+# the system's, no glibc symbol newer than the tag says.
+python3 -m venv "$work/audit"
+"$work/audit/bin/python" -m pip install --quiet --disable-pip-version-check \
+    auditwheel==6.8.2 packaging==26.4 pyelftools==0.33
+"$work/audit/bin/auditwheel" show "$wheel" > "$work/audit.txt" 2>&1 || {
+    cat "$work/audit.txt" >&2
+    exit 1
+}
+"$py" - "$wheel" "$work/audit.txt" <<'EOF'
+import os, re, sys
+wheel, report = sys.argv[1], open(sys.argv[2]).read()
+found = re.search(r'consistent with the\s+following platform tag:\s+"([^"]+)"', report)
+if not found:
+    sys.exit(f"auditwheel gave no platform tag:\n{report}")
+tag = os.path.basename(wheel)[:-len(".whl")].rsplit("-", 1)[1]
+if tag != found.group(1):
+    sys.exit(f"the wheel is tagged {tag} but auditwheel finds it consistent with {found.group(1)}")
+print(f"wheel tag {tag}: auditwheel agrees")
+EOF
 
 # Contents: the package's modules (python/kvpool/*.py) and the library, and the wheel's own
 # metadata; nothing else of the tree (no tests, no CMake build output).
