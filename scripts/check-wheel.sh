@@ -3,7 +3,8 @@
 # checkout (setuptools fetched, pinned, into pip's isolated build environment), its
 # manylinux tag (against auditwheel) and contents checked, installed into a fresh virtual
 # environment, then imported from outside the checkout without $KVPOOL_LIB and called on the
-# library it carries; then an editable install (`pip install -e .`) in another environment.
+# library it carries; then an editable install (`pip install -e .`) and an install from the
+# repository's URL (`pip install git+file://...` of HEAD) in environments of their own.
 # Leaves the checkout as it found it (setuptools' scratch folders go under the ignored
 # target/).
 set -euo pipefail
@@ -106,6 +107,24 @@ assert path.startswith(os.path.join(root, "target", "release")), path
 with kvpool.Pool(64, page_size=16) as pool:
     assert list(pool.alloc(16)) == list(range(16, 32))
 print(f"editable install: kvpool from {os.path.dirname(kvpool.__file__)}, library {path}")
+EOF
+)
+
+# From the repository's URL (`pip install git+URL`, here the checkout's own commit): pip
+# clones it and builds the wheel in the clone, a clean cargo build (about a minute on two
+# cores). Checks the committed tree, not uncommitted changes.
+python3 -m venv "$work/git"
+"$work/git/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
+    "git+file://$root@$(git rev-parse HEAD)"
+(cd "$work" && env -u KVPOOL_LIB -u PYTHONPATH -u CARGO_TARGET_DIR "$work/git/bin/python" - <<'EOF'
+import os
+import kvpool
+path = kvpool.find_library()
+assert path == os.path.join(os.path.dirname(kvpool.__file__), "libkvpool.so"), path
+with kvpool.Pool(1024, page_size=16) as pool:
+    slots = pool.alloc_extend([0, 0], [20, 3], [-1, -1])
+    assert list(slots) == list(range(16, 36)) + [48, 49, 50], list(slots)
+print(f"pip install git+file://...: kvpool {kvpool.__version__} from {path}, calls OK")
 EOF
 )
 
