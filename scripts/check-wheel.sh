@@ -53,9 +53,10 @@ if tag != found.group(1):
 print(f"wheel tag {tag}: auditwheel agrees")
 EOF
 
-# Contents: the package's modules (python/kvpool/*.py) and the library, and the wheel's own
-# metadata; nothing else of the tree (no tests, no CMake build output).
-"$py" - "$wheel" "$version" python/kvpool/*.py <<'EOF'
+# Contents: the package's modules (python/kvpool/*.py), its type stub and py.typed marker,
+# the library, and the wheel's own metadata; nothing else of the tree (no tests, no CMake
+# build output).
+"$py" - "$wheel" "$version" python/kvpool/*.py python/kvpool/*.pyi python/kvpool/py.typed <<'EOF'
 import os, sys, zipfile
 wheel, version, modules = sys.argv[1], sys.argv[2], sys.argv[3:]
 names = set(zipfile.ZipFile(wheel).namelist())
@@ -65,7 +66,7 @@ metadata = {info + name for name in ("METADATA", "WHEEL", "RECORD", "top_level.t
 missing, extra = (package | metadata) - names, names - package - metadata
 if missing or extra:
     sys.exit(f"wheel contents: missing {sorted(missing)}, unexpected {sorted(extra)}")
-print(f"wheel: {len(names)} files, the package and libkvpool.so")
+print(f"wheel: {len(names)} files, the package (typed) and libkvpool.so")
 EOF
 
 "$py" -m pip install --quiet --disable-pip-version-check --no-deps "$wheel"

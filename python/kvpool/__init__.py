@@ -335,6 +335,8 @@ def _int_array(values, c_type, ctype, what):
     against ``c_type``: converted by ``array.array`` (O(n) at C speed, refusing a value that
     does not fit), and only if it refuses one walked in Python to name it (``what[i]``)."""
     typecode = _ARRAY_TYPECODES[c_type]
+    if iter(values) is values:
+        values = list(values)  # an iterator: read once, walked again below if refused
     try:
         converted = array.array(typecode, values)
     except (OverflowError, TypeError):
@@ -917,8 +919,7 @@ SIGNATURES = {
     "kvp_scheduler_digest": (_status, [_handle, _u64_p]),
 }
 
-# Exported only by a library built with `--features testing`.
-# Debug options and stream-ordered release diagnostics (src/ffi/debug.rs).
+# Debug options and stream-ordered release diagnostics (src/ffi/debug.rs), in every build.
 SIGNATURES.update({
     "kvp_pool_set_debug": (_status, [_handle, ctypes.c_uint32]),
     "kvp_pool_get_debug": (_status, [_handle, ctypes.POINTER(ctypes.c_uint32)]),
@@ -1829,7 +1830,9 @@ class Pool(_Owner):
         if batch != seq_n:
             raise ValueError("rows and seq_lens need one entry per request")
         ps = self.page_size
-        pages = sum(-(-int(s) // ps) for s in seq_lens if int(s) > 0)
+        # From the converted copy, not `seq_lens` again (an iterator is read once).
+        seq = (ctypes.c_int64 * seq_n).from_address(seq_p) if seq_n else ()
+        pages = sum(-(-s // ps) for s in seq if s > 0)
         indptr = array.array("i", bytes(4 * (batch + 1)))
         indices = array.array("i", bytes(4 * max(pages, 1)))
         last = array.array("i", bytes(4 * max(batch, 1)))
@@ -2546,7 +2549,7 @@ class Pool(_Owner):
         the previous one has finished: a call from a stream not ordered with the previous
         call's faults the pool (KvpError UNORDERED_STREAMS from the next call or
         ``check_device()``). A host pool accepts and ignores the flags."""
-        self._call("kvp_pool_set_debug", flags)
+        self._call("kvp_pool_set_debug", _int(flags, "uint32_t", "flags"))
 
     def debug_flags(self):
         """The debug flags in force (always 0 on a host pool)."""
@@ -2696,6 +2699,8 @@ class Scheduler(_Owner):
             lib = load() if pool is None else pool._lib
         if config is None:
             config = lib.kvp_scheduler_config_default()
+        elif overrides:
+            config = type(config).from_buffer_copy(config)  # the caller's stays as it was
         _configure(config, overrides)
         handle = ctypes.c_void_p()
         pool_handle = None if pool is None else pool.handle
@@ -2797,6 +2802,8 @@ class Adder(_Owner):
         lib = load() if lib is None else lib
         if config is None:
             config = AdderConfig.sglang_defaults(overrides.get("page_size", 1))
+        elif overrides:
+            config = type(config).from_buffer_copy(config)  # the caller's stays as it was
         _configure(config, overrides)
         available = _int(available, "uint64_t", "available")
         evictable = _int(evictable, "uint64_t", "evictable")

@@ -15,6 +15,7 @@ device output. KVPOOL_CUDA_STEPS sets the operations per lockstep run (default 1
 
 import array
 import collections
+import importlib.util
 import os
 import random
 import sys
@@ -627,11 +628,7 @@ class TestStreamSharing(CudaTestCase):
 
 
 def numpy_installed():
-    try:
-        import numpy  # noqa: F401, PLC0415
-    except ImportError:
-        return False
-    return True
+    return importlib.util.find_spec("numpy") is not None
 
 
 # ---- (c) faults found on the device -------------------------------------------------------

@@ -999,6 +999,20 @@ class Engine:
 
 
 class TestSchedulerConfig(KvpTestCase):
+    def test_overrides_leave_the_given_config_as_it_was(self):
+        """``Scheduler(config=cfg, **overrides)`` and ``Adder(config=cfg, ...)`` apply the
+        overrides to a copy: one config can seed several objects."""
+        cfg = LIB.kvp_scheduler_config_default()
+        cfg.capacity = 64
+        sched = kvp.Scheduler(config=cfg, lib=LIB, chunked_prefill_size=16)
+        self.assertEqual((cfg.chunked_prefill_size, sched.config.chunked_prefill_size),
+                         (8192, 16))
+        self.assertIs(kvp.Scheduler(config=cfg, lib=LIB).config, cfg)  # no overrides: as given
+        adder_cfg = kvp.AdderConfig.sglang_defaults(1)
+        adder = kvp.Adder(1000, config=adder_cfg, lib=LIB, chunked_prefill_size=32)
+        self.assertEqual((adder_cfg.chunked_prefill_size, adder.config.chunked_prefill_size),
+                         (kvp.AdderConfig.sglang_defaults(1).chunked_prefill_size, 32))
+
     def test_config_default(self):
         cfg = LIB.kvp_scheduler_config_default()
         self.assertEqual(cfg.as_dict(), {
@@ -1943,6 +1957,15 @@ class TestPackage(KvpTestCase):
         self.assertEqual(namespace["plan"].prefill, [(1, 0, 4096, True)])
         self.assertTrue(namespace["pool"].closed)
 
+    def test_typed_usage_runs(self):
+        """tests/python/typed_usage.py, which scripts/check-types.sh type-checks against the
+        stub, is also a program: its asserts on the library's answers hold."""
+        done = subprocess.run([sys.executable, os.path.join(ROOT, "tests", "python",
+                                                            "typed_usage.py")],
+                              env={**os.environ, "KVPOOL_LIB": LIB.path},
+                              capture_output=True, text=True, timeout=120)
+        self.assertEqual((done.returncode, done.stdout, done.stderr), (0, "OK\n", ""))
+
     def test_porting_guide_names_only_what_exists(self):
         """docs/porting-from-sglang.md: every C name it gives is in the header, and every
         Python name in its tables' third column is a method or attribute of the package's
@@ -2192,6 +2215,16 @@ class TestRangeChecks(KvpTestCase):
         self.assertEqual({id: sched.request(id).as_dict() for id in (1, 2)}, states)
         self.assertEqual(sched.stats().as_dict(), stats)
         self.assertKvpError("INVALID_ARGUMENT", sched.request, 3)  # 3 was never queued
+
+    def test_an_iterator_with_a_bad_value_is_refused_as_a_list_is(self):
+        """A generator is read once: the value that does not fit is named, not dropped
+        (the retry that names it must not walk an exhausted iterator)."""
+        sched = kvp.Scheduler(capacity=64, lib=LIB)
+        self.assertOutOfRange("prefix_path[1]", 2**64, sched.submit, 3, 10, 10,
+                              prefix_path=(x for x in [1, 2**64, 3]))
+        self.assertOutOfRange("prefix_path[0]", -1, sched.update_prefix, 3, 0, 0,
+                              prefix_path=iter([-1]))
+        self.assertEqual(sched.stats().waiting, 0)
 
     def test_scheduler_config(self):
         calls = spy_calls(self, ["kvp_scheduler_new"])
@@ -3148,6 +3181,14 @@ class TestDebugOptions(KvpTestCase):
         self.assertIn("unknown kvp_debug flags 0x80", str(ctx.exception))
         pool.set_debug(0)
 
+    def test_flags_out_of_range_are_refused_before_the_call(self):
+        pool = self.pool(64, page_size=4)
+        for flags in (2**32 + 1, -1):  # not 1, not 0xffffffff
+            with self.assertRaises(OverflowError) as ctx:
+                pool.set_debug(flags)
+            self.assertIn(f"flags = {flags} is out of range for uint32_t", str(ctx.exception))
+        self.assertEqual(pool.debug_flags(), 0)
+
     def test_pending_releases_and_the_new_status(self):
         self.assertEqual(kvp.device_pending_releases(LIB), 0)  # no device pool here
         self.assertEqual(kvp.STATUS["UNORDERED_STREAMS"], 64)
@@ -3223,6 +3264,8 @@ class TestReqTable(KvpTestCase):
         self.assertEqual(list(indptr), [0, 2, 3])
         self.assertEqual(list(last), [3, 4])
         self.assertEqual(list(indices), [data[4 * 32] // 4, data[4 * 32 + 4] // 4, data[32] // 4])
+        again = pool.page_table(t, iter([4, 1]), (n for n in [7, 4]))  # read once each
+        self.assertEqual([list(a) for a in again], [list(indptr), list(indices), list(last)])
         before = bytes(data)
         self.assertKvpError("INVALID_ARGUMENT", pool.alloc_decode_rows, t, [1, 1], [5, 5],
                             message="repeats")
