@@ -4,7 +4,8 @@
 //    (std::unique_ptr with the matching kvp_*_free): move-only, freed exactly once.
 //    get() lends the C handle, release() gives it up, X::adopt(raw) takes one over
 //    (decode_reservation::adopt(raw, index_type): its steps check out's element type).
-//    A moved-from object holds NULL; calling it throws (KVP_STATUS_NULL_ARGUMENT).
+//    A moved-from object holds NULL; calling it throws (KVP_STATUS_NULL_ARGUMENT); only its
+//    cached accessors (page_size(), index_type(), ...) still answer, with the old values.
 //  - Errors. A status other than KVP_STATUS_OK becomes a kvpool::error carrying the status
 //    and the thread's kvp_last_error_message(); what() reads "<call>: <status text>: <message>".
 //    As in C, a failing call changes nothing.
@@ -397,6 +398,10 @@ private:
 
     template <class Index>
     void require_index(const char *call) const {
+        if (!*this)  // moved-from or released: no index type to check against
+            throw error(KVP_STATUS_NULL_ARGUMENT, call,
+                        "reservation is NULL (a moved-from or released "
+                        "kvpool::decode_reservation)");
         constexpr kvp_index_type type = detail::index_type_of<std::remove_const_t<Index>>();
         if (type != index_type_)
             throw error(KVP_STATUS_INVALID_ARGUMENT, call,
@@ -720,14 +725,18 @@ public:
         detail::require_lengths(seq_lens);
         const std::size_t batch = std::size(seq_lens);
         require_batch(std::size(rows) == batch, "kvp_pool_page_table", "rows and seq_lens");
-        // Sized from the lengths the library accepts (0 .. row_len; it refuses the others).
+        // Sized from the lengths the library accepts (0 .. row_len; it refuses the others), and
+        // only up to its INT32_MAX pages: rows may repeat, so valid lengths can add up past
+        // that, which it refuses (then kv_indices stays empty rather than gigabytes).
+        constexpr std::size_t max_pages = std::numeric_limits<int32_t>::max();
         std::size_t pages = 0;
-        for (std::size_t i = 0; i < batch; ++i) {
+        for (std::size_t i = 0; i < batch && pages <= max_pages; ++i) {
             const int64_t s = std::data(seq_lens)[i];
             if (s <= 0 || page_size_ == 0) continue;
             const uint64_t len = std::min<uint64_t>(static_cast<uint64_t>(s), table.row_len);
             pages += static_cast<std::size_t>(len / page_size_ + (len % page_size_ != 0));
         }
+        if (pages > max_pages) pages = 0;
         page_table_t t{std::vector<int32_t>(batch + 1), std::vector<int32_t>(pages),
                        std::vector<int32_t>(batch)};
         check(kvp_pool_page_table(get(), &table, std::data(rows), std::data(seq_lens), batch,
@@ -778,6 +787,9 @@ public:
 
     /// Scope guard for a free group: begins it, and end() (or the destructor) ends it — with
     /// free_group_end(), or for free_group_async(stream) with free_group_end_async(stream).
+    /// It holds the C handle: the pool may be moved while the group is open, but must not be
+    /// destroyed or assigned over before the guard ends (the guard would then end the group
+    /// on a freed handle).
     class free_group_guard {
     public:
         explicit free_group_guard(pool &p) : handle_(p.get()) { p.free_group_begin(); }
@@ -1003,7 +1015,8 @@ public:
 
     /// FlashInfer page table on the device (kvp_pool_page_table_async) into fixed int32
     /// device buffers; also fills the host copies `kv_indptr_host` (batch + 1) and
-    /// `kv_last_page_len_host` (batch) when both are non-empty.
+    /// `kv_last_page_len_host` (batch) when both are non-empty (for an empty batch, when
+    /// `kv_indptr_host` is).
     template <class SeqLensHost>
     void page_table_async(const kvp_req_table &table, device_span<const int64_t> rows,
                           const SeqLensHost &seq_lens_host, device_span<const int64_t> seq_lens,
@@ -1016,7 +1029,8 @@ public:
                           kv_indptr.size() >= batch + 1 && kv_last_page_len.size() >= batch,
                       "kvp_pool_page_table_async",
                       "rows, seq_lens, kv_indptr (batch + 1), kv_last_page_len");
-        const bool host = !kv_indptr_host.empty() && !kv_last_page_len_host.empty();
+        const bool host =
+            !kv_indptr_host.empty() && (batch == 0 || !kv_last_page_len_host.empty());
         if (host)
             require_batch(kv_indptr_host.size() >= batch + 1 &&
                               kv_last_page_len_host.size() >= batch,
@@ -1149,8 +1163,17 @@ private:
         require_index<Out>(what);
     }
 
+    // The checks above and below read the facts cached from the pool: a moved-from or
+    // released pool has none, and throws KVP_STATUS_NULL_ARGUMENT as its C calls would.
+    void require_handle(const char *call) const {
+        if (!*this)
+            throw error(KVP_STATUS_NULL_ARGUMENT, call,
+                        "pool is NULL (a moved-from or released kvpool::pool)");
+    }
+
     template <class Index>
     void require_index(const char *what) const {
+        require_handle("kvpool::pool");
         constexpr kvp_index_type type = detail::index_type_of<Index>();
         if (type != index_type_) {
             throw error(KVP_STATUS_INVALID_ARGUMENT, "kvpool::pool",
@@ -1169,6 +1192,7 @@ private:
 
     // More slots than the pool has: no call could hand them out (the library's status for it).
     [[noreturn]] void throw_beyond_pool(const char *call, std::size_t tokens) const {
+        require_handle(call);
         throw error(KVP_STATUS_OUT_OF_SLOTS, call,
                     std::to_string(tokens) + " tokens need more than the pool's " +
                         std::to_string(size_) + " slots");

@@ -25,6 +25,15 @@ struct recorded {
 };
 recorded g_step, g_extend_rows, g_decode_rows;
 
+// What the last kvp_pool_page_table_async received.
+struct recorded_page_table {
+    int calls = 0;
+    std::size_t batch = 0;
+    const int32_t *indptr_host = nullptr;
+    const int32_t *last_page_len_host = nullptr;
+};
+recorded_page_table g_page_table;
+
 }  // namespace
 
 extern "C" {
@@ -56,6 +65,18 @@ enum kvp_status kvp_pool_alloc_decode_rows_async(struct kvp_pool *, const struct
     g_decode_rows.calls++;
     g_decode_rows.out = out;
     g_decode_rows.out_len = out_len;
+    return KVP_STATUS_OK;
+}
+
+enum kvp_status kvp_pool_page_table_async(struct kvp_pool *, const struct kvp_req_table *,
+                                          const int64_t *, const int64_t *, const int64_t *,
+                                          size_t batch_size, int32_t *, int32_t *, size_t,
+                                          int32_t *, int32_t *kv_indptr_host,
+                                          int32_t *kv_last_page_len_host, struct CUstream_st *) {
+    g_page_table.calls++;
+    g_page_table.batch = batch_size;
+    g_page_table.indptr_host = kv_indptr_host;
+    g_page_table.last_page_len_host = kv_last_page_len_host;
     return KVP_STATUS_OK;
 }
 
@@ -134,12 +155,50 @@ void test_rows_async_empty_out() {
     CHECK(g_decode_rows.calls == 2 && g_decode_rows.out == buffer && g_decode_rows.out_len == 1);
 }
 
+// page_table_async fills the host copies of kv_indptr (batch + 1) and kv_last_page_len
+// (batch) when both are given. An empty batch has an empty kv_last_page_len: its one-entry
+// kv_indptr_host must still reach the library (which writes kv_indptr_host[0] = 0), not be
+// dropped with it, leaving the caller's kv_indptr_host[0] unwritten.
+void test_page_table_async_host_copies() {
+    auto pool = kvpool::pool::create(64, 4);
+    int32_t table_data[2 * 8] = {};
+    const kvp_req_table table = kvpool::req_table(table_data, 2, 8);
+    const int64_t rows[2] = {0, 1}, lens[2] = {3, 5};
+    int32_t indptr[3] = {}, indices[4] = {}, last[2] = {};
+    std::vector<int32_t> indptr_host(3, -7), last_host(2, -7);
+    const auto dev = [](const int64_t *p, std::size_t n) {
+        return kvpool::device<const int64_t>(p, n);
+    };
+
+    // Batch of 2, both host copies: both passed.
+    pool.page_table_async(table, dev(rows, 2), std::vector<int64_t>{3, 5}, dev(lens, 2),
+                          kvpool::device(indptr, 3), kvpool::device(indices, 4),
+                          kvpool::device(last, 2), indptr_host, last_host, nullptr);
+    CHECK(g_page_table.calls == 1 && g_page_table.batch == 2 &&
+          g_page_table.indptr_host == indptr_host.data() &&
+          g_page_table.last_page_len_host == last_host.data());
+    // Neither: neither passed.
+    pool.page_table_async(table, dev(rows, 2), std::vector<int64_t>{3, 5}, dev(lens, 2),
+                          kvpool::device(indptr, 3), kvpool::device(indices, 4),
+                          kvpool::device(last, 2), {}, {}, nullptr);
+    CHECK(g_page_table.calls == 2 && g_page_table.indptr_host == nullptr &&
+          g_page_table.last_page_len_host == nullptr);
+    // Empty batch, exactly sized host copies (1 and 0 entries): kv_indptr_host passed.
+    std::vector<int32_t> indptr_host0(1, -7), last_host0;
+    pool.page_table_async(table, dev(rows, 0), std::vector<int64_t>{}, dev(lens, 0),
+                          kvpool::device(indptr, 1), kvpool::device(indices, 0),
+                          kvpool::device(last, 0), indptr_host0, last_host0, nullptr);
+    CHECK(g_page_table.calls == 3 && g_page_table.batch == 0 &&
+          g_page_table.indptr_host == indptr_host0.data());
+}
+
 }  // namespace
 
 int main() {
     try {
         test_reservation_step_async();
         test_rows_async_empty_out();
+        test_page_table_async_host_copies();
     } catch (const std::exception &e) {
         FAIL(std::string("threw: ") + e.what());
     }

@@ -295,6 +295,13 @@ void test_snapshots_and_moves() {
     // release / adopt round trip
     kvp_pool *released = other.release();
     CHECK(released == raw && !other);
+    // The wrapper's own checks (sizes, index types) of a moved-from or released pool throw
+    // NULL_ARGUMENT too, not a status judged from the old pool's facts (64 slots, int64_t).
+    CHECK_THROWS(NULL_ARGUMENT, "NULL", other.alloc(1000));
+    CHECK_THROWS(NULL_ARGUMENT, "NULL", other.free_indices(std::vector<int32_t>{4}));
+    CHECK_THROWS(NULL_ARGUMENT, "NULL", pool.alloc(1000));  // NOLINT(bugprone-use-after-move)
+    CHECK_THROWS(NULL_ARGUMENT, "NULL",
+                 pool.alloc_decode(std::vector<int64_t>{1}, std::vector<int32_t>{-1}));
     kvpool::pool adopted = kvpool::pool::adopt(released);
     CHECK_EQ(adopted.available_size(), 56u);
     CHECK_EQ(adopted.page_size(), 4u);
@@ -624,6 +631,19 @@ void test_result_sizes() {
     CHECK_THROWS(BUFFER_TOO_SMALL, "row_len",
                  pool.page_table(table, std::vector<int64_t>{0, 1},
                                  std::vector<int64_t>{huge, huge}));
+    // Lengths within a (real, 8 MiB) row, but a batch of 2^40 pages, since rows may repeat:
+    // the library refuses more than INT32_MAX pages (kv_indptr is int32). That is its
+    // kvpool::error, not a std::bad_alloc from a kv_indices of 2^40 entries sized first
+    // (nor, for a batch just past INT32_MAX pages, 8 GiB zero-filled before the refusal).
+    {
+        auto tokens = kvpool::pool::create(64);
+        const std::size_t row_len = std::size_t{1} << 21, batch = std::size_t{1} << 19;
+        std::vector<int32_t> long_row(row_len, 0);
+        const kvp_req_table one_row = kvpool::req_table(long_row.data(), 1, row_len);
+        CHECK_THROWS(INVALID_LENGTHS, "1099511627776 pages; kv_indptr is int32",
+                     tokens.page_table(one_row, std::vector<int64_t>(batch, 0),
+                                       std::vector<int64_t>(batch, int64_t{1} << 21)));
+    }
     CHECK_EQ(pool.available_size(), 64u);
     CHECK_EQ(pool.stats().pages_in_use, 0u);
     // What fits still works.
@@ -692,6 +712,13 @@ void test_decode_reservation() {
                                         kvpool::device_span<int64_t>(), 2, nullptr));
     CHECK_THROWS(WRONG_BACKEND, "",
                  res.step_async(kvpool::device_span<int64_t>(nullptr, 2), nullptr));
+    // A moved-from reservation throws NULL_ARGUMENT, also where the wrapper checks `out`'s
+    // element type before the call (the old reservation's index type is gone with it).
+    kvpool::decode_reservation taken = std::move(res);
+    CHECK_THROWS(NULL_ARGUMENT, "NULL", res.step(narrow));  // NOLINT(bugprone-use-after-move)
+    CHECK_THROWS(NULL_ARGUMENT, "NULL",
+                 res.step_async(kvpool::device_span<int32_t>(narrow.data(), 2), nullptr));
+    CHECK_THROWS(INVALID_STATE, "finished", taken.step(last));
 }
 
 int main() {
