@@ -335,8 +335,10 @@ def _int_array(values, c_type, ctype, what):
     against ``c_type``: converted by ``array.array`` (O(n) at C speed, refusing a value that
     does not fit), and only if it refuses one walked in Python to name it (``what[i]``)."""
     typecode = _ARRAY_TYPECODES[c_type]
-    if iter(values) is values:
-        values = list(values)  # an iterator: read once, walked again below if refused
+    if iter(values) is values or isinstance(values, (bytes, bytearray)):
+        # An iterator: read once, walked again below if refused. Bytes: their integers
+        # (array.array would read them as raw machine words).
+        values = list(values)
     try:
         converted = array.array(typecode, values)
     except (OverflowError, TypeError):
@@ -946,6 +948,11 @@ class KvpError(Exception):
         self.message = message  # kvp_last_error_message() right after the call
         super().__init__(f"{name} ({status}: {description}): {message}")
 
+    def __reduce__(self):
+        # Rebuilt from its four fields (pickle, copy): Exception's own reduction passes only
+        # the formatted message, which __init__ does not take.
+        return type(self), (self.status, self.name, self.description, self.message)
+
 
 def find_library():
     """The path ``load()`` uses when given none: ``$KVPOOL_LIB``, else ``libkvpool.so`` next
@@ -1073,7 +1080,7 @@ class Library:
         return buf.value.decode("utf-8", "replace")
 
     def status_str(self, status):
-        return self.kvp_status_str(status).decode("utf-8")
+        return self.kvp_status_str(_int(status, "int32_t", "status")).decode("utf-8")
 
     def check(self, status):
         """Raises KvpError unless `status` is KVP_STATUS_OK; must run right after the call,
@@ -1253,14 +1260,19 @@ _BACKEND_NAMES = {"host": BACKEND_HOST, "cuda": BACKEND_CUDA}
 
 
 def _backend_number(backend):
-    """BACKEND_HOST / BACKEND_CUDA from ``"host"`` / ``"cuda"`` (numbers pass unchanged, so
-    the library judges an unknown one)."""
+    """BACKEND_HOST / BACKEND_CUDA from ``"host"`` / ``"cuda"`` (integers pass unchanged, so
+    the library judges an unknown one; anything else, e.g. a float, is refused, not
+    truncated)."""
     if isinstance(backend, str):
         try:
             return _BACKEND_NAMES[backend.lower()]
         except KeyError:
             raise ValueError(f"backend must be 'host' or 'cuda', not {backend!r}") from None
-    return int(backend)
+    try:
+        return operator.index(backend)
+    except TypeError:
+        raise TypeError("backend must be 'host', 'cuda' or an integer (BACKEND_*), not "
+                        f"{type(backend).__name__}") from None
 
 
 def _device_ordinal(device):
@@ -1514,6 +1526,19 @@ class Pool(_Owner):
                 return 0
         return _extend_num_tokens(given, seq_lens, prefix_lens, seq_keep, prefix_keep)
 
+    def _extend_out_len(self, tokens, prefix_p, seq_p, batch):
+        """The length of a new output for an extend of ``tokens`` slots, more than the pool
+        has (the call refuses it; an output of that many could not even be allocated): the
+        planning's count where it is ``tokens`` (the call then runs short, having checked an
+        output of that length; the lengths, each at most the pool's size, bound it), else 0
+        (the call names the bad length or the count that disagrees before it looks at the
+        output). ``prefix_p``, ``seq_p``: converted lengths of ``batch`` entries each."""
+        pages, planned = ctypes.c_uint64(), ctypes.c_uint64()
+        status = self._lib.fast.kvp_pool_extend_need(
+            self._handle or self.handle, prefix_p, seq_p, batch, ctypes.byref(pages),
+            ctypes.byref(planned))
+        return tokens if not status and planned.value == tokens else 0
+
     # ---- allocation ----
     # Inputs: lists (converted in O(n) at C speed), array.array / numpy arrays / memoryviews
     # / CPU tensors (zero-copy). Results: a list for list inputs, else the inputs' kind.
@@ -1575,7 +1600,9 @@ class Pool(_Owner):
                 if total != _NO_SUM and total <= self._size:
                     extend_num_tokens = total
             if type(extend_num_tokens) is int and 0 <= extend_num_tokens <= _SIZE_MAX:
-                if out is None and kind is not None:  # a new output of the inputs' kind
+                # A new output of the inputs' kind; not for more tokens than the pool has
+                # (refused by the call: the general path sizes its output, _extend_out_len).
+                if out is None and kind is not None and extend_num_tokens <= self._size:
                     out = _new_output(kind, extend_num_tokens, self._index)
                 length = None
                 if out is not None and _HOST[type(out)] in _BUFFER_HANDLERS:
@@ -1609,9 +1636,11 @@ class Pool(_Owner):
         if batch != seq_n or batch != last_n:
             raise ValueError("prefix_lens, seq_lens and last_loc need one entry per request")
         if out is None:
-            out, address, length, kind = _out_buffer(
-                extend_num_tokens if out_len is None else out_len, None, index, prefix_lens,
-                seq_lens, last_loc)
+            n = extend_num_tokens if out_len is None else out_len
+            if out_len is None and n > self._size:  # refused by the call: see the helper
+                n = self._extend_out_len(n, prefix_p, seq_p, batch)
+            out, address, length, kind = _out_buffer(n, None, index, prefix_lens, seq_lens,
+                                                      last_loc)
         else:
             address, length, _ = _HOST[type(out)](out, index, "out", True)
             kind = _KINDS.get(_HOST[type(out)], _ARRAY)
@@ -1631,7 +1660,10 @@ class Pool(_Owner):
             if out is None:  # a new output of the inputs' kind, if they are all buffers
                 kind = _buffer_kind(seq_lens, last_loc)
                 if kind is not None and getattr(seq_lens, "ndim", 1) == 1:
-                    out = _new_output(kind, len(seq_lens), self._index)
+                    try:  # (a buffer without len(), e.g. a PickleBuffer: the general path)
+                        out = _new_output(kind, len(seq_lens), self._index)
+                    except TypeError:
+                        pass
             if out is not None and _HOST[type(out)] in _BUFFER_HANDLERS:
                 # Lengths before the call, which must not have changed the pool if they
                 # raise; an object without len() (a generator) goes the general way.
@@ -1749,9 +1781,14 @@ class Pool(_Owner):
                 raise ValueError("table rows must be contiguous")
             if not table.flags.writeable:
                 raise ValueError("table must be writable")
+            stride = table.strides[0] // table.itemsize
+            if table.shape[0] <= 1:
+                stride = table.shape[1]  # one row: its stride is never used (any sign)
+            elif stride < 0:  # (a uint64_t: it would wrap)
+                raise ValueError(f"table has a negative row stride ({stride}: rows in reverse "
+                                 "order, e.g. table[::-1]); the rows must go forward")
             return ReqTable(table.__array_interface__["data"][0], types[table.dtype],
-                            table.shape[0], table.strides[0] // table.itemsize,
-                            table.shape[1]), table
+                            table.shape[0], stride, table.shape[1]), table
         raise TypeError("table must be a 2-D torch tensor, a numpy array (host pools) or a "
                         f"ReqTable, not {type(table).__name__}")
 
@@ -1776,8 +1813,11 @@ class Pool(_Owner):
                                                     prefix_p, seq_p, batch, seq_n,
                                                     prefix_keep, seq_keep)
         if out_cache_loc:
-            out, address, length, kind = _out_buffer(extend_num_tokens, out, self._index,
-                                                      prefix_lens, seq_lens)
+            n = extend_num_tokens
+            if out is None and n > self._size:
+                n = self._extend_out_len(n, prefix_p, seq_p, batch)
+            out, address, length, kind = _out_buffer(n, out, self._index, prefix_lens,
+                                                      seq_lens)
         else:
             address, length = None, 0
         status = self._lib.fast.kvp_pool_alloc_extend_rows(
@@ -1829,10 +1869,11 @@ class Pool(_Owner):
         t, table_keep = self._table(table, None)  # (last: see alloc_extend_rows)
         if batch != seq_n:
             raise ValueError("rows and seq_lens need one entry per request")
-        ps = self.page_size
-        # From the converted copy, not `seq_lens` again (an iterator is read once).
+        ps, row_len = self.page_size, t.row_len
+        # From the converted copy, not `seq_lens` again (an iterator is read once). A length
+        # past the rows is the library's to refuse: sized as a full row, not allocated for.
         seq = (ctypes.c_int64 * seq_n).from_address(seq_p) if seq_n else ()
-        pages = sum(-(-s // ps) for s in seq if s > 0)
+        pages = sum(-(-min(s, row_len) // ps) for s in seq if s > 0)
         indptr = array.array("i", bytes(4 * (batch + 1)))
         indices = array.array("i", bytes(4 * max(pages, 1)))
         last = array.array("i", bytes(4 * max(batch, 1)))
@@ -2629,7 +2670,8 @@ class StepPlan:
 
 def _configure(struct, overrides):
     """Sets `overrides` on `struct`, refusing names it does not have (a typo must not be
-    silently ignored) and integers that do not fit their field (ctypes would wrap them).
+    silently ignored), integers that do not fit their field (ctypes would wrap them) and
+    values a double field cannot take (named, where ctypes' own errors name no field).
     Every value is checked before any is set, so a refused call leaves `struct` as it was."""
     fields = _struct_fields(type(struct))
     checked = {}
@@ -2640,6 +2682,8 @@ def _configure(struct, overrides):
             raise TypeError(f"{type(struct).__name__} has no field {key!r}") from None
         if c_type is None or (type(value) is int and low <= value <= high):
             checked[key] = value
+        elif c_type == "double":
+            checked[key] = _double(value, key)  # converts, or says why not
         else:
             checked[key] = _int(value, c_type, key)  # converts, or says why not
     for key, value in checked.items():
@@ -2651,17 +2695,37 @@ _STRUCT_FIELDS = {}
 
 
 def _struct_fields(struct_type):
-    """{field: (C integer type name, low, high)} of a struct type (None, None, None for a
-    field that is not an integer), computed once per type: ``submit`` and the other calls
-    that fill a struct per call then check each field in a few comparisons."""
+    """{field: (C integer type name, low, high)} of a struct type (("double", -DBL_MAX,
+    DBL_MAX) for a double: an int between them is taken as it is, anything else converted by
+    ``_double``; (None, None, None) for a field of another type), computed once per type:
+    ``submit`` and the other calls that fill a struct per call then check each field in a
+    few comparisons."""
     fields = _STRUCT_FIELDS.get(struct_type)
     if fields is None:
         fields = {}
         for name, ctype in struct_type._fields_:
             c_type = _field_c_type(ctype)
-            fields[name] = (c_type, *_C_INT_BOUNDS[c_type]) if c_type else (None, None, None)
+            if c_type:
+                fields[name] = (c_type, *_C_INT_BOUNDS[c_type])
+            elif ctype is ctypes.c_double:
+                fields[name] = ("double", -sys.float_info.max, sys.float_info.max)
+            else:
+                fields[name] = (None, None, None)
         _STRUCT_FIELDS[struct_type] = fields
     return fields
+
+
+def _double(value, what):
+    """``value`` as a C double (what ctypes takes: a real number, or an integer that fits);
+    else TypeError / OverflowError naming ``what``."""
+    if type(value) is float:
+        return value
+    try:
+        return ctypes.c_double(value).value
+    except TypeError:
+        raise TypeError(f"{what} must be a real number, not {type(value).__name__}") from None
+    except OverflowError:
+        raise OverflowError(f"{what} = {value} is out of range for double") from None
 
 
 def _new(struct_type, *args, **kwargs):
@@ -2875,7 +2939,9 @@ class Delayer(_Owner):
         return out
 
     def negotiate(self, ranks):
-        """The ``DELAY_VERDICT_*`` for this pass from every rank's ``RankInfo``."""
+        """The ``DELAY_VERDICT_*`` for this pass from every rank's ``RankInfo`` (or a tuple of
+        its fields, range-checked as ``RankInfo``'s: ctypes' own conversion wraps them)."""
+        ranks = [r if isinstance(r, RankInfo) else _new(RankInfo, *r) for r in ranks]
         array = (RankInfo * len(ranks))(*ranks) if ranks else None
         verdict = ctypes.c_uint32()
         self._call("kvp_delayer_negotiate", array, len(ranks), ctypes.byref(verdict))

@@ -1106,5 +1106,8 @@ class Delayer(_Owner):
                  **overrides: Unpack[_DelayerConfigFields]) -> None: ...
     def local_info(self, prefillable: bool, token_usage: float, running_bs: SupportsIndex,
                    waiting_len: SupportsIndex, timed_out: bool = ...) -> RankInfo: ...
-    def negotiate(self, ranks: Sequence[RankInfo]) -> int: ...  # a DELAY_VERDICT_*
+    # RankInfo, or a tuple of its fields (prefillable, force_allow, timed_out, running_bs,
+    # max_prefill_bs, waiting_len), range-checked
+    def negotiate(self, ranks: Sequence[RankInfo | tuple[bool, bool, bool, int, int, int]]
+                  ) -> int: ...  # a DELAY_VERDICT_*
     def record_prefill(self, batch_size: SupportsIndex) -> None: ...

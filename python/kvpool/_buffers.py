@@ -350,15 +350,29 @@ def host_array(values, elements, what, writable=False):
     return _HANDLERS[type(values)](values, elements, what, writable)
 
 
+# memoryview reads the elements of native formats only ('q', 'l', '@i', ...), not those of
+# the standard-size formats the package also takes ('<q', '=i': a ctypes array's): such a
+# view is read through a cast to the native code of its width.
+_NATIVE_CODES = {8: "q", 4: "i"}
+
+
+def _readable(view):
+    """``view`` (a C-contiguous memoryview of signed integers), readable element by
+    element."""
+    if view.format[0] in "<=":
+        return view.cast("B").cast(_NATIVE_CODES[view.itemsize])
+    return view
+
+
 def total(values, keep):
     """The sum of a host array argument (``values`` as given, ``keep`` from
     ``host_array``): vectorized for tensors and numpy arrays, else ``sum`` over the array or
     memoryview (O(n) at C speed)."""
     if _torch(values) is not None or _numpy(values) is not None:
         return int(values.sum())
-    if isinstance(values, memoryview):
-        return sum(values)  # (`keep` may be the ctypes object holding its export)
-    return sum(keep)
+    # (for a memoryview, `keep` may be the ctypes object holding its export)
+    view = values if isinstance(values, memoryview) else keep
+    return sum(_readable(view) if isinstance(view, memoryview) else view)
 
 
 # ---- outputs --------------------------------------------------------------------------------
@@ -452,5 +466,5 @@ def result(buffer, kind, k, length):
     if k == length:
         return buffer
     if kind == ARRAY:
-        return memoryview(buffer)[:k]
+        return _readable(memoryview(buffer))[:k]
     return buffer[:k]

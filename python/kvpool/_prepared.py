@@ -22,10 +22,12 @@ caller updates between steps.
 """
 
 import array
+import ctypes
 
 from . import _buffers
 
 _HANDLERS = _buffers.HANDLERS
+_SIZE_MAX = (1 << (8 * ctypes.sizeof(ctypes.c_size_t))) - 1
 
 
 def host_buffer(values, elements, what, writable, pinned, tensors):
@@ -96,6 +98,9 @@ class Prepared:
             raise TypeError(f"extend_num_tokens must be an int, not {type(tokens).__name__}")
         if self._extend and tokens < 0:
             raise ValueError(f"extend_num_tokens = {tokens} is negative")
+        if self._extend and tokens > _SIZE_MAX:  # (a ctypes function would wrap it)
+            raise OverflowError(f"extend_num_tokens = {tokens} is out of range for size_t "
+                                f"[0, {_SIZE_MAX}]")
         tensor = moved(self._tensors)
         if tensor is not None:
             raise ValueError("a prepared tensor's memory moved since the preparation "
@@ -107,7 +112,7 @@ class Prepared:
         # a refused call goes through them, to find what to say.
         if (type(batch) is not int or not 0 <= batch <= self.capacity
                 or (self._extend and (type(extend_num_tokens) is not int
-                                      or extend_num_tokens < 0))):
+                                      or not 0 <= extend_num_tokens <= _SIZE_MAX))):
             self._refuse(batch, extend_num_tokens)
         for tensor, address, storage, storage_address in self._tensors:
             if tensor.data_ptr() != address or storage.data_ptr() != storage_address:

@@ -318,6 +318,15 @@ class TestHeaderAndBinding(KvpTestCase):
         for number in (-1, 11, 22, 44, 59, 65, 99, 101, 2**31 - 1, -(2**31)):
             self.assertEqual(LIB.status_str(number), "unknown status")
 
+    def test_status_str_refuses_a_number_that_is_no_int32(self):
+        # ctypes wrapped it: 2**32 + 8 was described as status 8, "double free"
+        for number in (2**32 + 8, -(2**32) + 8, 2**31, -(2**31) - 1):
+            with self.subTest(number=number):
+                with self.assertRaises(OverflowError) as ctx:
+                    LIB.status_str(number)
+                self.assertIn(f"status = {number} is out of range for int32_t",
+                              str(ctx.exception))
+
     def test_config_default(self):
         cfg = LIB.config_default()
         self.assertEqual(cfg.as_dict(), {"size": 0, "page_size": 1,
@@ -678,6 +687,36 @@ class TestErrorsAndConfig(KvpTestCase):
             kvp.Pool(64, backend="tpu")  # a backend name the binding does not know
         self.assertIn("'host' or 'cuda'", str(ctx.exception))
         self.assertKvpError("CUDA_UNAVAILABLE", kvp.Pool, 64, backend="cuda", device=999)
+
+    def test_a_backend_that_is_no_integer_is_refused_not_truncated(self):
+        # int(backend) truncated: backend=0.5 made a host pool, 1.9 asked for a CUDA one
+        calls = spy_calls(self, ["kvp_pool_new"])
+        for backend in (0.5, 1.9, 1.0):
+            with self.subTest(backend=backend):
+                with self.assertRaises(TypeError) as ctx:
+                    kvp.Pool(64, 4, backend=backend)
+                self.assertIn("backend", str(ctx.exception))
+        self.assertEqual(calls, [])
+
+        class Host:
+            def __index__(self):
+                return kvp.BACKEND_HOST
+
+        with kvp.Pool(64, 4, backend=Host()) as pool:  # an integer by __index__: taken
+            self.assertEqual(pool.backend, kvp.BACKEND_HOST)
+
+    def test_errors_survive_pickling_and_copying(self):
+        # A worker process's KvpError reaches its parent pickled; it could not be rebuilt
+        # (KvpError.__init__ takes four arguments, Exception.__reduce__ gave it one).
+        import copy
+        import pickle
+        pool = self.pool(64, 4)
+        err = self.assertKvpError("DOUBLE_FREE", pool.free_indices, [4])
+        for again in (pickle.loads(pickle.dumps(err)), copy.copy(err)):
+            self.assertIsInstance(again, kvp.KvpError)
+            self.assertEqual((again.status, again.name, again.description, again.message,
+                              str(again)),
+                             (err.status, err.name, err.description, err.message, str(err)))
 
     def test_device_calls_on_a_host_pool(self):
         """The *_async calls are refused on a host pool with WRONG_BACKEND: by the library
@@ -2226,6 +2265,26 @@ class TestRangeChecks(KvpTestCase):
                               prefix_path=iter([-1]))
         self.assertEqual(sched.stats().waiting, 0)
 
+    def test_a_bytes_prefix_path_is_its_integers(self):
+        # bytes are an iterable of ints (the stub's Iterable[SupportsIndex]); array.array
+        # read them as raw machine words instead: b"\x01" * 8 became one id,
+        # 0x0101010101010101, and b"\x01\x02" a ValueError.
+        sched = kvp.Scheduler(capacity=4096, lib=LIB)
+        self.addCleanup(sched.close)
+        paths = []
+        original = LIB.kvp_scheduler_submit
+
+        def submit(handle, request, path, path_len, result):
+            paths.append([path[i] for i in range(path_len)])
+            return original(handle, request, path, path_len, result)
+
+        LIB.kvp_scheduler_submit = submit
+        self.addCleanup(setattr, LIB, "kvp_scheduler_submit", original)
+        for id, path in enumerate((b"\x01" * 8, b"\x01\x02", bytearray(b"\x07\x00\xff"))):
+            with self.subTest(path=path):
+                sched.submit(id, 10, 10, prefix_path=path)
+                self.assertEqual(paths[-1], list(path))
+
     def test_scheduler_config(self):
         calls = spy_calls(self, ["kvp_scheduler_new"])
         for field, value in [("capacity", -1), ("chunked_prefill_size", 2**64),
@@ -2241,6 +2300,29 @@ class TestRangeChecks(KvpTestCase):
         with self.assertRaises(OverflowError):  # checked before any field is set
             kvp.Scheduler(config=config, page_size=16, capacity=-1)
         self.assertEqual((config.capacity, config.page_size), before)
+
+    def test_double_fields_name_a_value_they_cannot_take(self):
+        # A config's double field took what ctypes made of the value: 10**400 raised
+        # "int too large to convert to float", a str "must be real number, not str", neither
+        # naming the field.
+        calls = spy_calls(self, ["kvp_scheduler_new", "kvp_adder_new", "kvp_delayer_new"])
+        for make, field in ((kvp.Scheduler, "init_new_token_ratio"),
+                            (lambda **kw: kvp.Adder(100, **kw), "new_token_ratio"),
+                            (kvp.Delayer, "token_usage_low_watermark")):
+            with self.subTest(field=field):
+                self.assertOutOfRange(field, 10**400, make, **{field: 10**400})
+                with self.assertRaises(TypeError) as ctx:
+                    make(**{field: "0.5"})
+                self.assertIn(field, str(ctx.exception))
+        self.assertEqual(calls, [])
+        config = LIB.kvp_scheduler_config_default()
+        before = config.as_dict()
+        with self.assertRaises(OverflowError):  # checked before any field is set
+            kvp.Scheduler(config=config, capacity=8, init_new_token_ratio=-10**400)
+        self.assertEqual(config.as_dict(), before)
+        sched = self.scheduler(capacity=4096, init_new_token_ratio=1, dynamic_chunk_a=0.25)
+        self.assertEqual((sched.config.init_new_token_ratio, sched.config.dynamic_chunk_a),
+                         (1.0, 0.25))
 
     def test_adder_arguments(self):
         calls = spy_calls(self, ["kvp_adder_new"])
@@ -2280,6 +2362,22 @@ class TestRangeChecks(KvpTestCase):
         self.assertOutOfRange("waiting_len", 2**64, d.local_info, True, 0.5, 0, 2**64)
         self.assertOutOfRange("batch_size", -1, d.record_prefill, -1)
         self.assertEqual(calls, [])
+
+    def test_negotiate_checks_ranks_given_as_tuples(self):
+        # As Adder's running requests: a tuple is a RankInfo's fields, each range-checked
+        # (ctypes' own conversion wrapped them: running_bs -1 became UINT64_MAX).
+        d = self.delayer(max_running_requests=64)
+        calls = spy_calls(self, ["kvp_delayer_negotiate"])
+        self.assertOutOfRange("running_bs", -1, d.negotiate,
+                              [(True, False, False, 4, 0, 0), (True, False, False, -1, 0, 0)])
+        self.assertOutOfRange("waiting_len", 2**64 + 3, d.negotiate,
+                              [(True, False, False, 4, 0, 2**64 + 3)])
+        self.assertEqual(calls, [])
+        twin = self.delayer(max_running_requests=64)
+        for running_bs in (60, 60, 40):  # the same verdicts from tuples and from structs
+            fields = (True, False, False, running_bs, 9, 100)
+            self.assertEqual(d.negotiate([fields, fields]),
+                             twin.negotiate([kvp.RankInfo(*fields), kvp.RankInfo(*fields)]))
 
 
 @unittest.skipIf(torch is None, "PyTorch is not installed")
@@ -2458,6 +2556,70 @@ class TestHostArrayKinds(KvpTestCase):
             else:
                 self.assertEqual(pool.available_size(), before - 8)
                 self.assertTrue(all(slot > 0 for slot in memory), list(memory))
+
+    def test_buffers_without_len_work_every_time(self):
+        # A buffer without len() (pickle.PickleBuffer) as lengths: the first call (its type
+        # not yet known) worked, every later one raised TypeError through the entry points'
+        # path, which took len(seq_lens) for a new output outside its try.
+        import pickle
+        pool, twin = self.pool(64, 4), self.pool(64, 4)
+        q = lambda values: array.array("q", values)  # noqa: E731
+        for _ in range(3):
+            got = pool.alloc_decode(pickle.PickleBuffer(q([1, 1])),
+                                    pickle.PickleBuffer(q([-1, -1])))
+            self.assertEqual(as_list(got), as_list(twin.alloc_decode(q([1, 1]), q([-1, -1]))))
+        self.assertEqual(pool.stats().as_dict(), twin.stats().as_dict())
+
+    def test_buffers_of_standard_size_formats(self):
+        # ctypes arrays export formats such as '<q' (int64, any platform), which the package
+        # takes but memoryview cannot read elements of: the sum of the default
+        # extend_num_tokens raised NotImplementedError (instead of naming counts that
+        # disagree, or allocating), and an out longer than needed came back as an unreadable
+        # view of its prefix.
+        def c_array(values, ctype=ctypes.c_int64):
+            return (ctype * len(values))(*values)
+
+        pool, twin = self.pool(64, 4), self.pool(64, 4)
+        self.assertEqual(memoryview(c_array([0])).format, "<q")
+        with self.assertRaisesRegex(ValueError, "one entry per request"):
+            pool.alloc_extend(c_array([0]), c_array([2, 3]), c_array([-1]))
+        got = pool.alloc_extend(c_array([0]), c_array([5]), c_array([-1]), out_len=6)
+        self.assertEqual(as_list(got), twin.alloc_extend([0], [5], [-1]))
+        out = c_array([0] * 6)
+        got = pool.alloc(4, out=out)
+        self.assertEqual(as_list(got), twin.alloc(4))
+        self.assertEqual(list(out), as_list(got) + [0, 0])
+        pool32, twin32 = (self.pool(64, 4, index_type=kvp.INDEX_TYPE_I32) for _ in range(2))
+        got = pool32.alloc_decode(c_array([1]), c_array([-1], ctypes.c_int32),
+                                  out=c_array([0] * 3, ctypes.c_int32))
+        self.assertEqual(as_list(got), twin32.alloc_decode([1], [-1]))
+        self.assertEqual(pool.stats().as_dict(), twin.stats().as_dict())
+
+    def test_a_default_output_is_not_sized_by_more_tokens_than_the_pool_has(self):
+        # Given extend_num_tokens and no out, the call made an output of that many slots
+        # before the library refused the count: 2**40 raised MemoryError (10**9 would take
+        # 8 GB) instead of the library's INVALID_LENGTHS, and a batch that needs more slots
+        # than the pool has still runs short as it should.
+        pool = self.pool(64, 4)
+        table = array.array("q", bytes(8 * 2 * 16))
+        t = kvp.ReqTable(table.buffer_info()[0], kvp.INDEX_TYPE_I64, 2, 16, 16)
+        for name, (make, installed) in host_kinds().items():
+            if not installed:
+                continue
+            q = lambda values: make(values, "q")  # noqa: E731
+            with self.subTest(kind=name):
+                self.assertKvpError("INVALID_LENGTHS", pool.alloc_extend, q([0]), q([3]),
+                                    q([-1]), extend_num_tokens=2**40,
+                                    message="extend_num_tokens is 1099511627776")
+                self.assertKvpError("INVALID_LENGTHS", pool.alloc_extend, q([0]), q([65]),
+                                    q([-1]), extend_num_tokens=2**40, message="seq_lens[0]")
+                self.assertKvpError("OUT_OF_SLOTS", pool.alloc_extend, q([0, 0]),
+                                    q([40, 40]), q([-1, -1]), extend_num_tokens=80)
+                self.assertKvpError("INVALID_LENGTHS", pool.alloc_extend_rows, t, q([0]),
+                                    q([0]), q([3]), extend_num_tokens=2**40,
+                                    message="extend_num_tokens is 1099511627776")
+        self.assertEqual(pool.available_size(), 64)
+        self.assertEqual(bytes(table), bytes(8 * 2 * 16))
 
     def test_generator_lengths_with_an_out_buffer_work(self):
         # Iterables are documented inputs: with an out buffer, the entry points' path (which
@@ -3281,6 +3443,40 @@ class TestReqTable(KvpTestCase):
         pool.alloc_extend_rows(table, [2], [0], [4])
         self.assertEqual(list(table[2, :4]), [1, 2, 3, 4])
 
+    def test_page_table_lengths_past_the_rows_are_the_librarys_to_name(self):
+        # page_table sized kv_indices from seq_lens before the call: a length past the
+        # table's rows (2**40) raised MemoryError instead of the library's refusal.
+        pool = self.pool(64, 4)
+        data, t = self.table(2, 16, 16)
+        pool.alloc_extend_rows(t, [0], [0], [5])
+        for seq_lens in ([2**40], [5, 2**62], [2**63 - 1]):
+            with self.subTest(seq_lens=seq_lens):
+                self.assertKvpError("BUFFER_TOO_SMALL", pool.page_table, t,
+                                    [0] * len(seq_lens), seq_lens, message="row_len 16")
+        indptr, indices, last = pool.page_table(t, [0], [5])
+        self.assertEqual((list(indptr), list(last)), ([0, 2], [1]))
+        self.assertEqual(list(indices), [data[0] // 4, data[4] // 4])
+
+    @unittest.skipIf(numpy is None, "numpy is not installed")
+    def test_numpy_table_with_rows_in_reverse_order(self):
+        # A negative row stride (table[::-1]) went to C wrapped to 2**64 - 16: refused by
+        # the library only as "the table's size overflows". A one-row view's stride is never
+        # used, whatever its sign.
+        pool = self.pool(64, 4)
+        table = numpy.zeros((3, 16), dtype=numpy.int64)
+        calls = spy_calls(self, ["kvp_pool_alloc_extend_rows", "kvp_pool_page_table"])
+        with self.assertRaises(ValueError) as ctx:
+            pool.alloc_extend_rows(table[::-1], [0], [0], [3])
+        self.assertIn("row stride", str(ctx.exception))
+        with self.assertRaises(ValueError):
+            pool.page_table(table[::-1], [0], [0])
+        self.assertEqual(calls, [])
+        self.assertEqual(pool.available_size(), 64)
+        one_row = table[::-1][:1]  # row 2 of the table, with a negative stride
+        self.assertLess(one_row.strides[0], 0)
+        got = pool.alloc_extend_rows(one_row, [0], [0], [3])
+        self.assertEqual(list(table[2, :3]), list(got))
+
     def test_device_calls_on_a_host_pool(self):
         pool = self.pool(64, 4)
         _, t = self.table(2, 8, 8)
@@ -3379,6 +3575,37 @@ class TestPreparedCalls(KvpTestCase):
         pool.close()
         with self.assertRaisesRegex(ValueError, "closed"):
             extend(2, 10)
+
+    def test_extend_num_tokens_that_do_not_fit_size_t_are_refused(self):
+        # Through lib.fast's ctypes function (KVPOOL_PYTHON_NATIVE=0) 2**64 + 10 wrapped to
+        # 10 and the call allocated; through the library's builtin it raised an
+        # OverflowError that named no argument.
+        name = "kvp_pool_alloc_extend"
+        restype, argtypes = kvp.SIGNATURES[name]
+        ctypes_function = ctypes.CDLL(LIB.path)[name]
+        ctypes_function.restype = restype
+        ctypes_function.argtypes = [kvp._address_type(t) for t in argtypes]
+        for function in (LIB.fast_function(name), ctypes_function):
+            with self.subTest(function=type(function).__name__):
+                saved = getattr(LIB.fast, name)
+                setattr(LIB.fast, name, function)
+                try:
+                    pool = self.pool(4096, 16)
+                    prefix, seq = array.array("q", [0, 0]), array.array("q", [5, 5])
+                    last, out = array.array("q", [-1, -1]), array.array("q", [0]) * 16
+                    extend = pool.prepare_alloc_extend(prefix, seq, last, out)
+                finally:
+                    setattr(LIB.fast, name, saved)
+                for tokens in (2**64 + 10, 2**70):
+                    with self.assertRaises(OverflowError) as ctx:
+                        extend(2, tokens)
+                    self.assertIn(f"extend_num_tokens = {tokens} is out of range for size_t",
+                                  str(ctx.exception))
+                self.assertEqual(pool.available_size(), 4096)
+                self.assertEqual(pool.stats().alloc_extend_calls, 0)
+                self.assertEqual(list(out), [0] * 16)
+                extend(2, 10)
+                self.assertEqual(list(out[:10]), [16, 17, 18, 19, 20, 32, 33, 34, 35, 36])
 
     @unittest.skipIf(torch is None, "torch is not installed")
     def test_a_tensor_whose_memory_moved_is_refused(self):
