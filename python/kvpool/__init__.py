@@ -2562,9 +2562,10 @@ class Pool(_Owner):
 
     def digest_async(self, out=None, *, stream=None):
         """Enqueues the device pool's state digest on ``stream`` (default: the current PyTorch
-        stream of the pool's device) without synchronizing; returns ``out``, a 1-element
-        int64 CUDA tensor on the pool's device (a new one when None) that holds the digest's
-        64 bits once the stream has passed the call (``digest_value`` converts it to an
+        stream of the pool's device) without synchronizing into ``out[0]`` (``out``: an int64
+        CUDA tensor on the pool's device of at least one element; a new one when None);
+        returns ``out[:1]``, which holds the digest's 64 bits once the stream has passed the
+        call (``digest_value`` converts it to an
         unsigned int). All-gather it on the same stream to compare ranks."""
         if not self.is_device:
             raise self._lib.error(STATUS["WRONG_BACKEND"], "digest_async needs a device pool "
