@@ -94,13 +94,14 @@ def manylinux_platform(library, machine):
     readelf = shutil.which("readelf")
     if readelf is None:
         return None
+    english = {**os.environ, "LC_ALL": "C"}  # binutils translates the labels read below
     dynamic = subprocess.run([readelf, "--dynamic", "--wide", library], check=True,
-                             capture_output=True, text=True).stdout
+                             capture_output=True, text=True, env=english).stdout
     needed = set(re.findall(r"\(NEEDED\)\s+Shared library: \[([^\]]+)\]", dynamic))
     if not needed <= MANYLINUX_SYSTEM_LIBRARIES:
         return None
     versions = subprocess.run([readelf, "--version-info", "--wide", library], check=True,
-                              capture_output=True, text=True).stdout
+                              capture_output=True, text=True, env=english).stdout
     glibc = [(int(major), int(minor))
              for major, minor in re.findall(r"Name: GLIBC_(\d+)\.(\d+)", versions)]
     if not glibc:
