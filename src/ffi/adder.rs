@@ -260,7 +260,11 @@ pub unsafe extern "C" fn kvp_adder_free(adder: *mut kvp_adder) {
 /// request changes nothing. Fails, changing nothing, with `KVP_STATUS_NULL_ARGUMENT` or
 /// `KVP_STATUS_INVALID_LENGTHS`: `prefix_len > input_len`, `prefix_evictable >
 /// prefix_len`, or an `input_len` that, rounded up to a page, exceeds `INT64_MAX` tokens
-/// (any `max_new_tokens` is fine: the budgets sum it exactly).
+/// (any `max_new_tokens` is fine: the budgets sum it exactly). `prefix_len == input_len`
+/// is not refused: when the budgets admit it, it is admitted with `extend_len` 0, nothing
+/// to compute. Pass at most `input_len - 1` cached tokens, as SGLang's prefix match does,
+/// so that the last token is computed (`kvp_scheduler_submit` refuses a request without
+/// one).
 ///
 /// # Safety
 /// `candidate` and `out_admission` valid or NULL.

@@ -461,7 +461,8 @@ pub unsafe extern "C" fn kvp_pool_restore_state_async(
 /// while the pool is faulted, and once more for a fault from before the last clear/restore;
 /// `KVP_STATUS_CUDA_ERROR` while it refuses work after a call only partly enqueued (see
 /// `KVP_STATUS_CUDA_ERROR`). A fault in a call the stream has not reached yet is not visible yet: synchronize the
-/// stream first to check everything enqueued so far.
+/// stream first to check everything enqueued so far. Device pools only: a host pool (whose
+/// calls report their errors themselves) fails with `KVP_STATUS_WRONG_BACKEND`.
 ///
 /// # Safety
 /// `pool` a live pool or NULL.
@@ -474,6 +475,9 @@ pub unsafe extern "C" fn kvp_pool_check_device(pool: *mut kvp_pool) -> kvp_statu
 /// Writes the free token slots to `*out_tokens` and whether that number is exact to
 /// `*out_exact` (false while a paged `kvp_pool_free_indices_async` is in flight: then it is
 /// a lower bound, exact again once the stream has passed that free). Never synchronizes.
+/// Device pools only: a host pool fails with `KVP_STATUS_WRONG_BACKEND` (its
+/// `kvp_pool_available_size` is always exact). Both out-pointers are required
+/// (`KVP_STATUS_NULL_ARGUMENT`).
 ///
 /// # Safety
 /// `pool` a live pool or NULL; the out-pointers writable or NULL.

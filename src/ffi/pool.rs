@@ -357,9 +357,10 @@ fn pool_config(c: &kvp_pool_config) -> Result<PoolConfig, kvp_status> {
 /// `kvp_pool_free`).
 ///
 /// Fails with `KVP_STATUS_NULL_ARGUMENT`, `KVP_STATUS_INVALID_ARGUMENT` (page_size 0, size
-/// 0, unknown enum value, slots that do not fit the index type), `KVP_STATUS_UNALIGNED`
-/// (size not a multiple of page_size), `KVP_STATUS_CUDA_UNAVAILABLE` (no NVIDIA driver, no
-/// such device) or `KVP_STATUS_CUDA_ERROR`; `*out_pool` is unmodified on failure.
+/// 0, unknown enum value, slots that do not fit the index type, more than 2^32 - 2 pages),
+/// `KVP_STATUS_UNALIGNED` (size not a multiple of page_size), `KVP_STATUS_OUT_OF_MEMORY`
+/// (the host bookkeeping cannot be allocated), `KVP_STATUS_CUDA_UNAVAILABLE` (no NVIDIA
+/// driver, no such device) or `KVP_STATUS_CUDA_ERROR`; `*out_pool` is unmodified on failure.
 ///
 /// # Safety
 /// `config` must be NULL or point to a valid config; `out_pool` must be NULL or writable.
@@ -424,8 +425,9 @@ pub unsafe extern "C" fn kvp_pool_free(pool: *mut kvp_pool) {
 }
 
 /// Writes static facts about the pool (size, page size, KV rows, padding slot, ...) to
-/// `*out_info`. Fails only with `KVP_STATUS_NULL_ARGUMENT` or `KVP_STATUS_POISONED`;
-/// `*out_info` is unmodified on failure.
+/// `*out_info`. Fails only with `KVP_STATUS_NULL_ARGUMENT`, `KVP_STATUS_POISONED` or
+/// `KVP_STATUS_INVALID_ARGUMENT` (a handle of another kind); `*out_info` is unmodified on
+/// failure.
 ///
 /// # Safety
 /// `pool` must be a live pool or NULL; `out_info` writable or NULL.
@@ -854,9 +856,12 @@ unsafe fn free_indices_typed<I: SlotIndex>(
 /// staged, with `need_sort`). Inside a free group the pages are held until the group ends.
 ///
 /// Every index must be an allocated slot and appear once; inside a free group a page may be
-/// freed by only one call. Failure (`KVP_STATUS_DOUBLE_FREE`, `KVP_STATUS_INDEX_OUT_OF_RANGE`,
-/// `KVP_STATUS_RESERVED_SLOT`, `KVP_STATUS_NULL_ARGUMENT`) frees nothing; the message names the
-/// offending element. `len == 0` is a no-op.
+/// freed by only one call. On a paged pool an index is checked through its page: the page
+/// must be allocated, and a slot of it that was never handed out (past its fill point)
+/// still frees the whole page, as in SGLang. Failure (`KVP_STATUS_DOUBLE_FREE`,
+/// `KVP_STATUS_INDEX_OUT_OF_RANGE`, `KVP_STATUS_RESERVED_SLOT`, `KVP_STATUS_NULL_ARGUMENT`;
+/// `KVP_STATUS_INVALID_STATE` for a page a live decode reservation holds) frees nothing; the
+/// message names the offending element. `len == 0` is a no-op.
 ///
 /// Buffers: `indices` holds `len` elements of the pool's index type; only used during the
 /// call.

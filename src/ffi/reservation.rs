@@ -527,11 +527,15 @@ fn check_pool(object: &ReservationObject, pool: *mut kvp_pool) -> Result<(), kvp
 /// would append them: putting them back leaves the pool exactly as `steps_used` plain
 /// `kvp_pool_alloc_decode` calls would have), and each request's partly used last page is
 /// rewound to its last used slot (as `kvp_pool_rewind`). (With `need_sort`, a merge made
-/// for a step after `steps_used` stays made.) Available size and counters are exact
-/// afterwards, and the reservation's holds end (its requests can be freed, rewound and
-/// continued again). Refused, nothing changed: the reservation is finished or its pool was
-/// cleared or restored since (`KVP_STATUS_INVALID_STATE`), `pool` is not the reservation's
-/// pool. Ignores an open free group (the pages are returned at once).
+/// for a step after `steps_used` stays made.) Available size and `pages_in_use` are exact
+/// afterwards; the other counters keep what the reserve counted (`batch_size * steps`
+/// tokens in `tokens_allocated`, every page taken in `pages_allocated`), and the pages
+/// returned count in `pages_freed` and `slots_freed` (counters only grow). The
+/// reservation's holds end (its requests can be freed, rewound and continued again).
+/// Refused, nothing changed: the reservation is finished or its pool was cleared or
+/// restored since (`KVP_STATUS_INVALID_STATE`), `pool` is not the reservation's pool
+/// (`KVP_STATUS_INVALID_ARGUMENT`). Ignores an open free group (the pages are returned at
+/// once).
 ///
 /// # Safety
 /// `pool`, `reservation` live handles or NULL.

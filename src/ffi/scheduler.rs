@@ -143,12 +143,14 @@ pub struct kvp_request {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct kvp_submit_result {
-    /// `true`: queued. `false`: the request can never fit the pool (it needs `needed` tokens
-    /// at admission, the pool has `capacity`) and was not queued — fail it instead of
-    /// letting it wait forever.
+    /// `true`: queued. `false`: the request can never fit the pool (admission needs more
+    /// room than `needed` tokens, so `false` exactly when `needed >= capacity`) and was not
+    /// queued — fail it instead of letting it wait forever.
     pub queued: bool,
     /// Tokens the request needs at admission: prompt + output so far + clipped remaining
-    /// output + one page; `UINT64_MAX` when that sum does not fit in 64 bits.
+    /// output + one page (an `ignore_eos` request with `prefix_cache_disabled`: prompt +
+    /// output so far rounded up to a page + its whole remaining output + 1, the room
+    /// SGLang's future simulation needs); `UINT64_MAX` when that sum does not fit in 64 bits.
     pub needed: u64,
     /// The pool's capacity.
     pub capacity: u64,

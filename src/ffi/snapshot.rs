@@ -28,9 +28,11 @@ pub struct kvp_snapshot {
 }
 
 /// Copies the pool's allocator state into a new snapshot written to `*out_snapshot`.
-/// Costs O(num_pages) time and memory (5 bytes a page: about 8 µs for 131,072 pages,
-/// 180 µs for a 2M-slot token pool; BENCHMARKS.md); restoring costs the same. Fails with `KVP_STATUS_INVALID_STATE` while a free
-/// group is open; `*out_snapshot` is unmodified on failure.
+/// Costs O(num_pages) time and memory (5 bytes a page plus 4 per free or staged page: 9 for
+/// an empty pool; about 8 µs for 131,072 pages, 180 µs for a 2M-slot token pool;
+/// BENCHMARKS.md); restoring costs the same. Fails with `KVP_STATUS_INVALID_STATE` while a
+/// free group is open, or `KVP_STATUS_OUT_OF_MEMORY` when the copy cannot be allocated;
+/// `*out_snapshot` is unmodified on failure.
 ///
 /// # Safety
 /// `pool` must be a live pool or NULL; `out_snapshot` writable or NULL.

@@ -51,8 +51,8 @@ pub enum kvp_status {
     /// The object (pool, scheduler, adder or delayer) was poisoned by an earlier internal
     /// panic and refuses further calls; free it.
     Poisoned = 42,
-    /// A host call (`kvp_pool_alloc`, ...) on a device pool, or a device call (`*_async`) on a
-    /// host pool.
+    /// A host call (`kvp_pool_alloc`, ...) on a device pool, or a device call (`*_async`,
+    /// `kvp_pool_check_device`, `kvp_pool_available_size_bound`) on a host pool.
     WrongBackend = 43,
     /// The feature is not available in this build or on this pool.
     Unsupported = 50,

@@ -308,6 +308,14 @@ static void test_bad_config(void) {
     cfg.page_size = 1;
     expect_bad_config(cfg, KVP_STATUS_INVALID_ARGUMENT, "index type", __LINE__);
 
+    /* At most 2^32 - 2 pages (page ids are 32-bit), refused before any memory is taken. */
+    cfg = kvp_pool_config_default();
+    cfg.size = ((uint64_t)1 << 32) - 1;
+    expect_bad_config(cfg, KVP_STATUS_INVALID_ARGUMENT, "pages", __LINE__);
+    cfg.size = (uint64_t)1 << 62;
+    cfg.page_size = 1u << 30;
+    expect_bad_config(cfg, KVP_STATUS_INVALID_ARGUMENT, "pages", __LINE__);
+
     /* a good config still works afterwards */
     cfg = kvp_pool_config_default();
     cfg.size = 16;
@@ -1323,6 +1331,56 @@ static void test_wrong_handle_kinds(void) {
 }
 #undef AS
 
+/* kvp_pool_check_device and kvp_pool_available_size_bound are device-pool calls: a host
+ * pool refuses them with KVP_STATUS_WRONG_BACKEND, writing nothing. The debug options are
+ * accepted and ignored by a host pool (an unknown flag is refused), and
+ * kvp_device_pending_releases answers without any device pool. */
+static void test_host_pool_device_queries(void) {
+    struct kvp_pool *pool = new_pool(64, 4);
+    uint64_t tokens = 12345;
+    bool exact = false;
+    uint32_t flags = 77;
+    size_t pending = 77;
+
+    CHECK_STATUS(kvp_pool_available_size_bound(pool, &tokens, &exact), KVP_STATUS_WRONG_BACKEND);
+    CHECK_EQ(tokens, 12345);
+    CHECK(exact == false);
+    CHECK_STATUS(kvp_pool_check_device(pool), KVP_STATUS_WRONG_BACKEND);
+    CHECK_MSG("host pool");
+    CHECK_STATUS(kvp_pool_check_device(NULL), KVP_STATUS_NULL_ARGUMENT);
+
+    CHECK_OK(kvp_pool_set_debug(pool, KVP_DEBUG_STREAM_ORDER));
+    CHECK_OK(kvp_pool_get_debug(pool, &flags));
+    CHECK_EQ(flags, 0);
+    CHECK_STATUS(kvp_pool_set_debug(pool, 2), KVP_STATUS_INVALID_ARGUMENT);
+    CHECK_MSG("unknown kvp_debug flags");
+    CHECK_STATUS(kvp_pool_get_debug(pool, NULL), KVP_STATUS_NULL_ARGUMENT);
+    CHECK_OK(kvp_pool_set_debug(pool, 0));
+
+    CHECK_OK(kvp_device_pending_releases(&pending));
+    CHECK_EQ(pending, 0);
+    CHECK_STATUS(kvp_device_pending_releases(NULL), KVP_STATUS_NULL_ARGUMENT);
+    CHECK_EQ(available(pool), 64);
+    kvp_pool_free(pool);
+}
+
+/* A paged free by index checks each index through its page, as SGLang frees
+ * unique(indices // page_size): a slot of an allocated page that the page has not handed
+ * out yet frees the whole page; a slot of a free page is a double free. */
+static void test_free_by_index_checks_the_page(void) {
+    struct kvp_pool *pool = new_pool(64, 4);
+    int64_t out[8];
+    int64_t past_fill = 10; /* page 2 will have handed out slot 8 only */
+
+    CHECK_STATUS(extend1(pool, 0, 5, -1, out, 8), KVP_STATUS_OK); /* 4..7, then 8 */
+    CHECK_EQ(out[4], 8);
+    CHECK_STATUS(kvp_pool_free_indices(pool, &past_fill, 1), KVP_STATUS_OK);
+    CHECK_EQ(available(pool), 64 - 4);
+    CHECK_STATUS(free1(pool, 8), KVP_STATUS_DOUBLE_FREE);
+    CHECK_MSG("page 2 is already free");
+    kvp_pool_free(pool);
+}
+
 int main(void) {
     struct {
         const char *name;
@@ -1347,6 +1405,8 @@ int main(void) {
         {"info_and_stats", test_info_and_stats},
         {"panic_boundary", test_panic_boundary},
         {"wrong_handle_kinds", test_wrong_handle_kinds},
+        {"host_pool_device_queries", test_host_pool_device_queries},
+        {"free_by_index_checks_the_page", test_free_by_index_checks_the_page},
     };
     size_t i;
     for (i = 0; i < COUNT(tests); i++) {

@@ -49,6 +49,74 @@ static void prefill(struct kvp_pool *pool, int64_t *last) {
     last[2] = out[9];
 }
 
+static struct kvp_pool_stats stats(struct kvp_pool *pool) {
+    struct kvp_pool_stats st;
+    CHECK_OK(kvp_pool_get_stats(pool, &st));
+    return st;
+}
+
+/* The counters of an early finish: the reserve counted batch * K tokens and its pages, the
+ * finish counts the unused pages as freed (counters only grow), so pages_in_use and the
+ * available size equal a twin's that ran the plain decodes. Then a snapshot taken while a
+ * reservation holds pages restores them plainly allocated: the batch can be freed. */
+static void test_counters_and_restore(void) {
+    g_test = "reservation counters and restore";
+    struct kvp_pool *a = new_pool(), *b = new_pool();
+    int64_t last[BS], prev[BS];
+    prefill(a, last);
+    prefill(b, prev);
+    const int64_t lens[BS] = {5, 4, 1};
+    struct kvp_pool_stats a0 = stats(a), b0 = stats(b);
+    struct kvp_decode_reservation *res = NULL;
+    CHECK_OK(kvp_pool_reserve_decode(a, lens, last, BS, K, &res));
+    for (int s = 0; s < 2; ++s) {
+        int64_t got[BS], want[BS], seq[BS];
+        CHECK_OK(kvp_decode_reservation_step(res, got, BS, NULL, NULL));
+        for (int i = 0; i < BS; ++i) seq[i] = lens[i] + s + 1;
+        CHECK_OK(kvp_pool_alloc_decode(b, seq, prev, BS, want, BS));
+        CHECK(memcmp(got, want, sizeof got) == 0);
+        memcpy(prev, want, sizeof prev);
+    }
+    CHECK_OK(kvp_decode_reservation_finish(a, res, 2));
+    kvp_decode_reservation_free(res);
+    struct kvp_pool_stats a1 = stats(a), b1 = stats(b);
+    CHECK_EQ(available(a), available(b));
+    CHECK_EQ(a1.pages_in_use, b1.pages_in_use);
+    /* 4 pages reserved (see above); the 2 steps used took 1 (request 1 at step 1). */
+    CHECK_EQ(a1.tokens_allocated - a0.tokens_allocated, BS * K);
+    CHECK_EQ(a1.pages_allocated - a0.pages_allocated, 4);
+    CHECK_EQ(a1.pages_freed - a0.pages_freed, 3);
+    CHECK_EQ(a1.slots_freed - a0.slots_freed, 3 * PS);
+    CHECK_EQ(a1.alloc_decode_calls, a0.alloc_decode_calls);
+    CHECK_EQ(b1.tokens_allocated - b0.tokens_allocated, BS * 2);
+    CHECK_EQ(b1.pages_allocated - b0.pages_allocated, 1);
+
+    /* A snapshot taken while the reservation holds the batch's pages. */
+    int64_t lens2[BS];
+    for (int i = 0; i < BS; ++i) lens2[i] = lens[i] + 2;
+    res = NULL;
+    CHECK_OK(kvp_pool_reserve_decode(a, lens2, prev, BS, 3, &res));
+    struct kvp_snapshot *snap = NULL;
+    CHECK_OK(kvp_pool_backup_state(a, &snap));
+    uint64_t held_avail = available(a), held_digest = digest(a);
+    CHECK_STATUS(kvp_pool_free_indices(a, prev, BS), KVP_STATUS_INVALID_STATE);
+    CHECK_OK(kvp_pool_restore_state(a, snap)); /* while the reservation is live */
+    CHECK_EQ(available(a), held_avail);
+    CHECK_EQ(digest(a), held_digest);
+    /* The restore ended the reservation: its step and finish are refused, its free is
+       harmless, and the pages it held are plain allocated pages again. */
+    int64_t past[BS] = {-7, -7, -7};
+    CHECK_STATUS(kvp_decode_reservation_step(res, past, BS, NULL, NULL), KVP_STATUS_INVALID_STATE);
+    CHECK_EQ(past[0], -7);
+    CHECK_STATUS(kvp_decode_reservation_finish(a, res, 0), KVP_STATUS_INVALID_STATE);
+    kvp_decode_reservation_free(res);
+    CHECK_OK(kvp_pool_free_indices(a, prev, BS));
+    CHECK(available(a) > held_avail);
+    kvp_snapshot_free(snap);
+    kvp_pool_free(a);
+    kvp_pool_free(b);
+}
+
 int main(void) {
     g_test = "reservation";
     struct kvp_pool *a = new_pool(), *b = new_pool();
@@ -188,6 +256,8 @@ int main(void) {
     kvp_decode_reservation_free(res);
     kvp_decode_reservation_free(NULL);
     kvp_pool_free(b);
+
+    test_counters_and_restore();
 
     if (g_failures != 0) {
         printf("reservation_test (C): %d of %d checks failed\n", g_failures, g_checks);

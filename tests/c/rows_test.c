@@ -47,6 +47,76 @@ static void check_page_table(struct kvp_pool *pool, const struct kvp_req_table *
     }
 }
 
+/* The table descriptor's refusals (as kvp_pool_alloc_extend_rows documents them, for all
+ * four calls): a NULL `data` is KVP_STATUS_NULL_ARGUMENT, as for any other buffer; an
+ * unknown index type, no rows, a row_len of 0, overlapping rows and misaligned data are
+ * KVP_STATUS_INVALID_ARGUMENT. Each refused call writes nothing (table, out, page-table
+ * arrays) and changes nothing; a refused page table counts nowhere, a refused allocation
+ * or free counts as a call. */
+static void check_refused_tables(struct kvp_pool *pool, const struct kvp_req_table *t) {
+    int32_t before[ROWS * STRIDE];
+    memcpy(before, table, sizeof table);
+    uint64_t avail = available(pool);
+    int64_t row = 0, zero = 0, one = 1, out[2] = {-7, -7};
+    int32_t indptr[2] = {-7, -7}, indices[2] = {-7, -7}, last[1] = {-7};
+    struct kvp_pool_stats st0, st1;
+    CHECK_OK(kvp_pool_get_stats(pool, &st0));
+
+    struct kvp_req_table bad = *t;
+    bad.data = NULL;
+    CHECK_STATUS(kvp_pool_alloc_extend_rows(pool, &bad, &row, &zero, &one, 1, 1, out, 2),
+                 KVP_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(kvp_pool_alloc_decode_rows(pool, &bad, &row, &one, 1, out, 2),
+                 KVP_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(kvp_pool_free_rows(pool, &bad, &row, &zero, &one, 1), KVP_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(kvp_pool_page_table(pool, &bad, &row, &one, 1, indptr, indices, 2, last),
+                 KVP_STATUS_NULL_ARGUMENT);
+    bad = *t;
+    bad.rows = 0;
+    CHECK_STATUS(kvp_pool_alloc_extend_rows(pool, &bad, &row, &zero, &one, 1, 1, out, 2),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    bad = *t;
+    bad.row_len = 0;
+    CHECK_STATUS(kvp_pool_alloc_decode_rows(pool, &bad, &row, &one, 1, out, 2),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    bad = *t;
+    bad.index_type = 2;
+    CHECK_STATUS(kvp_pool_alloc_extend_rows(pool, &bad, &row, &zero, &one, 1, 1, out, 2),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    bad = *t;
+    bad.row_stride = ROW_LEN - 1;
+    CHECK_STATUS(kvp_pool_page_table(pool, &bad, &row, &one, 1, indptr, indices, 2, last),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    bad = *t;
+    bad.data = (char *)table + 1;
+    CHECK_STATUS(kvp_pool_alloc_extend_rows(pool, &bad, &row, &zero, &one, 1, 1, out, 2),
+                 KVP_STATUS_INVALID_ARGUMENT);
+
+    /* A page table refused for its lengths or its capacity writes none of its arrays. */
+    int64_t rows2[2] = {2, 5}, seq2[2] = {23, 40}, negative[2] = {23, -1},
+            too_long[2] = {23, ROW_LEN + 1};
+    int32_t indptr3[3] = {-7, -7, -7}, last2[2] = {-7, -7};
+    CHECK_STATUS(kvp_pool_page_table(pool, t, rows2, seq2, 2, indptr3, indices, 2, last2),
+                 KVP_STATUS_BUFFER_TOO_SMALL); /* 2 + 3 pages */
+    CHECK_STATUS(kvp_pool_page_table(pool, t, rows2, negative, 2, indptr3, indices, 2, last2),
+                 KVP_STATUS_INVALID_LENGTHS);
+    CHECK_STATUS(kvp_pool_page_table(pool, t, rows2, too_long, 2, indptr3, indices, 2, last2),
+                 KVP_STATUS_BUFFER_TOO_SMALL);
+    CHECK(indptr3[0] == -7 && indptr3[1] == -7 && indptr3[2] == -7);
+    CHECK(last2[0] == -7 && last2[1] == -7);
+
+    CHECK(out[0] == -7 && out[1] == -7);
+    CHECK(indptr[0] == -7 && indices[0] == -7 && last[0] == -7);
+    CHECK(memcmp(before, table, sizeof table) == 0);
+    CHECK_EQ(available(pool), avail);
+    CHECK_OK(kvp_pool_get_stats(pool, &st1));
+    CHECK_EQ(st1.alloc_extend_calls - st0.alloc_extend_calls, 4);
+    CHECK_EQ(st1.alloc_decode_calls - st0.alloc_decode_calls, 2);
+    CHECK_EQ(st1.free_calls - st0.free_calls, 1);
+    CHECK_EQ(st1.rejected_calls - st0.rejected_calls, 7);
+    CHECK_EQ(st1.tokens_allocated, st0.tokens_allocated);
+}
+
 int main(void) {
     g_test = "rows";
     struct kvp_pool_config c = kvp_pool_config_default();
@@ -114,6 +184,7 @@ int main(void) {
                  KVP_STATUS_WRONG_BACKEND);
     CHECK(memcmp(before, table, sizeof table) == 0);
     CHECK_EQ(available(pool), avail);
+    check_refused_tables(pool, &t);
 
     /* Finish row 7, release row 2's tail past its first page, then free everything. */
     int64_t fr[2] = {7, 2}, fs[2] = {0, PS}, fe[2] = {seq[2], seq[0]};

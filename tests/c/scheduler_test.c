@@ -696,6 +696,108 @@ static void test_finish_ex(void) {
     kvp_scheduler_free(sched);
 }
 
+/* The documented defaults of the three admission configs (SGLang's). */
+static void test_config_defaults(void) {
+    struct kvp_scheduler_config sc = kvp_scheduler_config_default();
+    struct kvp_adder_config ac = kvp_adder_config_default();
+    struct kvp_delayer_config dc = kvp_delayer_config_default();
+    CHECK_EQ(sc.capacity, 0);
+    CHECK_EQ(sc.page_size, 1);
+    CHECK_EQ(sc.max_prefill_tokens, 16384);
+    CHECK_EQ(sc.chunked_prefill_size, 8192);
+    CHECK_EQ(sc.clip_max_new_tokens, KVP_CLIP_MAX_NEW_TOKENS);
+    CHECK_EQ(sc.truncation_align_size, 0);
+    CHECK_EQ(sc.prefill_max_requests, 0);
+    CHECK_EQ(sc.max_running_requests, 0);
+    CHECK_EQ(sc.max_chunked_requests, 1);
+    CHECK_EQ(sc.policy, KVP_POLICY_FCFS);
+    CHECK_EQ(sc.retraction, KVP_RETRACTION_LENGTH);
+    CHECK(!sc.enable_priority && !sc.enable_mixed_chunk && !sc.prefix_cache_disabled);
+    CHECK_EQ(sc.preemption_threshold, 10);
+    CHECK(sc.init_new_token_ratio == 0.7 && sc.min_new_token_ratio_factor == 0.14);
+    CHECK_EQ(sc.new_token_ratio_decay_steps, 600);
+    CHECK(sc.schedule_conservativeness == 1.0);
+    CHECK(sc.dynamic_chunk_a == 0.0);
+
+    CHECK_EQ(ac.page_size, 1);
+    CHECK_EQ(ac.max_prefill_tokens, 16384);
+    CHECK_EQ(ac.chunked_prefill_size, 8192);
+    CHECK_EQ(ac.num_mixed_decode_tokens, 0);
+    CHECK_EQ(ac.clip_max_new_tokens, KVP_CLIP_MAX_NEW_TOKENS);
+    CHECK_EQ(ac.truncation_align_size, 0);
+    CHECK_EQ(ac.prefill_max_requests, 0);
+    CHECK_EQ(ac.max_chunked_requests, 1);
+    CHECK(ac.new_token_ratio == 0.7);
+    CHECK(!ac.prefix_cache_disabled);
+
+    CHECK_EQ(dc.max_delay_passes, 30);
+    CHECK(dc.token_usage_low_watermark < 0.0 && dc.queue_min_ratio < 0.0);
+    CHECK_EQ(dc.max_running_requests, 0);
+    CHECK_EQ(dc.prefill_max_requests, 0);
+}
+
+/* kvp_submit_result: `needed` is fill + clipped remaining output + a page (an ignore_eos
+ * request without a prefix cache: the page-rounded fill + its whole remaining output + 1),
+ * and a request is refused as unfittable exactly when needed >= capacity; one that is
+ * queued is admitted by the first step of an empty pool. */
+static void test_submit_need_boundary(void) {
+    struct kvp_scheduler_config cfg = kvp_scheduler_config_default();
+    struct kvp_request r;
+    struct kvp_submit_result result;
+    struct kvp_step_plan plan;
+    int k;
+    cfg.page_size = 4;
+    for (k = 0; k < 4; k++) {
+        struct kvp_scheduler *sched = NULL;
+        bool ignore_eos = k >= 2;
+        uint64_t needed = ignore_eos ? 12 + 5000 + 1 : 10 + KVP_CLIP_MAX_NEW_TOKENS + 4;
+        cfg.prefix_cache_disabled = ignore_eos;
+        cfg.capacity = needed + (uint64_t)(k % 2); /* needed, then needed + 1 */
+        CHECK_OK(kvp_scheduler_new(&cfg, NULL, &sched));
+        memset(&r, 0, sizeof r);
+        r.id = 1;
+        r.input_len = 10;
+        r.max_new_tokens = 5000;
+        r.ignore_eos = ignore_eos;
+        CHECK_OK(kvp_scheduler_submit(sched, &r, NULL, 0, &result));
+        CHECK_EQ(result.needed, needed);
+        CHECK_EQ(result.capacity, cfg.capacity);
+        CHECK_EQ(result.queued, k % 2 == 1);
+        CHECK_OK(kvp_scheduler_step(sched, cfg.capacity, 0, true, &plan));
+        CHECK_EQ(plan.num_prefill, k % 2 == 1 ? 1 : 0);
+        kvp_scheduler_free(sched);
+    }
+}
+
+/* The delayer: at most max_delay_passes - 1 passes in a row are delayed (the next one
+ * times out and prefills); refusals write nothing. */
+static void test_delayer_passes(void) {
+    struct kvp_delayer_config dc = kvp_delayer_config_default();
+    struct kvp_delayer *delayer = NULL;
+    struct kvp_rank_info ranks[2];
+    uint32_t verdict = 77;
+    int pass;
+    dc.max_delay_passes = 4;
+    CHECK_OK(kvp_delayer_new(&dc, &delayer));
+    CHECK_OK(kvp_delayer_local_info(delayer, true, 0.5, 8, 3, false, &ranks[0]));
+    CHECK_OK(kvp_delayer_local_info(delayer, false, 0.5, 8, 0, false, &ranks[1]));
+    CHECK_STATUS(kvp_delayer_negotiate(delayer, ranks, 0, &verdict), KVP_STATUS_INVALID_ARGUMENT);
+    CHECK_EQ(verdict, 77);
+    CHECK_STATUS(kvp_delayer_local_info(delayer, true, NAN, 8, 3, false, &ranks[1]),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    CHECK(ranks[1].prefillable == false);
+    for (pass = 0; pass < 3; pass++) {
+        CHECK_OK(kvp_delayer_negotiate(delayer, ranks, 2, &verdict));
+        CHECK_EQ(verdict, KVP_DELAY_VERDICT_DELAY);
+    }
+    CHECK_OK(kvp_delayer_negotiate(delayer, ranks, 2, &verdict));
+    CHECK_EQ(verdict, KVP_DELAY_VERDICT_WAIT_TIMEOUT);
+    ranks[1].prefillable = true;
+    CHECK_OK(kvp_delayer_negotiate(delayer, ranks, 2, &verdict));
+    CHECK_EQ(verdict, KVP_DELAY_VERDICT_NO_WAIT);
+    kvp_delayer_free(delayer);
+}
+
 int main(void) {
     run("engine_loop", test_engine_loop);
     run("finish_ex", test_finish_ex);
@@ -703,6 +805,9 @@ int main(void) {
     run("step_room_overflow", test_step_room_overflow);
     run("adder_overflow", test_adder_overflow);
     run("refused_configs", test_refused_configs);
+    run("config_defaults", test_config_defaults);
+    run("submit_need_boundary", test_submit_need_boundary);
+    run("delayer_passes", test_delayer_passes);
     if (g_failures != 0) {
         printf("scheduler_test (C): %d of %d checks FAILED\n", g_failures, g_checks);
         return 1;
