@@ -252,8 +252,8 @@ enum kvp_status {
    */
   KVP_STATUS_POISONED = 42,
   /**
-   * A host call (`kvp_pool_alloc`, ...) on a device pool, or a device call (`*_async`) on a
-   * host pool.
+   * A host call (`kvp_pool_alloc`, ...) on a device pool, or a device call (`*_async`,
+   * `kvp_pool_check_device`, `kvp_pool_available_size_bound`) on a host pool.
    */
   KVP_STATUS_WRONG_BACKEND = 43,
   /**
@@ -1219,14 +1219,16 @@ struct kvp_request {
  */
 struct kvp_submit_result {
   /**
-   * `true`: queued. `false`: the request can never fit the pool (it needs `needed` tokens
-   * at admission, the pool has `capacity`) and was not queued — fail it instead of
-   * letting it wait forever.
+   * `true`: queued. `false`: the request can never fit the pool (admission needs more
+   * room than `needed` tokens, so `false` exactly when `needed >= capacity`) and was not
+   * queued — fail it instead of letting it wait forever.
    */
   bool queued;
   /**
    * Tokens the request needs at admission: prompt + output so far + clipped remaining
-   * output + one page; `UINT64_MAX` when that sum does not fit in 64 bits.
+   * output + one page (an `ignore_eos` request with `prefix_cache_disabled`: prompt +
+   * output so far rounded up to a page + its whole remaining output + 1, the room
+   * SGLang's future simulation needs); `UINT64_MAX` when that sum does not fit in 64 bits.
    */
   uint64_t needed;
   /**
@@ -1502,7 +1504,11 @@ void kvp_adder_free(struct kvp_adder *adder);
  * request changes nothing. Fails, changing nothing, with `KVP_STATUS_NULL_ARGUMENT` or
  * `KVP_STATUS_INVALID_LENGTHS`: `prefix_len > input_len`, `prefix_evictable >
  * prefix_len`, or an `input_len` that, rounded up to a page, exceeds `INT64_MAX` tokens
- * (any `max_new_tokens` is fine: the budgets sum it exactly).
+ * (any `max_new_tokens` is fine: the budgets sum it exactly). `prefix_len == input_len`
+ * is not refused: when the budgets admit it, it is admitted with `extend_len` 0, nothing
+ * to compute. Pass at most `input_len - 1` cached tokens, as SGLang's prefix match does,
+ * so that the last token is computed (`kvp_scheduler_submit` refuses a request without
+ * one).
  *
  * # Safety
  * `candidate` and `out_admission` valid or NULL.
@@ -1891,7 +1897,8 @@ enum kvp_status kvp_pool_restore_state_async(struct kvp_pool *pool,
  * while the pool is faulted, and once more for a fault from before the last clear/restore;
  * `KVP_STATUS_CUDA_ERROR` while it refuses work after a call only partly enqueued (see
  * `KVP_STATUS_CUDA_ERROR`). A fault in a call the stream has not reached yet is not visible yet: synchronize the
- * stream first to check everything enqueued so far.
+ * stream first to check everything enqueued so far. Device pools only: a host pool (whose
+ * calls report their errors themselves) fails with `KVP_STATUS_WRONG_BACKEND`.
  *
  * # Safety
  * `pool` a live pool or NULL.
@@ -1903,6 +1910,9 @@ enum kvp_status kvp_pool_check_device(struct kvp_pool *pool);
  * Writes the free token slots to `*out_tokens` and whether that number is exact to
  * `*out_exact` (false while a paged `kvp_pool_free_indices_async` is in flight: then it is
  * a lower bound, exact again once the stream has passed that free). Never synchronizes.
+ * Device pools only: a host pool fails with `KVP_STATUS_WRONG_BACKEND` (its
+ * `kvp_pool_available_size` is always exact). Both out-pointers are required
+ * (`KVP_STATUS_NULL_ARGUMENT`).
  *
  * # Safety
  * `pool` a live pool or NULL; the out-pointers writable or NULL.
@@ -2026,9 +2036,10 @@ struct kvp_pool_config kvp_pool_config_default(void);
  * `kvp_pool_free`).
  *
  * Fails with `KVP_STATUS_NULL_ARGUMENT`, `KVP_STATUS_INVALID_ARGUMENT` (page_size 0, size
- * 0, unknown enum value, slots that do not fit the index type), `KVP_STATUS_UNALIGNED`
- * (size not a multiple of page_size), `KVP_STATUS_CUDA_UNAVAILABLE` (no NVIDIA driver, no
- * such device) or `KVP_STATUS_CUDA_ERROR`; `*out_pool` is unmodified on failure.
+ * 0, unknown enum value, slots that do not fit the index type, more than 2^32 - 2 pages),
+ * `KVP_STATUS_UNALIGNED` (size not a multiple of page_size), `KVP_STATUS_OUT_OF_MEMORY`
+ * (the host bookkeeping cannot be allocated), `KVP_STATUS_CUDA_UNAVAILABLE` (no NVIDIA
+ * driver, no such device) or `KVP_STATUS_CUDA_ERROR`; `*out_pool` is unmodified on failure.
  *
  * # Safety
  * `config` must be NULL or point to a valid config; `out_pool` must be NULL or writable.
@@ -2064,8 +2075,9 @@ void kvp_pool_free(struct kvp_pool *pool);
 
 /**
  * Writes static facts about the pool (size, page size, KV rows, padding slot, ...) to
- * `*out_info`. Fails only with `KVP_STATUS_NULL_ARGUMENT` or `KVP_STATUS_POISONED`;
- * `*out_info` is unmodified on failure.
+ * `*out_info`. Fails only with `KVP_STATUS_NULL_ARGUMENT`, `KVP_STATUS_POISONED` or
+ * `KVP_STATUS_INVALID_ARGUMENT` (a handle of another kind); `*out_info` is unmodified on
+ * failure.
  *
  * # Safety
  * `pool` must be a live pool or NULL; `out_info` writable or NULL.
@@ -2272,9 +2284,12 @@ enum kvp_status kvp_pool_alloc_decode(struct kvp_pool *pool,
  * staged, with `need_sort`). Inside a free group the pages are held until the group ends.
  *
  * Every index must be an allocated slot and appear once; inside a free group a page may be
- * freed by only one call. Failure (`KVP_STATUS_DOUBLE_FREE`, `KVP_STATUS_INDEX_OUT_OF_RANGE`,
- * `KVP_STATUS_RESERVED_SLOT`, `KVP_STATUS_NULL_ARGUMENT`) frees nothing; the message names the
- * offending element. `len == 0` is a no-op.
+ * freed by only one call. On a paged pool an index is checked through its page: the page
+ * must be allocated, and a slot of it that was never handed out (past its fill point)
+ * still frees the whole page, as in SGLang. Failure (`KVP_STATUS_DOUBLE_FREE`,
+ * `KVP_STATUS_INDEX_OUT_OF_RANGE`, `KVP_STATUS_RESERVED_SLOT`, `KVP_STATUS_NULL_ARGUMENT`;
+ * `KVP_STATUS_INVALID_STATE` for a page a live decode reservation holds) frees nothing; the
+ * message names the offending element. `len == 0` is a no-op.
  *
  * Buffers: `indices` holds `len` elements of the pool's index type; only used during the
  * call.
@@ -2708,11 +2723,15 @@ enum kvp_status kvp_decode_reservation_step_async(struct kvp_decode_reservation 
  * would append them: putting them back leaves the pool exactly as `steps_used` plain
  * `kvp_pool_alloc_decode` calls would have), and each request's partly used last page is
  * rewound to its last used slot (as `kvp_pool_rewind`). (With `need_sort`, a merge made
- * for a step after `steps_used` stays made.) Available size and counters are exact
- * afterwards, and the reservation's holds end (its requests can be freed, rewound and
- * continued again). Refused, nothing changed: the reservation is finished or its pool was
- * cleared or restored since (`KVP_STATUS_INVALID_STATE`), `pool` is not the reservation's
- * pool. Ignores an open free group (the pages are returned at once).
+ * for a step after `steps_used` stays made.) Available size and `pages_in_use` are exact
+ * afterwards; the other counters keep what the reserve counted (`batch_size * steps`
+ * tokens in `tokens_allocated`, every page taken in `pages_allocated`), and the pages
+ * returned count in `pages_freed` and `slots_freed` (counters only grow). The
+ * reservation's holds end (its requests can be freed, rewound and continued again).
+ * Refused, nothing changed: the reservation is finished or its pool was cleared or
+ * restored since (`KVP_STATUS_INVALID_STATE`), `pool` is not the reservation's pool
+ * (`KVP_STATUS_INVALID_ARGUMENT`). Ignores an open free group (the pages are returned at
+ * once).
  *
  * # Safety
  * `pool`, `reservation` live handles or NULL.
@@ -2788,8 +2807,9 @@ void kvp_decode_reservation_free(struct kvp_decode_reservation *reservation);
  * `out_cache_loc`, the pool's index type; `out` NULL: `out_len` is ignored).
  *
  * Checked before anything is written, in addition to `kvp_pool_alloc_extend`'s checks
- * (same statuses): the table descriptor (NULL data, unknown index type, overlapping rows:
- * `KVP_STATUS_INVALID_ARGUMENT`; an int32 table on a pool whose slots do not fit int32:
+ * (same statuses): the table descriptor (`table` or `table.data` NULL:
+ * `KVP_STATUS_NULL_ARGUMENT`; an unknown index type, no rows, `row_len` 0, overlapping
+ * rows, misaligned `data`, an int32 table on a pool whose slots do not fit int32:
  * `KVP_STATUS_INVALID_ARGUMENT`), `0 <= rows[i] < table.rows`
  * (`KVP_STATUS_INDEX_OUT_OF_RANGE`), no row twice in one call
  * (`KVP_STATUS_INVALID_ARGUMENT`, naming the second), `seq_lens[i] <= table.row_len`
@@ -2873,8 +2893,10 @@ enum kvp_status kvp_pool_free_rows(struct kvp_pool *pool,
  *   expect at least one token, so pass such rows only as padding).
  *
  * All three are int32, as FlashInfer requires. The table's entries are read as they are
- * (not validated: an entry outside the pool gives a page id outside the pool); rows may
- * repeat. Checked: the table descriptor, the pool's page ids fit int32, rows in range,
+ * (not validated: an entry outside the pool gives a page id outside the pool, except that
+ * an int64 entry whose page id passes the int32 range is truncated to 32 bits, which can
+ * land inside the pool); rows may repeat. Checked: the table descriptor, the pool's page
+ * ids and page size fit int32 (`KVP_STATUS_INVALID_ARGUMENT`), rows in range,
  * `0 <= seq_lens[i] <= row_len` (`KVP_STATUS_INVALID_LENGTHS` /
  * `KVP_STATUS_BUFFER_TOO_SMALL`), total pages `<= indices_capacity` and `<= INT32_MAX`
  * (`KVP_STATUS_BUFFER_TOO_SMALL` / `KVP_STATUS_INVALID_LENGTHS`). Nothing is written on
@@ -3212,9 +3234,11 @@ enum kvp_status kvp_scheduler_get_stats(const struct kvp_scheduler *scheduler,
 
 /**
  * Copies the pool's allocator state into a new snapshot written to `*out_snapshot`.
- * Costs O(num_pages) time and memory (5 bytes a page: about 8 µs for 131,072 pages,
- * 180 µs for a 2M-slot token pool; BENCHMARKS.md); restoring costs the same. Fails with `KVP_STATUS_INVALID_STATE` while a free
- * group is open; `*out_snapshot` is unmodified on failure.
+ * Costs O(num_pages) time and memory (5 bytes a page plus 4 per free or staged page: 9 for
+ * an empty pool; about 8 µs for 131,072 pages, 180 µs for a 2M-slot token pool;
+ * BENCHMARKS.md); restoring costs the same. Fails with `KVP_STATUS_INVALID_STATE` while a
+ * free group is open, or `KVP_STATUS_OUT_OF_MEMORY` when the copy cannot be allocated;
+ * `*out_snapshot` is unmodified on failure.
  *
  * # Safety
  * `pool` must be a live pool or NULL; `out_snapshot` writable or NULL.

@@ -281,10 +281,10 @@ impl Run {
         let fill: Vec<u64> = gpu::read_device(layout.block + layout.fill as u64, n + 1);
         let storage = self.host.storage();
         for page in 1..=n as u32 {
-            if storage.page_state(page) == PageState::Allocated {
+            if storage.page_state(page) == Some(PageState::Allocated) {
                 assert_eq!(
                     fill[page as usize] as u32,
-                    storage.page_fill(page),
+                    storage.page_fill(page).unwrap(),
                     "op {}: fill point of page {page}",
                     self.ops
                 );

@@ -39,14 +39,14 @@ fn reference(pool: &Pool) -> u64 {
     assert_eq!(census.len(), free_len + storage.staged_len());
     let pages: Vec<(u64, u32)> = (0..=info.num_pages)
         .map(|p| {
-            let state = match storage.page_state(p) {
+            let state = match storage.page_state(p).expect("a page of the pool") {
                 PageState::Reserved => page_state::RESERVED,
                 PageState::Free => page_state::FREE,
                 PageState::Staged => page_state::STAGED,
                 PageState::Allocated | PageState::Held => page_state::ALLOCATED,
                 PageState::Pending => page_state::PENDING,
             };
-            (state, storage.page_fill(p))
+            (state, storage.page_fill(p).expect("a page of the pool"))
         })
         .collect();
     pool_digest(

@@ -547,7 +547,7 @@ impl Run {
         }
         for (&page, &held) in &held_in_page {
             assert_eq!(
-                u64::from(self.pool.storage().page_fill(page as u32)),
+                u64::from(self.pool.storage().page_fill(page as u32).unwrap()),
                 held,
                 "fill point of page {page} ({ctx})"
             );

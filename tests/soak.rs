@@ -310,7 +310,7 @@ impl<I: SlotIndex> Soak<I> {
             if held == 0 {
                 continue;
             }
-            let fill = self.pool.storage().page_fill(page as u32);
+            let fill = self.pool.storage().page_fill(page as u32).unwrap();
             if fill != held {
                 self.violation(format_args!(
                     "page {page}: fill point {fill}, engine holds {held} slots"

@@ -184,9 +184,10 @@ impl PrefillBudget {
         self.room as f64 - self.total_offset
     }
 
-    /// `A + E − current_offset`: room left for this step's allocation.
+    /// `A + E − current_offset`: room left for this step's allocation. Saturates at
+    /// `INT64_MIN` (both terms saturate, so their difference may not fit).
     pub fn cur_rem_tokens(&self) -> i64 {
-        self.room - self.current_offset
+        self.room.saturating_sub(self.current_offset)
     }
 
     /// Input tokens left in this pass.
@@ -242,12 +243,21 @@ impl PrefillBudget {
         self.room = self.room.saturating_add(tokens_i64(tokens));
     }
 
-    /// Releases a preempted running request: its reservation, and its KV (`freed` tokens),
+    /// Releases a preempted running request: its reservation (`offset`, what
+    /// [`running_offset`](Self::running_offset) gave for it), and its KV (`freed` tokens),
     /// which the engine frees before allocating this step's prefill. The room saturates at
-    /// `INT64_MAX` (it can only undercount room no pool has).
-    pub fn release_running(&mut self, offset: f64, freed: u64) {
+    /// `INT64_MAX` (it can only undercount room no pool has). Refuses, changing nothing, an
+    /// offset that is not finite and non-negative (a NaN would make every later budget
+    /// comparison admit).
+    pub fn release_running(&mut self, offset: f64, freed: u64) -> Result<(), PoolError> {
+        if !(offset.is_finite() && offset >= 0.0) {
+            return Err(invalid(format!(
+                "released offset {offset} must be finite and non-negative"
+            )));
+        }
         self.total_offset -= offset;
         self.room = self.room.saturating_add(tokens_i64(freed));
+        Ok(())
     }
 }
 

@@ -75,7 +75,7 @@ impl ChunkSizePredictor {
         let align = self.page_size.max(64);
         let cap = self
             .context_len
-            .saturating_sub(history + 100)
+            .saturating_sub(history.saturating_add(100))
             .min(self.max_prefill_tokens);
         let size = ((smoothed as u64) / align * align).min(cap) / align * align;
         (size >= align).then_some(size)

@@ -222,8 +222,9 @@ unsafe fn extend_rows_typed<I: SlotIndex, T: SlotIndex>(
 /// `out_cache_loc`, the pool's index type; `out` NULL: `out_len` is ignored).
 ///
 /// Checked before anything is written, in addition to `kvp_pool_alloc_extend`'s checks
-/// (same statuses): the table descriptor (NULL data, unknown index type, overlapping rows:
-/// `KVP_STATUS_INVALID_ARGUMENT`; an int32 table on a pool whose slots do not fit int32:
+/// (same statuses): the table descriptor (`table` or `table.data` NULL:
+/// `KVP_STATUS_NULL_ARGUMENT`; an unknown index type, no rows, `row_len` 0, overlapping
+/// rows, misaligned `data`, an int32 table on a pool whose slots do not fit int32:
 /// `KVP_STATUS_INVALID_ARGUMENT`), `0 <= rows[i] < table.rows`
 /// (`KVP_STATUS_INDEX_OUT_OF_RANGE`), no row twice in one call
 /// (`KVP_STATUS_INVALID_ARGUMENT`, naming the second), `seq_lens[i] <= table.row_len`
@@ -463,8 +464,10 @@ unsafe fn page_table_typed<T: SlotIndex>(
 ///   expect at least one token, so pass such rows only as padding).
 ///
 /// All three are int32, as FlashInfer requires. The table's entries are read as they are
-/// (not validated: an entry outside the pool gives a page id outside the pool); rows may
-/// repeat. Checked: the table descriptor, the pool's page ids fit int32, rows in range,
+/// (not validated: an entry outside the pool gives a page id outside the pool, except that
+/// an int64 entry whose page id passes the int32 range is truncated to 32 bits, which can
+/// land inside the pool); rows may repeat. Checked: the table descriptor, the pool's page
+/// ids and page size fit int32 (`KVP_STATUS_INVALID_ARGUMENT`), rows in range,
 /// `0 <= seq_lens[i] <= row_len` (`KVP_STATUS_INVALID_LENGTHS` /
 /// `KVP_STATUS_BUFFER_TOO_SMALL`), total pages `<= indices_capacity` and `<= INT32_MAX`
 /// (`KVP_STATUS_BUFFER_TOO_SMALL` / `KVP_STATUS_INVALID_LENGTHS`). Nothing is written on

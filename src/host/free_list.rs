@@ -77,11 +77,6 @@ impl FreeList {
         self.pages.len()
     }
 
-    /// Whether no page can be taken without a merge.
-    pub fn is_empty(&self) -> bool {
-        self.pages.is_empty()
-    }
-
     /// Pages released under `need_sort` and not yet merged.
     pub fn staged_len(&self) -> usize {
         self.staged.len()

@@ -10,8 +10,11 @@ mod free_list;
 mod memory;
 mod page_map;
 
-pub use free_list::{FreeList, ReuseOrder};
-pub use page_map::{Marks, PageMap, PageState};
+// The free list, page map and marks are the backend's unchecked building blocks (their
+// callers range-check first): crate-internal, so no public call can index past them.
+pub(crate) use free_list::{FreeList, ReuseOrder};
+pub use page_map::PageState;
+pub(crate) use page_map::{Marks, PageMap};
 
 use crate::pool::config::Layout;
 use crate::pool::error::{fail, ErrorKind, PoolError};
@@ -106,9 +109,9 @@ impl HostStorage {
         self.state.free.iter().collect()
     }
 
-    /// State of one page (tests and diagnostics).
-    pub fn page_state(&self, page: u32) -> PageState {
-        self.state.map.get(page)
+    /// State of one page (tests and diagnostics); `None` for a page outside `0..=num_pages`.
+    pub fn page_state(&self, page: u32) -> Option<PageState> {
+        (page <= self.layout.num_pages).then(|| self.state.map.get(page))
     }
 
     /// A copy of the free list, page states and fill points, or an out-of-memory error.
@@ -417,9 +420,10 @@ impl HostStorage {
         released
     }
 
-    /// The fill point of `page` (tests and diagnostics; meaningful while it is allocated).
-    pub fn page_fill(&self, page: u32) -> u32 {
-        self.state.map.fill(page)
+    /// The fill point of `page` (tests and diagnostics; meaningful while it is allocated);
+    /// `None` for a page outside `0..=num_pages`.
+    pub fn page_fill(&self, page: u32) -> Option<u32> {
+        (page <= self.layout.num_pages).then(|| self.state.map.fill(page))
     }
 
     fn clear_page_marks(&mut self) {
@@ -681,8 +685,8 @@ impl HostStorage {
         }
     }
 
-    /// Puts pages taken in this order back at the front of the free list, free (see
-    /// [`FreeList::untake`]). The caller has checked that each is allocated.
+    /// Puts pages taken in this order back at the front of the free list, free (the free
+    /// list's `untake`). The caller has checked that each is allocated.
     pub fn untake(&mut self, pages: &[u32]) {
         for &page in pages {
             self.state.map.set(page, PageState::Free);

@@ -101,6 +101,7 @@ impl PageMap {
     }
 
     /// Number of pages in `state`.
+    #[cfg(test)]
     pub fn count(&self, state: PageState) -> usize {
         self.states.iter().filter(|&&s| s == state).count()
     }

@@ -119,7 +119,11 @@ pub(crate) fn plan_extend_lengths(
         );
     }
     let pages_of = PageCount::new(layout.page_size);
-    if let Some(shift) = pages_of.shift {
+    // A valid request adds at most `size` tokens and `size` pages, so the sums cannot pass
+    // 2^64 unless `batch * size` does: only then can a batch of valid lengths overflow
+    // them, and it is summed (checked) request by request.
+    let may_overflow = prefix_lens.len() as u128 * u128::from(layout.size) > u128::from(u64::MAX);
+    if let Some(shift) = pages_of.shift.filter(|_| !may_overflow) {
         let sums = batch_sums::extend(prefix_lens, seq_lens, layout.size, shift);
         if !sums.bad {
             return Ok(ExtendPlan {
@@ -128,14 +132,26 @@ pub(crate) fn plan_extend_lengths(
             });
         }
     }
-    // A page size that is not a power of two, or an invalid length to name.
-    let (mut tokens, mut new_pages) = (0u64, 0u64);
+    // A page size that is not a power of two, an invalid length to name, or sums that may
+    // overflow (checked after every length is validated, so an invalid one is still named).
+    let (mut tokens, mut new_pages) = (Some(0u64), Some(0u64));
     for (i, (&prefix, &seq)) in prefix_lens.iter().zip(seq_lens).enumerate() {
         let shape = extend_shape(layout, i, prefix, seq)?;
-        tokens += shape.tokens();
-        new_pages += pages_of.ceil(shape.seq) - pages_of.ceil(shape.prefix);
+        tokens = tokens.and_then(|t| t.checked_add(shape.tokens()));
+        let pages = pages_of.ceil(shape.seq) - pages_of.ceil(shape.prefix);
+        new_pages = new_pages.and_then(|p| p.checked_add(pages));
     }
-    Ok(ExtendPlan { new_pages, tokens })
+    match (tokens, new_pages) {
+        (Some(tokens), Some(new_pages)) => Ok(ExtendPlan { new_pages, tokens }),
+        _ => fail(
+            ErrorKind::InvalidLengths,
+            format!(
+                "the {} requests' new tokens (sum of seq_lens - prefix_lens) add up past \
+                 2^64 - 1",
+                seq_lens.len()
+            ),
+        ),
+    }
 }
 
 /// Validates request `i`'s lengths.
@@ -214,8 +230,8 @@ impl PageCount {
 /// 1 (four instructions a vector of 8 requests: about the rate its 64 KiB of lengths stream
 /// from L2) to 0.8 µs at larger pages (nine), a decode in 0.3 µs, where validating request
 /// by request (what the slow path does, to name the first invalid length) takes several.
-/// Power-of-two page sizes only (a shift); the sums wrap as the slow path's do in a release
-/// build.
+/// Power-of-two page sizes only (a shift). The sums wrap past 2^64: the caller runs this
+/// pass only on batches whose valid lengths cannot add up that far (`batch * size < 2^64`).
 mod batch_sums {
     /// Whether any length is invalid, and the sums (meaningless if so).
     pub(super) struct Sums {

@@ -52,9 +52,11 @@ pub struct ReservationPlan {
 }
 
 impl ReservationPlan {
-    /// Pages a finish with `steps_used` steps returns to the free list.
+    /// Pages a finish with `steps_used` steps returns to the free list (0 from `steps` on).
     pub fn unused_pages(&self, steps_used: u32) -> u64 {
-        self.total_pages - self.taken_by[steps_used as usize]
+        let taken = self.taken_by.get(steps_used as usize);
+        self.total_pages
+            .saturating_sub(taken.copied().unwrap_or(self.total_pages))
     }
 
     /// The step (1-based) at which `steps` plain decodes of the batch, starting with `free`
@@ -63,7 +65,11 @@ impl ReservationPlan {
     /// `free - taken_by[s - 1]` pages there. `None` when no step would.
     pub fn merge_step(&self, free: u64) -> Option<u32> {
         let batch = self.batch as u64;
-        (1..=self.steps).find(|&s| batch > free.saturating_sub(self.taken_by[s as usize - 1]))
+        // (`taken_by[s - 1]` for each step `s`; a hand-built plan may list fewer.)
+        (1..=self.steps)
+            .zip(&self.taken_by)
+            .find(|&(_, &taken)| batch > free.saturating_sub(taken))
+            .map(|(s, _)| s)
     }
 }
 
@@ -197,10 +203,16 @@ impl DecodeReservation {
         &self.plan
     }
 
-    /// The slots of step `step` (0-based), one per request (tests and diagnostics).
+    /// The slots of step `step` (0-based), one per request (tests and diagnostics); empty
+    /// from `steps()` on.
     pub fn step_slots(&self, step: u32) -> &[i64] {
         let b = self.plan.batch;
-        &self.slots[step as usize * b..(step as usize + 1) * b]
+        let range = (step as usize)
+            .checked_mul(b)
+            .and_then(|start| Some(start..start.checked_add(b)?));
+        range
+            .and_then(|range| self.slots.get(range))
+            .unwrap_or_default()
     }
 }
 

@@ -233,8 +233,12 @@ impl<'a, T: SlotIndex> ReqTable<'a, T> {
         start.unwrap_or_default()
     }
 
-    /// Row `row`'s usable entries.
+    /// Row `row`'s usable entries (`row_len` of them), or an empty slice for a row outside
+    /// the table.
     pub fn row(&self, row: usize) -> &[T] {
+        if row as u64 >= self.shape.rows {
+            return &[];
+        }
         let start = self.row_start(row);
         // SAFETY: within the table (checked), readable for 'a; only shared references to
         // it live while `&self` does.
@@ -449,8 +453,10 @@ impl Pool {
     /// `kv_indices[..kv_indptr[batch]]` (page ids: `table[row][p * page_size] / page_size`)
     /// and `kv_last_page_len[..batch]` (`seq - (pages - 1) * page_size`, in `1..=page_size`;
     /// 0 for a request with no tokens, which has no pages: FlashInfer reads a request's
-    /// length as 0 when its indptr range is empty). All int32. The table's entries are read,
-    /// not validated; rows may repeat. Returns the page count. Writes nothing on failure.
+    /// length as 0 when its indptr range is empty). All int32: a pool whose page ids or page
+    /// size do not fit int32 is refused ([`ErrorKind::InvalidArgument`]). The table's entries
+    /// are read, not validated; rows may repeat. Returns the page count. Writes nothing on
+    /// failure.
     pub fn page_table<T: SlotIndex>(
         &self,
         table: &ReqTable<'_, T>,
@@ -527,6 +533,16 @@ pub(crate) fn check_page_table(
         return fail(
             ErrorKind::InvalidArgument,
             "the pool's page ids do not fit int32 (FlashInfer's index type)",
+        );
+    }
+    if layout.page_size > i32::MAX as u32 {
+        // A last page may hold `page_size` tokens, and kv_last_page_len is int32.
+        return fail(
+            ErrorKind::InvalidArgument,
+            format!(
+                "the pool's page size {} does not fit int32 (kv_last_page_len, FlashInfer's page_size)",
+                layout.page_size
+            ),
         );
     }
     if let Some(rows) = rows {

@@ -417,7 +417,7 @@ fn a_stale_last_loc_cannot_hand_a_slot_out_twice() {
     assert_eq!(p.free_page_census(), before);
     // Continuing from the page's fill point is what the pool expects.
     assert_eq!(decode(&mut p, &[3], &[5]), vec![6]);
-    assert_eq!(p.storage().page_fill(1), 3);
+    assert_eq!(p.storage().page_fill(1), Some(3));
 }
 
 /// A full page may be named by any number of requests (a shared, page-aligned prefix),
@@ -444,7 +444,7 @@ fn speculative_rejection_rewinds_then_continues() {
     let mut row = extend(&mut p, &[0], &[6], &[-1]); // prefill: a full page and 2 slots
     let drafts = extend(&mut p, &[6], &[9], &[row[5]]); // 3 draft tokens
     row.extend_from_slice(&drafts);
-    assert_eq!(p.storage().page_fill((row[8] / 4) as u32), 1);
+    assert_eq!(p.storage().page_fill((row[8] / 4) as u32), Some(1));
     // Verify: keep 1 draft token (row[6]); reject row[7] (same page) and row[8] (a page of
     // its own).
     let committed = 7;

@@ -275,7 +275,8 @@ impl Scheduler {
     /// A scheduler with nothing queued. Refuses (naming the field) a configuration whose
     /// arithmetic cannot be represented or that could never admit anything: a zero or
     /// beyond-`INT64_MAX` capacity, `max_prefill_tokens` or chunk size, a page larger than
-    /// the capacity, `clip_max_new_tokens` 0, non-positive or non-finite ratios.
+    /// the capacity, `clip_max_new_tokens` 0, non-positive or non-finite ratios, a
+    /// dynamic-chunking predictor whose `max_prefill_tokens` is beyond `INT64_MAX`.
     pub fn new(config: SchedulerConfig) -> Result<Self, PoolError> {
         if config.page_size == 0 || config.capacity == 0 {
             return Err(bad(
@@ -294,6 +295,17 @@ impl Scheduler {
         if let Some(chunk) = config.chunked_prefill_size.filter(|&c| c > MAX_TOKENS) {
             return Err(invalid(format!(
                 "chunked_prefill_size {chunk} exceeds INT64_MAX"
+            )));
+        }
+        // A predicted chunk is at most the predictor's `max_prefill_tokens`: past INT64_MAX
+        // it would be a chunk size the pass's budgets cannot count.
+        if let Some(p) = config
+            .dynamic_chunking
+            .filter(|p| p.max_prefill_tokens > MAX_TOKENS)
+        {
+            return Err(invalid(format!(
+                "dynamic_chunking.max_prefill_tokens {} exceeds INT64_MAX",
+                p.max_prefill_tokens
             )));
         }
         if config.clip_max_new_tokens == 0 {
@@ -839,7 +851,10 @@ impl Scheduler {
         }
         for (victim, offset) in victims {
             let freed = self.evict(victim, |p| &mut p.preempted, plan);
-            adder.budget_mut().release_running(offset, freed);
+            adder
+                .budget_mut()
+                .release_running(offset, freed)
+                .expect("running_offset is finite and non-negative");
             self.stats.preemptions += 1;
         }
         self.compact();
