@@ -272,7 +272,8 @@ pub(crate) fn with_device_pool(
         PoolObject::Device(pool) => body(pool),
         PoolObject::Host(_) => fail(
             kvp_status::WrongBackend,
-            "this is a host pool (KVP_BACKEND_HOST): use the call without _async",
+            "this is a host pool (KVP_BACKEND_HOST): this call needs a device pool \
+             (KVP_BACKEND_CUDA); a host pool's calls are the ones without _async",
         ),
     })
 }

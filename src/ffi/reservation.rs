@@ -128,7 +128,7 @@ unsafe fn reserve_typed<I: SlotIndex>(
     let last_loc = match unsafe { input_indices::<I>(last_loc, batch_size, "last_loc") } {
         Ok(last) => last,
         Err(status) => {
-            pool.record_refused(PoolOp::AllocDecode);
+            pool.record_refused(PoolOp::Reservation);
             return Err(status);
         }
     };
@@ -195,7 +195,7 @@ pub unsafe extern "C" fn kvp_pool_reserve_decode(
             let lens = match unsafe { input(lens, batch_size, "lens") } {
                 Ok(lens) => lens,
                 Err(status) => {
-                    pool.record_refused(PoolOp::AllocDecode);
+                    pool.record_refused(PoolOp::Reservation);
                     return status;
                 }
             };
@@ -319,7 +319,19 @@ unsafe fn step_typed<I: SlotIndex, T: SlotIndex>(
             table_span::<T>(t, shape)
         });
     let rows_mem = span(rows, if table.is_some() { batch } else { 0 }, "rows");
-    tri!(disjoint(
+    // A step refused for its buffers counts as a rejected call, as a pool call does.
+    macro_rules! buffer {
+        ($e:expr) => {
+            match $e {
+                Ok(value) => value,
+                Err(status) => {
+                    pool.record_refused(PoolOp::Reservation);
+                    return status;
+                }
+            }
+        };
+    }
+    buffer!(disjoint(
         &[
             span(out.cast_const().cast::<I>(), out_len, "out"),
             table_mem
@@ -330,15 +342,15 @@ unsafe fn step_typed<I: SlotIndex, T: SlotIndex>(
         None
     } else {
         // SAFETY: forwarded caller contract.
-        Some(tri!(unsafe { output_indices::<I>(out, out_len, "out") }))
+        Some(buffer!(unsafe { output_indices::<I>(out, out_len, "out") }))
     };
     match table {
         None => status_of(pool.reservation_step(res, out.unwrap_or(&mut []))),
         Some((t, shape)) => {
             // SAFETY: forwarded caller contract.
-            let rows = tri!(unsafe { input(rows, batch, "rows") });
+            let rows = buffer!(unsafe { input(rows, batch, "rows") });
             // SAFETY: forwarded caller contract.
-            let mut table = tri!(unsafe { host_table::<T>(&t, shape) });
+            let mut table = buffer!(unsafe { host_table::<T>(&t, shape) });
             status_of(pool.reservation_step_rows(res, &mut table, rows, out))
         }
     }
@@ -373,17 +385,23 @@ pub unsafe extern "C" fn kvp_decode_reservation_step(
                 "this is a device pool's reservation: use kvp_decode_reservation_step_async",
             );
         };
-        let table = if table.is_null() {
-            None
-        } else {
-            Some(tri!(table_of(table)))
-        };
         with_pool_of(&object.pool, |pool| {
             let PoolObject::Host(pool) = pool else {
                 return fail(
                     kvp_status::WrongBackend,
                     "the reservation's pool is a device pool",
                 );
+            };
+            let table = if table.is_null() {
+                None
+            } else {
+                match table_of(table) {
+                    Ok(table) => Some(table),
+                    Err(status) => {
+                        pool.record_refused(PoolOp::Reservation);
+                        return status;
+                    }
+                }
             };
             let (t, index) = match table {
                 Some((t, shape, index)) => (Some((t, shape)), index),

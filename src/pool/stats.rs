@@ -13,6 +13,8 @@ pub enum PoolOp {
     Free,
     /// `rewind` (no call counter of its own; a refusal counts as a rejected call).
     Rewind,
+    /// A decode reservation's reserve or step (no call counter of their own either).
+    Reservation,
 }
 
 /// A pool's counters. Call and token counters only grow (also across `clear` and
@@ -62,7 +64,7 @@ impl PoolStats {
             PoolOp::AllocExtend => Some(&mut self.alloc_extend_calls),
             PoolOp::AllocDecode => Some(&mut self.alloc_decode_calls),
             PoolOp::Free => Some(&mut self.free_calls),
-            PoolOp::Rewind => None,
+            PoolOp::Rewind | PoolOp::Reservation => None,
         };
         if let Some(calls) = calls {
             *calls += 1;

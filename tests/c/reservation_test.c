@@ -117,6 +117,42 @@ static void test_counters_and_restore(void) {
     kvp_pool_free(b);
 }
 
+/* A reserve or step refused for its buffers counts as a rejected call and as no decode
+ * call (a reservation has no call counter of its own), as a refused pool call counts. */
+static void test_refused_buffers_count_as_rejected_calls(void) {
+    g_test = "reservation buffer refusals in the counters";
+    struct kvp_pool *a = new_pool();
+    int64_t last[BS];
+    prefill(a, last);
+    const int64_t lens[BS] = {5, 4, 1};
+    struct kvp_decode_reservation *res = NULL;
+    struct kvp_pool_stats s0 = stats(a);
+    CHECK_STATUS(kvp_pool_reserve_decode(a, lens, NULL, BS, K, &res), KVP_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(kvp_pool_reserve_decode(a, NULL, last, BS, K, &res), KVP_STATUS_NULL_ARGUMENT);
+    CHECK(res == NULL);
+    struct kvp_pool_stats s1 = stats(a);
+    CHECK_EQ(s1.rejected_calls - s0.rejected_calls, 2);
+    CHECK_EQ(s1.alloc_decode_calls, s0.alloc_decode_calls);
+
+    CHECK_OK(kvp_pool_reserve_decode(a, lens, last, BS, K, &res));
+    uint64_t before = digest(a);
+    int64_t out[BS];
+    struct kvp_req_table bad = {out, 7, 1, BS, BS}; /* unknown index type */
+    const int64_t rows[BS] = {0, 1, 2};
+    CHECK_STATUS(kvp_decode_reservation_step(res, NULL, BS, NULL, NULL), KVP_STATUS_NULL_ARGUMENT);
+    CHECK_STATUS(kvp_decode_reservation_step(res, out, BS, &bad, rows),
+                 KVP_STATUS_INVALID_ARGUMENT);
+    struct kvp_pool_stats s2 = stats(a);
+    CHECK_EQ(s2.rejected_calls - s1.rejected_calls, 2);
+    CHECK_EQ(s2.alloc_decode_calls, s1.alloc_decode_calls);
+    CHECK_EQ(digest(a), before);
+    /* Nothing was taken: the first step is still step 0. */
+    CHECK_OK(kvp_decode_reservation_step(res, out, BS, NULL, NULL));
+    CHECK_OK(kvp_decode_reservation_finish(a, res, 1));
+    kvp_decode_reservation_free(res);
+    kvp_pool_free(a);
+}
+
 int main(void) {
     g_test = "reservation";
     struct kvp_pool *a = new_pool(), *b = new_pool();
@@ -258,6 +294,7 @@ int main(void) {
     kvp_pool_free(b);
 
     test_counters_and_restore();
+    test_refused_buffers_count_as_rejected_calls();
 
     if (g_failures != 0) {
         printf("reservation_test (C): %d of %d checks failed\n", g_failures, g_checks);
