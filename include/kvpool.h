@@ -47,10 +47,14 @@
  *    (one stream, or streams ordered by events). What only the device can check (the
  *    indices themselves) faults the pool: see KVP_STATUS_DEVICE_FAULT. The library needs
  *    only the NVIDIA driver at run time (loaded on first use), never the CUDA toolkit.
- *    An `*_async` call may be recorded by stream capture, but a graph holding it must not
- *    be replayed as a substitute for calling again: the pool's host-side counts advance
- *    per call, not per replay — except kvp_decode_reservation_step_async, made to be
- *    replayed (docs/graph-decode.md).
+ *    An `*_async` call may be recorded by stream capture; it then counts as made when
+ *    captured: launch that graph exactly once, before the pool's next call, and never
+ *    replay it as a substitute for calling again (the host-side counts and the device's
+ *    cursor advance per call, not per replay: a call made before the graph runs would
+ *    take pages the graph's call has taken too) — except
+ *    kvp_decode_reservation_step_async, made to be replayed (docs/graph-decode.md). Every
+ *    `*_async` call (page tables, digests and reservation steps too) is a call of the pool
+ *    for the ordering rule above.
  *  - Thread state (device pools). A call on a device pool (and kvp_pool_new / kvp_pool_free
  *    of one, and the free of its last snapshot or of a scheduler holding it) makes the
  *    device's primary context current while it runs and makes the calling thread's own
@@ -3019,7 +3023,9 @@ enum kvp_status kvp_pool_free_rows_async(struct kvp_pool *pool,
  *
  * On the device, rows outside the table or lengths outside `0 .. row_len` count as empty
  * requests, and no write goes past `indices_capacity` (the device lengths should equal the
- * host copies). Reads no pool state and changes nothing (works on a faulted pool too).
+ * host copies). Reads no pool state and changes nothing (works on a faulted pool too), but
+ * it is still one of the pool's calls: order it with the others on the device (its kernel
+ * is the pool's, released with the pool after the last call's stream has passed it).
  *
  * # Safety
  * As for `kvp_pool_alloc_extend_rows_async`; the host outputs, when not NULL, hold

@@ -736,7 +736,9 @@ pub unsafe extern "C" fn kvp_pool_free_rows_async(
 ///
 /// On the device, rows outside the table or lengths outside `0 .. row_len` count as empty
 /// requests, and no write goes past `indices_capacity` (the device lengths should equal the
-/// host copies). Reads no pool state and changes nothing (works on a faulted pool too).
+/// host copies). Reads no pool state and changes nothing (works on a faulted pool too), but
+/// it is still one of the pool's calls: order it with the others on the device (its kernel
+/// is the pool's, released with the pool after the last call's stream has passed it).
 ///
 /// # Safety
 /// As for `kvp_pool_alloc_extend_rows_async`; the host outputs, when not NULL, hold
