@@ -2032,8 +2032,9 @@ impl Run {
         } else if let Some(want) =
             buffer_status(passes[0], n).or_else(|| buffer_status(passes[1], n))
         {
+            // A refused reserve counts as a rejected call, not as a decode call.
             self.want_status(&call, got, want);
-            self.count(Some(|s| &mut s.alloc_decode_calls), got);
+            self.count(None, got);
         } else {
             let want = self.model.reserve_decode(&lens, &last, steps);
             let want_status = want.as_ref().err().map_or(kvp_status::Ok, |&k| k.into());
@@ -2163,47 +2164,46 @@ impl Run {
         let got = unsafe { kvp_decode_reservation_step(handle, out.ptr(), out_len, dp, rb.ptr()) };
         let r = &self.resvs[which];
         let out_given = out_pass != Pass::Null || dp.is_null();
-        let (want, counted) = 'want: {
+        // Every refusal counts as a rejected call, those of the buffers too.
+        let want = 'want: {
             if with_table && tp != TablePass::NullDesc {
                 if let Some(st) = tp.status(self.table.rows) {
-                    break 'want (Err(st), false);
+                    break 'want Err(st);
                 }
             }
             if out_given {
                 if let Some(st) = buffer_status(out_pass, out_len) {
-                    break 'want (Err(st), false);
+                    break 'want Err(st);
                 }
             }
             if !dp.is_null() {
                 if let Some(st) = buffer_status(rows_pass, batch) {
-                    break 'want (Err(st), false);
+                    break 'want Err(st);
                 }
             }
             if !self.model.is_live(&r.model) || r.taken >= r.steps {
-                break 'want (Err(kvp_status::InvalidState), true);
+                break 'want Err(kvp_status::InvalidState);
             }
             if out_given && out_len < batch {
-                break 'want (Err(kvp_status::BufferTooSmall), true);
+                break 'want Err(kvp_status::BufferTooSmall);
             }
             if !dp.is_null() {
                 if let Some(st) = self.rows_status(&rows, true) {
-                    break 'want (Err(st), true);
+                    break 'want Err(st);
                 }
                 if r.model
                     .lens
                     .iter()
                     .any(|&l| l as usize + s >= self.table.row_len)
                 {
-                    break 'want (Err(kvp_status::BufferTooSmall), true);
+                    break 'want Err(kvp_status::BufferTooSmall);
                 }
             }
-            (Ok(r.model.slots[s].clone()), true)
+            Ok(r.model.slots[s].clone())
         };
         let want_status = want.as_ref().err().copied().unwrap_or(kvp_status::Ok);
         self.want_status(&call, got, want_status);
-        if counted {
-            self.count(None, got);
-        }
+        self.count(None, got);
         let r = &self.resvs[which];
         let now = self.table.values();
         match want {
