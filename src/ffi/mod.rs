@@ -15,6 +15,20 @@ macro_rules! tri {
     };
 }
 
+/// Unwraps a buffer conversion of a pool call (`$op`, a `PoolOp`) inside a
+/// status-returning function; a refused buffer still counts as a call and a rejection.
+macro_rules! buffer {
+    ($pool:expr, $op:expr, $e:expr) => {
+        match $e {
+            Ok(value) => value,
+            Err(status) => {
+                $pool.record_refused($op);
+                return status;
+            }
+        }
+    };
+}
+
 mod adder;
 mod boundary;
 mod buffers;

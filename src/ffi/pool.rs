@@ -288,19 +288,6 @@ macro_rules! by_index_type {
     };
 }
 
-/// Unwraps a buffer conversion of a pool call; a refused buffer still counts as a call.
-macro_rules! buffer {
-    ($pool:expr, $op:expr, $e:expr) => {
-        match $e {
-            Ok(value) => value,
-            Err(status) => {
-                $pool.record_refused($op);
-                return status;
-            }
-        }
-    };
-}
-
 /// Returns the default configuration: `size` 0 (must be set), `page_size` 1, int64
 /// indices, host backend, `device` 0, `need_sort` false.
 #[no_mangle]

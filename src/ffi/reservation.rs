@@ -192,13 +192,9 @@ pub unsafe extern "C" fn kvp_pool_reserve_decode(
                 );
             };
             // SAFETY: forwarded caller contract.
-            let lens = match unsafe { input(lens, batch_size, "lens") } {
-                Ok(lens) => lens,
-                Err(status) => {
-                    pool.record_refused(PoolOp::Reservation);
-                    return status;
-                }
-            };
+            let lens = buffer!(pool, PoolOp::Reservation, unsafe {
+                input(lens, batch_size, "lens")
+            });
             // SAFETY: forwarded caller contract.
             let result = unsafe {
                 match pool.config().index_type {
@@ -320,37 +316,36 @@ unsafe fn step_typed<I: SlotIndex, T: SlotIndex>(
         });
     let rows_mem = span(rows, if table.is_some() { batch } else { 0 }, "rows");
     // A step refused for its buffers counts as a rejected call, as a pool call does.
-    macro_rules! buffer {
-        ($e:expr) => {
-            match $e {
-                Ok(value) => value,
-                Err(status) => {
-                    pool.record_refused(PoolOp::Reservation);
-                    return status;
-                }
-            }
-        };
-    }
-    buffer!(disjoint(
-        &[
-            span(out.cast_const().cast::<I>(), out_len, "out"),
-            table_mem
-        ],
-        &[rows_mem],
-    ));
+    buffer!(
+        pool,
+        PoolOp::Reservation,
+        disjoint(
+            &[
+                span(out.cast_const().cast::<I>(), out_len, "out"),
+                table_mem
+            ],
+            &[rows_mem],
+        )
+    );
     let out = if out.is_null() && table.is_some() {
         None
     } else {
         // SAFETY: forwarded caller contract.
-        Some(buffer!(unsafe { output_indices::<I>(out, out_len, "out") }))
+        Some(buffer!(pool, PoolOp::Reservation, unsafe {
+            output_indices::<I>(out, out_len, "out")
+        }))
     };
     match table {
         None => status_of(pool.reservation_step(res, out.unwrap_or(&mut []))),
         Some((t, shape)) => {
             // SAFETY: forwarded caller contract.
-            let rows = buffer!(unsafe { input(rows, batch, "rows") });
+            let rows = buffer!(pool, PoolOp::Reservation, unsafe {
+                input(rows, batch, "rows")
+            });
             // SAFETY: forwarded caller contract.
-            let mut table = buffer!(unsafe { host_table::<T>(&t, shape) });
+            let mut table = buffer!(pool, PoolOp::Reservation, unsafe {
+                host_table::<T>(&t, shape)
+            });
             status_of(pool.reservation_step_rows(res, &mut table, rows, out))
         }
     }
@@ -395,13 +390,7 @@ pub unsafe extern "C" fn kvp_decode_reservation_step(
             let table = if table.is_null() {
                 None
             } else {
-                match table_of(table) {
-                    Ok(table) => Some(table),
-                    Err(status) => {
-                        pool.record_refused(PoolOp::Reservation);
-                        return status;
-                    }
-                }
+                Some(buffer!(pool, PoolOp::Reservation, table_of(table)))
             };
             let (t, index) = match table {
                 Some((t, shape, index)) => (Some((t, shape)), index),

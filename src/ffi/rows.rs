@@ -145,19 +145,6 @@ macro_rules! by_types {
     };
 }
 
-/// Unwraps a buffer conversion; a refused buffer still counts as a call.
-macro_rules! buffer {
-    ($pool:expr, $op:expr, $e:expr) => {
-        match $e {
-            Ok(value) => value,
-            Err(status) => {
-                $pool.record_refused($op);
-                return status;
-            }
-        }
-    };
-}
-
 #[allow(clippy::too_many_arguments)]
 unsafe fn extend_rows_typed<I: SlotIndex, T: SlotIndex>(
     pool: &mut Pool,
