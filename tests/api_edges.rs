@@ -5,10 +5,12 @@
 //! against a model of the slots each request holds: no slot is handed out twice while live,
 //! and `available_size + pages in use × page_size == size` after every call.
 
+mod host_pool;
 mod rng;
 
 use std::collections::{BTreeSet, HashSet};
 
+use host_pool::pool;
 use kvpool::admission::{
     AddResult, AdderConfig, ChunkSizePredictor, ChunkedCandidate, PrefillAdder, PrefillBudget,
     RequestSpec, Scheduler, SchedulerConfig, SubmitOutcome,
@@ -22,17 +24,6 @@ use rng::Rng;
 /// An extend call's arguments (`prefix_lens`, `seq_lens`, `last_loc`, `extend_num_tokens`)
 /// and the error kind it must get.
 type BadExtend = (Vec<i64>, Vec<i64>, Vec<i64>, u64, ErrorKind);
-
-fn pool(size: u64, ps: u32, need_sort: bool) -> Pool {
-    Pool::new(PoolConfig {
-        size,
-        page_size: ps,
-        need_sort,
-        index_type: IndexType::I64,
-        backend: BackendKind::Host,
-    })
-    .unwrap()
-}
 
 /// What an error must leave alone.
 #[derive(Debug, PartialEq, Eq)]
@@ -72,11 +63,10 @@ fn refused<T: std::fmt::Debug>(
 
 // ---- defects: each of these failed before its fix ---------------------------------------
 
-/// A read-only slice of `len` copies of `value` that costs address space, not memory: one
-/// 2 MiB shared-memory file mapped again and again. The extend planning tests need batches
-/// whose lengths add up past 2^64, which no real buffer of that many `i64` would fit.
+/// Address space that costs no memory, for arguments no real buffer could hold; unmapped
+/// when dropped.
 #[cfg(target_os = "linux")]
-struct Repeated {
+struct Mapping {
     base: *mut libc::c_void,
     bytes: usize,
 }
@@ -85,8 +75,11 @@ struct Repeated {
 const CHUNK: usize = 2 << 20;
 
 #[cfg(target_os = "linux")]
-impl Repeated {
-    fn new(value: i64, len: usize) -> Self {
+impl Mapping {
+    /// `len` copies of `value` (`i64`, read-only through [`Self::as_i64`]): one 2 MiB
+    /// shared-memory file mapped again and again. The extend planning tests need batches
+    /// whose lengths add up past 2^64, which no real buffer of that many `i64` would fit.
+    fn repeated(value: i64, len: usize) -> Self {
         let bytes = len * 8;
         assert!(
             bytes.is_multiple_of(CHUNK),
@@ -125,31 +118,9 @@ impl Repeated {
         }
     }
 
-    fn slice(&self) -> &[i64] {
-        // SAFETY: `bytes` of readable mapped memory, written only before this borrow.
-        unsafe { std::slice::from_raw_parts(self.base.cast::<i64>(), self.bytes / 8) }
-    }
-}
-
-#[cfg(target_os = "linux")]
-impl Drop for Repeated {
-    fn drop(&mut self) {
-        // SAFETY: the whole reservation made in `new`.
-        unsafe { libc::munmap(self.base, self.bytes) };
-    }
-}
-
-/// `len` zeroed `i32` of address space that is not committed (`MAP_NORESERVE`): pages are
-/// only mapped where read (to the zero page) or written.
-#[cfg(target_os = "linux")]
-struct Zeroed {
-    base: *mut libc::c_void,
-    bytes: usize,
-}
-
-#[cfg(target_os = "linux")]
-impl Zeroed {
-    fn new(len: usize) -> Self {
+    /// `len` zeroed `i32` (through [`Self::as_i32_mut`]), not committed (`MAP_NORESERVE`):
+    /// pages are only mapped where read (to the zero page) or written.
+    fn zeroed_i32(len: usize) -> Self {
         let bytes = len * 4;
         // SAFETY: a plain anonymous mapping; the result is checked.
         let base = unsafe {
@@ -166,16 +137,21 @@ impl Zeroed {
         Self { base, bytes }
     }
 
-    fn slice_mut(&mut self) -> &mut [i32] {
-        // SAFETY: `bytes` of readable and writable zeroed memory, borrowed uniquely.
+    fn as_i64(&self) -> &[i64] {
+        // SAFETY: `bytes` of readable mapped memory, written only before this borrow.
+        unsafe { std::slice::from_raw_parts(self.base.cast::<i64>(), self.bytes / 8) }
+    }
+
+    fn as_i32_mut(&mut self) -> &mut [i32] {
+        // SAFETY: `bytes` of readable and writable mapped memory, borrowed uniquely.
         unsafe { std::slice::from_raw_parts_mut(self.base.cast::<i32>(), self.bytes / 4) }
     }
 }
 
 #[cfg(target_os = "linux")]
-impl Drop for Zeroed {
+impl Drop for Mapping {
     fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`.
+        // SAFETY: the whole mapping made in the constructor.
         unsafe { libc::munmap(self.base, self.bytes) };
     }
 }
@@ -198,9 +174,9 @@ fn extend_token_sums_past_2_pow_64_are_refused() {
         let total = u128::from(n) * u128::from(size);
         assert!(total > u128::from(u64::MAX));
         let wrapped = total as u64;
-        let prefix = Repeated::new(0, n as usize);
-        let seq = Repeated::new(size as i64, n as usize);
-        let (prefix, seq) = (prefix.slice(), seq.slice());
+        let prefix = Mapping::repeated(0, n as usize);
+        let seq = Mapping::repeated(size as i64, n as usize);
+        let (prefix, seq) = (prefix.as_i64(), seq.as_i64());
         let mut pool = pool(size, ps, true);
         let before = facts(&pool);
         let stats = pool.stats();
@@ -214,9 +190,9 @@ fn extend_token_sums_past_2_pow_64_are_refused() {
                 assert!(e.message().contains("2^64"), "{e}");
             }
         }
-        let last = Repeated::new(-1, n as usize); // (4 GiB as a Vec)
+        let last = Mapping::repeated(-1, n as usize); // (4 GiB as a Vec)
         let mut out = vec![0i64; 4];
-        let result = pool.alloc_extend(prefix, seq, last.slice(), wrapped, &mut out);
+        let result = pool.alloc_extend(prefix, seq, last.as_i64(), wrapped, &mut out);
         refused(&pool, &before, result, ErrorKind::InvalidLengths);
         assert_eq!(out, [0; 4]);
         let after = pool.stats();
@@ -235,8 +211,8 @@ fn page_table_refuses_a_page_size_that_int32_cannot_hold() {
     let pool = pool(u64::from(ps), ps, false);
     let row_len = 1u64 << 31;
     // 8 GiB of address space; only the row's first entry is ever read.
-    let mut data = Zeroed::new(row_len as usize);
-    let data = data.slice_mut();
+    let mut data = Mapping::zeroed_i32(row_len as usize);
+    let data = data.as_i32_mut();
     let shape = TableShape {
         rows: 1,
         row_stride: row_len,

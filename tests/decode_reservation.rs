@@ -8,23 +8,12 @@
 //! slots out twice). The device backend is compared with this one in
 //! tests/cuda_reservation.rs.
 
+mod host_pool;
 mod rng;
 
-use kvpool::{
-    BackendKind, DecodeReservation, ErrorKind, IndexType, Pool, PoolConfig, ReqTable, TableShape,
-};
+use host_pool::pool;
+use kvpool::{DecodeReservation, ErrorKind, Pool, ReqTable, TableShape};
 use rng::Rng;
-
-fn pool(size: u64, ps: u32, need_sort: bool) -> Pool {
-    Pool::new(PoolConfig {
-        size,
-        page_size: ps,
-        need_sort,
-        index_type: IndexType::I64,
-        backend: BackendKind::Host,
-    })
-    .unwrap()
-}
 
 /// A decode batch: each request's length and last slot.
 struct Batch {

@@ -4,28 +4,17 @@
 //! FlashInfer's documented layout, and the all-or-nothing rule for bad rows. The device
 //! backend is compared with this one in tests/cuda_rows.rs.
 
+mod host_pool;
 mod rng;
 mod rows_work;
 
-use kvpool::{
-    BackendKind, ErrorKind, IndexType, Pool, PoolConfig, ReqTable, SlotIndex, TableShape,
-};
+use host_pool::pool;
+use kvpool::{ErrorKind, Pool, ReqTable, SlotIndex, TableShape};
 use rows_work::{flashinfer_reference, Op, Work};
 
 const ROWS: usize = 24;
 const ROW_LEN: i64 = 300;
 const STRIDE: u64 = 307;
-
-fn pool(size: u64, ps: u32, need_sort: bool) -> Pool {
-    Pool::new(PoolConfig {
-        size,
-        page_size: ps,
-        need_sort,
-        index_type: IndexType::I64,
-        backend: BackendKind::Host,
-    })
-    .unwrap()
-}
 
 fn shape() -> TableShape {
     TableShape {
