@@ -1371,6 +1371,14 @@ impl Model {
     fn live(&self) -> HashSet<i64> {
         self.reqs.iter().flatten().copied().collect()
     }
+
+    /// The `last_loc` of each request of `batch`: its last slot, -1 for none.
+    fn last_locs(&self, batch: &[usize]) -> Vec<i64> {
+        batch
+            .iter()
+            .map(|&i| self.reqs[i].last().copied().unwrap_or(-1))
+            .collect()
+    }
 }
 
 struct Driver {
@@ -1465,13 +1473,12 @@ impl Driver {
         let batch = self.pick(k);
         let mut prefix = Vec::new();
         let mut seq = Vec::new();
-        let mut last = Vec::new();
         for &i in &batch {
             let len = self.model.reqs[i].len() as i64;
             prefix.push(len);
             seq.push(len + self.rng.below(3 * self.ps + 2) as i64);
-            last.push(self.model.reqs[i].last().copied().unwrap_or(-1));
         }
+        let last = self.model.last_locs(&batch);
         let n: i64 = seq.iter().zip(&prefix).map(|(s, p)| s - p).sum();
         if seq.iter().any(|&s| s as u64 > self.size) {
             return;
@@ -1502,10 +1509,7 @@ impl Driver {
         if seq.iter().any(|&s| s as u64 > self.size) {
             return;
         }
-        let last: Vec<i64> = batch
-            .iter()
-            .map(|&i| self.model.reqs[i].last().copied().unwrap_or(-1))
-            .collect();
+        let last = self.model.last_locs(&batch);
         let before = facts(&self.pool);
         let mut out = vec![0i64; batch.len()];
         let result = self.pool.alloc_decode(&seq, &last, &mut out);
@@ -1574,10 +1578,7 @@ impl Driver {
         {
             return;
         }
-        let last: Vec<i64> = batch
-            .iter()
-            .map(|&i| self.model.reqs[i].last().copied().unwrap_or(-1))
-            .collect();
+        let last = self.model.last_locs(&batch);
         let before = facts(&self.pool);
         let mut res = match self.pool.reserve_decode(&lens, &last, steps) {
             Ok(res) => res,
