@@ -76,13 +76,16 @@ if readelf -S "$site/kvpool/libkvpool.so" | grep -q '\.debug_info'; then
     exit 1
 fi
 
-# From a folder outside the checkout: the package must find the library beside itself.
-(cd "$work" && env -u KVPOOL_LIB -u PYTHONPATH "$py" - "$site" <<'EOF'
-import os, sys
+# An installed package that carries its library (`$1`: the environment's python, `$2`: how it
+# was installed), run from a folder outside the checkout: it must find the library beside
+# itself, of its own version, and call it.
+check_bundled() {
+    (cd "$work" && env -u KVPOOL_LIB -u PYTHONPATH "$1" - "$2" <<'EOF'
+import os, sys, sysconfig
 import kvpool
-site = sys.argv[1]
+installed = os.path.join(sysconfig.get_paths()["purelib"], "kvpool")
 path = kvpool.find_library()
-assert path == os.path.join(site, "kvpool", "libkvpool.so"), path
+assert path == os.path.join(installed, "libkvpool.so"), path
 lib = kvpool.load()
 assert lib.version() == kvpool.__version__, (lib.version(), kvpool.__version__)
 with kvpool.Pool(1024, page_size=16) as pool:
@@ -90,9 +93,11 @@ with kvpool.Pool(1024, page_size=16) as pool:
     assert list(slots) == list(range(16, 36)) + [48, 49, 50], list(slots)
     pool.free_indices(slots)
     assert pool.available_size() == 1024, pool.available_size()
-print(f"installed wheel: kvpool {kvpool.__version__} from {path}, calls OK")
+print(f"{sys.argv[1]}: kvpool {kvpool.__version__} from {path}, calls OK")
 EOF
-)
+    )
+}
+check_bundled "$py" "installed wheel"
 
 # An editable install (`pip install -e .`): the checkout's package on the path, loading the
 # library of the tree's cargo build (find_library's last resort), as PYTHONPATH=python does.
@@ -117,17 +122,7 @@ EOF
 python3 -m venv "$work/git"
 "$work/git/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps \
     "git+file://$root@$(git rev-parse HEAD)"
-(cd "$work" && env -u KVPOOL_LIB -u PYTHONPATH -u CARGO_TARGET_DIR "$work/git/bin/python" - <<'EOF'
-import os
-import kvpool
-path = kvpool.find_library()
-assert path == os.path.join(os.path.dirname(kvpool.__file__), "libkvpool.so"), path
-with kvpool.Pool(1024, page_size=16) as pool:
-    slots = pool.alloc_extend([0, 0], [20, 3], [-1, -1])
-    assert list(slots) == list(range(16, 36)) + [48, 49, 50], list(slots)
-print(f"pip install git+file://...: kvpool {kvpool.__version__} from {path}, calls OK")
-EOF
-)
+check_bundled "$work/git/bin/python" "pip install git+file://..."
 
 after=$(git status --porcelain)
 if [[ "$before" != "$after" ]]; then
