@@ -335,9 +335,9 @@ def _int_array(values, c_type, ctype, what):
     against ``c_type``: converted by ``array.array`` (O(n) at C speed, refusing a value that
     does not fit), and only if it refuses one walked in Python to name it (``what[i]``)."""
     typecode = _ARRAY_TYPECODES[c_type]
-    if iter(values) is values or isinstance(values, (bytes, bytearray)):
-        # An iterator: read once, walked again below if refused. Bytes: their integers
-        # (array.array would read them as raw machine words).
+    if type(values) is not list and type(values) is not tuple:
+        # As _buffers.sequence_array: an iterator is read once (and walked again below if
+        # refused), bytes give their integers (array.array would read raw machine words).
         values = list(values)
     try:
         converted = array.array(typecode, values)
