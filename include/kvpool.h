@@ -48,11 +48,17 @@
  *    indices themselves) faults the pool: see KVP_STATUS_DEVICE_FAULT. The library needs
  *    only the NVIDIA driver at run time (loaded on first use), never the CUDA toolkit.
  *    An `*_async` call may be recorded by stream capture; it then counts as made when
- *    captured: launch that graph exactly once, before the pool's next call, and never
- *    replay it as a substitute for calling again (the host-side counts and the device's
- *    cursor advance per call, not per replay: a call made before the graph runs would
- *    take pages the graph's call has taken too) — except
- *    kvp_decode_reservation_step_async, made to be replayed (docs/graph-decode.md). Every
+ *    captured: launch that graph exactly once, in capture order, before the pool's next
+ *    call, and never replay it as a substitute for calling again (the host-side counts and
+ *    the device's cursor advance per call, not per replay) — except
+ *    kvp_decode_reservation_step_async, made to be replayed (docs/graph-decode.md). The
+ *    first uncaptured call after a captured one checks on the device that the captured
+ *    call has run (a capture abandoned, a graph not launched yet, or graphs launched out of
+ *    capture order would have it take pages the captured call takes too): if not, the
+ *    pool faults (KVP_STATUS_DEVICE_FAULT, naming the capture-order check; that call and
+ *    every later one change nothing until a clear or restore). The check is one one-warp
+ *    kernel before that call, nothing for other calls; it does not catch a graph replayed
+ *    after later calls. Every
  *    `*_async` call (page tables, digests and reservation steps too) is a call of the pool
  *    for the ordering rule above.
  *  - Thread state (device pools). A call on a device pool (and kvp_pool_new / kvp_pool_free

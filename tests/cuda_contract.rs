@@ -7,7 +7,12 @@
 //! - the stream-order debug check (`kvp_pool_set_debug(pool, KVP_DEBUG_STREAM_ORDER)`):
 //!   calls from streams not ordered with each other fault the pool with
 //!   `KVP_STATUS_UNORDERED_STREAMS`; streams ordered by an event pass; with the check off
-//!   nothing is checked; a host pool accepts the option and ignores it.
+//!   nothing is checked; a host pool accepts the option and ignores it;
+//! - the capture-order check: a call made while the graph of the pool's last captured call
+//!   has not run (or ran before an earlier capture's) faults the pool (the call changes
+//!   nothing) instead of handing its pages out twice; graphs launched once each, in order,
+//!   before the next call pass and give the slots uncaptured calls give, and a graph
+//!   replayed right after its own run repeats its call exactly.
 //!
 //! The GPU tests are `#[ignore]`d on CPU machines (listed as ignored by `cargo test`); run
 //! them with `cargo test --release --test cuda_contract -- --ignored --test-threads=1` (they
@@ -27,7 +32,7 @@ use kvpool::cuda::{pending_releases, release_counts, DevicePool};
 use kvpool::ffi::*;
 use kvpool::{BackendKind, ErrorKind, IndexType, PoolConfig};
 
-use gpu::{last_error, DevBuf, Event, Gpu, Spinner};
+use gpu::{last_error, DevBuf, Event, Gpu, Graph, Spinner};
 
 /// How long the spin kernel keeps the stream busy.
 const SPIN_NS: u64 = 300_000_000;
@@ -454,6 +459,145 @@ fn stream_order_check_off_checks_nothing() {
     assert!(pool
         .fault()
         .is_none_or(|f| f.kind != ErrorKind::UnorderedStreams));
+}
+
+/// The slots of `n` 16-slot allocations from page `first` on (page size 16, fresh pool).
+fn pages(first: i64) -> Vec<i64> {
+    (first * 16..first * 16 + 16).collect()
+}
+
+/// A capture-order fault, as `check_device` reports it.
+fn assert_capture_fault(pool: &mut DevicePool) {
+    let err = pool.check_device().unwrap_err();
+    eprintln!("check_device: {err}");
+    assert_eq!(err.kind(), ErrorKind::DeviceFault, "{err}");
+    assert!(
+        err.message().contains("capture-order check")
+            && err.message().contains("kvp_pool_alloc_async"),
+        "{err}"
+    );
+}
+
+/// Eager alloc A, alloc B captured into a graph not launched, eager alloc C: C would read
+/// the cursor B has not written and take A's successor pages, which the graph takes too.
+/// The check faults the pool in front of C instead: C writes the padding slot, later calls
+/// are refused on the host, a clear recovers. (Without the check, C's slots equal those
+/// the graph's B takes when it runs.)
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_call_made_before_a_captured_calls_graph_runs_faults() {
+    let gpu = Gpu::new(false);
+    let s = gpu.stream;
+    let (out_a, out_b, out_c) = (
+        DevBuf::new(16 * 8),
+        DevBuf::new(16 * 8),
+        DevBuf::new(16 * 8),
+    );
+    out_c.upload(&[-7i64; 16]);
+    let mut pool = DevicePool::new(device_config(16)).unwrap();
+    // SAFETY (every call below): buffers hold 16 indices and outlive the stream's work.
+    unsafe { pool.alloc(16, out_a.ptr, 16, s) }.unwrap();
+    let (graph, status) = Graph::capture(s, || unsafe { pool.alloc(16, out_b.ptr, 16, s) });
+    status.unwrap();
+    unsafe { pool.alloc(16, out_c.ptr, 16, s) }.unwrap();
+    gpu.sync();
+    assert_eq!(out_a.download::<i64>(16), pages(1));
+    assert_eq!(
+        out_c.download::<i64>(16),
+        vec![0; 16],
+        "C wrote the padding slot"
+    );
+    assert_capture_fault(&mut pool);
+    let refused = unsafe { pool.alloc(16, out_c.ptr, 16, s) }.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::DeviceFault, "{refused}");
+    // The late graph finds the pool faulted and changes nothing either.
+    graph.launch(s);
+    gpu.sync();
+    assert_eq!(out_b.download::<i64>(16), vec![0; 16]);
+    drop(graph);
+    unsafe { pool.clear(s) }.unwrap();
+    gpu.sync();
+    let _ = pool.check_device(); // the old fault, reported once after the recovery
+    pool.check_device().unwrap();
+    unsafe { pool.alloc(16, out_c.ptr, 16, s) }.unwrap();
+    gpu.sync();
+    pool.check_device().unwrap();
+    assert_eq!(out_c.download::<i64>(16), pages(1));
+}
+
+/// Captured calls whose graphs run once each, in capture order, before the next call: no
+/// fault, and the slots of the same calls made uncaptured (fresh pages in call order). Later
+/// uncaptured calls launch no check (nothing is pending) and go on from there.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn captured_calls_launched_once_in_order_pass() {
+    let gpu = Gpu::new(false);
+    let s = gpu.stream;
+    let outs: Vec<DevBuf> = (0..5).map(|_| DevBuf::new(16 * 8)).collect();
+    let mut pool = DevicePool::new(device_config(16)).unwrap();
+    for round in 0..2i64 {
+        // SAFETY (every call below): buffers hold 16 indices and outlive the stream's work.
+        unsafe { pool.alloc(16, outs[0].ptr, 16, s) }.unwrap();
+        let (g1, status) = Graph::capture(s, || unsafe { pool.alloc(16, outs[1].ptr, 16, s) });
+        status.unwrap();
+        let (g2, status) = Graph::capture(s, || unsafe { pool.alloc(16, outs[2].ptr, 16, s) });
+        status.unwrap();
+        g1.launch(s);
+        g2.launch(s);
+        unsafe { pool.alloc(16, outs[3].ptr, 16, s) }.unwrap();
+        unsafe { pool.alloc(16, outs[4].ptr, 16, s) }.unwrap();
+        gpu.sync();
+        pool.check_device()
+            .unwrap_or_else(|e| panic!("round {round}: {e}"));
+        for (i, out) in outs.iter().enumerate() {
+            assert_eq!(
+                out.download::<i64>(16),
+                pages(1 + 5 * round + i as i64),
+                "round {round}, call {i}"
+            );
+        }
+    }
+}
+
+/// A graph replayed right after its own run repeats the call exactly (the benchmarks time
+/// calls this way): no fault, the same slots, and the next call goes on after them. Two
+/// graphs launched in the wrong order: the next uncaptured call finds that the last
+/// captured call was not the last to run, and faults.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_graph_replayed_at_once_repeats_its_call_and_graphs_out_of_order_fault() {
+    let gpu = Gpu::new(false);
+    let s = gpu.stream;
+    let (out_a, out_b, out_c) = (
+        DevBuf::new(16 * 8),
+        DevBuf::new(16 * 8),
+        DevBuf::new(16 * 8),
+    );
+    let mut pool = DevicePool::new(device_config(16)).unwrap();
+    // SAFETY (every call below): buffers hold 16 indices and outlive the stream's work.
+    let (g1, status) = Graph::capture(s, || unsafe { pool.alloc(16, out_a.ptr, 16, s) });
+    status.unwrap();
+    for _ in 0..3 {
+        g1.launch(s);
+    }
+    unsafe { pool.alloc(16, out_c.ptr, 16, s) }.unwrap();
+    gpu.sync();
+    pool.check_device().unwrap();
+    assert_eq!(out_a.download::<i64>(16), pages(1));
+    assert_eq!(out_c.download::<i64>(16), pages(2));
+
+    let mut pool = DevicePool::new(device_config(16)).unwrap();
+    out_c.upload(&[-7i64; 16]);
+    let (g1, status) = Graph::capture(s, || unsafe { pool.alloc(16, out_a.ptr, 16, s) });
+    status.unwrap();
+    let (g2, status) = Graph::capture(s, || unsafe { pool.alloc(16, out_b.ptr, 16, s) });
+    status.unwrap();
+    g2.launch(s);
+    g1.launch(s);
+    unsafe { pool.alloc(16, out_c.ptr, 16, s) }.unwrap();
+    gpu.sync();
+    assert_capture_fault(&mut pool);
+    assert_eq!(out_c.download::<i64>(16), vec![0; 16]);
 }
 
 /// On a host pool the option is accepted and ignored; unknown flags are refused with a

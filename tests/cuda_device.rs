@@ -612,6 +612,175 @@ fn a_call_only_partly_enqueued_blocks_the_pool_until_recovered() {
     assert_eq!(got, (16..16 * (pages as i64 + 1)).collect::<Vec<_>>());
 }
 
+/// A reservation whose plain decodes would merge staged frees at a later step is three
+/// calls: reserve the steps before the merge, the merge, reserve the rest. When the first is
+/// enqueued and a later one fails, the first's pages are held by a reservation no handle
+/// names: the pool refuses work until a clear. A failure of the first changes nothing.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_reservation_only_partly_enqueued_blocks_the_pool_until_recovered() {
+    let gpu = Gpu::new(false);
+    let s = gpu.stream;
+    let cfg = PoolConfig {
+        size: 64,
+        need_sort: true,
+        ..config(CUDA0, 1)
+    };
+    let (lens, last) = ([1i64; 4], [1i64, 2, 3, 4]);
+    let (lens_d, last_d) = (DevBuf::new(32), DevBuf::new(32));
+    lens_d.upload(&lens);
+    last_d.upload(&last);
+    let (out, filler) = (DevBuf::new(64 * 8), DevBuf::new(64 * 8));
+    for fail in 0..3u32 {
+        let mut device = DevicePool::new(cfg).unwrap();
+        // SAFETY (every call below): the buffers hold what the calls say; synchronized
+        // before they are read or dropped.
+        unsafe {
+            // Four one-token requests (slots 1-4), then all but 5 pages taken and 8 of those
+            // freed (staged): step 1 takes 4 of the 5 free pages, step 2 merges.
+            device.alloc(4, out.ptr, 4, s).unwrap();
+            device.alloc(55, filler.ptr, 55, s).unwrap();
+            device.free(filler.ptr, 8, s).unwrap();
+        }
+        gpu.sync();
+        assert_eq!(out.download::<i64>(4), last.to_vec());
+        let before = PoolImage::of(&device);
+        let merges = device.stats().merges;
+        device.debug_fail_call(fail);
+        // SAFETY: as above.
+        let err = unsafe { device.reserve_decode(&lens, lens_d.ptr, last_d.ptr, 3, s) }
+            .map(|_| ())
+            .unwrap_err();
+        gpu.sync();
+        eprintln!("failing call {fail}: {err}");
+        assert_eq!(err.kind(), ErrorKind::CudaError, "{err}");
+        if fail == 0 {
+            assert!(!err.message().contains("refuses work"), "{err}");
+            if let Some(change) = before.difference(&PoolImage::of(&device)) {
+                panic!("a reservation refused at its first launch changed the pool: {change}");
+            }
+            assert_eq!(device.stats().merges, merges);
+            assert_eq!(kind_of(device.check_device()), Ok(()));
+        } else {
+            assert!(
+                err.message()
+                    .contains(&format!("enqueued {fail} of its 3 calls"))
+                    && err.message().contains("refuses work"),
+                "{err}"
+            );
+            for refused in [
+                unsafe { device.alloc(1, out.ptr, 1, s) }.unwrap_err(),
+                device.check_device().unwrap_err(),
+            ] {
+                assert_eq!(refused.kind(), ErrorKind::CudaError, "{refused}");
+                assert!(refused.message().contains("refuses work"), "{refused}");
+            }
+            // SAFETY: as above.
+            unsafe { device.clear(s) }.unwrap();
+            gpu.sync();
+            assert_eq!(kind_of(device.check_device()), Ok(()));
+            continue;
+        }
+        // Unbroken: the same reservation goes through, merging once.
+        // SAFETY: as above.
+        let res = unsafe { device.reserve_decode(&lens, lens_d.ptr, last_d.ptr, 3, s) }.unwrap();
+        gpu.sync();
+        assert_eq!(kind_of(device.check_device()), Ok(()));
+        assert_eq!(device.stats().merges, merges + 1);
+        device.release_reservation(res);
+    }
+}
+
+/// Takes (nearly) all free device memory, in chunks down to 512 bytes; returns them.
+fn exhaust_device_memory() -> Vec<u64> {
+    let mut held = Vec::new();
+    let mut chunk = 1usize << 36;
+    while chunk >= 512 {
+        let mut ptr = 0;
+        // SAFETY: a valid out-pointer; the context is current (Gpu::new).
+        match unsafe { cudarc::driver::sys::cuMemAlloc_v2(&mut ptr, chunk) } {
+            cudarc::driver::sys::CUresult::CUDA_SUCCESS => held.push(ptr),
+            _ => chunk /= 2,
+        }
+    }
+    held
+}
+
+/// A by-row extend whose kernels need scratch (the gather/scatter shape, past 2,048
+/// requests) on a `need_sort` pool with staged pages and too few free: the merge it needs is
+/// enqueued only after the scratch is allocated, so a call refused for its scratch
+/// (device memory used up) has made no merge and changed nothing. The same call then
+/// succeeds with the memory back.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_by_row_call_refused_for_its_scratch_makes_no_merge() {
+    let gpu = Gpu::new(false);
+    let s = gpu.stream;
+    let pages = 8192usize;
+    let mut device = DevicePool::new(PoolConfig {
+        size: pages as u64 * 16,
+        need_sort: true,
+        ..config(CUDA0, 16)
+    })
+    .unwrap();
+    let batch = 2049usize;
+    let kernel = device.debug_extend_kernel(true, batch, false, batch as u64, batch as u64);
+    assert_eq!(family(&kernel), "Grid", "{kernel}");
+    let table = DeviceRows::new(batch, 16);
+    let (prefix_d, seq_d, rows_d) = DevBuf::lengths(batch);
+    let (prefix, seq) = (vec![0i64; batch], vec![1i64; batch]);
+    rows_d.upload(&(0..batch as i64).collect::<Vec<_>>());
+    prefix_d.upload(&prefix);
+    seq_d.upload(&seq);
+    let filler = DevBuf::new(8 * pages * 16);
+    let taken = (pages - 1000) * 16;
+    // SAFETY (every call below): the buffers hold what the calls say; synchronized before
+    // they are read or dropped.
+    unsafe {
+        device.alloc(taken, filler.ptr, taken, s).unwrap();
+        device.free(filler.ptr, 3000 * 16, s).unwrap(); // staged
+    }
+    gpu.sync();
+    let before = PoolImage::of(&device);
+    let merges = device.stats().merges;
+    let extend = |device: &mut DevicePool| unsafe {
+        device.alloc_extend_rows(
+            table.desc,
+            rows_d.ptr,
+            &prefix,
+            &seq,
+            prefix_d.ptr,
+            seq_d.ptr,
+            batch as u64,
+            0,
+            0,
+            s,
+        )
+    };
+    let held = exhaust_device_memory();
+    let refused = extend(&mut device);
+    for ptr in held {
+        // SAFETY: allocated above, used by nothing.
+        unsafe { cudarc::driver::sys::cuMemFree_v2(ptr) };
+    }
+    let err = refused.unwrap_err();
+    eprintln!("with device memory used up: {err}");
+    gpu.sync();
+    assert_eq!(device.stats().merges, merges, "the refused call merged");
+    if let Some(change) = before.difference(&PoolImage::of(&device)) {
+        panic!("the refused call changed the pool: {change}");
+    }
+    assert_eq!(kind_of(device.check_device()), Ok(()));
+    extend(&mut device).unwrap();
+    gpu.sync();
+    assert_eq!(kind_of(device.check_device()), Ok(()));
+    assert_eq!(device.stats().merges, merges + 1);
+    assert_eq!(
+        allocated_pages_on_device(&device),
+        pages - 1000 - 3000 + batch
+    );
+}
+
 /// The allocated pages of a device pool (tests only).
 fn allocated_pages_on_device(device: &DevicePool) -> usize {
     page_words_on_device(device)

@@ -4,6 +4,7 @@
 
 use std::ffi::c_void;
 
+use super::capture_order::CAPTURE_CHECK;
 use crate::pool::ErrorKind;
 
 /// The free list's shape (`kvp::Cursor`).
@@ -314,7 +315,11 @@ pub struct DeviceFault {
 impl DeviceFault {
     /// Decodes a fault record's fields.
     pub(crate) fn decode(code: u64, position: i64, value: i64) -> Self {
-        let op = DeviceOp::from_raw((code >> 32) as u32);
+        let raw_op = (code >> 32) as u32;
+        let op = DeviceOp::from_raw(raw_op & !CAPTURE_CHECK);
+        if raw_op & CAPTURE_CHECK != 0 && code & 0xff == err::UNORDERED {
+            return Self::capture_order(op, position, value);
+        }
         let what = op.map_or("a kernel", DeviceOp::name);
         let element = format!(
             "{}[{position}] = {value}",
@@ -459,6 +464,34 @@ impl DeviceFault {
     }
 }
 
+impl DeviceFault {
+    /// The capture-order check's fault (`capture_order`), in front of a call of kind `op`:
+    /// captured call `expected` had not published its number, the latest being `seen`.
+    fn capture_order(op: Option<DeviceOp>, expected: i64, seen: i64) -> Self {
+        let what = op.map_or("a call", DeviceOp::name);
+        let last = if seen == 0 {
+            "none had published its number".to_string()
+        } else {
+            format!("the last call to publish its number was #{seen}")
+        };
+        Self {
+            op,
+            kind: ErrorKind::InvalidState,
+            position: expected,
+            value: seen,
+            message: format!(
+                "{what}: call #{expected}, recorded by stream capture, had not run when this \
+                 call started ({last}): the graph was not launched before the pool's next call, \
+                 its capture was abandoned, or graphs ran out of capture order, so this call \
+                 would have taken the captured call's pages too (a call recorded by stream \
+                 capture is made at capture: launch its graph once, before the pool's next \
+                 call; detected on the device by the capture-order check; the call changed \
+                 nothing)"
+            ),
+        }
+    }
+}
+
 /// A kernel argument: the address of a value that lives until the launch returns.
 pub(crate) fn arg<T>(value: &T) -> *mut c_void {
     (value as *const T).cast_mut().cast()
@@ -495,6 +528,32 @@ mod tests {
         assert_eq!(fault.op, Some(DeviceOp::AllocDecode));
         assert!(
             fault.message.contains("call #41") && fault.message.contains("#39"),
+            "{}",
+            fault.message
+        );
+        // The capture-order check's (same kernel and code, the op marked).
+        let fault = DeviceFault::decode(
+            err::UNORDERED | (u64::from(3 | CAPTURE_CHECK) << 32),
+            41,
+            39,
+        );
+        assert_eq!(fault.kind, ErrorKind::InvalidState);
+        assert_eq!(fault.op, Some(DeviceOp::AllocDecode));
+        assert!(
+            fault
+                .message
+                .starts_with("kvp_pool_alloc_decode_async: call #41, recorded")
+                && fault
+                    .message
+                    .contains("the last call to publish its number was #39")
+                && fault.message.contains("capture-order check"),
+            "{}",
+            fault.message
+        );
+        let fault =
+            DeviceFault::decode(err::UNORDERED | (u64::from(1 | CAPTURE_CHECK) << 32), 7, 0);
+        assert!(
+            fault.message.contains("none had published its number"),
             "{}",
             fault.message
         );

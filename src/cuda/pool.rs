@@ -16,6 +16,7 @@ use std::sync::Arc;
 use cudarc::driver::sys::{CUdeviceptr, CUfunction, CUstream};
 use parking_lot::Mutex;
 
+use super::capture_order::CaptureOrder;
 use super::counts::{Accounting, Counts, Dest, Step};
 use super::driver::PrimaryContext;
 use super::kernels::{self, launch, launch_shared, Kernels};
@@ -25,7 +26,7 @@ use super::layout::{
     TAG_LIMIT,
 };
 use super::memory::{DeviceMemory, MappedHost};
-use super::release::{reap_ready, release_after, LastUse};
+use super::release::{may_be_capturing, reap_ready, release_after, LastUse};
 use super::stream_order::{StreamOrderCheck, DEBUG_ALL, DEBUG_STREAM_ORDER};
 use crate::pool::config::Layout;
 use crate::pool::error::fail;
@@ -462,6 +463,8 @@ pub struct DevicePool {
     /// The stream-order check's state, kept from its first use until the pool is released
     /// (its device word may still be written by queued kernels after it is switched off).
     stream_order: Option<StreamOrderCheck>,
+    /// The capture-order check (always on; costs nothing outside captures).
+    capture_order: CaptureOrder,
     buffers: Arc<SnapshotBuffers>,
     view: View,
     /// Which cursor the next kernel reads.
@@ -491,9 +494,10 @@ pub struct DevicePool {
     /// call hand the same pages out again. Cleared by a clear or a restore, which rewrite
     /// the whole state.
     broken: Option<String>,
-    /// Test hook ([`debug_fail_launch`](Self::debug_fail_launch)): the launch of the next
-    /// call with this position fails.
-    fail_launch: Option<usize>,
+    /// Test hook ([`debug_fail_launch`](Self::debug_fail_launch),
+    /// [`debug_fail_call`](Self::debug_fail_call)): `(calls, launch)`: after `calls` more
+    /// calls, the launch of the next one at position `launch` fails.
+    fail_launch: Option<(u32, usize)>,
     /// The device's SMs: a segment free of more blocks runs its two-blocks-an-SM kernel.
     multiprocessors: u32,
     /// Whether decodes of more than `DECODE_BATCH` requests run on a thread block cluster:
@@ -577,6 +581,7 @@ impl DevicePool {
             last_use: Arc::clone(&last_use),
             spare: Mutex::new(Vec::new()),
         });
+        let capture_order = CaptureOrder::new(record.device());
         let mut pool = Self {
             id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
             config,
@@ -592,6 +597,7 @@ impl DevicePool {
             last_use,
             debug: 0,
             stream_order: None,
+            capture_order,
             buffers,
             view,
             parity: 0,
@@ -927,7 +933,13 @@ impl DevicePool {
     }
 
     /// The next call's number and tag (re-tagging the device first when tags run out).
-    fn next_call(&mut self, op: u32, step: &Step, stream: CUstream) -> Result<Call, PoolError> {
+    fn next_call(
+        &mut self,
+        op: u32,
+        step: &Step,
+        capturing: bool,
+        stream: CUstream,
+    ) -> Result<Call, PoolError> {
         if self.tag >= TAG_LIMIT {
             self.retag(stream)?;
         }
@@ -937,7 +949,9 @@ impl DevicePool {
             self.seq = 1;
         }
         self.calls += 1;
-        if self.counts.is_exact() && step.is_unknown() {
+        // (Not while a captured call's published number awaits its check: it may be there
+        // already, and is recent.)
+        if self.counts.is_exact() && step.is_unknown() && !self.capture_order.pending() {
             // The log starts: this call and the later ones publish their counts. Clear the
             // record first, so that one left by a call long ago (over 2^31 calls back, whose
             // number reads as new in the wrapping order) is not taken for theirs. (A kernel
@@ -946,7 +960,8 @@ impl DevicePool {
             self.clear_published_counts();
         }
         let mut flags = 0;
-        if self.counts.wants_mirror(step) {
+        if self.counts.wants_mirror(step) || CaptureOrder::publishes(capturing, step.moves_cursor())
+        {
             flags |= CALL_MIRROR;
         }
         if self.group_open {
@@ -1011,12 +1026,26 @@ impl DevicePool {
         if !self.abandoned.is_empty() {
             self.end_abandoned_holds(stream)?;
         }
-        let call = self.next_call(op, &step, stream)?;
+        // Asked once: the capture-order check and the release event both depend on it.
+        let capturing = may_be_capturing(stream);
+        let call = self.next_call(op, &step, capturing, stream)?;
         let view = self.view;
         if self.debug != 0 {
             self.debug_before(&view, &call, stream)?;
         }
-        let fail_at = self.fail_launch.take();
+        self.capture_order
+            .before(self.kernels.debug_check, &view, &call, capturing, stream)?;
+        let fail_at = match self.fail_launch {
+            Some((0, launch)) => {
+                self.fail_launch = None;
+                Some(launch)
+            }
+            Some((calls, launch)) => {
+                self.fail_launch = Some((calls - 1, launch));
+                None
+            }
+            None => None,
+        };
         for (i, l) in launches.iter().enumerate() {
             // On the stack, not a heap allocation per launch (too small to see beside the
             // launch's own spread: run s25-1, BENCHMARKS.md).
@@ -1040,8 +1069,13 @@ impl DevicePool {
         if self.debug != 0 {
             self.debug_after(&call, stream);
         }
+        let publishes = CaptureOrder::publishes(capturing, step.moves_cursor());
+        self.capture_order.after(&call, publishes, capturing);
         // The kernels are queued: a failure to record (a broken context) cannot undo that.
-        let _ = self.last_use.mark(stream);
+        // Not inside a capture (see `release`).
+        if !capturing {
+            let _ = self.last_use.record(stream);
+        }
         if step.moves_cursor() {
             self.parity ^= 1;
         }
@@ -1106,7 +1140,14 @@ impl DevicePool {
     /// call only partly enqueued leaves.
     #[doc(hidden)]
     pub fn debug_fail_launch(&mut self, launch: usize) {
-        self.fail_launch = Some(launch);
+        self.fail_launch = Some((0, launch));
+    }
+
+    /// Makes the first launch of the call `calls` calls after the next one fail (0: the
+    /// next call's), for operations made of several calls (a reservation with a merge).
+    #[doc(hidden)]
+    pub fn debug_fail_call(&mut self, calls: u32) {
+        self.fail_launch = Some((calls, 0));
     }
 
     fn retag(&mut self, stream: CUstream) -> Result<(), PoolError> {

@@ -90,7 +90,12 @@ impl LastUse {
         if may_be_capturing(stream) {
             return Ok(());
         }
-        // SAFETY: a live event; a live stream that is not capturing.
+        self.record(stream)
+    }
+
+    /// [`mark`](Self::mark) for a caller that has just asked `may_be_capturing(stream)`.
+    pub fn record(&self, stream: CUstream) -> Result<(), PoolError> {
+        // SAFETY: a live event; a live stream that is not capturing (the caller's check).
         check(
             unsafe { sys::cuEventRecord(self.event, stream) },
             "cuEventRecord",

@@ -14,7 +14,7 @@
 
 use cudarc::driver::sys::{CUdeviceptr, CUstream};
 
-use super::{arg, DevicePool, DeviceTable};
+use super::{arg, DevicePool, DeviceTable, RECOVERY};
 use crate::cuda::counts::{Dest, Step};
 use crate::cuda::kernels::launch;
 use crate::cuda::layout::{Call, DeviceOp};
@@ -64,6 +64,13 @@ enum Phase {
     First = 1,
     /// After the merge: the other pages, the slot table, the fill points.
     Rest = 2,
+}
+
+/// One call of a reservation: a reserve kernel or the merge before a step.
+#[derive(Clone, Copy, Debug)]
+enum Part {
+    Reserve(Phase),
+    Merge,
 }
 
 /// Device addresses a reserve kernel works on.
@@ -219,31 +226,35 @@ impl DevicePool {
             };
             // A merge at step 1 runs before the reservation; one at a later step between the
             // pages of the steps before it and the others (two reserve calls).
-            let launched = match merge_at {
-                Some(s) if s > 1 => {
-                    let first = plan.taken_by[s as usize - 1];
-                    self.launch_reserve(&buffers, batch, steps, total, first, Phase::First, stream)
-                        .and_then(|()| self.enqueue_merge(stream))
-                        .and_then(|()| {
-                            self.launch_reserve(
-                                &buffers,
-                                batch,
-                                steps,
-                                total,
-                                first,
-                                Phase::Rest,
-                                stream,
-                            )
-                        })
-                }
-                Some(_) => self.enqueue_merge(stream).and_then(|()| {
-                    self.launch_reserve(&buffers, batch, steps, total, 0, Phase::All, stream)
-                }),
-                None => self.launch_reserve(&buffers, batch, steps, total, 0, Phase::All, stream),
+            let (parts, first): (&[Part], u64) = match merge_at {
+                Some(s) if s > 1 => (
+                    &[
+                        Part::Reserve(Phase::First),
+                        Part::Merge,
+                        Part::Reserve(Phase::Rest),
+                    ],
+                    plan.taken_by[s as usize - 1],
+                ),
+                Some(_) => (&[Part::Merge, Part::Reserve(Phase::All)], 0),
+                None => (&[Part::Reserve(Phase::All)], 0),
             };
-            if let Err(err) = launched {
-                self.reservation_spares.push(memory);
-                return Err(err);
+            for (i, part) in parts.iter().enumerate() {
+                let launched = match *part {
+                    Part::Merge => self.enqueue_merge(stream),
+                    Part::Reserve(phase) => {
+                        self.launch_reserve(&buffers, batch, steps, total, first, phase, stream)
+                    }
+                };
+                if let Err(err) = launched {
+                    // Queued kernels may still use the memory: it is reused only by later
+                    // calls, which the stream orders after them.
+                    self.reservation_spares.push(memory);
+                    if i > 0 && matches!(parts[0], Part::Reserve(Phase::First)) {
+                        return Err(self.break_reservation(i, parts.len(), &err));
+                    }
+                    // Nothing enqueued, or a merge alone (a call of its own, recorded).
+                    return Err(err);
+                }
             }
             self.count_allocation(u64::from(batch) * u64::from(steps), total);
             Ok(DeviceReservation {
@@ -260,6 +271,25 @@ impl DevicePool {
         })();
         self.record_outcome(result.as_ref().map(|_| ()).map_err(Clone::clone))?;
         result
+    }
+
+    /// A reservation whose first reserve call (the pages of the steps before a merge) was
+    /// enqueued but whose call `failed` of `total` was not: that call's pages stay held by
+    /// a reservation no handle names, so the pool refuses work until a clear or restore,
+    /// like a call only partly enqueued.
+    #[cold]
+    fn break_reservation(&mut self, failed: usize, total: usize, err: &PoolError) -> PoolError {
+        let why = format!(
+            "kvp_pool_reserve_decode_async enqueued {failed} of its {total} calls before one \
+             failed ({}); the first took pages that no reservation returns",
+            err.message()
+        );
+        let error = PoolError::new(
+            ErrorKind::CudaError,
+            format!("{why}: the pool refuses work until {RECOVERY}"),
+        );
+        self.broken = Some(why);
+        error
     }
 
     /// Enqueues one reserve kernel (one call of the pool): `phase` says which part, `first`

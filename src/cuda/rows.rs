@@ -263,9 +263,8 @@ impl DevicePool {
         } else {
             "alloc_extend"
         };
-        self.ensure_pages(trigger, new_pages, what, stream)?;
         if batch == 0 {
-            return Ok(());
+            return self.ensure_pages(trigger, new_pages, what, stream);
         }
         let batch32 = batch_u32(batch)?;
         let (kernel, grid, block, per_block, _) =
@@ -315,6 +314,7 @@ impl DevicePool {
             ExtendKernel::Grid | ExtendKernel::Pairs(_) => None,
         };
         if let Some((function, block)) = one_kernel {
+            self.ensure_pages(trigger, new_pages, what, stream)?;
             let tab = TableArgs {
                 table: table.data,
                 wide: table.wide(),
@@ -363,6 +363,9 @@ impl DevicePool {
             0
         };
         let base = self.rows_data(out_at + out_bytes, stream)?;
+        // After the scratch (whose allocation may fail): a merge is a call of its own, which
+        // a refused call must not have made.
+        self.ensure_pages(trigger, new_pages, what, stream)?;
         let last_loc = base;
         let tok_off = base + off_at as u64;
         let out = if out == 0 { base + out_at as u64 } else { out };
