@@ -117,6 +117,15 @@ impl<T: HandleKind> Guarded<T> {
 }
 
 impl<T> Guarded<T> {
+    /// Runs `body` under the lock even when the handle is poisoned: for handing a dependent
+    /// object's resources back to it (a device reservation's memory, which the pool frees
+    /// stream-ordered), never for a call. `body` must only move resources into `T`; a
+    /// panic in it is contained (the resources are then dropped here).
+    pub fn with_for_release(&self, body: impl FnOnce(&mut T)) {
+        let mut guard = self.value.lock();
+        let _ = catch_unwind(AssertUnwindSafe(|| body(&mut guard)));
+    }
+
     /// Runs `body` under the lock, poisoning the handle if `body` panics.
     pub fn with(&self, body: impl FnOnce(&mut T) -> kvp_status) -> kvp_status {
         // Checked under the lock: a call that waited for it while the holder panicked must
@@ -278,4 +287,35 @@ pub(crate) unsafe fn boxed_release<T: HandleKind, C>(ptr: *mut C) {
             drop(unsafe { Box::from_raw(ptr.cast::<Tagged<T>>()) });
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Box0(Vec<u32>);
+    impl HandleKind for Box0 {
+        const NAME: &'static str = "test";
+        const TAG: u64 = 1;
+    }
+
+    #[test]
+    fn a_release_reaches_a_poisoned_object_and_a_call_does_not() {
+        let handle = Guarded::new(Box0(Vec::new()));
+        assert_eq!(
+            handle.with(|_| panic!("poison it")),
+            kvp_status::Panic,
+            "the panic is caught"
+        );
+        assert_eq!(
+            handle.with(|b| {
+                b.0.push(1);
+                kvp_status::Ok
+            }),
+            kvp_status::Poisoned
+        );
+        handle.with_for_release(|b| b.0.push(2));
+        handle.with_for_release(|_| panic!("contained"));
+        assert_eq!(handle.value.lock().0, vec![2]);
+    }
 }

@@ -55,15 +55,16 @@ impl Drop for ReservationObject {
         }
         // The device memory goes back to the pool for later reservations (its queued kernels
         // are ordered before every later call of the pool; an unfinished reservation's holds
-        // end in the pool's next call).
+        // end in the pool's next call). Also to a poisoned pool: dropped here, the memory
+        // would be freed at once under kernels that may still be queued; the pool frees it
+        // stream-ordered with its own.
         if let Inner::Device(res) = &mut self.inner {
             if let Some(res) = res.take() {
                 let _restore = RestoreContext::save();
-                self.pool.with(|object| {
+                self.pool.with_for_release(|object| {
                     if let PoolObject::Device(pool) = object {
                         pool.release_reservation(res);
                     }
-                    kvp_status::Ok
                 });
             }
         }
