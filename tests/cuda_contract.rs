@@ -525,6 +525,27 @@ fn a_call_made_before_a_captured_calls_graph_runs_faults() {
     assert_eq!(out_c.download::<i64>(16), pages(1));
 }
 
+/// A clear after a captured call whose graph never runs (an abandoned capture) rewrites the
+/// state and is not checked: no fault, and the next call starts from an empty pool.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_clear_after_an_unlaunched_capture_is_not_checked() {
+    let gpu = Gpu::new(false);
+    let s = gpu.stream;
+    let (out_a, out_b) = (DevBuf::new(16 * 8), DevBuf::new(16 * 8));
+    let mut pool = DevicePool::new(device_config(16)).unwrap();
+    // SAFETY (every call below): buffers hold 16 indices and outlive the stream's work.
+    unsafe { pool.alloc(16, out_a.ptr, 16, s) }.unwrap();
+    let (graph, status) = Graph::capture(s, || unsafe { pool.alloc(16, out_b.ptr, 16, s) });
+    status.unwrap();
+    drop(graph);
+    unsafe { pool.clear(s) }.unwrap();
+    unsafe { pool.alloc(16, out_a.ptr, 16, s) }.unwrap();
+    gpu.sync();
+    pool.check_device().unwrap();
+    assert_eq!(out_a.download::<i64>(16), pages(1));
+}
+
 /// Captured calls whose graphs run once each, in capture order, before the next call: no
 /// fault, and the slots of the same calls made uncaptured (fresh pages in call order). Later
 /// uncaptured calls launch no check (nothing is pending) and go on from there.

@@ -15,8 +15,10 @@
 //! uncaptured call after it is enqueued behind the stream-order check's one-warp kernel
 //! comparing the record's latest published number with the captured call's; a mismatch
 //! faults the pool, so that call and every later one change nothing. Calls neither captured
-//! nor right after a capture launch nothing extra. Not caught: a graph replayed after later
-//! calls (a replay right after its own call repeats it exactly, which the benchmarks use).
+//! nor right after a capture launch nothing extra, and neither does a clear or restore
+//! (which rewrites the state). Not caught: a graph replayed after later calls (a replay
+//! right after its own call repeats it exactly, which the benchmarks use), a graph skipped
+//! when a later captured call's graph ran, a graph launched after a clear or restore.
 
 use cudarc::driver::sys::{CUdeviceptr, CUfunction, CUstream};
 
@@ -62,16 +64,19 @@ impl CaptureOrder {
     }
 
     /// Enqueues the check in front of an uncaptured `call` made after a captured one; a
-    /// failure leaves the call unmade (nothing of it is enqueued yet).
+    /// failure leaves the call unmade (nothing of it is enqueued yet). Not in front of a
+    /// clear or restore (`recovering`), which rewrites the state whatever ran before it
+    /// (and would otherwise carry the fault past its own recovery).
     pub fn before(
         &self,
         check: CUfunction,
         view: &View,
         call: &Call,
         capturing: bool,
+        recovering: bool,
         stream: CUstream,
     ) -> Result<(), PoolError> {
-        if capturing || !self.pending {
+        if capturing || recovering || !self.pending {
             return Ok(());
         }
         let guard = Call {

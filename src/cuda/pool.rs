@@ -1033,8 +1033,15 @@ impl DevicePool {
         if self.debug != 0 {
             self.debug_before(&view, &call, stream)?;
         }
-        self.capture_order
-            .before(self.kernels.debug_check, &view, &call, capturing, stream)?;
+        let recovering = matches!(step, Step::Set { .. });
+        self.capture_order.before(
+            self.kernels.debug_check,
+            &view,
+            &call,
+            capturing,
+            recovering,
+            stream,
+        )?;
         let fail_at = match self.fail_launch {
             Some((0, launch)) => {
                 self.fail_launch = None;
