@@ -1,5 +1,5 @@
 # The forty-second session's fixes on the device (no kernel changed; pack with
-# `scripts/gpu/pack.sh --variant P=main --variant T=.`): every GPU test (with the new
+# `scripts/gpu/pack.sh --variant P=d604b2a --variant T=.`): every GPU test (with the new
 # capture-order, partly enqueued reservation and by-row scratch tests), the Python tests
 # (test_cuda.py, test_kvpool.py with PyTorch), the C++ example, then an A/B of main (P) and
 # this tree (T): a captured call now publishes its number (CALL_MIRROR), which the
