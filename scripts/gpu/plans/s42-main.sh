@@ -4,7 +4,6 @@
 # and this tree (T): a captured call now publishes its number (CALL_MIRROR), which the
 # benchmark's graph-replay device times include; the host times show the per-call cost.
 # Then the Python tests (test_cuda.py, test_kvpool.py with PyTorch) and the C++ example.
-# Then the Python tests (test_cuda.py, test_kvpool.py with PyTorch) and the C++ example.
 step tests tests
 ab_bench ab "--ops alloc_extend,alloc_decode --page-sizes 16 --batch-sizes 1,64,1024"
 step python python
