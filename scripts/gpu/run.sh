@@ -13,6 +13,8 @@
 #                                         steps with their req_to_token table vs kvpool's
 #                                         by-row calls)
 #   scripts/gpu/run.sh profile           (not in the default set: Nsight Compute, see below)
+#   scripts/gpu/run.sh sanitize-host-path (not in the default set: a short memcheck pass for
+#                                         a host-side change of the device path)
 #
 # tp: the tensor-parallel digest test (tests/tp/tp_digest.py): one rank per GPU (at least
 # two; ranks share the GPU, with gloo instead of NCCL, on a one-GPU machine), TP_STEPS steps
@@ -152,6 +154,23 @@ for step in "${steps[@]}"; do
         # operations in all; the log in $OUT/lockstep_soak.log, a summary (configuration,
         # seed, operations) in $OUT/lockstep_soak.tsv.
         run lockstep-soak lockstep_soak
+        ;;
+    sanitize-host-path)
+        # A short sanitizer pass for a change to the host side of the device path (no kernel
+        # changed): memcheck over the lockstep test (every kernel, SANITIZE_OPS operations
+        # a configuration, default 100), the contract tests, the reservations and the partly
+        # enqueued calls (their failing launches are API errors on purpose: not reported).
+        KVPOOL_LOCKSTEP_OPS=${SANITIZE_OPS:-100} run sanitize-memcheck "$SANITIZER" --tool memcheck \
+            --error-exitcode 9 "$BIN/cuda_lockstep" --ignored --nocapture
+        KVPOOL_SANITIZER=1 run sanitize-memcheck-contract "$SANITIZER" --tool memcheck \
+            --error-exitcode 9 "$BIN/cuda_contract" --ignored --test-threads=1 \
+            --skip stream_order_check_catches
+        run sanitize-memcheck-reservation "$SANITIZER" --tool memcheck \
+            --error-exitcode 9 "$BIN/cuda_reservation" --ignored --test-threads=1
+        run sanitize-memcheck-partial "$SANITIZER" --tool memcheck --report-api-errors no \
+            --error-exitcode 9 "$BIN/cuda_device" --ignored --test-threads=1 --exact \
+            a_call_only_partly_enqueued_blocks_the_pool_until_recovered \
+            a_reservation_only_partly_enqueued_blocks_the_pool_until_recovered
         ;;
     sanitize)
         for tool in memcheck racecheck; do
