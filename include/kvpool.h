@@ -57,9 +57,10 @@
  *    capture order would have it take pages the captured call takes too): if not, the
  *    pool faults (KVP_STATUS_DEVICE_FAULT, naming the capture-order check; that call and
  *    every later one change nothing until a clear or restore). The check is one one-warp
- *    kernel before that call (not before a clear or restore, which rewrite the state),
- *    nothing for other calls; it does not catch a graph replayed after later calls or
- *    launched after a clear or restore. Every
+ *    kernel before that call (not before a clear or restore, which rewrite the state), and
+ *    a captured call publishes its number to the pool's host-mapped record when it runs
+ *    (up to 0.08 us of device time); other calls pay nothing. It does not catch a graph
+ *    replayed after later calls or launched after a clear or restore. Every
  *    `*_async` call (page tables, digests and reservation steps too) is a call of the pool
  *    for the ordering rule above.
  *  - Thread state (device pools). A call on a device pool (and kvp_pool_new / kvp_pool_free
