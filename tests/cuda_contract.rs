@@ -461,9 +461,14 @@ fn stream_order_check_off_checks_nothing() {
         .is_none_or(|f| f.kind != ErrorKind::UnorderedStreams));
 }
 
-/// The slots of `n` 16-slot allocations from page `first` on (page size 16, fresh pool).
+/// The 16 slots of page `first` (page size 16).
 fn pages(first: i64) -> Vec<i64> {
     (first * 16..first * 16 + 16).collect()
+}
+
+/// `N` device outputs of 16 `i64` indices each.
+fn outputs<const N: usize>() -> [DevBuf; N] {
+    std::array::from_fn(|_| DevBuf::new(16 * 8))
 }
 
 /// A capture-order fault, as `check_device` reports it.
@@ -488,11 +493,7 @@ fn assert_capture_fault(pool: &mut DevicePool) {
 fn a_call_made_before_a_captured_calls_graph_runs_faults() {
     let gpu = Gpu::new(false);
     let s = gpu.stream;
-    let (out_a, out_b, out_c) = (
-        DevBuf::new(16 * 8),
-        DevBuf::new(16 * 8),
-        DevBuf::new(16 * 8),
-    );
+    let [out_a, out_b, out_c] = outputs();
     out_c.upload(&[-7i64; 16]);
     let mut pool = DevicePool::new(device_config(16)).unwrap();
     // SAFETY (every call below): buffers hold 16 indices and outlive the stream's work.
@@ -532,7 +533,7 @@ fn a_call_made_before_a_captured_calls_graph_runs_faults() {
 fn a_clear_after_an_unlaunched_capture_is_not_checked() {
     let gpu = Gpu::new(false);
     let s = gpu.stream;
-    let (out_a, out_b) = (DevBuf::new(16 * 8), DevBuf::new(16 * 8));
+    let [out_a, out_b] = outputs();
     let mut pool = DevicePool::new(device_config(16)).unwrap();
     // SAFETY (every call below): buffers hold 16 indices and outlive the stream's work.
     unsafe { pool.alloc(16, out_a.ptr, 16, s) }.unwrap();
@@ -554,7 +555,7 @@ fn a_clear_after_an_unlaunched_capture_is_not_checked() {
 fn captured_calls_launched_once_in_order_pass() {
     let gpu = Gpu::new(false);
     let s = gpu.stream;
-    let outs: Vec<DevBuf> = (0..5).map(|_| DevBuf::new(16 * 8)).collect();
+    let outs: [DevBuf; 5] = outputs();
     let mut pool = DevicePool::new(device_config(16)).unwrap();
     for round in 0..2i64 {
         // SAFETY (every call below): buffers hold 16 indices and outlive the stream's work.
@@ -589,11 +590,7 @@ fn captured_calls_launched_once_in_order_pass() {
 fn a_graph_replayed_at_once_repeats_its_call_and_graphs_out_of_order_fault() {
     let gpu = Gpu::new(false);
     let s = gpu.stream;
-    let (out_a, out_b, out_c) = (
-        DevBuf::new(16 * 8),
-        DevBuf::new(16 * 8),
-        DevBuf::new(16 * 8),
-    );
+    let [out_a, out_b, out_c] = outputs();
     let mut pool = DevicePool::new(device_config(16)).unwrap();
     // SAFETY (every call below): buffers hold 16 indices and outlive the stream's work.
     let (g1, status) = Graph::capture(s, || unsafe { pool.alloc(16, out_a.ptr, 16, s) });

@@ -534,35 +534,15 @@ fn a_call_only_partly_enqueued_blocks_the_pool_until_recovered() {
     };
 
     // The extend by row: restored.
-    let batch = 2049usize;
-    let kernel = device.debug_extend_kernel(true, batch, false, batch as u64, batch as u64);
-    assert_eq!(family(&kernel), "Grid", "{kernel}");
-    let table = DeviceRows::new(batch, 16);
-    let (prefix_d, seq_d, rows_d) = DevBuf::lengths(batch);
-    let (prefix, seq) = (vec![0i64; batch], vec![1i64; batch]);
-    rows_d.upload(&(0..batch as i64).collect::<Vec<_>>());
-    prefix_d.upload(&prefix);
-    seq_d.upload(&seq);
+    let rows = NewRows::new(&device, 2049);
+    let batch = rows.batch;
     gpu.sync();
     let before = PoolImage::of(&device);
     // SAFETY: the buffers hold what the calls say; synchronized below.
     unsafe {
         let snapshot = device.backup_state(gpu.stream).unwrap();
         device.debug_fail_launch(2);
-        let err = device
-            .alloc_extend_rows(
-                table.desc,
-                rows_d.ptr,
-                &prefix,
-                &seq,
-                prefix_d.ptr,
-                seq_d.ptr,
-                batch as u64,
-                0,
-                0,
-                gpu.stream,
-            )
-            .unwrap_err();
+        let err = rows.extend(&mut device, gpu.stream).unwrap_err();
         assert_eq!(err.kind(), ErrorKind::CudaError, "{err}");
         assert!(
             err.message().contains("enqueued 2 of its 3 kernels"),
@@ -723,15 +703,7 @@ fn a_by_row_call_refused_for_its_scratch_makes_no_merge() {
         ..config(CUDA0, 16)
     })
     .unwrap();
-    let batch = 2049usize;
-    let kernel = device.debug_extend_kernel(true, batch, false, batch as u64, batch as u64);
-    assert_eq!(family(&kernel), "Grid", "{kernel}");
-    let table = DeviceRows::new(batch, 16);
-    let (prefix_d, seq_d, rows_d) = DevBuf::lengths(batch);
-    let (prefix, seq) = (vec![0i64; batch], vec![1i64; batch]);
-    rows_d.upload(&(0..batch as i64).collect::<Vec<_>>());
-    prefix_d.upload(&prefix);
-    seq_d.upload(&seq);
+    let rows = NewRows::new(&device, 2049);
     let filler = DevBuf::new(8 * pages * 16);
     let taken = (pages - 1000) * 16;
     // SAFETY (every call below): the buffers hold what the calls say; synchronized before
@@ -743,22 +715,9 @@ fn a_by_row_call_refused_for_its_scratch_makes_no_merge() {
     gpu.sync();
     let before = PoolImage::of(&device);
     let merges = device.stats().merges;
-    let extend = |device: &mut DevicePool| unsafe {
-        device.alloc_extend_rows(
-            table.desc,
-            rows_d.ptr,
-            &prefix,
-            &seq,
-            prefix_d.ptr,
-            seq_d.ptr,
-            batch as u64,
-            0,
-            0,
-            s,
-        )
-    };
     let held = exhaust_device_memory();
-    let refused = extend(&mut device);
+    // SAFETY: as above.
+    let refused = unsafe { rows.extend(&mut device, s) };
     for ptr in held {
         // SAFETY: allocated above, used by nothing.
         unsafe { cudarc::driver::sys::cuMemFree_v2(ptr) };
@@ -771,14 +730,74 @@ fn a_by_row_call_refused_for_its_scratch_makes_no_merge() {
         panic!("the refused call changed the pool: {change}");
     }
     assert_eq!(kind_of(device.check_device()), Ok(()));
-    extend(&mut device).unwrap();
+    // SAFETY: as above.
+    unsafe { rows.extend(&mut device, s) }.unwrap();
     gpu.sync();
     assert_eq!(kind_of(device.check_device()), Ok(()));
     assert_eq!(device.stats().merges, merges + 1);
     assert_eq!(
         allocated_pages_on_device(&device),
-        pages - 1000 - 3000 + batch
+        pages - 1000 - 3000 + rows.batch
     );
+}
+
+/// `batch` new requests of one token each on rows `0..batch` of a fresh table: a by-row
+/// extend on the gather/scatter shape (past 2,048 requests: scratch and three kernels).
+struct NewRows {
+    batch: usize,
+    table: DeviceRows,
+    prefix: Vec<i64>,
+    seq: Vec<i64>,
+    prefix_d: DevBuf,
+    seq_d: DevBuf,
+    rows_d: DevBuf,
+}
+
+impl NewRows {
+    fn new(device: &DevicePool, batch: usize) -> Self {
+        let kernel = device.debug_extend_kernel(true, batch, false, batch as u64, batch as u64);
+        assert_eq!(family(&kernel), "Grid", "{kernel}");
+        let (prefix_d, seq_d, rows_d) = DevBuf::lengths(batch);
+        let (prefix, seq) = (vec![0i64; batch], vec![1i64; batch]);
+        rows_d.upload(&(0..batch as i64).collect::<Vec<_>>());
+        prefix_d.upload(&prefix);
+        seq_d.upload(&seq);
+        Self {
+            batch,
+            table: DeviceRows::new(batch, 16),
+            prefix,
+            seq,
+            prefix_d,
+            seq_d,
+            rows_d,
+        }
+    }
+
+    /// Enqueues the extend (no `out`: the table takes the slots).
+    ///
+    /// # Safety
+    /// `stream` a live stream of the pool's device.
+    unsafe fn extend(
+        &self,
+        device: &mut DevicePool,
+        stream: cudarc::driver::sys::CUstream,
+    ) -> Result<(), kvpool::PoolError> {
+        // SAFETY: the buffers hold `batch` entries and live as long as `self`.
+        unsafe {
+            device.alloc_extend_rows(
+                self.table.desc,
+                self.rows_d.ptr,
+                &self.prefix,
+                &self.seq,
+                self.prefix_d.ptr,
+                self.seq_d.ptr,
+                self.batch as u64,
+                0,
+                0,
+                stream,
+            )
+        }
+    }
 }
 
 /// The allocated pages of a device pool (tests only).

@@ -1110,6 +1110,12 @@ impl DevicePool {
             DeviceOp::from_raw(call.op).map_or("an internal call", DeviceOp::name),
             err.message()
         );
+        self.refuse_until_recovered(why)
+    }
+
+    /// Makes the pool refuse work until a clear or restore, for `why` (some of a call's
+    /// work is queued, some is not: what the queued part changes is not recorded).
+    pub(super) fn refuse_until_recovered(&mut self, why: String) -> PoolError {
         let error = PoolError::new(
             ErrorKind::CudaError,
             format!("{why}: the pool refuses work until {RECOVERY}"),

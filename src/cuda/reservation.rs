@@ -14,7 +14,7 @@
 
 use cudarc::driver::sys::{CUdeviceptr, CUstream};
 
-use super::{arg, DevicePool, DeviceTable, RECOVERY};
+use super::{arg, DevicePool, DeviceTable};
 use crate::cuda::counts::{Dest, Step};
 use crate::cuda::kernels::launch;
 use crate::cuda::layout::{Call, DeviceOp};
@@ -284,12 +284,7 @@ impl DevicePool {
              failed ({}); the first took pages that no reservation returns",
             err.message()
         );
-        let error = PoolError::new(
-            ErrorKind::CudaError,
-            format!("{why}: the pool refuses work until {RECOVERY}"),
-        );
-        self.broken = Some(why);
-        error
+        self.refuse_until_recovered(why)
     }
 
     /// Enqueues one reserve kernel (one call of the pool): `phase` says which part, `first`
