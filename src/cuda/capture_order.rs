@@ -23,8 +23,8 @@
 
 use cudarc::driver::sys::{CUdeviceptr, CUfunction, CUstream};
 
-use super::kernels::launch;
-use super::layout::{arg, Call, HostRecord, View};
+use super::layout::{Call, HostRecord, View};
+use super::stream_order::enqueue_check;
 use crate::pool::PoolError;
 
 /// Marks a check's `Call::op` (above every `DeviceOp`): the fault is the capture-order
@@ -84,18 +84,8 @@ impl CaptureOrder {
             op: call.op | CAPTURE_CHECK,
             ..*call
         };
-        let expect = self.captured;
-        // SAFETY: `kvp_debug_check(View, Call, const u32 *done, u32 expect)`; one warp; the
-        // record is mapped for the pool's lifetime.
-        unsafe {
-            launch(
-                check,
-                1,
-                32,
-                stream,
-                &mut [arg(view), arg(&guard), arg(&self.published), arg(&expect)],
-            )
-        }
+        // (The record is mapped for the pool's lifetime.)
+        enqueue_check(check, view, &guard, self.published, self.captured, stream)
     }
 
     /// After `call` is enqueued (`publishes`: it was launched to publish its number).

@@ -932,12 +932,13 @@ impl DevicePool {
         Ok(())
     }
 
-    /// The next call's number and tag (re-tagging the device first when tags run out).
+    /// The next call's number and tag (re-tagging the device first when tags run out);
+    /// `publishes`: a captured call the capture-order check needs the number of.
     fn next_call(
         &mut self,
         op: u32,
         step: &Step,
-        capturing: bool,
+        publishes: bool,
         stream: CUstream,
     ) -> Result<Call, PoolError> {
         if self.tag >= TAG_LIMIT {
@@ -960,8 +961,7 @@ impl DevicePool {
             self.clear_published_counts();
         }
         let mut flags = 0;
-        if self.counts.wants_mirror(step) || CaptureOrder::publishes(capturing, step.moves_cursor())
-        {
+        if self.counts.wants_mirror(step) || publishes {
             flags |= CALL_MIRROR;
         }
         if self.group_open {
@@ -1028,7 +1028,8 @@ impl DevicePool {
         }
         // Asked once: the capture-order check and the release event both depend on it.
         let capturing = may_be_capturing(stream);
-        let call = self.next_call(op, &step, capturing, stream)?;
+        let publishes = CaptureOrder::publishes(capturing, step.moves_cursor());
+        let call = self.next_call(op, &step, publishes, stream)?;
         let view = self.view;
         if self.debug != 0 {
             self.debug_before(&view, &call, stream)?;
@@ -1076,7 +1077,6 @@ impl DevicePool {
         if self.debug != 0 {
             self.debug_after(&call, stream);
         }
-        let publishes = CaptureOrder::publishes(capturing, step.moves_cursor());
         self.capture_order.after(&call, publishes, capturing);
         // The kernels are queued: a failure to record (a broken context) cannot undo that.
         // Not inside a capture (see `release`).
