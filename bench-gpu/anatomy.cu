@@ -451,7 +451,8 @@ int main() {
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   Pool pool(kPages, kPageSize);
-  const Call extend_call{7, 0, 0, kvp::OP_ALLOC_EXTEND, 2, 0};
+  // (Call::runs 1: the cursor the reset wrote; replayed, so CALL_REPLAYABLE.)
+  const Call extend_call{7, 0, kvp::CALL_REPLAYABLE, kvp::OP_ALLOC_EXTEND, 2, 1};
 
   // SGLang's free pages: the ring's order after a reset (pages 1, 2, ...).
   std::vector<long long> free_host(kPages);
@@ -628,13 +629,13 @@ int main() {
   // the extend reads cursor[0] and writes cursor[1], the decode reads cursor[1].
   {
     DeviceInts prefix({0}), seq({16}), last({-1}), out16(std::vector<long long>(16, 0));
-    kvp_extend_few_64_i64<<<1, 64, 0, s>>>(pool.v, Call{3, 0, 0, kvp::OP_ALLOC_EXTEND, 3, 0},
+    kvp_extend_few_64_i64<<<1, 64, 0, s>>>(pool.v, Call{3, 0, 0, kvp::OP_ALLOC_EXTEND, 3, 1},
                                            prefix.p, seq.p, last.p, 1, 1, 0,
                                            16, 1, out16.p);
     CHECK(cudaDeviceSynchronize());
     pool.expect_no_fault("decode's prefix");
     DeviceInts dseq({17}), dlast({31}), out_kvp({-7}), out_sgl({-7});
-    const Call decode_call{9, 1, 0, kvp::OP_ALLOC_DECODE, 4, 0};
+    const Call decode_call{9, 1, kvp::CALL_REPLAYABLE, kvp::OP_ALLOC_DECODE, 4, 2};
     const std::vector<long long> decode_want = {2 * kPageSize};  // page 2's first slot
     add("decode 1, starting a page: kvp_decode_32_i64", 1,
         {"start", "in", "decided", "written", "end"},

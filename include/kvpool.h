@@ -52,17 +52,16 @@
  *    call, and never replay it as a substitute for calling again (the host-side counts and
  *    the device's cursor advance per call, not per replay) — except
  *    kvp_decode_reservation_step_async, made to be replayed (docs/graph-decode.md). The
- *    first uncaptured call after a captured one checks on the device that the captured
- *    call has run (a capture abandoned, a graph not launched yet, or graphs launched out of
- *    capture order would have it take pages the captured call takes too): if not, the
- *    pool faults (KVP_STATUS_DEVICE_FAULT, naming the capture-order check; that call and
- *    every later one change nothing until a clear or restore). The check is one one-warp
- *    kernel before that call (not before a clear or restore, which rewrite the state), and
- *    a captured call publishes its number to the pool's host-mapped record when it runs
- *    (up to 0.08 us of device time); other calls pay nothing. It does not catch a graph
- *    replayed after later calls or launched after a clear or restore. Every
- *    `*_async` call (page tables, digests and reservation steps too) is a call of the pool
- *    for the ordering rule above.
+ *    kernels check this themselves (the turn check): every call that reads the pool's
+ *    state finds the state left by the call made just before it, or it changes nothing and
+ *    faults the pool (KVP_STATUS_DEVICE_FAULT, "ran out of turn" or "ran a second time",
+ *    naming the calls; every later call changes nothing until a clear or restore). So a
+ *    graph launched late (after later calls, or after a clear or restore), early (before
+ *    the calls made ahead of it), twice, or never (a capture abandoned: the next call
+ *    faults) never hands slots out twice. A clear or restore is not checked (it rewrites
+ *    the state). KVP_DEBUG_REPLAY_CALLS lets a graph replayed at once repeat its call, for
+ *    timing calls. Every `*_async` call (page tables, digests and reservation steps too) is
+ *    a call of the pool for the ordering rule above.
  *  - Thread state (device pools). A call on a device pool (and kvp_pool_new / kvp_pool_free
  *    of one, and the free of its last snapshot or of a scheduler holding it) makes the
  *    device's primary context current while it runs and makes the calling thread's own
@@ -593,6 +592,14 @@ enum kvp_debug
    * every device pool by the environment variable `KVPOOL_DEBUG=stream_order` at creation.
    */
   KVP_DEBUG_STREAM_ORDER = 1,
+  /**
+   * Let a call recorded by stream capture run again when its graph is replayed at once,
+   * repeating the call on the state before it (the same slots again): for timing a call
+   * by replaying its graph, as bench-gpu does. Without it the turn check faults a
+   * captured call that runs a second time (`KVP_STATUS_DEVICE_FAULT`). Not for serving:
+   * the repeated slots are handed out twice. Costs nothing.
+   */
+  KVP_DEBUG_REPLAY_CALLS = 2,
 };
 #ifndef __cplusplus
 #if __STDC_VERSION__ >= 202311L

@@ -1111,7 +1111,9 @@ public:
     /// KVP_DEBUG_STREAM_ORDER a device pool checks on the device that each call starts after
     /// the previous one has finished; a call from a stream not ordered with the previous
     /// call's faults the pool (KVP_STATUS_UNORDERED_STREAMS from the next call or
-    /// check_device()). A host pool accepts and ignores the flags.
+    /// check_device()). With KVP_DEBUG_REPLAY_CALLS a graph replayed at once repeats its
+    /// captured call instead of faulting the pool (for timing a call; not for serving). A
+    /// host pool accepts and ignores the flags.
     void set_debug(uint32_t flags) { check(kvp_pool_set_debug(get(), flags), "kvp_pool_set_debug"); }
     uint32_t debug_flags() const {
         uint32_t out = 0;

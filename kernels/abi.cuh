@@ -95,6 +95,13 @@ extern "C" __device__ const unsigned long long kvp_abi[] = {
     ERR_HELD,
     ERR_SNAPSHOT_FAULTED,
     offsetof(Cursor, faulted),
+    // The turn check (pool.cu: commit).
+    offsetof(Cursor, runs),
+    offsetof(Cursor, writer),
+    offsetof(Call, runs),
+    CALL_REPLAYABLE,
+    ERR_OUT_OF_TURN,
+    ERR_REPLAYED,
 };
 
 }  // namespace kvp

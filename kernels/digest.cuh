@@ -87,7 +87,9 @@ __device__ void run(const View &v, const Call &call, unsigned long long *scratch
                                          n,
                                          v.need_sort ? 1ull : 0ull,
                                          (call.flags & CALL_IN_GROUP) ? 1ull : 0ull,
-                                         v.header->fault != 0 ? 1ull : 0ull,
+                                         // (out of turn: it read some other call's
+                                         // state, so it reads as a faulted pool's)
+                                         dead_call(v.header->fault, c, call) ? 1ull : 0ull,
                                          c.free_len,
                                          c.staged_len,
                                          free_sum,

@@ -236,22 +236,92 @@ __device__ void mirror_counts(const View &v, const Call &call, const Cursor &c) 
   rec[3] = t | c.group_ord_len;
 }
 
-// Thread 0 only: makes the pool faulted (first fault wins) and tells the host.
+// The later of two call numbers in the host's wrapping order (0: no call).
+__device__ inline uint32_t later_seq(uint32_t a, uint32_t b) {
+  if (a == 0) return b;
+  if (b == 0) return a;
+  return (int32_t)(b - a) > 0 ? b : a;
+}
+
+// Thread 0 only: makes the pool faulted (first fault wins) and tells the host. The fault
+// is recorded as the latest call known to have run: this one, or the writer of a cursor
+// when this kernel's call is older (a graph launched after later calls, or after a clear
+// or restore; a reservation step), so that the host never takes a fault raised now for
+// one from before its last recovery, which it would not let block the pool.
 __device__ void raise_fault(const View &v, const Call &call, unsigned long long key,
                             long long value) {
   if (atomicCAS(&v.header->fault, 0u, 1u) != 0u) return;
+  const volatile Cursor *cursors = v.header->cursor;
+  const uint32_t seq = later_seq(later_seq(call.seq, cursors[0].writer), cursors[1].writer);
   volatile HostRecord *rec = v.record;
   rec->fault_code = (unsigned long long)(key & 0xff) | ((unsigned long long)call.op << 32);
   rec->fault_position = (long long)(key >> 8);
   rec->fault_value = value;
   __threadfence_system();
-  rec->fault_seq = call.seq;
+  rec->fault_seq = seq;
 }
 
-// Thread 0 only: the call's new cursor, published.
-__device__ void commit(const View &v, const Call &call, const Cursor &next) {
-  v.header->cursor[call.in ^ 1] = next;
+// The turn check. The host numbers its cursor-moving calls (`Call::runs`: how many it made
+// before this one) and every cursor carries the number of the call that wrote it plus one
+// (`Cursor::runs`). A call that reads a cursor of another number runs out of the order the
+// calls were made in: a call recorded by stream capture whose graph was launched late
+// (after later calls), early (before the calls made ahead of it), twice, or never (a
+// later call then finds the cursor before it); or streams the caller did not order. Such
+// a call would hand out pages a call before or after it hands out too, so it does nothing
+// (its kernels count it dead, as in a faulted pool) and its commit faults the pool.
+__device__ __forceinline__ bool out_of_turn(const Cursor &c, const Call &call) {
+  return c.runs != call.runs;
+}
+// Whether a call must change nothing: the pool is faulted, or the call is out of turn.
+__device__ __forceinline__ bool dead_call(uint32_t fault, const Cursor &c, const Call &call) {
+  return fault != 0 || out_of_turn(c, call);
+}
+
+// `next` as the call writes it: with the call's turn.
+__device__ __forceinline__ Cursor stamped(Cursor next, const Call &call) {
+  next.runs = call.runs + 1;
+  next.writer = call.seq;
+  return next;
+}
+
+// Thread 0 only: writes the call's new cursor and publishes its counts, unchecked (a clear
+// or restore, whose cursor is not made from the one it read).
+__device__ void publish(const View &v, const Call &call, const Cursor &next) {
+  v.header->cursor[call.in ^ 1] = stamped(next, call);
   mirror_counts(v, call, next);
+}
+
+// Thread 0 only: faults the pool when the call is out of turn (`c`: the cursor it read).
+__device__ void check_turn(const View &v, const Call &call, const Cursor &c) {
+  if (out_of_turn(c, call)) {
+    const unsigned long long ahead = (uint32_t)(c.runs - call.runs);
+    raise_fault(v, call, ((unsigned long long)call.seq << 8) | ERR_OUT_OF_TURN,
+                (long long)(ahead << 32 | c.writer));
+  }
+}
+
+// Thread 0 only: faults the pool when the call has run already (`found`: see commit).
+__device__ void check_replay(const View &v, const Call &call, uint32_t found) {
+  if (found == call.seq && !(call.flags & CALL_REPLAYABLE))
+    raise_fault(v, call, ((unsigned long long)call.seq << 8) | ERR_REPLAYED, 0);
+}
+
+// Thread 0 only (of the one block that writes the cursor): the call's new cursor. `next` is
+// the cursor the call read or one made from it, so it still carries the reader's turn: a
+// call out of turn faults the pool here. `found` is the writer of the cursor this call
+// writes (cursor[call.in ^ 1]) as read before any block of the call could write it: the
+// call's own number when it has run already (its graph replayed at once, which repeats the
+// call on the state before it: the same pages again), which faults the pool too unless the
+// call is CALL_REPLAYABLE (benchmarks timing a call by replaying its graph).
+__device__ void commit(const View &v, const Call &call, const Cursor &next, uint32_t found) {
+  if (out_of_turn(next, call)) check_turn(v, call, next);
+  else check_replay(v, call, found);
+  publish(v, call, next);
+}
+// The same for a call that read nothing of the cursor it writes before now (only this
+// thread writes it: the value read is the one before the call).
+__device__ void commit(const View &v, const Call &call, const Cursor &next) {
+  commit(v, call, next, *(volatile uint32_t *)&v.header->cursor[call.in ^ 1].writer);
 }
 
 // Page arithmetic without 64-bit division when page_size is a power of two (the usual case:
@@ -293,6 +363,13 @@ __device__ __forceinline__ unsigned long long load_here(const unsigned long long
   unsigned long long x;
   asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(x) : "l"(p));
   return x;
+}
+
+// The writer of the cursor a call writes, as it stands before the call writes it (commit's
+// `found`): loaded with the cursor the call reads, so that the kernel's end waits for no
+// load of its own.
+__device__ __forceinline__ uint32_t found_writer(const Header *h, const Call &call) {
+  return load_here(&h->cursor[call.in ^ 1].writer);
 }
 
 // The page words a one-warp check of last_loc reads, issued as soon as last_loc is in: at
@@ -357,7 +434,7 @@ __device__ __forceinline__ Cursor taken_cursor(const View &v, const Cursor &c,
 // past them; a failed one faults the pool with its verdict (`value`: the element the verdict
 // names) or, short of pages, with ERR_SHORTAGE naming the free list's length; a dead one
 // (the pool was faulted before) changes nothing.
-__device__ void conclude_take(const View &v, const Call &call, const Cursor &c,
+__device__ void conclude_take(const View &v, const Call &call, const Cursor &c, uint32_t found,
                               unsigned long long pages, bool dead, bool failed, bool short_,
                               unsigned long long verdict, long long value) {
   Cursor next = c;
@@ -369,7 +446,7 @@ __device__ void conclude_take(const View &v, const Call &call, const Cursor &c,
     if (short_) raise_fault(v, call, ERR_SHORTAGE, (long long)c.free_len);
     else raise_fault(v, call, verdict, value);
   }
-  commit(v, call, next);
+  commit(v, call, next, found);
 }
 
 // The element a failed call's fault names (`verdict`: position << 8 | code): the request's
@@ -555,7 +632,7 @@ __device__ void alloc_pages(View v, Call call, unsigned long long pages, Index *
   const Cursor c = v.header->cursor[call.in];
   const uint32_t n = v.num_pages;
   const unsigned long long tokens = pages * v.page_size;
-  const bool dead = v.header->fault != 0;
+  const bool dead = dead_call(v.header->fault, c, call);
   const bool short_ = !dead && c.free_len < pages;
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
   for (unsigned long long t = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
@@ -788,14 +865,15 @@ namespace kvp {
 // Checked: an allocated slot at or before its page's fill point, each page once. One block;
 // fill points change only once the whole call is known to be valid. The free list does not
 // change, so the kernel leaves both cursors alone (the host does not flip the parity after
-// it): a captured [alloc_decode, rewind] pair then replays to the same slots every time.
+// it): a captured [alloc_decode, rewind] pair then replays to the same slots every time
+// (a benchmark's, with KVP_DEBUG_REPLAY_CALLS: the decode's replay faults otherwise).
 template <typename Index>
 __device__ void rewind(View v, Call call, const Index *last_kept, unsigned long long len) {
   __shared__ unsigned long long errors;
   if (threadIdx.x == 0) errors = NO_ERROR;  // published by the first barrier in the loop
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
-  const bool dead = h->fault != 0;
+  const bool dead = dead_call(h->fault, c, call);
   const bool tracked = v.page_size > 1;
   // Round trips: the header with last_kept; the page's word with its fill point (both read
   // whatever the checks will say: page 0 stands in for a slot out of range); the claim.
@@ -837,6 +915,7 @@ __device__ void rewind(View v, Call call, const Index *last_kept, unsigned long 
     }
   }
   if (threadIdx.x == 0) {
+    check_turn(v, call, c);
     if (!dead && verdict != NO_ERROR) raise_fault(v, call, verdict, (long long)last_kept[verdict >> 8]);
     mirror_counts(v, call, c);
   }
@@ -878,7 +957,7 @@ __device__ void free_known(View v, Call call, const Index *src, uint32_t mode,
   init_errors(&errors);
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
-  const bool dead = h->fault != 0;
+  const bool dead = dead_call(h->fault, c, call);
   const Dest dest = release_dest(v, call, false);
   const uint32_t kind = dest_kind(dest);
   const unsigned long long ps = v.page_size;
@@ -1016,7 +1095,7 @@ __device__ void free_slots_paged(View v, Call call, const Index *indices, unsign
   init_errors(&errors);
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
-  const bool dead = h->fault != 0;
+  const bool dead = dead_call(h->fault, c, call);
   const uint32_t lane = threadIdx.x % 32;
   const uint32_t target = page_word(KIND_CLAIMED, call.tag);
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
@@ -1131,7 +1210,7 @@ __device__ void release_claimed(View v, Call call, uint32_t chunk) {
   const uint32_t claimed = page_word(KIND_CLAIMED, call.tag);
   unsigned long long first, end;
   chunk_range(v, chunk, &first, &end);
-  if (h->fault != 0) {
+  if (dead_call(h->fault, c, call)) {
     for (unsigned long long p = first + threadIdx.x; p < end; p += FREE_BLOCK)
       if (v.state[p] == claimed) v.state[p] = page_word(KIND_ALLOCATED, 0);
     if (blockIdx.x == 0 && threadIdx.x == 0) commit(v, call, c);
@@ -1172,7 +1251,7 @@ __device__ void release_claimed(View v, Call call, uint32_t chunk) {
 __device__ void group_end(View v, Call call) {
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
-  if (h->fault != 0) {
+  if (dead_call(h->fault, c, call)) {
     if (threadIdx.x == 0) commit(v, call, c);
     return;
   }
@@ -1197,7 +1276,7 @@ __device__ void merge(View v, Call call) {
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
   Cursor next = c;
-  if (h->fault == 0 && c.staged_len > 0) {
+  if (!dead_call(h->fault, c, call) && c.staged_len > 0) {
     unsigned long long base = 0;
     for (uint32_t start = 1; start <= v.num_pages; start += FREE_BLOCK) {
       const uint32_t page = start + threadIdx.x;
@@ -1236,7 +1315,7 @@ __device__ void reset(View v, Call call) {
     v.header->ticket = 0;
     v.header->op_error = NO_ERROR;
     v.header->sort_count = 0;
-    commit(v, call, next);
+    publish(v, call, next);
   }
 }
 
@@ -1273,7 +1352,7 @@ __device__ void copy_state(View v, Call call, uint32_t *snap, bool restore) {
       Header *h = v.header;
       h->fault = 0;  // this call's fault is the one the host must see (raise_fault: first wins)
       raise_fault(v, call, ERR_SNAPSHOT_FAULTED, 0);
-      commit(v, call, h->cursor[call.in]);
+      publish(v, call, h->cursor[call.in]);
     }
     return;
   }
@@ -1298,18 +1377,19 @@ __device__ void copy_state(View v, Call call, uint32_t *snap, bool restore) {
     }
   }
   if (blockIdx.x == 0 && threadIdx.x == 0) {
-    const Cursor next = restore ? *saved : v.header->cursor[call.in];
-    if (!restore) {
-      *saved = next;
-      saved->faulted = v.header->fault != 0;
-    }
     if (restore) {
       v.header->fault = 0;
       v.header->op_error = NO_ERROR;
       v.header->ticket = 0;
       v.header->sort_count = 0;
+      publish(v, call, *saved);  // a recovery: not checked for its turn
+    } else {
+      // A backup out of turn copied some other call's state: marked as a faulted pool's.
+      const Cursor c = v.header->cursor[call.in];
+      *saved = c;
+      saved->faulted = dead_call(v.header->fault, c, call);
+      commit(v, call, c);
     }
-    commit(v, call, next);
   }
 }
 

@@ -49,7 +49,11 @@ struct __align__(16) Cursor {  // two 16-byte loads and stores
   uint32_t group_idx_len;  // pages in `group_idx` (open free group, freed by token index)
   uint32_t group_ord_len;  // pages in `group_ord` (open free group, freed by page/segment)
   uint32_t faulted;        // a snapshot's copy only: taken while the pool was faulted (0 live)
-  uint32_t pad[2];
+  // The turn check (pool.cu, `commit`): how many cursor-moving calls the host had made when
+  // this cursor was written (the writer's Call::runs + 1), and the writer's number. A call
+  // reads a cursor whose `runs` is its own Call::runs, or it is out of turn.
+  uint32_t runs;
+  uint32_t writer;
 };
 
 // Chunks of the page map a large paged free by index releases (one block each) at most.
@@ -108,6 +112,9 @@ enum ErrorCode : uint32_t {
   // 18-20: request-to-token tables (req_table.cuh); 21-25: reservations (reservation.cuh)
   ERR_HELD = 26,             // page held by a live decode reservation (free/rewind/last_loc)
   ERR_SNAPSHOT_FAULTED = 27, // restore: the snapshot was taken while the pool was faulted
+  ERR_OUT_OF_TURN = 28,      // the cursor is not the one the call was made after (position:
+                             // the call's number; value: found runs - expected << 32 | writer)
+  ERR_REPLAYED = 29,         // the call ran a second time (position: its number)
 };
 
 // What a page word that is not KIND_ALLOCATED tells a continuation or a rewind of the page.
@@ -164,9 +171,12 @@ struct Call {
   uint32_t flags;   // CALL_*
   uint32_t op;      // OpKind, for the fault record
   uint32_t seq;     // the host's call counter (wraps, never 0): names the call to the host
-  uint32_t pad;
+  uint32_t runs;    // the host's count of cursor-moving calls before this one (wraps): the
+                    // `runs` of the cursor this call must find (the turn check)
 };
-constexpr uint32_t CALL_MIRROR = 1;    // write the counts to the host record
-constexpr uint32_t CALL_IN_GROUP = 2;  // a free group is open: frees become pending
+constexpr uint32_t CALL_MIRROR = 1;      // write the counts to the host record
+constexpr uint32_t CALL_IN_GROUP = 2;    // a free group is open: frees become pending
+constexpr uint32_t CALL_REPLAYABLE = 4;  // a second run of the call (its graph replayed at
+                                         // once) is let through (KVP_DEBUG_REPLAY_CALLS)
 
 }  // namespace kvp

@@ -109,10 +109,12 @@ __device__ void reserve_decode(View v, Call call, const long long *lens_in, cons
   __syncthreads();
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
+  const uint32_t found = found_writer(h, call);
   const uint32_t n = v.num_pages;
   // The second phase runs only after a first phase that took its pages (a failed first
   // phase faulted the pool).
-  const bool dead = h->fault != 0 || (phase == RES_PHASE_REST && state_at != RES_FIRST_TAKEN);
+  const bool dead =
+      dead_call(h->fault, c, call) || (phase == RES_PHASE_REST && state_at != RES_FIRST_TAKEN);
   const unsigned long long here = phase == RES_PHASE_ALL    ? total_pages
                                   : phase == RES_PHASE_FIRST ? first_pages
                                                              : total_pages - first_pages;
@@ -251,7 +253,7 @@ __device__ void reserve_decode(View v, Call call, const long long *lens_in, cons
     const long long value =
         fault_value(failed, short_, verdict, lens_in,
                     [&](unsigned long long pos) { return (long long)last_loc[pos]; });
-    conclude_take(v, call, c, here, dead, failed, short_, verdict, value);
+    conclude_take(v, call, c, found, here, dead, failed, short_, verdict, value);
   }
 }
 
@@ -360,7 +362,7 @@ __device__ void reservation_finish(View v, Call call, ResHeader *res, const long
   const Cursor c = h->cursor[call.in];
   const uint32_t n = v.num_pages;
   const bool tracked = v.page_size > 1;
-  const bool run = dead_at == 0 && state_at == RES_LIVE;
+  const bool run = !dead_call(dead_at, c, call) && state_at == RES_LIVE;
   const bool counted = run && counter_at == used;
   const bool rewinding = counted && tracked && used < steps;
   if (counted) {

@@ -8,11 +8,12 @@
 //!   calls from streams not ordered with each other fault the pool with
 //!   `KVP_STATUS_UNORDERED_STREAMS`; streams ordered by an event pass; with the check off
 //!   nothing is checked; a host pool accepts the option and ignores it;
-//! - the capture-order check: a call made while the graph of the pool's last captured call
-//!   has not run (or ran before an earlier capture's) faults the pool (the call changes
-//!   nothing) instead of handing its pages out twice; graphs launched once each, in order,
-//!   before the next call pass and give the slots uncaptured calls give, and a graph
-//!   replayed right after its own run repeats its call exactly.
+//! - the turn check (calls recorded by stream capture): a call made while the graph of a
+//!   captured call has not run, graphs launched out of order, a graph launched after later
+//!   calls or after a clear, and a graph replayed at once fault the pool (the late or early
+//!   call changes nothing) instead of handing pages out twice; graphs launched once each,
+//!   in order, before the next call pass and give the slots uncaptured calls give; with
+//!   `DEBUG_REPLAY_CALLS` a graph replayed at once repeats its call exactly.
 //!
 //! The GPU tests are `#[ignore]`d on CPU machines (listed as ignored by `cargo test`); run
 //! them with `cargo test --release --test cuda_contract -- --ignored --test-threads=1` (they
@@ -471,23 +472,25 @@ fn outputs<const N: usize>() -> [DevBuf; N] {
     std::array::from_fn(|_| DevBuf::new(16 * 8))
 }
 
-/// A capture-order fault, as `check_device` reports it.
-fn assert_capture_fault(pool: &mut DevicePool) {
+/// A turn-check fault of an allocation, as `check_device` reports it, its message saying
+/// `says`.
+fn assert_turn_fault(pool: &mut DevicePool, says: &str) {
     let err = pool.check_device().unwrap_err();
     eprintln!("check_device: {err}");
     assert_eq!(err.kind(), ErrorKind::DeviceFault, "{err}");
     assert!(
-        err.message().contains("capture-order check")
-            && err.message().contains("kvp_pool_alloc_async"),
+        err.message().contains("turn check")
+            && err.message().contains("kvp_pool_alloc_async")
+            && err.message().contains(says),
         "{err}"
     );
 }
 
 /// Eager alloc A, alloc B captured into a graph not launched, eager alloc C: C would read
 /// the cursor B has not written and take A's successor pages, which the graph takes too.
-/// The check faults the pool in front of C instead: C writes the padding slot, later calls
-/// are refused on the host, a clear recovers. (Without the check, C's slots equal those
-/// the graph's B takes when it runs.)
+/// C's kernel finds the state from before A instead of A's and faults the pool: C writes the
+/// padding slot, later calls are refused on the host, a clear recovers. (Without the check,
+/// C's slots equal those the graph's B takes when it runs.)
 #[test]
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
 fn a_call_made_before_a_captured_calls_graph_runs_faults() {
@@ -508,7 +511,7 @@ fn a_call_made_before_a_captured_calls_graph_runs_faults() {
         vec![0; 16],
         "C wrote the padding slot"
     );
-    assert_capture_fault(&mut pool);
+    assert_turn_fault(&mut pool, "calls made before it had not all run");
     let refused = unsafe { pool.alloc(16, out_c.ptr, 16, s) }.unwrap_err();
     assert_eq!(refused.kind(), ErrorKind::DeviceFault, "{refused}");
     // The late graph finds the pool faulted and changes nothing either.
@@ -548,8 +551,8 @@ fn a_clear_after_an_unlaunched_capture_is_not_checked() {
 }
 
 /// Captured calls whose graphs run once each, in capture order, before the next call: no
-/// fault, and the slots of the same calls made uncaptured (fresh pages in call order). Later
-/// uncaptured calls launch no check (nothing is pending) and go on from there.
+/// fault, and the slots of the same calls made uncaptured (fresh pages in call order); later
+/// uncaptured calls go on from there.
 #[test]
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
 fn captured_calls_launched_once_in_order_pass() {
@@ -581,18 +584,35 @@ fn captured_calls_launched_once_in_order_pass() {
     }
 }
 
-/// A graph replayed right after its own run repeats the call exactly (the benchmarks time
-/// calls this way): no fault, the same slots, and the next call goes on after them. Two
-/// graphs launched in the wrong order: the pool faults (the next uncaptured call finds that
-/// the last captured call was not the last to run) and that call changes nothing.
+/// A graph replayed right after its own run would repeat its call on the state before it,
+/// handing the same pages out again: the replay faults the pool ("ran a second time"). With
+/// `DEBUG_REPLAY_CALLS` (how the benchmarks time calls) it repeats the call exactly: no
+/// fault, the same slots, and the next call goes on after them.
 #[test]
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
-fn a_graph_replayed_at_once_repeats_its_call_and_graphs_out_of_order_fault() {
+fn a_graph_replayed_at_once_faults_unless_replays_are_allowed() {
     let gpu = Gpu::new(false);
     let s = gpu.stream;
-    let [out_a, out_b, out_c] = outputs();
+    let [out_a, out_c] = outputs();
     let mut pool = DevicePool::new(device_config(16)).unwrap();
     // SAFETY (every call below): buffers hold 16 indices and outlive the stream's work.
+    let (g1, status) = Graph::capture(s, || unsafe { pool.alloc(16, out_a.ptr, 16, s) });
+    status.unwrap();
+    g1.launch(s);
+    g1.launch(s);
+    gpu.sync();
+    let err = pool.check_device().unwrap_err();
+    eprintln!("replayed: {err}");
+    assert_eq!(err.kind(), ErrorKind::DeviceFault, "{err}");
+    assert!(
+        err.message().contains("ran a second time")
+            && err.message().contains("kvp_pool_alloc_async"),
+        "{err}"
+    );
+    drop(g1);
+
+    let mut pool = DevicePool::new(device_config(16)).unwrap();
+    pool.set_debug(DevicePool::DEBUG_REPLAY_CALLS).unwrap();
     let (g1, status) = Graph::capture(s, || unsafe { pool.alloc(16, out_a.ptr, 16, s) });
     status.unwrap();
     for _ in 0..3 {
@@ -603,12 +623,19 @@ fn a_graph_replayed_at_once_repeats_its_call_and_graphs_out_of_order_fault() {
     pool.check_device().unwrap();
     assert_eq!(out_a.download::<i64>(16), pages(1));
     assert_eq!(out_c.download::<i64>(16), pages(2));
+}
 
-    // An uncaptured call first, so that both cursors hold a state: the second graph, run
-    // first, reads the state before that call and takes its pages again (run on a fresh
-    // pool it finds an empty cursor and faults on its own).
+/// Two graphs launched in the wrong order: the first to run finds the state from before
+/// the call captured ahead of it and faults the pool; nothing after it changes anything.
+/// (An uncaptured call first, so that both cursors hold a state.)
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn graphs_launched_out_of_order_fault() {
+    let gpu = Gpu::new(false);
+    let s = gpu.stream;
+    let [out_a, out_b, out_c] = outputs();
     let mut pool = DevicePool::new(device_config(16)).unwrap();
-    out_c.upload(&[-7i64; 16]);
+    // SAFETY (every call below): buffers hold 16 indices and outlive the stream's work.
     unsafe { pool.alloc(16, out_c.ptr, 16, s) }.unwrap();
     gpu.sync();
     assert_eq!(out_c.download::<i64>(16), pages(1));
@@ -616,21 +643,92 @@ fn a_graph_replayed_at_once_repeats_its_call_and_graphs_out_of_order_fault() {
     status.unwrap();
     let (g2, status) = Graph::capture(s, || unsafe { pool.alloc(16, out_b.ptr, 16, s) });
     status.unwrap();
+    out_a.upload(&[-7i64; 16]);
+    out_b.upload(&[-7i64; 16]);
+    out_c.upload(&[-7i64; 16]);
     g2.launch(s);
     g1.launch(s);
     unsafe { pool.alloc(16, out_c.ptr, 16, s) }.unwrap();
     gpu.sync();
-    // The capture-order check's fault, unless the late graph's kernel found the stale
-    // state first (first fault wins): either way the pool is faulted and the checked call
-    // wrote the padding slot.
-    let err = pool.check_device().unwrap_err();
-    eprintln!("out of order: {err}");
-    assert_eq!(err.kind(), ErrorKind::DeviceFault, "{err}");
+    assert_turn_fault(&mut pool, "calls made before it had not all run");
+    for (out, name) in [
+        (&out_a, "the first graph"),
+        (&out_b, "the second"),
+        (&out_c, "C"),
+    ] {
+        assert_eq!(out.download::<i64>(16), vec![0; 16], "{name} wrote padding");
+    }
+}
+
+/// A graph launched again after later calls (an engine replaying a captured decode each
+/// step): it finds the state the later call left and faults the pool. Without the check it
+/// would move the cursor the host no longer reads, and the next call would hand out its
+/// pages again.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_graph_launched_after_later_calls_faults() {
+    let gpu = Gpu::new(false);
+    let s = gpu.stream;
+    let [out_a, out_c, out_d] = outputs();
+    let mut pool = DevicePool::new(device_config(16)).unwrap();
+    // SAFETY (every call below): buffers hold 16 indices and outlive the stream's work.
+    let (g1, status) = Graph::capture(s, || unsafe { pool.alloc(16, out_a.ptr, 16, s) });
+    status.unwrap();
+    g1.launch(s);
+    unsafe { pool.alloc(16, out_c.ptr, 16, s) }.unwrap();
+    gpu.sync();
+    assert_eq!(out_a.download::<i64>(16), pages(1));
+    assert_eq!(out_c.download::<i64>(16), pages(2));
+    g1.launch(s);
+    unsafe { pool.alloc(16, out_d.ptr, 16, s) }.unwrap();
+    gpu.sync();
+    assert_turn_fault(&mut pool, "calls made after it had already run");
     assert_eq!(
-        out_c.download::<i64>(16),
+        out_a.download::<i64>(16),
         vec![0; 16],
-        "the checked call wrote padding"
+        "the late graph wrote padding"
     );
+    assert_eq!(
+        out_d.download::<i64>(16),
+        vec![0; 16],
+        "and so did the next call"
+    );
+}
+
+/// A graph captured before a clear and launched after it (and after a call made after the
+/// clear): it faults the pool, and the fault blocks the pool although the graph's call was
+/// made before the recovery (the fault is recorded as the latest call whose state it found:
+/// the host lets faults of calls from before a recovery go).
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_graph_launched_after_a_clear_faults_and_blocks_the_pool() {
+    let gpu = Gpu::new(false);
+    let s = gpu.stream;
+    let [out_a, out_b, out_g] = outputs();
+    let mut pool = DevicePool::new(device_config(16)).unwrap();
+    // SAFETY (every call below): buffers hold 16 indices and outlive the stream's work.
+    let (g1, status) = Graph::capture(s, || unsafe { pool.alloc(16, out_g.ptr, 16, s) });
+    status.unwrap();
+    unsafe { pool.clear(s) }.unwrap();
+    unsafe { pool.alloc(16, out_a.ptr, 16, s) }.unwrap();
+    g1.launch(s);
+    unsafe { pool.alloc(16, out_b.ptr, 16, s) }.unwrap();
+    gpu.sync();
+    assert_eq!(out_a.download::<i64>(16), pages(1));
+    assert_eq!(
+        out_g.download::<i64>(16),
+        vec![0; 16],
+        "the stale graph wrote padding"
+    );
+    assert_eq!(
+        out_b.download::<i64>(16),
+        vec![0; 16],
+        "and so did the next call"
+    );
+    assert_turn_fault(&mut pool, "calls made after it had already run");
+    assert_turn_fault(&mut pool, "calls made after it had already run");
+    let refused = unsafe { pool.alloc(16, out_b.ptr, 16, s) }.unwrap_err();
+    assert_eq!(refused.kind(), ErrorKind::DeviceFault, "{refused}");
 }
 
 /// On a host pool the option is accepted and ignored; unknown flags are refused with a

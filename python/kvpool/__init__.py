@@ -255,6 +255,7 @@ DELAY_VERDICT_WAIT_TIMEOUT = 4
 DELAY_VERDICT_DELAY = 5
 # enum kvp_debug (kvp_pool_set_debug flags)
 DEBUG_STREAM_ORDER = 1
+DEBUG_REPLAY_CALLS = 2
 
 # Every C enum of the header: {enum name: {constant name: value}} (what the tests compare
 # with include/kvpool.h), built from the constants above.
@@ -2590,7 +2591,9 @@ class Pool(_Owner):
         ``DEBUG_STREAM_ORDER`` a device pool checks on the device that each call starts after
         the previous one has finished: a call from a stream not ordered with the previous
         call's faults the pool (KvpError UNORDERED_STREAMS from the next call or
-        ``check_device()``). A host pool accepts and ignores the flags."""
+        ``check_device()``). With ``DEBUG_REPLAY_CALLS`` a graph replayed at once repeats its
+        captured call instead of faulting the pool (for timing a call; not for serving). A
+        host pool accepts and ignores the flags."""
         self._call("kvp_pool_set_debug", _int(flags, "uint32_t", "flags"))
 
     def debug_flags(self):

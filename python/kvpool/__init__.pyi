@@ -73,6 +73,7 @@ __all__ = [
     "ADD_RESULT_CONTINUE",
     "ADD_RESULT_NO_TOKEN",
     "ADD_RESULT_OTHER",
+    "DEBUG_REPLAY_CALLS",
     "DEBUG_STREAM_ORDER",
     "DELAY_VERDICT_DELAY",
     "DELAY_VERDICT_NONE_READY",
@@ -145,6 +146,7 @@ DELAY_VERDICT_WAIT_TIMEOUT: Final = 4
 DELAY_VERDICT_DELAY: Final = 5
 # enum kvp_debug (Pool.set_debug flags)
 DEBUG_STREAM_ORDER: Final = 1
+DEBUG_REPLAY_CALLS: Final = 2
 
 # ---- argument types ------------------------------------------------------------------------
 

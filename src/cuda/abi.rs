@@ -17,7 +17,7 @@ use super::{
 use crate::cuda::kernels::read_global;
 use crate::cuda::layout::{
     err, Call, Cursor, DeviceOp, Header, HostRecord, View, CALL_IN_GROUP, CALL_MIRROR,
-    CLAIM_CHUNKS, FREE_PAGE_IDS, FREE_SEGMENT, FREE_SLOTS, NOT_POW2, TAG_LIMIT,
+    CALL_REPLAYABLE, CLAIM_CHUNKS, FREE_PAGE_IDS, FREE_SEGMENT, FREE_SLOTS, NOT_POW2, TAG_LIMIT,
 };
 use crate::pool::reservation::MAX_RESERVED_STEPS;
 use crate::pool::{ErrorKind, PoolError};
@@ -26,7 +26,7 @@ use crate::pool::{ErrorKind, PoolError};
 const GLOBAL: &std::ffi::CStr = c"kvp_abi";
 
 /// How many entries `kvp_abi` holds.
-const ENTRY_COUNT: usize = 77;
+const ENTRY_COUNT: usize = 83;
 
 /// Each entry as the library has it, with the kernels' name for it, in `kvp_abi`'s order.
 pub(super) fn entries() -> [(&'static str, u64); ENTRY_COUNT] {
@@ -125,6 +125,12 @@ pub(super) fn entries() -> [(&'static str, u64); ENTRY_COUNT] {
         ("ERR_HELD", err::HELD),
         ("ERR_SNAPSHOT_FAULTED", err::SNAPSHOT_FAULTED),
         ("offsetof(Cursor, faulted)", us(offset_of!(Cursor, faulted))),
+        ("offsetof(Cursor, runs)", us(offset_of!(Cursor, runs))),
+        ("offsetof(Cursor, writer)", us(offset_of!(Cursor, writer))),
+        ("offsetof(Call, runs)", us(offset_of!(Call, runs))),
+        ("CALL_REPLAYABLE", u64::from(CALL_REPLAYABLE)),
+        ("ERR_OUT_OF_TURN", err::OUT_OF_TURN),
+        ("ERR_REPLAYED", err::REPLAYED),
     ]
 }
 

@@ -4,7 +4,6 @@
 
 use std::ffi::c_void;
 
-use super::capture_order::CAPTURE_CHECK;
 use crate::pool::ErrorKind;
 
 /// The free list's shape (`kvp::Cursor`).
@@ -18,7 +17,9 @@ pub(crate) struct Cursor {
     pub group_ord_len: u32,
     /// A snapshot's copy only: taken while the pool was faulted (`kvp::Cursor::faulted`).
     pub faulted: u32,
-    pub pad: [u32; 2],
+    /// The turn check: the writer's `Call::runs` + 1, and the writer's number.
+    pub runs: u32,
+    pub writer: u32,
 }
 
 /// `kvp::Header`: the device memory in front of the arrays.
@@ -82,13 +83,17 @@ pub(crate) struct Call {
     pub flags: u32,
     pub op: u32,
     pub seq: u32,
-    pub pad: u32,
+    /// Cursor-moving calls the host made before this one: the `Cursor::runs` the call must
+    /// find (the kernels' turn check).
+    pub runs: u32,
 }
 
 /// Ask the kernel to publish its counts (`CALL_MIRROR`).
 pub(crate) const CALL_MIRROR: u32 = 1;
 /// A free group is open (`CALL_IN_GROUP`).
 pub(crate) const CALL_IN_GROUP: u32 = 2;
+/// A second run of the call is let through (`CALL_REPLAYABLE`, `KVP_DEBUG_REPLAY_CALLS`).
+pub(crate) const CALL_REPLAYABLE: u32 = 4;
 
 /// Page-word tags have 29 bits; the pool re-tags before reaching this.
 pub(crate) const TAG_LIMIT: u32 = (1 << 29) - 1;
@@ -128,6 +133,8 @@ pub(crate) mod err {
     pub(crate) const RES_REWIND: u64 = 25;
     pub(crate) const HELD: u64 = 26;
     pub(crate) const SNAPSHOT_FAULTED: u64 = 27;
+    pub(crate) const OUT_OF_TURN: u64 = 28;
+    pub(crate) const REPLAYED: u64 = 29;
 }
 
 /// Offsets of the arrays in a pool's device block, all 4-byte words after the header.
@@ -315,10 +322,11 @@ pub struct DeviceFault {
 impl DeviceFault {
     /// Decodes a fault record's fields.
     pub(crate) fn decode(code: u64, position: i64, value: i64) -> Self {
-        let raw_op = (code >> 32) as u32;
-        let op = DeviceOp::from_raw(raw_op & !CAPTURE_CHECK);
-        if raw_op & CAPTURE_CHECK != 0 && code & 0xff == err::UNORDERED {
-            return Self::capture_order(op, position, value);
+        let op = DeviceOp::from_raw((code >> 32) as u32);
+        match code & 0xff {
+            err::OUT_OF_TURN => return Self::out_of_turn(op, position, value),
+            err::REPLAYED => return Self::replayed(op, position),
+            _ => {}
         }
         let what = op.map_or("a kernel", DeviceOp::name);
         let element = format!(
@@ -465,28 +473,50 @@ impl DeviceFault {
 }
 
 impl DeviceFault {
-    /// The capture-order check's fault (`capture_order`), in front of a call of kind `op`:
-    /// captured call `expected` had not published its number, the latest being `seen`.
-    fn capture_order(op: Option<DeviceOp>, expected: i64, seen: i64) -> Self {
+    /// The turn check's fault (`kernels/pool.cu`, `commit`): call `seq` found the state
+    /// left by call `writer`, `ahead` cursor-moving calls past the one it was made after
+    /// (negative: short of it; `value`: `ahead << 32 | writer`).
+    fn out_of_turn(op: Option<DeviceOp>, seq: i64, value: i64) -> Self {
         let what = op.map_or("a call", DeviceOp::name);
-        let last = if seen == 0 {
-            "none had published its number".to_string()
+        let ahead = (value >> 32) as i32;
+        let writer = value as u32;
+        let why = if ahead > 0 {
+            "calls made after it had already run (its graph was launched after them, or \
+             after a clear or restore)"
         } else {
-            format!("the last call to publish its number was #{seen}")
+            "calls made before it had not all run (the graph of a captured call not launched \
+             yet, skipped or abandoned, or streams not ordered)"
         };
         Self {
             op,
             kind: ErrorKind::InvalidState,
-            position: expected,
-            value: seen,
+            position: seq,
+            value,
             message: format!(
-                "{what}: call #{expected}, recorded by stream capture, had not run when this \
-                 call started ({last}): the graph was not launched before the pool's next call, \
-                 its capture was abandoned, or graphs ran out of capture order, so this call \
-                 would have taken the captured call's pages too (a call recorded by stream \
-                 capture is made at capture: launch its graph once, before the pool's next \
-                 call; detected on the device by the capture-order check; the call changed \
-                 nothing)"
+                "{what}: call #{seq} ran out of turn: it found the pool's state left by call \
+                 #{writer}, not by the call made just before it: {why}, so it would have \
+                 handed out slots another call hands out too. Pool calls must run on the \
+                 device in the order they are made; a call recorded by stream capture is made \
+                 at capture: launch its graph once, before the pool's next call (detected on \
+                 the device by the turn check; the call changed nothing)"
+            ),
+        }
+    }
+
+    /// The turn check's fault for a call that ran a second time.
+    fn replayed(op: Option<DeviceOp>, seq: i64) -> Self {
+        let what = op.map_or("a call", DeviceOp::name);
+        Self {
+            op,
+            kind: ErrorKind::InvalidState,
+            position: seq,
+            value: 0,
+            message: format!(
+                "{what}: call #{seq} ran a second time (its graph was replayed), handing out \
+                 the slots of its first run again. A call recorded by stream capture is made \
+                 once: launch its graph once (replayed decode steps: a decode reservation, \
+                 kvp_pool_reserve_decode_async; timing a call by replaying its graph: \
+                 KVP_DEBUG_REPLAY_CALLS) (detected on the device by the turn check)"
             ),
         }
     }
@@ -531,29 +561,39 @@ mod tests {
             "{}",
             fault.message
         );
-        // The capture-order check's (same kernel and code, the op marked).
+        // The turn check's: behind (value's high half negative), ahead, replayed.
         let fault = DeviceFault::decode(
-            err::UNORDERED | (u64::from(3 | CAPTURE_CHECK) << 32),
+            err::OUT_OF_TURN | (3 << 32),
             41,
-            39,
+            ((-2i64 as u64) << 32 | 39) as i64,
         );
         assert_eq!(fault.kind, ErrorKind::InvalidState);
         assert_eq!(fault.op, Some(DeviceOp::AllocDecode));
         assert!(
             fault
                 .message
-                .starts_with("kvp_pool_alloc_decode_async: call #41, recorded")
+                .starts_with("kvp_pool_alloc_decode_async: call #41 ran out of turn")
+                && fault.message.contains("left by call #39")
                 && fault
                     .message
-                    .contains("the last call to publish its number was #39")
-                && fault.message.contains("capture-order check"),
+                    .contains("calls made before it had not all run")
+                && fault.message.contains("turn check"),
             "{}",
             fault.message
         );
-        let fault =
-            DeviceFault::decode(err::UNORDERED | (u64::from(1 | CAPTURE_CHECK) << 32), 7, 0);
+        let fault = DeviceFault::decode(err::OUT_OF_TURN | (2 << 32), 7, (3 << 32) | 12);
         assert!(
-            fault.message.contains("none had published its number"),
+            fault.message.contains("left by call #12")
+                && fault
+                    .message
+                    .contains("calls made after it had already run"),
+            "{}",
+            fault.message
+        );
+        let fault = DeviceFault::decode(err::REPLAYED | (3 << 32), 9, 0);
+        assert!(
+            fault.message.contains("call #9 ran a second time")
+                && fault.message.contains("KVP_DEBUG_REPLAY_CALLS"),
             "{}",
             fault.message
         );

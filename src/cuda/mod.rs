@@ -8,10 +8,10 @@
 //! paged free by index is in flight); `pool` ties them to the allocator semantics shared
 //! with the host backend (`crate::pool::plan`); `release` frees a released pool's memory
 //! after its last kernel (stream-ordered, never waiting); `stream_order` is the debug check
-//! for calls from streams not ordered with each other; `capture_order` the check that calls
-//! recorded by stream capture run exactly once, in order, before the pool's next call.
+//! for calls from streams not ordered with each other. (That calls run on the device in the
+//! order they were made, a captured call's graph launched once and in turn, the kernels
+//! check themselves: the turn check, `kernels/pool.cu`.)
 
-pub(crate) mod capture_order;
 pub(crate) mod counts;
 pub(crate) mod driver;
 pub(crate) mod kernels;

@@ -16,18 +16,17 @@ use std::sync::Arc;
 use cudarc::driver::sys::{CUdeviceptr, CUfunction, CUstream};
 use parking_lot::Mutex;
 
-use super::capture_order::CaptureOrder;
 use super::counts::{Accounting, Counts, Dest, Step};
 use super::driver::PrimaryContext;
 use super::kernels::{self, launch, launch_shared, Kernels};
 use super::layout::{
     arg, snapshot_bytes, snapshot_words, Arrays, Call, DeviceFault, DeviceOp, HostRecord, View,
-    CALL_IN_GROUP, CALL_MIRROR, CLAIM_CHUNKS, FREE_PAGE_IDS, FREE_SEGMENT, FREE_SLOTS, NOT_POW2,
-    TAG_LIMIT,
+    CALL_IN_GROUP, CALL_MIRROR, CALL_REPLAYABLE, CLAIM_CHUNKS, FREE_PAGE_IDS, FREE_SEGMENT,
+    FREE_SLOTS, NOT_POW2, TAG_LIMIT,
 };
 use super::memory::{DeviceMemory, MappedHost};
-use super::release::{may_be_capturing, reap_ready, release_after, LastUse};
-use super::stream_order::{StreamOrderCheck, DEBUG_ALL, DEBUG_STREAM_ORDER};
+use super::release::{reap_ready, release_after, LastUse};
+use super::stream_order::{StreamOrderCheck, DEBUG_ALL, DEBUG_REPLAY_CALLS, DEBUG_STREAM_ORDER};
 use crate::pool::config::Layout;
 use crate::pool::error::fail;
 use crate::pool::{plan, BackendKind, ErrorKind, PoolConfig, PoolError, PoolInfo, PoolStats};
@@ -463,12 +462,13 @@ pub struct DevicePool {
     /// The stream-order check's state, kept from its first use until the pool is released
     /// (its device word may still be written by queued kernels after it is switched off).
     stream_order: Option<StreamOrderCheck>,
-    /// The capture-order check (always on; costs nothing outside captures).
-    capture_order: CaptureOrder,
     buffers: Arc<SnapshotBuffers>,
     view: View,
     /// Which cursor the next kernel reads.
     parity: u32,
+    /// Cursor-moving calls made so far (wraps): the next call's `Call::runs`, which the
+    /// kernels compare with the cursor they read (the turn check, `kernels/pool.cu`).
+    runs: u32,
     tag: u32,
     /// The device's number of the latest call (wraps, skipping 0).
     seq: u32,
@@ -581,7 +581,6 @@ impl DevicePool {
             last_use: Arc::clone(&last_use),
             spare: Mutex::new(Vec::new()),
         });
-        let capture_order = CaptureOrder::new(record.device());
         let mut pool = Self {
             id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
             config,
@@ -597,10 +596,10 @@ impl DevicePool {
             last_use,
             debug: 0,
             stream_order: None,
-            capture_order,
             buffers,
             view,
             parity: 0,
+            runs: 0,
             tag: 0,
             seq: 0,
             counts: Accounting::default(),
@@ -754,11 +753,19 @@ impl DevicePool {
     /// cbindgen:ignore
     pub const DEBUG_STREAM_ORDER: u32 = DEBUG_STREAM_ORDER;
 
+    /// [`set_debug`](Self::set_debug) flag: a graph replayed at once repeats its captured
+    /// call instead of faulting the pool (`KVP_DEBUG_REPLAY_CALLS`; for timing a call).
+    ///
+    /// cbindgen:ignore
+    pub const DEBUG_REPLAY_CALLS: u32 = DEBUG_REPLAY_CALLS;
+
     /// Switches debug checks on or off (`DEBUG_*` flags; 0: all off). With
     /// [`DEBUG_STREAM_ORDER`](Self::DEBUG_STREAM_ORDER) every launch is checked on the
     /// device to start after the previous one has finished; otherwise the pool faults with
     /// [`ErrorKind::UnorderedStreams`]. Switching it on allocates a device word the first
-    /// time (may synchronize, like creation). Unknown flags fail with `InvalidArgument`.
+    /// time (may synchronize, like creation). With
+    /// [`DEBUG_REPLAY_CALLS`](Self::DEBUG_REPLAY_CALLS) calls made from then on may run again
+    /// (their graphs replayed at once). Unknown flags fail with `InvalidArgument`.
     pub fn set_debug(&mut self, flags: u32) -> Result<(), PoolError> {
         if flags & !DEBUG_ALL != 0 {
             return fail(
@@ -932,15 +939,8 @@ impl DevicePool {
         Ok(())
     }
 
-    /// The next call's number and tag (re-tagging the device first when tags run out);
-    /// `publishes`: a captured call the capture-order check needs the number of.
-    fn next_call(
-        &mut self,
-        op: u32,
-        step: &Step,
-        publishes: bool,
-        stream: CUstream,
-    ) -> Result<Call, PoolError> {
+    /// The next call's number and tag (re-tagging the device first when tags run out).
+    fn next_call(&mut self, op: u32, step: &Step, stream: CUstream) -> Result<Call, PoolError> {
         if self.tag >= TAG_LIMIT {
             self.retag(stream)?;
         }
@@ -950,9 +950,7 @@ impl DevicePool {
             self.seq = 1;
         }
         self.calls += 1;
-        // (Not while a captured call's published number awaits its check: it may be there
-        // already, and is recent.)
-        if self.counts.is_exact() && step.is_unknown() && !self.capture_order.pending() {
+        if self.counts.is_exact() && step.is_unknown() {
             // The log starts: this call and the later ones publish their counts. Clear the
             // record first, so that one left by a call long ago (over 2^31 calls back, whose
             // number reads as new in the wrapping order) is not taken for theirs. (A kernel
@@ -961,11 +959,14 @@ impl DevicePool {
             self.clear_published_counts();
         }
         let mut flags = 0;
-        if self.counts.wants_mirror(step) || publishes {
+        if self.counts.wants_mirror(step) {
             flags |= CALL_MIRROR;
         }
         if self.group_open {
             flags |= CALL_IN_GROUP;
+        }
+        if self.debug & DEBUG_REPLAY_CALLS != 0 {
+            flags |= CALL_REPLAYABLE;
         }
         Ok(Call {
             tag: self.tag,
@@ -973,7 +974,7 @@ impl DevicePool {
             flags,
             op,
             seq: self.seq,
-            pad: 0,
+            runs: self.runs,
         })
     }
 
@@ -1026,23 +1027,11 @@ impl DevicePool {
         if !self.abandoned.is_empty() {
             self.end_abandoned_holds(stream)?;
         }
-        // Asked once: the capture-order check and the release event both depend on it.
-        let capturing = may_be_capturing(stream);
-        let publishes = CaptureOrder::publishes(capturing, step.moves_cursor());
-        let call = self.next_call(op, &step, publishes, stream)?;
+        let call = self.next_call(op, &step, stream)?;
         let view = self.view;
         if self.debug != 0 {
             self.debug_before(&view, &call, stream)?;
         }
-        let recovering = matches!(step, Step::Set { .. });
-        self.capture_order.before(
-            self.kernels.debug_check,
-            &view,
-            &call,
-            capturing,
-            recovering,
-            stream,
-        )?;
         let fail_at = match self.fail_launch {
             Some((0, launch)) => {
                 self.fail_launch = None;
@@ -1077,14 +1066,11 @@ impl DevicePool {
         if self.debug != 0 {
             self.debug_after(&call, stream);
         }
-        self.capture_order.after(&call, publishes, capturing);
         // The kernels are queued: a failure to record (a broken context) cannot undo that.
-        // Not inside a capture (see `release`).
-        if !capturing {
-            let _ = self.last_use.record(stream);
-        }
+        let _ = self.last_use.mark(stream);
         if step.moves_cursor() {
             self.parity ^= 1;
+            self.runs = self.runs.wrapping_add(1);
         }
         self.counts.record(call.seq, step);
         Ok(())
@@ -2108,7 +2094,7 @@ impl DevicePool {
             flags: if self.group_open { CALL_IN_GROUP } else { 0 },
             op: 0,
             seq: self.seq,
-            pad: 0,
+            runs: self.runs,
         };
         let view = self.view;
         let scratch = self.digest_scratch.at(0);

@@ -446,7 +446,7 @@ impl DevicePool {
             flags: 0,
             op: DeviceOp::ReservationStep as u32,
             seq: res.seq,
-            pad: 0,
+            runs: self.runs,
         };
         let view = self.view;
         let parts = res.parts();

@@ -36,15 +36,19 @@ use crate::pool::PoolError;
 ///
 /// [`DevicePool::DEBUG_STREAM_ORDER`]: super::DevicePool::DEBUG_STREAM_ORDER
 pub(crate) const DEBUG_STREAM_ORDER: u32 = 1;
+/// `kvp_pool_set_debug` flag: let a call recorded by stream capture run again when its graph
+/// is replayed at once, repeating it on the state before it (`KVP_DEBUG_REPLAY_CALLS`; the
+/// kernels' `CALL_REPLAYABLE`). Not a check: it switches one off, for timing a call.
+pub(crate) const DEBUG_REPLAY_CALLS: u32 = 2;
 /// Every flag `kvp_pool_set_debug` knows.
-pub(crate) const DEBUG_ALL: u32 = DEBUG_STREAM_ORDER;
+pub(crate) const DEBUG_ALL: u32 = DEBUG_STREAM_ORDER | DEBUG_REPLAY_CALLS;
 
 /// Recent launches remembered to name their streams in a fault message.
 const HISTORY: usize = 1024;
 
 /// Enqueues `kvp_debug_check` on `stream`: it faults the pool as `call` (`ERR_UNORDERED`,
 /// the expected and the seen number) unless the `u32` at device address `word` holds
-/// `expect`. Shared with the capture-order check (`super::capture_order`).
+/// `expect`.
 pub(crate) fn enqueue_check(
     check: CUfunction,
     view: &View,

@@ -19,6 +19,12 @@ pub enum kvp_debug {
     /// one-thread kernels per kernel of the pool; off, it costs nothing. Also switched on for
     /// every device pool by the environment variable `KVPOOL_DEBUG=stream_order` at creation.
     StreamOrder = 1,
+    /// Let a call recorded by stream capture run again when its graph is replayed at once,
+    /// repeating the call on the state before it (the same slots again): for timing a call
+    /// by replaying its graph, as bench-gpu does. Without it the turn check faults a
+    /// captured call that runs a second time (`KVP_STATUS_DEVICE_FAULT`). Not for serving:
+    /// the repeated slots are handed out twice. Costs nothing.
+    ReplayCalls = 2,
 }
 
 /// Switches a pool's debug checks on (`flags`, an or of `kvp_debug` values) or off (0).
