@@ -1352,7 +1352,7 @@ static void test_host_pool_device_queries(void) {
     CHECK_OK(kvp_pool_set_debug(pool, KVP_DEBUG_STREAM_ORDER));
     CHECK_OK(kvp_pool_get_debug(pool, &flags));
     CHECK_EQ(flags, 0);
-    CHECK_STATUS(kvp_pool_set_debug(pool, 2), KVP_STATUS_INVALID_ARGUMENT);
+    CHECK_STATUS(kvp_pool_set_debug(pool, 4), KVP_STATUS_INVALID_ARGUMENT);
     CHECK_MSG("unknown kvp_debug flags");
     CHECK_STATUS(kvp_pool_get_debug(pool, NULL), KVP_STATUS_NULL_ARGUMENT);
     CHECK_OK(kvp_pool_set_debug(pool, 0));
