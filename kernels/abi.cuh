@@ -102,6 +102,8 @@ extern "C" __device__ const unsigned long long kvp_abi[] = {
     CALL_REPLAYABLE,
     ERR_OUT_OF_TURN,
     ERR_REPLAYED,
+    offsetof(Header, epoch),
+    ERR_RES_ENDED,
 };
 
 }  // namespace kvp

@@ -1315,6 +1315,7 @@ __device__ void reset(View v, Call call) {
     v.header->ticket = 0;
     v.header->op_error = NO_ERROR;
     v.header->sort_count = 0;
+    v.header->epoch = call.seq;
     publish(v, call, next);
   }
 }
@@ -1352,6 +1353,7 @@ __device__ void copy_state(View v, Call call, uint32_t *snap, bool restore) {
       Header *h = v.header;
       h->fault = 0;  // this call's fault is the one the host must see (raise_fault: first wins)
       raise_fault(v, call, ERR_SNAPSHOT_FAULTED, 0);
+      h->epoch = call.seq;  // a recovery still, for the host: reservations end
       publish(v, call, h->cursor[call.in]);
     }
     return;
@@ -1382,6 +1384,7 @@ __device__ void copy_state(View v, Call call, uint32_t *snap, bool restore) {
       v.header->op_error = NO_ERROR;
       v.header->ticket = 0;
       v.header->sort_count = 0;
+      v.header->epoch = call.seq;
       publish(v, call, *saved);  // a recovery: not checked for its turn
     } else {
       // A backup out of turn copied some other call's state: marked as a faulted pool's.

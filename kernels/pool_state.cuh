@@ -67,7 +67,9 @@ struct Header {
                                  // (the top bit): some block reported an error (see conclude)
   unsigned long long op_error;   // smallest (position << 8 | code) found by the current call
   uint32_t sort_count;           // distinct pages claimed by the current free by index
-  uint32_t pad[3];
+  uint32_t epoch;                // the call number of the last clear or restore: it ends every
+                                 // reservation made before it (reservation.cuh)
+  uint32_t pad[2];
   // Pages a large paged free by index claimed, per chunk of the page map; zero between calls
   // (the claim kernel's last block turns them into offsets and zeroes them).
   uint32_t chunk_claims[CLAIM_CHUNKS];

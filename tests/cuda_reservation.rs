@@ -572,6 +572,71 @@ fn large_batches_and_long_reservations() {
     }
 }
 
+/// A step graph replayed after a clear, which ended the reservation and freed its pages: the
+/// step writes the padding slot, not step 2's slots (which an allocation made after the
+/// clear has handed out again), and faults the pool; the fault blocks the pool although the
+/// reservation was made before the clear (a fault is recorded as the latest call whose state
+/// it found).
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_step_replayed_after_a_clear_faults_and_blocks_the_pool() {
+    if skip() {
+        return;
+    }
+    let gpu = Gpu::new(false);
+    let stream = gpu.stream;
+    let config = PoolConfig {
+        size: 1024,
+        page_size: 4,
+        need_sort: false,
+        index_type: IndexType::I64,
+        backend: BackendKind::Cuda { ordinal: 0 },
+    };
+    let mut pool = DevicePool::new(config).unwrap();
+    // Two empty requests: step 1 starts pages 1 and 2 (slots 4, 8), step 2 continues them.
+    let lens = [0i64, 0];
+    let (lens_d, last_d) = (upload(&lens), upload(&[-1i64, -1]));
+    let out = DevBuf::new(2 * 8);
+    let fresh = DevBuf::new(8 * 8);
+    // SAFETY: device buffers valid for their lengths, alive until the synchronizations.
+    unsafe {
+        let res = pool
+            .reserve_decode(&lens, lens_d.ptr, last_d.ptr, 2, stream)
+            .unwrap();
+        let (graph, status) = Graph::capture(stream, || {
+            pool.reservation_step(&res, out.ptr, None, stream)
+        });
+        status.unwrap();
+        graph.launch(stream);
+        gpu.sync();
+        pool.check_device().unwrap();
+        assert_eq!(out.download::<i64>(2), vec![4, 8]);
+
+        pool.clear(stream).unwrap();
+        pool.alloc(8, fresh.ptr, 8, stream).unwrap();
+        out.upload(&[-7i64; 2]);
+        graph.launch(stream);
+        gpu.sync();
+        assert_eq!(fresh.download::<i64>(8), (4..12).collect::<Vec<i64>>());
+        assert_eq!(
+            out.download::<i64>(2),
+            vec![0, 0],
+            "the ended reservation's step wrote the padding slot, not slots 5 and 9"
+        );
+        for _ in 0..2 {
+            let err = pool.check_device().unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::DeviceFault, "{err}");
+            assert!(
+                err.message()
+                    .contains("after a clear or restore ended the reservation"),
+                "{err}"
+            );
+        }
+        drop(graph);
+        pool.release_reservation(res);
+    }
+}
+
 /// Replaying past the reservation writes the padding slot, writes no table entry, takes no
 /// page (the pool's device state is unchanged but for the fault) and faults the pool with a
 /// message naming the overrun; a replay after the finish faults likewise; a finish whose

@@ -30,7 +30,9 @@ pub(crate) struct Header {
     pub ticket: u32,
     pub op_error: u64,
     pub sort_count: u32,
-    pub pad: [u32; 3],
+    /// The call number of the last clear or restore (`kvp::Header::epoch`).
+    pub epoch: u32,
+    pub pad: [u32; 2],
     pub chunk_claims: [u32; CLAIM_CHUNKS as usize],
 }
 
@@ -135,6 +137,7 @@ pub(crate) mod err {
     pub(crate) const SNAPSHOT_FAULTED: u64 = 27;
     pub(crate) const OUT_OF_TURN: u64 = 28;
     pub(crate) const REPLAYED: u64 = 29;
+    pub(crate) const RES_ENDED: u64 = 30;
 }
 
 /// Offsets of the arrays in a pool's device block, all 4-byte words after the header.
@@ -402,6 +405,10 @@ impl DeviceFault {
                 ErrorKind::InvalidState,
                 format!("reservation overrun: a step of a reservation of {position} steps ran after its finish (step counter {value}); the step wrote the padding slot 0, wrote no table entry and allocated nothing"),
             ),
+            err::RES_ENDED => (
+                ErrorKind::InvalidState,
+                format!("a step of a reservation of {position} steps ran after a clear or restore ended the reservation and freed its pages (a graph holding the step replayed after the recovery; step counter {value}); the step wrote the padding slot 0, wrote no table entry and allocated nothing"),
+            ),
             err::RES_PAGE => (
                 ErrorKind::NotAllocated,
                 format!("reserved page {value} (unused page {position}) was freed before the finish: finish a reservation before freeing its requests; nothing was returned"),
@@ -587,6 +594,15 @@ mod tests {
                 && fault
                     .message
                     .contains("calls made after it had already run"),
+            "{}",
+            fault.message
+        );
+        let fault = DeviceFault::decode(err::RES_ENDED | (14 << 32), 2, 1);
+        assert_eq!(fault.op, Some(DeviceOp::ReservationStep));
+        assert!(
+            fault
+                .message
+                .contains("a step of a reservation of 2 steps ran after a clear or restore"),
             "{}",
             fault.message
         );
