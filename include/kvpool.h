@@ -59,7 +59,8 @@
  *    graph launched late (after later calls, or after a clear or restore), early (before
  *    the calls made ahead of it), twice, or never (a capture abandoned: the next call
  *    faults) never hands slots out twice. A clear or restore is not checked (it rewrites
- *    the state). KVP_DEBUG_REPLAY_CALLS lets a graph replayed at once repeat its call, for
+ *    the state). The check costs an allocation 1.03-1.14x its device time (BENCHMARKS.md,
+ *    run s43-2). KVP_DEBUG_REPLAY_CALLS lets a graph replayed at once repeat its call, for
  *    timing calls. Every `*_async` call (page tables, digests and reservation steps too) is
  *    a call of the pool for the ordering rule above.
  *  - Thread state (device pools). A call on a device pool (and kvp_pool_new / kvp_pool_free
