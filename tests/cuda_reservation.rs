@@ -572,6 +572,18 @@ fn large_batches_and_long_reservations() {
     }
 }
 
+/// A device pool of `size` slots in pages of 4, int64 indices, on device 0.
+fn page4_pool(size: u64) -> DevicePool {
+    DevicePool::new(PoolConfig {
+        size,
+        page_size: 4,
+        need_sort: false,
+        index_type: IndexType::I64,
+        backend: BackendKind::Cuda { ordinal: 0 },
+    })
+    .unwrap()
+}
+
 /// A step graph replayed after a clear, which ended the reservation and freed its pages: the
 /// step writes the padding slot, not step 2's slots (which an allocation made after the
 /// clear has handed out again), and faults the pool; the fault blocks the pool although the
@@ -585,14 +597,7 @@ fn a_step_replayed_after_a_clear_faults_and_blocks_the_pool() {
     }
     let gpu = Gpu::new(false);
     let stream = gpu.stream;
-    let config = PoolConfig {
-        size: 1024,
-        page_size: 4,
-        need_sort: false,
-        index_type: IndexType::I64,
-        backend: BackendKind::Cuda { ordinal: 0 },
-    };
-    let mut pool = DevicePool::new(config).unwrap();
+    let mut pool = page4_pool(1024);
     // Two empty requests: step 1 starts pages 1 and 2 (slots 4, 8), step 2 continues them.
     let lens = [0i64, 0];
     let (lens_d, last_d) = (upload(&lens), upload(&[-1i64, -1]));
@@ -649,14 +654,7 @@ fn overruns_and_wrong_step_counts_fault_without_allocating() {
     }
     let gpu = Gpu::new(false);
     let stream = gpu.stream;
-    let config = PoolConfig {
-        size: 1024,
-        page_size: 4,
-        need_sort: false,
-        index_type: IndexType::I64,
-        backend: BackendKind::Cuda { ordinal: 0 },
-    };
-    let mut pool = DevicePool::new(config).unwrap();
+    let mut pool = page4_pool(1024);
     let lens = [3i64, 4, 0, 9];
     let total: i64 = lens.iter().sum();
     let (zeros, none) = (upload(&[0i64; 4]), upload(&[-1i64; 4]));
@@ -928,14 +926,7 @@ fn a_finish_refuses_device_lengths_that_moved_pages_to_other_steps() {
     }
     let gpu = Gpu::new(false);
     let stream = gpu.stream;
-    let mut pool = DevicePool::new(PoolConfig {
-        size: 256,
-        page_size: 4,
-        need_sort: false,
-        index_type: IndexType::I64,
-        backend: BackendKind::Cuda { ordinal: 0 },
-    })
-    .unwrap();
+    let mut pool = page4_pool(256);
     let (zeros, none, four) = (upload(&[0i64; 2]), upload(&[-1i64; 2]), upload(&[4i64; 2]));
     let ext = DevBuf::new(8 * 8);
     let out = DevBuf::new(2 * 8);
