@@ -24,7 +24,7 @@
 //! `kvp_pool_digest` must be stable between calls, unchanged by refused calls (except
 //! `OUT_OF_SLOTS`, which may merge), queries and censuses, restored with its snapshot,
 //! a fresh pool's after `kvp_pool_clear`, unchanged by a second merge;
-//! `kvp_pool_set_debug` / `_get_debug` on a host pool accept 0 and the known flag only.
+//! `kvp_pool_set_debug` / `_get_debug` on a host pool accept 0 and the known flags only.
 //!
 //! Request-to-token tables: the target keeps an engine's `req_to_token` table (int64 or
 //! int32 entries, 1 to 8 rows, a row stride `>= row_len`, chosen by the input) whose row `r`
@@ -3158,11 +3158,13 @@ impl Run {
                 (format!("digest(bad {what})"), got, want)
             }
             _ => {
-                let flags = match input.below(5) {
+                let known = kvp_debug::StreamOrder as u32 | kvp_debug::ReplayCalls as u32;
+                let flags = match input.below(6) {
                     0 => 0,
                     1 => kvp_debug::StreamOrder as u32,
                     2 => 1u32 << (1 + input.below(31)),
                     3 => u32::MAX,
+                    4 => kvp_debug::ReplayCalls as u32,
                     _ => u32::from(input.byte()),
                 };
                 let null = input.chance(32);
@@ -3171,7 +3173,7 @@ impl Run {
                 let got = unsafe { kvp_pool_set_debug(target, flags) };
                 let want = if null {
                     kvp_status::NullArgument
-                } else if flags & !(kvp_debug::StreamOrder as u32) != 0 {
+                } else if flags & !known != 0 {
                     kvp_status::InvalidArgument
                 } else {
                     kvp_status::Ok
