@@ -23,7 +23,7 @@
 
 use std::collections::VecDeque;
 
-use cudarc::driver::sys::{self, CUdeviceptr, CUfunction, CUstream};
+use cudarc::driver::sys::{self, CUfunction, CUstream};
 
 use super::driver::check;
 use super::kernels::launch;
@@ -45,30 +45,6 @@ pub(crate) const DEBUG_ALL: u32 = DEBUG_STREAM_ORDER | DEBUG_REPLAY_CALLS;
 
 /// Recent launches remembered to name their streams in a fault message.
 const HISTORY: usize = 1024;
-
-/// Enqueues `kvp_debug_check` on `stream`: it faults the pool as `call` (`ERR_UNORDERED`,
-/// the expected and the seen number) unless the `u32` at device address `word` holds
-/// `expect`.
-pub(crate) fn enqueue_check(
-    check: CUfunction,
-    view: &View,
-    call: &Call,
-    word: CUdeviceptr,
-    expect: u32,
-    stream: CUstream,
-) -> Result<(), PoolError> {
-    // SAFETY: `kvp_debug_check(View, Call, const u32 *done, u32 expect)`; one warp; the
-    // caller's `word` is device-readable memory alive until the kernel has run.
-    unsafe {
-        launch(
-            check,
-            1,
-            32,
-            stream,
-            &mut [arg(view), arg(call), arg(&word), arg(&expect)],
-        )
-    }
-}
 
 /// The check's state: the device word, the previous launch, and recent launches' streams.
 #[derive(Debug)]
@@ -116,7 +92,17 @@ impl StreamOrderCheck {
         let Some(expect) = self.previous else {
             return Ok(());
         };
-        enqueue_check(check, view, call, self.done.at(0), expect, stream)
+        let done = self.done.at(0);
+        // SAFETY: `kvp_debug_check(View, Call, const u32 *done, u32 expect)`; one warp.
+        unsafe {
+            launch(
+                check,
+                1,
+                32,
+                stream,
+                &mut [arg(view), arg(call), arg(&done), arg(&expect)],
+            )
+        }
     }
 
     /// Enqueues the mark of `call` on `stream`, after the call's kernel (which is enqueued
