@@ -248,17 +248,22 @@ __device__ inline uint32_t later_seq(uint32_t a, uint32_t b) {
 // when this kernel's call is older (a graph launched after later calls, or after a clear
 // or restore; a reservation step), so that the host never takes a fault raised now for
 // one from before its last recovery, which it would not let block the pool.
-__device__ void raise_fault(const View &v, const Call &call, unsigned long long key,
-                            long long value) {
-  if (atomicCAS(&v.header->fault, 0u, 1u) != 0u) return;
-  const volatile Cursor *cursors = v.header->cursor;
-  const uint32_t seq = later_seq(later_seq(call.seq, cursors[0].writer), cursors[1].writer);
-  volatile HostRecord *rec = v.record;
-  rec->fault_code = (unsigned long long)(key & 0xff) | ((unsigned long long)call.op << 32);
+__device__ __noinline__ void raise_fault_at(Header *h, HostRecord *record, uint32_t op,
+                                            uint32_t call_seq, unsigned long long key,
+                                            long long value) {
+  if (atomicCAS(&h->fault, 0u, 1u) != 0u) return;
+  const volatile Cursor *cursors = h->cursor;
+  const uint32_t seq = later_seq(later_seq(call_seq, cursors[0].writer), cursors[1].writer);
+  volatile HostRecord *rec = record;
+  rec->fault_code = (unsigned long long)(key & 0xff) | ((unsigned long long)op << 32);
   rec->fault_position = (long long)(key >> 8);
   rec->fault_value = value;
   __threadfence_system();
   rec->fault_seq = seq;
+}
+__device__ __forceinline__ void raise_fault(const View &v, const Call &call,
+                                            unsigned long long key, long long value) {
+  raise_fault_at(v.header, v.record, call.op, call.seq, key, value);
 }
 
 // The turn check. The host numbers its cursor-moving calls (`Call::runs`: how many it made
@@ -291,19 +296,30 @@ __device__ void publish(const View &v, const Call &call, const Cursor &next) {
   mirror_counts(v, call, next);
 }
 
-// Thread 0 only: faults the pool when the call is out of turn (`c`: the cursor it read).
-__device__ void check_turn(const View &v, const Call &call, const Cursor &c) {
-  if (out_of_turn(c, call)) {
-    const unsigned long long ahead = (uint32_t)(c.runs - call.runs);
+// Thread 0 only, out of line (a fault's path; the kernels' hot paths keep one compare): the
+// turn check's fault of a call that read a cursor of turn `runs` written by call `writer`
+// (out of turn), or that finds itself the writer of the cursor it writes (run twice).
+__device__ __forceinline__ void raise_turn_fault(const View &v, const Call &call, uint32_t runs,
+                                                uint32_t writer) {
+  if (runs != call.runs) {
+    const unsigned long long ahead = (uint32_t)(runs - call.runs);
     raise_fault(v, call, ((unsigned long long)call.seq << 8) | ERR_OUT_OF_TURN,
-                (long long)(ahead << 32 | c.writer));
+                (long long)(ahead << 32 | writer));
+  } else {
+    raise_fault(v, call, ((unsigned long long)call.seq << 8) | ERR_REPLAYED, 0);
   }
 }
-
-// Thread 0 only: faults the pool when the call has run already (`found`: see commit).
-__device__ void check_replay(const View &v, const Call &call, uint32_t found) {
-  if (found == call.seq && !(call.flags & CALL_REPLAYABLE))
-    raise_fault(v, call, ((unsigned long long)call.seq << 8) | ERR_REPLAYED, 0);
+// Thread 0 only: faults the pool when the call is out of turn (`c`: the cursor it read).
+__device__ __forceinline__ void check_turn(const View &v, const Call &call, const Cursor &c) {
+  if (out_of_turn(c, call)) raise_turn_fault(v, call, c.runs, c.writer);
+}
+// Whether the call has run already (`found`: see commit).
+__device__ __forceinline__ bool replayed(const Call &call, uint32_t found) {
+  return found == call.seq && !(call.flags & CALL_REPLAYABLE);
+}
+// Thread 0 only: faults the pool when the call has run already.
+__device__ __forceinline__ void check_replay(const View &v, const Call &call, uint32_t found) {
+  if (replayed(call, found)) raise_turn_fault(v, call, call.runs, call.seq);
 }
 
 // Thread 0 only (of the one block that writes the cursor): the call's new cursor. `next` is
@@ -314,8 +330,8 @@ __device__ void check_replay(const View &v, const Call &call, uint32_t found) {
 // call on the state before it: the same pages again), which faults the pool too unless the
 // call is CALL_REPLAYABLE (benchmarks timing a call by replaying its graph).
 __device__ void commit(const View &v, const Call &call, const Cursor &next, uint32_t found) {
-  if (out_of_turn(next, call)) check_turn(v, call, next);
-  else check_replay(v, call, found);
+  if (out_of_turn(next, call) || replayed(call, found))
+    raise_turn_fault(v, call, next.runs, next.writer);
   publish(v, call, next);
 }
 // The same for a call that read nothing of the cursor it writes before now (only this
