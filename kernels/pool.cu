@@ -385,7 +385,15 @@ __device__ __forceinline__ unsigned long long load_here(const unsigned long long
 // `found`): loaded with the cursor the call reads, so that the kernel's end waits for no
 // load of its own.
 __device__ __forceinline__ uint32_t found_writer(const Header *h, const Call &call) {
-  return load_here(&h->cursor[call.in ^ 1].writer);
+  // Thread 0 alone (every kernel commits from a block's thread 0): one load a block, not one
+  // a warp; a predicated load, issued where it stands as load_here's.
+  uint32_t x = 0;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.eq.u32 p, %2, 0;\n\t"
+      "@p ld.relaxed.gpu.global.u32 %0, [%1];\n\t}"
+      : "+r"(x)
+      : "l"(&h->cursor[call.in ^ 1].writer), "r"((uint32_t)threadIdx.x));
+  return x;
 }
 
 // The page words a one-warp check of last_loc reads, issued as soon as last_loc is in: at
