@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Builds, on a machine with the Rust toolchain, everything the GPU check needs, into the
-# git-ignored gpu-artifacts/ (the GPU machine has no Rust): the release library, the
+# git-ignored gpu-artifacts/ (the GPU machine has no Rust): the release library (lib/), the
 # GPU test binaries (compressed: gpu-artifacts/bin.tar.xz) and the library with the test-only
-# `testing` feature (gpu-artifacts/testing/, for the Python tests). Other builds of the library to
-# benchmark against go in gpu-artifacts/var/NAME/libkvpool.so.0.1 (BENCH_VARIANTS). Then run scripts/gpu/run.sh on the GPU machine with gpu-artifacts/
-# carried along (the device tool: carry ["gpu-artifacts"]).
+# `testing` feature (testing/, for the Python tests). Other builds of the library to
+# benchmark against go in var/NAME/libkvpool.so.0.1 (BENCH_VARIANTS). The libraries travel
+# compressed together (gpu-artifacts/libs.tar.xz), and scripts/gpu/run.sh unpacks them on
+# the GPU machine, with gpu-artifacts/ carried along (the device tool: carry
+# ["gpu-artifacts"]).
 #
 #   scripts/gpu/pack.sh [--before REV] [--variant NAME=REV]... [--anatomy NAME=REV]...
 #
@@ -51,7 +53,8 @@ build_revision() {
 scripts/build-kernels.sh --verify
 cargo build --release --lib --example demo
 # Variants and a before-build of an earlier pack would travel with this one: gone.
-rm -rf gpu-artifacts/bin gpu-artifacts/lib gpu-artifacts/var gpu-artifacts/var.tar.xz gpu-artifacts/before
+rm -rf gpu-artifacts/bin gpu-artifacts/lib gpu-artifacts/var gpu-artifacts/var.tar.xz \
+    gpu-artifacts/libs.tar.xz gpu-artifacts/before
 mkdir -p gpu-artifacts/bin gpu-artifacts/lib
 cp target/release/libkvpool.so gpu-artifacts/lib/
 # Programs linked with -lkvpool record the SONAME; a copy, since links may not travel.
@@ -79,7 +82,7 @@ ls -la gpu-artifacts/bin gpu-artifacts/lib
 # so a warm machine never runs a previous pack's binaries.
 tar -cf - -C gpu-artifacts bin | xz -T1 --lzma2=preset=6,dict=192MiB >gpu-artifacts/bin.tar.xz
 rm -rf gpu-artifacts/bin gpu-artifacts/lib/libkvpool.so
-du -sh gpu-artifacts/bin.tar.xz gpu-artifacts/lib
+du -sh gpu-artifacts/bin.tar.xz
 
 # The library with the test-only `testing` feature, for the Python binding's tests
 # (tests/python/test_kvpool.py: run.sh python), built apart so target/release keeps the
@@ -123,13 +126,14 @@ for variant in ${VARIANTS[@]+"${VARIANTS[@]}"}; do
     echo "packed $rev's library as gpu-artifacts/var/$name (BENCH_VARIANTS)"
 done
 
-# The builds share most of their bytes (the kernels): one xz window over them all keeps
-# three or four within the 64 MiB the device tool carries, where each would take 16 MB.
-if [[ -d gpu-artifacts/var ]]; then
-    tar -cf - -C gpu-artifacts var | xz -T1 --lzma2=preset=6,dict=192MiB >gpu-artifacts/var.tar.xz
-    rm -rf gpu-artifacts/var
-    du -sh gpu-artifacts/var.tar.xz
-fi
+# The builds share most of their bytes (the kernels, 16 MB a library): one xz window over
+# the release library, the `testing` build and the variants keeps them all within the
+# 64 MiB the device tool carries (uncompressed, the two libraries and four variants of run
+# s44-1 came to 47 MB beside 20 MB of tracked files). run.sh unpacks them.
+(cd gpu-artifacts && tar -cf - lib testing $([[ -d var ]] && echo var)) |
+    xz -T1 --lzma2=preset=6,dict=192MiB >gpu-artifacts/libs.tar.xz
+rm -rf gpu-artifacts/lib gpu-artifacts/testing gpu-artifacts/var
+du -sh gpu-artifacts/libs.tar.xz
 
 rm -rf gpu-artifacts/anatomy
 for anatomy in ${ANATOMIES[@]+"${ANATOMIES[@]}"}; do

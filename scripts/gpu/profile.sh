@@ -14,7 +14,8 @@ mkdir -p "$OUT"
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1 || echo ncu)
 BUILD=$(mktemp -d)
-# pack.sh leaves out the link name (see run.sh).
+# pack.sh compresses the libraries and leaves out the link name (see run.sh).
+[[ -d gpu-artifacts/lib ]] || tar -xJf gpu-artifacts/libs.tar.xz -C gpu-artifacts lib
 [[ -f gpu-artifacts/lib/libkvpool.so ]] || cp gpu-artifacts/lib/libkvpool.so.0.1 gpu-artifacts/lib/libkvpool.so
 "$NVCC" -O2 -std=c++17 -arch=sm_90 -Iinclude bench-gpu/profile_calls.cu -Lgpu-artifacts/lib \
     -lkvpool -Xlinker -rpath -Xlinker "$PWD/gpu-artifacts/lib" -o "$BUILD/profile_calls" || exit 1

@@ -43,12 +43,16 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
 LOGS=$(mktemp -d)
 mkdir -p "$OUT"
-# What pack.sh left compressed or out: the test binaries and the other builds (unpacked
-# afresh on every call: a warm machine keeps the previous call's files) and each library's
-# link name.
-for packed in bin var; do
+# What pack.sh left compressed or out: the test binaries (bin) and the libraries (libs: lib/,
+# testing/, var/; var: a variant pack of before the forty-fourth session), unpacked afresh
+# on every call (a warm machine keeps the previous call's files), and each library's link
+# name.
+for packed in bin libs var; do
     [[ -f gpu-artifacts/$packed.tar.xz ]] || continue
-    rm -rf "gpu-artifacts/$packed"
+    case $packed in
+        libs) rm -rf gpu-artifacts/lib gpu-artifacts/testing gpu-artifacts/var ;;
+        *) rm -rf "gpu-artifacts/$packed" ;;
+    esac
     python3 -c 'import sys, tarfile
 with tarfile.open(sys.argv[1]) as t:
     try:
