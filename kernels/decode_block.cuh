@@ -131,7 +131,7 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   // batch reads the last request again and ignores it: every load unconditional).
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
-  const uint32_t found = found_writer(h, call);
+  const uint32_t found = found_writer<true>(h, call);
   const bool dead = dead_call(h->fault, c, call);
   const uint32_t i = min(r, batch - 1);
   const long long seq = seq_lens[i];

@@ -108,7 +108,7 @@ __device__ __forceinline__ void decode_cluster(ClusterDecodeShared<BLOCK, CLUSTE
   // (the address needs the cursor alone).
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
-  const uint32_t found = found_writer(h, call);
+  const uint32_t found = found_writer<true>(h, call);
   const bool dead = dead_call(h->fault, c, call);
   const uint32_t i = min(r, batch - 1);
   const long long seq = seq_lens[i];

@@ -184,7 +184,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
 
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
-  const uint32_t found = found_writer(h, call);
+  const uint32_t found = found_writer<false>(h, call);
   const uint32_t n = v.num_pages;
   bool dead = dead_call(h->fault, c, call);  // GRID: voted on below
   bool short_ = !dead && c.free_len < total_pages;

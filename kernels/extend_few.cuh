@@ -295,7 +295,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   KVP_PROBE(0, 0);  // (probes: see pool.cu; anatomy.cu names the points)
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
-  const uint32_t found = found_writer(h, call);
+  const uint32_t found = found_writer<false>(h, call);
   const uint32_t n = v.num_pages;
   bool dead = dead_call(h->fault, c, call);  // GRID: voted on below
   bool short_ = !dead && c.free_len < total_pages;

@@ -382,17 +382,23 @@ __device__ __forceinline__ unsigned long long load_here(const unsigned long long
 }
 
 // The writer of the cursor a call writes, as it stands before the call writes it (commit's
-// `found`): loaded with the cursor the call reads, so that the kernel's end waits for no
-// load of its own.
+// `found`, needed by the committing thread alone: a block's thread 0 in every kernel):
+// loaded with the cursor the call reads, so that the kernel's end waits for no load of its
+// own. EVERY_THREAD: every thread issues the load (same address: one transaction a warp);
+// else thread 0 alone (a predicated load). Which is faster differs by kernel, not by
+// reason (run s44-1, H100, page 16): the extends take thread 0 alone (256 and 1,024
+// requests 0.89x and 0.88x the time of every thread loading it), the decodes every thread
+// (64-1,024 requests 0.96-0.99x the time of thread 0 alone).
+template <bool EVERY_THREAD>
 __device__ __forceinline__ uint32_t found_writer(const Header *h, const Call &call) {
-  // Thread 0 alone (every kernel commits from a block's thread 0): one load a block, not one
-  // a warp; a predicated load, issued where it stands as load_here's.
+  const uint32_t *writer = &h->cursor[call.in ^ 1].writer;
+  if constexpr (EVERY_THREAD) return load_here(writer);
   uint32_t x = 0;
   asm volatile(
       "{\n\t.reg .pred p;\n\tsetp.eq.u32 p, %2, 0;\n\t"
       "@p ld.relaxed.gpu.global.u32 %0, [%1];\n\t}"
       : "+r"(x)
-      : "l"(&h->cursor[call.in ^ 1].writer), "r"((uint32_t)threadIdx.x));
+      : "l"(writer), "r"((uint32_t)threadIdx.x));
   return x;
 }
 

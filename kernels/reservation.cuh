@@ -114,7 +114,7 @@ __device__ void reserve_decode(View v, Call call, const long long *lens_in, cons
   __syncthreads();
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
-  const uint32_t found = found_writer(h, call);
+  const uint32_t found = found_writer<false>(h, call);
   const uint32_t n = v.num_pages;
   // The second phase runs only after a first phase that took its pages (a failed first
   // phase faulted the pool).
