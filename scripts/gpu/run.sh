@@ -25,7 +25,8 @@
 # OVERHEAD_ARGS (extra python_overhead.py arguments), OVERHEAD_POOLS (python-overhead's
 # pools, default "cuda cpu"), HOST_CALLS_ARGS (host_calls' arguments), OVERHEAD_VARIANTS
 # (see python-overhead below), STEP_ARGS (engine-steps' baseline_bench.py arguments), SANITIZE_OPS (lockstep operations per configuration under the
-# sanitizers, default 600), BENCH_PYTHON=0 (C++ benchmark only), BENCH_ARGS, TAIL_LINES,
+# sanitizers, default 600), SANITIZE_RESERVATION=0 (sanitize without the reservation tests, about
+# half its time at 200 operations: for a change that leaves the reservation kernels alone), BENCH_PYTHON=0 (C++ benchmark only), BENCH_ARGS, TAIL_LINES,
 # BENCH_BEFORE (gpu-artifacts/before, made by `scripts/gpu/pack.sh --before REV`: the C++
 # benchmark of that revision, built against its own header and library, runs right after
 # this one, for before/after figures from one machine and one run), CXX (the C++ compiler
@@ -185,10 +186,14 @@ for step in "${steps[@]}"; do
             --error-exitcode 9 "$BIN/cuda_rows" --ignored --test-threads=1
         KVPOOL_ROWS_OPS=${SANITIZE_OPS:-600} run sanitize-racecheck-rows "$SANITIZER" --tool racecheck \
             --error-exitcode 9 "$BIN/cuda_rows" --ignored --test-threads=1
-        run sanitize-memcheck-reservation "$SANITIZER" --tool memcheck \
-            --error-exitcode 9 "$BIN/cuda_reservation" --ignored --test-threads=1
-        run sanitize-racecheck-reservation "$SANITIZER" --tool racecheck \
-            --error-exitcode 9 "$BIN/cuda_reservation" --ignored --test-threads=1
+        if [[ ${SANITIZE_RESERVATION:-1} != 0 ]]; then
+            run sanitize-memcheck-reservation "$SANITIZER" --tool memcheck \
+                --error-exitcode 9 "$BIN/cuda_reservation" --ignored --test-threads=1
+            run sanitize-racecheck-reservation "$SANITIZER" --tool racecheck \
+                --error-exitcode 9 "$BIN/cuda_reservation" --ignored --test-threads=1
+        else
+            echo "=== sanitize-*-reservation: skipped (SANITIZE_RESERVATION=0)"
+        fi
         # (Not the partly-enqueued tests: their test hook makes cuLaunchKernel fail on
         # purpose, CUDA_ERROR_INVALID_VALUE, which compute-sanitizer reports as an API error
         # and counts toward --error-exitcode; they run on their own below, with API errors
