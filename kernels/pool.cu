@@ -248,9 +248,9 @@ __device__ inline uint32_t later_seq(uint32_t a, uint32_t b) {
 // when this kernel's call is older (a graph launched after later calls, or after a clear
 // or restore; a reservation step), so that the host never takes a fault raised now for
 // one from before its last recovery, which it would not let block the pool.
-__device__ __forceinline__ void record_fault(Header *h, HostRecord *record, uint32_t op,
-                                             uint32_t call_seq, unsigned long long key,
-                                             long long value) {
+__device__ __noinline__ void raise_fault_at(Header *h, HostRecord *record, uint32_t op,
+                                            uint32_t call_seq, unsigned long long key,
+                                            long long value) {
   if (atomicCAS(&h->fault, 0u, 1u) != 0u) return;
   const volatile Cursor *cursors = h->cursor;
   const uint32_t seq = later_seq(later_seq(call_seq, cursors[0].writer), cursors[1].writer);
@@ -261,20 +261,9 @@ __device__ __forceinline__ void record_fault(Header *h, HostRecord *record, uint
   __threadfence_system();
   rec->fault_seq = seq;
 }
-// The same out of line: a fault's path, which the allocation kernels never take when all
-// is well, kept out of their bodies (run s44-2, H100, page 16: with the turn check's faults
-// out of line too, extends of 1-1,024 requests 0.92-1.01x the time of every fault inline,
-// decodes 0.96-1.05x). The rewind keeps it inline (out of line it took 1.04-1.06x the time).
-__device__ __noinline__ void raise_fault_at(Header *h, HostRecord *record, uint32_t op,
-                                            uint32_t call_seq, unsigned long long key,
-                                            long long value) {
-  record_fault(h, record, op, call_seq, key, value);
-}
-template <bool OUT_OF_LINE = true>
 __device__ __forceinline__ void raise_fault(const View &v, const Call &call,
                                             unsigned long long key, long long value) {
-  if constexpr (OUT_OF_LINE) raise_fault_at(v.header, v.record, call.op, call.seq, key, value);
-  else record_fault(v.header, v.record, call.op, call.seq, key, value);
+  raise_fault_at(v.header, v.record, call.op, call.seq, key, value);
 }
 
 // The turn check. The host numbers its cursor-moving calls (`Call::runs`: how many it made
@@ -307,24 +296,22 @@ __device__ void publish(const View &v, const Call &call, const Cursor &next) {
   mirror_counts(v, call, next);
 }
 
-// Thread 0 only: the turn check's fault of a call that read a cursor of turn `runs` written
-// by call `writer` (out of turn), or that finds itself the writer of the cursor it writes
-// (run twice): one function for both, so that commit's test is one compare.
-template <bool OUT_OF_LINE = true>
+// Thread 0 only, out of line (a fault's path; the kernels' hot paths keep one compare): the
+// turn check's fault of a call that read a cursor of turn `runs` written by call `writer`
+// (out of turn), or that finds itself the writer of the cursor it writes (run twice).
 __device__ __forceinline__ void raise_turn_fault(const View &v, const Call &call, uint32_t runs,
                                                 uint32_t writer) {
   if (runs != call.runs) {
     const unsigned long long ahead = (uint32_t)(runs - call.runs);
-    raise_fault<OUT_OF_LINE>(v, call, ((unsigned long long)call.seq << 8) | ERR_OUT_OF_TURN,
-                             (long long)(ahead << 32 | writer));
+    raise_fault(v, call, ((unsigned long long)call.seq << 8) | ERR_OUT_OF_TURN,
+                (long long)(ahead << 32 | writer));
   } else {
-    raise_fault<OUT_OF_LINE>(v, call, ((unsigned long long)call.seq << 8) | ERR_REPLAYED, 0);
+    raise_fault(v, call, ((unsigned long long)call.seq << 8) | ERR_REPLAYED, 0);
   }
 }
 // Thread 0 only: faults the pool when the call is out of turn (`c`: the cursor it read).
-template <bool OUT_OF_LINE = true>
 __device__ __forceinline__ void check_turn(const View &v, const Call &call, const Cursor &c) {
-  if (out_of_turn(c, call)) raise_turn_fault<OUT_OF_LINE>(v, call, c.runs, c.writer);
+  if (out_of_turn(c, call)) raise_turn_fault(v, call, c.runs, c.writer);
 }
 // Whether the call has run already (`found`: see commit).
 __device__ __forceinline__ bool replayed(const Call &call, uint32_t found) {
@@ -958,10 +945,8 @@ __device__ void rewind(View v, Call call, const Index *last_kept, unsigned long 
     }
   }
   if (threadIdx.x == 0) {
-    // (The faults inline: see raise_fault_at.)
-    check_turn<false>(v, call, c);
-    if (!dead && verdict != NO_ERROR)
-      raise_fault<false>(v, call, verdict, (long long)last_kept[verdict >> 8]);
+    check_turn(v, call, c);
+    if (!dead && verdict != NO_ERROR) raise_fault(v, call, verdict, (long long)last_kept[verdict >> 8]);
     mirror_counts(v, call, c);
   }
 }
