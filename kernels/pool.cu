@@ -250,9 +250,9 @@ __device__ inline uint32_t later_seq(uint32_t a, uint32_t b) {
 // one from before its last recovery, which it would not let block the pool. Out of line:
 // a fault's path, which a call never takes when all is well, kept out of the kernels'
 // bodies (with the turn check's faults inlined at every commit, one-request decode's SASS
-// grew from 1,256 instructions to 1,776; out of line, 1,408; run s44-3, H100, page 16:
-// extends of 1-1,024 requests 0.92-1.02x the time of main's inline faults, decodes
-// 0.96-1.05x).
+// grew from 1,256 instructions to 1,776; out of line, 1,408. Run s44-3, H100, page 16, with
+// found_writer's load by kernel: extends of 1-1,024 requests 0.92-1.01x the time of the
+// faults inline, decodes 0.96-1.05x).
 __device__ __noinline__ void raise_fault_at(Header *h, HostRecord *record, uint32_t op,
                                             uint32_t call_seq, unsigned long long key,
                                             long long value) {
