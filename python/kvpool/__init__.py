@@ -1540,12 +1540,22 @@ class Pool(_Owner):
             ctypes.byref(planned))
         return tokens if not status and planned.value == tokens else 0
 
+    def _beyond_pool(self, tokens):
+        """The KvpError for a new output of more slots than the pool has (no call could hand
+        them out): raised before an output is made (one of that length may not even fit in
+        memory) and without calling the library, as ``kvpool.hpp``'s allocating overloads
+        do, so staged frees are not merged as a refused C call's shortage would merge them."""
+        return self._lib.error(STATUS["OUT_OF_SLOTS"],
+                               f"{tokens} tokens need more than the pool's {self._size} slots "
+                               "(refused before an output was made)")
+
     # ---- allocation ----
     # Inputs: lists (converted in O(n) at C speed), array.array / numpy arrays / memoryviews
     # / CPU tensors (zero-copy). Results: a list for list inputs, else the inputs' kind.
     # ``out`` is a preallocated tensor or writable buffer to write into (SGLang's
     # ``out_cache_loc``); the call returns it (its first k elements if longer). ``out_len``
-    # shortens a new output buffer (to test BUFFER_TOO_SMALL).
+    # shortens a new output buffer (to test BUFFER_TOO_SMALL). ``alloc`` of more slots than
+    # the pool has raises OUT_OF_SLOTS before it makes an output (see _beyond_pool).
 
     # The hot methods below inline what helpers would do (each Python call costs ~0.1 us):
     # ``self._handle or self.handle`` is ``self.handle`` (which raises once closed) without
@@ -1569,6 +1579,8 @@ class Pool(_Owner):
         if out_len is not None:
             out_len = _size(out_len, "out_len")
         if out is None:
+            if out_len is None and num_tokens > self._size:
+                raise self._beyond_pool(num_tokens)
             out, address, length, kind = _out_buffer(
                 num_tokens if out_len is None else out_len, None, self._index)
         else:
@@ -2080,12 +2092,20 @@ class Pool(_Owner):
         raise TypeError("stream must be None, a torch.cuda.Stream, a CUstream handle (int) or "
                         f"a ctypes.c_void_p, not {type(stream).__name__}")
 
-    def _device_out(self, n, out, stream, handle):
+    def _device_out(self, n, out, stream, handle, lengths=None):
         """(address, length, out) for a device output: ``out`` (a CUDA tensor of the pool's
         index dtype), or a new one of ``n`` elements allocated on the call's stream
         (``stream`` as given, ``handle`` its CUstream): PyTorch's caching allocator ties a
         block to the stream it was allocated on, so the memory is not handed to other
-        streams while kvpool's kernels may still write it."""
+        streams while kvpool's kernels may still write it. A new output of more than the
+        pool's slots is not made: an allocation of ``n`` raises ``_beyond_pool``; an extend
+        (``lengths``: its converted host copies, ``(prefix_p, seq_p, batch)``) raises it
+        when its lengths are valid and add up to ``n``, else gets an empty output (the call
+        names the bad length or the count that disagrees before it looks at the output)."""
+        if out is None and n > self._size:
+            if lengths is None or self._extend_out_len(n, *lengths) == n:
+                raise self._beyond_pool(n)
+            n = 0
         if out is None:
             torch = _import_torch("out=None")
             device = self._torch_device
@@ -2123,7 +2143,8 @@ class Pool(_Owner):
 
     def alloc_async(self, num_tokens, out=None, *, stream=None):
         """Allocates ``num_tokens`` slots (a multiple of page_size) into ``out`` on the device;
-        returns ``out[:num_tokens]`` (a new tensor when ``out`` is None)."""
+        returns ``out[:num_tokens]`` (a new tensor when ``out`` is None; for more slots than
+        the pool has, KVP_STATUS_OUT_OF_SLOTS is raised before a tensor is made)."""
         if self.backend != BACKEND_CUDA:
             self._require_device("kvp_pool_alloc_async")
         if type(num_tokens) is not int or not 0 <= num_tokens <= _SIZE_MAX:
@@ -2150,8 +2171,9 @@ class Pool(_Owner):
         the device. ``extend_num_tokens`` defaults to ``sum(seq_lens_host) -
         sum(prefix_lens_host)`` (O(n), summed by the library in C; pass it to skip the
         sums: then host copies that are buffers are read by the library, the cheapest
-        plain call). Returns
-        ``out[:extend_num_tokens]``."""
+        plain call). Returns ``out[:extend_num_tokens]`` (a new tensor when ``out`` is None;
+        valid lengths adding up to more slots than the pool has raise
+        KVP_STATUS_OUT_OF_SLOTS before a tensor is made)."""
         call = "kvp_pool_alloc_extend_async"
         if self.backend != BACKEND_CUDA:
             self._require_device(call)
@@ -2159,7 +2181,10 @@ class Pool(_Owner):
         if (native is not None and type(extend_num_tokens) is int
                 and _HOST[type(prefix_lens_host)] in _BUFFER_HANDLERS
                 and _HOST[type(seq_lens_host)] in _BUFFER_HANDLERS
-                and 0 <= extend_num_tokens <= _SIZE_MAX):
+                and 0 <= extend_num_tokens <= _SIZE_MAX
+                and (out is not None or extend_num_tokens <= self._size)):
+            # (A new output of more slots than the pool has: the general path, which has
+            # the host copies converted to check the lengths first.)
             done = self._extend_async_native(native, prefix_lens, seq_lens, last_loc, out,
                                              prefix_lens_host, seq_lens_host,
                                              extend_num_tokens, stream)
@@ -2192,7 +2217,8 @@ class Pool(_Owner):
         handle = (raw(device) if stream is None and raw is not None
                   else self._stream_handle(stream))
         if out is None:
-            buf, n, out = self._device_out(extend_num_tokens, None, stream, handle)
+            buf, n, out = self._device_out(extend_num_tokens, None, stream, handle,
+                                           (prefix_host, seq_host, batch))
         else:
             buf, n = _device_pointer(out, index, "out", device)
         status = self._lib.fast.kvp_pool_alloc_extend_async(
@@ -2419,7 +2445,8 @@ class Pool(_Owner):
                                                 seq_host_n, prefix_keep, seq_keep)
         handle = self._stream_handle(stream)
         if out_cache_loc:
-            buf, n, out = self._device_out(extend_num_tokens, out, stream, handle)
+            buf, n, out = self._device_out(extend_num_tokens, out, stream, handle,
+                                           (prefix_host, seq_host, batch))
         else:
             buf, n = None, 0
         self._async_call(call, ctypes.addressof(t), rows_buf, prefix_host, seq_host,

@@ -981,6 +981,33 @@ class TestRefusals(CudaTestCase):
         self.assertEqual(out.tolist(), [SENTINEL] * 8)
         pool.check_device()
 
+    def test_no_new_output_beyond_the_pool(self):
+        """A new output of more slots than the pool has is not made (10**12 indices would
+        not fit in device memory, and PyTorch's failed allocation synchronizes): the count
+        is refused first, as kvpool.hpp's allocating overloads refuse it."""
+        pool = self.device_pool(64, 4)
+        before = pool.stats().as_dict()
+        for n in (68, 10**12):
+            err = self.assertKvpError("OUT_OF_SLOTS", pool.alloc_async, n)
+            self.assertIn(f"{n} tokens need more than the pool's 64 slots", err.message)
+        # Valid lengths adding up to more than the pool: the same, before a tensor is made.
+        lens = [0, 40, 40]
+        self.assertKvpError("OUT_OF_SLOTS", pool.alloc_extend_async, self.i64([0] * 3),
+                            self.i64(lens), self.idx(pool, [-1] * 3), prefix_lens_host=[0] * 3,
+                            seq_lens_host=lens)
+        self.assertKvpError("OUT_OF_SLOTS", pool.alloc_extend_async, self.i64([0] * 3),
+                            self.i64(lens), self.idx(pool, [-1] * 3), prefix_lens_host=[0] * 3,
+                            seq_lens_host=lens, extend_num_tokens=80)
+        self.assertEqual(pool.stats().as_dict(), before)  # nothing reached the library
+        # A bad length: the library names it (the output made for it is empty).
+        self.assertKvpError("INVALID_LENGTHS", pool.alloc_extend_async, self.i64([3, 0]),
+                            self.i64([2, 80]), self.idx(pool, [-1, -1]),
+                            prefix_lens_host=[3, 0], seq_lens_host=[2, 80],
+                            extend_num_tokens=10**12)
+        torch.cuda.synchronize(self.dev)
+        self.assertEqual(pool.available_size_bound(), (64, True))
+        pool.check_device()
+
 
 # ---- (e) nothing synchronizes ----------------------------------------------------------------
 

@@ -640,6 +640,28 @@ class TestInt32Pool(KvpTestCase):
                             index_type=kvp.INDEX_TYPE_I32)
 
 
+class TestBeyondThePool(KvpTestCase):
+    def test_alloc_beyond_the_pool_makes_no_output(self):
+        # More slots than the pool has: OUT_OF_SLOTS before an output of that length is made
+        # (10**12 indices would not fit in memory), as kvpool.hpp's allocating overload
+        # does; the library is not called, so nothing changes, not even the merge that a
+        # refused call's shortage makes.
+        pool = self.pool(32, 4, need_sort=True)
+        pool.alloc(32)
+        pool.free_pages([6, 2])
+        before = pool.stats().as_dict()
+        for n in (36, 10**12):
+            self.assertKvpError("OUT_OF_SLOTS", pool.alloc, n,
+                                message=f"{n} tokens need more than the pool's 32 slots")
+        self.assertEqual(pool.stats().as_dict(), before)
+        self.assertEqual(pool.available_size(), 8)
+        # Given the output's length, the library is called and judges it.
+        self.assertKvpError("BUFFER_TOO_SMALL", pool.alloc, 36, out_len=4)
+        # A count the pool could hold goes to the library: short, after its merge.
+        self.assertKvpError("OUT_OF_SLOTS", pool.alloc, 32, message="free pages")
+        self.assertEqual(pool.stats().merges, 1)
+
+
 class TestInfoAndStats(KvpTestCase):
     def test_info(self):
         pool = self.pool(64, 4)
