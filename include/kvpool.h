@@ -2715,9 +2715,10 @@ enum kvp_status kvp_decode_reservation_step(struct kvp_decode_reservation *reser
  * leaves the counter and faults the pool (`KVP_STATUS_DEVICE_FAULT`, the message names the
  * reservation overrun); so does a step replayed after a clear or restore of the pool,
  * which ended the reservation and freed its pages. A row outside the table faults
- * likewise. A step of a faulted pool writes 0 and does nothing else. Rows are not checked for repeats on the device (each
- * step would need a barrier over a table of marks): a repeated row gets two requests'
- * slots written into one row (never outside the table, and the allocation is unaffected).
+ * likewise. A step of a faulted pool writes 0 and does nothing else. Rows are not checked
+ * for repeats on the device (each step would need a barrier over a table of marks): a
+ * repeated row gets two requests' slots written into one row (never outside the table, and
+ * the allocation is unaffected).
  *
  * Host checks (status, nothing enqueued): the reservation is live (not finished, its pool
  * not cleared or restored since: `KVP_STATUS_INVALID_STATE`), the pool not faulted, the
