@@ -59,10 +59,14 @@
  *    graph launched late (after later calls, or after a clear or restore), early (before
  *    the calls made ahead of it), twice, or never (a capture abandoned: the next call
  *    faults) never hands slots out twice. A clear or restore is not checked (it rewrites
- *    the state). The check costs an allocation 1.03-1.14x its device time (BENCHMARKS.md,
- *    run s43-2). KVP_DEBUG_REPLAY_CALLS lets a graph replayed at once repeat its call, for
+ *    the state). The check costs an allocation 0.99-1.12x its device time (BENCHMARKS.md,
+ *    run s45-1, H200). KVP_DEBUG_REPLAY_CALLS lets a graph replayed at once repeat its call, for
  *    timing calls. Every `*_async` call (page tables, digests and reservation steps too) is
- *    a call of the pool for the ordering rule above.
+ *    a call of the pool for the ordering rule above. A captured call allocates no device
+ *    memory (`cuMemAlloc` may synchronize, which invalidates a capture): one that would have
+ *    to grow the by-row calls' scratch, or find a reservation's or snapshot's memory, is
+ *    refused with KVP_STATUS_INVALID_STATE and the capture stays intact; size the scratch
+ *    before capturing with kvp_pool_reserve_scratch_async.
  *  - Thread state (device pools). A call on a device pool (and kvp_pool_new / kvp_pool_free
  *    of one, and the free of its last snapshot or of a scheduler holding it) makes the
  *    device's primary context current while it runs and makes the calling thread's own
@@ -1877,8 +1881,10 @@ enum kvp_status kvp_pool_clear_async(struct kvp_pool *pool,
  * Enqueues a copy of the allocator state (free ring, staged frees, page map: 12 bytes a
  * page, device to device) into a new snapshot written to `*out_snapshot`. The snapshot's
  * device buffer comes from the pool's spares (buffers of freed snapshots) when there is
- * one, else from `cuMemAlloc`. Fails with `KVP_STATUS_INVALID_STATE` while a free group is
- * open. Release with `kvp_snapshot_free` (its buffer goes back to the pool's spares; no
+ * one, else from `cuMemAlloc` (refused while `stream` is being captured:
+ * `KVP_STATUS_INVALID_STATE`, the capture intact; take and free a snapshot before
+ * capturing). Fails with `KVP_STATUS_INVALID_STATE` while a free group is open. Release
+ * with `kvp_snapshot_free` (its buffer goes back to the pool's spares; no
  * synchronization). One kernel.
  *
  * # Safety
@@ -2653,8 +2659,11 @@ enum kvp_status kvp_pool_reserve_decode(struct kvp_pool *pool,
  * the finish: it then returns nothing and faults the pool, since the pages the used steps
  * took differ from the host's plan.) The first
  * reservations allocate device memory (`cuMemAlloc`, which may synchronize); memory of
- * freed reservations is reused. `lens` and `last_loc` must stay alive until the stream
- * passes the call; the reservation does not need them afterwards.
+ * freed reservations is reused. While `stream` is being captured a reservation that finds
+ * no spare memory large enough is refused (`KVP_STATUS_INVALID_STATE`, nothing done, the
+ * capture intact): make and free one as large before capturing. `lens` and `last_loc`
+ * must stay alive until the stream passes the call; the reservation does not need them
+ * afterwards.
  *
  * # Safety
  * `lens_host` valid for `batch_size` elements; `lens`, `last_loc` device memory of the
@@ -2963,8 +2972,10 @@ enum kvp_status kvp_pool_page_table(struct kvp_pool *pool,
  * The pool keeps a device scratch for these calls (a mark word per table row, and per
  * request `last_loc` and token offsets; with `out` NULL also the new slots); a call that
  * needs more than the pool has allocates it (`cuMemAlloc`, which may synchronize the
- * device; later calls of that size do not). All buffers must stay alive until the stream
- * passes the call.
+ * device; later calls of that size do not), except while `stream` is being captured: it is
+ * then refused (`KVP_STATUS_INVALID_STATE`, the capture intact). Size the scratch before
+ * capturing with `kvp_pool_reserve_scratch_async`. All buffers must stay alive until the
+ * stream passes the call.
  *
  * # Safety
  * `table` must point to a valid descriptor of device memory of the pool's device; the host
@@ -3028,6 +3039,31 @@ enum kvp_status kvp_pool_free_rows_async(struct kvp_pool *pool,
                                          const int64_t *ends,
                                          size_t batch_size,
                                          struct CUstream_st *stream);
+
+/**
+ * Sizes a device pool's scratch for the by-row `_async` calls (`kvp_pool_alloc_extend_rows_async`,
+ * `kvp_pool_alloc_decode_rows_async`, `kvp_pool_free_rows_async`) of up to `batch_size`
+ * requests that allocate or free up to `slots` slots, on tables of up to `table_rows`
+ * rows, so that those calls allocate no device memory. Call it before recording such calls
+ * by stream capture: a captured call that finds the scratch too small is refused
+ * (`KVP_STATUS_INVALID_STATE`, nothing done, the capture intact), since `cuMemAlloc` may
+ * synchronize the device and so invalidate the engine's capture. The scratch only grows (a
+ * smaller size does nothing); new memory is zeroed on `stream`, ordered before the pool's
+ * later calls. Not a call of the pool: no kernel, no state change (also on a faulted
+ * pool). Fails with `KVP_STATUS_INVALID_ARGUMENT` (`table_rows` over 2^32 - 1, sizes
+ * beyond the address space), `KVP_STATUS_INVALID_STATE` (growing while `stream` is being
+ * captured), `KVP_STATUS_CUDA_ERROR` (`cuMemAlloc` failed), `KVP_STATUS_WRONG_BACKEND`
+ * (a host pool, which needs no scratch).
+ *
+ * # Safety
+ * `pool` a live pool or NULL; `stream` as for `kvp_pool_alloc_async`.
+ */
+KVP_NODISCARD
+enum kvp_status kvp_pool_reserve_scratch_async(struct kvp_pool *pool,
+                                               uint64_t table_rows,
+                                               size_t batch_size,
+                                               uint64_t slots,
+                                               struct CUstream_st *stream);
 
 /**
  * Enqueues `kvp_pool_page_table` on `stream` (device pool): FlashInfer's `kv_indptr`

@@ -1013,6 +1013,16 @@ public:
               "kvp_pool_free_rows_async");
     }
 
+    /// Sizes the by-row calls' device scratch for calls of up to `batch_size` requests and
+    /// `slots` slots on tables of up to `table_rows` rows
+    /// (kvp_pool_reserve_scratch_async): call it before capturing such calls into a CUDA
+    /// graph, where a call that would have to grow the scratch is refused.
+    void reserve_scratch_async(uint64_t table_rows, std::size_t batch_size, uint64_t slots,
+                               stream_t stream) {
+        check(kvp_pool_reserve_scratch_async(get(), table_rows, batch_size, slots, stream),
+              "kvp_pool_reserve_scratch_async");
+    }
+
     /// FlashInfer page table on the device (kvp_pool_page_table_async) into fixed int32
     /// device buffers; also fills the host copies `kv_indptr_host` (batch + 1) and
     /// `kv_last_page_len_host` (batch) when both are non-empty (for an empty batch, when

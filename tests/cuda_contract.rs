@@ -546,6 +546,43 @@ fn a_call_made_before_a_captured_calls_graph_runs_faults() {
     assert_eq!(out_c.download::<i64>(16), pages(1));
 }
 
+/// A backup inside a capture (global mode) on a pool with no spare snapshot buffer is
+/// refused (`InvalidState`) before anything is allocated or enqueued: the capture ends
+/// intact (`Graph::capture` panics otherwise). After a snapshot taken and freed uncaptured,
+/// the captured backup reuses its buffer, and what the graph copied restores.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_captured_backup_allocates_nothing() {
+    let gpu = Gpu::new(false);
+    let s = gpu.stream;
+    let [out_a, out_b, out_c] = outputs();
+    let mut pool = DevicePool::new(device_config(16)).unwrap();
+    // SAFETY (every call below): buffers hold 16 indices and outlive the stream's work.
+    unsafe { pool.alloc(16, out_a.ptr, 16, s) }.unwrap();
+    let (graph, refused) = Graph::capture(s, || unsafe { pool.backup_state(s) });
+    let err = refused.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidState, "{err}");
+    assert!(err.message().contains("snapshot's device buffer"), "{err}");
+    assert!(err.message().contains("being captured"), "{err}");
+    drop(graph);
+    drop(unsafe { pool.backup_state(s) }.unwrap()); // its buffer becomes the pool's spare
+    let (graph, snapshot) = Graph::capture(s, || unsafe { pool.backup_state(s) });
+    let snapshot = snapshot.unwrap();
+    graph.launch(s);
+    unsafe { pool.alloc(16, out_b.ptr, 16, s) }.unwrap();
+    unsafe { pool.restore_state(&snapshot, s) }.unwrap();
+    unsafe { pool.alloc(16, out_c.ptr, 16, s) }.unwrap();
+    gpu.sync();
+    pool.check_device().unwrap();
+    assert_eq!(out_a.download::<i64>(16), pages(1));
+    assert_eq!(out_b.download::<i64>(16), pages(2));
+    assert_eq!(
+        out_c.download::<i64>(16),
+        pages(2),
+        "the restore went back to the state the captured backup copied"
+    );
+}
+
 /// A clear after a captured call whose graph never runs (an abandoned capture) rewrites the
 /// state and is not checked: no fault, and the next call starts from an empty pool.
 #[test]

@@ -584,6 +584,77 @@ fn page4_pool(size: u64) -> DevicePool {
     .unwrap()
 }
 
+/// A reservation made inside a capture (global mode) on a pool with no spare reservation
+/// memory is refused (`InvalidState`) before anything is allocated, enqueued or taken: the
+/// capture ends intact (`Graph::capture` panics otherwise). After one made and freed
+/// uncaptured, the same reservation inside a capture reuses its memory, and its graph and
+/// steps give the slots an uncaptured twin pool gives.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_reservation_inside_a_capture_allocates_nothing() {
+    if skip() {
+        return;
+    }
+    let gpu = Gpu::new(false);
+    let stream = gpu.stream;
+    let (mut pool, mut twin) = (page4_pool(1024), page4_pool(1024));
+    let lens = [0i64, 0];
+    let (lens_d, last_d) = (upload(&lens), upload(&[-1i64, -1]));
+    let (out, want) = (DevBuf::new(2 * 8), DevBuf::new(2 * 8));
+    // SAFETY: device buffers valid for their lengths, alive until the synchronizations.
+    unsafe {
+        let (graph, refused) = Graph::capture(stream, || {
+            pool.reserve_decode(&lens, lens_d.ptr, last_d.ptr, 2, stream)
+        });
+        let err = refused.unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidState, "{err}");
+        assert!(
+            err.message().contains("reservation's device memory"),
+            "{err}"
+        );
+        assert!(err.message().contains("being captured"), "{err}");
+        drop(graph);
+        assert_eq!(
+            pool.available_size(),
+            1024,
+            "the refused reservation took nothing"
+        );
+        // Both pools: a reservation made, finished unused and freed (the spare), then one
+        // of two steps (captured on `pool`).
+        for p in [&mut pool, &mut twin] {
+            let mut spare = p
+                .reserve_decode(&lens, lens_d.ptr, last_d.ptr, 2, stream)
+                .unwrap();
+            p.finish_reservation(&mut spare, 0, stream).unwrap();
+            p.release_reservation(spare);
+        }
+        let (graph, res) = Graph::capture(stream, || {
+            pool.reserve_decode(&lens, lens_d.ptr, last_d.ptr, 2, stream)
+        });
+        let res = res.unwrap();
+        graph.launch(stream);
+        let twin_res = twin
+            .reserve_decode(&lens, lens_d.ptr, last_d.ptr, 2, stream)
+            .unwrap();
+        for step in 0..2 {
+            pool.reservation_step(&res, out.ptr, None, stream).unwrap();
+            twin.reservation_step(&twin_res, want.ptr, None, stream)
+                .unwrap();
+            gpu.sync();
+            pool.check_device().unwrap();
+            twin.check_device().unwrap();
+            assert_eq!(
+                out.download::<i64>(2),
+                want.download::<i64>(2),
+                "step {step}"
+            );
+        }
+        drop(graph);
+        pool.release_reservation(res);
+        twin.release_reservation(twin_res);
+    }
+}
+
 /// A step graph replayed after a clear, which ended the reservation and freed its pages: the
 /// step writes the padding slot, not step 2's slots (which an allocation made after the
 /// clear has handed out again), and faults the pool; the fault blocks the pool although the

@@ -911,6 +911,9 @@ SIGNATURES = {
         [_handle, _table_p, _i64_array, _i64_array, _i64_array, _i64_array, _i64_array,
          ctypes.c_size_t, _stream],
     ),
+    "kvp_pool_reserve_scratch_async": (
+        _status, [_handle, _u64, ctypes.c_size_t, _u64, _stream],
+    ),
     "kvp_pool_page_table_async": (
         _status,
         [_handle, _table_p, _i64_array, _i64_array, _i64_array, ctypes.c_size_t, _i32_p,
@@ -2496,6 +2499,19 @@ class Pool(_Owner):
         self._async_call(call, ctypes.addressof(t), rows_buf, starts_h, ends_h, starts_buf,
                          ends_buf, batch, self._stream_handle(stream))
         del table_keep, starts_keep, ends_keep
+
+    def reserve_scratch_async(self, table_rows, batch_size, slots, stream=None):
+        """Sizes the device scratch of the by-row calls (``alloc_extend_rows_async``,
+        ``alloc_decode_rows_async``, ``free_rows_async``) of up to ``batch_size`` requests
+        and ``slots`` slots on tables of up to ``table_rows`` rows, so that they allocate
+        no device memory: call it before capturing them into a CUDA graph, where a call
+        that would have to grow the scratch raises ``INVALID_STATE`` (the capture intact).
+        The scratch only grows; no kernel, no state change."""
+        call = "kvp_pool_reserve_scratch_async"
+        self._require_device(call)
+        self._call(call, _int(table_rows, "uint64_t", "table_rows"),
+                   _int(batch_size, "size_t", "batch_size"), _int(slots, "uint64_t", "slots"),
+                   self._stream_handle(stream))
 
     def page_table_async(self, table, rows, seq_lens, kv_indptr, kv_indices, kv_last_page_len,
                          *, seq_lens_host=None, stream=None):

@@ -950,6 +950,9 @@ class Pool(_Owner):
     def free_rows_async(self, table: _Table, rows: _Tensor, starts: _Tensor, ends: _Tensor, *,
                         starts_host: _HostArray | None = ...,
                         ends_host: _HostArray | None = ..., stream: _Stream = ...) -> None: ...
+    # Sizes the by-row calls' device scratch before they are captured into a CUDA graph.
+    def reserve_scratch_async(self, table_rows: SupportsIndex, batch_size: SupportsIndex,
+                              slots: SupportsIndex, stream: _Stream = ...) -> None: ...
     # Into int32 CUDA tensors; returns the host copies (kv_indptr, kv_last_page_len).
     def page_table_async(self, table: _Table, rows: _Tensor, seq_lens: _Tensor,
                          kv_indptr: _Tensor, kv_indices: _Tensor, kv_last_page_len: _Tensor, *,

@@ -5,7 +5,9 @@ use std::ffi::c_void;
 use cudarc::driver::sys::{self, CUdeviceptr};
 
 use super::driver::check;
-use crate::pool::PoolError;
+use super::release::may_be_capturing;
+use crate::pool::error::fail;
+use crate::pool::{ErrorKind, PoolError};
 
 /// A `cuMemAlloc` block, freed on drop. Its context must be current when it is dropped.
 #[derive(Debug)]
@@ -38,11 +40,29 @@ impl DeviceMemory {
         Ok(memory)
     }
 
-    /// Allocates `bytes` (at least 1) and enqueues zeroing them on `stream`, so that later
-    /// work on `stream` sees zeros without the host waiting (`cuMemAlloc` itself may
-    /// synchronize the device: used only when a pool's scratch, reservation or snapshot
-    /// buffers must grow).
-    pub fn zeroed_on(bytes: usize, stream: sys::CUstream) -> Result<Self, PoolError> {
+    /// Allocates `bytes` (at least 1) for a call on `stream` and enqueues zeroing them there,
+    /// so that later work on `stream` sees zeros without the host waiting (used only when a
+    /// pool's scratch, reservation or snapshot buffers must grow). Refused while `stream` is
+    /// being captured (`InvalidState`, nothing allocated): `cuMemAlloc` may synchronize the
+    /// device, which invalidates a global-mode capture (the engine's whole graph), and the
+    /// zeroing would be recorded into the graph instead of run, so calls made before the
+    /// graph runs would find the memory undefined. `growing` names what must grow and how
+    /// to size it before capturing.
+    pub fn zeroed_on(
+        bytes: usize,
+        stream: sys::CUstream,
+        growing: &str,
+    ) -> Result<Self, PoolError> {
+        if may_be_capturing(stream) {
+            return fail(
+                ErrorKind::InvalidState,
+                format!(
+                    "{growing} must grow to {bytes} bytes, but `stream` is being captured: a \
+                     captured call allocates no device memory (cuMemAlloc may synchronize, \
+                     which would invalidate the capture); nothing was done"
+                ),
+            );
+        }
         let memory = Self::uninit(bytes)?;
         // SAFETY: the memory holds `memory.bytes` bytes; `stream` is a live stream of the
         // context.

@@ -2136,7 +2136,12 @@ impl DevicePool {
             Some(buffer) => buffer,
             // Zeroed on the call's stream (cuMemsetD8 ran on the legacy default stream,
             // unordered with a non-blocking one: it could zero words the backup had copied).
-            None => DeviceMemory::zeroed_on(bytes, stream)?,
+            None => DeviceMemory::zeroed_on(
+                bytes,
+                stream,
+                "the snapshot's device buffer (the pool has no spare one: before capturing, \
+                 take a snapshot and free it; its buffer is then reused)",
+            )?,
         };
         let target = buffer.at(0);
         let counts = self.counts.counts();

@@ -349,7 +349,13 @@ impl DevicePool {
         {
             return Ok(self.reservation_spares.swap_remove(k));
         }
-        DeviceMemory::zeroed_on(bytes.max(4096), stream)
+        DeviceMemory::zeroed_on(
+            bytes.max(4096),
+            stream,
+            "the reservation's device memory (no spare buffer of the pool is that large: \
+             before capturing, make a reservation of at least this batch and these steps and \
+             finish and free it; its memory is then reused)",
+        )
     }
 
     /// Refuses a reservation of another pool, a finished one, or one from before the last

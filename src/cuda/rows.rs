@@ -45,6 +45,37 @@ impl DeviceTable {
     }
 }
 
+/// What must grow when a by-row call inside a capture finds the scratch too small.
+const ROWS_SCRATCH: &str = "the by-row calls' device scratch (before capturing, size it for \
+                            the largest call with kvp_pool_reserve_scratch_async)";
+
+/// Bytes of the by-row calls' scratch for calls of up to `batch` requests allocating or
+/// freeing up to `slots` slots on tables of up to `table_rows` rows: the mark words (4
+/// bytes a row) and the data (`rows_alloc`: `last_loc` and token offsets, 16 bytes a
+/// request and 8 more, then the new slots when `out` is NULL; `free_rows_inner`: each
+/// segment's pages in whole pages, at most `page_size - 1` slots a request over its
+/// slots). `None` when a size does not fit the address space.
+fn rows_scratch_bytes(
+    table_rows: u64,
+    batch: u64,
+    slots: u64,
+    index_bytes: u64,
+    page_size: u64,
+) -> Option<(usize, usize)> {
+    let marks = table_rows.checked_mul(4)?;
+    let pad = batch.checked_mul(page_size - 1)?;
+    let data = slots
+        .checked_add(pad)?
+        .checked_mul(index_bytes)?
+        .checked_add(batch.checked_add(1)?.checked_mul(16)?)?;
+    let fits = |b: u64| {
+        usize::try_from(b)
+            .ok()
+            .filter(|&b| b <= isize::MAX as usize)
+    };
+    Some((fits(marks)?, fits(data)?))
+}
+
 /// The newest buffer of `buffers` if it holds `bytes`, else a new zeroed one (twice the
 /// size, at least 4 KiB), kept as the newest.
 fn grow(
@@ -56,7 +87,7 @@ fn grow(
         Some(mem) if mem.bytes() >= bytes => Ok(mem.at(0)),
         last => {
             let size = last.map_or(0, |m| m.bytes() * 2).max(bytes).max(4096);
-            let mem = DeviceMemory::zeroed_on(size, stream)?;
+            let mem = DeviceMemory::zeroed_on(size, stream, ROWS_SCRATCH)?;
             let at = mem.at(0);
             buffers.push(mem);
             Ok(at)
@@ -123,6 +154,58 @@ impl DevicePool {
     /// Per-call scratch of at least `bytes` (contents undefined).
     fn rows_data(&mut self, bytes: usize, stream: CUstream) -> Result<CUdeviceptr, PoolError> {
         grow(&mut self.rows_data, bytes, stream)
+    }
+
+    /// Sizes the by-row calls' device scratch for calls of up to `batch` requests that
+    /// allocate or free up to `slots` slots on tables of up to `table_rows` rows, so that
+    /// such calls allocate no device memory: needed before recording them by stream capture,
+    /// where a call that would have to grow the scratch is refused (`InvalidState`). The
+    /// scratch only grows (a smaller size does nothing); new memory is zeroed on `stream`.
+    /// Not a call of the pool: no kernel, the pool's state untouched, also while it is
+    /// faulted. Refused while `stream` is being captured if anything must grow.
+    ///
+    /// # Safety
+    /// `stream` a live stream of the pool's device (or NULL).
+    pub unsafe fn reserve_rows_scratch(
+        &mut self,
+        table_rows: u64,
+        batch: u64,
+        slots: u64,
+        stream: CUstream,
+    ) -> Result<(), PoolError> {
+        self.enter(stream, true)?;
+        if table_rows > u64::from(u32::MAX) {
+            return fail(
+                ErrorKind::InvalidArgument,
+                format!("table_rows = {table_rows} exceeds 2^32 - 1 (a table's rows fit 32 bits)"),
+            );
+        }
+        let page_size = u64::from(self.layout.page_size);
+        let Some((marks, data)) = rows_scratch_bytes(
+            table_rows,
+            batch,
+            slots,
+            self.index_bytes() as u64,
+            page_size,
+        ) else {
+            return fail(
+                ErrorKind::InvalidArgument,
+                format!(
+                    "scratch for {batch} requests and {slots} slots does not fit the address space"
+                ),
+            );
+        };
+        if marks > 0 {
+            grow(&mut self.rows_marks, marks, stream)?;
+        }
+        grow(&mut self.rows_data, data, stream)?;
+        Ok(())
+    }
+
+    /// Bytes of the scratch the by-row calls have now: the mark words and the data.
+    pub fn rows_scratch(&self) -> (usize, usize) {
+        let newest = |buffers: &Vec<DeviceMemory>| buffers.last().map_or(0, DeviceMemory::bytes);
+        (newest(&self.rows_marks), newest(&self.rows_data))
     }
 
     pub(super) fn index_bytes(&self) -> usize {
@@ -693,6 +776,47 @@ impl DevicePool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `rows_alloc` and `free_rows_inner` ask of the data scratch, as they compute it.
+    fn alloc_needs(batch: u64, tokens: u64, index_bytes: u64) -> u64 {
+        8 * batch + 8 * (batch + 1) + index_bytes * tokens
+    }
+    fn free_needs(segments: &[u64], page_size: u64, index_bytes: u64) -> u64 {
+        index_bytes
+            * segments
+                .iter()
+                .map(|&n| n.div_ceil(page_size) * page_size)
+                .sum::<u64>()
+    }
+
+    #[test]
+    fn reserved_scratch_covers_every_call_within_its_bounds() {
+        for (page_size, index_bytes) in [(1, 8), (16, 8), (64, 4), (5, 4)] {
+            for (batch, slots) in [
+                (1u64, 1u64),
+                (3, 100),
+                (2600, 2600 * 64),
+                (4096, 4096),
+                (7, 9),
+            ] {
+                let (marks, data) =
+                    rows_scratch_bytes(3000, batch, slots, index_bytes, page_size).unwrap();
+                assert_eq!(marks, 3000 * 4);
+                let data = data as u64;
+                assert!(alloc_needs(batch, slots, index_bytes) <= data);
+                // The most padding: every segment one slot into a page, but the first,
+                // which takes the rest.
+                let mut segments = vec![1; batch as usize];
+                segments[0] += slots - batch;
+                assert!(free_needs(&segments, page_size, index_bytes) <= data);
+                assert!(free_needs(&[slots], page_size, index_bytes) <= data);
+            }
+        }
+        // Sizes past the address space are refused, not wrapped.
+        assert_eq!(rows_scratch_bytes(1, u64::MAX, 1, 8, 16), None);
+        assert_eq!(rows_scratch_bytes(1, 1, u64::MAX / 4, 8, 16), None);
+        assert_eq!(rows_scratch_bytes(u64::MAX, 1, 1, 8, 16), None);
+    }
 
     #[test]
     fn scatter_grids_spread_short_extends_and_cap_long_ones() {

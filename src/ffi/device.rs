@@ -391,8 +391,10 @@ pub unsafe extern "C" fn kvp_pool_clear_async(
 /// Enqueues a copy of the allocator state (free ring, staged frees, page map: 12 bytes a
 /// page, device to device) into a new snapshot written to `*out_snapshot`. The snapshot's
 /// device buffer comes from the pool's spares (buffers of freed snapshots) when there is
-/// one, else from `cuMemAlloc`. Fails with `KVP_STATUS_INVALID_STATE` while a free group is
-/// open. Release with `kvp_snapshot_free` (its buffer goes back to the pool's spares; no
+/// one, else from `cuMemAlloc` (refused while `stream` is being captured:
+/// `KVP_STATUS_INVALID_STATE`, the capture intact; take and free a snapshot before
+/// capturing). Fails with `KVP_STATUS_INVALID_STATE` while a free group is open. Release
+/// with `kvp_snapshot_free` (its buffer goes back to the pool's spares; no
 /// synchronization). One kernel.
 ///
 /// # Safety

@@ -236,8 +236,11 @@ pub unsafe extern "C" fn kvp_pool_reserve_decode(
 /// the finish: it then returns nothing and faults the pool, since the pages the used steps
 /// took differ from the host's plan.) The first
 /// reservations allocate device memory (`cuMemAlloc`, which may synchronize); memory of
-/// freed reservations is reused. `lens` and `last_loc` must stay alive until the stream
-/// passes the call; the reservation does not need them afterwards.
+/// freed reservations is reused. While `stream` is being captured a reservation that finds
+/// no spare memory large enough is refused (`KVP_STATUS_INVALID_STATE`, nothing done, the
+/// capture intact): make and free one as large before capturing. `lens` and `last_loc`
+/// must stay alive until the stream passes the call; the reservation does not need them
+/// afterwards.
 ///
 /// # Safety
 /// `lens_host` valid for `batch_size` elements; `lens`, `last_loc` device memory of the

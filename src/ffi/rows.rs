@@ -547,8 +547,10 @@ pub(crate) fn device_table(
 /// The pool keeps a device scratch for these calls (a mark word per table row, and per
 /// request `last_loc` and token offsets; with `out` NULL also the new slots); a call that
 /// needs more than the pool has allocates it (`cuMemAlloc`, which may synchronize the
-/// device; later calls of that size do not). All buffers must stay alive until the stream
-/// passes the call.
+/// device; later calls of that size do not), except while `stream` is being captured: it is
+/// then refused (`KVP_STATUS_INVALID_STATE`, the capture intact). Size the scratch before
+/// capturing with `kvp_pool_reserve_scratch_async`. All buffers must stay alive until the
+/// stream passes the call.
 ///
 /// # Safety
 /// `table` must point to a valid descriptor of device memory of the pool's device; the host
@@ -708,6 +710,39 @@ pub unsafe extern "C" fn kvp_pool_free_rows_async(
                 device_ptr(ends),
                 stream_of(stream),
             )
+        })
+    })
+}
+
+/// Sizes a device pool's scratch for the by-row `_async` calls (`kvp_pool_alloc_extend_rows_async`,
+/// `kvp_pool_alloc_decode_rows_async`, `kvp_pool_free_rows_async`) of up to `batch_size`
+/// requests that allocate or free up to `slots` slots, on tables of up to `table_rows`
+/// rows, so that those calls allocate no device memory. Call it before recording such calls
+/// by stream capture: a captured call that finds the scratch too small is refused
+/// (`KVP_STATUS_INVALID_STATE`, nothing done, the capture intact), since `cuMemAlloc` may
+/// synchronize the device and so invalidate the engine's capture. The scratch only grows (a
+/// smaller size does nothing); new memory is zeroed on `stream`, ordered before the pool's
+/// later calls. Not a call of the pool: no kernel, no state change (also on a faulted
+/// pool). Fails with `KVP_STATUS_INVALID_ARGUMENT` (`table_rows` over 2^32 - 1, sizes
+/// beyond the address space), `KVP_STATUS_INVALID_STATE` (growing while `stream` is being
+/// captured), `KVP_STATUS_CUDA_ERROR` (`cuMemAlloc` failed), `KVP_STATUS_WRONG_BACKEND`
+/// (a host pool, which needs no scratch).
+///
+/// # Safety
+/// `pool` a live pool or NULL; `stream` as for `kvp_pool_alloc_async`.
+#[no_mangle]
+#[must_use]
+pub unsafe extern "C" fn kvp_pool_reserve_scratch_async(
+    pool: *mut kvp_pool,
+    table_rows: u64,
+    batch_size: usize,
+    slots: u64,
+    stream: *mut CUstream_st,
+) -> kvp_status {
+    with_device_pool(pool, |pool| {
+        // SAFETY: forwarded caller contract.
+        status_of(unsafe {
+            pool.reserve_rows_scratch(table_rows, batch_size as u64, slots, stream_of(stream))
         })
     })
 }

@@ -182,6 +182,10 @@ int main(void) {
     /* The device calls on a host pool. */
     CHECK_STATUS(kvp_pool_alloc_decode_rows_async(pool, &t, &r2, &one, &one, 1, NULL, 0, NULL),
                  KVP_STATUS_WRONG_BACKEND);
+    CHECK_STATUS(kvp_pool_reserve_scratch_async(pool, ROWS, 8, 64, NULL),
+                 KVP_STATUS_WRONG_BACKEND);
+    CHECK_STATUS(kvp_pool_reserve_scratch_async(NULL, ROWS, 8, 64, NULL),
+                 KVP_STATUS_NULL_ARGUMENT);
     CHECK(memcmp(before, table, sizeof table) == 0);
     CHECK_EQ(available(pool), avail);
     check_refused_tables(pool, &t);

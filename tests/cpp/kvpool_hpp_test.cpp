@@ -592,6 +592,7 @@ void test_req_table() {
                                               kvpool::device_span<int64_t>(), nullptr));
     CHECK_THROWS(WRONG_BACKEND, "",
                  pool.free_rows_async(table, no_dev, none, none, no_dev, no_dev, nullptr));
+    CHECK_THROWS(WRONG_BACKEND, "host pool", pool.reserve_scratch_async(40, 8, 64, nullptr));
     std::vector<int32_t> indptr_host(1);
     int32_t dummy = 0;
     CHECK_THROWS(WRONG_BACKEND, "",

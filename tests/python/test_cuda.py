@@ -691,6 +691,49 @@ class TestReqTable(CudaTestCase):
         self.assertIn("repeats", err.message)
         self.assertEqual(int(table.abs().sum()), 0)
 
+    def test_captured_rows_calls_allocate_nothing(self):
+        """A free by row inside torch.cuda.graph on a pool whose scratch is too small is
+        refused (INVALID_STATE) with the capture intact and the pool unchanged; once
+        reserve_scratch_async has sized the scratch, the same captured call frees the rows
+        when the graph runs."""
+        pool = self.device_pool(4096, 16)
+        table = torch.zeros((8, 200), dtype=torch.int32, device=self.dev)
+        rows, zeros, seq = [5, 2], [0, 0], [37, 16]
+        pool.alloc_extend_rows_async(table, self.i64(rows), self.i64(zeros), self.i64(seq),
+                                     prefix_lens_host=zeros, seq_lens_host=seq)
+        rows_d, starts_d, ends_d = self.i64(rows), self.i64(zeros), self.i64(seq)
+        torch.cuda.synchronize(self.dev)
+        used = pool.available_size()
+        self.assertEqual(used, 4096 - 4 * 16)
+
+        def free_rows():
+            pool.free_rows_async(table, rows_d, starts_d, ends_d, starts_host=zeros,
+                                 ends_host=seq)
+
+        refused = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(refused, stream=self.stream):
+            err = self.assertKvpError("INVALID_STATE", free_rows)
+        self.assertIn("being captured", err.message)
+        self.assertIn("kvp_pool_reserve_scratch_async", err.message)
+        torch.cuda.synchronize(self.dev)
+        pool.check_device()
+        self.assertEqual(pool.available_size(), used)
+        pool.reserve_scratch_async(8, 2, sum(seq))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=self.stream):
+            free_rows()
+        self.assertEqual(pool.available_size(), 4096)  # counted when captured
+        graph.replay()
+        torch.cuda.synchronize(self.dev)
+        pool.check_device()
+        self.assertEqual(pool.available_size(), 4096)
+        self.assertEqual(pool.alloc_async(4096).numel(), 4096)  # every page free again
+        torch.cuda.synchronize(self.dev)
+        pool.check_device()
+        for bad in ((-1, 2, 64), (2, 2.0, 64)):
+            with self.assertRaises((OverflowError, TypeError)):
+                pool.reserve_scratch_async(*bad)
+
 
 class TestGraphDecode(CudaTestCase):
     """Decode reservations with torch.cuda.graph (docs/graph-decode.md): replays of one

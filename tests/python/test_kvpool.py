@@ -3504,6 +3504,7 @@ class TestReqTable(KvpTestCase):
         _, t = self.table(2, 8, 8)
         self.assertKvpError("WRONG_BACKEND", pool.alloc_decode_rows_async, t, None, None,
                             seq_lens_host=[1], stream=0)
+        self.assertKvpError("WRONG_BACKEND", pool.reserve_scratch_async, 2, 8, 64)
 
 
 class TestPreparedCalls(KvpTestCase):
