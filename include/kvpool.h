@@ -66,7 +66,8 @@
  *    memory (`cuMemAlloc` may synchronize, which invalidates a capture): one that would have
  *    to grow the by-row calls' scratch, or find a reservation's or snapshot's memory, is
  *    refused with KVP_STATUS_INVALID_STATE and the capture stays intact; size the scratch
- *    before capturing with kvp_pool_reserve_scratch_async.
+ *    before capturing with kvp_pool_reserve_scratch_async. An uncaptured call allocates in
+ *    relaxed capture mode, so it never invalidates a capture of another stream.
  *  - Thread state (device pools). A call on a device pool (and kvp_pool_new / kvp_pool_free
  *    of one, and the free of its last snapshot or of a scheduler holding it) makes the
  *    device's primary context current while it runs and makes the calling thread's own

@@ -583,6 +583,34 @@ fn a_captured_backup_allocates_nothing() {
     );
 }
 
+/// A pool call that allocates device memory (a first backup's snapshot buffer) on a stream
+/// that is not being captured, while this thread captures another stream in global mode
+/// (PyTorch's default), leaves that capture intact: the library allocates in relaxed
+/// capture mode, as PyTorch's allocator does (in global mode the `cuMemAlloc` would
+/// invalidate the capture, and `Graph::capture` would panic).
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn an_allocation_beside_a_capture_leaves_it_intact() {
+    let (gpu, side) = (Gpu::new(false), Gpu::new(false));
+    let [out] = outputs();
+    let mut pool = DevicePool::new(device_config(16)).unwrap();
+    let mut captured_pool = DevicePool::new(device_config(16)).unwrap();
+    // SAFETY (every call below): the buffer holds 16 indices and outlives the streams' work.
+    let (graph, (captured, snapshot)) = Graph::capture(side.stream, || unsafe {
+        let captured = captured_pool.alloc(16, out.ptr, 16, side.stream);
+        (captured, pool.backup_state(gpu.stream))
+    });
+    captured.unwrap();
+    let snapshot = snapshot.unwrap();
+    graph.launch(side.stream);
+    side.sync();
+    gpu.sync();
+    captured_pool.check_device().unwrap();
+    pool.check_device().unwrap();
+    assert_eq!(out.download::<i64>(16), pages(1));
+    drop(snapshot);
+}
+
 /// A clear after a captured call whose graph never runs (an abandoned capture) rewrites the
 /// state and is not checked: no fault, and the next call starts from an empty pool.
 #[test]

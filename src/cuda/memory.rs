@@ -17,12 +17,26 @@ pub(crate) struct DeviceMemory {
 }
 
 impl DeviceMemory {
-    /// Allocates `bytes` (at least 1), contents undefined.
+    /// Allocates `bytes` (at least 1), contents undefined. The calling thread's stream
+    /// capture mode is relaxed for the `cuMemAlloc` (then restored): in global mode
+    /// (PyTorch's default) it would invalidate a capture in progress on another stream, of
+    /// this thread or of any other, though nothing of the pool's is being captured (PyTorch's
+    /// own allocator relaxes it alike). A call on a stream that is being captured never
+    /// gets here ([`zeroed_on`](Self::zeroed_on)).
     pub fn uninit(bytes: usize) -> Result<Self, PoolError> {
         let bytes = bytes.max(1);
         let mut ptr = 0;
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: a valid in/out pointer; the previous mode is put back below.
+        check(
+            unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) },
+            "cuThreadExchangeStreamCaptureMode",
+        )?;
         // SAFETY: valid out-pointer; the pool's context is current.
-        check(unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) }, "cuMemAlloc")?;
+        let allocated = unsafe { sys::cuMemAlloc_v2(&mut ptr, bytes) };
+        // SAFETY: as above (restores the thread's mode; cannot fail for a mode it gave).
+        unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) };
+        check(allocated, "cuMemAlloc")?;
         Ok(Self { ptr, bytes })
     }
 
