@@ -104,6 +104,8 @@ extern "C" __device__ const unsigned long long kvp_abi[] = {
     ERR_REPLAYED,
     offsetof(Header, epoch),
     ERR_RES_ENDED,
+    // A reservation's owner (reservation.cuh: reservation_step).
+    ERR_RES_REUSED,
 };
 
 }  // namespace kvp

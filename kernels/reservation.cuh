@@ -48,6 +48,8 @@ enum ReservationErr : uint32_t {
   ERR_RES_REWIND = 25,    // finish: request i's last used slot's page no longer holds it
   ERR_RES_ENDED = 30,     // a step of a reservation a clear or restore ended (position K,
                           // value the counter)
+  ERR_RES_REUSED = 31,    // a step of a reservation whose memory a later reservation took
+                          // (position K, value the later reservation's call number)
 };
 
 // Lives at the start of the reservation's device memory.
@@ -57,7 +59,9 @@ struct ResHeader {
   uint32_t epoch;    // Header::epoch at the reserve: a later clear or restore ends the
                      // reservation, whose pages it freed (a step graph replayed after it
                      // would hand them out again)
-  uint32_t pad;
+  uint32_t owner;    // the reserve's call number (Call::seq), which every step passes: a step
+                     // graph of a freed reservation replayed once a later reservation reuses
+                     // the memory finds another number (it would hand out that one's slots)
 };
 constexpr uint32_t RES_EMPTY = 0;     // the reserve failed (the pool is faulted): steps write 0
 constexpr uint32_t RES_LIVE = 1;
@@ -256,6 +260,7 @@ __device__ void reserve_decode(View v, Call call, const long long *lens_in, cons
     res->counter = 0;
     res->state = !live ? RES_EMPTY : phase == RES_PHASE_FIRST ? RES_FIRST_TAKEN : RES_LIVE;
     res->epoch = h->epoch;
+    res->owner = call.seq;
     const long long value =
         fault_value(failed, short_, verdict, lens_in,
                     [&](unsigned long long pos) { return (long long)last_loc[pos]; });
@@ -272,7 +277,7 @@ __device__ void reservation_step(View v, Call call, ResHeader *res, const long l
                                  unsigned long long stride, unsigned long long row_len,
                                  const long long *rows) {
   __shared__ unsigned long long errors;
-  __shared__ uint32_t s_at, state_at, dead_at, ended_at;
+  __shared__ uint32_t s_at, state_at, dead_at, ended_at, owner_at;
   const uint32_t r = threadIdx.x;
   if (r == 0) {
     errors = NO_ERROR;
@@ -280,11 +285,12 @@ __device__ void reservation_step(View v, Call call, ResHeader *res, const long l
     state_at = *(volatile uint32_t *)&res->state;
     dead_at = v.header->fault != 0;
     ended_at = *(volatile uint32_t *)&res->epoch != *(volatile uint32_t *)&v.header->epoch;
+    owner_at = *(volatile uint32_t *)&res->owner;
   }
   __syncthreads();
   const uint32_t s = s_at, state = state_at;
-  const bool dead = dead_at != 0, ended = ended_at != 0;
-  bool ok = !dead && !ended && state == RES_LIVE && s < steps;
+  const bool dead = dead_at != 0, ended = ended_at != 0, reused = owner_at != call.seq;
+  bool ok = !dead && !ended && !reused && state == RES_LIVE && s < steps;
   if (ok && table != nullptr) {
     for (uint32_t i = r; i < batch; i += blockDim.x) {
       const long long row = rows[i];
@@ -306,6 +312,8 @@ __device__ void reservation_step(View v, Call call, ResHeader *res, const long l
   if (r == 0) {
     if (ok) {
       res->counter = s + 1;
+    } else if (!dead && reused) {
+      raise_fault(v, call, ((unsigned long long)steps << 8) | ERR_RES_REUSED, owner_at);
     } else if (!dead && ended) {
       raise_fault(v, call, ((unsigned long long)steps << 8) | ERR_RES_ENDED, s);
     } else if (!dead && state == RES_LIVE && s >= steps) {

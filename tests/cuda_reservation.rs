@@ -655,6 +655,59 @@ fn a_reservation_inside_a_capture_allocates_nothing() {
     }
 }
 
+/// A step graph of a freed reservation replayed after a later reservation took its memory
+/// (the pool's spare, reused): the step writes the padding slot, not the later
+/// reservation's slots (which that one's own steps hand out), and faults the pool naming
+/// the later reservation's call; nothing is handed out twice.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn a_step_graph_replayed_after_its_memory_is_reused_faults() {
+    if skip() {
+        return;
+    }
+    let gpu = Gpu::new(false);
+    let stream = gpu.stream;
+    let mut pool = page4_pool(1024);
+    let lens = [0i64, 0];
+    let (lens_d, last_d) = (upload(&lens), upload(&[-1i64, -1]));
+    let out = DevBuf::new(2 * 8);
+    // SAFETY: device buffers valid for their lengths, alive until the synchronizations.
+    unsafe {
+        let mut first = pool
+            .reserve_decode(&lens, lens_d.ptr, last_d.ptr, 2, stream)
+            .unwrap();
+        let (graph, status) = Graph::capture(stream, || {
+            pool.reservation_step(&first, out.ptr, None, stream)
+        });
+        status.unwrap();
+        graph.launch(stream);
+        gpu.sync();
+        pool.check_device().unwrap();
+        let taken = out.download::<i64>(2);
+        pool.finish_reservation(&mut first, 1, stream).unwrap();
+        pool.release_reservation(first);
+        // The same shape again, continuing both requests: on the first one's memory.
+        let (next_lens, next_last) = ([1i64, 1], upload(&taken));
+        let next_lens_d = upload(&next_lens);
+        let second = pool
+            .reserve_decode(&next_lens, next_lens_d.ptr, next_last.ptr, 2, stream)
+            .unwrap();
+        out.upload(&[-7i64; 2]);
+        graph.launch(stream);
+        gpu.sync();
+        assert_eq!(
+            out.download::<i64>(2),
+            vec![0, 0],
+            "the stale step wrote the padding slot, not the later reservation's slots"
+        );
+        let err = pool.check_device().unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::DeviceFault, "{err}");
+        assert!(err.message().contains("after a later reservation"), "{err}");
+        drop(graph);
+        pool.release_reservation(second);
+    }
+}
+
 /// A step graph replayed after a clear, which ended the reservation and freed its pages: the
 /// step writes the padding slot, not step 2's slots (which an allocation made after the
 /// clear has handed out again), and faults the pool; the fault blocks the pool although the

@@ -26,7 +26,7 @@ use crate::pool::{ErrorKind, PoolError};
 const GLOBAL: &std::ffi::CStr = c"kvp_abi";
 
 /// How many entries `kvp_abi` holds.
-const ENTRY_COUNT: usize = 85;
+const ENTRY_COUNT: usize = 86;
 
 /// Each entry as the library has it, with the kernels' name for it, in `kvp_abi`'s order.
 pub(super) fn entries() -> [(&'static str, u64); ENTRY_COUNT] {
@@ -133,6 +133,7 @@ pub(super) fn entries() -> [(&'static str, u64); ENTRY_COUNT] {
         ("ERR_REPLAYED", err::REPLAYED),
         ("offsetof(Header, epoch)", us(offset_of!(Header, epoch))),
         ("ERR_RES_ENDED", err::RES_ENDED),
+        ("ERR_RES_REUSED", err::RES_REUSED),
     ]
 }
 

@@ -138,6 +138,7 @@ pub(crate) mod err {
     pub(crate) const OUT_OF_TURN: u64 = 28;
     pub(crate) const REPLAYED: u64 = 29;
     pub(crate) const RES_ENDED: u64 = 30;
+    pub(crate) const RES_REUSED: u64 = 31;
 }
 
 /// Offsets of the arrays in a pool's device block, all 4-byte words after the header.
@@ -409,6 +410,10 @@ impl DeviceFault {
                 ErrorKind::InvalidState,
                 format!("a step of a reservation of {position} steps ran after a clear or restore ended the reservation and freed its pages (a graph holding the step replayed after the recovery; step counter {value}); the step wrote the padding slot 0, wrote no table entry and allocated nothing"),
             ),
+            err::RES_REUSED => (
+                ErrorKind::InvalidState,
+                format!("a step of a freed reservation of {position} steps ran after a later reservation (call #{value}) took its memory (a graph holding the step replayed after kvp_decode_reservation_free); the step wrote the padding slot 0, wrote no table entry and allocated nothing"),
+            ),
             err::RES_PAGE => (
                 ErrorKind::NotAllocated,
                 format!("reserved page {value} (unused page {position}) was freed before the finish: finish a reservation before freeing its requests; nothing was returned"),
@@ -603,6 +608,15 @@ mod tests {
             fault
                 .message
                 .contains("a step of a reservation of 2 steps ran after a clear or restore"),
+            "{}",
+            fault.message
+        );
+        let fault = DeviceFault::decode(err::RES_REUSED | (14 << 32), 2, 77);
+        assert_eq!(fault.kind, ErrorKind::InvalidState);
+        assert!(
+            fault.message.contains(
+                "a freed reservation of 2 steps ran after a later reservation (call #77)"
+            ),
             "{}",
             fault.message
         );

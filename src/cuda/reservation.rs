@@ -566,7 +566,8 @@ impl DevicePool {
     /// returns nothing to the pool (its pages stay allocated as if every step ran); its holds
     /// end in a kernel launched ahead of the pool's next call (`Self::end_abandoned_holds`),
     /// its memory is reused after that. A captured graph holding its step must not be
-    /// replayed afterwards.
+    /// replayed afterwards: its step then writes the padding slot and faults the pool (the
+    /// reservation finished, or its memory taken by a later one: `ResHeader::owner`).
     pub fn release_reservation(&mut self, mut res: DeviceReservation) {
         if res.pool_id != self.id {
             return;

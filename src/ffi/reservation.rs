@@ -665,8 +665,9 @@ pub unsafe extern "C" fn kvp_decode_reservation_get_info(
 /// once, on a device pool in a small kernel the pool enqueues ahead of its next call (on
 /// that call's stream; deferred while that stream is being captured). A device
 /// reservation's memory is kept by its pool for later reservations: a graph holding one of
-/// its steps must not be replayed afterwards. Releases the reservation's reference to its
-/// pool.
+/// its steps must not be replayed afterwards (a replay writes the padding slot and faults
+/// the pool: after the finish or the end of the holds, or once a later reservation took
+/// the memory). Releases the reservation's reference to its pool.
 ///
 /// # Safety
 /// `reservation` NULL or a live reservation, not used concurrently or afterwards.
