@@ -15,6 +15,8 @@
 #   scripts/gpu/run.sh profile           (not in the default set: Nsight Compute, see below)
 #   scripts/gpu/run.sh sanitize-host-path (not in the default set: a short memcheck pass for
 #                                         a host-side change of the device path)
+#   scripts/gpu/run.sh sanitize-reservation (not in the default set: memcheck and racecheck
+#                                         over the reservation tests alone)
 #
 # tp: the tensor-parallel digest test (tests/tp/tp_digest.py): one rank per GPU (at least
 # two; ranks share the GPU, with gloo instead of NCCL, on a one-GPU machine), TP_STEPS steps
@@ -176,6 +178,14 @@ for step in "${steps[@]}"; do
             --error-exitcode 9 "$BIN/cuda_device" --ignored --test-threads=1 --exact \
             a_call_only_partly_enqueued_blocks_the_pool_until_recovered \
             a_reservation_only_partly_enqueued_blocks_the_pool_until_recovered
+        ;;
+    sanitize-reservation)
+        # Both sanitizers over the reservation tests alone (a change to the reservation
+        # kernels; the full step below runs them too unless SANITIZE_RESERVATION=0).
+        for tool in memcheck racecheck; do
+            run "sanitize-$tool-reservation" "$SANITIZER" --tool "$tool" \
+                --error-exitcode 9 "$BIN/cuda_reservation" --ignored --test-threads=1
+        done
         ;;
     sanitize)
         for tool in memcheck racecheck; do
