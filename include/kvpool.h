@@ -60,14 +60,15 @@
  *    the calls made ahead of it), twice, or never (a capture abandoned: the next call
  *    faults) never hands slots out twice. A clear or restore is not checked (it rewrites
  *    the state). The check costs an allocation 0.99-1.12x its device time (BENCHMARKS.md,
- *    run s45-1, H200). KVP_DEBUG_REPLAY_CALLS lets a graph replayed at once repeat its call, for
- *    timing calls. Every `*_async` call (page tables, digests and reservation steps too) is
- *    a call of the pool for the ordering rule above. A captured call allocates no device
- *    memory (`cuMemAlloc` may synchronize, which invalidates a capture): one that would have
- *    to grow the by-row calls' scratch, or find a reservation's or snapshot's memory, is
- *    refused with KVP_STATUS_INVALID_STATE and the capture stays intact; size the scratch
- *    before capturing with kvp_pool_reserve_scratch_async. An uncaptured call allocates in
- *    relaxed capture mode, so it never invalidates a capture of another stream.
+ *    run s45-1, H200). KVP_DEBUG_REPLAY_CALLS lets a graph replayed at once repeat its
+ *    call, for timing calls. Every `*_async` call (page tables, digests and reservation
+ *    steps too) is a call of the pool for the ordering rule above. A captured call
+ *    allocates no device memory (`cuMemAlloc` may synchronize, which invalidates a
+ *    capture): one that would have to grow the by-row calls' scratch, or find a
+ *    reservation's or snapshot's memory, is refused with KVP_STATUS_INVALID_STATE and the
+ *    capture stays intact; size the scratch before capturing with
+ *    kvp_pool_reserve_scratch_async. An uncaptured call allocates in relaxed capture mode,
+ *    so it never invalidates a capture of another stream.
  *  - Thread state (device pools). A call on a device pool (and kvp_pool_new / kvp_pool_free
  *    of one, and the free of its last snapshot or of a scheduler holding it) makes the
  *    device's primary context current while it runs and makes the calling thread's own
@@ -2819,8 +2820,9 @@ enum kvp_status kvp_decode_reservation_get_info(const struct kvp_decode_reservat
  * once, on a device pool in a small kernel the pool enqueues ahead of its next call (on
  * that call's stream; deferred while that stream is being captured). A device
  * reservation's memory is kept by its pool for later reservations: a graph holding one of
- * its steps must not be replayed afterwards. Releases the reservation's reference to its
- * pool.
+ * its steps must not be replayed afterwards (a replay writes the padding slot and faults
+ * the pool: after the finish or the end of the holds, or once a later reservation took
+ * the memory). Releases the reservation's reference to its pool.
  *
  * # Safety
  * `reservation` NULL or a live reservation, not used concurrently or afterwards.
@@ -3042,19 +3044,20 @@ enum kvp_status kvp_pool_free_rows_async(struct kvp_pool *pool,
                                          struct CUstream_st *stream);
 
 /**
- * Sizes a device pool's scratch for the by-row `_async` calls (`kvp_pool_alloc_extend_rows_async`,
- * `kvp_pool_alloc_decode_rows_async`, `kvp_pool_free_rows_async`) of up to `batch_size`
- * requests that allocate or free up to `slots` slots, on tables of up to `table_rows`
- * rows, so that those calls allocate no device memory. Call it before recording such calls
- * by stream capture: a captured call that finds the scratch too small is refused
- * (`KVP_STATUS_INVALID_STATE`, nothing done, the capture intact), since `cuMemAlloc` may
- * synchronize the device and so invalidate the engine's capture. The scratch only grows (a
- * smaller size does nothing); new memory is zeroed on `stream`, ordered before the pool's
- * later calls. Not a call of the pool: no kernel, no state change (also on a faulted
- * pool). Fails with `KVP_STATUS_INVALID_ARGUMENT` (`table_rows` over 2^32 - 1, sizes
- * beyond the address space), `KVP_STATUS_INVALID_STATE` (growing while `stream` is being
- * captured), `KVP_STATUS_CUDA_ERROR` (`cuMemAlloc` failed), `KVP_STATUS_WRONG_BACKEND`
- * (a host pool, which needs no scratch).
+ * Sizes a device pool's scratch for the by-row `_async` calls
+ * (`kvp_pool_alloc_extend_rows_async`, `kvp_pool_alloc_decode_rows_async`,
+ * `kvp_pool_free_rows_async`) of up to `batch_size` requests that allocate or free up to
+ * `slots` slots, on tables of up to `table_rows` rows, so that those calls allocate no
+ * device memory. Call it before recording such calls by stream capture: a captured call
+ * that finds the scratch too small is refused (`KVP_STATUS_INVALID_STATE`, nothing done,
+ * the capture intact), since `cuMemAlloc` may synchronize the device and so invalidate the
+ * engine's capture. The scratch only grows (a smaller size does nothing); new memory is
+ * zeroed on `stream` (order the pool's later calls after it, as every call). Not a call of
+ * the pool: no kernel, no state change (also on a faulted pool). Fails with
+ * `KVP_STATUS_INVALID_ARGUMENT` (`table_rows` over 2^32 - 1, sizes beyond the address
+ * space), `KVP_STATUS_INVALID_STATE` (growing while `stream` is being captured),
+ * `KVP_STATUS_CUDA_ERROR` (`cuMemAlloc` failed), `KVP_STATUS_WRONG_BACKEND` (a host pool,
+ * which needs no scratch).
  *
  * # Safety
  * `pool` a live pool or NULL; `stream` as for `kvp_pool_alloc_async`.

@@ -2507,9 +2507,7 @@ class Pool(_Owner):
         no device memory: call it before capturing them into a CUDA graph, where a call
         that would have to grow the scratch raises ``INVALID_STATE`` (the capture intact).
         The scratch only grows; no kernel, no state change."""
-        call = "kvp_pool_reserve_scratch_async"
-        self._require_device(call)
-        self._call(call, _int(table_rows, "uint64_t", "table_rows"),
+        self._call("kvp_pool_reserve_scratch_async", _int(table_rows, "uint64_t", "table_rows"),
                    _int(batch_size, "size_t", "batch_size"), _int(slots, "uint64_t", "slots"),
                    self._stream_handle(stream))
 

@@ -24,7 +24,7 @@
 #
 # Environment: OUT (logs), STEP_TIMEOUT (seconds a step may run, default 480: a hung step
 # fails instead of holding the machine; the lockstep soak has LOCKSTEP_SOAK_SECONDS),
-# OVERHEAD_ARGS (extra python_overhead.py arguments), OVERHEAD_POOLS (python-overhead's
+# OVERHEAD_ARGS (extra python_overhead.py arguments), EXAMPLE_VARIANTS (see example below), OVERHEAD_POOLS (python-overhead's
 # pools, default "cuda cpu"), HOST_CALLS_ARGS (host_calls' arguments), OVERHEAD_VARIANTS
 # (see python-overhead below), STEP_ARGS (engine-steps' baseline_bench.py arguments), SANITIZE_OPS (lockstep operations per configuration under the
 # sanitizers, default 600), SANITIZE_RESERVATION=0 (sanitize without the reservation tests, about
@@ -274,6 +274,15 @@ for step in "${steps[@]}"; do
             -Lgpu-artifacts/lib -lkvpool -Xlinker -rpath -Xlinker "$PWD/gpu-artifacts/lib" -o "$LOGS/cuda_graph_decode"
         run graph-example "$LOGS/cuda_graph_decode"
         run sanitize-graph-example "$SANITIZER" --tool memcheck --error-exitcode 9 "$LOGS/cuda_graph_decode"
+        # EXAMPLE_VARIANTS="B M B M": the graph decode example (its step replay timed against
+        # a plain decode) on each named build of pack.sh --variant in turn, for before/after
+        # figures of the reservation kernels from one run.
+        i=0
+        for variant in ${EXAMPLE_VARIANTS:-}; do
+            i=$((i + 1))
+            run "graph-example-var$i-$variant" env LD_LIBRARY_PATH="$PWD/gpu-artifacts/var/$variant" \
+                "$LOGS/cuda_graph_decode"
+        done
         ;;
     demo)
         run demo "$BIN/demo" --backend cuda

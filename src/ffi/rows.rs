@@ -714,19 +714,20 @@ pub unsafe extern "C" fn kvp_pool_free_rows_async(
     })
 }
 
-/// Sizes a device pool's scratch for the by-row `_async` calls (`kvp_pool_alloc_extend_rows_async`,
-/// `kvp_pool_alloc_decode_rows_async`, `kvp_pool_free_rows_async`) of up to `batch_size`
-/// requests that allocate or free up to `slots` slots, on tables of up to `table_rows`
-/// rows, so that those calls allocate no device memory. Call it before recording such calls
-/// by stream capture: a captured call that finds the scratch too small is refused
-/// (`KVP_STATUS_INVALID_STATE`, nothing done, the capture intact), since `cuMemAlloc` may
-/// synchronize the device and so invalidate the engine's capture. The scratch only grows (a
-/// smaller size does nothing); new memory is zeroed on `stream`, ordered before the pool's
-/// later calls. Not a call of the pool: no kernel, no state change (also on a faulted
-/// pool). Fails with `KVP_STATUS_INVALID_ARGUMENT` (`table_rows` over 2^32 - 1, sizes
-/// beyond the address space), `KVP_STATUS_INVALID_STATE` (growing while `stream` is being
-/// captured), `KVP_STATUS_CUDA_ERROR` (`cuMemAlloc` failed), `KVP_STATUS_WRONG_BACKEND`
-/// (a host pool, which needs no scratch).
+/// Sizes a device pool's scratch for the by-row `_async` calls
+/// (`kvp_pool_alloc_extend_rows_async`, `kvp_pool_alloc_decode_rows_async`,
+/// `kvp_pool_free_rows_async`) of up to `batch_size` requests that allocate or free up to
+/// `slots` slots, on tables of up to `table_rows` rows, so that those calls allocate no
+/// device memory. Call it before recording such calls by stream capture: a captured call
+/// that finds the scratch too small is refused (`KVP_STATUS_INVALID_STATE`, nothing done,
+/// the capture intact), since `cuMemAlloc` may synchronize the device and so invalidate the
+/// engine's capture. The scratch only grows (a smaller size does nothing); new memory is
+/// zeroed on `stream` (order the pool's later calls after it, as every call). Not a call of
+/// the pool: no kernel, no state change (also on a faulted pool). Fails with
+/// `KVP_STATUS_INVALID_ARGUMENT` (`table_rows` over 2^32 - 1, sizes beyond the address
+/// space), `KVP_STATUS_INVALID_STATE` (growing while `stream` is being captured),
+/// `KVP_STATUS_CUDA_ERROR` (`cuMemAlloc` failed), `KVP_STATUS_WRONG_BACKEND` (a host pool,
+/// which needs no scratch).
 ///
 /// # Safety
 /// `pool` a live pool or NULL; `stream` as for `kvp_pool_alloc_async`.
