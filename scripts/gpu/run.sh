@@ -17,6 +17,8 @@
 #                                         a host-side change of the device path)
 #   scripts/gpu/run.sh sanitize-reservation (not in the default set: memcheck and racecheck
 #                                         over the reservation tests alone)
+#   scripts/gpu/run.sh sanitize-quick    (not in the default set: a short pass of both
+#                                         sanitizers for a small kernel change)
 #
 # tp: the tensor-parallel digest test (tests/tp/tp_digest.py): one rank per GPU (at least
 # two; ranks share the GPU, with gloo instead of NCCL, on a one-GPU machine), TP_STEPS steps
@@ -178,6 +180,23 @@ for step in "${steps[@]}"; do
             --error-exitcode 9 "$BIN/cuda_device" --ignored --test-threads=1 --exact \
             a_call_only_partly_enqueued_blocks_the_pool_until_recovered \
             a_reservation_only_partly_enqueued_blocks_the_pool_until_recovered
+        ;;
+    sanitize-quick)
+        # A short pass of both sanitizers for a small kernel change, when the full step does
+        # not fit the device time left: memcheck and racecheck over the lockstep test
+        # (SANITIZE_OPS operations a configuration, default 100), racecheck over the
+        # decode and few-request extend refusals, memcheck over the contract tests.
+        for tool in memcheck racecheck; do
+            KVPOOL_LOCKSTEP_OPS=${SANITIZE_OPS:-100} run "sanitize-$tool" \
+                "$SANITIZER" --tool "$tool" --error-exitcode 9 "$BIN/cuda_lockstep" --ignored --nocapture
+        done
+        KVPOOL_DECODE_ROUNDS=1 KVPOOL_EXTEND_ROUNDS=1 run sanitize-racecheck-decode "$SANITIZER" \
+            --tool racecheck --error-exitcode 9 "$BIN/cuda_device" --ignored --test-threads=1 --exact \
+            decode_kernels_of_every_size_name_the_hosts_first_bad_request \
+            extends_of_a_few_requests_name_the_hosts_first_bad_request
+        KVPOOL_SANITIZER=1 run sanitize-memcheck-contract "$SANITIZER" --tool memcheck \
+            --error-exitcode 9 "$BIN/cuda_contract" --ignored --test-threads=1 \
+            --skip stream_order_check_catches
         ;;
     sanitize-reservation)
         # Both sanitizers over the reservation tests alone (a change to the reservation
