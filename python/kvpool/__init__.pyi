@@ -575,6 +575,7 @@ class Library:
     kvp_pool_alloc_extend_rows_async: _CFunction
     kvp_pool_alloc_decode_rows_async: _CFunction
     kvp_pool_free_rows_async: _CFunction
+    kvp_pool_reserve_scratch_async: _CFunction
     kvp_pool_page_table_async: _CFunction
     # decode reservations
     kvp_pool_reserve_decode: _CFunction

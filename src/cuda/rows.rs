@@ -202,12 +202,6 @@ impl DevicePool {
         Ok(())
     }
 
-    /// Bytes of the scratch the by-row calls have now: the mark words and the data.
-    pub fn rows_scratch(&self) -> (usize, usize) {
-        let newest = |buffers: &Vec<DeviceMemory>| buffers.last().map_or(0, DeviceMemory::bytes);
-        (newest(&self.rows_marks), newest(&self.rows_data))
-    }
-
     pub(super) fn index_bytes(&self) -> usize {
         match self.config.index_type {
             IndexType::I64 => 8,
