@@ -143,6 +143,50 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 
+# The sanitizer passes the sanitize steps share, each one or more `run`s of its own name.
+sanitize_lockstep() { # OPS TOOL...: the lockstep test (every kernel), OPS operations a configuration
+    local ops=$1 tool
+    shift
+    for tool in "$@"; do
+        KVPOOL_LOCKSTEP_OPS=$ops run "sanitize-$tool" \
+            "$SANITIZER" --tool "$tool" --error-exitcode 9 "$BIN/cuda_lockstep" --ignored --nocapture
+    done
+}
+sanitize_reservation() { # TOOL...
+    local tool
+    for tool in "$@"; do
+        run "sanitize-$tool-reservation" "$SANITIZER" --tool "$tool" \
+            --error-exitcode 9 "$BIN/cuda_reservation" --ignored --test-threads=1
+    done
+}
+# The partly-enqueued calls: their test hook makes cuLaunchKernel fail on purpose
+# (CUDA_ERROR_INVALID_VALUE), which compute-sanitizer reports as an API error and counts
+# toward --error-exitcode; so on their own, with API errors not reported.
+sanitize_partial() {
+    run sanitize-memcheck-partial "$SANITIZER" --tool memcheck --report-api-errors no \
+        --error-exitcode 9 "$BIN/cuda_device" --ignored --test-threads=1 --exact \
+        a_call_only_partly_enqueued_blocks_the_pool_until_recovered \
+        a_reservation_only_partly_enqueued_blocks_the_pool_until_recovered
+}
+# The decode and few-request extend kernels with repeats and refusals (lockstep has none),
+# under racecheck. One test at a time (run s11-5: the two side by side under racecheck ran
+# past 150 s, where they had taken 8-10 s).
+sanitize_decode_races() {
+    KVPOOL_DECODE_ROUNDS=1 KVPOOL_EXTEND_ROUNDS=1 run sanitize-racecheck-decode "$SANITIZER" \
+        --tool racecheck --error-exitcode 9 "$BIN/cuda_device" --ignored --test-threads=1 --exact \
+        decode_kernels_of_every_size_name_the_hosts_first_bad_request \
+        extends_of_a_few_requests_name_the_hosts_first_bad_request
+}
+# The contract tests under memcheck, stream-ordered release among them: a free under a queued
+# kernel would show as an invalid access. KVPOOL_SANITIZER: kernels may be serialized, so
+# timing is not asserted, and the unordered-streams detection (which needs overlap) is
+# skipped.
+sanitize_contract() {
+    KVPOOL_SANITIZER=1 run sanitize-memcheck-contract "$SANITIZER" --tool memcheck \
+        --error-exitcode 9 "$BIN/cuda_contract" --ignored --test-threads=1 \
+        --skip stream_order_check_catches
+}
+
 for step in "${steps[@]}"; do
     case $step in
     tests)
@@ -168,82 +212,47 @@ for step in "${steps[@]}"; do
         # A short sanitizer pass for a change to the host side of the device path (no kernel
         # changed): memcheck over the lockstep test (every kernel, SANITIZE_OPS operations
         # a configuration, default 100), the contract tests, the reservations and the partly
-        # enqueued calls (their failing launches are API errors on purpose: not reported).
-        KVPOOL_LOCKSTEP_OPS=${SANITIZE_OPS:-100} run sanitize-memcheck "$SANITIZER" --tool memcheck \
-            --error-exitcode 9 "$BIN/cuda_lockstep" --ignored --nocapture
-        KVPOOL_SANITIZER=1 run sanitize-memcheck-contract "$SANITIZER" --tool memcheck \
-            --error-exitcode 9 "$BIN/cuda_contract" --ignored --test-threads=1 \
-            --skip stream_order_check_catches
-        run sanitize-memcheck-reservation "$SANITIZER" --tool memcheck \
-            --error-exitcode 9 "$BIN/cuda_reservation" --ignored --test-threads=1
-        run sanitize-memcheck-partial "$SANITIZER" --tool memcheck --report-api-errors no \
-            --error-exitcode 9 "$BIN/cuda_device" --ignored --test-threads=1 --exact \
-            a_call_only_partly_enqueued_blocks_the_pool_until_recovered \
-            a_reservation_only_partly_enqueued_blocks_the_pool_until_recovered
+        # enqueued calls.
+        sanitize_lockstep "${SANITIZE_OPS:-100}" memcheck
+        sanitize_contract
+        sanitize_reservation memcheck
+        sanitize_partial
         ;;
     sanitize-quick)
         # A short pass of both sanitizers for a small kernel change, when the full step does
         # not fit the device time left: memcheck and racecheck over the lockstep test
         # (SANITIZE_OPS operations a configuration, default 100), racecheck over the
         # decode and few-request extend refusals, memcheck over the contract tests.
-        for tool in memcheck racecheck; do
-            KVPOOL_LOCKSTEP_OPS=${SANITIZE_OPS:-100} run "sanitize-$tool" \
-                "$SANITIZER" --tool "$tool" --error-exitcode 9 "$BIN/cuda_lockstep" --ignored --nocapture
-        done
-        KVPOOL_DECODE_ROUNDS=1 KVPOOL_EXTEND_ROUNDS=1 run sanitize-racecheck-decode "$SANITIZER" \
-            --tool racecheck --error-exitcode 9 "$BIN/cuda_device" --ignored --test-threads=1 --exact \
-            decode_kernels_of_every_size_name_the_hosts_first_bad_request \
-            extends_of_a_few_requests_name_the_hosts_first_bad_request
-        KVPOOL_SANITIZER=1 run sanitize-memcheck-contract "$SANITIZER" --tool memcheck \
-            --error-exitcode 9 "$BIN/cuda_contract" --ignored --test-threads=1 \
-            --skip stream_order_check_catches
+        sanitize_lockstep "${SANITIZE_OPS:-100}" memcheck racecheck
+        sanitize_decode_races
+        sanitize_contract
         ;;
     sanitize-reservation)
         # Both sanitizers over the reservation tests alone (a change to the reservation
         # kernels; the full step below runs them too unless SANITIZE_RESERVATION=0).
-        for tool in memcheck racecheck; do
-            run "sanitize-$tool-reservation" "$SANITIZER" --tool "$tool" \
-                --error-exitcode 9 "$BIN/cuda_reservation" --ignored --test-threads=1
-        done
+        sanitize_reservation memcheck racecheck
         ;;
     sanitize)
-        for tool in memcheck racecheck; do
-            KVPOOL_LOCKSTEP_OPS=${SANITIZE_OPS:-600} run "sanitize-$tool" \
-                "$SANITIZER" --tool "$tool" --error-exitcode 9 "$BIN/cuda_lockstep" --ignored --nocapture
-        done
+        sanitize_lockstep "${SANITIZE_OPS:-600}" memcheck racecheck
         KVPOOL_ROWS_OPS=${SANITIZE_OPS:-600} run sanitize-memcheck-rows "$SANITIZER" --tool memcheck \
             --error-exitcode 9 "$BIN/cuda_rows" --ignored --test-threads=1
         KVPOOL_ROWS_OPS=${SANITIZE_OPS:-600} run sanitize-racecheck-rows "$SANITIZER" --tool racecheck \
             --error-exitcode 9 "$BIN/cuda_rows" --ignored --test-threads=1
         if [[ ${SANITIZE_RESERVATION:-1} != 0 ]]; then
-            run sanitize-memcheck-reservation "$SANITIZER" --tool memcheck \
-                --error-exitcode 9 "$BIN/cuda_reservation" --ignored --test-threads=1
-            run sanitize-racecheck-reservation "$SANITIZER" --tool racecheck \
-                --error-exitcode 9 "$BIN/cuda_reservation" --ignored --test-threads=1
+            sanitize_reservation memcheck racecheck
         else
             echo "=== sanitize-*-reservation: skipped (SANITIZE_RESERVATION=0)"
         fi
-        # (Not the partly-enqueued tests: their test hook makes cuLaunchKernel fail on
-        # purpose, CUDA_ERROR_INVALID_VALUE, which compute-sanitizer reports as an API error
-        # and counts toward --error-exitcode; they run on their own below, with API errors
-        # not reported. Not a_by_row_call_refused_for_its_scratch: it takes nearly all
-        # device memory, which the sanitizer needs too.)
+        # (Not the partly-enqueued tests: they run on their own, sanitize_partial. Not
+        # a_by_row_call_refused_for_its_scratch: it takes nearly all device memory, which the
+        # sanitizer needs too.)
         KVPOOL_DECODE_ROUNDS=1 KVPOOL_EXTEND_ROUNDS=1 KVPOOL_WIDE_SEEDS=4 KVPOOL_REFUSAL_PAGE_SIZES=16 \
             run sanitize-memcheck-device "$SANITIZER" \
             --tool memcheck --error-exitcode 9 "$BIN/cuda_device" --ignored --test-threads=1 \
             --skip no_call_waits --skip a_call_only_partly_enqueued \
             --skip a_reservation_only_partly_enqueued --skip a_by_row_call_refused_for_its_scratch
-        run sanitize-memcheck-partial "$SANITIZER" --tool memcheck --report-api-errors no \
-            --error-exitcode 9 "$BIN/cuda_device" --ignored --test-threads=1 --exact \
-            a_call_only_partly_enqueued_blocks_the_pool_until_recovered \
-            a_reservation_only_partly_enqueued_blocks_the_pool_until_recovered
-        # The decode and few-request extend kernels with repeats and refusals (lockstep has
-        # none). One test at a time, as in the other steps (run s11-5: the two side by side
-        # under racecheck ran past 150 s, where they had taken 8-10 s).
-        KVPOOL_DECODE_ROUNDS=1 KVPOOL_EXTEND_ROUNDS=1 run sanitize-racecheck-decode "$SANITIZER" \
-            --tool racecheck --error-exitcode 9 "$BIN/cuda_device" --ignored --test-threads=1 --exact \
-            decode_kernels_of_every_size_name_the_hosts_first_bad_request \
-            extends_of_a_few_requests_name_the_hosts_first_bad_request
+        sanitize_partial
+        sanitize_decode_races
         # Every allocation kernel, plain and by row, refusing device lengths that disagree with
         # the plan after a call of the same shape (its undo paths; page size 16).
         KVPOOL_REFUSAL_PAGE_SIZES=16 run sanitize-racecheck-refusals "$SANITIZER" --tool racecheck \
@@ -260,12 +269,7 @@ for step in "${steps[@]}"; do
         # segments fit in one pass).
         run sanitize-racecheck-segments "$SANITIZER" --tool racecheck --error-exitcode 9 \
             "$BIN/cuda_device" --ignored --exact segment_frees_longer_than_the_grid_match_the_host
-        # Stream-ordered release under memcheck: a free under a queued kernel would show as an
-        # invalid access. KVPOOL_SANITIZER: kernels may be serialized, so timing is not
-        # asserted, and the unordered-streams detection (which needs overlap) is skipped.
-        KVPOOL_SANITIZER=1 run sanitize-memcheck-contract "$SANITIZER" --tool memcheck \
-            --error-exitcode 9 "$BIN/cuda_contract" --ignored --test-threads=1 \
-            --skip stream_order_check_catches
+        sanitize_contract
         ;;
     python)
         run python-cuda python3 tests/python/test_cuda.py -v
