@@ -14,7 +14,7 @@ mod rng;
 use std::ffi::c_void;
 use std::ptr::null_mut;
 
-use kvpool::cuda::DevicePool;
+use kvpool::cuda::{DevicePool, DeviceReservation};
 use kvpool::ffi::*;
 use kvpool::{BackendKind, ErrorKind, IndexType, PoolConfig};
 
@@ -655,6 +655,37 @@ fn a_reservation_inside_a_capture_allocates_nothing() {
     }
 }
 
+/// Two empty requests on a fresh page-size-4 pool of 1,024 slots reserved for two steps
+/// (step 1 starts pages 1 and 2, slots 4 and 8; step 2 continues them), and a graph of the
+/// reservation's step writing `out`, captured and launched once: step 1 taken, the pool
+/// checked. Returns the pool, the reservation and the graph.
+///
+/// # Safety
+/// `out` holds 2 indices and outlives the stream's work.
+unsafe fn one_step_of_two_replayed(
+    gpu: &Gpu,
+    out: &DevBuf,
+) -> (DevicePool, DeviceReservation, Graph) {
+    let stream = gpu.stream;
+    let mut pool = page4_pool(1024);
+    let lens = [0i64, 0];
+    let (lens_d, last_d) = (upload(&lens), upload(&[-1i64, -1]));
+    // SAFETY: device buffers valid for their lengths, alive until the synchronization.
+    unsafe {
+        let res = pool
+            .reserve_decode(&lens, lens_d.ptr, last_d.ptr, 2, stream)
+            .unwrap();
+        let (graph, status) = Graph::capture(stream, || {
+            pool.reservation_step(&res, out.ptr, None, stream)
+        });
+        status.unwrap();
+        graph.launch(stream);
+        gpu.sync();
+        pool.check_device().unwrap();
+        (pool, res, graph)
+    }
+}
+
 /// A step graph of a freed reservation replayed after a later reservation took its memory
 /// (the pool's spare, reused): the step writes the padding slot, not the later
 /// reservation's slots (which that one's own steps hand out), and faults the pool naming
@@ -667,22 +698,10 @@ fn a_step_graph_replayed_after_its_memory_is_reused_faults() {
     }
     let gpu = Gpu::new(false);
     let stream = gpu.stream;
-    let mut pool = page4_pool(1024);
-    let lens = [0i64, 0];
-    let (lens_d, last_d) = (upload(&lens), upload(&[-1i64, -1]));
     let out = DevBuf::new(2 * 8);
     // SAFETY: device buffers valid for their lengths, alive until the synchronizations.
     unsafe {
-        let mut first = pool
-            .reserve_decode(&lens, lens_d.ptr, last_d.ptr, 2, stream)
-            .unwrap();
-        let (graph, status) = Graph::capture(stream, || {
-            pool.reservation_step(&first, out.ptr, None, stream)
-        });
-        status.unwrap();
-        graph.launch(stream);
-        gpu.sync();
-        pool.check_device().unwrap();
+        let (mut pool, mut first, graph) = one_step_of_two_replayed(&gpu, &out);
         let taken = out.download::<i64>(2);
         pool.finish_reservation(&mut first, 1, stream).unwrap();
         pool.release_reservation(first);
@@ -721,24 +740,11 @@ fn a_step_replayed_after_a_clear_faults_and_blocks_the_pool() {
     }
     let gpu = Gpu::new(false);
     let stream = gpu.stream;
-    let mut pool = page4_pool(1024);
-    // Two empty requests: step 1 starts pages 1 and 2 (slots 4, 8), step 2 continues them.
-    let lens = [0i64, 0];
-    let (lens_d, last_d) = (upload(&lens), upload(&[-1i64, -1]));
     let out = DevBuf::new(2 * 8);
     let fresh = DevBuf::new(8 * 8);
     // SAFETY: device buffers valid for their lengths, alive until the synchronizations.
     unsafe {
-        let res = pool
-            .reserve_decode(&lens, lens_d.ptr, last_d.ptr, 2, stream)
-            .unwrap();
-        let (graph, status) = Graph::capture(stream, || {
-            pool.reservation_step(&res, out.ptr, None, stream)
-        });
-        status.unwrap();
-        graph.launch(stream);
-        gpu.sync();
-        pool.check_device().unwrap();
+        let (mut pool, res, graph) = one_step_of_two_replayed(&gpu, &out);
         assert_eq!(out.download::<i64>(2), vec![4, 8]);
 
         pool.clear(stream).unwrap();
