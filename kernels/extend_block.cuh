@@ -184,7 +184,6 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
 
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
-  const uint32_t found = found_writer<false>(h, call);
   const uint32_t n = v.num_pages;
   bool dead = dead_call(h->fault, c, call);  // GRID: voted on below
   bool short_ = !dead && c.free_len < total_pages;
@@ -477,7 +476,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
       else if (code == ERR_ROW || code == ERR_ROW_TWICE) value = tab.rows[pos];
       else value = last[pos];
     }
-    conclude_take(v, call, c, found, total_pages, dead, failed, short_, verdict, value);
+    conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
   }
   KVP_PROBE(5, 0);
 }

@@ -53,7 +53,6 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   if (threadIdx.x == 0) errors = NO_ERROR;
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
-  const uint32_t found = found_writer<false>(h, call);
   const uint32_t n = v.num_pages;
   const bool dead = dead_call(h->fault, c, call);
   const bool short_ = !dead && c.free_len < total_pages;
@@ -277,7 +276,7 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   if (threadIdx.x == 0) {
     const long long value = fault_value(failed, short_, verdict, seq_lens,
                                         [&](unsigned long long pos) { return (long long)last_loc[pos]; });
-    conclude_take(v, call, c, found, total_pages, dead, failed, short_, verdict, value);
+    conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
   }
 }
 

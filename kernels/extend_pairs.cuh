@@ -208,7 +208,6 @@ __device__ __forceinline__ void extend_pairs(PairShared &sh, View v, Call call,
   if (decides) sh.claims.template clear<32>();  // (used after warp 0's warp barriers only)
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
-  const uint32_t found = found_writer<false>(h, call);
   const uint32_t n = v.num_pages;
   const bool dead = dead_call(h->fault, c, call);
   const bool short_ = !dead && c.free_len < total_pages;
@@ -331,7 +330,7 @@ __device__ __forceinline__ void extend_pairs(PairShared &sh, View v, Call call,
     const unsigned long long pos = verdict >> 8;
     long long value = 0;
     if (failed && !short_) value = (verdict & 0xff) == ERR_LENGTHS ? seq_lens[pos] : sh.last[pos];
-    conclude_take(v, call, c, found, total_pages, dead, failed, short_, verdict, value);
+    conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
   };
 
   if (EARLY && planned) {

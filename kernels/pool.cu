@@ -251,8 +251,8 @@ __device__ inline uint32_t later_seq(uint32_t a, uint32_t b) {
 // a fault's path, which a call never takes when all is well, kept out of the kernels'
 // bodies (with the turn check's faults inlined at every commit, one-request decode's SASS
 // grew from 1,256 instructions to 1,776; out of line, 1,408. Run s44-3, H100, page 16, with
-// found_writer's load by kernel: extends of 1-1,024 requests 0.92-1.01x the time of the
-// faults inline, decodes 0.96-1.05x).
+// the replay check's load of its own (since removed): extends of 1-1,024 requests
+// 0.92-1.01x the time of the faults inline, decodes 0.96-1.05x).
 __device__ __noinline__ void raise_fault_at(Header *h, HostRecord *record, uint32_t op,
                                             uint32_t call_seq, unsigned long long key,
                                             long long value) {
@@ -302,8 +302,9 @@ __device__ void publish(const View &v, const Call &call, const Cursor &next) {
 }
 
 // Thread 0 only: the turn check's fault of a call that read a cursor of turn `runs` written
-// by call `writer` (out of turn), or that finds itself the writer of the cursor it writes
-// (run twice): one function for both, so that commit's test is one compare.
+// last written or consumed by call `writer` (out of turn), or that finds itself the consumer
+// of the cursor it read (run twice): one function for both, so that commit's test is one
+// compare.
 __device__ __forceinline__ void raise_turn_fault(const View &v, const Call &call, uint32_t runs,
                                                 uint32_t writer) {
   if (runs != call.runs) {
@@ -318,31 +319,37 @@ __device__ __forceinline__ void raise_turn_fault(const View &v, const Call &call
 __device__ __forceinline__ void check_turn(const View &v, const Call &call, const Cursor &c) {
   if (out_of_turn(c, call)) raise_turn_fault(v, call, c.runs, c.writer);
 }
-// Whether the call has run already (`found`: see commit).
-__device__ __forceinline__ bool replayed(const Call &call, uint32_t found) {
-  return found == call.seq && !(call.flags & CALL_REPLAYABLE);
+// Whether the call has run already: `read` is the cursor as the call read it, whose writer
+// field names the last call that wrote it or consumed it (see commit).
+__device__ __forceinline__ bool replayed(const Call &call, const Cursor &read) {
+  return read.writer == call.seq && !(call.flags & CALL_REPLAYABLE);
 }
 // Thread 0 only: faults the pool when the call has run already.
-__device__ __forceinline__ void check_replay(const View &v, const Call &call, uint32_t found) {
-  if (replayed(call, found)) raise_turn_fault(v, call, call.runs, call.seq);
+__device__ __forceinline__ void check_replay(const View &v, const Call &call, const Cursor &read) {
+  if (replayed(call, read)) raise_turn_fault(v, call, call.runs, call.seq);
+}
+// Thread 0 only: marks the cursor the call read as consumed by it (its writer field, which
+// no kernel but the committing thread's replay check looks at, so a block of this call that
+// reads the cursor after the mark decides as before). A call whose graph is replayed at once
+// reads the same cursor again and finds its own number there: the replay check needs no
+// load of its own. (Run s45-6: a load of the written cursor's writer for the check cost
+// extends of 1 and 8 requests 0.17-0.22 us.)
+__device__ __forceinline__ void mark_consumed(const View &v, const Call &call) {
+  v.header->cursor[call.in].writer = call.seq;
 }
 
-// Thread 0 only (of the one block that writes the cursor): the call's new cursor. `next` is
-// the cursor the call read or one made from it, so it still carries the reader's turn: a
-// call out of turn faults the pool here. `found` is the writer of the cursor this call
-// writes (cursor[call.in ^ 1]) as read before any block of the call could write it: the
-// call's own number when it has run already (its graph replayed at once, which repeats the
-// call on the state before it: the same pages again), which faults the pool too unless the
-// call is CALL_REPLAYABLE (benchmarks timing a call by replaying its graph).
-__device__ void commit(const View &v, const Call &call, const Cursor &next, uint32_t found) {
-  if (out_of_turn(next, call) || replayed(call, found))
+// Thread 0 only (of the one block that writes the cursor), once per call: the call's new
+// cursor. `read` is the cursor this thread read at the kernel's start; `next` is `read` or
+// one made from it, so it still carries the reader's turn: a call out of turn faults the
+// pool here. A call that finds itself the consumer of the cursor it read has run already
+// (its graph replayed at once, which repeats the call on the state before it: the same
+// pages again), which faults the pool too unless the call is CALL_REPLAYABLE (benchmarks
+// timing a call by replaying its graph).
+__device__ void commit(const View &v, const Call &call, const Cursor &read, const Cursor &next) {
+  if (out_of_turn(next, call) || replayed(call, read))
     raise_turn_fault(v, call, next.runs, next.writer);
   publish(v, call, next);
-}
-// The same for a call that read nothing of the cursor it writes before now (only this
-// thread writes it: the value read is the one before the call).
-__device__ void commit(const View &v, const Call &call, const Cursor &next) {
-  commit(v, call, next, *(volatile uint32_t *)&v.header->cursor[call.in ^ 1].writer);
+  mark_consumed(v, call);
 }
 
 // Page arithmetic without 64-bit division when page_size is a power of two (the usual case:
@@ -383,27 +390,6 @@ __device__ __forceinline__ uint32_t load_here(const uint32_t *p) {
 __device__ __forceinline__ unsigned long long load_here(const unsigned long long *p) {
   unsigned long long x;
   asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(x) : "l"(p));
-  return x;
-}
-
-// The writer of the cursor a call writes, as it stands before the call writes it (commit's
-// `found`, needed by the committing thread alone: a block's thread 0 in every kernel):
-// loaded with the cursor the call reads, so that the kernel's end waits for no load of its
-// own. EVERY_THREAD: every thread issues the load (same address: one transaction a warp);
-// else thread 0 alone (a predicated load). Which is faster differs by kernel, not by
-// reason (run s44-1, H100, page 16): the extends take thread 0 alone (256 and 1,024
-// requests 0.89x and 0.88x the time of every thread loading it), the decodes every thread
-// (64-1,024 requests 0.96-0.99x the time of thread 0 alone).
-template <bool EVERY_THREAD>
-__device__ __forceinline__ uint32_t found_writer(const Header *h, const Call &call) {
-  const uint32_t *writer = &h->cursor[call.in ^ 1].writer;
-  if constexpr (EVERY_THREAD) return load_here(writer);
-  uint32_t x = 0;
-  asm volatile(
-      "{\n\t.reg .pred p;\n\tsetp.eq.u32 p, %2, 0;\n\t"
-      "@p ld.relaxed.gpu.global.u32 %0, [%1];\n\t}"
-      : "+r"(x)
-      : "l"(writer), "r"((uint32_t)threadIdx.x));
   return x;
 }
 
@@ -469,7 +455,7 @@ __device__ __forceinline__ Cursor taken_cursor(const View &v, const Cursor &c,
 // past them; a failed one faults the pool with its verdict (`value`: the element the verdict
 // names) or, short of pages, with ERR_SHORTAGE naming the free list's length; a dead one
 // (the pool was faulted before) changes nothing.
-__device__ void conclude_take(const View &v, const Call &call, const Cursor &c, uint32_t found,
+__device__ void conclude_take(const View &v, const Call &call, const Cursor &c,
                               unsigned long long pages, bool dead, bool failed, bool short_,
                               unsigned long long verdict, long long value) {
   Cursor next = c;
@@ -481,7 +467,7 @@ __device__ void conclude_take(const View &v, const Call &call, const Cursor &c, 
     if (short_) raise_fault(v, call, ERR_SHORTAGE, (long long)c.free_len);
     else raise_fault(v, call, verdict, value);
   }
-  commit(v, call, next, found);
+  commit(v, call, c, next);
 }
 
 // The element a failed call's fault names (`verdict`: position << 8 | code): the request's
@@ -691,7 +677,7 @@ __device__ void alloc_pages(View v, Call call, unsigned long long pages, Index *
       next.free_len = c.free_len - (uint32_t)pages;
     }
     if (short_) raise_fault(v, call, ERR_SHORTAGE, c.free_len);
-    commit(v, call, next);
+    commit(v, call, c, next);
   }
 }
 
@@ -1080,7 +1066,7 @@ __device__ void free_known(View v, Call call, const Index *src, uint32_t mode,
   if (!conclude(h, &errors)) return;
   const unsigned long long verdict = errors;
   if (dead) {
-    if (threadIdx.x == 0) commit(v, call, c);
+    if (threadIdx.x == 0) commit(v, call, c, c);
     return;
   }
   if (verdict != NO_ERROR) {
@@ -1091,11 +1077,11 @@ __device__ void free_known(View v, Call call, const Index *src, uint32_t mode,
     }
     if (threadIdx.x == 0) {
       raise_fault(v, call, verdict, (long long)src[verdict >> 8]);
-      commit(v, call, c);
+      commit(v, call, c, c);
     }
     return;
   }
-  if (threadIdx.x == 0) commit(v, call, advance(c, dest, count, v.num_pages));
+  if (threadIdx.x == 0) commit(v, call, c, advance(c, dest, count, v.num_pages));
 }
 
 // Paged pool, free by token index: every index frees its page; the distinct pages are
@@ -1201,7 +1187,7 @@ __device__ void free_slots_paged(View v, Call call, const Index *indices, unsign
   }
   __syncthreads();
   if (dead) {
-    if (threadIdx.x == 0) commit(v, call, c);
+    if (threadIdx.x == 0) commit(v, call, c, c);
     return;
   }
   if (verdict != NO_ERROR) {
@@ -1209,7 +1195,7 @@ __device__ void free_slots_paged(View v, Call call, const Index *indices, unsign
       v.state[v.scratch[i]] = page_word(KIND_ALLOCATED, 0);
     if (threadIdx.x == 0) {
       raise_fault(v, call, verdict, (long long)indices[verdict >> 8]);
-      commit(v, call, c);
+      commit(v, call, c, c);
     }
     return;
   }
@@ -1218,7 +1204,7 @@ __device__ void free_slots_paged(View v, Call call, const Index *indices, unsign
                          [&](uint32_t word) { return word == claimed; });
   const Cursor next = release_pages(v, call, c, release_dest(v, call, true), count,
                                     [&](uint32_t i) { return v.scratch[i]; });
-  if (threadIdx.x == 0) commit(v, call, next);
+  if (threadIdx.x == 0) commit(v, call, c, next);
 }
 
 // The pages of the page map chunk of block `blockIdx.x` (`chunk` pages a block, pages
@@ -1248,7 +1234,7 @@ __device__ void release_claimed(View v, Call call, uint32_t chunk) {
   if (dead_call(h->fault, c, call)) {
     for (unsigned long long p = first + threadIdx.x; p < end; p += FREE_BLOCK)
       if (v.state[p] == claimed) v.state[p] = page_word(KIND_ALLOCATED, 0);
-    if (blockIdx.x == 0 && threadIdx.x == 0) commit(v, call, c);
+    if (blockIdx.x == 0 && threadIdx.x == 0) commit(v, call, c, c);
     return;
   }
   const uint32_t count = v.scratch[gridDim.x];
@@ -1278,7 +1264,7 @@ __device__ void release_claimed(View v, Call call, uint32_t chunk) {
     }
     base += total;
   }
-  if (blockIdx.x == 0 && threadIdx.x == 0) commit(v, call, advance(c, dest, count, v.num_pages));
+  if (blockIdx.x == 0 && threadIdx.x == 0) commit(v, call, c, advance(c, dest, count, v.num_pages));
 }
 
 // Closes a free group: first the pages freed by index (one ascending block), then those
@@ -1287,7 +1273,7 @@ __device__ void group_end(View v, Call call) {
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
   if (dead_call(h->fault, c, call)) {
-    if (threadIdx.x == 0) commit(v, call, c);
+    if (threadIdx.x == 0) commit(v, call, c, c);
     return;
   }
   const uint32_t by_index = c.group_idx_len, in_order = c.group_ord_len;
@@ -1302,7 +1288,7 @@ __device__ void group_end(View v, Call call) {
   Cursor next = release_pages(v, plain, mid, dest, in_order, [&](uint32_t i) { return v.group_ord[i]; });
   next.group_idx_len = 0;
   next.group_ord_len = 0;
-  if (threadIdx.x == 0) commit(v, call, next);
+  if (threadIdx.x == 0) commit(v, call, c, next);
 }
 
 // free = sort(free ++ staged): a scan of the page map yields every free or staged page in
@@ -1329,7 +1315,7 @@ __device__ void merge(View v, Call call) {
     next.free_len = c.free_len + c.staged_len;
     next.staged_len = 0;
   }
-  if (threadIdx.x == 0) commit(v, call, next);
+  if (threadIdx.x == 0) commit(v, call, c, next);
 }
 
 // ---- whole-pool state ---------------------------------------------------------------------
@@ -1426,7 +1412,7 @@ __device__ void copy_state(View v, Call call, uint32_t *snap, bool restore) {
       const Cursor c = v.header->cursor[call.in];
       *saved = c;
       saved->faulted = dead_call(v.header->fault, c, call);
-      commit(v, call, c);
+      commit(v, call, c, c);
     }
   }
 }

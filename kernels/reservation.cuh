@@ -118,7 +118,6 @@ __device__ void reserve_decode(View v, Call call, const long long *lens_in, cons
   __syncthreads();
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
-  const uint32_t found = found_writer<false>(h, call);
   const uint32_t n = v.num_pages;
   // The second phase runs only after a first phase that took its pages (a failed first
   // phase faulted the pool).
@@ -264,7 +263,7 @@ __device__ void reserve_decode(View v, Call call, const long long *lens_in, cons
     const long long value =
         fault_value(failed, short_, verdict, lens_in,
                     [&](unsigned long long pos) { return (long long)last_loc[pos]; });
-    conclude_take(v, call, c, found, here, dead, failed, short_, verdict, value);
+    conclude_take(v, call, c, here, dead, failed, short_, verdict, value);
   }
 }
 
@@ -449,7 +448,7 @@ __device__ void reservation_finish(View v, Call call, ResHeader *res, const long
         value = (long long)slots[(unsigned long long)used * batch + pos] - 1;
       raise_fault(v, call, verdict, value);
     }
-    commit(v, call, next);
+    commit(v, call, c, next);
   }
 }
 

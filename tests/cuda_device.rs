@@ -13,7 +13,7 @@ use kvpool::cuda::{DevicePool, DeviceSnapshot};
 use kvpool::ffi::*;
 use kvpool::{BackendKind, ErrorKind, IndexType, Pool, PoolConfig};
 
-use gpu::{page_words_on_device, DevBuf, Event, Gpu, PoolImage, Spinner};
+use gpu::{page_words_on_device, DevBuf, Event, Gpu, Graph, PoolImage, Spinner};
 
 fn config(backend: BackendKind, ps: u32) -> PoolConfig {
     PoolConfig {
@@ -1154,7 +1154,7 @@ fn assert_reached_every_family(
     refused: usize,
 ) {
     let how = if by_row { " by row" } else { "" };
-    eprintln!("{refused} refused calls{how}; kernels reached: {reached:?}");
+    eprintln!("{refused} calls{how} checked; kernels reached: {reached:?}");
     for family in families_to_reach(by_row) {
         assert!(
             reached.contains(&family),
@@ -1185,6 +1185,107 @@ fn families_to_reach(by_row: bool) -> Vec<String> {
         want.push("decode DecodeCluster");
     }
     want.into_iter().map(String::from).collect()
+}
+
+/// Every allocation kernel marks the cursor it read as consumed (`kernels/pool.cu`:
+/// `commit`), so a call's graph launched once goes through, and launched again right after
+/// faults the pool ("ran a second time") instead of handing the same slots out again: one
+/// extend of each of `EXTEND_SHAPES` and one decode of each of `DECODE_BATCHES` (every
+/// kernel family, `families_to_reach`), page size 16, each on a cleared pool.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn every_allocation_kernel_faults_when_its_graph_is_replayed_at_once() {
+    let gpu = Gpu::new(false);
+    let s = gpu.stream;
+    let mut reached = std::collections::BTreeSet::new();
+    let (prefix_d, seq_d, last_d) = DevBuf::lengths(MOST_REQUESTS);
+    let out = DevBuf::new(8 * MOST_TOKENS);
+    let mut device = refusal_pool(16);
+    let mut replays = 0usize;
+    for (batch, per) in EXTEND_SHAPES {
+        let (prefix, seq) = (vec![0i64; batch], vec![per; batch]);
+        prefix_d.upload(&prefix);
+        seq_d.upload(&seq);
+        last_d.upload(&vec![-1i64; batch]);
+        let tokens = batch * per as usize;
+        let plan = device.extend_need(&prefix, &seq).unwrap();
+        let kernel = device.debug_extend_kernel(false, batch, false, plan.tokens, plan.new_pages);
+        reached.insert(family(&kernel));
+        let what = format!("extend of {batch} x {per} tokens ({kernel})");
+        // SAFETY: the buffers hold what the call says and outlive the graph's launches.
+        let call = |d: &mut DevicePool| unsafe {
+            d.alloc_extend(
+                &prefix,
+                &seq,
+                prefix_d.ptr,
+                seq_d.ptr,
+                last_d.ptr,
+                tokens as u64,
+                out.ptr,
+                tokens,
+                s,
+            )
+        };
+        replay_faults(&mut device, &gpu, &out, &what, "alloc_extend", tokens, call);
+        replays += 1;
+    }
+    for batch in DECODE_BATCHES {
+        // Call A, uncaptured: `batch` requests of 3 tokens; the decode takes each one on.
+        let bufs = [&prefix_d, &seq_d, &last_d];
+        let slots = allocate_rows(&mut device, &gpu, bufs, &out, batch, 3);
+        let seq = vec![4i64; batch];
+        let last: Vec<i64> = (0..batch).map(|i| slots[3 * i + 2]).collect();
+        seq_d.upload(&seq);
+        last_d.upload(&last);
+        let pages = device.decode_need(&seq).unwrap();
+        let kernel = device.debug_extend_kernel(false, batch, true, batch as u64, pages);
+        reached.insert(format!("decode {}", family(&kernel)));
+        let what = format!("decode of {batch} ({kernel})");
+        // SAFETY: as above.
+        let call = |d: &mut DevicePool| unsafe {
+            d.alloc_decode(&seq, seq_d.ptr, last_d.ptr, out.ptr, batch, s)
+        };
+        replay_faults(&mut device, &gpu, &out, &what, "alloc_decode", batch, call);
+        replays += 1;
+    }
+    assert_reached_every_family(&reached, false, replays);
+}
+
+/// Captures `call`, launches its graph once (the call goes through: `n` slots handed out)
+/// and once more (the replay faults the pool: "ran a second time", naming `op`), then
+/// clears the pool.
+fn replay_faults(
+    device: &mut DevicePool,
+    gpu: &Gpu,
+    out: &DevBuf,
+    what: &str,
+    op: &str,
+    n: usize,
+    call: impl FnOnce(&mut DevicePool) -> Result<(), kvpool::PoolError>,
+) {
+    let s = gpu.stream;
+    let (graph, status) = Graph::capture(s, || call(device));
+    status.unwrap_or_else(|e| panic!("{what}: the capture was refused: {e}"));
+    graph.launch(s);
+    gpu.sync();
+    device
+        .check_device()
+        .unwrap_or_else(|e| panic!("{what}: the graph's first launch faulted: {e}"));
+    assert!(
+        out.download::<i64>(n).iter().all(|&slot| slot > 0),
+        "{what}: the first launch handed out the padding slot"
+    );
+    graph.launch(s);
+    gpu.sync();
+    let err = device.check_device().unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::DeviceFault, "{what}: {err}");
+    assert!(
+        err.message().contains("ran a second time") && err.message().contains(op),
+        "{what}: {err}"
+    );
+    // SAFETY: the stream is idle; a clear recovers the pool.
+    unsafe { device.clear(s) }.unwrap();
+    gpu.sync();
 }
 
 /// Every allocation kernel a plain call can run on refuses device lengths that disagree

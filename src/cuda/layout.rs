@@ -486,8 +486,9 @@ impl DeviceFault {
 
 impl DeviceFault {
     /// The turn check's fault (`kernels/pool.cu`, `commit`): call `seq` found the state
-    /// left by call `writer`, `ahead` cursor-moving calls past the one it was made after
-    /// (negative: short of it; `value`: `ahead << 32 | writer`).
+    /// as the calls up to `writer` (the last call to write or consume that cursor) left it,
+    /// `ahead` cursor-moving calls past the one it was made after (negative: short of it;
+    /// `value`: `ahead << 32 | writer`).
     fn out_of_turn(op: Option<DeviceOp>, seq: i64, value: i64) -> Self {
         let what = op.map_or("a call", DeviceOp::name);
         let ahead = (value >> 32) as i32;
@@ -505,12 +506,12 @@ impl DeviceFault {
             position: seq,
             value,
             message: format!(
-                "{what}: call #{seq} ran out of turn: it found the pool's state left by call \
-                 #{writer}, not by the call made just before it: {why}, so it would have \
-                 handed out slots another call hands out too. Pool calls must run on the \
-                 device in the order they are made; a call recorded by stream capture is made \
-                 at capture: launch its graph once, before the pool's next call (detected on \
-                 the device by the turn check; the call changed nothing)"
+                "{what}: call #{seq} ran out of turn: it found the pool's state as the calls \
+                 up to #{writer} left it, not as the call made just before it did: {why}, so \
+                 it would have handed out slots another call hands out too. Pool calls must \
+                 run on the device in the order they are made; a call recorded by stream \
+                 capture is made at capture: launch its graph once, before the pool's next \
+                 call (detected on the device by the turn check; the call changed nothing)"
             ),
         }
     }
@@ -585,7 +586,7 @@ mod tests {
             fault
                 .message
                 .starts_with("kvp_pool_alloc_decode_async: call #41 ran out of turn")
-                && fault.message.contains("left by call #39")
+                && fault.message.contains("up to #39 left it")
                 && fault
                     .message
                     .contains("calls made before it had not all run")
@@ -595,7 +596,7 @@ mod tests {
         );
         let fault = DeviceFault::decode(err::OUT_OF_TURN | (2 << 32), 7, (3 << 32) | 12);
         assert!(
-            fault.message.contains("left by call #12")
+            fault.message.contains("up to #12 left it")
                 && fault
                     .message
                     .contains("calls made after it had already run"),
