@@ -11,7 +11,7 @@
 # sanitizers. Pack with `scripts/gpu/pack.sh --variant Q=d604b2a --variant M=213a2d2
 # --variant N=.`.
 step tests tests
-ab_bench ab "--ops alloc_extend,alloc_decode,rewind --page-sizes 16 --batch-sizes 1,8,64,256,1024" "Q M N Q M N"
+ab_bench ab "--ops alloc_extend,alloc_decode --page-sizes 16 --batch-sizes 1,8,64,256,1024" "Q M N Q M N"
 step python python
 step example example
 step sanitize SANITIZE_OPS=100 sanitize-quick
