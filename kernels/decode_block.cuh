@@ -131,6 +131,7 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   // batch reads the last request again and ignores it: every load unconditional).
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
+  const uint32_t found = written_cursor_writer(h, call);
   const bool dead = dead_call(h->fault, c, call);
   const uint32_t i = min(r, batch - 1);
   const long long seq = seq_lens[i];
@@ -198,7 +199,7 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
     if (dead) {
       if (!ROWS || out != nullptr)
         for (unsigned long long t = r; t < total_tokens; t += BLOCK) out[t] = 0;
-      if (r == 0) conclude_take(v, call, c, total_pages, true, false, false, NO_ERROR, 0);
+      if (r == 0) conclude_take(v, call, c, found, total_pages, true, false, false, NO_ERROR, 0);
       return;
     }
   }
@@ -254,10 +255,7 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   if (EARLY && live) {
     const Index slot = take(moved_fill);
     if (valid) out[r] = slot;
-    if (r == 0) {
-      h->cursor[call.in ^ 1] = stamped(next, call);
-      mark_consumed(v, call);
-    }
+    if (r == 0) h->cursor[call.in ^ 1] = stamped(next, call);
   }
 
   // extend_block's checks, in its order.
@@ -324,7 +322,7 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
     // Written already (commit's turn check: the call is live, so in turn); the host's
     // counts, when it asked for them, once decided.
     if (r == 0) {
-      check_replay(v, call, c);
+      check_replay(v, call, found);
       mirror_counts(v, call, next);
     }
     KVP_PROBE(4, 0);
@@ -363,7 +361,7 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
       else if constexpr (WARP) value = named;
       else value = last[pos];
     }
-    conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
+    conclude_take(v, call, c, found, total_pages, dead, failed, short_, verdict, value);
   }
   KVP_PROBE(4, 0);
 }

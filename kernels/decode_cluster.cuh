@@ -108,6 +108,7 @@ __device__ __forceinline__ void decode_cluster(ClusterDecodeShared<BLOCK, CLUSTE
   // (the address needs the cursor alone).
   Header *h = v.header;
   const Cursor c = h->cursor[call.in];
+  const uint32_t found = written_cursor_writer(h, call);
   const bool dead = dead_call(h->fault, c, call);
   const uint32_t i = min(r, batch - 1);
   const long long seq = seq_lens[i];
@@ -251,7 +252,7 @@ __device__ __forceinline__ void decode_cluster(ClusterDecodeShared<BLOCK, CLUSTE
     if (valid && (!ROWS || out != nullptr)) out[r] = slot;
     if (ROWS && valid)
       table_put(tab.table, tab.wide, (unsigned long long)row * tab.stride + prefix, (long long)slot);
-    if (r == 0) commit(v, call, c, taken_cursor(v, c, total_pages));
+    if (r == 0) commit_found(v, call, taken_cursor(v, c, total_pages), found);
   } else {
     // Dead, short or failed: the plan's whole output is the padding slot.
     if (!ROWS || out != nullptr)
@@ -271,7 +272,7 @@ __device__ __forceinline__ void decode_cluster(ClusterDecodeShared<BLOCK, CLUSTE
               tab.table, tab.wide, (unsigned long long)tab.rows[pos] * tab.stride + seq_lens[pos] - 2));
         else value = (long long)last_loc[pos];
       }
-      conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
+      conclude_take(v, call, c, found, total_pages, dead, failed, short_, verdict, value);
     }
   }
   // No block leaves while another may still read its shared memory: a starting request's

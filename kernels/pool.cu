@@ -319,37 +319,41 @@ __device__ __forceinline__ void raise_turn_fault(const View &v, const Call &call
 __device__ __forceinline__ void check_turn(const View &v, const Call &call, const Cursor &c) {
   if (out_of_turn(c, call)) raise_turn_fault(v, call, c.runs, c.writer);
 }
-// Whether the call has run already: `read` is the cursor as the call read it, whose writer
-// field names the last call that wrote it or consumed it (see commit).
-__device__ __forceinline__ bool replayed(const Call &call, const Cursor &read) {
-  return read.writer == call.seq && !(call.flags & CALL_REPLAYABLE);
+// The replay check: a call that has run already (its graph replayed at once, which repeats
+// the call on the state before it: the same pages again) finds its own number in `found`,
+// either of the two cursors' writer words, as read at the kernel's start:
+// - the cursor the call reads (`Cursor::writer` of the cursor read: commit's form), which
+//   the call's commit overwrites with the call's number (mark_consumed): no load of its own
+//   (run s45-6: a load for the check cost extends of 1 and 8 requests 0.17-0.22 us);
+// - the cursor the call writes (`written_cursor_writer`: the decode kernels, which write
+//   their cursor before the verdict; they took 1.02-1.06x the time with the mark, run s46-2).
+// Except a CALL_REPLAYABLE call (benchmarks timing a call by replaying its graph).
+__device__ __forceinline__ bool replayed(const Call &call, uint32_t found) {
+  return found == call.seq && !(call.flags & CALL_REPLAYABLE);
 }
 // Thread 0 only: faults the pool when the call has run already.
-__device__ __forceinline__ void check_replay(const View &v, const Call &call, const Cursor &read) {
-  if (replayed(call, read)) raise_turn_fault(v, call, call.runs, call.seq);
+__device__ __forceinline__ void check_replay(const View &v, const Call &call, uint32_t found) {
+  if (replayed(call, found)) raise_turn_fault(v, call, call.runs, call.seq);
 }
-// Thread 0 only: marks the cursor the call read as consumed by it (its writer field, which
-// no kernel but the committing thread's replay check looks at, so a block of this call that
-// reads the cursor after the mark decides as before). A call whose graph is replayed at once
-// reads the same cursor again and finds its own number there: the replay check needs no
-// load of its own. (Run s45-6: a load of the written cursor's writer for the check cost
-// extends of 1 and 8 requests 0.17-0.22 us.)
+// Thread 0 only: marks the cursor the call read as consumed by it. Only the replay check
+// reads the mark, and only in the committing thread, from its own load at the kernel's start:
+// a block of this call that reads the cursor after the mark decides as before.
 __device__ __forceinline__ void mark_consumed(const View &v, const Call &call) {
   v.header->cursor[call.in].writer = call.seq;
 }
-
 // Thread 0 only (of the one block that writes the cursor), once per call: the call's new
-// cursor. `read` is the cursor this thread read at the kernel's start; `next` is `read` or
-// one made from it, so it still carries the reader's turn: a call out of turn faults the
-// pool here. A call that finds itself the consumer of the cursor it read has run already
-// (its graph replayed at once, which repeats the call on the state before it: the same
-// pages again), which faults the pool too unless the call is CALL_REPLAYABLE (benchmarks
-// timing a call by replaying its graph).
-__device__ void commit(const View &v, const Call &call, const Cursor &read, const Cursor &next) {
-  if (out_of_turn(next, call) || replayed(call, read))
+// cursor. `next` is the cursor the call read or one made from it, so it still carries the
+// reader's turn: a call out of turn faults the pool here, as does a call that has run
+// already (`found`: see replayed). The cursor read is marked consumed.
+__device__ void commit_found(const View &v, const Call &call, const Cursor &next, uint32_t found) {
+  if (out_of_turn(next, call) || replayed(call, found))
     raise_turn_fault(v, call, next.runs, next.writer);
   publish(v, call, next);
   mark_consumed(v, call);
+}
+// The same with the replay check on `read`, the cursor this thread read at the kernel's start.
+__device__ void commit(const View &v, const Call &call, const Cursor &read, const Cursor &next) {
+  commit_found(v, call, next, read.writer);
 }
 
 // Page arithmetic without 64-bit division when page_size is a power of two (the usual case:
@@ -391,6 +395,12 @@ __device__ __forceinline__ unsigned long long load_here(const unsigned long long
   unsigned long long x;
   asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(x) : "l"(p));
   return x;
+}
+
+// The writer of the cursor a call writes, loaded where it stands (with the cursor the call
+// reads, so that the kernel's end waits for no load of its own): the decode kernels' `found`.
+__device__ __forceinline__ uint32_t written_cursor_writer(const Header *h, const Call &call) {
+  return load_here(&h->cursor[call.in ^ 1].writer);
 }
 
 // The page words a one-warp check of last_loc reads, issued as soon as last_loc is in: at
@@ -455,7 +465,7 @@ __device__ __forceinline__ Cursor taken_cursor(const View &v, const Cursor &c,
 // past them; a failed one faults the pool with its verdict (`value`: the element the verdict
 // names) or, short of pages, with ERR_SHORTAGE naming the free list's length; a dead one
 // (the pool was faulted before) changes nothing.
-__device__ void conclude_take(const View &v, const Call &call, const Cursor &c,
+__device__ void conclude_take(const View &v, const Call &call, const Cursor &c, uint32_t found,
                               unsigned long long pages, bool dead, bool failed, bool short_,
                               unsigned long long verdict, long long value) {
   Cursor next = c;
@@ -467,7 +477,7 @@ __device__ void conclude_take(const View &v, const Call &call, const Cursor &c,
     if (short_) raise_fault(v, call, ERR_SHORTAGE, (long long)c.free_len);
     else raise_fault(v, call, verdict, value);
   }
-  commit(v, call, c, next);
+  commit_found(v, call, next, found);
 }
 
 // The element a failed call's fault names (`verdict`: position << 8 | code): the request's

@@ -1187,11 +1187,12 @@ fn families_to_reach(by_row: bool) -> Vec<String> {
     want.into_iter().map(String::from).collect()
 }
 
-/// Every allocation kernel marks the cursor it read as consumed (`kernels/pool.cu`:
-/// `commit`), so a call's graph launched once goes through, and launched again right after
-/// faults the pool ("ran a second time") instead of handing the same slots out again: one
-/// extend of each of `EXTEND_SHAPES` and one decode of each of `DECODE_BATCHES` (every
-/// kernel family, `families_to_reach`), page size 16, each on a cleared pool.
+/// Every allocation kernel's replay check (`kernels/pool.cu`: `replayed`; the extends find
+/// their own number in the cursor they read, which their commit marks consumed, the decodes
+/// in the cursor they write): a call's graph launched once goes through, and launched again
+/// right after faults the pool ("ran a second time") instead of handing the same slots out
+/// again. One extend of each of `EXTEND_SHAPES` and one decode of each of `DECODE_BATCHES`
+/// (every kernel family, `families_to_reach`), page size 16, each on a cleared pool.
 #[test]
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
 fn every_allocation_kernel_faults_when_its_graph_is_replayed_at_once() {
@@ -1199,7 +1200,7 @@ fn every_allocation_kernel_faults_when_its_graph_is_replayed_at_once() {
     let s = gpu.stream;
     let mut reached = std::collections::BTreeSet::new();
     let (prefix_d, seq_d, last_d) = DevBuf::lengths(MOST_REQUESTS);
-    let out = DevBuf::new(8 * MOST_TOKENS);
+    let out = DevBuf::new(8 * 16 * MOST_REQUESTS);
     let mut device = refusal_pool(16);
     let mut replays = 0usize;
     for (batch, per) in EXTEND_SHAPES {
@@ -1230,11 +1231,13 @@ fn every_allocation_kernel_faults_when_its_graph_is_replayed_at_once() {
         replays += 1;
     }
     for batch in DECODE_BATCHES {
-        // Call A, uncaptured: `batch` requests of 3 tokens; the decode takes each one on.
+        // Call A, uncaptured: `batch` requests of a page each; the decode token of each
+        // starts a page. (A replayed decode that continues a page is refused by the page's
+        // own check first: its fill point was moved on by the same call.)
         let bufs = [&prefix_d, &seq_d, &last_d];
-        let slots = allocate_rows(&mut device, &gpu, bufs, &out, batch, 3);
-        let seq = vec![4i64; batch];
-        let last: Vec<i64> = (0..batch).map(|i| slots[3 * i + 2]).collect();
+        let slots = allocate_rows(&mut device, &gpu, bufs, &out, batch, 16);
+        let seq = vec![17i64; batch];
+        let last: Vec<i64> = (0..batch).map(|i| slots[16 * i + 15]).collect();
         seq_d.upload(&seq);
         last_d.upload(&last);
         let pages = device.decode_need(&seq).unwrap();
