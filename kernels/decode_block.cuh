@@ -199,7 +199,9 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
     if (dead) {
       if (!ROWS || out != nullptr)
         for (unsigned long long t = r; t < total_tokens; t += BLOCK) out[t] = 0;
-      if (r == 0) conclude_take(v, call, c, found, total_pages, true, false, false, NO_ERROR, 0);
+      if (r == 0)
+        conclude_take<Replay::ON_WRITTEN>(v, call, c, total_pages, true, false, false, NO_ERROR, 0,
+                                          found);
       return;
     }
   }
@@ -361,7 +363,8 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
       else if constexpr (WARP) value = named;
       else value = last[pos];
     }
-    conclude_take(v, call, c, found, total_pages, dead, failed, short_, verdict, value);
+    conclude_take<Replay::ON_WRITTEN>(v, call, c, total_pages, dead, failed, short_, verdict, value,
+                                      found);
   }
   KVP_PROBE(4, 0);
 }

@@ -252,7 +252,8 @@ __device__ __forceinline__ void decode_cluster(ClusterDecodeShared<BLOCK, CLUSTE
     if (valid && (!ROWS || out != nullptr)) out[r] = slot;
     if (ROWS && valid)
       table_put(tab.table, tab.wide, (unsigned long long)row * tab.stride + prefix, (long long)slot);
-    if (r == 0) commit_found(v, call, taken_cursor(v, c, total_pages), found);
+    if (r == 0)
+      commit_found<Replay::ON_WRITTEN>(v, call, taken_cursor(v, c, total_pages), found);
   } else {
     // Dead, short or failed: the plan's whole output is the padding slot.
     if (!ROWS || out != nullptr)
@@ -272,7 +273,8 @@ __device__ __forceinline__ void decode_cluster(ClusterDecodeShared<BLOCK, CLUSTE
               tab.table, tab.wide, (unsigned long long)tab.rows[pos] * tab.stride + seq_lens[pos] - 2));
         else value = (long long)last_loc[pos];
       }
-      conclude_take(v, call, c, found, total_pages, dead, failed, short_, verdict, value);
+      conclude_take<Replay::ON_WRITTEN>(v, call, c, total_pages, dead, failed, short_, verdict,
+                                        value, found);
     }
   }
   // No block leaves while another may still read its shared memory: a starting request's

@@ -476,7 +476,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
       else if (code == ERR_ROW || code == ERR_ROW_TWICE) value = tab.rows[pos];
       else value = last[pos];
     }
-    conclude_take(v, call, c, c.writer, total_pages, dead, failed, short_, verdict, value);
+    conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
   }
   KVP_PROBE(5, 0);
 }

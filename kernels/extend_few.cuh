@@ -526,7 +526,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
         long long value = 0;
         if (failed && !short_)
           value = (decided & 0xff) == ERR_LENGTHS ? seq_lens[pos] : sh.last[pos];
-        conclude_take(v, call, c, c.writer, total_pages, dead, failed, short_, decided, value);
+        conclude_take(v, call, c, total_pages, dead, failed, short_, decided, value);
       }
     } else {
       asm volatile("bar.sync 2, %0;" ::"n"(BLOCK) : "memory");
@@ -585,7 +585,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
     // The value the fault names: the lengths or last_loc (as read).
     if (failed && !short_)
       value = (verdict & 0xff) == ERR_LENGTHS ? seq_lens[pos] : sh.last[pos];
-    conclude_take(v, call, c, c.writer, total_pages, dead, failed, short_, verdict, value);
+    conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
   }
   KVP_PROBE(5, 0);
 }

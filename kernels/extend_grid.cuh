@@ -276,7 +276,7 @@ __device__ void extend(View v, Call call, const long long *prefix_lens, const lo
   if (threadIdx.x == 0) {
     const long long value = fault_value(failed, short_, verdict, seq_lens,
                                         [&](unsigned long long pos) { return (long long)last_loc[pos]; });
-    conclude_take(v, call, c, c.writer, total_pages, dead, failed, short_, verdict, value);
+    conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
   }
 }
 

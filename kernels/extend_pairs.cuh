@@ -330,7 +330,7 @@ __device__ __forceinline__ void extend_pairs(PairShared &sh, View v, Call call,
     const unsigned long long pos = verdict >> 8;
     long long value = 0;
     if (failed && !short_) value = (verdict & 0xff) == ERR_LENGTHS ? seq_lens[pos] : sh.last[pos];
-    conclude_take(v, call, c, c.writer, total_pages, dead, failed, short_, verdict, value);
+    conclude_take(v, call, c, total_pages, dead, failed, short_, verdict, value);
   };
 
   if (EARLY && planned) {

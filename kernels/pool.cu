@@ -321,13 +321,15 @@ __device__ __forceinline__ void check_turn(const View &v, const Call &call, cons
 }
 // The replay check: a call that has run already (its graph replayed at once, which repeats
 // the call on the state before it: the same pages again) finds its own number in `found`,
-// either of the two cursors' writer words, as read at the kernel's start:
-// - the cursor the call reads (`Cursor::writer` of the cursor read: commit's form), which
-//   the call's commit overwrites with the call's number (mark_consumed): no load of its own
-//   (run s45-6: a load for the check cost extends of 1 and 8 requests 0.17-0.22 us);
-// - the cursor the call writes (`written_cursor_writer`: the decode kernels, which write
-//   their cursor before the verdict; they took 1.02-1.06x the time with the mark, run s46-2).
-// Except a CALL_REPLAYABLE call (benchmarks timing a call by replaying its graph).
+// one of the two cursors' writer words as read at the kernel's start, and faults the pool,
+// unless the call is CALL_REPLAYABLE (benchmarks timing a call by replaying its graph):
+// - ON_READ (commit, and conclude_take's default): the cursor the call reads, which its
+//   commit overwrites with the call's number (mark_consumed). No load of its own: run
+//   s45-6 found such a load cost extends of 1 and 8 requests 0.17-0.22 us.
+// - ON_WRITTEN: the cursor the call writes (`written_cursor_writer`, loaded with the cursor
+//   the call reads), no mark: the decode kernels, which write their cursor before the
+//   verdict, and whose code took 1.02-1.06x the time with the mark (run s46-2, H100).
+enum class Replay { ON_READ, ON_WRITTEN };
 __device__ __forceinline__ bool replayed(const Call &call, uint32_t found) {
   return found == call.seq && !(call.flags & CALL_REPLAYABLE);
 }
@@ -344,16 +346,17 @@ __device__ __forceinline__ void mark_consumed(const View &v, const Call &call) {
 // Thread 0 only (of the one block that writes the cursor), once per call: the call's new
 // cursor. `next` is the cursor the call read or one made from it, so it still carries the
 // reader's turn: a call out of turn faults the pool here, as does a call that has run
-// already (`found`: see replayed). The cursor read is marked consumed.
+// already (`found`, by REPLAY: see Replay).
+template <Replay REPLAY>
 __device__ void commit_found(const View &v, const Call &call, const Cursor &next, uint32_t found) {
   if (out_of_turn(next, call) || replayed(call, found))
     raise_turn_fault(v, call, next.runs, next.writer);
   publish(v, call, next);
-  mark_consumed(v, call);
+  if constexpr (REPLAY == Replay::ON_READ) mark_consumed(v, call);
 }
-// The same with the replay check on `read`, the cursor this thread read at the kernel's start.
+// The same, ON_READ: `read` is the cursor this thread read at the kernel's start.
 __device__ void commit(const View &v, const Call &call, const Cursor &read, const Cursor &next) {
-  commit_found(v, call, next, read.writer);
+  commit_found<Replay::ON_READ>(v, call, next, read.writer);
 }
 
 // Page arithmetic without 64-bit division when page_size is a power of two (the usual case:
@@ -464,10 +467,12 @@ __device__ __forceinline__ Cursor taken_cursor(const View &v, const Cursor &c,
 // (the allocation kernels, a decode reservation). A call that took effect moves the cursor
 // past them; a failed one faults the pool with its verdict (`value`: the element the verdict
 // names) or, short of pages, with ERR_SHORTAGE naming the free list's length; a dead one
-// (the pool was faulted before) changes nothing.
-__device__ void conclude_take(const View &v, const Call &call, const Cursor &c, uint32_t found,
+// (the pool was faulted before) changes nothing. The replay check ON_READ, or ON_WRITTEN on
+// `found` (see Replay).
+template <Replay REPLAY = Replay::ON_READ>
+__device__ void conclude_take(const View &v, const Call &call, const Cursor &c,
                               unsigned long long pages, bool dead, bool failed, bool short_,
-                              unsigned long long verdict, long long value) {
+                              unsigned long long verdict, long long value, uint32_t found = 0) {
   Cursor next = c;
   if (!dead && !failed) {
     next.head = ring_pos(c.head, pages, v.num_pages);
@@ -477,7 +482,7 @@ __device__ void conclude_take(const View &v, const Call &call, const Cursor &c, 
     if (short_) raise_fault(v, call, ERR_SHORTAGE, (long long)c.free_len);
     else raise_fault(v, call, verdict, value);
   }
-  commit_found(v, call, next, found);
+  commit_found<REPLAY>(v, call, next, REPLAY == Replay::ON_READ ? c.writer : found);
 }
 
 // The element a failed call's fault names (`verdict`: position << 8 | code): the request's

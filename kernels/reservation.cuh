@@ -263,7 +263,7 @@ __device__ void reserve_decode(View v, Call call, const long long *lens_in, cons
     const long long value =
         fault_value(failed, short_, verdict, lens_in,
                     [&](unsigned long long pos) { return (long long)last_loc[pos]; });
-    conclude_take(v, call, c, c.writer, here, dead, failed, short_, verdict, value);
+    conclude_take(v, call, c, here, dead, failed, short_, verdict, value);
   }
 }
 
