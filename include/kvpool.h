@@ -60,7 +60,8 @@
  *    the calls made ahead of it), twice, or never (a capture abandoned: the next call
  *    faults) never hands slots out twice. A clear or restore is not checked (it rewrites
  *    the state). The check costs an allocation 0.99-1.12x its device time (BENCHMARKS.md,
- *    run s45-1, H200). KVP_DEBUG_REPLAY_CALLS lets a graph replayed at once repeat its
+ *    run s45-1, H200; extends of 1-8 requests 1.02-1.04x since run s46-2, H100; decodes of
+ *    8 requests cost most). KVP_DEBUG_REPLAY_CALLS lets a graph replayed at once repeat its
  *    call, for timing calls. Every `*_async` call (page tables, digests and reservation
  *    steps too) is a call of the pool for the ordering rule above. A captured call
  *    allocates no device memory (`cuMemAlloc` may synchronize, which invalidates a
