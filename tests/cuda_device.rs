@@ -1147,14 +1147,15 @@ fn refusal_pool(ps: u32) -> DevicePool {
     .unwrap()
 }
 
-/// Every kernel family a refusal test must reach (`families_to_reach`) is in `reached`.
+/// Every kernel family a test of every allocation kernel must reach (`families_to_reach`)
+/// is in `reached` (`calls`: how many calls the test checked, for its log).
 fn assert_reached_every_family(
     reached: &std::collections::BTreeSet<String>,
     by_row: bool,
-    refused: usize,
+    calls: usize,
 ) {
     let how = if by_row { " by row" } else { "" };
-    eprintln!("{refused} calls{how} checked; kernels reached: {reached:?}");
+    eprintln!("{calls} calls{how} checked; kernels reached: {reached:?}");
     for family in families_to_reach(by_row) {
         assert!(
             reached.contains(&family),
