@@ -16,7 +16,9 @@ use crate::cuda::kernels::launch;
 use crate::cuda::layout::DeviceOp;
 use crate::cuda::memory::DeviceMemory;
 use crate::pool::error::fail;
-use crate::pool::rows::{check_page_table, check_segments, check_table_type, TableShape};
+use crate::pool::rows::{
+    check_page_table, check_segments, check_table_type, TableShape, MAX_TABLE_ROWS,
+};
 use crate::pool::{plan, ErrorKind, IndexType, PoolError};
 
 /// A request-to-token table in device memory, borrowed for one call (until the stream
@@ -49,10 +51,25 @@ impl DeviceTable {
 const ROWS_SCRATCH: &str = "the by-row calls' device scratch (before capturing, size it for \
                             the largest call with kvp_pool_reserve_scratch_async)";
 
+/// Where `rows_alloc` puts its data in the scratch for `batch` requests of `tokens` tokens:
+/// `last_loc[batch] | tok_off[batch + 1] | out[tokens]` (the new slots only when the caller
+/// gave no `out`). (byte offset of `tok_off`, byte offset of `out`, bytes in all.)
+fn alloc_scratch(
+    batch: usize,
+    tokens: usize,
+    index_bytes: usize,
+    new_out: bool,
+) -> (usize, usize, usize) {
+    let off_at = 8 * batch;
+    let out_at = off_at + 8 * (batch + 1);
+    let out_bytes = if new_out { index_bytes * tokens } else { 0 };
+    (off_at, out_at, out_at + out_bytes)
+}
+
 /// Bytes of the by-row calls' scratch for calls of up to `batch` requests allocating or
 /// freeing up to `slots` slots on tables of up to `table_rows` rows: the mark words (4
-/// bytes a row) and the data (`rows_alloc`: `last_loc` and token offsets, 16 bytes a
-/// request and 8 more, then the new slots when `out` is NULL; `free_rows_inner`: each
+/// bytes a row) and the data (`rows_alloc`: `alloc_scratch`, 16 bytes a request and 8
+/// more, then the new slots when `out` is NULL; `free_rows_inner`: each
 /// segment's pages in whole pages, at most `page_size - 1` slots a request over its
 /// slots). `None` when a size does not fit the address space.
 fn rows_scratch_bytes(
@@ -174,7 +191,7 @@ impl DevicePool {
         stream: CUstream,
     ) -> Result<(), PoolError> {
         self.enter(stream, true)?;
-        if table_rows > u64::from(u32::MAX) {
+        if table_rows > MAX_TABLE_ROWS {
             return fail(
                 ErrorKind::InvalidArgument,
                 format!("table_rows = {table_rows} exceeds 2^32 - 1 (a table's rows fit 32 bits)"),
@@ -430,16 +447,10 @@ impl DevicePool {
             self.count_allocation(tokens, new_pages);
             return Ok(());
         }
-        // Data scratch: last_loc[batch] | tok_off[batch + 1] | out[tokens] (when NULL).
         let marks_ptr = self.rows_marks(&table.shape, stream)?;
-        let off_at = 8 * batch;
-        let out_at = off_at + 8 * (batch + 1);
-        let out_bytes = if out == 0 {
-            self.index_bytes() * tokens as usize
-        } else {
-            0
-        };
-        let base = self.rows_data(out_at + out_bytes, stream)?;
+        let (off_at, out_at, bytes) =
+            alloc_scratch(batch, tokens as usize, self.index_bytes(), out == 0);
+        let base = self.rows_data(bytes, stream)?;
         // After the scratch (whose allocation may fail): a merge is a call of its own, which
         // a refused call must not have made.
         self.ensure_pages(trigger, new_pages, what, stream)?;
@@ -771,10 +782,11 @@ impl DevicePool {
 mod tests {
     use super::*;
 
-    /// What `rows_alloc` and `free_rows_inner` ask of the data scratch, as they compute it.
+    /// What `rows_alloc` asks of the data scratch, with a new output (its own layout).
     fn alloc_needs(batch: u64, tokens: u64, index_bytes: u64) -> u64 {
-        8 * batch + 8 * (batch + 1) + index_bytes * tokens
+        alloc_scratch(batch as usize, tokens as usize, index_bytes as usize, true).2 as u64
     }
+    /// What `free_rows_inner` asks of the data scratch: each segment in whole pages.
     fn free_needs(segments: &[u64], page_size: u64, index_bytes: u64) -> u64 {
         index_bytes
             * segments

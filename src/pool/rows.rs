@@ -25,6 +25,9 @@ pub struct TableShape {
     pub row_len: u64,
 }
 
+/// The most rows a table may have: the device kernels key rows by 32-bit indices.
+pub(crate) const MAX_TABLE_ROWS: u64 = u32::MAX as u64;
+
 impl TableShape {
     /// Elements the table spans (`(rows - 1) * row_stride + row_len`), or an error when the
     /// shape is unusable. Row indices must fit 32 bits (the device kernels key rows by them).
@@ -38,7 +41,7 @@ impl TableShape {
                 ),
             );
         }
-        if self.rows > u64::from(u32::MAX) {
+        if self.rows > MAX_TABLE_ROWS {
             return fail(
                 ErrorKind::InvalidArgument,
                 format!(
