@@ -262,6 +262,11 @@ impl Run {
         let cursor: Vec<u32> = gpu::read_device(layout.block + layout.cursor as u64, 8);
         let (head, free_len, staged_len) =
             (cursor[0] as usize, cursor[1] as usize, cursor[2] as usize);
+        // The head the next call's kernels are told, when the host knows it, is the head
+        // (unless a fault froze the cursor: calls change nothing until a clear or restore).
+        if let Some(hint) = layout.head_hint.filter(|_| self.device.fault().is_none()) {
+            assert_eq!(hint as usize, head, "op {}: head hint", self.ops);
+        }
         let n = layout.num_pages as usize;
         let ring: Vec<u32> = gpu::read_device(layout.block + layout.ring as u64, n);
         let staged: Vec<u32> = gpu::read_device(layout.block + layout.staged as u64, staged_len);

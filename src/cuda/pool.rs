@@ -403,6 +403,9 @@ pub struct DebugLayout {
     pub fill: usize,
     /// Pages of the pool.
     pub num_pages: u32,
+    /// The ring position the host expects the cursor's head at once the calls enqueued so
+    /// far have run, if it knows it (`Accounting::head_hint`).
+    pub head_hint: Option<u32>,
 }
 
 /// A device pool's saved state: a device buffer filled on the stream by
@@ -413,6 +416,8 @@ pub struct DeviceSnapshot {
     buffer: Option<DeviceMemory>,
     counts: Counts,
     exact: bool,
+    /// Where the free list ended in the ring (`Accounting::tail`), if the host knew.
+    tail: Option<u64>,
     buffers: Arc<SnapshotBuffers>,
 }
 
@@ -602,7 +607,7 @@ impl DevicePool {
             runs: 0,
             tag: 0,
             seq: 0,
-            counts: Accounting::default(),
+            counts: Accounting::for_ring(u64::from(layout.num_pages)),
             group_open: false,
             stats: PoolStats::default(),
             calls: 0,
@@ -714,6 +719,7 @@ impl DevicePool {
             state: arrays.state,
             fill: arrays.fill,
             num_pages: self.layout.num_pages,
+            head_hint: self.counts.head_hint(),
         }
     }
 
@@ -1201,6 +1207,8 @@ impl DevicePool {
                 Step::Set {
                     counts,
                     exact: true,
+                    // Every page free from ring position 0: the head is 0, the tail too.
+                    tail: Some(0),
                 },
                 stream,
                 &[],
@@ -1668,8 +1676,10 @@ impl DevicePool {
             Dest::GroupOrd
         } else if self.config.need_sort {
             Dest::Staged
+        } else if self.layout.is_paged() {
+            Dest::FreeFront
         } else {
-            Dest::Free
+            Dest::FreeTail
         }
     }
 
@@ -2146,6 +2156,7 @@ impl DevicePool {
         let target = buffer.at(0);
         let counts = self.counts.counts();
         let exact = self.counts.is_exact();
+        let tail = self.counts.tail();
         let grid = self.grid_over(snapshot_words(self.layout.num_pages));
         // SAFETY: `kvp_backup(View, Call, u32 *snapshot)`; `buffer` holds `bytes`.
         let launched = unsafe {
@@ -2168,6 +2179,7 @@ impl DevicePool {
             buffer: Some(buffer),
             counts,
             exact,
+            tail,
             buffers: Arc::clone(&self.buffers),
         })
     }
@@ -2211,6 +2223,7 @@ impl DevicePool {
                     Step::Set {
                         counts: snapshot.counts,
                         exact: snapshot.exact,
+                        tail: snapshot.tail,
                     },
                     stream,
                     &[arg(&source)],

@@ -537,7 +537,7 @@ impl DevicePool {
                     RES_BLOCK,
                     DeviceOp::ReservationFinish as u32,
                     Step::Release {
-                        dest: Dest::Free,
+                        dest: Dest::FreeFront,
                         pages: Some(unused),
                     },
                     stream,
