@@ -66,6 +66,8 @@ struct Run {
     faults: u64,
     /// Frees by index of more than 4,096 indices on a paged pool (the multi-block path).
     large_frees: u64,
+    /// Census checks that compared the host's head hint with the device's head.
+    head_checks: u64,
 }
 
 /// Calls a generic host-pool method whose first argument is an index slice, with indices
@@ -120,6 +122,7 @@ impl Run {
             ops: 0,
             faults: 0,
             large_frees: 0,
+            head_checks: 0,
         }
     }
 
@@ -266,6 +269,7 @@ impl Run {
         // (unless a fault froze the cursor: calls change nothing until a clear or restore).
         if let Some(hint) = layout.head_hint.filter(|_| self.device.fault().is_none()) {
             assert_eq!(hint as usize, head, "op {}: head hint", self.ops);
+            self.head_checks += 1;
         }
         let n = layout.num_pages as usize;
         let ring: Vec<u32> = gpu::read_device(layout.block + layout.ring as u64, n);
@@ -841,12 +845,13 @@ fn seed_rounds() -> std::ops::Range<u64> {
 }
 
 /// Runs configuration `index` (page size, `need_sort`, int32) with `seed` for `ops`
-/// operations or until `deadline`; returns (operations, device-detected faults).
+/// operations or until `deadline`; returns (operations, device-detected faults, head
+/// hints checked).
 fn run_config(
     (index, ps, need_sort, i32, seed): (u64, u64, bool, bool, u64),
     ops: u64,
     deadline: Option<std::time::Instant>,
-) -> (u64, u64) {
+) -> (u64, u64, u64) {
     let mut run = Run::new(ps, need_sort, i32, seed);
     // Cross the page-word re-tagging (every 2^29 calls) early in the run.
     run.device.debug_jump_tag((1 << 29) - 200);
@@ -875,14 +880,15 @@ fn run_config(
     eprintln!(
         "config {index:>2} seed {seed:>3}: page_size {ps:>2} need_sort {need_sort:<5} int32 {i32:<5}: {} ops, {} bad \
          inputs caught on the device (host refused the same), {} frees of over 4096 indices, {} pages \
-         in use at the end, {:.0} s",
+         in use at the end, {} head hints checked, {:.0} s",
         run.ops,
         run.faults,
         run.large_frees,
         run.device.stats().pages_in_use,
+        run.head_checks,
         started.elapsed().as_secs_f64()
     );
-    (run.ops, run.faults)
+    (run.ops, run.faults, run.head_checks)
 }
 
 #[test]
@@ -936,6 +942,11 @@ fn device_pool_matches_host_pool_op_for_op() {
     let results = results.into_inner().unwrap();
     let total: u64 = results.iter().map(|r| r.0).sum();
     let faults: u64 = results.iter().map(|r| r.1).sum();
-    eprintln!("lockstep: {total} operations compared, {faults} device-detected faults");
+    let head_checks: u64 = results.iter().map(|r| r.2).sum();
+    eprintln!(
+        "lockstep: {total} operations compared, {faults} device-detected faults, \
+         {head_checks} head hints checked against the device's cursor"
+    );
     assert!(faults > 0, "the bad-input paths were never exercised");
+    assert!(head_checks > 0, "no head hint was ever checked");
 }
