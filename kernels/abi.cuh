@@ -106,6 +106,9 @@ extern "C" __device__ const unsigned long long kvp_abi[] = {
     ERR_RES_ENDED,
     // A reservation's owner (reservation.cuh: reservation_step).
     ERR_RES_REUSED,
+    // The host's head hint (extend_few.cuh: the ring's first pages with round trip 1).
+    offsetof(Call, head_hint),
+    NO_HEAD_HINT,
 };
 
 }  // namespace kvp

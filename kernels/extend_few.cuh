@@ -273,6 +273,43 @@ __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_
   return own;
 }
 
+// The stagers' ring loads (EarlyRing): loads in flight per thread before any is used, enough
+// for a one-block shape's most new pages (page size 1: at most 4 x BLOCK tokens; since the
+// sixteenth session 256 threads take at most 512) to come in one round trip (run s11-1:
+// 1,024 pages in two rounds made 2 requests at page size 1 1.09x slower than extend_block);
+// a block of several writes about 512 tokens (pool.rs, SPAN_TOKENS). Two or four warps:
+// their most tokens, as many pages, spread over their writers.
+template <int BLOCK, bool GRID>
+struct FewRing {
+  static constexpr uint32_t STAGERS = BLOCK - 32;
+  static constexpr uint32_t MOST_PAGES = BLOCK < 256 ? FewBlockTokens<BLOCK>::value : 4 * BLOCK;
+  static constexpr uint32_t BATCH = GRID ? 4 : (MOST_PAGES + STAGERS - 1) / STAGERS;
+  using Early = EarlyRing<BATCH, STAGERS>;
+};
+
+// Whether one block's stagers loaded the ring's first pages at the host's head hint
+// (`load_hinted_ring`).
+template <bool GRID>
+__device__ __forceinline__ bool hinted_ring(const Call &call, uint32_t num_pages) {
+  return !GRID && call.head_hint < num_pages;
+}
+
+// One block, the stagers: the ring's first pages from the host's head hint, with round trip
+// 1 (used only if the cursor's head turns out to be the hint; else extend_few loads them
+// again from the head). Issued by extend_few_kernel ahead of its page-size dispatch and of
+// the cursor's load: where extend_few issued them, ptxas placed the cursor's first uses
+// (before the dispatch's branch) ahead of them, and they waited for round trip 1. No branch:
+// warp 0 and an unhinted call load nothing.
+template <int BLOCK, bool GRID>
+__device__ __forceinline__ void load_hinted_ring(typename FewRing<BLOCK, GRID>::Early &early,
+                                                 const View &v, const Call &call) {
+  if constexpr (GRID) return;
+  const bool hinted = hinted_ring<GRID>(call, v.num_pages);
+  const bool stages = threadIdx.x >= 32;
+  early.load(v, hinted ? call.head_hint : 0, stages && hinted ? v.num_pages : 0,
+             threadIdx.x - 32);
+}
+
 // MAXB, the most requests the host sends the kernel: 32 (kvp_extend_few_*), 1
 // (kvp_extend_one_*: `batch` is the constant 1 and the compiler drops every path of several
 // requests, the scan, the token search, the repeats' match: a shorter kernel whose
@@ -281,8 +318,9 @@ __device__ __forceinline__ OwnTokens<PER> plan_own_tokens(const View &v, uint32_
 // tokens 0.86-0.98x the time). A batch past MAXB is cut to it: the plan's totals then exceed
 // the requests' and the call fails (ERR_LENGTHS), writing nothing past them.
 template <int BLOCK, typename Index, bool GRID, bool POW2, bool SPREAD, uint32_t MAXB = 32>
-__device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
-                                           const long long *prefix_lens,
+__device__ __forceinline__ void extend_few(FewShared &sh,
+                                           typename FewRing<BLOCK, GRID>::Early &early, View v,
+                                           Call call, const long long *prefix_lens,
                                            const long long *seq_lens, const Index *last_loc,
                                            uint32_t batch, unsigned long long total_tokens,
                                            unsigned long long total_pages, Index *out) {
@@ -305,6 +343,11 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   long long seq = seq_lens[i];
   long long prefix = prefix_lens[i];
   long long ll = (long long)last_loc[i];
+  constexpr uint32_t STAGERS = FewRing<BLOCK, GRID>::STAGERS;
+  constexpr uint32_t BATCH = FewRing<BLOCK, GRID>::BATCH;
+  const bool stages = !decides;
+  const uint32_t stager = r - 32;
+  const bool hinted = hinted_ring<GRID>(call, n);
   __syncwarp();  // keeps the loads together (see extend_block)
   // GRID: one vote on the fault flag, as extend_block's several blocks take (block 0 may
   // fault the call while this block starts; warp 0 decides, the others stage and write).
@@ -324,36 +367,28 @@ __device__ __forceinline__ void extend_few(FewShared &sh, View v, Call call,
   // Round trip 2, as soon as round trip 1 is in, before anything else is worked out. Warp
   // 0: the prefix pages' words, at an address from last_loc alone (as decode_block's: the
   // page clamped into the page map, the prefix page wherever the words are used), in flight
-  // during the checks, the shapes and the scan. One block, the stagers: the ring's first
-  // pages, from the cursor alone (see EarlyRing). (A branch per warp: each goes straight to
-  // its own loads.) Run s18-3: one request of 512 tokens 0.90-0.97x the time; runs
-  // s18-7/9: 1-8 requests of 16-64 tokens 0.84-0.98x (then on one warp: a round trip fewer).
+  // during the checks, the shapes and the scan; only when some request has a prefix (new
+  // requests need no word checked: with the hint's pages such a call takes one round
+  // trip). One block, the stagers: the ring's first pages, from the cursor alone (see
+  // EarlyRing), unless they came with round trip 1 at the hint. (A branch per warp: each
+  // goes straight to its own loads.) Run s18-3: one request of 512 tokens 0.90-0.97x the
+  // time; runs s18-7/9: 1-8 requests of 16-64 tokens 0.84-0.98x (then on one warp: a round
+  // trip fewer).
   // Several blocks (their stagers' ranks depend on the scan): warp 0's words alone, since
   // run s21-2 (2-8 requests of 512 tokens 0.98-0.99x; run s18-2 had read 1.01x at 2-32,
   // when warp 0 was not what the barrier waited for: bench-gpu/anatomy.cu's probes).
-  constexpr uint32_t STAGERS = BLOCK - 32;
-  // Loads in flight per thread before any is used: enough for a one-block shape's most new
-  // pages (page size 1: at most 4 x BLOCK tokens; since the sixteenth session 256 threads
-  // take at most 512) to come in one round trip (run s11-1: 1,024 pages in two rounds made
-  // 2 requests at page size 1 1.09x slower than extend_block); a block of several writes
-  // about 512 tokens (pool.rs, SPAN_TOKENS). Two or four warps: their most tokens, as many
-  // pages, spread over their writers.
-  constexpr uint32_t BATCH = GRID       ? 4
-                             : BLOCK < 256 ? (FewBlockTokens<BLOCK>::value + STAGERS - 1) / STAGERS
-                                           : (4 * BLOCK + STAGERS - 1) / STAGERS;
-  const bool stages = !decides;
-  const uint32_t stager = r - 32;
-  EarlyRing<BATCH, STAGERS> early;
   uint32_t word = 0;
   unsigned long long filled = 0;
   if (decides) {
-    const PageWords words = load_page_words<POW2>(ll, v);
-    word = words.word;
-    filled = words.filled;
-    if constexpr (!GRID) KVP_PROBE(1, words.page + seq + prefix + c.head);
+    if (__any_sync(FULL, prefix > 0)) {
+      const PageWords words = load_page_words<POW2>(ll, v);
+      word = words.word;
+      filled = words.filled;
+      if constexpr (!GRID) KVP_PROBE(1, words.page + seq + prefix + c.head);
+    }
     __syncwarp();
   } else if constexpr (!GRID) {
-    early.load(v, c.head, v.num_pages, stager);
+    if (!hinted || c.head != call.head_hint) early.load(v, c.head, v.num_pages, stager);
     KVP_PROBE(1, c.head);
   }
 
@@ -597,13 +632,15 @@ __device__ void extend_few_kernel(View v, Call call, const long long *prefix_len
                                   uint32_t batch, unsigned long long total_tokens,
                                   unsigned long long total_pages, Index *out) {
   __shared__ FewShared sh;
+  typename FewRing<BLOCK, GRID>::Early early;
+  load_hinted_ring<BLOCK, GRID>(early, v, call);
   if (v.page_shift != NOT_POW2)
-    extend_few<BLOCK, Index, GRID, true, SPREAD, MAXB>(sh, v, call, prefix_lens, seq_lens,
-                                                       last_loc, batch, total_tokens,
+    extend_few<BLOCK, Index, GRID, true, SPREAD, MAXB>(sh, early, v, call, prefix_lens,
+                                                       seq_lens, last_loc, batch, total_tokens,
                                                        total_pages, out);
   else
-    extend_few<BLOCK, Index, GRID, false, SPREAD, MAXB>(sh, v, call, prefix_lens, seq_lens,
-                                                        last_loc, batch, total_tokens,
+    extend_few<BLOCK, Index, GRID, false, SPREAD, MAXB>(sh, early, v, call, prefix_lens,
+                                                        seq_lens, last_loc, batch, total_tokens,
                                                         total_pages, out);
 }
 

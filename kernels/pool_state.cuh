@@ -175,7 +175,11 @@ struct Call {
   uint32_t seq;     // the host's call counter (wraps, never 0): names the call to the host
   uint32_t runs;    // the host's count of cursor-moving calls before this one (wraps): the
                     // `runs` of the cursor this call must find (the turn check)
+  uint32_t head_hint;  // the ring position the host expects the cursor's head at, or
+                       // NO_HEAD_HINT: a guess, which a kernel compares with the cursor's
+                       // head before using anything loaded at it
 };
+constexpr uint32_t NO_HEAD_HINT = ~0u;
 constexpr uint32_t CALL_MIRROR = 1;      // write the counts to the host record
 constexpr uint32_t CALL_IN_GROUP = 2;    // a free group is open: frees become pending
 constexpr uint32_t CALL_REPLAYABLE = 4;  // a second run of the call (its graph replayed at

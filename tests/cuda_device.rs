@@ -2878,3 +2878,139 @@ fn extends_of_a_few_requests_name_the_hosts_first_bad_request() {
     }
     outcomes.assert_both_more_than(5 * rounds, "extends of a few requests");
 }
+
+/// The one-block extend kernels load the ring's first pages at the host's head hint with
+/// their first round trip and use them only if the cursor's head is that position: a
+/// right hint, a wrong one (a position past the head) and none give the same slots, the
+/// host pool's, through random extends of 1-8 requests (new and continued ones) and frees
+/// that move the head (by segment: a count the host knows; by index: one it learns later).
+/// Whenever the host gives a hint and the stream is idle, the hint is the cursor's head.
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn extends_hand_out_the_same_slots_whatever_the_head_hint() {
+    use kvpool::cuda::HintSkew;
+    const MOST_TOKENS_A_CALL: usize = 400;
+    let gpu = Gpu::new(false);
+    let s = gpu.stream;
+    let (prefix_d, seq_d, last_d) = DevBuf::lengths(8);
+    let out = DevBuf::new(8 * MOST_TOKENS_A_CALL);
+    let row_d = DevBuf::new(8 * 4096 * 64);
+    for ps in [1u32, 16, 64] {
+        let skews = [
+            HintSkew::AsIs,
+            HintSkew::By(1),
+            HintSkew::By(2048),
+            HintSkew::Absent,
+        ];
+        let mut pools: Vec<DevicePool> = skews
+            .iter()
+            .map(|&skew| {
+                let mut d = DevicePool::new(config(CUDA0, ps)).unwrap();
+                d.debug_skew_head_hint(skew);
+                d
+            })
+            .collect();
+        let mut host = Pool::new(config(BackendKind::Host, ps)).unwrap();
+        let mut rng = rng::Rng(4099 + u64::from(ps));
+        let mut live: Vec<Vec<i64>> = Vec::new();
+        let (mut extends, mut hinted, mut frees) = (0, 0, 0);
+        for round in 0..400 {
+            let what = format!("ps {ps} round {round}");
+            let free_now =
+                !live.is_empty() && (rng.chance(35) || host.available_size() < 600 * u64::from(ps));
+            if free_now {
+                let row = live.swap_remove(rng.below(live.len() as u64) as usize);
+                let by_index = rng.chance(40);
+                if by_index {
+                    host.free(&row).unwrap();
+                } else {
+                    host.free_segment(&row, 0, row.len()).unwrap();
+                }
+                row_d.upload(&row);
+                for d in &mut pools {
+                    // SAFETY: `row_d` holds the row; the stream is synchronized below.
+                    unsafe {
+                        if by_index {
+                            d.free(row_d.ptr, row.len(), s)
+                        } else {
+                            d.free_segment(row_d.ptr, row.len(), 0, row.len(), s)
+                        }
+                    }
+                    .unwrap();
+                }
+                gpu.sync();
+                frees += 1;
+                continue;
+            }
+            // 1-8 requests, new or continuing distinct live ones, at most 400 tokens.
+            let batch = rng.range(1, 8) as usize;
+            let mut continued = Vec::new();
+            let (mut prefix, mut seq, mut last) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..batch {
+                let room = (MOST_TOKENS_A_CALL
+                    - seq
+                        .iter()
+                        .zip(&prefix)
+                        .map(|(s, p): (&i64, &i64)| (s - p) as usize)
+                        .sum::<usize>()) as u64;
+                if room == 0 {
+                    break;
+                }
+                let tokens = rng.range(1, room.min(100)) as i64;
+                let pick = rng.below(live.len() as u64 + 2) as usize;
+                if pick < live.len() && !continued.contains(&pick) && rng.chance(50) {
+                    let row = &live[pick];
+                    continued.push(pick);
+                    prefix.push(row.len() as i64);
+                    seq.push(row.len() as i64 + tokens);
+                    last.push(*row.last().unwrap());
+                } else {
+                    continued.push(usize::MAX);
+                    prefix.push(0);
+                    seq.push(tokens);
+                    last.push(-1);
+                }
+            }
+            let total: usize = seq.iter().zip(&prefix).map(|(s, p)| (s - p) as usize).sum();
+            let mut want = vec![0i64; total];
+            if host
+                .alloc_extend(&prefix, &seq, &last, total as u64, &mut want)
+                .is_err()
+            {
+                continue; // out of slots: the host refuses it too (the device is not asked)
+            }
+            if pools[0].debug_layout().head_hint.is_some() {
+                hinted += 1;
+            }
+            for (d, skew) in pools.iter_mut().zip(&skews) {
+                let lengths = [&prefix_d, &seq_d, &last_d];
+                extend_on_device(d, &gpu, lengths, [&prefix, &seq, &last], &out);
+                gpu.sync();
+                assert!(d.fault().is_none(), "{what}, {skew:?}: {:?}", d.fault());
+                assert_eq!(out.download::<i64>(total), want, "{what}, {skew:?}: slots");
+            }
+            // With the stream idle, a given hint is the cursor's head.
+            let layout = pools[0].debug_layout();
+            if let Some(hint) = layout.head_hint {
+                let cursor: Vec<u32> = gpu::read_device(layout.block + layout.cursor as u64, 8);
+                assert_eq!(hint, cursor[0], "{what}: the hint is not the head");
+            }
+            let mut at = 0;
+            for (k, &c) in continued.iter().enumerate() {
+                let slots = &want[at..at + (seq[k] - prefix[k]) as usize];
+                at += slots.len();
+                if c == usize::MAX {
+                    live.push(slots.to_vec());
+                } else {
+                    live[c].extend_from_slice(slots);
+                }
+            }
+            extends += 1;
+        }
+        eprintln!("ps {ps}: {extends} extends ({hinted} with a hint), {frees} frees");
+        assert!(
+            extends > 100 && hinted > extends / 2 && frees > 50,
+            "ps {ps}: {extends} extends ({hinted} with a hint), {frees} frees"
+        );
+    }
+}

@@ -17,7 +17,8 @@ use super::{
 use crate::cuda::kernels::read_global;
 use crate::cuda::layout::{
     err, Call, Cursor, DeviceOp, Header, HostRecord, View, CALL_IN_GROUP, CALL_MIRROR,
-    CALL_REPLAYABLE, CLAIM_CHUNKS, FREE_PAGE_IDS, FREE_SEGMENT, FREE_SLOTS, NOT_POW2, TAG_LIMIT,
+    CALL_REPLAYABLE, CLAIM_CHUNKS, FREE_PAGE_IDS, FREE_SEGMENT, FREE_SLOTS, NOT_POW2, NO_HEAD_HINT,
+    TAG_LIMIT,
 };
 use crate::pool::reservation::MAX_RESERVED_STEPS;
 use crate::pool::{ErrorKind, PoolError};
@@ -26,7 +27,7 @@ use crate::pool::{ErrorKind, PoolError};
 const GLOBAL: &std::ffi::CStr = c"kvp_abi";
 
 /// How many entries `kvp_abi` holds.
-const ENTRY_COUNT: usize = 86;
+const ENTRY_COUNT: usize = 88;
 
 /// Each entry as the library has it, with the kernels' name for it, in `kvp_abi`'s order.
 pub(super) fn entries() -> [(&'static str, u64); ENTRY_COUNT] {
@@ -134,6 +135,8 @@ pub(super) fn entries() -> [(&'static str, u64); ENTRY_COUNT] {
         ("offsetof(Header, epoch)", us(offset_of!(Header, epoch))),
         ("ERR_RES_ENDED", err::RES_ENDED),
         ("ERR_RES_REUSED", err::RES_REUSED),
+        ("offsetof(Call, head_hint)", us(offset_of!(Call, head_hint))),
+        ("NO_HEAD_HINT", u64::from(NO_HEAD_HINT)),
     ]
 }
 

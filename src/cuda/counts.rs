@@ -8,10 +8,9 @@
 //! it enqueued since — no synchronization anywhere.
 //!
 //! The same bookkeeping gives the ring position of the free list's head whenever the counts
-//! are exact (`Accounting::head_hint`): where a kernel could load the ring's first pages with
-//! its first round trip, beside the cursor, instead of after it (the lockstep test checks
-//! it against the device's cursor; the kernels that use it are an experiment waiting for a
-//! GPU run: scripts/gpu/plans/PENDING.md).
+//! are exact (`Accounting::head_hint`): the one-block extend kernels load the ring's first
+//! pages at that position with their first round trip, beside the cursor, instead of after
+//! it (`Call::head_hint`; the lockstep test checks the hint against the device's cursor).
 
 use std::collections::VecDeque;
 

@@ -88,7 +88,14 @@ pub(crate) struct Call {
     /// Cursor-moving calls the host made before this one: the `Cursor::runs` the call must
     /// find (the kernels' turn check).
     pub runs: u32,
+    /// The ring position the host expects the cursor's head at (`Accounting::head_hint`),
+    /// or [`NO_HEAD_HINT`]: kernels that load the ring's first pages load them there with
+    /// their first round trip and use them only if the cursor's head is that position.
+    pub head_hint: u32,
 }
+
+/// No head hint (`kvp::NO_HEAD_HINT`).
+pub(crate) const NO_HEAD_HINT: u32 = u32::MAX;
 
 /// Ask the kernel to publish its counts (`CALL_MIRROR`).
 pub(crate) const CALL_MIRROR: u32 = 1;
@@ -553,7 +560,7 @@ mod tests {
         );
         assert_eq!(std::mem::size_of::<HostRecord>(), 64);
         assert_eq!(std::mem::size_of::<View>(), 120);
-        assert_eq!(std::mem::size_of::<Call>(), 24);
+        assert_eq!(std::mem::size_of::<Call>(), 28);
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub(crate) mod stream_order;
 
 pub(crate) use driver::RestoreContext;
 pub use layout::{DeviceFault, DeviceOp};
-pub use pool::{DebugLayout, DevicePool, DeviceReservation, DeviceSnapshot, DeviceTable};
+pub use pool::{DebugLayout, DevicePool, DeviceReservation, DeviceSnapshot, DeviceTable, HintSkew};
 pub use release::{pending_releases, release_counts};
 pub(crate) use stream_order::DEBUG_ALL;
 

@@ -22,7 +22,7 @@ use super::kernels::{self, launch, launch_shared, Kernels};
 use super::layout::{
     arg, snapshot_bytes, snapshot_words, Arrays, Call, DeviceFault, DeviceOp, HostRecord, View,
     CALL_IN_GROUP, CALL_MIRROR, CALL_REPLAYABLE, CLAIM_CHUNKS, FREE_PAGE_IDS, FREE_SEGMENT,
-    FREE_SLOTS, NOT_POW2, TAG_LIMIT,
+    FREE_SLOTS, NOT_POW2, NO_HEAD_HINT, TAG_LIMIT,
 };
 use super::memory::{DeviceMemory, MappedHost};
 use super::release::{reap_ready, release_after, LastUse};
@@ -403,9 +403,21 @@ pub struct DebugLayout {
     pub fill: usize,
     /// Pages of the pool.
     pub num_pages: u32,
-    /// The ring position the host expects the cursor's head at once the calls enqueued so
-    /// far have run, if it knows it (`Accounting::head_hint`).
+    /// The ring position the next call's kernels are told the cursor's head is at, if the
+    /// host knows it (once the stream is idle, the cursor's head itself).
     pub head_hint: Option<u32>,
+}
+
+/// What a test makes the calls' head hints (`DevicePool::debug_skew_head_hint`).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HintSkew {
+    /// The host's hint, as the library gives it.
+    AsIs,
+    /// The host's hint moved on by this many ring positions: a wrong one.
+    By(u32),
+    /// No hint.
+    Absent,
 }
 
 /// A device pool's saved state: a device buffer filled on the stream by
@@ -503,6 +515,8 @@ pub struct DevicePool {
     /// [`debug_fail_call`](Self::debug_fail_call)): `(calls, launch)`: after `calls` more
     /// calls, the launch of the next one at position `launch` fails.
     fail_launch: Option<(u32, usize)>,
+    /// Test hook (`debug_skew_head_hint`): what the calls' head hints become.
+    hint_skew: HintSkew,
     /// The device's SMs: a segment free of more blocks runs its two-blocks-an-SM kernel.
     multiprocessors: u32,
     /// Whether decodes of more than `DECODE_BATCH` requests run on a thread block cluster:
@@ -616,6 +630,7 @@ impl DevicePool {
             reported_fault: 0,
             broken: None,
             fail_launch: None,
+            hint_skew: HintSkew::AsIs,
             multiprocessors,
             clusters,
             context,
@@ -981,7 +996,20 @@ impl DevicePool {
             op,
             seq: self.seq,
             runs: self.runs,
+            head_hint: self.head_hint(),
         })
+    }
+
+    /// The next call's head hint (`Call::head_hint`).
+    fn head_hint(&self) -> u32 {
+        let hint = self.counts.head_hint();
+        match self.hint_skew {
+            HintSkew::AsIs => hint,
+            HintSkew::By(k) => hint
+                .map(|h| ((u64::from(h) + u64::from(k)) % u64::from(self.layout.num_pages)) as u32),
+            HintSkew::Absent => None,
+        }
+        .unwrap_or(NO_HEAD_HINT)
     }
 
     /// Enqueues one kernel of a call and accounts for it.
@@ -1146,6 +1174,14 @@ impl DevicePool {
     #[doc(hidden)]
     pub fn debug_fail_launch(&mut self, launch: usize) {
         self.fail_launch = Some((0, launch));
+    }
+
+    /// Makes the calls' head hints wrong from now on (`HintSkew::By(k)`: `k` positions past
+    /// the head; `HintSkew::Absent`: none given), so tests can show that the kernels'
+    /// results do not depend on them.
+    #[doc(hidden)]
+    pub fn debug_skew_head_hint(&mut self, skew: HintSkew) {
+        self.hint_skew = skew;
     }
 
     /// Makes the first launch of the call `calls` calls after the next one fail (0: the
@@ -2105,6 +2141,7 @@ impl DevicePool {
             op: 0,
             seq: self.seq,
             runs: self.runs,
+            head_hint: NO_HEAD_HINT,
         };
         let view = self.view;
         let scratch = self.digest_scratch.at(0);

@@ -17,7 +17,7 @@ use cudarc::driver::sys::{CUdeviceptr, CUstream};
 use super::{arg, DevicePool, DeviceTable};
 use crate::cuda::counts::{Dest, Step};
 use crate::cuda::kernels::launch;
-use crate::cuda::layout::{Call, DeviceOp};
+use crate::cuda::layout::{Call, DeviceOp, NO_HEAD_HINT};
 use crate::cuda::memory::DeviceMemory;
 use crate::cuda::release::may_be_capturing;
 use crate::pool::error::fail;
@@ -453,6 +453,7 @@ impl DevicePool {
             op: DeviceOp::ReservationStep as u32,
             seq: res.seq,
             runs: self.runs,
+            head_hint: NO_HEAD_HINT,
         };
         let view = self.view;
         let parts = res.parts();
