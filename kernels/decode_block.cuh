@@ -99,13 +99,46 @@ struct DecodeShared {
   uint32_t ring[WARP ? 1 : BLOCK];
 };
 
+// A decode's round trip 1: the cursor, the written cursor's writer, the fault flag and this
+// thread's request (a thread past the batch reads the last request again and ignores it:
+// every load unconditional). One warp of several requests (kvp_decode_32_*) loads it in
+// decode_kernel, ahead of the page-size dispatch, so that every one of these loads issues
+// before the kernel's first branch (in the body, ptxas issued the lengths after the
+// dispatch's branch): 2-32 requests 0.96-0.98x the time (runs s47-1, s47-2, H100). The other
+// decode kernels load it in the body: ahead of the dispatch they took 1.01-1.03x at 1 and
+// 256 requests (run s47-1).
+template <typename Index>
+struct DecodeFirst {
+  Cursor c;
+  uint32_t found, fault;
+  long long seq, row, ll;
+};
+template <typename Index, bool ROWS, bool ONE>
+__device__ __forceinline__ DecodeFirst<Index> load_decode_first(const View &v, const Call &call,
+                                                                const long long *seq_lens,
+                                                                const Index *last_loc,
+                                                                uint32_t batch,
+                                                                const TableArgs &tab) {
+  if constexpr (ONE) batch = 1;
+  const Header *h = v.header;
+  const uint32_t i = min((uint32_t)threadIdx.x, batch - 1);
+  return DecodeFirst<Index>{h->cursor[call.in],
+                            written_cursor_writer(h, call),
+                            h->fault,
+                            seq_lens[i],
+                            ROWS ? tab.rows[i] : 0,
+                            ROWS ? -1 : (long long)last_loc[i]};
+}
+
 // ROWS: by request row, as extend_block (rows checked and seen once, last_loc from the table,
 // the slot into the table and to `out` when it is not NULL). POW2: the page size is a power
 // of two (shifts and masks, no call to the 64-bit division on the path). ONE
 // (kvp_decode_one_*): the host sends exactly one request, so `batch` is the constant 1 and
-// the compiler drops the paths of several (as extend_few's MAXB 1).
-template <int BLOCK, typename Index, bool ROWS, bool POW2, bool ONE = false>
+// the compiler drops the paths of several (as extend_few's MAXB 1). AHEAD: round trip 1
+// comes in `ahead`, loaded by decode_kernel (see DecodeFirst); else the body loads it.
+template <int BLOCK, typename Index, bool ROWS, bool POW2, bool ONE, bool AHEAD>
 __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View v, Call call,
+                                             const DecodeFirst<Index> &ahead,
                                              const long long *seq_lens, const Index *last_loc,
                                              uint32_t batch, unsigned long long total_tokens,
                                              unsigned long long total_pages, Index *out,
@@ -127,16 +160,29 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   }
 
   KVP_PROBE(0, 0);  // (probes: see pool.cu; anatomy.cu names the points)
-  // Round trip 1: the cursor, the fault flag and this thread's request (a thread past the
-  // batch reads the last request again and ignores it: every load unconditional).
+  // Round trip 1 (AHEAD: loaded by decode_kernel; the other branch is load_decode_first's
+  // loads as they stood here before, so that those kernels' code is as measured).
   Header *h = v.header;
-  const Cursor c = h->cursor[call.in];
-  const uint32_t found = written_cursor_writer(h, call);
-  const bool dead = dead_call(h->fault, c, call);
-  const uint32_t i = min(r, batch - 1);
-  const long long seq = seq_lens[i];
-  const long long row = ROWS ? tab.rows[i] : 0;
-  long long ll = ROWS ? -1 : (long long)last_loc[i];
+  Cursor c;
+  uint32_t found;
+  bool dead;
+  long long seq, row, ll;
+  if constexpr (AHEAD) {
+    c = ahead.c;
+    found = ahead.found;
+    dead = dead_call(ahead.fault, c, call);
+    seq = ahead.seq;
+    row = ahead.row;
+    ll = ahead.ll;
+  } else {
+    c = h->cursor[call.in];
+    found = written_cursor_writer(h, call);
+    dead = dead_call(h->fault, c, call);
+    const uint32_t i = min(r, batch - 1);
+    seq = seq_lens[i];
+    row = ROWS ? tab.rows[i] : 0;
+    ll = ROWS ? -1 : (long long)last_loc[i];
+  }
   // A block loads the ring's first pages, one a thread (the address needs the cursor alone),
   // and hands them over in shared memory at block_rank2's barrier: as soon as the cursor is
   // in (by row, before the table's last_loc), except 1,024 threads not by row, which load
@@ -376,12 +422,17 @@ __device__ void decode_kernel(View v, Call call, const long long *seq_lens, cons
                               uint32_t batch, unsigned long long total_tokens,
                               unsigned long long total_pages, Index *out, TableArgs tab = {}) {
   __shared__ DecodeShared<BLOCK, ROWS> sh;
+  constexpr bool AHEAD = BLOCK == 32 && !ONE;
+  DecodeFirst<Index> ahead{};
+  if constexpr (AHEAD)
+    ahead = load_decode_first<Index, ROWS, ONE>(v, call, seq_lens, last_loc, batch, tab);
   if (v.page_shift != NOT_POW2)
-    decode_block<BLOCK, Index, ROWS, true, ONE>(sh, v, call, seq_lens, last_loc, batch,
-                                                total_tokens, total_pages, out, tab);
+    decode_block<BLOCK, Index, ROWS, true, ONE, AHEAD>(sh, v, call, ahead, seq_lens, last_loc,
+                                                       batch, total_tokens, total_pages, out, tab);
   else
-    decode_block<BLOCK, Index, ROWS, false, ONE>(sh, v, call, seq_lens, last_loc, batch,
-                                                 total_tokens, total_pages, out, tab);
+    decode_block<BLOCK, Index, ROWS, false, ONE, AHEAD>(sh, v, call, ahead, seq_lens, last_loc,
+                                                        batch, total_tokens, total_pages, out,
+                                                        tab);
 }
 
 }  // namespace kvp
