@@ -1,4 +1,6 @@
-# The forty-seventh session's experiments (no GPU was lent that session: none has run).
+# The forty-seventh session's experiments, as first planned (run s47-1 ran them as variant
+# libraries instead, s47-main.sh, and run s47-2 tested H with E2, s47-he.sh: H landed as
+# bf6e3fa; E was cut down to kvp_decode_32_*, landed as 33ee229; D1 was a diagnostic).
 # H (s47-ring-hint.patch, on main 0d58776): the one-block extend kernels (extend_few: 1-32
 # requests, up to 512 tokens, kvp_extend_one_* / few{2,4,8}_* / few_*) load the ring's first
 # pages at the head the host predicts (Call::head_hint, from Accounting::head_hint) with
