@@ -839,22 +839,20 @@ fn device_lengths_that_disagree_with_the_host_fault_without_writing_out_of_bound
             out.upload(&vec![-7i64; total + GUARD]);
             prefix_d.upload(&prefix);
             seq_d.upload(&seq);
+            let bufs = [&prefix_d, &seq_d, &last_d];
             // SAFETY: the buffers hold what the call says; the test synchronizes after.
             unsafe {
-                device
-                    .alloc_extend(
-                        &host_prefix,
-                        &host_seq,
-                        prefix_d.ptr,
-                        seq_d.ptr,
-                        last_d.ptr,
-                        total as u64,
-                        out.ptr,
-                        total,
-                        gpu.stream,
-                    )
-                    .unwrap();
+                enqueue_extend(
+                    &mut device,
+                    &host_prefix,
+                    &host_seq,
+                    bufs,
+                    total,
+                    &out,
+                    gpu.stream,
+                )
             }
+            .unwrap();
             gpu.sync();
             let fault = device.fault().expect("the mismatch must fault the pool");
             assert_eq!(fault.kind, ErrorKind::InvalidLengths, "{fault:?}");
@@ -927,22 +925,10 @@ fn a_two_warp_extend_short_of_its_plan_changes_no_page() {
             seq_d.upload(&short);
             last_d.upload(&last);
             out.upload(&vec![-7i64; 60 + GUARD]);
+            let bufs = [&prefix_d, &seq_d, &last_d];
             // SAFETY: the buffers hold what the call says; the test synchronizes after.
-            unsafe {
-                device
-                    .alloc_extend(
-                        &prefix,
-                        &seq,
-                        prefix_d.ptr,
-                        seq_d.ptr,
-                        last_d.ptr,
-                        60,
-                        out.ptr,
-                        60,
-                        gpu.stream,
-                    )
-                    .unwrap();
-            }
+            unsafe { enqueue_extend(&mut device, &prefix, &seq, bufs, 60, &out, gpu.stream) }
+                .unwrap();
             gpu.sync();
             let what = format!("page size {ps}, {batch} requests");
             let fault = device
@@ -1214,20 +1200,10 @@ fn every_allocation_kernel_faults_when_its_graph_is_replayed_at_once() {
         let kernel = device.debug_extend_kernel(false, batch, false, plan.tokens, plan.new_pages);
         reached.insert(family(&kernel));
         let what = format!("extend of {batch} x {per} tokens ({kernel})");
+        let bufs = [&prefix_d, &seq_d, &last_d];
         // SAFETY: the buffers hold what the call says and outlive the graph's launches.
-        let call = |d: &mut DevicePool| unsafe {
-            d.alloc_extend(
-                &prefix,
-                &seq,
-                prefix_d.ptr,
-                seq_d.ptr,
-                last_d.ptr,
-                tokens as u64,
-                out.ptr,
-                tokens,
-                s,
-            )
-        };
+        let call =
+            |d: &mut DevicePool| unsafe { enqueue_extend(d, &prefix, &seq, bufs, tokens, &out, s) };
         replay_faults(&mut device, &gpu, &out, &what, "alloc_extend", tokens, call);
         replays += 1;
     }
@@ -1335,19 +1311,10 @@ fn every_allocation_kernel_refuses_disagreeing_device_lengths_and_changes_nothin
                 seq_d.upload(&device_seq);
                 last_d.upload(&last);
                 // SAFETY: the buffers hold what the call says; refused_call synchronizes.
+                let bufs = [&prefix_d, &seq_d, &last_d];
                 let call =
                     refused_call(&mut device, &gpu, &out, tokens, GUARD, &what, |d| unsafe {
-                        d.alloc_extend(
-                            &prefix,
-                            &seq,
-                            prefix_d.ptr,
-                            seq_d.ptr,
-                            last_d.ptr,
-                            tokens as u64,
-                            out.ptr,
-                            tokens,
-                            gpu.stream,
-                        )
+                        enqueue_extend(d, &prefix, &seq, bufs, tokens, &out, gpu.stream)
                     });
                 // (A changed prefix may be refused for its last_loc first.)
                 if device_prefix == prefix {
@@ -1700,20 +1667,38 @@ fn extend_on_device(
     let [prefix, seq, _] = lengths;
     let total: i64 = seq.iter().zip(prefix).map(|(s, p)| s - p).sum();
     // SAFETY: the buffers hold what the call says; the caller synchronizes.
+    unsafe { enqueue_extend(device, prefix, seq, bufs, total as usize, out, gpu.stream) }.unwrap();
+}
+
+/// Enqueues the device pool's `alloc_extend` of the host copies `prefix` and `seq`, whose
+/// device copies and `last_loc` are in `bufs` (prefix_lens, seq_lens, last_loc), of `tokens`
+/// slots into `out`, given as holding exactly `tokens` indices.
+///
+/// # Safety
+/// `bufs` hold the call's batch and `out` `tokens` indices, alive until the stream passes
+/// the call (or, captured, until the graph's last launch has run).
+unsafe fn enqueue_extend(
+    device: &mut DevicePool,
+    prefix: &[i64],
+    seq: &[i64],
+    bufs: [&DevBuf; 3],
+    tokens: usize,
+    out: &DevBuf,
+    stream: cudarc::driver::sys::CUstream,
+) -> Result<(), kvpool::PoolError> {
+    // SAFETY: forwarded contract.
     unsafe {
-        device
-            .alloc_extend(
-                prefix,
-                seq,
-                bufs[0].ptr,
-                bufs[1].ptr,
-                bufs[2].ptr,
-                total as u64,
-                out.ptr,
-                total as usize,
-                gpu.stream,
-            )
-            .unwrap();
+        device.alloc_extend(
+            prefix,
+            seq,
+            bufs[0].ptr,
+            bufs[1].ptr,
+            bufs[2].ptr,
+            tokens as u64,
+            out.ptr,
+            tokens,
+            stream,
+        )
     }
 }
 
@@ -1868,22 +1853,9 @@ fn a_stale_last_loc_faults_and_a_rewind_reopens_the_page_on_the_device() {
         prefix_d.upload(&[prefix]);
         seq_d.upload(&[seq]);
         last_d.upload(&[last]);
+        let bufs = [&prefix_d, &seq_d, &last_d];
         // SAFETY: one request, one token, buffers of 8 bytes; synchronized below.
-        unsafe {
-            device
-                .alloc_extend(
-                    &[prefix],
-                    &[seq],
-                    prefix_d.ptr,
-                    seq_d.ptr,
-                    last_d.ptr,
-                    1,
-                    out.ptr,
-                    1,
-                    gpu.stream,
-                )
-                .unwrap();
-        }
+        unsafe { enqueue_extend(device, &[prefix], &[seq], bufs, 1, &out, gpu.stream) }.unwrap();
         gpu.sync();
         out.download::<i64>(1)[0]
     };
