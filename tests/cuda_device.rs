@@ -2851,22 +2851,33 @@ fn extends_of_a_few_requests_name_the_hosts_first_bad_request() {
     outcomes.assert_both_more_than(5 * rounds, "extends of a few requests");
 }
 
-/// The one-block extend kernels load the ring's first pages at the host's head hint with
-/// their first round trip and use them only if the cursor's head is that position: a
-/// right hint, a wrong one (a position past the head) and none give the same slots, the
-/// host pool's, through random extends of 1-8 requests (new and continued ones) and frees
-/// that move the head (by segment: a count the host knows; by index: one it learns later).
-/// Whenever the host gives a hint and the stream is idle, the hint is the cursor's head.
+/// The extend kernels load the ring at the host's head hint with their first round trip
+/// (extend_few's one block: its first pages; extend_few's and extend_block's several
+/// blocks: a window of ranks around each block's tokens) and use those pages only if the
+/// cursor's head is that position and, several blocks, the window holds the block's pages:
+/// a right hint, a wrong one (a position past the head) and none give the same slots, the
+/// host pool's, through random extends of 1-96 requests (new and continued ones; up to
+/// 3,000 tokens, so one block and several) and frees that move the head (by segment: a
+/// count the host knows; by index: one it learns later). Whenever the host gives a hint and
+/// the stream is idle, the hint is the cursor's head.
 #[test]
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
 fn extends_hand_out_the_same_slots_whatever_the_head_hint() {
     use kvpool::cuda::HintSkew;
-    const MOST_TOKENS_A_CALL: usize = 400;
+    const MOST_TOKENS_A_CALL: usize = 3000;
+    // One block takes at most this many tokens (src/cuda/pool.rs: SPAN_TOKENS).
+    const ONE_BLOCK_TOKENS: usize = 512;
+    const PAGES: u64 = 16384;
     let gpu = Gpu::new(false);
     let s = gpu.stream;
-    let (prefix_d, seq_d, last_d) = DevBuf::lengths(8);
+    const MOST_REQUESTS: u64 = 96;
+    let (prefix_d, seq_d, last_d) = DevBuf::lengths(MOST_REQUESTS as usize);
     let out = DevBuf::new(8 * MOST_TOKENS_A_CALL);
-    let row_d = DevBuf::new(8 * 4096 * 64);
+    let row_d = DevBuf::new(8 * PAGES as usize * 64);
+    let config = |backend, ps: u32| PoolConfig {
+        size: PAGES * u64::from(ps),
+        ..config(backend, ps)
+    };
     for ps in [1u32, 16, 64] {
         let skews = [
             HintSkew::AsIs,
@@ -2886,36 +2897,49 @@ fn extends_hand_out_the_same_slots_whatever_the_head_hint() {
         let mut rng = rng::Rng(4099 + u64::from(ps));
         let mut live: Vec<Vec<i64>> = Vec::new();
         let (mut extends, mut hinted, mut frees) = (0, 0, 0);
+        // Hinted calls on several blocks: of at most 32 requests, of more.
+        let (mut several_few, mut several_many) = (0, 0);
         for round in 0..400 {
             let what = format!("ps {ps} round {round}");
-            let free_now =
-                !live.is_empty() && (rng.chance(35) || host.available_size() < 600 * u64::from(ps));
-            if free_now {
-                let row = live.swap_remove(rng.below(live.len() as u64) as usize);
-                let by_index = rng.chance(40);
-                if by_index {
-                    host.free(&row).unwrap();
-                } else {
-                    host.free_segment(&row, 0, row.len()).unwrap();
-                }
-                row_d.upload(&row);
-                for d in &mut pools {
-                    // SAFETY: `row_d` holds the row; the stream is synchronized below.
-                    unsafe {
-                        if by_index {
-                            d.free(row_d.ptr, row.len(), s)
-                        } else {
-                            d.free_segment(row_d.ptr, row.len(), 0, row.len(), s)
-                        }
+            // Room for any call (a row is a request's slots: a call may make dozens).
+            let short = |host: &Pool| host.available_size() < 4000 * u64::from(ps);
+            if !live.is_empty() && (rng.chance(35) || short(&host)) {
+                // A row, or rows until the pool has room.
+                loop {
+                    let row = live.swap_remove(rng.below(live.len() as u64) as usize);
+                    let by_index = rng.chance(40);
+                    if by_index {
+                        host.free(&row).unwrap();
+                    } else {
+                        host.free_segment(&row, 0, row.len()).unwrap();
                     }
-                    .unwrap();
+                    row_d.upload(&row);
+                    for d in &mut pools {
+                        // SAFETY: `row_d` holds the row; the stream is synchronized below.
+                        unsafe {
+                            if by_index {
+                                d.free(row_d.ptr, row.len(), s)
+                            } else {
+                                d.free_segment(row_d.ptr, row.len(), 0, row.len(), s)
+                            }
+                        }
+                        .unwrap();
+                    }
+                    gpu.sync();
+                    frees += 1;
+                    if live.is_empty() || !short(&host) {
+                        break;
+                    }
                 }
-                gpu.sync();
-                frees += 1;
                 continue;
             }
-            // 1-8 requests, new or continuing distinct live ones, at most 400 tokens.
-            let batch = rng.range(1, 8) as usize;
+            // New requests or continued distinct live ones, at most 3,000 tokens: 1-8 of up
+            // to 100 tokens, 1-32 of up to 700 or 33-96 of up to 60 (a call in three each).
+            let (batch, most_tokens) = match rng.below(3) {
+                0 => (rng.range(1, 8), 100),
+                1 => (rng.range(1, 32), 700),
+                _ => (rng.range(33, MOST_REQUESTS), 60),
+            };
             let mut continued = Vec::new();
             let (mut prefix, mut seq, mut last) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..batch {
@@ -2928,7 +2952,7 @@ fn extends_hand_out_the_same_slots_whatever_the_head_hint() {
                 if room == 0 {
                     break;
                 }
-                let tokens = rng.range(1, room.min(100)) as i64;
+                let tokens = rng.range(1, room.min(most_tokens)) as i64;
                 let pick = rng.below(live.len() as u64 + 2) as usize;
                 if pick < live.len() && !continued.contains(&pick) && rng.chance(50) {
                     let row = &live[pick];
@@ -2953,6 +2977,11 @@ fn extends_hand_out_the_same_slots_whatever_the_head_hint() {
             }
             if pools[0].debug_layout().head_hint.is_some() {
                 hinted += 1;
+                if total > ONE_BLOCK_TOKENS && prefix.len() <= 32 {
+                    several_few += 1;
+                } else if total > ONE_BLOCK_TOKENS {
+                    several_many += 1;
+                }
             }
             for (d, skew) in pools.iter_mut().zip(&skews) {
                 let lengths = [&prefix_d, &seq_d, &last_d];
@@ -2979,10 +3008,18 @@ fn extends_hand_out_the_same_slots_whatever_the_head_hint() {
             }
             extends += 1;
         }
-        eprintln!("ps {ps}: {extends} extends ({hinted} with a hint), {frees} frees");
+        let counts = format!(
+            "ps {ps}: {extends} extends ({hinted} with a hint, {several_few} of them of at most \
+             32 requests on several blocks, {several_many} of more), {frees} frees"
+        );
+        eprintln!("{counts}");
         assert!(
-            extends > 100 && hinted > extends / 2 && frees > 50,
-            "ps {ps}: {extends} extends ({hinted} with a hint), {frees} frees"
+            extends > 100
+                && hinted > extends / 2
+                && several_few > 20
+                && several_many > 10
+                && frees > 50,
+            "{counts}"
         );
     }
 }
