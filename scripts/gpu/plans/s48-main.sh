@@ -1,3 +1,4 @@
+# Run s48-2 (H200, 140 s; BENCHMARKS.md): every step passed on main cd403ec.
 # Main with cuda_device's extends_hand_out_the_same_slots_whatever_the_head_hint widened
 # (calls of 1-96 requests and up to 3,000 tokens: one block and several; a free round frees
 # rows until the pool has room for any call, where run s48-1's first version freed one row
