@@ -2851,26 +2851,25 @@ fn extends_of_a_few_requests_name_the_hosts_first_bad_request() {
     outcomes.assert_both_more_than(5 * rounds, "extends of a few requests");
 }
 
-/// The extend kernels load the ring at the host's head hint with their first round trip
-/// (extend_few's one block: its first pages; extend_few's and extend_block's several
-/// blocks: a window of ranks around each block's tokens) and use those pages only if the
-/// cursor's head is that position and, several blocks, the window holds the block's pages:
-/// a right hint, a wrong one (a position past the head) and none give the same slots, the
-/// host pool's, through random extends of 1-96 requests (new and continued ones; up to
-/// 3,000 tokens, so one block and several) and frees that move the head (by segment: a
-/// count the host knows; by index: one it learns later). Whenever the host gives a hint and
-/// the stream is idle, the hint is the cursor's head.
+/// The one-block extend kernels load the ring's first pages at the host's head hint with
+/// their first round trip and use them only if the cursor's head is that position (the
+/// several-block kernels take no hint; a form that did, variant G of BENCHMARKS.md's run
+/// s48-1, passed this test): a right hint, a wrong one (a position past the head) and none
+/// give the same slots, the host pool's, through random extends of 1-96 requests (new and
+/// continued ones; up to 3,000 tokens, so one block and several) and frees that move the
+/// head (by segment: a count the host knows; by index: one it learns later). Whenever the
+/// host gives a hint and the stream is idle, the hint is the cursor's head.
 #[test]
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
 fn extends_hand_out_the_same_slots_whatever_the_head_hint() {
     use kvpool::cuda::HintSkew;
     const MOST_TOKENS_A_CALL: usize = 3000;
+    const MOST_REQUESTS: u64 = 96;
     // One block takes at most this many tokens (src/cuda/pool.rs: SPAN_TOKENS).
     const ONE_BLOCK_TOKENS: usize = 512;
     const PAGES: u64 = 16384;
     let gpu = Gpu::new(false);
     let s = gpu.stream;
-    const MOST_REQUESTS: u64 = 96;
     let (prefix_d, seq_d, last_d) = DevBuf::lengths(MOST_REQUESTS as usize);
     let out = DevBuf::new(8 * MOST_TOKENS_A_CALL);
     let row_d = DevBuf::new(8 * PAGES as usize * 64);
