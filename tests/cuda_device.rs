@@ -2854,7 +2854,7 @@ fn extends_of_a_few_requests_name_the_hosts_first_bad_request() {
 /// The one-block extend kernels load the ring's first pages at the host's head hint with
 /// their first round trip and use them only if the cursor's head is that position (the
 /// several-block kernels take no hint; a form that did, variant G of BENCHMARKS.md's run
-/// s48-1, passed this test): a right hint, a wrong one (a position past the head) and none
+/// s48-1, gave the host's slots in this test's first version, at page size 1): a right hint, a wrong one (a position past the head) and none
 /// give the same slots, the host pool's, through random extends of 1-96 requests (new and
 /// continued ones; up to 3,000 tokens, so one block and several) and frees that move the
 /// head (by segment: a count the host knows; by index: one it learns later). Whenever the
