@@ -21,3 +21,8 @@
 # the two together an A/B of their own.
 ab_bench ab-extend "--ops alloc_extend --page-sizes 1,16,64 --batch-sizes 1,2,4,8,16,32" "M P V M P V M P V"
 ab_bench ab-extend-long "--ops alloc_extend --page-sizes 16 --batch-sizes 1,2,8 --extend-tokens 2048" "M P V M P V"
+# On main (the packed tree, "."): what is left of PENDING.md item 0 on an H200 — the short
+# pass of both sanitizers and kvpool against Triton (replace the README's table from it if
+# the machine is an H200: `python3 scripts/gpu/triton_table.py $OUT/triton`).
+step sanitize SANITIZE_OPS=100 sanitize-quick
+step triton BENCH_ARGS="--ops alloc_extend,alloc_decode --page-sizes 16,64 --batch-sizes 1,8,64,256,1024,4096" bench
