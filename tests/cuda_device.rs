@@ -2854,11 +2854,12 @@ fn extends_of_a_few_requests_name_the_hosts_first_bad_request() {
 /// The one-block extend kernels load the ring's first pages at the host's head hint with
 /// their first round trip and use them only if the cursor's head is that position (the
 /// several-block kernels take no hint; a form that did, variant G of BENCHMARKS.md's run
-/// s48-1, gave the host's slots in this test's first version, at page size 1): a right hint, a wrong one (a position past the head) and none
-/// give the same slots, the host pool's, through random extends of 1-96 requests (new and
-/// continued ones; up to 3,000 tokens, so one block and several) and frees that move the
-/// head (by segment: a count the host knows; by index: one it learns later). Whenever the
-/// host gives a hint and the stream is idle, the hint is the cursor's head.
+/// s48-1, gave the host's slots in this test's first version, at page size 1): a right
+/// hint, a wrong one (a position past the head) and none give the same slots, the host
+/// pool's, through random extends of 1-96 requests (new and continued ones; up to 3,000
+/// tokens, so one block and several) and frees that move the head (by segment: a count the
+/// host knows; by index: one it learns later). Whenever the host gives a hint and the
+/// stream is idle, the hint is the cursor's head.
 #[test]
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
 fn extends_hand_out_the_same_slots_whatever_the_head_hint() {
@@ -2976,10 +2977,12 @@ fn extends_hand_out_the_same_slots_whatever_the_head_hint() {
             }
             if pools[0].debug_layout().head_hint.is_some() {
                 hinted += 1;
-                if total > ONE_BLOCK_TOKENS && prefix.len() <= 32 {
-                    several_few += 1;
-                } else if total > ONE_BLOCK_TOKENS {
-                    several_many += 1;
+                if total > ONE_BLOCK_TOKENS {
+                    if prefix.len() <= 32 {
+                        several_few += 1;
+                    } else {
+                        several_many += 1;
+                    }
                 }
             }
             for (d, skew) in pools.iter_mut().zip(&skews) {
