@@ -296,12 +296,13 @@ __device__ __forceinline__ bool hinted_ring(const Call &call, uint32_t num_pages
 
 // One block, the stagers: the ring's first pages from the host's head hint, with round trip
 // 1 (used only if the cursor's head turns out to be the hint; else extend_few loads them
-// again from the head). Issued by extend_few_kernel ahead of its page-size dispatch and of
-// the cursor's load: where extend_few issued them, ptxas placed the cursor's first uses
-// (before the dispatch's branch) ahead of them, and they waited for round trip 1. No branch:
-// warp 0 and an unhinted call load nothing. Runs s47-1 and s47-2 (H100): 1-32 requests of 512
-// new tokens 0.97-0.99x the time at page sizes 1, 16 and 64 (a round trip fewer for the
-// stagers, but not for the call: about 0.05 us of the ~0.4 expected).
+// again from the head). Issued by extend_few_kernel (and extend_pairs_kernel) ahead of its
+// page-size dispatch and of the cursor's load: where extend_few issued them, ptxas placed the
+// cursor's first uses (before the dispatch's branch) ahead of them, and they waited for round
+// trip 1. No branch: warp 0 and an unhinted call load nothing. Runs s47-1 and s47-2 (H100):
+// 1-32 requests of 512 new tokens 0.97-0.99x the time at page sizes 1, 16 and 64 (a round
+// trip fewer for the stagers, but not for the call: about 0.05 us of the ~0.4 expected); run
+// s49-1 (H200), the pairs kernel: 33-64 requests of 1 and 8 tokens 0.92x and 0.95-0.96x.
 template <int BLOCK, bool GRID>
 __device__ __forceinline__ void load_hinted_ring(typename FewRing<BLOCK, GRID>::Early &early,
                                                  const View &v, const Call &call) {
@@ -351,12 +352,9 @@ __device__ __forceinline__ void extend_few(FewShared &sh,
   const uint32_t stager = r - 32;
   const bool hinted = hinted_ring<GRID>(call, n);
   __syncwarp();  // keeps the loads together (see extend_block)
-  // GRID: one vote on the fault flag, as extend_block's several blocks take (block 0 may
-  // fault the call while this block starts; warp 0 decides, the others stage and write).
-  if constexpr (GRID) {
-    dead = __syncthreads_or(dead);
-    short_ = !dead && c.free_len < total_pages;
-  }
+  // GRID: block 0 may fault the call while this block starts, so its warps may read the
+  // fault flag differently; they agree at the verdict's barrier (one vote, below), before
+  // anything but the slots in `out` and the staged pages is written.
   // This block's tokens, worked out while the loads are in flight (GRID: a division).
   const TokenRange block_range = block_tokens<GRID>(total_tokens);
   const unsigned long long t_begin = block_range.begin, t_end = block_range.end;
@@ -581,12 +579,25 @@ __device__ __forceinline__ void extend_few(FewShared &sh,
     return;
   }
 
-  __syncthreads();
+  // GRID: the vote on the fault flag. A warp that read no fault staged pages and stored
+  // slots as for a live call; if another read one, the call is dead here: the block's slots
+  // become the padding slot below (the barrier orders those stores), no page is taken. (The
+  // vote had a barrier of its own right after round trip 1, ~375 cycles before the scan in
+  // run s48-2's probes; here, run s49-1 (H200): 2-32 requests of 512 tokens 0.98-0.99x,
+  // one request of 2,048 tokens 0.97x.)
+  bool agreed_live = live;
+  if constexpr (GRID) {
+    dead = __syncthreads_or(dead);
+    short_ = !dead && c.free_len < total_pages;
+    agreed_live = live && !dead;
+  } else {
+    __syncthreads();
+  }
   const unsigned long long verdict = sh.verdict;
   KVP_PROBE(3, verdict);
   const bool failed = !dead && (short_ || verdict != NO_ERROR);
 
-  if (live && !failed) {
+  if (agreed_live && !failed) {
     // Round trip 4, only writes. New pages become allocated (at their first token, by the
     // thread that writes it; one block past the token cap: by a loop of their own);
     // continued pages move their fill points; every token gets its slot, the first token

@@ -15,7 +15,8 @@
 // 0.93-0.94x, 0.94-0.96x and 0.97-0.98x the time of the request-a-thread kernels (33 x 1:
 // 2.43 us). Not all of the step at 33 is gone, likely because warp 0, whose path set a small
 // extend's time in earlier sessions' probes, now checks two requests a lane (not measured
-// phase by phase).
+// phase by phase). The stagers load the ring's first pages at the host's head hint with
+// round trip 1, as extend_few's one block does (run s49-1, H200: 0.92-0.96x).
 
 namespace kvp {
 
@@ -197,8 +198,9 @@ __device__ __forceinline__ OwnTokens<PER> plan_pair_tokens(const View &v, uint32
 // (`ExtendKernel::Pairs`). A batch past PAIR_BATCH is cut to it: the plan's totals then
 // exceed the requests' and the call fails (ERR_LENGTHS), writing nothing past them.
 template <int BLOCK, typename Index, bool POW2>
-__device__ __forceinline__ void extend_pairs(PairShared &sh, View v, Call call,
-                                             const long long *prefix_lens,
+__device__ __forceinline__ void extend_pairs(PairShared &sh,
+                                             typename FewRing<BLOCK, false>::Early &early,
+                                             View v, Call call, const long long *prefix_lens,
                                              const long long *seq_lens, const Index *last_loc,
                                              uint32_t batch, unsigned long long total_tokens,
                                              unsigned long long total_pages, Index *out) {
@@ -233,26 +235,26 @@ __device__ __forceinline__ void extend_pairs(PairShared &sh, View v, Call call,
     }
   }
 
-  // Round trip 2, as soon as round trip 1 is in: warp 0, the prefix pages' words; the
-  // stagers, the ring's first pages from the cursor (see extend_few).
-  constexpr uint32_t STAGERS = BLOCK - 32;
-  constexpr uint32_t BATCH = BLOCK < 256
-                                 ? (FewBlockTokens<BLOCK>::value + STAGERS - 1) / STAGERS
-                                 : (4 * BLOCK + STAGERS - 1) / STAGERS;
+  // Round trip 2, as soon as round trip 1 is in: warp 0, the prefix pages' words, only when
+  // some request has a prefix; the stagers, the ring's first pages from the cursor, unless
+  // they came with round trip 1 at the host's head hint (see extend_few).
+  constexpr uint32_t STAGERS = FewRing<BLOCK, false>::STAGERS;
   const bool stages = !decides;
   const uint32_t stager = r - 32;
-  EarlyRing<BATCH, STAGERS> early;
+  const bool hinted = hinted_ring<false>(call, n);
   uint32_t word[2] = {0, 0};
   unsigned long long filled[2] = {0, 0};
   if (decides) {
+    if (__any_sync(FULL, q.prefix[0] > 0 || q.prefix[1] > 0)) {
 #pragma unroll
-    for (uint32_t u = 0; u < 2; ++u) {
-      const PageWords words = load_page_words<POW2>(q.ll[u], v);
-      word[u] = words.word;
-      filled[u] = words.filled;
+      for (uint32_t u = 0; u < 2; ++u) {
+        const PageWords words = load_page_words<POW2>(q.ll[u], v);
+        word[u] = words.word;
+        filled[u] = words.filled;
+      }
     }
     __syncwarp();
-  } else {
+  } else if (!hinted || c.head != call.head_hint) {
     early.load(v, c.head, v.num_pages, stager);
   }
 
@@ -388,12 +390,14 @@ __device__ void extend_pairs_kernel(View v, Call call, const long long *prefix_l
                                     uint32_t batch, unsigned long long total_tokens,
                                     unsigned long long total_pages, Index *out) {
   __shared__ PairShared sh;
+  typename FewRing<BLOCK, false>::Early early;
+  load_hinted_ring<BLOCK, false>(early, v, call);
   if (v.page_shift != NOT_POW2)
-    extend_pairs<BLOCK, Index, true>(sh, v, call, prefix_lens, seq_lens, last_loc, batch,
-                                     total_tokens, total_pages, out);
+    extend_pairs<BLOCK, Index, true>(sh, early, v, call, prefix_lens, seq_lens, last_loc,
+                                     batch, total_tokens, total_pages, out);
   else
-    extend_pairs<BLOCK, Index, false>(sh, v, call, prefix_lens, seq_lens, last_loc, batch,
-                                      total_tokens, total_pages, out);
+    extend_pairs<BLOCK, Index, false>(sh, early, v, call, prefix_lens, seq_lens, last_loc,
+                                      batch, total_tokens, total_pages, out);
 }
 
 }  // namespace kvp
