@@ -294,6 +294,14 @@ __device__ __forceinline__ bool hinted_ring(const Call &call, uint32_t num_pages
   return !GRID && call.head_hint < num_pages;
 }
 
+// Whether the stagers load the ring's first pages from the cursor's head after all: none
+// came at a hint (`load_hinted_ring`), or the head is not where the host predicted.
+template <bool GRID>
+__device__ __forceinline__ bool missed_ring_hint(const Call &call, const Cursor &c,
+                                                 uint32_t num_pages) {
+  return !hinted_ring<GRID>(call, num_pages) || c.head != call.head_hint;
+}
+
 // One block, the stagers: the ring's first pages from the host's head hint, with round trip
 // 1 (used only if the cursor's head turns out to be the hint; else extend_few loads them
 // again from the head). Issued by extend_few_kernel (and extend_pairs_kernel) ahead of its
@@ -350,7 +358,6 @@ __device__ __forceinline__ void extend_few(FewShared &sh,
   constexpr uint32_t BATCH = FewRing<BLOCK, GRID>::BATCH;
   const bool stages = !decides;
   const uint32_t stager = r - 32;
-  const bool hinted = hinted_ring<GRID>(call, n);
   __syncwarp();  // keeps the loads together (see extend_block)
   // GRID: block 0 may fault the call while this block starts, so its warps may read the
   // fault flag differently; they agree at the verdict's barrier (one vote, below), before
@@ -388,7 +395,7 @@ __device__ __forceinline__ void extend_few(FewShared &sh,
     }
     __syncwarp();
   } else if constexpr (!GRID) {
-    if (!hinted || c.head != call.head_hint) early.load(v, c.head, v.num_pages, stager);
+    if (missed_ring_hint<GRID>(call, c, n)) early.load(v, c.head, v.num_pages, stager);
     KVP_PROBE(1, c.head);
   }
 

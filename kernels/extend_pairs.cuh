@@ -241,7 +241,6 @@ __device__ __forceinline__ void extend_pairs(PairShared &sh,
   constexpr uint32_t STAGERS = FewRing<BLOCK, false>::STAGERS;
   const bool stages = !decides;
   const uint32_t stager = r - 32;
-  const bool hinted = hinted_ring<false>(call, n);
   uint32_t word[2] = {0, 0};
   unsigned long long filled[2] = {0, 0};
   if (decides) {
@@ -254,7 +253,7 @@ __device__ __forceinline__ void extend_pairs(PairShared &sh,
       }
     }
     __syncwarp();
-  } else if (!hinted || c.head != call.head_hint) {
+  } else if (missed_ring_hint<false>(call, c, n)) {
     early.load(v, c.head, v.num_pages, stager);
   }
 
