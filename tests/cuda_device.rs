@@ -2851,15 +2851,16 @@ fn extends_of_a_few_requests_name_the_hosts_first_bad_request() {
     outcomes.assert_both_more_than(5 * rounds, "extends of a few requests");
 }
 
-/// The one-block extend kernels load the ring's first pages at the host's head hint with
-/// their first round trip and use them only if the cursor's head is that position (the
-/// several-block kernels take no hint; a form that did, variant G of BENCHMARKS.md's run
-/// s48-1, gave the host's slots in this test's first version, at page size 1): a right
-/// hint, a wrong one (a position past the head) and none give the same slots, the host
-/// pool's, through random extends of 1-96 requests (new and continued ones; up to 3,000
-/// tokens, so one block and several) and frees that move the head (by segment: a count the
-/// host knows; by index: one it learns later). Whenever the host gives a hint and the
-/// stream is idle, the hint is the cursor's head.
+/// The one-block extend kernels (extend_few's and, since the forty-ninth session, the pairs
+/// kernel's: 33-64 requests of up to 512 tokens) load the ring's first pages at the host's
+/// head hint with their first round trip and use them only if the cursor's head is that
+/// position (the several-block kernels take no hint; a form that did, variant G of
+/// BENCHMARKS.md's run s48-1, gave the host's slots in this test's first version, at page
+/// size 1): a right hint, a wrong one (a position past the head) and none give the same
+/// slots, the host pool's, through random extends of 1-96 requests (new and continued ones;
+/// up to 3,000 tokens, so one block and several) and frees that move the head (by segment: a
+/// count the host knows; by index: one it learns later). Whenever the host gives a hint and
+/// the stream is idle, the hint is the cursor's head.
 #[test]
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
 fn extends_hand_out_the_same_slots_whatever_the_head_hint() {
@@ -2868,6 +2869,8 @@ fn extends_hand_out_the_same_slots_whatever_the_head_hint() {
     const MOST_REQUESTS: u64 = 96;
     // One block takes at most this many tokens (src/cuda/pool.rs: SPAN_TOKENS).
     const ONE_BLOCK_TOKENS: usize = 512;
+    // The most requests of the pairs kernel (src/cuda/pool.rs: PAIR_BATCH).
+    const PAIR_BATCH: u64 = 64;
     const PAGES: u64 = 16384;
     let gpu = Gpu::new(false);
     let s = gpu.stream;
@@ -2897,8 +2900,8 @@ fn extends_hand_out_the_same_slots_whatever_the_head_hint() {
         let mut rng = rng::Rng(4099 + u64::from(ps));
         let mut live: Vec<Vec<i64>> = Vec::new();
         let (mut extends, mut hinted, mut frees) = (0, 0, 0);
-        // Hinted calls on several blocks: of at most 32 requests, of more.
-        let (mut several_few, mut several_many) = (0, 0);
+        // Hinted calls on several blocks: of at most 32 requests, of more; on the pairs kernel.
+        let (mut several_few, mut several_many, mut pairs) = (0, 0, 0);
         for round in 0..400 {
             let what = format!("ps {ps} round {round}");
             // Room for any call (a row is a request's slots: a call may make dozens).
@@ -2934,11 +2937,13 @@ fn extends_hand_out_the_same_slots_whatever_the_head_hint() {
                 continue;
             }
             // New requests or continued distinct live ones, at most 3,000 tokens: 1-8 of up
-            // to 100 tokens, 1-32 of up to 700 or 33-96 of up to 60 (a call in three each).
-            let (batch, most_tokens) = match rng.below(3) {
+            // to 100 tokens, 1-32 of up to 700, 33-96 of up to 60 or 33-64 of up to 8 (the
+            // pairs kernel's; a call in four each).
+            let (batch, most_tokens) = match rng.below(4) {
                 0 => (rng.range(1, 8), 100),
                 1 => (rng.range(1, 32), 700),
-                _ => (rng.range(33, MOST_REQUESTS), 60),
+                2 => (rng.range(33, MOST_REQUESTS), 60),
+                _ => (rng.range(33, PAIR_BATCH), 8),
             };
             let mut continued = Vec::new();
             let (mut prefix, mut seq, mut last) = (Vec::new(), Vec::new(), Vec::new());
@@ -2983,6 +2988,8 @@ fn extends_hand_out_the_same_slots_whatever_the_head_hint() {
                     } else {
                         several_many += 1;
                     }
+                } else if prefix.len() > 32 && prefix.len() as u64 <= PAIR_BATCH {
+                    pairs += 1;
                 }
             }
             for (d, skew) in pools.iter_mut().zip(&skews) {
@@ -3012,7 +3019,8 @@ fn extends_hand_out_the_same_slots_whatever_the_head_hint() {
         }
         let counts = format!(
             "ps {ps}: {extends} extends ({hinted} with a hint, {several_few} of them of at most \
-             32 requests on several blocks, {several_many} of more), {frees} frees"
+             32 requests on several blocks, {several_many} of more, {pairs} on the pairs \
+             kernel), {frees} frees"
         );
         eprintln!("{counts}");
         assert!(
@@ -3020,6 +3028,7 @@ fn extends_hand_out_the_same_slots_whatever_the_head_hint() {
                 && hinted > extends / 2
                 && several_few > 20
                 && several_many > 10
+                && pairs > 10
                 && frees > 50,
             "{counts}"
         );
