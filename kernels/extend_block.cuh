@@ -216,13 +216,9 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   __syncwarp();
   // GRID: every block decides the call alone, and block 0 faults a bad one as soon as it has
   // decided, so a block starting just then could load the fault flag in some warps before
-  // and in others after; a warp that saw no fault would then act on pages that the others,
-  // seeing it, did not stage. One vote makes the flag the block's (the loads above stay in
-  // flight across it).
-  if constexpr (GRID) {
-    dead = __syncthreads_or(dead);
-    short_ = !dead && c.free_len < total_pages;
-  }
+  // and in others after. They agree at the verdict's barrier (one vote, below): until then a
+  // block writes only shared memory (its staged pages, offsets, claims and errors), all of
+  // which a dead call ignores.
   // This block's tokens, worked out while the loads are in flight (GRID: a division).
   const TokenRange block_range = block_tokens<GRID>(total_tokens);
   const unsigned long long t_begin = block_range.begin, t_end = block_range.end;
@@ -418,6 +414,10 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     report(&errors, batch - 1, ERR_LENGTHS);
 
   // The verdict. Repeats of a page are known only once every request has entered its page.
+  // GRID: the vote on the fault flag, in the same barriers: no warp saw a fault unless the
+  // first one says so, and then the second counts them.
+  bool voted_dead = false;
+  if constexpr (GRID) any_entry |= dead;  // (then "any entry or fault")
   if (__syncthreads_or(any_entry)) {
 #pragma unroll
     for (int u = 0; u < PER; ++u) {
@@ -429,13 +429,20 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
       if (ROWS && row_entry[u] >= 0 && !row_claims.first_of((uint32_t)row_entry[u], r * PER + u))
         report(&errors, r * PER + u, ERR_ROW_TWICE);
     }
-    __syncthreads();
+    if constexpr (GRID) voted_dead = __syncthreads_or(dead);
+    else __syncthreads();
+  }
+  bool agreed_live = live;
+  if constexpr (GRID) {
+    dead = voted_dead;
+    short_ = !dead && c.free_len < total_pages;
+    agreed_live = live && !dead;
   }
   const unsigned long long verdict = errors;
   KVP_PROBE(3, verdict);
   const bool failed = !dead && (short_ || verdict != NO_ERROR);
 
-  if (live && !failed) {
+  if (agreed_live && !failed) {
     // Round trip 3: only writes (GRID: each by the block whose tokens it concerns). New
     // pages become allocated (GRID or planned: at their first token); continued pages move
     // their fill points; every token gets its slot, the first token of a new page setting
