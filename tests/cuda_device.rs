@@ -2858,9 +2858,10 @@ fn extends_of_a_few_requests_name_the_hosts_first_bad_request() {
 /// BENCHMARKS.md's run s48-1, gave the host's slots in this test's first version, at page
 /// size 1): a right hint, a wrong one (a position past the head) and none give the same
 /// slots, the host pool's, through random extends of 1-96 requests (new and continued ones;
-/// up to 3,000 tokens, so one block and several) and frees that move the head (by segment: a
-/// count the host knows; by index: one it learns later). Whenever the host gives a hint and
-/// the stream is idle, the hint is the cursor's head.
+/// up to 3,000 tokens, so one block and several), `alloc`s of 1-40 whole pages (the alloc
+/// kernel may take the hint for each thread's first page) and frees that move the head (by
+/// segment: a count the host knows; by index: one it learns later). Whenever the host gives a
+/// hint and the stream is idle, the hint is the cursor's head.
 #[test]
 #[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
 fn extends_hand_out_the_same_slots_whatever_the_head_hint() {
@@ -2902,6 +2903,7 @@ fn extends_hand_out_the_same_slots_whatever_the_head_hint() {
         let (mut extends, mut hinted, mut frees) = (0, 0, 0);
         // Hinted calls on several blocks: of at most 32 requests, of more; on the pairs kernel.
         let (mut several_few, mut several_many, mut pairs) = (0, 0, 0);
+        let (mut allocs, mut allocs_hinted) = (0, 0);
         for round in 0..400 {
             let what = format!("ps {ps} round {round}");
             // Room for any call (a row is a request's slots: a call may make dozens).
@@ -2934,6 +2936,27 @@ fn extends_hand_out_the_same_slots_whatever_the_head_hint() {
                         break;
                     }
                 }
+                continue;
+            }
+            // `alloc` of 1-40 whole pages (a new row), one round in eight.
+            if rng.chance(12) {
+                let tokens = rng.range(1, 40) as usize * ps as usize;
+                let mut want = vec![0i64; tokens];
+                if host.alloc(tokens, &mut want).is_err() {
+                    continue;
+                }
+                if pools[0].debug_layout().head_hint.is_some() {
+                    allocs_hinted += 1;
+                }
+                for (d, skew) in pools.iter_mut().zip(&skews) {
+                    // SAFETY: `out` holds MOST_TOKENS_A_CALL slots; synchronized below.
+                    unsafe { d.alloc(tokens, out.ptr, MOST_TOKENS_A_CALL, s) }.unwrap();
+                    gpu.sync();
+                    assert!(d.fault().is_none(), "{what}, {skew:?}: {:?}", d.fault());
+                    assert_eq!(out.download::<i64>(tokens), want, "{what}, {skew:?}: alloc");
+                }
+                live.push(want);
+                allocs += 1;
                 continue;
             }
             // New requests or continued distinct live ones, at most 3,000 tokens: 1-8 of up
@@ -3020,7 +3043,7 @@ fn extends_hand_out_the_same_slots_whatever_the_head_hint() {
         let counts = format!(
             "ps {ps}: {extends} extends ({hinted} with a hint, {several_few} of them of at most \
              32 requests on several blocks, {several_many} of more, {pairs} on the pairs \
-             kernel), {frees} frees"
+             kernel), {allocs} allocs ({allocs_hinted} with a hint), {frees} frees"
         );
         eprintln!("{counts}");
         assert!(
@@ -3029,6 +3052,7 @@ fn extends_hand_out_the_same_slots_whatever_the_head_hint() {
                 && several_few > 20
                 && several_many > 10
                 && pairs > 10
+                && allocs_hinted > 10
                 && frees > 50,
             "{counts}"
         );
