@@ -114,8 +114,9 @@ struct Settings {
   // or fewer for short prefills (a few requests of up to 64 tokens run on one warp).
   int64_t extend_tokens = kTokensPerRequest;
   // Operations to run (table names; default all).
-  std::vector<std::string> ops = {"alloc_extend", "alloc_extend_rows", "alloc_decode",
-                                  "alloc_decode_rows", "free_indices", "free_segment"};
+  std::vector<std::string> ops = {"alloc",        "alloc_extend",      "alloc_extend_rows",
+                                  "alloc_decode", "alloc_decode_rows", "free_indices",
+                                  "free_segment"};
   bool runs(const std::string &op) const {
     return std::find(ops.begin(), ops.end(), op) != ops.end();
   }
@@ -660,6 +661,49 @@ Batch extend_batch(int64_t bs, int64_t tokens) {
                std::vector<int64_t>(bs, -1));
 }
 
+// alloc (kvp_pool_alloc_async): bs whole pages, bs * page_size slots. At page size 1 this is
+// SGLang's `alloc` of a decode step (its page-1 allocator serves extends and decodes alike
+// with `alloc`: a slice of the free tensor, no kernel of its own, so no Triton row).
+void bench_alloc(Context &c, int64_t bs) {
+  Pool &p = c.pool;
+  const std::string what = where("alloc", p.page_size, bs);
+  const int64_t tokens = bs * p.page_size;
+  DeviceArray<int64_t> out(static_cast<size_t>(tokens));
+  // One request of `tokens` new tokens takes the same pages, each page's slots in order.
+  const auto expected = FreshPoolModel{p.page_size}.extend({0}, {tokens}, {-1});
+  auto call = [&] {
+    KVP_CHECK(kvp_pool_alloc_async(p.pool, static_cast<size_t>(tokens), out.get(), out.len(),
+                                   p.s));
+  };
+  auto undo = [&] { p.free_segment(out, out.len()); };
+  auto check = [&](const std::string &when) {
+    expect_equal(out.download(p.s, out.len()), expected, when);
+  };
+
+  p.clear();
+  call();
+  check(what);
+  undo();
+
+  const Stats host = time_host(c.cfg, p.s, [] {}, call, undo);
+  p.check_settled(0, what + " (host timing)");
+
+  const DeviceTime device = alloc_device_time(
+      c, what,
+      [&] {
+        p.clear();
+        CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, out.len() * sizeof(int64_t), p.s));
+      },
+      call, undo,
+      [&] {
+        p.check_settled(static_cast<uint64_t>(tokens), what + " (graph replays)");
+        check(what + " after graph replays");
+      });
+  p.clear();
+
+  add_row(c, "alloc", bs, host, device, 8.0 * tokens);
+}
+
 // alloc_extend: bs requests with an empty prefix and 512 (--extend-tokens) new tokens each.
 // `by_rows`: kvp_pool_alloc_extend_rows_async, request i in row i of an int32 req_to_token
 // table of --extend-tokens columns, its new slots written into the row and into `out` (which
@@ -994,9 +1038,9 @@ void usage() {
       "  --page-sizes LIST   comma-separated subset of 1,16,64 (default all)\n"
       "  --batch-sizes LIST  comma-separated, each 1..4096 (default 1,8,64,256,1024,4096;\n"
       "                      2048 is a free by index of 2048 x 512 = 1 M indices)\n"
-      "  --ops LIST          comma-separated subset of alloc_extend,alloc_extend_rows,\n"
-      "                      alloc_decode,alloc_decode_rows,free_indices,free_segment\n"
-      "                      (default all)\n"
+      "  --ops LIST          comma-separated subset of alloc,alloc_extend,\n"
+      "                      alloc_extend_rows,alloc_decode,alloc_decode_rows,free_indices,\n"
+      "                      free_segment (default all; alloc = bs whole pages)\n"
       "  --extend-tokens N   new tokens per extend request, 1..16384, a multiple of every\n"
       "                      page size run, at most 4096 x 512 in a batch (default 512:\n"
       "                      SGLang's figures; an extend is undone, and the frees give back\n"
@@ -1158,6 +1202,7 @@ int main(int argc, char **argv) {
     for (const int64_t bs : cfg.batch_sizes) {
       std::fprintf(stderr, "page_size %lld bs %lld\n", static_cast<long long>(ps),
                    static_cast<long long>(bs));
+      if (cfg.runs("alloc")) bench_alloc(c, bs);
       if (cfg.runs("alloc_extend")) bench_extend(c, bs);
       if (cfg.runs("alloc_extend_rows")) bench_extend(c, bs, true);
       if (cfg.runs("alloc_decode")) bench_decode(c, bs);
@@ -1167,7 +1212,7 @@ int main(int argc, char **argv) {
     }
   }
   // Group the table by op, then page size, then batch size.
-  const std::vector<std::string> order = {"alloc_extend", "alloc_extend_rows", "alloc_decode", "rewind",
+  const std::vector<std::string> order = {"alloc", "alloc_extend", "alloc_extend_rows", "alloc_decode", "rewind",
                                           "alloc_decode_rows", "free_indices", "free_segment"};
   std::stable_sort(rows.begin(), rows.end(), [&](const Row &a, const Row &b) {
     const auto ia = std::find(order.begin(), order.end(), a.op) - order.begin();
