@@ -663,22 +663,35 @@ __device__ void sort_pages(const View &v, const uint32_t *src, uint32_t count, u
 // ---- allocation ---------------------------------------------------------------------------
 
 // `alloc(n)`: `pages` whole pages from the front of the ring, each page's slots in order.
+// The page of each thread's first token comes from the host's head hint (`Call::head_hint`),
+// loaded with the cursor in round trip 1 and used when the cursor's head is the hint (else
+// loaded again from the head): the writes then wait for one round trip, not two. The load is
+// unconditional (ring position 0 when there is no hint or no token), so that it issues
+// before the cursor's value is used.
 template <typename Index>
 __device__ void alloc_pages(View v, Call call, unsigned long long pages, Index *out) {
-  const Cursor c = v.header->cursor[call.in];
   const uint32_t n = v.num_pages;
   const unsigned long long tokens = pages * v.page_size;
-  const bool dead = dead_call(v.header->fault, c, call);
+  const unsigned long long first = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+  const unsigned long long first_rank = div_ps(first, v);
+  const bool hinted = call.head_hint < n && first < tokens && first_rank < n;
+  const uint32_t guess = v.ring[hinted ? ring_pos(call.head_hint, first_rank, n) : 0];
+  const Cursor c = v.header->cursor[call.in];
+  const uint32_t fault = v.header->fault;
+  // Left to itself, ptxas sinks the guess's load into the loop, after the cursor's value is
+  // used; a warp barrier (no instruction where the warp is converged) keeps it here.
+  __syncwarp();
+  const bool dead = dead_call(fault, c, call);
   const bool short_ = !dead && c.free_len < pages;
+  const bool hit = hinted && c.head == call.head_hint;
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
-  for (unsigned long long t = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
-       t < tokens; t += stride) {
+  for (unsigned long long t = first; t < tokens; t += stride) {
     if (dead || short_) {
       out[t] = 0;
       continue;
     }
     const unsigned long long in_page = mod_ps(t, v);
-    const uint32_t page = v.ring[ring_pos(c.head, div_ps(t, v), n)];
+    const uint32_t page = t == first && hit ? guess : v.ring[ring_pos(c.head, div_ps(t, v), n)];
     if (in_page == 0) {
       v.state[page] = page_word(KIND_ALLOCATED, call.tag);
       if (v.page_size > 1) v.fill[page] = fill_word(call.tag, v.page_size);
