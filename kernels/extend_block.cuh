@@ -415,7 +415,9 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
 
   // The verdict. Repeats of a page are known only once every request has entered its page.
   // GRID: the vote on the fault flag, in the same barriers: no warp saw a fault unless the
-  // first one says so, and then the second counts them.
+  // first one says so, and then the second counts them. (It had a barrier of its own after
+  // round trip 1; here, runs s50-1 and s50-2, H100: 33-1,024 requests of 512 tokens
+  // 0.97-0.99x the time.)
   bool voted_dead = false;
   if constexpr (GRID) any_entry |= dead;  // (then "any entry or fault")
   if (__syncthreads_or(any_entry)) {

@@ -667,7 +667,9 @@ __device__ void sort_pages(const View &v, const uint32_t *src, uint32_t count, u
 // loaded with the cursor in round trip 1 and used when the cursor's head is the hint (else
 // loaded again from the head): the writes then wait for one round trip, not two. The load is
 // unconditional (ring position 0 when there is no hint or no token), so that it issues
-// before the cursor's value is used.
+// before the cursor's value is used. Run s50-2 (H100): 1-4,096 pages 0.89-0.91x the time
+// (1.47 -> 1.31 us for one page), 0.98x for 4,096 pages of 64 slots (1,024 blocks
+// writing 2 MiB of slots).
 template <typename Index>
 __device__ void alloc_pages(View v, Call call, unsigned long long pages, Index *out) {
   const uint32_t n = v.num_pages;
