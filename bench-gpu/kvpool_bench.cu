@@ -661,25 +661,14 @@ Batch extend_batch(int64_t bs, int64_t tokens) {
                std::vector<int64_t>(bs, -1));
 }
 
-// alloc (kvp_pool_alloc_async): bs whole pages, bs * page_size slots. At page size 1 this is
-// SGLang's `alloc` of a decode step (its page-1 allocator serves extends and decodes alike
-// with `alloc`: a slice of the free tensor, no kernel of its own, so no Triton row).
-void bench_alloc(Context &c, int64_t bs) {
+// One row of an allocation that gives `held` slots from a cleared pool: the call once,
+// checked (`check`) and undone; host time; device time by graph replay from a clear and
+// `clear_outputs`, checked again after. Leaves the pool cleared.
+template <class Call, class Undo, class Check, class ClearOutputs>
+void bench_allocation(Context &c, const char *op, int64_t bs, const std::string &what,
+                      uint64_t held, Call call, Undo undo, Check check,
+                      ClearOutputs clear_outputs) {
   Pool &p = c.pool;
-  const std::string what = where("alloc", p.page_size, bs);
-  const int64_t tokens = bs * p.page_size;
-  DeviceArray<int64_t> out(static_cast<size_t>(tokens));
-  // One request of `tokens` new tokens takes the same pages, each page's slots in order.
-  const auto expected = FreshPoolModel{p.page_size}.extend({0}, {tokens}, {-1});
-  auto call = [&] {
-    KVP_CHECK(kvp_pool_alloc_async(p.pool, static_cast<size_t>(tokens), out.get(), out.len(),
-                                   p.s));
-  };
-  auto undo = [&] { p.free_segment(out, out.len()); };
-  auto check = [&](const std::string &when) {
-    expect_equal(out.download(p.s, out.len()), expected, when);
-  };
-
   p.clear();
   call();
   check(what);
@@ -692,16 +681,38 @@ void bench_alloc(Context &c, int64_t bs) {
       c, what,
       [&] {
         p.clear();
-        CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, out.len() * sizeof(int64_t), p.s));
+        clear_outputs();
       },
       call, undo,
       [&] {
-        p.check_settled(static_cast<uint64_t>(tokens), what + " (graph replays)");
+        p.check_settled(held, what + " (graph replays)");
         check(what + " after graph replays");
       });
   p.clear();
 
-  add_row(c, "alloc", bs, host, device, 8.0 * tokens);
+  add_row(c, op, bs, host, device, 8.0 * static_cast<double>(held));
+}
+
+// alloc (kvp_pool_alloc_async): bs whole pages, bs * page_size slots. At page size 1 this is
+// SGLang's `alloc` of a decode step (its page-1 allocator serves extends and decodes alike
+// with `alloc`: a slice of the free tensor, no kernel of its own, so no Triton row).
+void bench_alloc(Context &c, int64_t bs) {
+  Pool &p = c.pool;
+  const int64_t tokens = bs * p.page_size;
+  DeviceArray<int64_t> out(static_cast<size_t>(tokens));
+  // One request of `tokens` new tokens takes the same pages, each page's slots in order.
+  const auto expected = FreshPoolModel{p.page_size}.extend({0}, {tokens}, {-1});
+  bench_allocation(
+      c, "alloc", bs, where("alloc", p.page_size, bs), static_cast<uint64_t>(tokens),
+      [&] {
+        KVP_CHECK(kvp_pool_alloc_async(p.pool, static_cast<size_t>(tokens), out.get(),
+                                       out.len(), p.s));
+      },
+      [&] { p.free_segment(out, out.len()); },
+      [&](const std::string &when) {
+        expect_equal(out.download(p.s, out.len()), expected, when);
+      },
+      [&] { CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, out.len() * sizeof(int64_t), p.s)); });
 }
 
 // alloc_extend: bs requests with an empty prefix and 512 (--extend-tokens) new tokens each.
@@ -745,30 +756,11 @@ void bench_extend(Context &c, int64_t bs, bool by_rows = false) {
             static_cast<long long>(expected[t]));
   };
 
-  p.clear();
-  call();
-  check(what);
-  undo();
-
-  const Stats host = time_host(c.cfg, p.s, [] {}, call, undo);
-  p.check_settled(0, what + " (host timing)");
-
-  const DeviceTime device = alloc_device_time(
-      c, what,
-      [&] {
-        p.clear();
-        CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, out.len() * sizeof(int64_t), p.s));
-        if (by_rows)
-          CUDA_CHECK(cudaMemsetAsync(table.get(), 0xff, table.len() * sizeof(int32_t), p.s));
-      },
-      call, undo,
-      [&] {
-        p.check_settled(static_cast<uint64_t>(b.tokens), what + " (graph replays)");
-        check(what + " after graph replays");
-      });
-  p.clear();
-
-  add_row(c, op, bs, host, device, 8.0 * b.tokens);
+  bench_allocation(c, op, bs, what, static_cast<uint64_t>(b.tokens), call, undo, check, [&] {
+    CUDA_CHECK(cudaMemsetAsync(out.get(), 0xff, out.len() * sizeof(int64_t), p.s));
+    if (by_rows)
+      CUDA_CHECK(cudaMemsetAsync(table.get(), 0xff, table.len() * sizeof(int32_t), p.s));
+  });
 }
 
 // alloc_decode on requests of 1..page_size tokens (set up by one extend), so request i's new
