@@ -589,6 +589,13 @@ int main() {
       {"kvp_extend_blocks_i64", kvp_extend_blocks_i64, 64, 512, 64, 256},
       {"kvp_extend_blocks_i64", kvp_extend_blocks_i64, 256, 512, 256, 256},
   };
+  // extend_block's points 6 and 7 (extend_block.cuh): its several blocks' stage-bound
+  // barrier passed, and each thread's tokens planned (before the pages are staged).
+  const std::vector<const char *> kBlockPoints = {"start",   "in",  "decided", "barrier",
+                                                  "written", "end", "bounds",  "planned"};
+  auto is_extend_block = [](const char *kernel) {
+    return std::string(kernel).rfind("kvp_extend_block", 0) == 0;
+  };
   for (const Several &c : kSeveral) {
     const unsigned long long tokens = (unsigned long long)c.bs * c.len;
     const unsigned long long pages = (unsigned long long)c.bs * ((c.len + kPageSize - 1) / kPageSize);
@@ -605,7 +612,7 @@ int main() {
     const std::string shape = "extend " + std::to_string(c.bs) + " x " + std::to_string(c.len);
     const std::string name = shape + ": " + c.kernel + ", " + std::to_string(c.grid) +
                              (c.grid == 1 ? " block" : " blocks");
-    add(name, c.threads / 32, kExtendPoints, [&] {
+    add(name, c.threads / 32, is_extend_block(c.kernel) ? kBlockPoints : kExtendPoints, [&] {
       c.launch<<<c.grid, c.threads, 0, s>>>(pool.v, extend_call, prefix.p, seq.p, last.p, c.bs, 1,
                                             0, tokens, pages, out_kvp.p);
     });

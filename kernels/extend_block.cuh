@@ -331,6 +331,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     page_lo = stage_lo;
     page_hi = max(stage_lo, stage_hi);
     first = sh.stage_first;
+    KVP_PROBE(6, page_lo + page_hi + first);  // the stage-bound barrier passed
   }
   const bool staged = page_hi - page_lo <= STAGE_CAP;
   // Within the host's tokens for a block (one block: at most 2 a thread, BLOCK_TOKENS or
@@ -355,6 +356,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     else __syncthreads();
     mine = plan_block_tokens<PLAN_PER, BLOCK, POW2>(sh, v, batch, first, (uint32_t)t_begin,
                                                     (uint32_t)t_end, (uint32_t)page_lo);
+    KVP_PROBE(7, mine.base[0] + mine.rank[0] + mine.fill[0]);  // this thread's tokens planned
     early.stage(pages, v, c, page_lo, count, r);
   } else if (live && staged) {
     stage_pages<4, BLOCK>(pages, v, c, page_lo, page_hi, r);
