@@ -126,12 +126,35 @@ __device__ __forceinline__ Pair after_loads(Pair x, unsigned long long (*slot)[2
 // This thread's tokens of the block's range [t_begin, t_end) planned (see OwnTokens) from
 // the offsets the block published in `sh`, each token's request searched on from the one
 // holding the block's first token (`first`; one block: request 0).
-template <uint32_t PER, int BLOCK, bool POW2, typename Shared>
+// GRID (several blocks): a block whose tokens all lie in that request (the blocks of a
+// long request's tokens) plans them without a search, the request's offsets read once;
+// else, as one block, each token's search and its request's offsets are dependent shared
+// loads, token after token. Run s51-6 (H100): 33-1,024 requests of 512 tokens 0.96-1.00x
+// the time; blocks of many short requests pay the check, 33-256 requests of 16 tokens
+// 1.01x. (Per token, the tokens of the first request without a search, run s51-5: 512
+// tokens 0.97-1.00x, 16 tokens 1.01-1.02x. One block's tokens are the call's, never all in
+// its first request.)
+template <uint32_t PER, int BLOCK, bool POW2, bool GRID, typename Shared>
 __device__ __forceinline__ OwnTokens<PER> plan_block_tokens(const Shared &sh, const View &v,
                                                             uint32_t batch, uint32_t first,
                                                             uint32_t t_begin, uint32_t t_end,
                                                             uint32_t page_lo) {
   OwnTokens<PER> own;
+  if constexpr (GRID) {
+    const uint32_t f_end = (uint32_t)sh.tok_off[first + 1];
+    if (f_end >= t_end) {  // (uniform: the block's)
+      const uint32_t f_tok = (uint32_t)sh.tok_off[first];
+      const uint32_t part1 = (uint32_t)sh.part1[first], page = (uint32_t)sh.page_off[first];
+      const long long last = sh.last[first];
+#pragma unroll
+      for (uint32_t u = 0; u < PER; ++u) {
+        const uint32_t t = t_begin + threadIdx.x + u * BLOCK;
+        if (t >= t_end) break;
+        own.template place<POW2>(u, t - f_tok, part1, f_end - f_tok, page, last, page_lo, v);
+      }
+      return own;
+    }
+  }
   uint32_t q = first;
 #pragma unroll
   for (uint32_t u = 0; u < PER; ++u) {
@@ -354,8 +377,8 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     // planning, as in extend_block's round trip 1.)
     if constexpr (GRID) __syncwarp();
     else __syncthreads();
-    mine = plan_block_tokens<PLAN_PER, BLOCK, POW2>(sh, v, batch, first, (uint32_t)t_begin,
-                                                    (uint32_t)t_end, (uint32_t)page_lo);
+    mine = plan_block_tokens<PLAN_PER, BLOCK, POW2, GRID>(sh, v, batch, first, (uint32_t)t_begin,
+                                                          (uint32_t)t_end, (uint32_t)page_lo);
     KVP_PROBE(7, mine.base[0] + mine.rank[0] + mine.fill[0]);  // this thread's tokens planned
     early.stage(pages, v, c, page_lo, count, r);
   } else if (live && staged) {
