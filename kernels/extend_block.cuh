@@ -87,6 +87,15 @@ __device__ bool advanced_by_call(const PageTable<CAP> &claims, uint32_t page, lo
   return q >= 0 && last[q] == ll && fill_of(filled) == start + part1[q];
 }
 
+// Several blocks: the request holding a block's first token, as its finder publishes it
+// with the stage bounds (`whole`: the block's tokens all lie in it), so that no thread
+// reads its offsets by a load that depends on another (plan_block_tokens).
+struct FirstRequest {
+  bool whole;
+  uint32_t tok, len, part1, page;  // its first token, tokens, part 1, first new page's rank
+  long long last;                  // its last_loc
+};
+
 // extend_block's shared memory: a struct, so that the body's two instantiations (page sizes
 // that are powers of two, and others) share one allocation.
 template <int BLOCK, int PER, bool ROWS>
@@ -131,16 +140,30 @@ __device__ __forceinline__ Pair after_loads(Pair x, unsigned long long (*slot)[2
 // else, as one block, each token's search and its request's offsets are dependent shared
 // loads, token after token. Run s51-6 (H100): 33-1,024 requests of 512 tokens 0.96-1.00x
 // the time; blocks of many short requests pay the check, 33-256 requests of 16 tokens
-// 1.01x. (Per token, the tokens of the first request without a search, run s51-5: 512
-// tokens 0.97-1.00x, 16 tokens 1.01-1.02x. One block's tokens are the call's, never all in
-// its first request.)
-template <uint32_t PER, int BLOCK, bool POW2, bool GRID, typename Shared>
+// 1.01x. PUBLISHED (blocks of up to 256 threads): the check and the offsets come as `fr`,
+// published with the stage bounds, so no load waits for `first`: 33-256 requests of 512
+// tokens 0.98-0.99x and of 16 tokens 0.99-1.00x 4a4b301's time (runs s52-2, s52-3, H200).
+// (Per token, the tokens of the first request without a search, run s51-5: 512 tokens
+// 0.97-1.00x, 16 tokens 1.01-1.02x. One block's tokens are the call's, never all in its
+// first request.)
+template <uint32_t PER, int BLOCK, bool POW2, bool GRID, bool PUBLISHED, typename Shared>
 __device__ __forceinline__ OwnTokens<PER> plan_block_tokens(const Shared &sh, const View &v,
                                                             uint32_t batch, uint32_t first,
+                                                            const FirstRequest &fr,
                                                             uint32_t t_begin, uint32_t t_end,
                                                             uint32_t page_lo) {
   OwnTokens<PER> own;
-  if constexpr (GRID) {
+  if constexpr (GRID && PUBLISHED) {
+    if (fr.whole) {  // (uniform: the block's)
+#pragma unroll
+      for (uint32_t u = 0; u < PER; ++u) {
+        const uint32_t t = t_begin + threadIdx.x + u * BLOCK;
+        if (t >= t_end) break;
+        own.template place<POW2>(u, t - fr.tok, fr.part1, fr.len, fr.page, fr.last, page_lo, v);
+      }
+      return own;
+    }
+  } else if constexpr (GRID) {
     const uint32_t f_end = (uint32_t)sh.tok_off[first + 1];
     if (f_end >= t_end) {  // (uniform: the block's)
       const uint32_t f_tok = (uint32_t)sh.tok_off[first];
@@ -184,6 +207,13 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
                                              unsigned long long total_pages, Index *out,
                                              TableArgs tab) {
   if constexpr (ONE) batch = 1;
+  // Several blocks of up to 256 threads publish their first request's offsets with the
+  // stage bounds (FirstRequest). Not the wide blocks (512-1,024 threads at 64 registers,
+  // which spill): there it took 1.01-1.06x the time at 1,024 requests (run s52-1, H100).
+  // (A variable of its own, not a member of ExtendShared, so that the other kernels'
+  // shared memory keeps its layout.)
+  constexpr bool PUBLISH_FIRST = GRID && BLOCK <= 256;
+  __shared__ FirstRequest first_shared;  // (PUBLISH_FIRST only: else unused)
   auto &tok_off = sh.tok_off;
   auto &page_off = sh.page_off;
   auto &part1 = sh.part1;
@@ -215,6 +245,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     if (r == 0) {  // published by the barrier in block_scan_plan
       stage_lo = stage_hi = 0;
       sh.stage_first = 0;
+      if constexpr (PUBLISH_FIRST) first_shared.whole = false;
     }
   }
 
@@ -335,6 +366,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   // publishes while the words are in flight).
   unsigned long long page_lo = 0, page_hi = new_pages;
   uint32_t first = 0;  // the request holding token t_begin (when live)
+  FirstRequest first_request{false, 0, 0, 0, 0, 0};  // (PUBLISH_FIRST: with the bounds)
   if constexpr (GRID) {
 #pragma unroll
     for (int u = 0; u < PER; ++u) {
@@ -346,6 +378,9 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
       if (live && a <= t_begin && t_begin < end) {
         stage_lo = page_at(t_begin - a);
         sh.stage_first = r * PER + u;
+        if constexpr (PUBLISH_FIRST)
+          first_shared = FirstRequest{end >= t_end, (uint32_t)a, (uint32_t)s[u].tokens,
+                                        (uint32_t)s[u].part1, (uint32_t)at[u].b, ll[u]};
       }
       if (live && a < t_end && t_end <= end)
         stage_hi = page_at(t_end - 1 - a) + (t_end - 1 - a < s[u].part1 ? 0 : 1);
@@ -354,6 +389,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     page_lo = stage_lo;
     page_hi = max(stage_lo, stage_hi);
     first = sh.stage_first;
+    if constexpr (PUBLISH_FIRST) first_request = first_shared;
     KVP_PROBE(6, page_lo + page_hi + first);  // the stage-bound barrier passed
   }
   const bool staged = page_hi - page_lo <= STAGE_CAP;
@@ -377,8 +413,9 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     // planning, as in extend_block's round trip 1.)
     if constexpr (GRID) __syncwarp();
     else __syncthreads();
-    mine = plan_block_tokens<PLAN_PER, BLOCK, POW2, GRID>(sh, v, batch, first, (uint32_t)t_begin,
-                                                          (uint32_t)t_end, (uint32_t)page_lo);
+    mine = plan_block_tokens<PLAN_PER, BLOCK, POW2, GRID, PUBLISH_FIRST>(
+        sh, v, batch, first, first_request, (uint32_t)t_begin, (uint32_t)t_end,
+        (uint32_t)page_lo);
     KVP_PROBE(7, mine.base[0] + mine.rank[0] + mine.fill[0]);  // this thread's tokens planned
     early.stage(pages, v, c, page_lo, count, r);
   } else if (live && staged) {

@@ -27,9 +27,19 @@ step() { # NAME [VAR=value ...] RUN_STEP ...
 }
 
 # $ROOT/all.tgz, rewritten after every step: a call cut off by the device tool's time limit
-# still brings back what its finished steps wrote (the tool returns only a few files).
+# still brings back what its finished steps wrote (the tool returns only a few files, each
+# at most 16 MiB: past 15 MiB the steps' raw logs, logs.tar.gz, are left out of it, their
+# tables and CSVs kept; run s52-2 lost its all.tgz to that limit).
 archive() {
-    (cd "$ROOT" && tar -czf all.tgz.part --exclude 'all.tgz*' -- */ && mv all.tgz.part all.tgz)
+    (
+        cd "$ROOT" || exit
+        tar -czf all.tgz.part --exclude 'all.tgz*' -- */ || exit
+        if (($(stat -c %s all.tgz.part) > 15 * 1024 * 1024)); then
+            echo "=== archive: over 15 MiB, the steps' logs.tar.gz left out of all.tgz"
+            tar -czf all.tgz.part --exclude 'all.tgz*' --exclude logs.tar.gz -- */ || exit
+        fi
+        mv all.tgz.part all.tgz
+    )
 }
 
 # An A/B of the builds packed with `scripts/gpu/pack.sh --variant NAME=REV`: the C++
