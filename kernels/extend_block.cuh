@@ -96,6 +96,21 @@ struct FirstRequest {
   long long last;                  // its last_loc
 };
 
+// Several blocks: where the block's requests start among its SPAN token positions,
+// published with the stage bounds by the threads that own the requests (one write of each
+// kind a request, no loop), so that a block of many short requests plans its tokens without
+// a search (plan_block_tokens): `starts[w]`, bit b set where a non-empty request starts at
+// position 32 w + b (past position 0, whose request is the block's `first`); `start[p]`,
+// that request (read only where its bit is set, so never cleared); `last[w]`, the last
+// request starting in positions 32 w .. 32 w + 31, else 0.
+template <uint32_t SPAN>
+struct TokenOwners {
+  static constexpr uint32_t WARPS = SPAN / 32;
+  uint32_t starts[WARPS];
+  uint32_t last[WARPS];
+  uint16_t start[SPAN];
+};
+
 // extend_block's shared memory: a struct, so that the body's two instantiations (page sizes
 // that are powers of two, and others) share one allocation.
 template <int BLOCK, int PER, bool ROWS>
@@ -143,13 +158,19 @@ __device__ __forceinline__ Pair after_loads(Pair x, unsigned long long (*slot)[2
 // 1.01x. PUBLISHED (blocks of up to 256 threads): the check and the offsets come as `fr`,
 // published with the stage bounds, so no load waits for `first`: 33-256 requests of 512
 // tokens 0.98-0.99x and of 16 tokens 0.99-1.00x 4a4b301's time (runs s52-2, s52-3, H200).
-// (Per token, the tokens of the first request without a search, run s51-5: 512 tokens
-// 0.97-1.00x, 16 tokens 1.01-1.02x. One block's tokens are the call's, never all in its
-// first request.)
+// Their other blocks find each token's request from where the block's requests start
+// (`owners`, TokenOwners: a start bit below the token in its warp, else a warp-wide
+// maximum) instead of a search: 33-256 requests of 16 tokens 0.94-0.95x, of 64 tokens
+// 0.99-1.00x, of 512 tokens 1.00-1.01x (run s52-6, H100; with the galloping search a block
+// of 16-token requests planned its tokens ~1,850 cycles after the stage-bound barrier, a
+// block within one request ~470: run s52-3's anatomy, H200). (Per token, the tokens of the
+// first request without a search, run s51-5: 512 tokens 0.97-1.00x, 16 tokens
+// 1.01-1.02x. One block's tokens are the call's, never all in its first request.)
 template <uint32_t PER, int BLOCK, bool POW2, bool GRID, bool PUBLISHED, typename Shared>
 __device__ __forceinline__ OwnTokens<PER> plan_block_tokens(const Shared &sh, const View &v,
                                                             uint32_t batch, uint32_t first,
                                                             const FirstRequest &fr,
+                                                            const TokenOwners<PER * BLOCK> &owners,
                                                             uint32_t t_begin, uint32_t t_end,
                                                             uint32_t page_lo) {
   OwnTokens<PER> own;
@@ -163,6 +184,27 @@ __device__ __forceinline__ OwnTokens<PER> plan_block_tokens(const Shared &sh, co
       }
       return own;
     }
+    // A token's request: the last that starts at or before it within its warp's positions
+    // (their bits), else the last that starts before them (a warp-wide maximum over the
+    // earlier warps' `last`: request numbers grow with position), else `first`.
+    const uint32_t lane = threadIdx.x % 32;
+    const unsigned at_or_below = 0xffffffffu >> (31 - lane);
+    const uint32_t last_of_lane = lane < owners.WARPS ? owners.last[lane] : 0;
+#pragma unroll
+    for (uint32_t u = 0; u < PER; ++u) {
+      const uint32_t p = threadIdx.x + u * BLOCK, t = t_begin + p, w = p / 32;
+      const unsigned below = owners.starts[w] & at_or_below;
+      const uint32_t before = __reduce_max_sync(0xffffffffu, lane < w ? last_of_lane : 0);
+      if (t < t_end) {
+        const uint32_t q =
+            below ? (uint32_t)owners.start[w * 32 + 31 - __clz((int)below)] : max(before, first);
+        const uint32_t tok = (uint32_t)sh.tok_off[q];
+        own.template place<POW2>(u, t - tok, (uint32_t)sh.part1[q],
+                                 (uint32_t)sh.tok_off[q + 1] - tok, (uint32_t)sh.page_off[q],
+                                 sh.last[q], page_lo, v);
+      }
+    }
+    return own;
   } else if constexpr (GRID) {
     const uint32_t f_end = (uint32_t)sh.tok_off[first + 1];
     if (f_end >= t_end) {  // (uniform: the block's)
@@ -212,8 +254,17 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   // which spill): there it took 1.01-1.06x the time at 1,024 requests (run s52-1, H100).
   // (A variable of its own, not a member of ExtendShared, so that the other kernels'
   // shared memory keeps its layout.)
-  constexpr bool PUBLISH_FIRST = GRID && BLOCK <= 256;
+  constexpr bool PUBLISH_FIRST = GRID && !ROWS && BLOCK <= 256;
   __shared__ FirstRequest first_shared;  // (PUBLISH_FIRST only: else unused)
+  // Whether the block plans its tokens before the verdict, and how many a thread (see
+  // `planned` below).
+  constexpr bool PLANS = !ROWS;
+  constexpr uint32_t PLAN_PER = !PLANS ? 1 : GRID ? (SPAN_TOKENS + BLOCK - 1) / BLOCK : 2;
+  // The same blocks publish their tokens' requests for the planning (TokenOwners), over
+  // the positions a block plans.
+  constexpr uint32_t OWNER_SPAN = PLAN_PER * BLOCK;
+  static_assert(!PUBLISH_FIRST || BLOCK * PER <= 0x10000);
+  __shared__ TokenOwners<OWNER_SPAN> owners;  // (PUBLISH_FIRST only: else unused)
   auto &tok_off = sh.tok_off;
   auto &page_off = sh.page_off;
   auto &part1 = sh.part1;
@@ -246,6 +297,9 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
       stage_lo = stage_hi = 0;
       sh.stage_first = 0;
       if constexpr (PUBLISH_FIRST) first_shared.whole = false;
+    }
+    if constexpr (PUBLISH_FIRST) {
+      if (r < owners.WARPS) owners.starts[r] = owners.last[r] = 0;
     }
   }
 
@@ -384,6 +438,17 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
       }
       if (live && a < t_end && t_end <= end)
         stage_hi = page_at(t_end - 1 - a) + (t_end - 1 - a < s[u].part1 ? 0 : 1);
+      // Where the block's requests start (non-empty ones only: an empty one shares its
+      // position with the next), after its first token: the request starting there is
+      // `first`, which the lookup falls back to (so a block within one request writes
+      // nothing: with it, 512-token requests took 1.03-1.04x the time, run s52-5).
+      if (PUBLISH_FIRST && live && a < end && t_begin < a && a < t_end &&
+          t_end - t_begin <= OWNER_SPAN) {
+        const uint32_t pos = (uint32_t)(a - t_begin), i = r * PER + u;
+        owners.start[pos] = (uint16_t)i;
+        atomicOr(&owners.starts[pos / 32], 1u << (pos % 32));
+        atomicMax(&owners.last[pos / 32], i);
+      }
     }
     __syncthreads();
     page_lo = stage_lo;
@@ -398,9 +463,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   // every thread plans its tokens while the block's new pages are in flight (see OwnTokens).
   // One block publishes the requests' offsets by a barrier of its own (several: the one
   // above). Run s20-4: 33-64 requests of 4-16 tokens 0.62-0.88x the time (with the host's
-  // cap of two tokens a thread), several blocks 0.96-1.02x.
-  constexpr bool PLANS = !ROWS;
-  constexpr uint32_t PLAN_PER = !PLANS ? 1 : GRID ? (SPAN_TOKENS + BLOCK - 1) / BLOCK : 2;
+  // cap of two tokens a thread), several blocks 0.96-1.02x. (PLANS, PLAN_PER: at the top.)
   const bool planned = PLANS && live && staged && t_end - t_begin <= PLAN_PER * BLOCK &&
                        narrow_offsets(total_tokens, total_pages);
   OwnTokens<PLAN_PER> mine;
@@ -414,7 +477,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     if constexpr (GRID) __syncwarp();
     else __syncthreads();
     mine = plan_block_tokens<PLAN_PER, BLOCK, POW2, GRID, PUBLISH_FIRST>(
-        sh, v, batch, first, first_request, (uint32_t)t_begin, (uint32_t)t_end,
+        sh, v, batch, first, first_request, owners, (uint32_t)t_begin, (uint32_t)t_end,
         (uint32_t)page_lo);
     KVP_PROBE(7, mine.base[0] + mine.rank[0] + mine.fill[0]);  // this thread's tokens planned
     early.stage(pages, v, c, page_lo, count, r);
