@@ -12,7 +12,8 @@
 #   git checkout --detach $Q && scripts/gpu/pack.sh --variant M=main --variant O=$O --variant Q=.
 # then `timeout 500 env OUT=$OUT scripts/gpu/steps.sh scripts/gpu/plans/s52-bits.sh`;
 # `python3 scripts/gpu/ab_table.py $OUT/NAME M Q O` (last column O / Q). Every GPU test,
-# sanitize-quick and the Python suites run on Q.
+# sanitize-quick and the Python suites run on Q. Run s52-5 (H100): all passed; 16 tokens
+# 0.95-0.96x, 64 tokens 1.00-1.02x, 512 tokens 1.03-1.04x: not kept (s52-bits2.sh).
 ab_bench ab-bits16 "--ops alloc_extend --extend-tokens 16 --page-sizes 1,16 --batch-sizes 33,64,128,256,1024" "M Q O M Q O"
 ab_bench ab-bits64 "--ops alloc_extend --extend-tokens 64 --page-sizes 16,64 --batch-sizes 33,64,128,256" "M Q O M Q O"
 ab_bench ab-bits512 "--ops alloc_extend --page-sizes 16 --batch-sizes 33,64,256,1024" "M Q O M Q O"

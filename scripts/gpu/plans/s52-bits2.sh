@@ -10,7 +10,8 @@
 #   --variant Q=refs/variants/s52-start-bits --variant Q2=.
 # then `timeout 450 env OUT=$OUT scripts/gpu/steps.sh scripts/gpu/plans/s52-bits2.sh`;
 # `python3 scripts/gpu/ab_table.py $OUT/NAME M Q2 Q` (last column Q / Q2). Every GPU test,
-# sanitize-quick and the Python suites run on Q2.
+# sanitize-quick and the Python suites run on Q2. Run s52-6 (H100): all passed; 16 tokens
+# 0.94-0.95x, 64 tokens 0.99-1.00x, 512 tokens 1.00-1.01x: landed (0b1fcba).
 ab_bench ab-bits2-16 "--ops alloc_extend --extend-tokens 16 --page-sizes 1,16 --batch-sizes 33,64,256,1024" "M Q2 Q M Q2 Q"
 ab_bench ab-bits2-64 "--ops alloc_extend --extend-tokens 64 --page-sizes 16,64 --batch-sizes 33,64,128,256" "M Q2 Q M Q2 Q"
 ab_bench ab-bits2-512 "--ops alloc_extend --page-sizes 1,16,64 --batch-sizes 33,64,128,256,1024" "M Q2 Q M Q2 Q"

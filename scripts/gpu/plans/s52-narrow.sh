@@ -8,7 +8,9 @@
 # then `timeout 560 env OUT=$OUT scripts/gpu/steps.sh scripts/gpu/plans/s52-narrow.sh
 # scripts/gpu/plans/anatomy-ab.sh`; `python3 scripts/gpu/ab_table.py $OUT/NAME M W`;
 # phases in $OUT/anatomy-{M,T}/anatomy.md (T: W). Every GPU test, sanitize-quick and the
-# Python suites run on W (a winner lands only with them passed).
+# Python suites run on W (a winner lands only with them passed). Run s52-2 (H200): all passed,
+# 33-256 requests 0.98-0.99x; its all.tgz passed 16 MiB and did not come back (run s52-3, the
+# same machine, redid the 16-token A/B, the triton step and the anatomies): landed (00437b9).
 ab_bench ab-narrow "--ops alloc_extend --page-sizes 1,16,64 --batch-sizes 33,64,128,256,1024" "M W M W M W"
 ab_bench ab-narrow16 "--ops alloc_extend --extend-tokens 16 --page-sizes 16 --batch-sizes 33,64,256,1024" "M W M W M W"
 step tests tests

@@ -13,7 +13,8 @@
 # then `timeout 560 env OUT=$OUT scripts/gpu/steps.sh scripts/gpu/plans/s52-owners.sh
 # scripts/gpu/plans/anatomy-ab.sh`; `python3 scripts/gpu/ab_table.py $OUT/NAME M O`; phases
 # in $OUT/anatomy-{M,T}/anatomy.md (T: O). Every GPU test, sanitize-quick and the Python
-# suites run on O (a winner lands only with them passed).
+# suites run on O (a winner lands only with them passed). Run s52-4 (H100): all passed; 16
+# tokens 0.97-0.98x, 64 and 512 tokens 1.01-1.02x main's time: not kept (s52-bits.sh).
 ab_bench ab-own16 "--ops alloc_extend --extend-tokens 16 --page-sizes 1,16 --batch-sizes 33,64,128,256,1024" "M O M O M O"
 ab_bench ab-own64 "--ops alloc_extend --extend-tokens 64 --page-sizes 16,64 --batch-sizes 33,64,128,256" "M O M O M O"
 ab_bench ab-own512 "--ops alloc_extend --page-sizes 16 --batch-sizes 33,64,256,1024" "M O M O M O"

@@ -5,7 +5,9 @@
 # in it (`FirstRequest`); plan_block_tokens takes them instead of reading
 # `tok_off[first + 1]` and the offsets after the barrier (a load that depends on `first`).
 # Aim: keep 4a4b301's 0.96-1.00x at 33-1,024 requests of 512 tokens and lose its 1.01x at
-# 33-256 requests of 16 tokens (run s51-6). Compiles (sm_90); never run. Pack with
+# 33-256 requests of 16 tokens (run s51-6). Run s52-1 (H100): 33-256 requests 0.98-1.00x,
+# 1,024 requests 1.01-1.06x (the wide blocks spill); landed for blocks of 256 threads only
+# (s52-narrow.sh). Pack with
 #   V=$(scripts/gpu/patch-variant.sh scripts/gpu/plans/s52-publish-first.patch main)
 #   git checkout --detach $V && scripts/gpu/pack.sh --variant M=main --variant V=.
 # then `timeout 500 env OUT=$OUT scripts/gpu/steps.sh scripts/gpu/plans/s52-publish.sh`;
