@@ -434,7 +434,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
         sh.stage_first = r * PER + u;
         if constexpr (PUBLISH_FIRST)
           first_shared = FirstRequest{end >= t_end, (uint32_t)a, (uint32_t)s[u].tokens,
-                                        (uint32_t)s[u].part1, (uint32_t)at[u].b, ll[u]};
+                                      (uint32_t)s[u].part1, (uint32_t)at[u].b, ll[u]};
       }
       if (live && a < t_end && t_end <= end)
         stage_hi = page_at(t_end - 1 - a) + (t_end - 1 - a < s[u].part1 ? 0 : 1);
