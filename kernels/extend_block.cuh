@@ -147,6 +147,32 @@ __device__ __forceinline__ Pair after_loads(Pair x, unsigned long long (*slot)[2
   return Pair{s[0], s[1]};
 }
 
+// This thread's tokens of [t_begin, t_end), all in one request (its first token `tok`, `len`
+// tokens, `part1` of them into the prefix's page after `last`, new pages from rank `page`).
+template <uint32_t PER, int BLOCK, bool POW2>
+__device__ __forceinline__ void plan_within_request(OwnTokens<PER> &own, const View &v,
+                                                    uint32_t t_begin, uint32_t t_end,
+                                                    uint32_t page_lo, uint32_t tok, uint32_t len,
+                                                    uint32_t part1, uint32_t page,
+                                                    long long last) {
+#pragma unroll
+  for (uint32_t u = 0; u < PER; ++u) {
+    const uint32_t t = t_begin + threadIdx.x + u * BLOCK;
+    if (t >= t_end) break;
+    own.template place<POW2>(u, t - tok, part1, len, page, last, page_lo, v);
+  }
+}
+
+// This thread's token u (token t) of request q, from the offsets the block published in `sh`.
+template <bool POW2, uint32_t PER, typename Shared>
+__device__ __forceinline__ void plan_in_request(OwnTokens<PER> &own, const Shared &sh,
+                                                const View &v, uint32_t u, uint32_t t, uint32_t q,
+                                                uint32_t page_lo) {
+  const uint32_t tok = (uint32_t)sh.tok_off[q];
+  own.template place<POW2>(u, t - tok, (uint32_t)sh.part1[q], (uint32_t)sh.tok_off[q + 1] - tok,
+                           (uint32_t)sh.page_off[q], sh.last[q], page_lo, v);
+}
+
 // This thread's tokens of the block's range [t_begin, t_end) planned (see OwnTokens) from
 // the offsets the block published in `sh`, each token's request searched on from the one
 // holding the block's first token (`first`; one block: request 0).
@@ -176,12 +202,8 @@ __device__ __forceinline__ OwnTokens<PER> plan_block_tokens(const Shared &sh, co
   OwnTokens<PER> own;
   if constexpr (GRID && PUBLISHED) {
     if (fr.whole) {  // (uniform: the block's)
-#pragma unroll
-      for (uint32_t u = 0; u < PER; ++u) {
-        const uint32_t t = t_begin + threadIdx.x + u * BLOCK;
-        if (t >= t_end) break;
-        own.template place<POW2>(u, t - fr.tok, fr.part1, fr.len, fr.page, fr.last, page_lo, v);
-      }
+      plan_within_request<PER, BLOCK, POW2>(own, v, t_begin, t_end, page_lo, fr.tok, fr.len,
+                                            fr.part1, fr.page, fr.last);
       return own;
     }
     // A token's request: the last that starts at or before it within its warp's positions
@@ -198,10 +220,7 @@ __device__ __forceinline__ OwnTokens<PER> plan_block_tokens(const Shared &sh, co
       if (t < t_end) {
         const uint32_t q =
             below ? (uint32_t)owners.start[w * 32 + 31 - __clz((int)below)] : max(before, first);
-        const uint32_t tok = (uint32_t)sh.tok_off[q];
-        own.template place<POW2>(u, t - tok, (uint32_t)sh.part1[q],
-                                 (uint32_t)sh.tok_off[q + 1] - tok, (uint32_t)sh.page_off[q],
-                                 sh.last[q], page_lo, v);
+        plan_in_request<POW2>(own, sh, v, u, t, q, page_lo);
       }
     }
     return own;
@@ -209,14 +228,9 @@ __device__ __forceinline__ OwnTokens<PER> plan_block_tokens(const Shared &sh, co
     const uint32_t f_end = (uint32_t)sh.tok_off[first + 1];
     if (f_end >= t_end) {  // (uniform: the block's)
       const uint32_t f_tok = (uint32_t)sh.tok_off[first];
-      const uint32_t part1 = (uint32_t)sh.part1[first], page = (uint32_t)sh.page_off[first];
-      const long long last = sh.last[first];
-#pragma unroll
-      for (uint32_t u = 0; u < PER; ++u) {
-        const uint32_t t = t_begin + threadIdx.x + u * BLOCK;
-        if (t >= t_end) break;
-        own.template place<POW2>(u, t - f_tok, part1, f_end - f_tok, page, last, page_lo, v);
-      }
+      plan_within_request<PER, BLOCK, POW2>(own, v, t_begin, t_end, page_lo, f_tok, f_end - f_tok,
+                                            (uint32_t)sh.part1[first],
+                                            (uint32_t)sh.page_off[first], sh.last[first]);
       return own;
     }
   }
@@ -226,9 +240,7 @@ __device__ __forceinline__ OwnTokens<PER> plan_block_tokens(const Shared &sh, co
     const uint32_t t = t_begin + threadIdx.x + u * BLOCK;
     if (t >= t_end) break;
     q = request_of(sh.tok_off, batch, q, t);
-    const uint32_t tok = (uint32_t)sh.tok_off[q];
-    own.template place<POW2>(u, t - tok, (uint32_t)sh.part1[q], (uint32_t)sh.tok_off[q + 1] - tok,
-                             (uint32_t)sh.page_off[q], sh.last[q], page_lo, v);
+    plan_in_request<POW2>(own, sh, v, u, t, q, page_lo);
   }
   return own;
 }
