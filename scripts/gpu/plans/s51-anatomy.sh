@@ -9,6 +9,4 @@
 # then `timeout 400 env OUT=$OUT scripts/gpu/steps.sh scripts/gpu/plans/anatomy-ab.sh
 # scripts/gpu/plans/s51-anatomy.sh`; phases in $OUT/anatomy-{X,T}/anatomy.md, the table by
 # `python3 scripts/gpu/triton_table.py $OUT/triton`.
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-    step triton BENCH_ARGS="--ops alloc_extend,alloc_decode --page-sizes 16,64 --batch-sizes 1,8,64,256,1024,4096" bench
-fi
+source scripts/gpu/plans/triton-h200.sh

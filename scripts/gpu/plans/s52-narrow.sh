@@ -18,6 +18,4 @@ step sanitize SANITIZE_OPS=100 sanitize-quick
 step python python
 # On an H200 only (PENDING.md item 0): the README's table, kvpool (this tree's library)
 # against SGLang's Triton kernels; `python3 scripts/gpu/triton_table.py $OUT/triton`.
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-    step triton BENCH_ARGS="--ops alloc_extend,alloc_decode --page-sizes 16,64 --batch-sizes 1,8,64,256,1024,4096" bench
-fi
+source scripts/gpu/plans/triton-h200.sh
