@@ -174,25 +174,28 @@ __device__ __forceinline__ void plan_in_request(OwnTokens<PER> &own, const Share
 }
 
 // This thread's tokens of the block's range [t_begin, t_end) planned (see OwnTokens) from
-// the offsets the block published in `sh`, each token's request searched on from the one
-// holding the block's first token (`first`; one block: request 0).
-// GRID (several blocks): a block whose tokens all lie in that request (the blocks of a
-// long request's tokens) plans them without a search, the request's offsets read once;
-// else, as one block, each token's search and its request's offsets are dependent shared
-// loads, token after token. Run s51-6 (H100): 33-1,024 requests of 512 tokens 0.96-1.00x
-// the time; blocks of many short requests pay the check, 33-256 requests of 16 tokens
-// 1.01x. PUBLISHED (blocks of up to 256 threads): the check and the offsets come as `fr`,
-// published with the stage bounds, so no load waits for `first`: 33-256 requests of 512
-// tokens 0.98-0.99x and of 16 tokens 0.99-1.00x 4a4b301's time (runs s52-2, s52-3, H200).
-// Their other blocks find each token's request from where the block's requests start
-// (`owners`, TokenOwners: a start bit below the token in its warp, else a warp-wide
-// maximum) instead of a search: 33-256 requests of 16 tokens 0.94-0.95x, of 64 tokens
-// 0.99-1.00x, of 512 tokens 1.00-1.01x (run s52-6, H100; with the galloping search a block
-// of 16-token requests planned its tokens ~1,850 cycles after the stage-bound barrier, a
-// block within one request ~470: run s52-3's anatomy, H200). (Per token, the tokens of the
-// first request without a search, run s51-5: 512 tokens 0.97-1.00x, 16 tokens
-// 1.01-1.02x. One block's tokens are the call's, never all in its first request.)
-template <uint32_t PER, int BLOCK, bool POW2, bool GRID, bool PUBLISHED, typename Shared>
+// the offsets the block published in `sh`.
+// GRID (several blocks): a block whose tokens all lie in the request holding its first
+// token (`first`; the blocks of a long request's tokens) plans them without a search, the
+// request's offsets read once. Run s51-6 (H100): 33-1,024 requests of 512 tokens
+// 0.96-1.00x the time; blocks of many short requests pay the check, 33-256 requests of 16
+// tokens 1.01x. PUBLISHED (blocks of up to 256 threads): the check and the offsets come as
+// `fr`, published with the stage bounds, so no load waits for `first`: 33-256 requests of
+// 512 tokens 0.98-0.99x and of 16 tokens 0.99-1.00x 4a4b301's time (runs s52-2, s52-3,
+// H200).
+// OWNED (one block or several of up to 256 threads): each token's request comes from where
+// the block's requests start (`owners`, TokenOwners: a start bit below the token in its
+// warp, else a warp-wide maximum), not from a search. Several blocks: 33-256 requests of 16
+// tokens 0.94-0.95x, of 64 tokens 0.99-1.00x, of 512 tokens 1.00-1.01x (run s52-6, H100;
+// with the galloping search a block of 16-token requests planned its tokens ~1,850 cycles
+// after the stage-bound barrier, a block within one request ~470: run s52-3's anatomy,
+// H200). One block (its tokens are the call's, never all in its first request): 65-256
+// requests of 1-2 tokens 0.86-0.91x, the controls (33 and 256 requests of 16 tokens, page
+// 16) 1.00x (run s53-1, H100). Else (the wide several blocks) each token's request is searched on from `first`:
+// dependent shared loads, token after token. (Per token, the tokens of the first request
+// without a search, run s51-5: 512 tokens 0.97-1.00x, 16 tokens 1.01-1.02x.)
+template <uint32_t PER, int BLOCK, bool POW2, bool GRID, bool PUBLISHED, bool OWNED,
+          typename Shared>
 __device__ __forceinline__ OwnTokens<PER> plan_block_tokens(const Shared &sh, const View &v,
                                                             uint32_t batch, uint32_t first,
                                                             const FirstRequest &fr,
@@ -206,6 +209,17 @@ __device__ __forceinline__ OwnTokens<PER> plan_block_tokens(const Shared &sh, co
                                             fr.part1, fr.page, fr.last);
       return own;
     }
+  } else if constexpr (GRID) {
+    const uint32_t f_end = (uint32_t)sh.tok_off[first + 1];
+    if (f_end >= t_end) {  // (uniform: the block's)
+      const uint32_t f_tok = (uint32_t)sh.tok_off[first];
+      plan_within_request<PER, BLOCK, POW2>(own, v, t_begin, t_end, page_lo, f_tok, f_end - f_tok,
+                                            (uint32_t)sh.part1[first],
+                                            (uint32_t)sh.page_off[first], sh.last[first]);
+      return own;
+    }
+  }
+  if constexpr (OWNED) {
     // A token's request: the last that starts at or before it within its warp's positions
     // (their bits), else the last that starts before them (a warp-wide maximum over the
     // earlier warps' `last`: request numbers grow with position), else `first`.
@@ -224,15 +238,6 @@ __device__ __forceinline__ OwnTokens<PER> plan_block_tokens(const Shared &sh, co
       }
     }
     return own;
-  } else if constexpr (GRID) {
-    const uint32_t f_end = (uint32_t)sh.tok_off[first + 1];
-    if (f_end >= t_end) {  // (uniform: the block's)
-      const uint32_t f_tok = (uint32_t)sh.tok_off[first];
-      plan_within_request<PER, BLOCK, POW2>(own, v, t_begin, t_end, page_lo, f_tok, f_end - f_tok,
-                                            (uint32_t)sh.part1[first],
-                                            (uint32_t)sh.page_off[first], sh.last[first]);
-      return own;
-    }
   }
   uint32_t q = first;
 #pragma unroll
@@ -272,11 +277,12 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   // `planned` below).
   constexpr bool PLANS = !ROWS;
   constexpr uint32_t PLAN_PER = !PLANS ? 1 : GRID ? (SPAN_TOKENS + BLOCK - 1) / BLOCK : 2;
-  // The same blocks publish their tokens' requests for the planning (TokenOwners), over
-  // the positions a block plans.
+  // The same blocks, and one block of up to 256 threads, publish their tokens' requests for
+  // the planning (TokenOwners), over the positions a block plans.
+  constexpr bool OWNERS = PLANS && BLOCK <= 256;
   constexpr uint32_t OWNER_SPAN = PLAN_PER * BLOCK;
-  static_assert(!PUBLISH_FIRST || BLOCK * PER <= 0x10000);
-  __shared__ TokenOwners<OWNER_SPAN> owners;  // (PUBLISH_FIRST only: else unused)
+  static_assert(!OWNERS || BLOCK * PER <= 0x10000);
+  __shared__ TokenOwners<OWNER_SPAN> owners;  // (OWNERS only: else unused)
   auto &tok_off = sh.tok_off;
   auto &page_off = sh.page_off;
   auto &part1 = sh.part1;
@@ -310,9 +316,9 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
       sh.stage_first = 0;
       if constexpr (PUBLISH_FIRST) first_shared.whole = false;
     }
-    if constexpr (PUBLISH_FIRST) {
-      if (r < owners.WARPS) owners.starts[r] = owners.last[r] = 0;
-    }
+  }
+  if constexpr (OWNERS) {  // published by the barrier in block_scan_plan
+    if (r < owners.WARPS) owners.starts[r] = owners.last[r] = 0;
   }
 
   // Round trip 1: this thread's requests. Every load is unconditional (a thread past the
@@ -468,6 +474,19 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     first = sh.stage_first;
     if constexpr (PUBLISH_FIRST) first_request = first_shared;
     KVP_PROBE(6, page_lo + page_hi + first);  // the stage-bound barrier passed
+  } else if constexpr (OWNERS) {
+    // One block: where its requests start, position 0 included (`first` is request 0,
+    // which may be empty); published by the planning's barrier below.
+#pragma unroll
+    for (int u = 0; u < PER; ++u) {
+      const unsigned long long a = at[u].a, end = a + s[u].tokens;
+      if (live && a < end && a < t_end && t_end <= OWNER_SPAN) {
+        const uint32_t pos = (uint32_t)a, i = r * PER + u;
+        owners.start[pos] = (uint16_t)i;
+        atomicOr(&owners.starts[pos / 32], 1u << (pos % 32));
+        atomicMax(&owners.last[pos / 32], i);
+      }
+    }
   }
   const bool staged = page_hi - page_lo <= STAGE_CAP;
   // Within the host's tokens for a block (one block: at most 2 a thread, BLOCK_TOKENS or
@@ -488,7 +507,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     // planning, as in extend_block's round trip 1.)
     if constexpr (GRID) __syncwarp();
     else __syncthreads();
-    mine = plan_block_tokens<PLAN_PER, BLOCK, POW2, GRID, PUBLISH_FIRST>(
+    mine = plan_block_tokens<PLAN_PER, BLOCK, POW2, GRID, PUBLISH_FIRST, OWNERS>(
         sh, v, batch, first, first_request, owners, (uint32_t)t_begin, (uint32_t)t_end,
         (uint32_t)page_lo);
     KVP_PROBE(7, mine.base[0] + mine.rank[0] + mine.fill[0]);  // this thread's tokens planned

@@ -1,4 +1,5 @@
-# Written in the fifty-second session, not yet run (PENDING.md item 7). R = main +
+# Written in the fifty-second session; run s53-1 (H100, BENCHMARKS.md: 0.86-0.91x at
+# 65-256 requests of 1-2 tokens, landed). R = main +
 # s53-one-block-owners.patch: the one-block extend kernels that plan their tokens
 # (`kvp_extend_block_*`: 65-256 requests of up to 256 tokens, one token a thread;
 # `kvp_extend_block64_*`) find each token's request from where the requests start
