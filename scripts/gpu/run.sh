@@ -19,6 +19,8 @@
 #                                         over the reservation tests alone)
 #   scripts/gpu/run.sh sanitize-quick    (not in the default set: a short pass of both
 #                                         sanitizers for a small kernel change)
+#   scripts/gpu/run.sh sanitize-rows     (not in the default set: both sanitizers over the
+#                                         by-row tests, SANITIZE_OPS operations, default 100)
 #
 # tp: the tensor-parallel digest test (tests/tp/tp_digest.py): one rank per GPU (at least
 # two; ranks share the GPU, with gloo instead of NCCL, on a one-GPU machine), TP_STEPS steps
@@ -177,6 +179,16 @@ sanitize_decode_races() {
         decode_kernels_of_every_size_name_the_hosts_first_bad_request \
         extends_of_a_few_requests_name_the_hosts_first_bad_request
 }
+# The by-row lockstep tests (every rows kernel against the host backend) under TOOL...,
+# OPS operations a configuration.
+sanitize_rows() { # OPS TOOL...
+    local ops=$1 tool
+    shift
+    for tool in "$@"; do
+        KVPOOL_ROWS_OPS=$ops run "sanitize-$tool-rows" "$SANITIZER" --tool "$tool" \
+            --error-exitcode 9 "$BIN/cuda_rows" --ignored --test-threads=1
+    done
+}
 # The contract tests under memcheck, stream-ordered release among them: a free under a queued
 # kernel would show as an invalid access. KVPOOL_SANITIZER: kernels may be serialized, so
 # timing is not asserted, and the unordered-streams detection (which needs overlap) is
@@ -227,6 +239,10 @@ for step in "${steps[@]}"; do
         sanitize_decode_races
         sanitize_contract
         ;;
+    sanitize-rows)
+        # Both sanitizers over the by-row tests, for a change to the rows kernels.
+        sanitize_rows "${SANITIZE_OPS:-100}" memcheck racecheck
+        ;;
     sanitize-reservation)
         # Both sanitizers over the reservation tests alone (a change to the reservation
         # kernels; the full step below runs them too unless SANITIZE_RESERVATION=0).
@@ -234,10 +250,7 @@ for step in "${steps[@]}"; do
         ;;
     sanitize)
         sanitize_lockstep "${SANITIZE_OPS:-600}" memcheck racecheck
-        KVPOOL_ROWS_OPS=${SANITIZE_OPS:-600} run sanitize-memcheck-rows "$SANITIZER" --tool memcheck \
-            --error-exitcode 9 "$BIN/cuda_rows" --ignored --test-threads=1
-        KVPOOL_ROWS_OPS=${SANITIZE_OPS:-600} run sanitize-racecheck-rows "$SANITIZER" --tool racecheck \
-            --error-exitcode 9 "$BIN/cuda_rows" --ignored --test-threads=1
+        sanitize_rows "${SANITIZE_OPS:-600}" memcheck racecheck
         if [[ ${SANITIZE_RESERVATION:-1} != 0 ]]; then
             sanitize_reservation memcheck racecheck
         else
