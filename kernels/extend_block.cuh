@@ -96,19 +96,47 @@ struct FirstRequest {
   long long last;                  // its last_loc
 };
 
-// Several blocks: where the block's requests start among its SPAN token positions,
-// published with the stage bounds by the threads that own the requests (one write of each
-// kind a request, no loop), so that a block of many short requests plans its tokens without
-// a search (plan_block_tokens): `starts[w]`, bit b set where a non-empty request starts at
-// position 32 w + b (past position 0, whose request is the block's `first`); `start[p]`,
-// that request (read only where its bit is set, so never cleared); `last[w]`, the last
-// request starting in positions 32 w .. 32 w + 31, else 0.
+// Where a block's requests start among its SPAN token positions, written by the threads
+// that own the requests (one write of each kind a request, no loop), so that a block of many
+// short requests finds each token's request without a search (OwnerLookup): `starts[w]`, bit
+// b set where a non-empty request starts at position 32 w + b (several blocks: past position
+// 0, whose request is the block's `first`; one block: position 0 too, since request 0 may be
+// empty); `start[p]`, that request (read only where its bit is set, so never cleared);
+// `last[w]`, the last request starting in positions 32 w .. 32 w + 31, else 0.
 template <uint32_t SPAN>
 struct TokenOwners {
   static constexpr uint32_t WARPS = SPAN / 32;
   uint32_t starts[WARPS];
   uint32_t last[WARPS];
   uint16_t start[SPAN];
+};
+
+// The request holding the token at position p of the block's span: the last that starts at
+// or before it within its warp's positions (their bits), else the last that starts before
+// them (a warp-wide maximum over the earlier warps' `last`: request numbers grow with
+// position), else `first`. `at` is asked by every lane of the warp, for positions of one
+// warp's word (p / 32 the same in every lane); `request` by the lanes that use the answer.
+template <uint32_t SPAN>
+struct OwnerLookup {
+  struct Near {
+    uint32_t w;       // the position's word
+    unsigned below;   // the starts at or below it in its word
+    uint32_t before;  // the last request starting before the word, else 0
+  };
+  const TokenOwners<SPAN> &owners;
+  const uint32_t lane = threadIdx.x % 32;
+  const unsigned at_or_below = 0xffffffffu >> (31 - lane);
+  const uint32_t last_of_lane = lane < owners.WARPS ? owners.last[lane] : 0;
+
+  __device__ __forceinline__ Near at(uint32_t p) const {
+    const uint32_t w = p / 32;
+    return Near{w, owners.starts[w] & at_or_below,
+                __reduce_max_sync(0xffffffffu, lane < w ? last_of_lane : 0)};
+  }
+  __device__ __forceinline__ uint32_t request(const Near &n, uint32_t first) const {
+    return n.below ? (uint32_t)owners.start[n.w * 32 + 31 - __clz((int)n.below)]
+                   : max(n.before, first);
+  }
 };
 
 // extend_block's shared memory: a struct, so that the body's two instantiations (page sizes
@@ -195,11 +223,11 @@ __device__ __forceinline__ void plan_in_request(OwnTokens<PER> &own, const Share
 // dependent shared loads, token after token. (Per token, the tokens of the first request
 // without a search, run s51-5: 512 tokens 0.97-1.00x, 16 tokens 1.01-1.02x.)
 template <uint32_t PER, int BLOCK, bool POW2, bool GRID, bool PUBLISHED, bool OWNED,
-          typename Shared>
+          typename Shared, uint32_t SPAN>
 __device__ __forceinline__ OwnTokens<PER> plan_block_tokens(const Shared &sh, const View &v,
                                                             uint32_t batch, uint32_t first,
                                                             const FirstRequest &fr,
-                                                            const TokenOwners<PER * BLOCK> &owners,
+                                                            const TokenOwners<SPAN> &owners,
                                                             uint32_t t_begin, uint32_t t_end,
                                                             uint32_t page_lo) {
   OwnTokens<PER> own;
@@ -220,22 +248,12 @@ __device__ __forceinline__ OwnTokens<PER> plan_block_tokens(const Shared &sh, co
     }
   }
   if constexpr (OWNED) {
-    // A token's request: the last that starts at or before it within its warp's positions
-    // (their bits), else the last that starts before them (a warp-wide maximum over the
-    // earlier warps' `last`: request numbers grow with position), else `first`.
-    const uint32_t lane = threadIdx.x % 32;
-    const unsigned at_or_below = 0xffffffffu >> (31 - lane);
-    const uint32_t last_of_lane = lane < owners.WARPS ? owners.last[lane] : 0;
+    const OwnerLookup<SPAN> owner{owners};
 #pragma unroll
     for (uint32_t u = 0; u < PER; ++u) {
-      const uint32_t p = threadIdx.x + u * BLOCK, t = t_begin + p, w = p / 32;
-      const unsigned below = owners.starts[w] & at_or_below;
-      const uint32_t before = __reduce_max_sync(0xffffffffu, lane < w ? last_of_lane : 0);
-      if (t < t_end) {
-        const uint32_t q =
-            below ? (uint32_t)owners.start[w * 32 + 31 - __clz((int)below)] : max(before, first);
-        plan_in_request<POW2>(own, sh, v, u, t, q, page_lo);
-      }
+      const uint32_t p = threadIdx.x + u * BLOCK, t = t_begin + p;
+      const auto near = owner.at(p);
+      if (t < t_end) plan_in_request<POW2>(own, sh, v, u, t, owner.request(near, first), page_lo);
     }
     return own;
   }
@@ -278,9 +296,15 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   constexpr bool PLANS = !ROWS;
   constexpr uint32_t PLAN_PER = !PLANS ? 1 : GRID ? (SPAN_TOKENS + BLOCK - 1) / BLOCK : 2;
   // The same blocks, and one block of up to 256 threads, publish their tokens' requests for
-  // the planning (TokenOwners), over the positions a block plans.
-  constexpr bool OWNERS = PLANS && BLOCK <= 256;
-  constexpr uint32_t OWNER_SPAN = PLAN_PER * BLOCK;
+  // the planning (TokenOwners), over the positions a block plans; by row, one or two warps
+  // (2-64 requests of up to 64 tokens, more than one) for their writes, over up to two
+  // tokens a thread: 0.84-0.96x the time at 4-64 short requests (run s53-3, H100). Not 256
+  // threads by row: 0.91-0.93x at 128-256 requests of 1-2 tokens, but 1.03-1.04x at 2-32
+  // requests of 16-64 tokens (extend_few's shapes, sent here by row) even with the lookup
+  // gated off for them (its code alone: the kernel spills more at 64 registers).
+  constexpr bool ROW_OWNERS = ROWS && !GRID && !ONE && BLOCK <= 64;
+  constexpr bool OWNERS = (PLANS && BLOCK <= 256) || ROW_OWNERS;
+  constexpr uint32_t OWNER_SPAN = (PLANS ? PLAN_PER : 2) * BLOCK;
   static_assert(!OWNERS || BLOCK * PER <= 0x10000);
   __shared__ TokenOwners<OWNER_SPAN> owners;  // (OWNERS only: else unused)
   auto &tok_off = sh.tok_off;
@@ -476,7 +500,8 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     KVP_PROBE(6, page_lo + page_hi + first);  // the stage-bound barrier passed
   } else if constexpr (OWNERS) {
     // One block: where its requests start, position 0 included (`first` is request 0,
-    // which may be empty); published by the planning's barrier below.
+    // which may be empty); published by the planning's barrier below (by row: the
+    // verdict's).
 #pragma unroll
     for (int u = 0; u < PER; ++u) {
       const unsigned long long a = at[u].a, end = a + s[u].tokens;
@@ -621,10 +646,24 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     // (A one-block call's t_end is the plan's total, which the device's equals here.)
     if (planned)
       mine.template write<BLOCK>(pages, v, call, (uint32_t)t_begin, (uint32_t)t_end, r, out);
-    else
+    else {
+      // By row, one or two warps: each thread's first two tokens' requests without a
+      // search (a second token only on one warp: up to 64 tokens).
+      uint32_t from = first;
+      SecondToken second{false, 0};
+      if (ROW_OWNERS && t_end <= OWNER_SPAN) {  // (uniform: the plan's total)
+        const OwnerLookup<OWNER_SPAN> owner{owners};
+        const auto near = owner.at(r);
+        from = owner.request(near, first);
+        if constexpr (BLOCK == 32) {
+          const auto near2 = owner.at(r + BLOCK);
+          second = SecondToken{true, owner.request(near2, first)};
+        }
+      }
       write_call_slots<BLOCK, true, GRID, POW2, ROWS>(sh, v, call, c, batch, staged, page_lo,
-                                                      first, t_begin, t_end, total_tokens,
-                                                      total_pages, out, tab);
+                                                      from, t_begin, t_end, total_tokens,
+                                                      total_pages, out, tab, second);
+    }
     KVP_PROBE(4, 0);
   } else if (!ROWS || out != nullptr) {
     // Dead, short or failed: the plan's whole output is the padding slot.

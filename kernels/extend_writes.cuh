@@ -232,14 +232,23 @@ __device__ __forceinline__ bool narrow_offsets(unsigned long long total_tokens,
   return total_tokens < (1ull << 31) && total_pages < (1ull << 31);
 }
 
+// The request of a thread's second token (BLOCK past its first), where the block found it
+// without a search (one or two warps by row: TokenOwners); `first` is then its first
+// token's.
+struct SecondToken {
+  bool known;
+  uint32_t q;
+};
+
 // The slots of this block's tokens [t_begin, t_end) (after the verdict, the call taking
 // effect), from the offsets the deciding threads published in `sh` (`tok_off` with the
 // total after the last request, `part1`, `page_off`, `last`, and the staged `pages` of
 // ranks from `page_lo`; `first`, the request holding token t_begin, where each thread's
-// search for its requests starts): the first token of a new page sets its fill point
-// (GRID: and makes the page allocated, the block writing that token). ROWS: each slot also goes into the
-// request's row (`sh.table_at_`), and to `out` only when it is not NULL. Off: the width of
-// token and page offsets, 32 bits only where `narrow_offsets` holds.
+// search for its requests starts, or with `second` known this thread's first token's): the
+// first token of a new page sets its fill point (GRID: and makes the page allocated, the
+// block writing that token). ROWS: each slot also goes into the request's row
+// (`sh.table_at_`), and to `out` only when it is not NULL. Off: the width of token and page
+// offsets, 32 bits only where `narrow_offsets` holds.
 template <int BLOCK, typename Off, bool GRID, bool POW2, bool ROWS, typename Shared,
           typename Index>
 __device__ __forceinline__ void write_slots(const Shared &sh, const View &v, const Call &call,
@@ -247,7 +256,8 @@ __device__ __forceinline__ void write_slots(const Shared &sh, const View &v, con
                                             unsigned long long page_lo, uint32_t first,
                                             unsigned long long t_begin,
                                             unsigned long long t_end, Index *out,
-                                            const TableArgs &tab) {
+                                            const TableArgs &tab,
+                                            SecondToken second = {false, 0}) {
   const bool tracked = v.page_size > 1;
   const uint32_t n = v.num_pages;
   // The request's offsets are read once per request (a thread's tokens are BLOCK apart, so
@@ -258,7 +268,8 @@ __device__ __forceinline__ void write_slots(const Shared &sh, const View &v, con
   long long q_last = sh.last[q];
   for (Off t = (Off)t_begin + (Off)threadIdx.x; t < (Off)t_end; t += BLOCK) {
     if (t >= q_end) {
-      q = request_of(sh.tok_off, batch, q, t);
+      q = second.known && t - (Off)t_begin < (Off)(2 * BLOCK) ? second.q
+                                                              : request_of(sh.tok_off, batch, q, t);
       q_tok = (Off)sh.tok_off[q];
       q_end = (Off)sh.tok_off[q + 1];
       q_part1 = (Off)sh.part1[q];
@@ -302,14 +313,15 @@ __device__ __forceinline__ void write_call_slots(const Shared &sh, const View &v
                                                  unsigned long long t_end,
                                                  unsigned long long total_tokens,
                                                  unsigned long long total_pages, Index *out,
-                                                 const TableArgs &tab) {
+                                                 const TableArgs &tab,
+                                                 SecondToken second = {false, 0}) {
   if (NARROW && narrow_offsets(total_tokens, total_pages))
     write_slots<BLOCK, uint32_t, GRID, POW2, ROWS>(sh, v, call, c, batch, staged, page_lo,
-                                                   first, t_begin, t_end, out, tab);
+                                                   first, t_begin, t_end, out, tab, second);
   else
     write_slots<BLOCK, unsigned long long, GRID, POW2, ROWS>(sh, v, call, c, batch, staged,
                                                              page_lo, first, t_begin, t_end,
-                                                             out, tab);
+                                                             out, tab, second);
 }
 
 }  // namespace kvp

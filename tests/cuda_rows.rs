@@ -28,6 +28,8 @@ struct Shape {
     max_batch: usize,
     /// Slots per page_size-1 unit of the pool (`size = slots * min(page_size, 8)`).
     slots: u64,
+    /// The most tokens an extend adds to a row.
+    max_grow: u64,
 }
 
 impl Shape {
@@ -43,6 +45,7 @@ const SMALL: Shape = Shape {
     stride: 709,
     max_batch: 48,
     slots: 3000,
+    max_grow: 70,
 };
 /// Batches of up to 2,600 requests (the one-block rows kernels loop over chunks of 1,024).
 const LARGE: Shape = Shape {
@@ -51,6 +54,17 @@ const LARGE: Shape = Shape {
     stride: 67,
     max_batch: 2600,
     slots: 200_000,
+    max_grow: 70,
+};
+/// Up to 256 requests of 0-3 new tokens (a verify step's drafts): the one-block rows kernels
+/// with many short requests, some of them empty.
+const SHORT: Shape = Shape {
+    rows: 600,
+    row_len: 64,
+    stride: 67,
+    max_batch: 256,
+    slots: 40_000,
+    max_grow: 3,
 };
 const ROWS: u64 = SMALL.rows;
 const ROW_LEN: u64 = SMALL.row_len;
@@ -229,6 +243,7 @@ fn lockstep(
         stride,
         max_batch,
         slots,
+        max_grow,
     } = shape;
     let gpu = Gpu::new(false);
     let size = slots * u64::from(ps).min(8);
@@ -237,6 +252,7 @@ fn lockstep(
     let (host_desc, dev_desc) = (tables.host_desc, tables.dev_desc);
     let ow = width(pool_type);
     let mut work = Work::new(seed, n_rows as usize, row_len as i64, ps, max_batch);
+    work.max_grow = max_grow;
     let (mut ok, mut short) = (0, 0);
     // Extends of 257-1,024 requests taken (blocks of 512 or 1,024 threads deciding the call
     // by row; fewer run on one block or the 256-thread blocks, 1,025-2,048 on 1,024 threads of
@@ -447,6 +463,9 @@ fn device_rows_match_the_host_backend() {
     // Large batches: every rows kernel loops over several chunks of 1,024 requests.
     lockstep(17, 16, false, I64, I32, ops / 8, LARGE);
     lockstep(18, 1, false, I32, I32, ops / 8, LARGE);
+    // Many short requests: each token's request found from where the requests start.
+    lockstep(19, 1, false, I64, I32, ops / 2, SHORT);
+    lockstep(20, 16, false, I32, I64, ops / 2, SHORT);
 }
 
 /// An empty segment frees nothing wherever it starts, as SGLang's `free_segment` returns on

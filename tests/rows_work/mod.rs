@@ -34,6 +34,8 @@ pub struct Work {
     pub row_len: i64,
     pub page_size: i64,
     pub max_batch: usize,
+    /// The most tokens an extend adds to a row (70; a few for verify-like steps).
+    pub max_grow: u64,
 }
 
 impl Work {
@@ -44,6 +46,7 @@ impl Work {
             row_len,
             page_size: i64::from(page_size),
             max_batch,
+            max_grow: 70,
         }
     }
 
@@ -75,7 +78,7 @@ impl Work {
                         let grow = if self.rng.chance(20) {
                             0
                         } else {
-                            self.rng.below(room.min(70) + 1)
+                            self.rng.below(room.min(self.max_grow) + 1)
                         };
                         p + grow as i64
                     })
