@@ -274,8 +274,10 @@ __device__ __forceinline__ OwnTokens<PER> plan_block_tokens(const Shared &sh, co
 // after the verdict, and to `out` only when it is not NULL. A failing call writes nothing to
 // the table. POW2: the page size is a power of two (see extend_kernel).
 // ONE (kvp_extend_one_*_rows_*): the host sends exactly one request; `batch` is the
-// constant 1 (as extend_few's MAXB 1).
-template <int BLOCK, int PER, typename Index, bool ROWS, bool GRID, bool POW2, bool ONE = false>
+// constant 1 (as extend_few's MAXB 1). SHORT (kvp_extend_block_short_rows_*): one block by
+// row that the host sends only 33-256 requests of up to 256 tokens (short requests).
+template <int BLOCK, int PER, typename Index, bool ROWS, bool GRID, bool POW2, bool ONE = false,
+          bool SHORT = false>
 __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh, View v,
                                              Call call, const long long *prefix_lens,
                                              const long long *seq_lens, const Index *last_loc,
@@ -298,11 +300,13 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
   // The same blocks, and one block of up to 256 threads, publish their tokens' requests for
   // the planning (TokenOwners), over the positions a block plans; by row, one or two warps
   // (2-64 requests of up to 64 tokens, more than one) for their writes, over up to two
-  // tokens a thread: 0.84-0.96x the time at 4-64 short requests (run s53-3, H100). Not 256
-  // threads by row: 0.91-0.93x at 128-256 requests of 1-2 tokens, but 1.03-1.04x at 2-32
-  // requests of 16-64 tokens (extend_few's shapes, sent here by row) even with the lookup
-  // gated off for them (its code alone: the kernel spills more at 64 registers).
-  constexpr bool ROW_OWNERS = ROWS && !GRID && !ONE && BLOCK <= 64;
+  // tokens a thread: 0.84-0.96x the time at 4-64 short requests (run s53-3, H100); and
+  // SHORT, 256 threads for 33-256 requests of up to 256 tokens, a kernel of its own:
+  // 0.90-0.93x at 65-256 requests of 1-2 tokens (run s53-4, H100). Not the other 256-thread
+  // kernel by row, which takes extend_few's shapes (2-32 requests of 65-512 tokens): there
+  // the same code cost 1.03-1.04x even with the lookup gated off (the kernel spills more
+  // at 64 registers; run s53-3).
+  constexpr bool ROW_OWNERS = ROWS && !GRID && !ONE && (BLOCK <= 64 || SHORT);
   constexpr bool OWNERS = (PLANS && BLOCK <= 256) || ROW_OWNERS;
   constexpr uint32_t OWNER_SPAN = (PLANS ? PLAN_PER : 2) * BLOCK;
   static_assert(!OWNERS || BLOCK * PER <= 0x10000);
@@ -687,7 +691,8 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
 
 // The body is instantiated for both kinds of page size, so a power of two (the usual case)
 // runs without a branch or a call per division.
-template <int BLOCK, int PER, typename Index, bool ROWS, bool GRID, bool ONE = false>
+template <int BLOCK, int PER, typename Index, bool ROWS, bool GRID, bool ONE = false,
+          bool SHORT = false>
 __device__ __forceinline__ void extend_on(ExtendShared<BLOCK, PER, ROWS> &sh, View v, Call call,
                                           const long long *prefix_lens,
                                           const long long *seq_lens, const Index *last_loc,
@@ -695,24 +700,25 @@ __device__ __forceinline__ void extend_on(ExtendShared<BLOCK, PER, ROWS> &sh, Vi
                                           unsigned long long total_pages, Index *out,
                                           TableArgs tab) {
   if (v.page_shift != NOT_POW2)
-    extend_block<BLOCK, PER, Index, ROWS, GRID, true, ONE>(sh, v, call, prefix_lens, seq_lens,
-                                                           last_loc, batch, total_tokens,
-                                                           total_pages, out, tab);
+    extend_block<BLOCK, PER, Index, ROWS, GRID, true, ONE, SHORT>(
+        sh, v, call, prefix_lens, seq_lens, last_loc, batch, total_tokens, total_pages, out,
+        tab);
   else
-    extend_block<BLOCK, PER, Index, ROWS, GRID, false, ONE>(sh, v, call, prefix_lens, seq_lens,
-                                                            last_loc, batch, total_tokens,
-                                                            total_pages, out, tab);
+    extend_block<BLOCK, PER, Index, ROWS, GRID, false, ONE, SHORT>(
+        sh, v, call, prefix_lens, seq_lens, last_loc, batch, total_tokens, total_pages, out,
+        tab);
 }
 
 template <int BLOCK, int PER, typename Index, bool ROWS = false, bool GRID = false,
-          bool ONE = false>
+          bool ONE = false, bool SHORT = false>
 __device__ void extend_kernel(View v, Call call, const long long *prefix_lens,
                               const long long *seq_lens, const Index *last_loc, uint32_t batch,
                               unsigned long long total_tokens, unsigned long long total_pages,
                               Index *out, TableArgs tab = {}) {
   __shared__ ExtendShared<BLOCK, PER, ROWS> sh;
-  extend_on<BLOCK, PER, Index, ROWS, GRID, ONE>(sh, v, call, prefix_lens, seq_lens, last_loc,
-                                                batch, total_tokens, total_pages, out, tab);
+  extend_on<BLOCK, PER, Index, ROWS, GRID, ONE, SHORT>(sh, v, call, prefix_lens, seq_lens,
+                                                       last_loc, batch, total_tokens,
+                                                       total_pages, out, tab);
 }
 
 // Several blocks of BLOCK (512 or 1,024) threads, a request a thread, that each decide the

@@ -84,6 +84,10 @@ pub(crate) struct Typed {
     pub extend_block_rows: CUfunction,
     pub extend_block64_rows: CUfunction,
     pub extend_blocks_rows: CUfunction,
+    /// `extend_block_rows`' shape for 33-256 requests of up to 256 tokens
+    /// (`ExtendKernel::Block`): each token's request from where the requests start, which
+    /// the same code made slower for extend_few's shapes (2-32 longer requests).
+    pub extend_block_short_rows: CUfunction,
     /// The same three shapes and `kvp_decode_32_rows_*`'s for exactly one request
     /// (`kvp_extend_one_{warp,block,blocks}_rows_*`, `kvp_decode_one_rows_*`: the batch a
     /// constant).
@@ -360,6 +364,7 @@ impl Typed {
             extend_block_rows: typed("extend_block_rows")?,
             extend_block64_rows: typed("extend_block64_rows")?,
             extend_blocks_rows: typed("extend_blocks_rows")?,
+            extend_block_short_rows: typed("extend_block_short_rows")?,
             extend_one_warp_rows: typed("extend_one_warp_rows")?,
             extend_one_block_rows: typed("extend_one_block_rows")?,
             extend_one_blocks_rows: typed("extend_one_blocks_rows")?,
@@ -502,6 +507,7 @@ mod tests {
             "kvp_decode_one_i32",
             "kvp_decode_one_rows_i64",
             "kvp_extend_one_warp_rows_i32",
+            "kvp_extend_block_short_rows_i64",
             "kvp_extend_one_blocks_rows_i64",
             "kvp_decode_1024_rows_i32",
             "kvp_decode_cluster8_i64",
@@ -516,13 +522,13 @@ mod tests {
         assert!(!asked
             .iter()
             .any(|n| n.starts_with("kvp_extend_blocks2048_i")));
-        // Per index type: 30 typed entry points, 2 x DECODE_THREADS decode kernels,
+        // Per index type: 31 typed entry points, 2 x DECODE_THREADS decode kernels,
         // 2 x DECODE_CLUSTERS cluster decode kernels, FEW_THREADS one-block extend_few
         // kernels for each of 32 requests, one, FEW_BOUNDS and two a lane, WIDE_PLAIN_BATCHES +
         // WIDE_BATCHES wide extend kernels, and the 11 others.
         assert_eq!(
             asked.len(),
-            2 * (30
+            2 * (31
                 + WIDE_KERNELS
                 + 2 * DECODE_THREADS.len()
                 + 2 * DECODE_CLUSTERS.len()

@@ -390,7 +390,7 @@ impl DevicePool {
             ExtendKernel::One(_) => Some((typed.extend_one_block_rows, BLOCK)),
             ExtendKernel::OneBlocks => Some((typed.extend_one_blocks_rows, block)),
             ExtendKernel::Block64 => Some((typed.extend_block64_rows, block)),
-            ExtendKernel::Block => Some((typed.extend_block_rows, block)),
+            ExtendKernel::Block => Some((typed.extend_block_short_rows, block)),
             ExtendKernel::Blocks | ExtendKernel::FewBlocks | ExtendKernel::FewSpread => {
                 Some((typed.extend_blocks_rows, block))
             }
