@@ -74,14 +74,16 @@ const SORT_CAP: u64 = 4096;
 /// extend runs a request a thread: on two warps (`kvp_extend_block64_*`) for up to 64
 /// requests and `BLOCK64_TOKENS` tokens, else blocks of 256 threads (`kvp_extend_block_*`)
 /// for up to `BLOCK` requests: one block for up to `BLOCK_TOKENS` tokens, more for a longer
-/// extend (`kvp_extend_blocks_*`). One token a thread at most in one block (with the
+/// extend (`kvp_extend_blocks_*`). Two tokens a thread at most in one block (with the
 /// threads planning their tokens before the verdict, two a thread had taken 0.62-0.88x the
-/// time of up to four on the general loop: BENCHMARKS.md, twentieth session; since the
-/// thirty-fifth, one a thread: 257-512 tokens take 0.85-0.89x the time on blocks of
+/// time of up to four on the general loop: BENCHMARKS.md, twentieth session; from the
+/// thirty-fifth, one a thread: 257-512 tokens took 0.85-0.89x the time on blocks of
 /// `SHORT_SPAN_TOKENS` that they took at two a thread on 256 threads, by row 0.80-0.90x, and
 /// 65-128 tokens of 33-64 requests 0.85-0.90x on 256 threads that they took at two a thread
 /// on two warps, by row 0.85-0.89x; up to 64 tokens two warps stay faster, 0.95-0.97x the
-/// time on 256 threads). By request row the extend_few shapes run on the request-a-thread
+/// time on 256 threads; since the fifty-third, whose block looks each token's request up
+/// instead of searching for it, two a thread again, plain: `BLOCK_TOKENS`,
+/// `BLOCK_ROW_TOKENS`). By request row the extend_few shapes run on the request-a-thread
 /// kernels of the same shape (`kvp_extend_{warp,block64,block,blocks}_rows_*`; up to 64
 /// tokens on one warp, else one block of 256 threads).
 /// A decode of more than `DECODE_BATCH` and at most 4,096 requests, also by row, runs on one
@@ -145,7 +147,14 @@ fn wide_threads(batch: u32) -> u32 {
 const WARP_TOKENS: u64 = 64;
 /// The most tokens `kvp_extend_few_128_*` takes (three a writer lane).
 const FOUR_WARP_TOKENS: u64 = 256;
-const BLOCK_TOKENS: u64 = 256;
+/// The most tokens one block of `BLOCK` threads takes (`ExtendKernel::Block`), two a thread:
+/// 65-256 requests of 257-512 tokens 0.92-0.95x the time they took on several blocks (run
+/// s53-6, H100), since the block looks its tokens' requests up from where the requests start.
+const BLOCK_TOKENS: u64 = 512;
+/// By row, one a thread (`kvp_extend_block_short_rows_*`): at two a thread, 257-512 tokens
+/// took 0.96-1.00x the several-block kernel's time, and the second token's lookup 1.02x at up
+/// to 256 tokens (run s53-6).
+const BLOCK_ROW_TOKENS: u64 = 256;
 const BLOCK64_TOKENS: u64 = 64;
 /// The most tokens a block of the several-block extend kernels takes (`kvp::SPAN_TOKENS`;
 /// past `TARGET_BLOCKS` blocks, more: see `span_grid`).
@@ -1581,6 +1590,7 @@ impl DevicePool {
             multiprocessors: self.multiprocessors,
             wide,
             pairs: true,
+            block_tokens: BLOCK_TOKENS,
         }
     }
 
@@ -1590,6 +1600,7 @@ impl DevicePool {
         DeviceShapes {
             wide: self.kernels.wide_rows_shared.map(|bytes| bytes > 0),
             pairs: false,
+            block_tokens: BLOCK_ROW_TOKENS,
             ..self.shapes()
         }
     }
@@ -1657,7 +1668,7 @@ impl DevicePool {
             (ExtendKernel::Pairs(threads), 1, threads, batch32, batch32)
         } else if batch <= 64 && tokens <= BLOCK64_TOKENS {
             (ExtendKernel::Block64, 1, 64, batch32, batch32)
-        } else if batch <= BLOCK as usize && tokens <= BLOCK_TOKENS {
+        } else if batch <= BLOCK as usize && tokens <= device.block_tokens {
             (ExtendKernel::Block, 1, BLOCK, batch32, batch32)
         } else if batch <= BLOCK as usize {
             let grid = span_grid(tokens, device.multiprocessors);
@@ -2295,6 +2306,9 @@ pub(super) struct DeviceShapes {
     /// Whether `ExtendKernel::Pairs` may serve an extend (plain calls; by row, no kernel of
     /// that shape).
     pub pairs: bool,
+    /// The most tokens of `ExtendKernel::Block` (`BLOCK_TOKENS` plain, `BLOCK_ROW_TOKENS` by
+    /// row).
+    pub block_tokens: u64,
 }
 
 /// One kernel launch of a call (see `DevicePool::run_call`): the arguments after
@@ -2492,6 +2506,7 @@ mod tests {
                 multiprocessors: 132,
                 wide,
                 pairs: false,
+                block_tokens: BLOCK_ROW_TOKENS,
             };
             let (kernel, grid, threads, ..) =
                 DevicePool::extend_shape(batch, false, tokens, tokens, device).unwrap();
@@ -2601,11 +2616,11 @@ mod tests {
             ((40, false, 257, 257), (ExtendKernel::Pairs(256), 1, 256)),
             ((64, false, 512, 64), (ExtendKernel::Pairs(256), 1, 256)),
             ((64, false, 513, 65), (ExtendKernel::Blocks, 3, 256)),
-            // Past 64 requests, one token a thread at most in one block (BLOCK_TOKENS;
-            // BENCHMARKS.md, twentieth and thirty-fifth sessions).
+            // Past 64 requests, two tokens a thread at most in one block (BLOCK_TOKENS;
+            // BENCHMARKS.md, twentieth, thirty-fifth and fifty-third sessions).
             ((65, false, 65, 65), (ExtendKernel::Block, 1, 256)),
-            ((65, false, 257, 65), (ExtendKernel::Blocks, 2, 256)),
-            ((200, false, 512, 512), (ExtendKernel::Blocks, 2, 256)),
+            ((65, false, 257, 65), (ExtendKernel::Block, 1, 256)),
+            ((200, false, 512, 512), (ExtendKernel::Block, 1, 256)),
             ((200, false, 513, 513), (ExtendKernel::Blocks, 3, 256)),
             ((200, false, 1025, 1025), (ExtendKernel::Blocks, 5, 256)),
             // One block an SM (132 here) of SHORT_SPAN_TOKENS at most; past that, blocks of
@@ -2705,6 +2720,7 @@ mod tests {
                 // A plain call's shapes (`DevicePool::shapes`).
                 wide: std::array::from_fn(|slot| slot < WIDE_PLAIN_BATCHES.len()),
                 pairs: true,
+                block_tokens: BLOCK_TOKENS,
             };
             let (kernel, grid, threads, per_block, _) =
                 DevicePool::extend_shape(batch, decode, tokens, pages, device).unwrap();
@@ -2733,7 +2749,8 @@ mod tests {
 
     /// By row (`DevicePool::rows_shapes`: no `Pairs`), 33-64 requests keep the
     /// request-a-thread shapes: two warps up to 64 tokens, one block of 256 threads up to
-    /// `BLOCK_TOKENS`, else several; a plain call of the same shape runs two requests a lane.
+    /// `BLOCK_ROW_TOKENS`, else several; a plain call of the same shape runs two requests a
+    /// lane.
     #[test]
     fn extends_of_33_to_64_requests_run_two_a_lane_only_when_plain() {
         let shape = |batch: usize, tokens: u64, pairs: bool| {
@@ -2742,6 +2759,11 @@ mod tests {
                 multiprocessors: 132,
                 wide: [true; WIDE_BATCHES.len()],
                 pairs,
+                block_tokens: if pairs {
+                    BLOCK_TOKENS
+                } else {
+                    BLOCK_ROW_TOKENS
+                },
             };
             let (kernel, grid, threads, ..) =
                 DevicePool::extend_shape(batch, false, tokens, tokens, device).unwrap();

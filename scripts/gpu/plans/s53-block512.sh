@@ -1,4 +1,4 @@
-# Fifty-third session. B = main + s53-block512.patch: one block of 256 threads takes 65-256
+# Fifty-third session, run s53-6 (H100, BENCHMARKS.md; its plain half landed). B = main + s53-block512.patch: one block of 256 threads takes 65-256
 # requests of up to 512 tokens (BLOCK_TOKENS 256 -> 512, two tokens a thread), where
 # 257-512 tokens have gone to the several-block kernel since the thirty-fifth session
 # (0.85-0.89x then, when one block planned its tokens by a galloping search; it now looks
