@@ -219,9 +219,10 @@ __device__ __forceinline__ void plan_in_request(OwnTokens<PER> &own, const Share
 // after the stage-bound barrier, a block within one request ~470: run s52-3's anatomy,
 // H200). One block (its tokens are the call's, never all in its first request): 65-256
 // requests of 1-2 tokens 0.86-0.91x, the controls (33 and 256 requests of 16 tokens, page
-// 16) 1.00x (run s53-1, H100). Else (the wide several blocks) each token's request is searched on from `first`:
-// dependent shared loads, token after token. (Per token, the tokens of the first request
-// without a search, run s51-5: 512 tokens 0.97-1.00x, 16 tokens 1.01-1.02x.)
+// 16) 1.00x (run s53-1, H100). Else (the wide several blocks) each token's request is
+// searched on from `first`: dependent shared loads, token after token. (Per token, the
+// tokens of the first request without a search, run s51-5: 512 tokens 0.97-1.00x, 16
+// tokens 1.01-1.02x.)
 template <uint32_t PER, int BLOCK, bool POW2, bool GRID, bool PUBLISHED, bool OWNED,
           typename Shared, uint32_t SPAN>
 __device__ __forceinline__ OwnTokens<PER> plan_block_tokens(const Shared &sh, const View &v,
@@ -651,8 +652,9 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     if (planned)
       mine.template write<BLOCK>(pages, v, call, (uint32_t)t_begin, (uint32_t)t_end, r, out);
     else {
-      // By row, one or two warps: each thread's first two tokens' requests without a
-      // search (a second token only on one warp: up to 64 tokens).
+      // By row, one or two warps and SHORT: each thread's first two tokens' requests
+      // without a search (a second token only on one warp: up to 64 tokens; the others
+      // take one token a thread).
       uint32_t from = first;
       SecondToken second{false, 0};
       if (ROW_OWNERS && t_end <= OWNER_SPAN) {  // (uniform: the plan's total)
