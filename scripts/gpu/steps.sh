@@ -33,6 +33,8 @@ step() { # NAME [VAR=value ...] RUN_STEP ...
 archive() {
     (
         cd "$ROOT" || exit
+        # (No step ran, e.g. a plan whose steps are for another card: nothing to pack.)
+        compgen -G '*/' > /dev/null || { echo "=== archive: no step ran"; exit 0; }
         tar -czf all.tgz.part --exclude 'all.tgz*' -- */ || exit
         if (($(stat -c %s all.tgz.part) > 15 * 1024 * 1024)); then
             echo "=== archive: over 15 MiB, the steps' logs.tar.gz left out of all.tgz"
