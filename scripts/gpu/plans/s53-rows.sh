@@ -1,4 +1,4 @@
-# Fifty-third session (BENCHMARKS.md). W = main + s53-row-owners.patch: one block by row
+# Fifty-third session, run s53-2 (H100, BENCHMARKS.md). W = main + s53-row-owners.patch: one block by row
 # (`kvp_extend_{warp,block64,block}_rows_*`: alloc_extend_rows of 2-256 requests of up to
 # 512 tokens, up to two tokens a thread) marks where its requests start (TokenOwners, as the
 # one-block extends since 385b82f, published by the verdict's barrier) and each thread takes

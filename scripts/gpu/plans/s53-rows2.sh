@@ -1,4 +1,4 @@
-# Fifty-third session, after run s53-2 (BENCHMARKS.md: W, the by-row owners in every one-block
+# Fifty-third session, run s53-3 (H100; N landed), after run s53-2 (BENCHMARKS.md: W, the by-row owners in every one-block
 # rows kernel, took 0.83-0.95x at 8-256 short requests but 1.04-1.08x at 2 x 64 and 16 x 16
 # tokens on 256 threads, whose spills grew). G = main + s53-row-owners-gated.patch: the
 # warp and two-warp rows kernels always, 256 threads only for more than 32 requests, and a
