@@ -109,6 +109,13 @@ struct TokenOwners {
   uint32_t starts[WARPS];
   uint32_t last[WARPS];
   uint16_t start[SPAN];
+
+  // Request i starts at position pos (by the thread that owns it; published by a barrier).
+  __device__ __forceinline__ void mark(uint32_t pos, uint32_t i) {
+    start[pos] = (uint16_t)i;
+    atomicOr(&starts[pos / 32], 1u << (pos % 32));
+    atomicMax(&last[pos / 32], i);
+  }
 };
 
 // The request holding the token at position p of the block's span: the last that starts at
@@ -491,10 +498,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
       // nothing: with it, 512-token requests took 1.03-1.04x the time, run s52-5).
       if (PUBLISH_FIRST && live && a < end && t_begin < a && a < t_end &&
           t_end - t_begin <= OWNER_SPAN) {
-        const uint32_t pos = (uint32_t)(a - t_begin), i = r * PER + u;
-        owners.start[pos] = (uint16_t)i;
-        atomicOr(&owners.starts[pos / 32], 1u << (pos % 32));
-        atomicMax(&owners.last[pos / 32], i);
+        owners.mark((uint32_t)(a - t_begin), r * PER + u);
       }
     }
     __syncthreads();
@@ -511,10 +515,7 @@ __device__ __forceinline__ void extend_block(ExtendShared<BLOCK, PER, ROWS> &sh,
     for (int u = 0; u < PER; ++u) {
       const unsigned long long a = at[u].a, end = a + s[u].tokens;
       if (live && a < end && a < t_end && t_end <= OWNER_SPAN) {
-        const uint32_t pos = (uint32_t)a, i = r * PER + u;
-        owners.start[pos] = (uint16_t)i;
-        atomicOr(&owners.starts[pos / 32], 1u << (pos % 32));
-        atomicMax(&owners.last[pos / 32], i);
+        owners.mark((uint32_t)a, r * PER + u);
       }
     }
   }
