@@ -1,0 +1,30 @@
+# Fifty-fourth session: programmatic dependent launch (PDL). P = every entry point waits for
+# its predecessors first (`await_predecessors`: griddepcontrol.wait, sm_90) and the library
+# launches with the PDL attribute (`Kernels::launch_shared`); W = P's kernels launched
+# without the attribute (s54-pdl-off.patch: what the wait alone costs); M = main. Device
+# time per call in a flat graph of 100 copies (kvpool_bench --flat-graph: the calls'
+# kernels linked as a capture of consecutive calls links them) and in child graphs (PDL
+# cannot help there). Pack with
+#   W=$(scripts/gpu/patch-variant.sh scripts/gpu/plans/s54-pdl-off.patch s54-pdl)
+#   git checkout s54-pdl && scripts/gpu/pack.sh --variant M=main --variant W=$W --variant P=.
+# then `timeout 560 env OUT=$OUT scripts/gpu/steps.sh scripts/gpu/plans/s54-pdl-ab.sh`;
+# `python3 scripts/gpu/ab_table.py $OUT/NAME M W P`, the Triton table with
+# `python3 scripts/gpu/triton_table.py $OUT/triton-flat`.
+step tests tests
+# The contract test's sensitivity: N = P with `await_predecessors` empty (s54-pdl-nowait.patch;
+# its cuda_contract test binary packed as gpu-artifacts/neg.tar.xz): the test must fail there.
+mkdir -p "$ROOT/neg" /tmp/neg
+if tar -xJf gpu-artifacts/neg.tar.xz -C /tmp/neg; then
+    /tmp/neg/cuda_contract --ignored --exact calls_behind_a_programmatic_predecessor_wait_for_its_writes \
+        > "$ROOT/neg/log.txt" 2>&1
+    echo "=== neg (N, no wait; must fail): rc=$?" | tee -a "$ROOT/neg/log.txt"
+    grep -E "panicked|test result" "$ROOT/neg/log.txt" | head -5
+fi
+archive
+ab_bench ab-pdl-extend "--flat-graph --ops alloc_extend --page-sizes 16 --batch-sizes 1,8,64,256,1024,4096" "M W P M W P"
+ab_bench ab-pdl-decode "--flat-graph --ops alloc_decode --page-sizes 16 --batch-sizes 1,8,64,256,1024,4096" "M W P M W P"
+step sanitize SANITIZE_OPS=100 sanitize-quick
+step python python
+step triton-flat BENCH_CPP_ARGS=--flat-graph BENCH_ARGS="--ops alloc_extend,alloc_decode --page-sizes 16,64 --batch-sizes 1,8,64,256,1024,4096" bench
+ab_bench ab-pdl-short "--flat-graph --ops alloc,alloc_extend,alloc_extend_rows --extend-tokens 16 --page-sizes 16 --batch-sizes 1,64,256" "M W P M W P"
+ab_bench ab-pdl-child "--ops alloc_extend,alloc_decode --page-sizes 16 --batch-sizes 1,64,1024" "M W P M W P"
