@@ -5,8 +5,10 @@
 # time per call in a flat graph of 100 copies (kvpool_bench --flat-graph: the calls'
 # kernels linked as a capture of consecutive calls links them) and in child graphs (PDL
 # cannot help there). Pack with
-#   W=$(scripts/gpu/patch-variant.sh scripts/gpu/plans/s54-pdl-off.patch s54-pdl)
-#   git checkout s54-pdl && scripts/gpu/pack.sh --variant M=main --variant W=$W --variant P=.
+#   P=$(scripts/gpu/patch-variant.sh scripts/gpu/plans/s54-pdl.patch main)   # (or branch s54-pdl)
+#   W=$(scripts/gpu/patch-variant.sh scripts/gpu/plans/s54-pdl-off.patch $P)
+#   git checkout --detach $P && scripts/gpu/pack.sh --variant M=main --variant W=$W --variant P=.
+# and N's cuda_contract test binary as gpu-artifacts/neg.tar.xz (PENDING.md).
 # then `timeout 560 env OUT=$OUT scripts/gpu/steps.sh scripts/gpu/plans/s54-pdl-ab.sh`;
 # `python3 scripts/gpu/ab_table.py $OUT/NAME M W P`, the Triton table with
 # `python3 scripts/gpu/triton_table.py $OUT/triton-flat`.
