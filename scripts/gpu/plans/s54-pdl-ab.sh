@@ -13,16 +13,7 @@
 # `python3 scripts/gpu/ab_table.py $OUT/NAME M W P`, the Triton table with
 # `python3 scripts/gpu/triton_table.py $OUT/triton-flat`.
 step tests tests
-# The contract test's sensitivity: N = P with `await_predecessors` empty (s54-pdl-nowait.patch;
-# its cuda_contract test binary packed as gpu-artifacts/neg.tar.xz): the test must fail there.
-mkdir -p "$ROOT/neg" /tmp/neg
-if tar -xJf gpu-artifacts/neg.tar.xz -C /tmp/neg; then
-    /tmp/neg/cuda_contract --ignored --exact calls_behind_a_programmatic_predecessor_wait_for_its_writes \
-        > "$ROOT/neg/log.txt" 2>&1
-    echo "=== neg (N, no wait; must fail): rc=$?" | tee -a "$ROOT/neg/log.txt"
-    grep -E "panicked|test result" "$ROOT/neg/log.txt" | head -5
-fi
-archive
+source scripts/gpu/plans/s54-pdl-neg.sh
 ab_bench ab-pdl-extend "--flat-graph --ops alloc_extend --page-sizes 16 --batch-sizes 1,8,64,256,1024,4096" "M W P M W P"
 ab_bench ab-pdl-decode "--flat-graph --ops alloc_decode --page-sizes 16 --batch-sizes 1,8,64,256,1024,4096" "M W P M W P"
 step sanitize SANITIZE_OPS=100 sanitize-quick

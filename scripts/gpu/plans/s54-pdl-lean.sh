@@ -2,14 +2,7 @@
 # packing): every GPU test and the contract test of N, the flat-graph A/B of extends and
 # decodes, the short sanitizer pass, the Python tests, then the Triton table.
 step tests tests
-mkdir -p "$ROOT/neg" /tmp/neg
-if tar -xJf gpu-artifacts/neg.tar.xz -C /tmp/neg; then
-    /tmp/neg/cuda_contract --ignored --exact calls_behind_a_programmatic_predecessor_wait_for_its_writes \
-        > "$ROOT/neg/log.txt" 2>&1
-    echo "=== neg (N, no wait; must fail): rc=$?" | tee -a "$ROOT/neg/log.txt"
-    grep -E "panicked|test result" "$ROOT/neg/log.txt" | head -5
-fi
-archive
+source scripts/gpu/plans/s54-pdl-neg.sh
 ab_bench ab-pdl-extend "--flat-graph --ops alloc_extend --page-sizes 16 --batch-sizes 1,8,64,256,1024" "M W P M W P"
 ab_bench ab-pdl-decode "--flat-graph --ops alloc_decode --page-sizes 16 --batch-sizes 1,8,64,256,1024" "M W P M W P"
 step sanitize SANITIZE_OPS=100 sanitize-quick
