@@ -29,6 +29,7 @@
 // holding exactly what it should (kvp_pool_available_size_bound after a sync) and no device
 // fault (kvp_pool_check_device).
 
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -67,6 +68,18 @@ namespace {
     if (err_ != cudaSuccess)                                                               \
       die("%s:%d: %s: %s (%s)", __FILE__, __LINE__, #expr, cudaGetErrorName(err_),         \
           cudaGetErrorString(err_));                                                       \
+  } while (0)
+
+// The driver API's form, for graph nodes of kernels the library launched through the driver
+// (the runtime cannot name their functions: cudaErrorInvalidDeviceFunction).
+#define CU_CHECK(expr)                                                                     \
+  do {                                                                                     \
+    const CUresult res_ = (expr);                                                          \
+    if (res_ != CUDA_SUCCESS) {                                                            \
+      const char *name_ = "?";                                                             \
+      cuGetErrorName(res_, &name_);                                                        \
+      die("%s:%d: %s: %s", __FILE__, __LINE__, #expr, name_);                              \
+    }                                                                                      \
   } while (0)
 
 // The thread's last-error message belongs to the call that just failed, so it is read
@@ -128,6 +141,9 @@ struct Settings {
   int sync_every = 64;
   // graph replay timing
   int graph_copies = 100;  // copies of the captured call in the timed graph
+  // The copies as one flat graph of kernel nodes (--flat-graph), linked as stream capture
+  // links consecutive launches, instead of child graphs (see flat_copies).
+  bool flat = false;
   int graph_reps = 21;     // timed replays of that graph (median taken)
   // event timing (frees)
   int event_warmup = 10;
@@ -364,6 +380,117 @@ cudaGraph_t capture(cudaStream_t s, Enqueue enqueue) {
   return graph;
 }
 
+// The edges of `graph`, with their data (programmatic or full).
+struct Edges {
+  std::vector<cudaGraphNode_t> from, to;
+  std::vector<cudaGraphEdgeData> data;
+};
+Edges edges_of(cudaGraph_t graph) {
+  // (One query with room to spare: a count query without edge data may be refused as lossy
+  // where an edge is programmatic. A call's graph has a few kernels.)
+  size_t n = 64;
+  Edges e{std::vector<cudaGraphNode_t>(n), std::vector<cudaGraphNode_t>(n),
+          std::vector<cudaGraphEdgeData>(n)};
+  CUDA_CHECK(cudaGraphGetEdges(graph, e.from.data(), e.to.data(), e.data.data(), &n));
+  if (n > e.from.size()) die("a captured call's graph has more than 64 edges");
+  e.from.resize(n);
+  e.to.resize(n);
+  e.data.resize(n);
+  return e;
+}
+
+// The edge stream capture records from the kernel ahead of a call to the call's first
+// kernel: programmatic where the library launches with programmatic dependent launch (a
+// library launching without it gets a full edge, and its kernels, which do not wait for
+// their predecessor, must not run behind a programmatic one). Found by capturing an empty
+// kernel and `call` (a clear: any call the pool takes twice) and launching that graph once,
+// as every captured call of a pool must be.
+template <class Call>
+cudaGraphEdgeData edge_into_call(cudaStream_t s, Call call) {
+  cudaGraph_t graph = capture(s, [&] {
+    empty_kernel<<<1, 1, 0, s>>>();
+    CUDA_CHECK(cudaGetLastError());
+    call();
+  });
+  const Edges e = edges_of(graph);
+  if (e.data.empty()) die("a captured call after a kernel has no edge to it");
+  cudaGraphExec_t exec;
+  CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  CUDA_CHECK(cudaGraphLaunch(exec, s));
+  sync(s);
+  CUDA_CHECK(cudaGraphExecDestroy(exec));
+  CUDA_CHECK(cudaGraphDestroy(graph));
+  return e.data[0];  // (the empty kernel's only edge)
+}
+
+// `unit` (one captured call: a chain of kernel nodes) copied `copies` times into one flat
+// graph, each copy's first kernel after the previous copy's last by `link` (the edge a
+// capture of consecutive calls records: edge_into_call), inside a copy by the unit's own
+// edges. What a forward pass's capture of many calls holds; child graphs (graph_device_us)
+// make every edge between calls a full one. Null when the unit is not a chain of kernels.
+cudaGraph_t flat_copies(cudaGraph_t unit, int copies, const cudaGraphEdgeData &link) {
+  size_t n = 0;
+  CUDA_CHECK(cudaGraphGetNodes(unit, nullptr, &n));
+  std::vector<cudaGraphNode_t> nodes(n);
+  CUDA_CHECK(cudaGraphGetNodes(unit, nodes.data(), &n));
+  const Edges e = edges_of(unit);
+  if (n == 0 || e.from.size() != n - 1) return nullptr;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type;
+    CUDA_CHECK(cudaGraphNodeGetType(node, &type));
+    if (type != cudaGraphNodeTypeKernel) return nullptr;
+  }
+  // The chain in order: the node nothing leads to first, then along the edges.
+  std::vector<cudaGraphNode_t> chain;
+  std::vector<cudaGraphEdgeData> into;  // the edge into chain[k], k >= 1
+  for (cudaGraphNode_t node : nodes)
+    if (std::find(e.to.begin(), e.to.end(), node) == e.to.end()) chain.push_back(node);
+  if (chain.size() != 1) return nullptr;
+  while (chain.size() < n) {
+    const auto at = std::find(e.from.begin(), e.from.end(), chain.back());
+    if (at == e.from.end()) return nullptr;
+    const size_t k = static_cast<size_t>(at - e.from.begin());
+    chain.push_back(e.to[k]);
+    into.push_back(e.data[k]);
+  }
+  cudaGraph_t flat;
+  CUDA_CHECK(cudaGraphCreate(&flat, 0));
+  cudaGraphNode_t prev = nullptr;
+  for (int copy = 0; copy < copies; ++copy) {
+    for (size_t k = 0; k < chain.size(); ++k) {
+      // Through the driver: the library's kernels come from its own module.
+      CUDA_KERNEL_NODE_PARAMS params;
+      CU_CHECK(cuGraphKernelNodeGetParams(chain[k], &params));
+      CUgraphNode node;
+      CU_CHECK(cuGraphAddKernelNode(&node, flat, nullptr, 0, &params));
+      if (prev != nullptr) {
+        const cudaGraphEdgeData &edge = k == 0 ? link : into[k - 1];
+        CUDA_CHECK(cudaGraphAddDependencies(flat, &prev, &node, &edge, 1));
+      }
+      prev = node;
+    }
+  }
+  return flat;
+}
+
+// Device time of one captured call `unit` by graph replay: graph_device_us over child-graph
+// copies, or with --flat-graph over flat_copies (child graphs where the unit is not a chain
+// of kernels). `flat_used` says which.
+double replay_device_us(const Settings &cfg, cudaStream_t s, cudaGraph_t unit,
+                        const cudaGraphEdgeData &link, bool *flat_used) {
+  *flat_used = false;
+  if (cfg.flat) {
+    cudaGraph_t flat = flat_copies(unit, cfg.graph_copies, link);
+    if (flat != nullptr) {
+      *flat_used = true;
+      const double us = graph_device_us(cfg, s, flat, 1, cfg.graph_copies);
+      CUDA_CHECK(cudaGraphDestroy(flat));
+      return us;
+    }
+  }
+  return graph_device_us(cfg, s, unit, cfg.graph_copies, 1);
+}
+
 // Device time of `call` by events around it, `prepare` (untimed) queued just before and
 // `after` (untimed) run once the cycle is drained. Each cycle is queued behind a spinner and
 // synchronized (so a paged free by index has landed before the next cycle allocates).
@@ -520,6 +647,8 @@ struct Pool {
   int64_t page_size;
   uint64_t size;
   cudaStream_t s;
+  // How a capture links a kernel to this pool's next call (edge_into_call; --flat-graph).
+  cudaGraphEdgeData link{};
 
   Pool(int device, int64_t ps, uint64_t size_, cudaStream_t stream)
       : page_size(ps), size(size_), s(stream) {
@@ -536,6 +665,7 @@ struct Pool {
     const kvp_status replays = kvp_pool_set_debug(pool, KVP_DEBUG_REPLAY_CALLS);
     if (replays != KVP_STATUS_OK && replays != KVP_STATUS_INVALID_ARGUMENT)
       kvp_die("kvp_pool_set_debug", replays, __FILE__, __LINE__);
+    link = edge_into_call(s, [&] { clear(); });
   }
   ~Pool() { kvp_pool_free(pool); }
   Pool(const Pool &) = delete;
@@ -628,13 +758,14 @@ DeviceTime alloc_device_time(Context &c, const std::string &what, Reset reset, C
   if (c.cfg.host_only) return DeviceTime{NAN, false, "none (--host-only)"};
   reset();
   cudaGraph_t g = capture(p.s, call);
-  const double graph_us = graph_device_us(c.cfg, p.s, g, c.cfg.graph_copies, 1);
+  bool flat = false;
+  const double graph_us = replay_device_us(c.cfg, p.s, g, p.link, &flat);
   CUDA_CHECK(cudaGraphDestroy(g));
   sync(p.s);
   const int status = static_cast<int>(kvp_pool_check_device(p.pool));
   if (status == 0) {
     verify();
-    return DeviceTime{graph_us, true, "graph"};
+    return DeviceTime{graph_us, true, flat ? "flat graph" : "graph"};
   }
   if (status != KVP_STATUS_DEVICE_FAULT)
     kvp_die("kvp_pool_check_device", status, __FILE__, __LINE__);
@@ -893,7 +1024,9 @@ void bench_decode(Context &c, int64_t bs, bool by_rows = false) {
   if (!continuing_at.empty()) {
     reset();
     cudaGraph_t g = capture(p.s, rewind);
-    rewind_time.us = graph_device_us(c.cfg, p.s, g, c.cfg.graph_copies, 1);
+    bool flat = false;
+    rewind_time.us = replay_device_us(c.cfg, p.s, g, p.link, &flat);
+    if (flat) rewind_time.method = "flat graph";
     CUDA_CHECK(cudaGraphDestroy(g));
     p.check_settled(held, what + " (rewind replays)");
     device.us -= rewind_time.us;
@@ -1024,6 +1157,7 @@ void usage() {
   std::puts(
       "usage: kvpool_bench [--quick] [--csv PATH] [--device N] [--page-sizes LIST]\n"
       "                    [--batch-sizes LIST] [--ops LIST] [--extend-tokens N] [--host-only]\n"
+      "                    [--flat-graph]\n"
       "  --quick             a short smoke run (few samples; numbers are not for reporting)\n"
       "  --csv PATH          also write the table as CSV to PATH\n"
       "  --device N          CUDA device ordinal (default 0)\n"
@@ -1037,7 +1171,10 @@ void usage() {
       "                      page size run, at most 4096 x 512 in a batch (default 512:\n"
       "                      SGLang's figures; an extend is undone, and the frees give back\n"
       "                      one, as a row segment)\n"
-      "  --host-only         host timing only (under a profiler that serializes kernels)");
+      "  --host-only         host timing only (under a profiler that serializes kernels)\n"
+      "  --flat-graph        allocations' device time from the call's kernels copied 100\n"
+      "                      times into one graph, linked as a capture of 100 calls links\n"
+      "                      them (programmatic dependent launch kept), not child graphs");
 }
 
 // A comma-separated subset of `allowed` (the pool is sized for those values).
@@ -1089,6 +1226,8 @@ Settings parse_args(int argc, char **argv) {
       cfg.make_quick();
     } else if (arg == "--host-only") {
       cfg.host_only = true;
+    } else if (arg == "--flat-graph") {
+      cfg.flat = true;
     } else if (arg == "--csv" && i + 1 < argc) {
       cfg.csv = argv[++i];
     } else if (arg == "--device" && i + 1 < argc) {
@@ -1234,7 +1373,8 @@ int main(int argc, char **argv) {
   std::printf("- device target = 1.5 × max(floor device, bytes / copy bandwidth); bytes = "
               "indices written (alloc) or read (free), 8 bytes each. Device method: graph = "
               "the captured call replayed as %d child graphs per launch (floor: graph of 100 "
-              "launches); events = events around one call queued behind a spinner (floor: "
+              "launches); flat graph = --flat-graph, the call's kernels copied into one graph "
+              "as a capture of consecutive calls links them; events = events around one call queued behind a spinner (floor: "
               "empty kernel between events), for frees, and for an allocation whose graph "
               "replay faulted the pool\n\n",
               cfg.graph_copies);

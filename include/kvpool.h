@@ -70,6 +70,16 @@
  *    capture stays intact; size the scratch before capturing with
  *    kvp_pool_reserve_scratch_async. An uncaptured call allocates in relaxed capture mode,
  *    so it never invalidates a capture of another stream.
+ *    On compute capability 9.0 and later (with a CUDA 12.3+ driver) the kernels are launched
+ *    with programmatic dependent launch: a call's kernel may be scheduled while the kernel
+ *    ahead of it on the stream is finishing, and waits for it to complete before it reads or
+ *    writes anything, so its launch latency overlaps that kernel's end (also in graphs,
+ *    where capture records the edge as programmatic). Ordering is unchanged. The kernels
+ *    never signal their dependents early: a kernel of yours launched with the same attribute
+ *    right after a call starts once the call's blocks have exited and, as any such kernel,
+ *    must wait (griddepcontrol.wait / cudaGridDependencySynchronize) before reading the
+ *    call's outputs. KVPOOL_PROGRAMMATIC_LAUNCH=0 in the environment (read when a pool is
+ *    created) launches without it.
  *  - Thread state (device pools). A call on a device pool (and kvp_pool_new / kvp_pool_free
  *    of one, and the free of its last snapshot or of a scheduler holding it) makes the
  *    device's primary context current while it runs and makes the calling thread's own

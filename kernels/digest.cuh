@@ -109,5 +109,6 @@ __device__ void run(const View &v, const Call &call, unsigned long long *scratch
 
 extern "C" __global__ void __launch_bounds__(kvp::digest::BLOCK)
     kvp_digest(kvp::View v, kvp::Call call, unsigned long long *scratch, unsigned long long *out) {
+  kvp::await_predecessors();
   kvp::digest::run(v, call, scratch, out);
 }

@@ -25,6 +25,17 @@ constexpr unsigned long long NO_ERROR = ~0ull;
 // `Header::ticket`'s flag: some block of the call reported an error (see conclude).
 constexpr uint32_t TICKET_ERROR = 1u << 31;
 
+// The first statement of every entry point. On sm_90 the host launches each kernel with
+// programmatic dependent launch (src/cuda/kernels.rs: `Kernels::launch_shared`), so that it
+// may be scheduled while the work ahead of it on the stream is finishing; this waits until
+// that work has completed and its memory is visible, before the kernel loads or stores
+// anything. A kernel launched without it (or on sm_80) passes at once.
+__device__ __forceinline__ void await_predecessors() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // ---- small block-wide building blocks ----------------------------------------------------
 
 // Exclusive prefix sum over the block; `total` gets the block's sum.
@@ -1465,6 +1476,7 @@ using namespace kvp;
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    await_predecessors();                                                                         \
     extend_blocks_wide<THREADS, INDEX, false, HELD / THREADS>(v, call, prefix_lens, seq_lens,     \
                                                               last_loc, batch, total_tokens,      \
                                                               total_pages, out);                  \
@@ -1474,6 +1486,7 @@ using namespace kvp;
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
       unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    await_predecessors();                                                                         \
     extend_blocks_wide<THREADS, INDEX, true, HELD / THREADS>(v, call, prefix_lens, seq_lens,      \
                                                              nullptr, batch, total_tokens,        \
                                                              total_pages, out, tab);              \
@@ -1482,12 +1495,14 @@ using namespace kvp;
 #define KVP_INDEX_KERNELS(SUFFIX, INDEX)                                                          \
   extern "C" __global__ void __launch_bounds__(256)                                               \
       kvp_alloc_##SUFFIX(View v, Call call, unsigned long long pages, INDEX *out) {               \
+    await_predecessors();                                                                         \
     alloc_pages<INDEX>(v, call, pages, out);                                                      \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(EXTEND_BLOCK) kvp_extend_##SUFFIX(                 \
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    await_predecessors();                                                                         \
     extend<EXTEND_BLOCK, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch, per_block,       \
                                 decode, total_tokens, total_pages, out);                          \
   }                                                                                               \
@@ -1498,6 +1513,7 @@ using namespace kvp;
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    await_predecessors();                                                                         \
     extend_kernel<EXTEND_BLOCK, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch,        \
                                          total_tokens, total_pages, out);                         \
   }                                                                                               \
@@ -1506,6 +1522,7 @@ using namespace kvp;
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    await_predecessors();                                                                         \
     extend_kernel<64, 1, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch,                  \
                                total_tokens, total_pages, out);                                   \
   }                                                                                               \
@@ -1515,6 +1532,7 @@ using namespace kvp;
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    await_predecessors();                                                                         \
     extend_kernel<EXTEND_BLOCK, 1, INDEX, false, true>(v, call, prefix_lens, seq_lens, last_loc,  \
                                                       batch, total_tokens, total_pages,           \
                                                       out);                                       \
@@ -1528,6 +1546,7 @@ using namespace kvp;
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK, 2) kvp_free_known_##SUFFIX(            \
       View v, Call call, const INDEX *src, uint32_t mode, unsigned long long len,                 \
       unsigned long long start, uint32_t count) {                                                 \
+    await_predecessors();                                                                         \
     free_known<INDEX, false>(v, call, src, mode, len, start, count);                              \
   }                                                                                               \
   /* Segments of a paged pool: kvp_free_known_*'s parameters, so that the host launches           \
@@ -1535,6 +1554,7 @@ using namespace kvp;
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK) kvp_free_segment_##SUFFIX(             \
       View v, Call call, const INDEX *src, uint32_t mode, unsigned long long len,                 \
       unsigned long long start, uint32_t count) {                                                 \
+    await_predecessors();                                                                         \
     free_known<INDEX, true>(v, call, src, mode, len, start, count);                               \
   }                                                                                               \
   /* The same at two blocks an SM (32 registers, a few spilled), for grids of more blocks than    \
@@ -1543,21 +1563,25 @@ using namespace kvp;
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK, 2) kvp_free_segment_wide_##SUFFIX(     \
       View v, Call call, const INDEX *src, uint32_t mode, unsigned long long len,                 \
       unsigned long long start, uint32_t count) {                                                 \
+    await_predecessors();                                                                         \
     free_known<INDEX, true>(v, call, src, mode, len, start, count);                               \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK)                                        \
       kvp_free_slots_paged_##SUFFIX(View v, Call call, const INDEX *indices,                      \
                                     unsigned long long len) {                                     \
+    await_predecessors();                                                                         \
     free_slots_paged<INDEX, true>(v, call, indices, len, 0);                                      \
   }                                                                                               \
   /* Claim and count: the first of the two kernels of a large paged free by index. */             \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK)                                        \
       kvp_claim_slots_paged_##SUFFIX(View v, Call call, const INDEX *indices,                     \
                                      unsigned long long len, uint32_t chunk) {                    \
+    await_predecessors();                                                                         \
     free_slots_paged<INDEX, false>(v, call, indices, len, chunk);                                 \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(FREE_BLOCK)                                        \
       kvp_rewind_##SUFFIX(View v, Call call, const INDEX *last_kept, unsigned long long len) {    \
+    await_predecessors();                                                                         \
     rewind<INDEX>(v, call, last_kept, len);                                                       \
   }
 
@@ -1581,6 +1605,7 @@ KVP_INDEX_KERNELS(i32, int)
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
       unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    await_predecessors();                                                                         \
     extend_kernel<32, 1, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,             \
                                      total_tokens, total_pages, out, tab);                        \
   }                                                                                               \
@@ -1588,6 +1613,7 @@ KVP_INDEX_KERNELS(i32, int)
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
       unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    await_predecessors();                                                                         \
     extend_kernel<64, 1, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,             \
                                      total_tokens, total_pages, out, tab);                        \
   }                                                                                               \
@@ -1595,6 +1621,7 @@ KVP_INDEX_KERNELS(i32, int)
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
       unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    await_predecessors();                                                                         \
     extend_kernel<EXTEND_BLOCK, 1, INDEX, true>(v, call, prefix_lens, seq_lens, nullptr, batch,   \
                                                 total_tokens, total_pages, out, tab);             \
   }                                                                                               \
@@ -1606,6 +1633,7 @@ KVP_INDEX_KERNELS(i32, int)
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
       unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    await_predecessors();                                                                         \
     extend_kernel<EXTEND_BLOCK, 1, INDEX, true, false, false, true>(                              \
         v, call, prefix_lens, seq_lens, nullptr, batch, total_tokens, total_pages, out, tab);     \
   }                                                                                               \
@@ -1613,6 +1641,7 @@ KVP_INDEX_KERNELS(i32, int)
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
       unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    await_predecessors();                                                                         \
     extend_kernel<EXTEND_BLOCK, 1, INDEX, true, true>(v, call, prefix_lens, seq_lens, nullptr,    \
                                                      batch,  total_tokens, total_pages,           \
                                                      out, tab);                                   \
@@ -1626,6 +1655,7 @@ KVP_INDEX_KERNELS(i32, int)
       unsigned long long stride, unsigned long long row_len, const long long *rows,               \
       const long long *prefix_lens, const long long *seq_lens, uint32_t batch, uint32_t *marks,   \
       INDEX *last_loc, unsigned long long *tok_off) {                                             \
+    await_predecessors();                                                                         \
     rows_gather<INDEX>(v, call, table, wide, table_rows, stride, row_len, rows, prefix_lens,      \
                        seq_lens, batch, marks, last_loc, tok_off);                                \
   }                                                                                               \
@@ -1634,6 +1664,7 @@ KVP_INDEX_KERNELS(i32, int)
       const long long *rows, const long long *prefix_lens, const long long *seq_lens,             \
       uint32_t batch, const unsigned long long *tok_off, const INDEX *out,                        \
       unsigned long long tokens) {                                                                \
+    await_predecessors();                                                                         \
     rows_scatter<INDEX>(v, table, wide, stride, rows, prefix_lens, seq_lens, batch, tok_off, out, \
                         tokens);                                                                  \
   }                                                                                               \
@@ -1642,6 +1673,7 @@ KVP_INDEX_KERNELS(i32, int)
       unsigned long long stride, unsigned long long row_len, const long long *rows,               \
       const long long *starts, const long long *ends, uint32_t batch, uint32_t *marks,            \
       INDEX *virt, unsigned long long virt_len) {                                                 \
+    await_predecessors();                                                                         \
     rows_segments<INDEX>(v, call, table, wide, table_rows, stride, row_len, rows, starts, ends,   \
                          batch, marks, virt, virt_len);                                           \
   }
@@ -1657,6 +1689,7 @@ KVP_ROWS_KERNELS(i32, int)
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    await_predecessors();                                                                         \
     decode_kernel<THREADS, INDEX>(v, call, seq_lens, last_loc, batch, total_tokens, total_pages,  \
                                   out);                                                           \
   }                                                                                               \
@@ -1664,6 +1697,7 @@ KVP_ROWS_KERNELS(i32, int)
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
       unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    await_predecessors();                                                                         \
     decode_kernel<THREADS, INDEX, true>(v, call, seq_lens, nullptr, batch, total_tokens,          \
                                         total_pages, out, tab);                                   \
   }
@@ -1686,6 +1720,7 @@ KVP_DECODE_KERNELS(i32, int)
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
       unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    await_predecessors();                                                                         \
     extend_kernel<THREADS, 1, INDEX, true, GRID, true>(v, call, prefix_lens, seq_lens, nullptr,   \
                                                        batch, total_tokens, total_pages, out,     \
                                                        tab);                                      \
@@ -1695,6 +1730,7 @@ KVP_DECODE_KERNELS(i32, int)
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    await_predecessors();                                                                         \
     decode_kernel<32, INDEX, false, true>(v, call, seq_lens, last_loc, batch, total_tokens,       \
                                           total_pages, out);                                      \
   }                                                                                               \
@@ -1702,6 +1738,7 @@ KVP_DECODE_KERNELS(i32, int)
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       uint32_t batch, uint32_t decode, unsigned long long total_tokens,                           \
       unsigned long long total_pages, INDEX *out, TableArgs tab) {                                \
+    await_predecessors();                                                                         \
     decode_kernel<32, INDEX, true, true>(v, call, seq_lens, nullptr, batch, total_tokens,         \
                                          total_pages, out, tab);                                  \
   }                                                                                               \
@@ -1721,6 +1758,7 @@ KVP_ONE_KERNELS(i32, int)
           View v, Call call, const long long *prefix_lens, const long long *seq_lens,             \
           const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,             \
           unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {          \
+    await_predecessors();                                                                         \
     decode_cluster_kernel<CLUSTER_BLOCK, CLUSTER, INDEX>(v, call, seq_lens, last_loc, batch,      \
                                                          total_tokens, total_pages, out);         \
   }                                                                                               \
@@ -1729,6 +1767,7 @@ KVP_ONE_KERNELS(i32, int)
           View v, Call call, const long long *prefix_lens, const long long *seq_lens,             \
           uint32_t batch, uint32_t decode, unsigned long long total_tokens,                       \
           unsigned long long total_pages, INDEX *out, TableArgs tab) {                            \
+    await_predecessors();                                                                         \
     decode_cluster_kernel<CLUSTER_BLOCK, CLUSTER, INDEX, true>(                                   \
         v, call, seq_lens, nullptr, batch, total_tokens, total_pages, out, tab);                  \
   }
@@ -1750,6 +1789,7 @@ KVP_DECODE_CLUSTER_KERNEL(8, i32, int)
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    await_predecessors();                                                                         \
     extend_few_kernel<THREADS, INDEX, GRID, SPREAD, MAXB>(v, call, prefix_lens, seq_lens,         \
                                                           last_loc, batch, total_tokens,          \
                                                           total_pages, out);                      \
@@ -1782,6 +1822,7 @@ KVP_EXTEND_FEW_KERNELS(i32, int)
       View v, Call call, const long long *prefix_lens, const long long *seq_lens,                 \
       const INDEX *last_loc, uint32_t batch, uint32_t per_block, uint32_t decode,                 \
       unsigned long long total_tokens, unsigned long long total_pages, INDEX *out) {              \
+    await_predecessors();                                                                         \
     extend_pairs_kernel<THREADS, INDEX>(v, call, prefix_lens, seq_lens, last_loc, batch,          \
                                         total_tokens, total_pages, out);                          \
   }
@@ -1801,6 +1842,7 @@ KVP_EXTEND_PAIRS_KERNELS(i32, int)
       uint32_t steps, unsigned long long total_pages, unsigned long long first_pages,             \
       uint32_t phase, ResHeader *res, long long *lens, INDEX *slots, uint32_t *taken,             \
       uint32_t *rank) {                                                                           \
+    await_predecessors();                                                                         \
     reserve_decode<INDEX>(v, call, lens_in, last_loc, batch, steps, total_pages, first_pages,     \
                           phase, res, lens, slots, taken, rank);                                  \
   }                                                                                               \
@@ -1809,6 +1851,7 @@ KVP_EXTEND_PAIRS_KERNELS(i32, int)
       uint32_t batch, uint32_t steps, INDEX *out, void *table, uint32_t wide,                     \
       unsigned long long table_rows, unsigned long long stride, unsigned long long row_len,       \
       const long long *rows) {                                                                    \
+    await_predecessors();                                                                         \
     reservation_step<INDEX>(v, call, res, lens, slots, batch, steps, out, table, wide,            \
                             table_rows, stride, row_len, rows);                                   \
   }                                                                                               \
@@ -1816,12 +1859,14 @@ KVP_EXTEND_PAIRS_KERNELS(i32, int)
       View v, Call call, ResHeader *res, const long long *lens, const INDEX *slots,               \
       const uint32_t *taken, uint32_t batch, uint32_t steps, uint32_t used,                       \
       unsigned long long first_unused, unsigned long long unused) {                               \
+    await_predecessors();                                                                         \
     reservation_finish<INDEX>(v, call, res, lens, slots, taken, batch, steps, used,               \
                               first_unused, unused);                                              \
   }                                                                                               \
   extern "C" __global__ void __launch_bounds__(RES_BLOCK) kvp_reservation_unhold_##SUFFIX(        \
       View v, ResHeader *res, const long long *lens, const INDEX *slots, const uint32_t *taken,   \
       uint32_t batch, unsigned long long total_pages) {                                           \
+    await_predecessors();                                                                         \
     reservation_unhold<INDEX>(v, res, lens, slots, taken, batch, total_pages);                    \
   }
 
@@ -1833,28 +1878,40 @@ extern "C" __global__ void __launch_bounds__(ROWS_BLOCK)
                    unsigned long long stride, unsigned long long row_len, const long long *rows,
                    const long long *seq_lens, uint32_t batch, uint32_t page_size, int *kv_indptr,
                    int *kv_indices, unsigned long long capacity, int *kv_last_page_len) {
+  await_predecessors();
   page_table(table, wide, table_rows, stride, row_len, rows, seq_lens, batch, page_size,
              kv_indptr, kv_indices, capacity, kv_last_page_len);
 }
 
 extern "C" __global__ void __launch_bounds__(FREE_BLOCK) kvp_group_end(View v, Call call) {
+  await_predecessors();
   group_end(v, call);
 }
 extern "C" __global__ void __launch_bounds__(FREE_BLOCK, 2)
     kvp_release_claimed(View v, Call call, uint32_t chunk) {
+  await_predecessors();
   release_claimed(v, call, chunk);
 }
 extern "C" __global__ void __launch_bounds__(FREE_BLOCK) kvp_merge(View v, Call call) {
+  await_predecessors();
   merge(v, call);
 }
-extern "C" __global__ void __launch_bounds__(256) kvp_reset(View v, Call call) { reset(v, call); }
-extern "C" __global__ void __launch_bounds__(256) kvp_retag(View v) { retag(v); }
+extern "C" __global__ void __launch_bounds__(256) kvp_reset(View v, Call call) {
+  await_predecessors();
+  reset(v, call);
+}
+extern "C" __global__ void __launch_bounds__(256) kvp_retag(View v) {
+  await_predecessors();
+  retag(v);
+}
 extern "C" __global__ void __launch_bounds__(256)
     kvp_backup(View v, Call call, uint32_t *snapshot) {
+  await_predecessors();
   copy_state(v, call, snapshot, false);
 }
 extern "C" __global__ void __launch_bounds__(256)
     kvp_restore(View v, Call call, uint32_t *snapshot) {
+  await_predecessors();
   copy_state(v, call, snapshot, true);
 }
 
@@ -1873,12 +1930,14 @@ extern "C" __global__ void __launch_bounds__(256)
 // guards, and every later one, does nothing.
 extern "C" __global__ void __launch_bounds__(32)
     kvp_debug_check(View v, Call call, const uint32_t *done, uint32_t expect) {
+  await_predecessors();
   if (threadIdx.x != 0) return;
   const uint32_t seen = *(const volatile uint32_t *)done;
   if (seen != expect)
     raise_fault(v, call, ((unsigned long long)expect << 8) | ERR_UNORDERED, (long long)seen);
 }
 extern "C" __global__ void __launch_bounds__(32) kvp_debug_mark(uint32_t *done, uint32_t seq) {
+  await_predecessors();
   if (threadIdx.x == 0) *(volatile uint32_t *)done = seq;
 }
 

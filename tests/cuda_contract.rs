@@ -33,7 +33,7 @@ use kvpool::cuda::{pending_releases, release_counts, DevicePool};
 use kvpool::ffi::*;
 use kvpool::{BackendKind, ErrorKind, IndexType, PoolConfig};
 
-use gpu::{last_error, DevBuf, Event, Gpu, Graph, Spinner};
+use gpu::{last_error, DevBuf, Event, Gpu, Graph, LateCopy, Spinner};
 
 /// How long the spin kernel keeps the stream busy.
 const SPIN_NS: u64 = 300_000_000;
@@ -846,4 +846,164 @@ fn debug_options_on_a_host_pool_and_without_a_driver() {
     let text =
         unsafe { std::ffi::CStr::from_ptr(kvp_status_str(kvp_status::UnorderedStreams as i32)) };
     assert!(text.to_str().unwrap().contains("not ordered"), "{text:?}");
+}
+
+/// Programmatic dependent launch (sm_90, `DevicePool::programmatic_launch`): a call's
+/// kernels may be scheduled while the kernel ahead of them still runs, and must wait for it
+/// before touching memory. Behind a kernel that lets its dependents launch at once and only
+/// after 2 ms writes the call's device `seq_lens` (extends) or `last_loc` (decodes), whose
+/// stale contents (zeros) would fault the call, extends of every plain kernel family and
+/// decodes of every size class give the host backend's slots and leave the pool unfaulted;
+/// graph-captured, the same. (A kernel without the wait read the zeros: the test fails.)
+#[test]
+#[ignore = "needs a CUDA GPU: run with --ignored on a GPU machine"]
+fn calls_behind_a_programmatic_predecessor_wait_for_its_writes() {
+    let gpu = Gpu::new(false);
+    let s = gpu.stream;
+    let config = PoolConfig {
+        size: 1 << 20,
+        page_size: 16,
+        need_sort: false,
+        index_type: IndexType::I64,
+        backend: BackendKind::Cuda { ordinal: 0 },
+    };
+    let mut pool = DevicePool::new(config).unwrap();
+    let switched_off =
+        std::env::var_os("KVPOOL_PROGRAMMATIC_LAUNCH").is_some_and(|value| value == "0");
+    // (sm_90 and later launch clusters; the GPU machines' drivers are past CUDA 12.3.)
+    assert_eq!(
+        pool.programmatic_launch(),
+        gpu.cluster_launch() && !switched_off
+    );
+    if !pool.programmatic_launch() {
+        eprintln!("skipped: this device or environment launches without programmatic launch");
+        return;
+    }
+    let mut host = kvpool::Pool::new(PoolConfig {
+        backend: BackendKind::Host,
+        ..config
+    })
+    .unwrap();
+    let late = LateCopy::new();
+    // (requests, new tokens each): One, FewUpTo, Few, FewBlocks, FewSpread, Pairs, Block64
+    // by row / Pairs, Block, Blocks, BlocksWide(512), BlocksWide(1024), Grid.
+    let extends: [(usize, i64); 12] = [
+        (1, 10),
+        (3, 20),
+        (20, 25),
+        (4, 300),
+        (32, 40),
+        (40, 1),
+        (64, 8),
+        (100, 2),
+        (200, 6),
+        (400, 2),
+        (900, 1),
+        (1500, 1),
+    ];
+    // Decodes after an extend of one token each: one, a block, the clusters, the ticketed
+    // kernel.
+    let decodes = [1usize, 20, 300, 1500, 5000];
+    let shapes = extends
+        .iter()
+        .map(|&(batch, per)| (batch, per, false))
+        .chain(decodes.iter().map(|&batch| (batch, 1, true)));
+    for (batch, per, decode) in shapes {
+        for captured in [false, true] {
+            let what = format!(
+                "{} of {batch} x {per}{}",
+                if decode { "decode" } else { "extend" },
+                if captured { ", captured" } else { "" }
+            );
+            unsafe { pool.clear(s) }.unwrap();
+            host.clear();
+            let prefix = vec![0i64; batch];
+            let seq = vec![per; batch];
+            let tokens = batch * per as usize;
+            let mut want = vec![0i64; tokens];
+            host.alloc_extend(&prefix, &seq, &vec![-1i64; batch], tokens as u64, &mut want)
+                .unwrap();
+            let d_prefix = gpu::upload(&prefix);
+            let staged_seq = gpu::upload(&seq);
+            let d_seq = gpu::upload(&vec![0i64; batch]); // stale until the late copy
+            let d_last = gpu::upload(&vec![-1i64; batch]);
+            let out = DevBuf::new(8 * tokens);
+            let extend = |pool: &mut DevicePool| {
+                // SAFETY: the buffers hold the batch and `tokens` indices and outlive the
+                // stream's work (synchronized below).
+                unsafe {
+                    pool.alloc_extend(
+                        &prefix,
+                        &seq,
+                        d_prefix.ptr,
+                        d_seq.ptr,
+                        d_last.ptr,
+                        tokens as u64,
+                        out.ptr,
+                        tokens,
+                        s,
+                    )
+                }
+            };
+            if decode {
+                // The extend on time; the decode behind the late copy of last_loc.
+                d_seq.upload(&seq);
+                extend(&mut pool).unwrap();
+                gpu.sync();
+                assert_eq!(out.download::<i64>(tokens), want, "{what}: setup");
+                let seq1: Vec<i64> = seq.iter().map(|&l| l + 1).collect();
+                let last: Vec<i64> = want.clone(); // one token each: its slot is last_loc
+                let mut want1 = vec![0i64; batch];
+                host.alloc_decode(&seq1, &last, &mut want1).unwrap();
+                let d_seq1 = gpu::upload(&seq1);
+                let staged_last = gpu::upload(&last);
+                let d_last1 = gpu::upload(&vec![0i64; batch]); // stale: slot 0 is refused
+                let out1 = DevBuf::new(8 * batch);
+                let decode_call = |pool: &mut DevicePool| {
+                    // SAFETY: as above, `batch` indices.
+                    unsafe { pool.alloc_decode(&seq1, d_seq1.ptr, d_last1.ptr, out1.ptr, batch, s) }
+                };
+                behind_late_copy(&gpu, &late, [&staged_last, &d_last1], captured, || {
+                    decode_call(&mut pool)
+                });
+                pool.check_device()
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(out1.download::<i64>(batch), want1, "{what}");
+            } else {
+                behind_late_copy(&gpu, &late, [&staged_seq, &d_seq], captured, || {
+                    extend(&mut pool)
+                });
+                pool.check_device()
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(out.download::<i64>(tokens), want, "{what}");
+            }
+        }
+    }
+}
+
+/// Enqueues `call` on `gpu`'s stream behind a late copy of `bufs[0]` into `bufs[1]` (the
+/// words of the call's batch, 2 ms after the copy kernel lets its dependents launch), both
+/// captured into one graph launched once if `captured`; then drains the stream.
+fn behind_late_copy(
+    gpu: &Gpu,
+    late: &LateCopy,
+    bufs: [&DevBuf; 2],
+    captured: bool,
+    call: impl FnOnce() -> Result<(), kvpool::PoolError>,
+) {
+    const LATE_NS: u64 = 2_000_000;
+    let s = gpu.stream;
+    let words = (bufs[1].bytes / 8) as u64;
+    if captured {
+        let (graph, status) = Graph::capture(s, || {
+            late.launch(s, bufs[0], bufs[1], words, LATE_NS);
+            call()
+        });
+        status.unwrap();
+        graph.launch(s);
+    } else {
+        late.launch(s, bufs[0], bufs[1], words, LATE_NS);
+        call().unwrap();
+    }
+    gpu.sync();
 }

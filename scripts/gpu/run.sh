@@ -32,7 +32,7 @@
 # pools, default "cuda cpu"), HOST_CALLS_ARGS (host_calls' arguments), OVERHEAD_VARIANTS
 # (see python-overhead below), STEP_ARGS (engine-steps' baseline_bench.py arguments), SANITIZE_OPS (lockstep operations per configuration under the
 # sanitizers, default 600), SANITIZE_RESERVATION=0 (sanitize without the reservation tests, about
-# half its time at 200 operations: for a change that leaves the reservation kernels alone), BENCH_PYTHON=0 (C++ benchmark only), BENCH_ARGS, TAIL_LINES,
+# half its time at 200 operations: for a change that leaves the reservation kernels alone), BENCH_PYTHON=0 (C++ benchmark only), BENCH_ARGS, BENCH_CPP_ARGS (the C++ benchmark's alone, e.g. --flat-graph), TAIL_LINES,
 # BENCH_BEFORE (gpu-artifacts/before, made by `scripts/gpu/pack.sh --before REV`: the C++
 # benchmark of that revision, built against its own header and library, runs right after
 # this one, for before/after figures from one machine and one run), CXX (the C++ compiler
@@ -326,7 +326,7 @@ for step in "${steps[@]}"; do
     bench)
         run bench-build "$NVCC" -O2 -std=c++17 -arch=sm_90 -Iinclude bench-gpu/kvpool_bench.cu \
             -Lgpu-artifacts/lib -lkvpool -lcuda -Xlinker -rpath -Xlinker "$PWD/gpu-artifacts/lib" -Xlinker -z -Xlinker lazy -o "$LOGS/kvpool_bench"
-        run bench-cpp "$LOGS/kvpool_bench" --csv "$OUT/bench_cpp.csv" ${BENCH_ARGS:-}
+        run bench-cpp "$LOGS/kvpool_bench" --csv "$OUT/bench_cpp.csv" ${BENCH_ARGS:-} ${BENCH_CPP_ARGS:-}
         cp "$LOGS/bench-cpp.log" "$OUT/bench_cpp.md"
         if [[ -n "${BENCH_BEFORE:-}" ]]; then
             BEFORE=$(cd "$BENCH_BEFORE" && pwd)
@@ -347,7 +347,8 @@ for step in "${steps[@]}"; do
         for variant in ${BENCH_VARIANTS:-}; do
             i=$((i + 1))
             run "bench-cpp-var$i-$variant" env LD_LIBRARY_PATH="$PWD/gpu-artifacts/var/$variant" \
-                "$LOGS/kvpool_bench" --csv "$OUT/bench_cpp_var${i}_$variant.csv" ${BENCH_ARGS:-}
+                "$LOGS/kvpool_bench" --csv "$OUT/bench_cpp_var${i}_$variant.csv" ${BENCH_ARGS:-} \
+                ${BENCH_CPP_ARGS:-}
         done
         if [[ "${BENCH_PYTHON:-1}" != 0 ]]; then
             run bench-python python3 bench-gpu/baseline_bench.py --lib "$KVPOOL_LIB" --csv "$OUT/bench_python.csv" ${BENCH_ARGS:-}

@@ -41,8 +41,9 @@ def cell(row, column, graph=True):
 
 
 def by_graph(row):
-    """Whether the row's kvpool figure is a graph's (graph, graph less rewind), not events'."""
-    return row.get("device_method", "").startswith("graph")
+    """Whether the row's kvpool figure is a graph's (graph, flat graph, either less rewind),
+    not events'."""
+    return row.get("device_method", "").startswith(("graph", "flat graph"))
 
 
 def read_rows(path):
@@ -126,11 +127,15 @@ def main():
         print(f"| {key[0]} | {key[1]} | {key[2]:,} | {shown(cells[0])} | {shown(cells[1])} | "
               f"{ratio(cells[1], cells[0])} | {shown(cells[2])} | {shown(cells[3])} | "
               f"{ratio(cells[3], cells[2])} |")
+    flat = any(r.get("device_method", "").startswith("flat graph") for r in cpp.values())
+    copies = ("its kernels copied 100 times into one flat graph, linked as a capture of "
+              "consecutive calls links them (kvpool_bench --flat-graph)" if flat else
+              "100 child graphs of one graph")
     print("\nPer replay: bench_python.csv, one call per captured graph, the graph's launch "
           "included; a paged decode is replayed with kvpool's rewind of the continued pages, "
           "less the rewind alone (graph less rewind), which cancels the launch. Per launch in "
-          "100: Triton's kernel 100 times in one graph (bench_python.csv), kvpool's call as 100 "
-          "child graphs of one graph (bench_cpp.csv; 20 with --quick).")
+          f"100: Triton's kernel 100 times in one graph (bench_python.csv), kvpool's call as "
+          f"{copies} (bench_cpp.csv; 20 with --quick).")
     if marked:
         print("\n\\* timed by events around one call (the graph replay faulted the pool): not "
               "comparable, no ratio.")

@@ -170,6 +170,26 @@ impl PrimaryContext {
             .is_ok_and(|supported| supported != 0)
     }
 
+    /// Whether kernels on this device go out with programmatic dependent launch
+    /// (`Kernels::launch_shared`): compute capability 9.0 or later (the kernels' wait for
+    /// their predecessors, `griddepcontrol.wait`, is sm_90's) and a driver of CUDA 12.3 or
+    /// later (from which stream capture records such a launch as a programmatic edge of the
+    /// graph); unless the environment sets `KVPOOL_PROGRAMMATIC_LAUNCH=0` (read when a pool
+    /// is created). False when the driver cannot say.
+    pub fn programmatic_launch(&self) -> bool {
+        if std::env::var_os("KVPOOL_PROGRAMMATIC_LAUNCH").is_some_and(|value| value == "0") {
+            return false;
+        }
+        let mut version = 0;
+        // SAFETY: the driver is initialised; valid out-pointer.
+        let driver = unsafe { sys::cuDriverGetVersion(&mut version) };
+        driver == CUresult::CUDA_SUCCESS
+            && version >= 12030
+            && self
+                .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+                .is_ok_and(|major| major >= 9)
+    }
+
     /// Makes the context current on the calling thread (a no-op when it already is).
     pub fn bind(&self) -> Result<(), PoolError> {
         let mut current = std::ptr::null_mut();

@@ -134,12 +134,20 @@ pub(crate) struct Kernels {
     pub debug_mark: CUfunction,
     /// FlashInfer page tables of table rows (no pool state).
     pub page_table: CUfunction,
+    /// Launches go out with programmatic dependent launch (`launch_shared`;
+    /// `PrimaryContext::programmatic_launch`).
+    programmatic: bool,
 }
 
 impl Kernels {
     /// Loads the module into the current context, with the entry points of `index_type`.
-    /// `shared_optin`: the most shared memory the device gives a block.
-    pub fn load(index_type: IndexType, shared_optin: u32) -> Result<Self, PoolError> {
+    /// `shared_optin`: the most shared memory the device gives a block; `programmatic`:
+    /// launch with programmatic dependent launch (see `launch_shared`).
+    pub fn load(
+        index_type: IndexType,
+        shared_optin: u32,
+        programmatic: bool,
+    ) -> Result<Self, PoolError> {
         // The driver reads the image during the call only; copy it to an aligned buffer.
         let mut image = vec![0u64; FATBIN.len().div_ceil(8)];
         // SAFETY: `image` has at least `FATBIN.len()` bytes.
@@ -169,6 +177,7 @@ impl Kernels {
             Ok(function)
         };
         let mut kernels = Self::resolve(module, &get, index_type)?;
+        kernels.programmatic = programmatic;
         let mut sizes = read_wide_shared(module)?;
         let typed = &kernels.typed;
         let functions = typed
@@ -192,6 +201,11 @@ impl Kernels {
     /// The loaded module (for its globals).
     pub fn module(&self) -> CUmodule {
         self.module
+    }
+
+    /// Whether launches go out with programmatic dependent launch (`launch_shared`).
+    pub fn programmatic(&self) -> bool {
+        self.programmatic
     }
 
     /// The entry points of `module`, each found by its name through `get`: those of
@@ -221,6 +235,7 @@ impl Kernels {
             debug_check: get("kvp_debug_check")?,
             debug_mark: get("kvp_debug_mark")?,
             page_table: get("kvp_page_table")?,
+            programmatic: false,
         })
     }
 }
@@ -408,53 +423,95 @@ pub(crate) fn cluster_fits(function: CUfunction, blocks: u32, threads: u32) -> b
     result == sys::CUresult::CUDA_SUCCESS && clusters >= 1
 }
 
-/// Enqueues `function<<<grid, block, 0, stream>>>(args...)`. Returns as soon as the launch
-/// is queued.
-///
-/// # Safety
-/// `args` must match the kernel's parameters, each pointing to a live value of its type.
-pub(crate) unsafe fn launch(
-    function: CUfunction,
-    grid: u32,
-    block: u32,
-    stream: CUstream,
-    args: &mut [*mut c_void],
-) -> Result<(), PoolError> {
-    // SAFETY: forwarded contract.
-    unsafe { launch_shared(function, grid, block, 0, stream, args) }
-}
+impl Kernels {
+    /// Enqueues `function<<<grid, block, 0, stream>>>(args...)`. Returns as soon as the
+    /// launch is queued.
+    ///
+    /// # Safety
+    /// `function` is one of these kernels; `args` must match its parameters, each pointing
+    /// to a live value of its type.
+    pub(crate) unsafe fn launch(
+        &self,
+        function: CUfunction,
+        grid: u32,
+        block: u32,
+        stream: CUstream,
+        args: &mut [*mut c_void],
+    ) -> Result<(), PoolError> {
+        // SAFETY: forwarded contract.
+        unsafe { self.launch_shared(function, grid, block, 0, stream, args) }
+    }
 
-/// [`launch`] with `shared` bytes of dynamic shared memory.
-///
-/// # Safety
-/// As for [`launch`]; `shared` at most what the kernel was allowed at load (`allow_shared`).
-pub(crate) unsafe fn launch_shared(
-    function: CUfunction,
-    grid: u32,
-    block: u32,
-    shared: u32,
-    stream: CUstream,
-    args: &mut [*mut c_void],
-) -> Result<(), PoolError> {
-    // SAFETY: forwarded contract; the pool's context is current.
-    check(
-        unsafe {
-            sys::cuLaunchKernel(
-                function,
-                grid,
-                1,
-                1,
-                block,
-                1,
-                1,
-                shared,
-                stream,
-                args.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        },
-        "cuLaunchKernel",
-    )
+    /// [`launch`](Self::launch) with `shared` bytes of dynamic shared memory.
+    ///
+    /// With `programmatic` (sm_90), the launch lets the kernel be scheduled while the work
+    /// ahead of it on the stream finishes (programmatic dependent launch): every entry point
+    /// first waits for that work to complete (`await_predecessors` in `kernels/pool.cu`), so
+    /// nothing is read or written earlier, but the launch's own latency overlaps the
+    /// previous kernel's end (in a CUDA graph too: capture keeps the edge programmatic).
+    /// The kernels never signal their dependents early: a kernel launched after one of
+    /// them with the same attribute starts once its blocks have exited, and must wait
+    /// (`griddepcontrol.wait`) before reading what it wrote, as any such kernel must.
+    ///
+    /// # Safety
+    /// As for [`launch`](Self::launch); `shared` at most what the kernel was allowed at load
+    /// (`allow_shared`).
+    pub(crate) unsafe fn launch_shared(
+        &self,
+        function: CUfunction,
+        grid: u32,
+        block: u32,
+        shared: u32,
+        stream: CUstream,
+        args: &mut [*mut c_void],
+    ) -> Result<(), PoolError> {
+        if !self.programmatic {
+            // SAFETY: forwarded contract; the pool's context is current.
+            return check(
+                unsafe {
+                    sys::cuLaunchKernel(
+                        function,
+                        grid,
+                        1,
+                        1,
+                        block,
+                        1,
+                        1,
+                        shared,
+                        stream,
+                        args.as_mut_ptr(),
+                        std::ptr::null_mut(),
+                    )
+                },
+                "cuLaunchKernel",
+            );
+        }
+        // SAFETY: the attribute is plain data, all zeros a valid value of it.
+        let mut attribute: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attribute.id =
+            sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attribute.value.programmaticStreamSerializationAllowed = 1;
+        let config = sys::CUlaunchConfig {
+            gridDimX: grid,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: shared,
+            hStream: stream,
+            attrs: &mut attribute,
+            numAttrs: 1,
+        };
+        // SAFETY: forwarded contract; `config` and its attribute live through the call; the
+        // pool's context is current.
+        check(
+            unsafe {
+                sys::cuLaunchKernelEx(&config, function, args.as_mut_ptr(), std::ptr::null_mut())
+            },
+            "cuLaunchKernelEx",
+        )
+    }
 }
 
 #[cfg(test)]
@@ -535,5 +592,42 @@ mod tests {
                 + (3 + FEW_BOUNDS.len()) * FEW_THREADS.len()
                 + 11)
         );
+    }
+
+    /// Every entry point of the kernels' sources first waits for the work ahead of it
+    /// (`await_predecessors`): the library launches them all with programmatic dependent
+    /// launch (`Kernels::launch_shared`), so one that touched memory before the wait could
+    /// read inputs the previous kernel has not finished writing.
+    #[test]
+    fn every_entry_point_first_awaits_its_predecessors() {
+        let sources = [
+            ("pool.cu", include_str!("../../kernels/pool.cu")),
+            ("digest.cuh", include_str!("../../kernels/digest.cuh")),
+        ];
+        let mut entries = 0;
+        for (file, text) in sources {
+            for (at, _) in text.match_indices("extern \"C\" __global__") {
+                let body = at + text[at..].find('{').expect("an entry point has a body") + 1;
+                // The body's first statement, past blanks and macro line continuations.
+                let first: String = text[body..]
+                    .chars()
+                    .skip_while(|&c| c.is_whitespace() || c == '\\')
+                    .take_while(|&c| c != ';')
+                    .collect();
+                let name: String = text[at..body]
+                    .split(|c: char| c == '(' || c.is_whitespace())
+                    .rfind(|word| word.starts_with("kvp_"))
+                    .unwrap_or("?")
+                    .to_string();
+                assert!(
+                    first == "await_predecessors()" || first == "kvp::await_predecessors()",
+                    "{file}: {name} starts with `{first}`, not await_predecessors()"
+                );
+                entries += 1;
+            }
+        }
+        // (pool.cu's entry points, most defined once per index type by a macro, and the
+        // digest's.)
+        assert_eq!(entries, 45);
     }
 }

@@ -18,7 +18,7 @@ use parking_lot::Mutex;
 
 use super::counts::{Accounting, Counts, Dest, Step};
 use super::driver::PrimaryContext;
-use super::kernels::{self, launch, launch_shared, Kernels};
+use super::kernels::{self, Kernels};
 use super::layout::{
     arg, snapshot_bytes, snapshot_words, Arrays, Call, DeviceFault, DeviceOp, HostRecord, View,
     CALL_IN_GROUP, CALL_MIRROR, CALL_REPLAYABLE, CLAIM_CHUNKS, FREE_PAGE_IDS, FREE_SEGMENT,
@@ -569,7 +569,11 @@ impl DevicePool {
         let context = Arc::new(PrimaryContext::retain(ordinal)?);
         let multiprocessors = context.multiprocessors()?;
         let last_use = Arc::new(LastUse::new()?);
-        let kernels = Kernels::load(config.index_type, context.shared_optin()?)?;
+        let kernels = Kernels::load(
+            config.index_type,
+            context.shared_optin()?,
+            context.programmatic_launch(),
+        )?;
         abi::check_module(kernels.module())?;
         let clusters = context.cluster_launch()
             && kernels::cluster_fits(
@@ -670,6 +674,17 @@ impl DevicePool {
     /// kernel. Either hands out the same slots.
     pub fn decodes_on_clusters(&self) -> bool {
         self.clusters
+    }
+
+    /// Whether the pool launches its kernels with programmatic dependent launch: on compute
+    /// capability 9.0 and later with a driver of CUDA 12.3 or later, unless
+    /// `KVPOOL_PROGRAMMATIC_LAUNCH=0` was set when the pool was created. Each kernel may then
+    /// be scheduled while the kernel ahead of it on the stream is finishing, and waits for
+    /// it to complete before touching memory: the launch's latency overlaps that kernel's
+    /// end (in CUDA graphs too). Nothing else changes: what a call reads and writes, and
+    /// when, is ordered on the stream as before.
+    pub fn programmatic_launch(&self) -> bool {
+        self.kernels.programmatic()
     }
 
     /// Static facts about the pool.
@@ -1097,8 +1112,10 @@ impl DevicePool {
             // A grid of no blocks: the driver refuses the launch (the test hook's failure).
             let grid = if fail_at == Some(i) { 0 } else { l.grid };
             // SAFETY: forwarded contract.
-            let launched =
-                unsafe { launch_shared(l.function, grid, l.block, l.shared, stream, args) };
+            let launched = unsafe {
+                self.kernels
+                    .launch_shared(l.function, grid, l.block, l.shared, stream, args)
+            };
             if let Err(err) = launched {
                 if i > 0 {
                     return Err(self.break_call(&call, i, launches.len(), &err, stream));
@@ -1204,7 +1221,10 @@ impl DevicePool {
         let view = self.view;
         let grid = self.grid_over(u64::from(self.layout.num_pages) + 1);
         // SAFETY: `kvp_retag(View)`.
-        unsafe { launch(self.kernels.retag, grid, BLOCK, stream, &mut [arg(&view)]) }?;
+        unsafe {
+            self.kernels
+                .launch(self.kernels.retag, grid, BLOCK, stream, &mut [arg(&view)])
+        }?;
         let _ = self.last_use.mark(stream);
         self.tag = 0;
         Ok(())
@@ -1215,7 +1235,7 @@ impl DevicePool {
     fn debug_before(&self, view: &View, call: &Call, stream: CUstream) -> Result<(), PoolError> {
         match &self.stream_order {
             Some(check) if self.debug & DEBUG_STREAM_ORDER != 0 => {
-                check.before(self.kernels.debug_check, view, call, stream)
+                check.before(&self.kernels, view, call, stream)
             }
             _ => Ok(()),
         }
@@ -1224,10 +1244,9 @@ impl DevicePool {
     /// The stream-order mark after a launch (debug only).
     #[cold]
     fn debug_after(&mut self, call: &Call, stream: CUstream) {
-        let mark = self.kernels.debug_mark;
         if self.debug & DEBUG_STREAM_ORDER != 0 {
             if let Some(check) = &mut self.stream_order {
-                check.after(mark, call, stream);
+                check.after(&self.kernels, call, stream);
             }
         }
     }
@@ -2159,7 +2178,7 @@ impl DevicePool {
         let grid = self.grid_over(u64::from(self.layout.num_pages) + 1);
         // SAFETY: `kvp_digest(View, Call, u64 *scratch, u64 *out)`; caller contract for `out`.
         unsafe {
-            launch(
+            self.kernels.launch(
                 self.kernels.digest,
                 grid,
                 BLOCK,

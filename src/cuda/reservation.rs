@@ -16,7 +16,6 @@ use cudarc::driver::sys::{CUdeviceptr, CUstream};
 
 use super::{arg, DevicePool, DeviceTable};
 use crate::cuda::counts::{Dest, Step};
-use crate::cuda::kernels::launch;
 use crate::cuda::layout::{Call, DeviceOp, NO_HEAD_HINT};
 use crate::cuda::memory::DeviceMemory;
 use crate::cuda::release::may_be_capturing;
@@ -465,7 +464,7 @@ impl DevicePool {
         // table_rows, u64 stride, u64 row_len, const i64 *rows)`; caller contract for the
         // buffers.
         unsafe {
-            launch(
+            self.kernels.launch(
                 self.kernels.typed.reservation_step,
                 1,
                 block,
@@ -604,7 +603,7 @@ impl DevicePool {
             // SAFETY: `kvp_reservation_unhold_*(View, ResHeader *res, const i64 *lens, const
             // Index *slots, const u32 *taken, u32 batch, u64 total_pages)`.
             let launched = unsafe {
-                launch(
+                self.kernels.launch(
                     self.kernels.typed.reservation_unhold,
                     1,
                     RES_BLOCK,

@@ -12,7 +12,6 @@ use super::{
     FREE_SEGMENT, FREE_SLOTS, WARP_TOKENS,
 };
 use crate::cuda::counts::Step;
-use crate::cuda::kernels::launch;
 use crate::cuda::layout::DeviceOp;
 use crate::cuda::memory::DeviceMemory;
 use crate::pool::error::fail;
@@ -759,7 +758,10 @@ impl DevicePool {
             arg(&kv_last_page_len),
         ];
         // SAFETY: kvp_page_table's parameters, in order; forwarded contract.
-        unsafe { launch(self.kernels.page_table, 1, ROWS_BLOCK, stream, &mut args) }?;
+        unsafe {
+            self.kernels
+                .launch(self.kernels.page_table, 1, ROWS_BLOCK, stream, &mut args)
+        }?;
         let _ = self.last_use.mark(stream);
         if let Some((indptr, last)) = host {
             let ps = i64::from(ps);

@@ -23,10 +23,10 @@
 
 use std::collections::VecDeque;
 
-use cudarc::driver::sys::{self, CUfunction, CUstream};
+use cudarc::driver::sys::{self, CUstream};
 
 use super::driver::check;
-use super::kernels::launch;
+use super::kernels::Kernels;
 use super::layout::{arg, Call, View};
 use super::memory::DeviceMemory;
 use crate::pool::PoolError;
@@ -84,7 +84,7 @@ impl StreamOrderCheck {
     /// Enqueues the check for `call` on `stream`, before the call's kernel.
     pub fn before(
         &self,
-        check: CUfunction,
+        kernels: &Kernels,
         view: &View,
         call: &Call,
         stream: CUstream,
@@ -95,8 +95,8 @@ impl StreamOrderCheck {
         let done = self.done.at(0);
         // SAFETY: `kvp_debug_check(View, Call, const u32 *done, u32 expect)`; one warp.
         unsafe {
-            launch(
-                check,
+            kernels.launch(
+                kernels.debug_check,
                 1,
                 32,
                 stream,
@@ -107,11 +107,19 @@ impl StreamOrderCheck {
 
     /// Enqueues the mark of `call` on `stream`, after the call's kernel (which is enqueued
     /// already, so a failure here is not the call's: the next launch is then not checked).
-    pub fn after(&mut self, mark: CUfunction, call: &Call, stream: CUstream) {
+    pub fn after(&mut self, kernels: &Kernels, call: &Call, stream: CUstream) {
         let done = self.done.at(0);
         let seq = call.seq;
         // SAFETY: `kvp_debug_mark(u32 *done, u32 seq)`; one warp.
-        let marked = unsafe { launch(mark, 1, 32, stream, &mut [arg(&done), arg(&seq)]) };
+        let marked = unsafe {
+            kernels.launch(
+                kernels.debug_mark,
+                1,
+                32,
+                stream,
+                &mut [arg(&done), arg(&seq)],
+            )
+        };
         self.previous = marked.is_ok().then_some(seq);
         if self.history.len() == HISTORY {
             self.history.pop_front();

@@ -186,12 +186,67 @@ pub fn read_device<T: Copy + Default>(addr: u64, n: usize) -> Vec<T> {
     out
 }
 
-/// A kernel that spins on the global timer for `ns` nanoseconds: hand-written PTX, JIT
-/// compiled by the driver.
-pub struct Spinner {
+/// A one-thread kernel from hand-written PTX (NUL-terminated), JIT compiled by the driver.
+struct PtxKernel {
     module: sys::CUmodule,
     function: sys::CUfunction,
 }
+
+impl PtxKernel {
+    fn load(ptx: &str, name: &std::ffi::CStr) -> Self {
+        assert!(ptx.ends_with('\0'), "PTX must be NUL-terminated");
+        let mut module = std::ptr::null_mut();
+        let mut function = std::ptr::null_mut();
+        // SAFETY: NUL-terminated PTX and name; valid out-pointers.
+        unsafe {
+            ok(
+                sys::cuModuleLoadData(&mut module, ptx.as_ptr().cast::<c_void>()),
+                "cuModuleLoadData(test PTX)",
+            );
+            ok(
+                sys::cuModuleGetFunction(&mut function, module, name.as_ptr()),
+                "cuModuleGetFunction",
+            );
+        }
+        Self { module, function }
+    }
+
+    /// Enqueues the kernel on one thread.
+    ///
+    /// # Safety
+    /// `args` match the kernel's parameters, each pointing at a live value during the call.
+    unsafe fn launch(&self, stream: CUstream, args: &mut [*mut c_void]) {
+        // SAFETY: forwarded contract.
+        ok(
+            unsafe {
+                sys::cuLaunchKernel(
+                    self.function,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    1,
+                    0,
+                    stream,
+                    args.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            },
+            "cuLaunchKernel(test PTX)",
+        );
+    }
+}
+
+impl Drop for PtxKernel {
+    fn drop(&mut self) {
+        // SAFETY: loaded in `load`.
+        unsafe { sys::cuModuleUnload(self.module) };
+    }
+}
+
+/// A kernel that spins on the global timer for `ns` nanoseconds.
+pub struct Spinner(PtxKernel);
 
 const SPIN_PTX: &str = "
 .version 8.0
@@ -214,51 +269,77 @@ SPIN:
 
 impl Spinner {
     pub fn new() -> Self {
-        let mut module = std::ptr::null_mut();
-        let mut function = std::ptr::null_mut();
-        // SAFETY: NUL-terminated PTX; valid out-pointers.
-        unsafe {
-            ok(
-                sys::cuModuleLoadData(&mut module, SPIN_PTX.as_ptr().cast::<c_void>()),
-                "cuModuleLoadData(spin PTX)",
-            );
-            ok(
-                sys::cuModuleGetFunction(&mut function, module, c"kvp_test_spin".as_ptr()),
-                "cuModuleGetFunction",
-            );
-        }
-        Self { module, function }
+        Self(PtxKernel::load(SPIN_PTX, c"kvp_test_spin"))
     }
 
     /// Enqueues a one-thread kernel that runs for `ns` nanoseconds.
     pub fn launch(&self, stream: CUstream, ns: u64) {
-        let mut arg: *mut c_void = (&ns as *const u64).cast_mut().cast();
         // SAFETY: one u64 parameter, pointing at a live value during the call.
-        ok(
-            unsafe {
-                sys::cuLaunchKernel(
-                    self.function,
-                    1,
-                    1,
-                    1,
-                    1,
-                    1,
-                    1,
-                    0,
-                    stream,
-                    &mut arg,
-                    std::ptr::null_mut(),
-                )
-            },
-            "cuLaunchKernel(spin)",
-        );
+        unsafe {
+            self.0
+                .launch(stream, &mut [(&ns as *const u64).cast_mut().cast()])
+        };
     }
 }
 
-impl Drop for Spinner {
-    fn drop(&mut self) {
-        // SAFETY: loaded in `new`.
-        unsafe { sys::cuModuleUnload(self.module) };
+/// A one-thread kernel that lets the kernel after it launch at once (programmatic dependent
+/// launch: `griddepcontrol.launch_dependents` first), then spins for `ns` nanoseconds, then
+/// copies `n` 8-byte words from `src` to `dst`: a predecessor whose writes a kernel behind it
+/// sees only if it waits for it (sm_90).
+pub struct LateCopy(PtxKernel);
+
+const LATE_COPY_PTX: &str = "
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry kvp_test_late_copy(.param .u64 src, .param .u64 dst, .param .u64 n,
+                                   .param .u64 ns)
+{
+  .reg .u64 %r<12>;
+  .reg .pred %p;
+  griddepcontrol.launch_dependents;
+  ld.param.u64 %r1, [ns];
+  mov.u64 %r2, %globaltimer;
+SPIN:
+  mov.u64 %r3, %globaltimer;
+  sub.u64 %r4, %r3, %r2;
+  setp.lt.u64 %p, %r4, %r1;
+  @%p bra SPIN;
+  ld.param.u64 %r5, [src];
+  ld.param.u64 %r6, [dst];
+  ld.param.u64 %r7, [n];
+  mov.u64 %r8, 0;
+COPY:
+  setp.ge.u64 %p, %r8, %r7;
+  @%p bra DONE;
+  shl.b64 %r9, %r8, 3;
+  add.u64 %r10, %r5, %r9;
+  ld.global.u64 %r11, [%r10];
+  add.u64 %r10, %r6, %r9;
+  st.global.u64 [%r10], %r11;
+  add.u64 %r8, %r8, 1;
+  bra COPY;
+DONE:
+  ret;
+}
+\0";
+
+impl LateCopy {
+    /// Loads the kernel (sm_90 and later).
+    pub fn new() -> Self {
+        Self(PtxKernel::load(LATE_COPY_PTX, c"kvp_test_late_copy"))
+    }
+
+    /// Enqueues the copy of `n` words from `src` to `dst` after `ns` nanoseconds.
+    pub fn launch(&self, stream: CUstream, src: &DevBuf, dst: &DevBuf, n: u64, ns: u64) {
+        let mut args: [*mut c_void; 4] = [
+            (&src.ptr as *const u64).cast_mut().cast(),
+            (&dst.ptr as *const u64).cast_mut().cast(),
+            (&n as *const u64).cast_mut().cast(),
+            (&ns as *const u64).cast_mut().cast(),
+        ];
+        // SAFETY: four u64 parameters, each pointing at a live value during the call.
+        unsafe { self.0.launch(stream, &mut args) };
     }
 }
 

@@ -4,8 +4,9 @@
 # without the attribute (s54-pdl-off.patch: what the wait alone costs); M = main. Device
 # time per call in a flat graph of 100 copies (kvpool_bench --flat-graph: the calls'
 # kernels linked as a capture of consecutive calls links them) and in child graphs (PDL
-# cannot help there). Pack with
-#   P=$(scripts/gpu/patch-variant.sh scripts/gpu/plans/s54-pdl.patch main)   # (or branch s54-pdl)
+# cannot help there). P landed in the fifty-fifth session (its patch, s54-pdl.patch, is
+# gone: P is main since then; run s55-1). Pack with
+#   P=main   # (before: $(scripts/gpu/patch-variant.sh scripts/gpu/plans/s54-pdl.patch main))
 #   W=$(scripts/gpu/patch-variant.sh scripts/gpu/plans/s54-pdl-off.patch $P)
 #   git checkout --detach $P && scripts/gpu/pack.sh --variant M=main --variant W=$W --variant P=.
 # and N's cuda_contract test binary as gpu-artifacts/neg.tar.xz (PENDING.md).
