@@ -473,22 +473,26 @@ cudaGraph_t flat_copies(cudaGraph_t unit, int copies, const cudaGraphEdgeData &l
   return flat;
 }
 
-// Device time of one captured call `unit` by graph replay: graph_device_us over child-graph
-// copies, or with --flat-graph over flat_copies (child graphs where the unit is not a chain
-// of kernels). `flat_used` says which.
-double replay_device_us(const Settings &cfg, cudaStream_t s, cudaGraph_t unit,
-                        const cudaGraphEdgeData &link, bool *flat_used) {
-  *flat_used = false;
+struct DeviceTime {
+  double us;
+  bool graph;          // graph replay, else events around one call
+  std::string method;  // for the table
+};
+
+// Device time of one captured call `unit` by graph replay: with --flat-graph over
+// flat_copies ("flat graph"), else, or where the unit is not a chain of kernels, over
+// child-graph copies (graph_device_us; "graph").
+DeviceTime replay_device_time(const Settings &cfg, cudaStream_t s, cudaGraph_t unit,
+                              const cudaGraphEdgeData &link) {
   if (cfg.flat) {
     cudaGraph_t flat = flat_copies(unit, cfg.graph_copies, link);
     if (flat != nullptr) {
-      *flat_used = true;
       const double us = graph_device_us(cfg, s, flat, 1, cfg.graph_copies);
       CUDA_CHECK(cudaGraphDestroy(flat));
-      return us;
+      return DeviceTime{us, true, "flat graph"};
     }
   }
-  return graph_device_us(cfg, s, unit, cfg.graph_copies, 1);
+  return DeviceTime{graph_device_us(cfg, s, unit, cfg.graph_copies, 1), true, "graph"};
 }
 
 // Device time of `call` by events around it, `prepare` (untimed) queued just before and
@@ -732,12 +736,6 @@ struct Context {
   std::vector<Row> &rows;
 };
 
-struct DeviceTime {
-  double us;
-  bool graph;          // graph replay, else events around one call
-  std::string method;  // for the table
-};
-
 void add_row(Context &c, const char *op, int64_t bs, Stats host, const DeviceTime &device,
              double bytes) {
   c.rows.push_back(Row{op, c.pool.page_size, bs, host, device.us, host.paired_floor,
@@ -758,14 +756,13 @@ DeviceTime alloc_device_time(Context &c, const std::string &what, Reset reset, C
   if (c.cfg.host_only) return DeviceTime{NAN, false, "none (--host-only)"};
   reset();
   cudaGraph_t g = capture(p.s, call);
-  bool flat = false;
-  const double graph_us = replay_device_us(c.cfg, p.s, g, p.link, &flat);
+  const DeviceTime replayed = replay_device_time(c.cfg, p.s, g, p.link);
   CUDA_CHECK(cudaGraphDestroy(g));
   sync(p.s);
   const int status = static_cast<int>(kvp_pool_check_device(p.pool));
   if (status == 0) {
     verify();
-    return DeviceTime{graph_us, true, flat ? "flat graph" : "graph"};
+    return replayed;
   }
   if (status != KVP_STATUS_DEVICE_FAULT)
     kvp_die("kvp_pool_check_device", status, __FILE__, __LINE__);
@@ -1024,9 +1021,7 @@ void bench_decode(Context &c, int64_t bs, bool by_rows = false) {
   if (!continuing_at.empty()) {
     reset();
     cudaGraph_t g = capture(p.s, rewind);
-    bool flat = false;
-    rewind_time.us = replay_device_us(c.cfg, p.s, g, p.link, &flat);
-    if (flat) rewind_time.method = "flat graph";
+    rewind_time = replay_device_time(c.cfg, p.s, g, p.link);
     CUDA_CHECK(cudaGraphDestroy(g));
     p.check_settled(held, what + " (rewind replays)");
     device.us -= rewind_time.us;
