@@ -166,6 +166,15 @@ struct Settings {
 
 __global__ void empty_kernel() {}
 
+// An empty kernel that first waits for the kernel ahead of it, as every kvpool entry point
+// does (`await_predecessors`): launched with programmatic dependent launch, the floor under
+// a call in a flat graph (sm_90).
+__global__ void awaiting_empty_kernel() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 // Page ids of the decode outputs of the requests that started a new page, for giving
 // exactly those pages back (a free by index would also free the pages the other requests
 // continue).
@@ -532,9 +541,24 @@ struct Floors {
   Stats host;              // empty kernel launch, host
   double graph_us;         // empty kernel, 100 launches captured in one graph
   double child_graph_us;   // empty kernel, 1 launch captured, 100 child copies (kvpool's way)
+  double flat_graph_us;    // awaiting_empty_kernel, 100 programmatic launches in one graph
+                           // (flat-graph rows; graph_us where the library launches plainly)
   double event_us;         // empty kernel between events (frees' way)
   double copy_bytes_per_us;  // D2D copy, bytes read + written per microsecond
 };
+
+// Whether the library launches its kernels with programmatic dependent launch on the
+// current device, as PrimaryContext::programmatic_launch decides: compute capability 9.0+,
+// a CUDA 12.3+ driver, and not KVPOOL_PROGRAMMATIC_LAUNCH=0.
+bool library_launches_programmatically() {
+  const char *off = std::getenv("KVPOOL_PROGRAMMATIC_LAUNCH");
+  if (off != nullptr && std::strcmp(off, "0") == 0) return false;
+  int device = 0, major = 0, driver = 0;
+  CUDA_CHECK(cudaGetDevice(&device));
+  CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  CUDA_CHECK(cudaDriverGetVersion(&driver));
+  return major >= 9 && driver >= 12030;
+}
 
 Floors measure_floors(const Settings &cfg, cudaStream_t s) {
   Floors f{};
@@ -546,7 +570,7 @@ Floors measure_floors(const Settings &cfg, cudaStream_t s) {
   }, [] {});
   CUDA_CHECK(cudaGetLastError());
   if (cfg.host_only) {
-    f.graph_us = f.child_graph_us = f.event_us = f.copy_bytes_per_us = NAN;
+    f.graph_us = f.child_graph_us = f.flat_graph_us = f.event_us = f.copy_bytes_per_us = NAN;
     return f;
   }
 
@@ -559,6 +583,24 @@ Floors measure_floors(const Settings &cfg, cudaStream_t s) {
   cudaGraph_t one = capture(s, launch);
   f.child_graph_us = graph_device_us(cfg, s, one, cfg.graph_copies, 1);
   CUDA_CHECK(cudaGraphDestroy(one));
+
+  f.flat_graph_us = f.graph_us;
+  if (library_launches_programmatically()) {
+    cudaLaunchAttribute attribute{};
+    attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute.val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(1);
+    config.blockDim = dim3(1);
+    config.stream = s;
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    cudaGraph_t chain = capture(s, [&] {
+      for (int i = 0; i < 100; ++i) CUDA_CHECK(cudaLaunchKernelEx(&config, awaiting_empty_kernel));
+    });
+    f.flat_graph_us = graph_device_us(cfg, s, chain, 1, 100);
+    CUDA_CHECK(cudaGraphDestroy(chain));
+  }
 
   f.event_us = event_device_us(cfg, s, [] {}, launch, [] {});
 
@@ -738,9 +780,12 @@ struct Context {
 
 void add_row(Context &c, const char *op, int64_t bs, Stats host, const DeviceTime &device,
              double bytes) {
-  c.rows.push_back(Row{op, c.pool.page_size, bs, host, device.us, host.paired_floor,
-                       device.graph ? c.floors.graph_us : c.floors.event_us, bytes,
-                       device.method});
+  const bool flat = device.method.rfind("flat graph", 0) == 0;
+  const double floor = !device.graph ? c.floors.event_us
+                       : flat        ? c.floors.flat_graph_us
+                                     : c.floors.graph_us;
+  c.rows.push_back(Row{op, c.pool.page_size, bs, host, device.us, host.paired_floor, floor,
+                       bytes, device.method});
 }
 
 // Device time of an allocation. `reset` enqueues what brings the pool to the state the call
@@ -1361,8 +1406,14 @@ int main(int argc, char **argv) {
               "samples); each row's floor host is this launch timed beside its samples\n",
               floors.host.median, floors.host.p90, floors.host.samples);
   std::printf("- empty kernel, device: %.3f µs per launch in a graph of 100 launches; "
-              "%.3f µs as %d child-graph copies of one launch; %.3f µs between events\n",
-              floors.graph_us, floors.child_graph_us, cfg.graph_copies, floors.event_us);
+              "%.3f µs as %d child-graph copies of one launch; %.3f µs between events; "
+              "flat-graph rows' floor %.3f µs (%s)\n",
+              floors.graph_us, floors.child_graph_us, cfg.graph_copies, floors.event_us,
+              floors.flat_graph_us,
+              library_launches_programmatically()
+                  ? "100 programmatic launches in one graph of an empty kernel that first "
+                    "awaits its predecessor, as the library's kernels are launched"
+                  : "the graph of 100: the library launches plainly on this device");
   std::printf("- D2D copy bandwidth (read + written): %.1f GB/s\n",
               floors.copy_bytes_per_us / 1000.0);
   std::printf("- device target = 1.5 × max(floor device, bytes / copy bandwidth); bytes = "

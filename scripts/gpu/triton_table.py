@@ -108,9 +108,13 @@ def main():
         return "–" if value is None else f"{value:.2f}"
 
     cpp_floor = next((number(r["floor_device_us"]) for r in cpp.values() if by_graph(r)), None)
+    flat = any(r.get("device_method", "").startswith("flat graph") for r in cpp.values())
+    cpp_floor_what = ("an empty CUDA kernel that awaits its predecessor, C++: "
+                      f"{floor(cpp_floor)} per launch in a flat graph of 100, launched as the "
+                      "library launches" if flat else
+                      f"empty CUDA kernel, C++: {floor(cpp_floor)} per launch in a graph of 100")
     print(f"Empty Triton kernel {floor(floor_replay)} µs per replay, {floor(floor_launch)} per "
-          f"launch in a graph of 100 (empty CUDA kernel, C++: {floor(cpp_floor)} per launch in "
-          f"a graph of 100){'' if cpp else '; no bench_cpp.csv'}:\n")
+          f"launch in a graph of 100 ({cpp_floor_what}){'' if cpp else '; no bench_cpp.csv'}:\n")
     keys = sorted((k for k in set(py) | set(cpp)
                    if k[0] in ops and (pages is None or k[1] in pages)),
                   key=lambda k: (OPS.index(k[0]), k[1], k[2]))
@@ -127,7 +131,6 @@ def main():
         print(f"| {key[0]} | {key[1]} | {key[2]:,} | {shown(cells[0])} | {shown(cells[1])} | "
               f"{ratio(cells[1], cells[0])} | {shown(cells[2])} | {shown(cells[3])} | "
               f"{ratio(cells[3], cells[2])} |")
-    flat = any(r.get("device_method", "").startswith("flat graph") for r in cpp.values())
     copies = ("its kernels copied 100 times into one flat graph, linked as a capture of "
               "consecutive calls links them (kvpool_bench --flat-graph)" if flat else
               "100 child graphs of one graph")
