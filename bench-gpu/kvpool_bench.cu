@@ -543,6 +543,7 @@ struct Floors {
   double child_graph_us;   // empty kernel, 1 launch captured, 100 child copies (kvpool's way)
   double flat_graph_us;    // awaiting_empty_kernel, 100 programmatic launches in one graph
                            // (flat-graph rows; graph_us where the library launches plainly)
+  bool programmatic;       // the library launches programmatically (flat_graph_us's kind)
   double event_us;         // empty kernel between events (frees' way)
   double copy_bytes_per_us;  // D2D copy, bytes read + written per microsecond
 };
@@ -562,6 +563,7 @@ bool library_launches_programmatically() {
 
 Floors measure_floors(const Settings &cfg, cudaStream_t s) {
   Floors f{};
+  f.programmatic = library_launches_programmatically();
   auto launch = [&] {
     empty_kernel<<<1, 1, 0, s>>>();
   };
@@ -585,7 +587,7 @@ Floors measure_floors(const Settings &cfg, cudaStream_t s) {
   CUDA_CHECK(cudaGraphDestroy(one));
 
   f.flat_graph_us = f.graph_us;
-  if (library_launches_programmatically()) {
+  if (f.programmatic) {
     cudaLaunchAttribute attribute{};
     attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attribute.val.programmaticStreamSerializationAllowed = 1;
@@ -1410,7 +1412,7 @@ int main(int argc, char **argv) {
               "flat-graph rows' floor %.3f µs (%s)\n",
               floors.graph_us, floors.child_graph_us, cfg.graph_copies, floors.event_us,
               floors.flat_graph_us,
-              library_launches_programmatically()
+              floors.programmatic
                   ? "100 programmatic launches in one graph of an empty kernel that first "
                     "awaits its predecessor, as the library's kernels are launched"
                   : "the graph of 100: the library launches plainly on this device");
