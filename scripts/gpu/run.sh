@@ -41,7 +41,7 @@
 # NAME=REV`, each run by this tree's C++ benchmark after it; a name may repeat, so that
 # "P T P" alternates two builds), LOCKSTEP_SOAK_OPS
 # (lockstep-soak: operations in all, split over the 12 configurations, default 10,000,000),
-# LOCKSTEP_SOAK_SEEDS (runs of each configuration, default 4), LOCKSTEP_SOAK_JOBS (runs at
+# LIBRARY_VARIANT (see below), LOCKSTEP_SOAK_SEEDS (runs of each configuration, default 4), LOCKSTEP_SOAK_JOBS (runs at
 # once, as threads of one process, default 16), LOCKSTEP_SOAK_SECONDS (each run stops after
 # this, default 3600, and says how far it got), LOCKSTEP_SOAK_FIRST_ROUND (seed round of the
 # first run, default 0: a soak split over several calls gives each call other seeds).
@@ -71,8 +71,14 @@ done
 for lib in gpu-artifacts/lib gpu-artifacts/before/lib gpu-artifacts/var/*; do
     [[ -f $lib/libkvpool.so.0.1 ]] && cp "$lib/libkvpool.so.0.1" "$lib/libkvpool.so"
 done
-export KVPOOL_LIB=$PWD/gpu-artifacts/lib/libkvpool.so
-export LD_LIBRARY_PATH=$PWD/gpu-artifacts/lib:${LD_LIBRARY_PATH:-}
+# LIBRARY_VARIANT=NAME: the steps load gpu-artifacts/var/NAME's library in place of this
+# tree's (e.g. the README's table from main's kernels in a run whose tests are a variant's);
+# the test binaries and the benchmark, linked against this tree's, bind the same ABI.
+LIBDIR=$PWD/gpu-artifacts/lib
+[[ -n ${LIBRARY_VARIANT:-} ]] && LIBDIR=$PWD/gpu-artifacts/var/$LIBRARY_VARIANT
+[[ -f $LIBDIR/libkvpool.so ]] || { echo "no library in $LIBDIR" >&2; exit 2; }
+export KVPOOL_LIB=$LIBDIR/libkvpool.so
+export LD_LIBRARY_PATH=$LIBDIR:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
 BIN=gpu-artifacts/bin
 steps=("$@")
