@@ -70,17 +70,23 @@ __device__ inline void block_rank2(bool f0, bool f1, uint32_t *counts, uint32_t 
 
 // Whether this thread is the first (lowest) of the block to enter `key` (`enter`); threads
 // that do not enter get true: a shared table, whose barrier the caller passes between
-// `enter_key` and `first_key` (`table` zeroed before an earlier one). (One warp finds its
-// repeats with match_any instead: see decode_block.)
+// `enter_key` and `first_key` (`table` zeroed before an earlier one). `met`: this thread's
+// entry found its key there already (no thread of a block meets another: no repeat). (One
+// warp finds its repeats with match_any instead: see decode_block.)
 template <int CAP>
 struct FirstOf {
   PageTable<CAP> *table;
   uint32_t pos = 0;
   bool mine = false;
+  bool met = false;
 
   __device__ void enter_key(bool enter, uint32_t key) {
     mine = enter;
-    if (enter) pos = table->enter(key, threadIdx.x);
+    if (enter) {
+      const auto entry = table->enter_meeting(key, threadIdx.x);
+      pos = entry.pos;
+      met = entry.met;
+    }
   }
   __device__ bool first_key() const { return !mine || table->first_of(pos, threadIdx.x); }
 };
@@ -354,7 +360,10 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
     page_seen.enter_key(enters, prefix_page);
     if (ROWS) row_seen.enter_key(row_enters, (uint32_t)row);
     if (key != NO_ERROR32) atomicMin(&errors, key);
-    if (__syncthreads_or(enters || row_enters)) {
+    // The lookups and their barrier only where some entrant met another: elsewhere every
+    // entrant is the first of its key (a block of continuing requests on pages of their own,
+    // the common decode, decides at this barrier).
+    if (__syncthreads_or(page_seen.met || row_seen.met)) {
       key = NO_ERROR32;
       if (!page_seen.first_key()) report32(ERR_SHARED_PAGE);
       if (ROWS && !row_seen.first_key()) report32(ERR_ROW_TWICE);

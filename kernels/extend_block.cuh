@@ -41,16 +41,28 @@ struct PageTable {
     for (uint32_t e = threadIdx.x; e < SIZE; e += BLOCK) entry[e] = 0;
   }
 
+  // Where a request entered its page, and whether the page was there already (`met`:
+  // entered earlier in time, not necessarily in batch order).
+  struct Entry {
+    uint32_t pos;
+    bool met;
+  };
+
   // Enters `page` for request `r`; returns the entry's position.
-  __device__ uint32_t enter(uint32_t page, uint32_t r) {
+  __device__ uint32_t enter(uint32_t page, uint32_t r) { return enter_meeting(page, r).pos; }
+
+  // The same, and whether this entrant met an earlier one of its page: of two entrants of
+  // one page the later meets the earlier, so a block in which nobody met anybody has no
+  // repeat, and needs no lookup to know it.
+  __device__ __forceinline__ Entry enter_meeting(uint32_t page, uint32_t r) {
     const unsigned long long key = ((unsigned long long)page << 32) | (r + 1u);
     uint32_t pos = (page * 2654435761u) & (SIZE - 1);
     for (;;) {
       const unsigned long long old = atomicCAS(&entry[pos], 0ull, key);
-      if (old == 0) return pos;
+      if (old == 0) return Entry{pos, false};
       if ((uint32_t)(old >> 32) == page) {
         atomicMin(&entry[pos], key);
-        return pos;
+        return Entry{pos, true};
       }
       pos = (pos + 1) & (SIZE - 1);
     }
