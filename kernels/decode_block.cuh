@@ -269,6 +269,20 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
     filled = tracked ? v.fill[prefix_page] : 0;
   }
   if constexpr (!WARP) sh.ring[r] = ring_mine;
+  // One warp: the repeats among the requests that may enter a page (all but the page words'
+  // checks passed) and among the rows, found while the words are still loading; masked to
+  // those that enter once the checks are done (the same sets as before: entrants are
+  // candidates, and the rows need no word). Only where some lane is a candidate: match_any
+  // is slow (run s16-2).
+  uint32_t page_same = 0, row_same = 0;
+  if constexpr (WARP) {
+    const bool may_enter = check && err == ERR_NONE && continues && batch > 1;
+    const bool row_may = ROWS && valid && row_err == ERR_NONE && batch > 1;
+    if (__ballot_sync(FULL, may_enter || row_may)) {
+      page_same = __match_any_sync(FULL, prefix_page);
+      if (ROWS) row_same = __match_any_sync(FULL, (uint32_t)row);
+    }
+  }
   __syncwarp();
 
   uint32_t tok_rank, page_rank, tokens, new_pages;
@@ -339,17 +353,11 @@ __device__ __forceinline__ void decode_block(DecodeShared<BLOCK, ROWS> &sh, View
   const bool row_enters = ROWS && valid && row_err == ERR_NONE && batch > 1;
   unsigned long long verdict;
   if constexpr (WARP) {
-    // match_any, on 32-bit keys, kept to the lanes that enter. It is slow (run s16-2: a sixth
-    // of a one-request decode's stall samples waited on it), so it runs only when some lane
-    // enters (the test is the same in every lane), and both in one place, to be issued back
-    // to back (run s16-3: by row, each under its own test, 32 requests took 1.07x the time).
-    const uint32_t page_in = __ballot_sync(FULL, enters);
-    const uint32_t row_in = ROWS ? __ballot_sync(FULL, row_enters) : 0;
-    uint32_t page_same = 0, row_same = 0;
-    if (page_in | row_in) {
-      page_same = __match_any_sync(FULL, prefix_page) & page_in;
-      if (ROWS) row_same = __match_any_sync(FULL, (uint32_t)row) & row_in;
-    }
+    // match_any's groups (above), kept to the lanes that enter. (It ran here, after the
+    // checks, until the fifty-seventh session; both in one place, to be issued back to back:
+    // run s16-3, by row, each under its own test, 32 requests took 1.07x the time.)
+    page_same &= __ballot_sync(FULL, enters);
+    if (ROWS) row_same &= __ballot_sync(FULL, row_enters);
     const uint32_t earlier = (1u << r) - 1;
     if (enters && (page_same & earlier)) report32(ERR_SHARED_PAGE);
     if (ROWS && row_enters && (row_same & earlier)) report32(ERR_ROW_TWICE);
