@@ -16,8 +16,5 @@ ab_bench ab-control "--flat-graph --ops alloc_decode,alloc_extend --page-sizes 1
 step sanitize SANITIZE_OPS=100 sanitize-quick
 step sanitize-rows SANITIZE_OPS=100 sanitize-rows
 step python python
-# On an H200 (PENDING.md item 0): the README's table from main's kernels (M).
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-    step triton LIBRARY_VARIANT=M BENCH_ARGS="--ops alloc_extend,alloc_decode --page-sizes 16,64 --batch-sizes 1,8,64,256,1024,4096" bench
-    step triton-flat LIBRARY_VARIANT=M BENCH_CPP_ARGS=--flat-graph BENCH_ARGS="--ops alloc,alloc_extend,alloc_decode --page-sizes 16,64 --batch-sizes 1,8,64,256,1024,4096" bench
-fi
+# shellcheck source=/dev/null
+source scripts/gpu/plans/triton-h200-main.sh
