@@ -41,10 +41,11 @@
 # NAME=REV`, each run by this tree's C++ benchmark after it; a name may repeat, so that
 # "P T P" alternates two builds), LOCKSTEP_SOAK_OPS
 # (lockstep-soak: operations in all, split over the 12 configurations, default 10,000,000),
-# LIBRARY_VARIANT (see below), LOCKSTEP_SOAK_SEEDS (runs of each configuration, default 4), LOCKSTEP_SOAK_JOBS (runs at
-# once, as threads of one process, default 16), LOCKSTEP_SOAK_SECONDS (each run stops after
-# this, default 3600, and says how far it got), LOCKSTEP_SOAK_FIRST_ROUND (seed round of the
-# first run, default 0: a soak split over several calls gives each call other seeds).
+# LIBRARY_VARIANT (see below), LOCKSTEP_SOAK_SEEDS (runs of each configuration, default 4),
+# LOCKSTEP_SOAK_JOBS (runs at once, as threads of one process, default 16),
+# LOCKSTEP_SOAK_SECONDS (each run stops after this, default 3600, and says how far it got),
+# LOCKSTEP_SOAK_FIRST_ROUND (seed round of the first run, default 0: a soak split over
+# several calls gives each call other seeds).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -71,12 +72,15 @@ done
 for lib in gpu-artifacts/lib gpu-artifacts/before/lib gpu-artifacts/var/*; do
     [[ -f $lib/libkvpool.so.0.1 ]] && cp "$lib/libkvpool.so.0.1" "$lib/libkvpool.so"
 done
-# LIBRARY_VARIANT=NAME: the steps load gpu-artifacts/var/NAME's library in place of this
-# tree's (e.g. the README's table from main's kernels in a run whose tests are a variant's);
-# the test binaries and the benchmark, linked against this tree's, bind the same ABI.
+# LIBRARY_VARIANT=NAME: what loads the shared library (the benchmarks, Python, the C++
+# test; not the Rust test binaries, which hold this tree's code) loads
+# gpu-artifacts/var/NAME's in place of this tree's, e.g. the README's table from main's
+# kernels in a run whose tests are a variant's (same ABI: built from the same header).
 LIBDIR=$PWD/gpu-artifacts/lib
-[[ -n ${LIBRARY_VARIANT:-} ]] && LIBDIR=$PWD/gpu-artifacts/var/$LIBRARY_VARIANT
-[[ -f $LIBDIR/libkvpool.so ]] || { echo "no library in $LIBDIR" >&2; exit 2; }
+if [[ -n ${LIBRARY_VARIANT:-} ]]; then
+    LIBDIR=$PWD/gpu-artifacts/var/$LIBRARY_VARIANT
+    [[ -f $LIBDIR/libkvpool.so ]] || { echo "LIBRARY_VARIANT: no library in $LIBDIR" >&2; exit 2; }
+fi
 export KVPOOL_LIB=$LIBDIR/libkvpool.so
 export LD_LIBRARY_PATH=$LIBDIR:${LD_LIBRARY_PATH:-}
 export PYTHONUNBUFFERED=1
