@@ -6,6 +6,7 @@
 # $OUT/triton-flat`), and on an H200 the README's table in child graphs (PENDING.md item 0).
 #   scripts/gpu/pack.sh && timeout 560 env OUT=$OUT scripts/gpu/steps.sh scripts/gpu/plans/s57-final.sh
 step tests tests
-step triton-flat BENCH_CPP_ARGS=--flat-graph BENCH_ARGS="--ops alloc,alloc_extend,alloc_decode --page-sizes 16,64 --batch-sizes 1,8,64,256,1024,4096" bench
+# shellcheck source=/dev/null
+source scripts/gpu/plans/triton-flat.sh
 # shellcheck source=/dev/null
 source scripts/gpu/plans/triton-h200.sh

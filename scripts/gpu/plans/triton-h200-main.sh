@@ -1,11 +1,12 @@
 # On an H200 only (PENDING.md item 0): the README's table (triton.sh) and its flat-graph
-# form from the library of the packed variant M (main's kernels), for runs whose tests are
-# another variant's (`scripts/gpu/pack.sh --variant M=main ...`). Read with
+# form (triton-flat.sh) from the library of the packed variant M (main's kernels), for runs
+# whose tests are another variant's (`scripts/gpu/pack.sh --variant M=main ...`). Read with
 # scripts/gpu/triton_table.py $OUT/triton and $OUT/triton-flat.
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
     export LIBRARY_VARIANT=M
     # shellcheck source=/dev/null
     source scripts/gpu/plans/triton.sh
-    step triton-flat BENCH_CPP_ARGS=--flat-graph BENCH_ARGS="--ops alloc,alloc_extend,alloc_decode --page-sizes 16,64 --batch-sizes 1,8,64,256,1024,4096" bench
+    # shellcheck source=/dev/null
+    source scripts/gpu/plans/triton-flat.sh
     unset LIBRARY_VARIANT
 fi
