@@ -1,3 +1,6 @@
+# Run s59-1 (H100, 182 s; BENCHMARKS.md): F not kept, 1.02-1.04x main's time at 2-32
+# requests of 512 tokens, 1.04-1.07x at 1-8 of 2,048 (controls 1.00x); every GPU test,
+# sanitize-quick and the Python tests passed on F. The H200 steps did not run (an H100).
 # Fifty-eighth session (PENDING.md item 6): extend_few's several blocks (kvp_extend_few_blocks_*,
 # 2-32 requests past one block's tokens; kvp_extend_one_blocks_*, one such request) whose
 # tokens all lie in one request plan them from that request's offsets and load their new
