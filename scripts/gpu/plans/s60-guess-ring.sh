@@ -6,18 +6,22 @@
 # after the scan when the cursor and the scan confirm the guess; else as main, a round trip
 # after the scan (R, s60-guess-ring.patch). In the SASS (sm_90) the loads issue once round
 # trip 1 is in (the fault flag and cursor feed a predicate ahead of the page-size dispatch),
-# before the scan; 64 -> 74 registers in kvp_extend_few_blocks_i64. The other 147 kernels'
-# SASS is main's.
+# before the scan; 64 -> 74 registers in kvp_extend_few_blocks_i64. Q
+# (s60-guess-ring-early.patch): the same loads issued ahead of the page-size dispatch and
+# round trip 1, by the stagers alone (warp 0 branches past them), for power-of-two page
+# sizes; 74 registers. In both the other 147 kernels' SASS is main's. The tests, sanitizers
+# and Python run on R.
 #   R=$(scripts/gpu/patch-variant.sh scripts/gpu/plans/s60-guess-ring.patch main)
-#   git checkout --detach $R && scripts/gpu/pack.sh --variant M=main --variant R=.
+#   Q=$(scripts/gpu/patch-variant.sh scripts/gpu/plans/s60-guess-ring-early.patch main)
+#   git checkout --detach $R && scripts/gpu/pack.sh --variant M=main --variant R=. --variant Q=$Q
 #   timeout 580 env OUT=$OUT scripts/gpu/steps.sh scripts/gpu/plans/s60-guess-ring.sh
-# Tables: python3 scripts/gpu/ab_table.py $OUT/ab-few M R (ab-few-long, ab-few-control);
+# Tables: python3 scripts/gpu/ab_table.py $OUT/ab-few M R Q (ab-few-long, ab-few-control);
 # on an H200 also main's README tables (triton_table.py $OUT/triton, $OUT/triton-flat).
 step tests tests
-ab_bench ab-few "--flat-graph --ops alloc_extend --page-sizes 1,16,64 --batch-sizes 2,4,8,16,32" "M R M R M R"
-ab_bench ab-few-long "--flat-graph --ops alloc_extend --extend-tokens 2048 --page-sizes 16 --batch-sizes 1,2,8" "M R M R M R"
+ab_bench ab-few "--flat-graph --ops alloc_extend --page-sizes 1,16,64 --batch-sizes 2,4,8,16,32" "M R Q M R Q M R Q"
+ab_bench ab-few-long "--flat-graph --ops alloc_extend --extend-tokens 2048 --page-sizes 16 --batch-sizes 1,2,8" "M R Q M R Q M R Q"
 step sanitize SANITIZE_OPS=100 sanitize-quick
 step python python
-ab_bench ab-few-control "--flat-graph --ops alloc_extend,alloc_decode --page-sizes 16 --batch-sizes 1,64,256" "M R M R"
+ab_bench ab-few-control "--flat-graph --ops alloc_extend,alloc_decode --page-sizes 16 --batch-sizes 1,64,256" "M R Q M R Q"
 # shellcheck source=/dev/null
 source scripts/gpu/plans/triton-h200-main.sh
