@@ -1,3 +1,7 @@
+# Run s60-1 (H100, 138 s; BENCHMARKS.md): R and Q not kept, R 1.03-1.05x main's time at
+# 2-32 requests of 512 tokens and 1.05-1.06x at 1-8 of 2,048, Q 1.03-1.05x and 1.01-1.05x
+# (controls 1.00x); every GPU test, sanitize-quick and the Python tests passed on R. The
+# H200 steps did not run (an H100).
 # Sixtieth session (PENDING.md items 6 and 10): extend_few's several blocks
 # (kvp_extend_few_blocks_*, 2-32 requests past one block's tokens; kvp_extend_one_blocks_*,
 # one such request) load the ring's pages of their tokens at the host's head hint and a
