@@ -11,11 +11,9 @@
 #   git checkout --detach $F && scripts/gpu/pack.sh --variant M=main --variant F=.
 #   timeout 560 env OUT=$OUT scripts/gpu/steps.sh scripts/gpu/plans/s58-few-direct.sh
 # Tables: python3 scripts/gpu/ab_table.py $OUT/ab-few M F (ab-few-long, ab-few-control).
-step tests tests
-ab_bench ab-few "--flat-graph --ops alloc_extend --page-sizes 1,16,64 --batch-sizes 2,4,8,16,32" "M F M F M F"
-ab_bench ab-few-long "--flat-graph --ops alloc_extend --extend-tokens 2048 --page-sizes 16 --batch-sizes 1,2,8" "M F M F M F"
-step sanitize SANITIZE_OPS=100 sanitize-quick
-step python python
-ab_bench ab-few-control "--flat-graph --ops alloc_extend,alloc_decode --page-sizes 16 --batch-sizes 1,64,256" "M F M F"
+FEW_AB="M F M F M F"
+FEW_AB_CONTROL="M F M F"
+# shellcheck source=/dev/null
+source scripts/gpu/plans/few-blocks-ab.sh
 # shellcheck source=/dev/null
 source scripts/gpu/plans/triton-h200-main.sh

@@ -21,11 +21,9 @@
 #   timeout 580 env OUT=$OUT scripts/gpu/steps.sh scripts/gpu/plans/s60-guess-ring.sh
 # Tables: python3 scripts/gpu/ab_table.py $OUT/ab-few M R Q (ab-few-long, ab-few-control);
 # on an H200 also main's README tables (triton_table.py $OUT/triton, $OUT/triton-flat).
-step tests tests
-ab_bench ab-few "--flat-graph --ops alloc_extend --page-sizes 1,16,64 --batch-sizes 2,4,8,16,32" "M R Q M R Q M R Q"
-ab_bench ab-few-long "--flat-graph --ops alloc_extend --extend-tokens 2048 --page-sizes 16 --batch-sizes 1,2,8" "M R Q M R Q M R Q"
-step sanitize SANITIZE_OPS=100 sanitize-quick
-step python python
-ab_bench ab-few-control "--flat-graph --ops alloc_extend,alloc_decode --page-sizes 16 --batch-sizes 1,64,256" "M R Q M R Q"
+FEW_AB="M R Q M R Q M R Q"
+FEW_AB_CONTROL="M R Q M R Q"
+# shellcheck source=/dev/null
+source scripts/gpu/plans/few-blocks-ab.sh
 # shellcheck source=/dev/null
 source scripts/gpu/plans/triton-h200-main.sh

@@ -14,12 +14,10 @@
 #   timeout 580 env OUT=$OUT scripts/gpu/steps.sh scripts/gpu/plans/s60-warp0-range.sh
 # Tables: python3 scripts/gpu/ab_table.py $OUT/ab-few M V (ab-few-long, ab-few-control);
 # the phases in $OUT/anatomy-{M,V}/anatomy.md (V's warp 0 no longer records point 1, "in").
-step tests tests
-ab_bench ab-few "--flat-graph --ops alloc_extend --page-sizes 1,16,64 --batch-sizes 2,4,8,16,32" "M V M V M V"
-ab_bench ab-few-long "--flat-graph --ops alloc_extend --extend-tokens 2048 --page-sizes 16 --batch-sizes 1,2,8" "M V M V M V"
-step sanitize SANITIZE_OPS=100 sanitize-quick
-step python python
-ab_bench ab-few-control "--flat-graph --ops alloc_extend,alloc_decode --page-sizes 16 --batch-sizes 1,64,256" "M V M V"
+FEW_AB="M V M V M V"
+FEW_AB_CONTROL="M V M V"
+# shellcheck source=/dev/null
+source scripts/gpu/plans/few-blocks-ab.sh
 step anatomy-M ANATOMY_ROOT=gpu-artifacts/anatomy/M anatomy
 step anatomy-V ANATOMY_ROOT=gpu-artifacts/anatomy/V anatomy
 # (No H200 tables here: with the two anatomies' builds, ~90 s each on the GPU machine, the
