@@ -44,6 +44,13 @@ archive() {
     )
 }
 
+# The card this call got (nvidia-smi's name for GPU 0): plans gate card-specific steps with
+# `if on_card H200; then ...` (e.g. the README's table, which is an H200's).
+card_name() { nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1; }
+on_card() { # MODEL
+    [[ $(card_name) == *"$1"* ]]
+}
+
 # An A/B of the builds packed with `scripts/gpu/pack.sh --variant NAME=REV`: the C++
 # benchmark alone with BENCH_ARGS, the builds alternating as AB_VARIANTS lists them (else
 # VARIANTS, default "P T P T").

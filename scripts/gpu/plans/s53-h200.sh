@@ -3,6 +3,6 @@
 # run s53-5 has that card's table). `scripts/gpu/pack.sh` on main, then `timeout 400 env
 # OUT=$OUT scripts/gpu/steps.sh scripts/gpu/plans/s53-h200.sh`.
 source scripts/gpu/plans/triton-h200.sh
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+if on_card H200; then
     step triton16 BENCH_ARGS="--ops alloc_extend --extend-tokens 16 --page-sizes 16 --batch-sizes 1,8,64,256,1024,4096" bench
 fi

@@ -24,6 +24,6 @@ step python python
 # On an H200 only (PENDING.md item 0): the README's table with this tree's library, and
 # extends of 16-token requests against Triton (no such row yet).
 source scripts/gpu/plans/triton-h200.sh
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+if on_card H200; then
     step triton16 BENCH_ARGS="--ops alloc_extend --extend-tokens 16 --page-sizes 16 --batch-sizes 1,8,64,256,1024,4096" bench
 fi

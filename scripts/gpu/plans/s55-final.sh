@@ -5,7 +5,7 @@
 # scripts/gpu/plans/s55-final.sh`; `python3 scripts/gpu/triton_table.py $OUT/triton` and
 # `$OUT/triton-flat`.
 step sanitize SANITIZE_OPS=150 sanitize
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+if on_card H200; then
     # shellcheck source=/dev/null
     source scripts/gpu/plans/triton.sh
     step triton-flat BENCH_CPP_ARGS=--flat-graph BENCH_ARGS="--ops alloc_extend,alloc_decode --page-sizes 16,64 --batch-sizes 1,8,64,256,1024,4096" bench

@@ -12,7 +12,7 @@ ab_bench ab-claims "--flat-graph --ops alloc_decode --page-sizes 16,64 --batch-s
 ab_bench ab-claims-control "--flat-graph --ops alloc_decode,alloc_decode_rows --page-sizes 1,16 --batch-sizes 8,256,4096" "M E M E"
 step sanitize SANITIZE_OPS=100 sanitize-quick
 step python python
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+if on_card H200; then
     # shellcheck source=/dev/null
     source scripts/gpu/plans/triton.sh
     step triton-flat BENCH_CPP_ARGS=--flat-graph BENCH_ARGS="--ops alloc,alloc_extend,alloc_decode --page-sizes 16,64 --batch-sizes 1,8,64,256,1024,4096" bench

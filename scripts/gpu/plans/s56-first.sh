@@ -5,7 +5,7 @@
 # On an H200: the README's table in child graphs (triton) and in one flat graph
 # (triton-flat, which also prints the new floor); on any card: the floor with programmatic
 # launch off (it must fall back to the plain graph's).
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+if on_card H200; then
     # shellcheck source=/dev/null
     source scripts/gpu/plans/triton.sh
     step triton-flat BENCH_CPP_ARGS=--flat-graph BENCH_ARGS="--ops alloc,alloc_extend,alloc_decode --page-sizes 16,64 --batch-sizes 1,8,64,256,1024,4096" bench

@@ -4,12 +4,12 @@
 # README's H100 table is run s58-1's, on the same kernels.
 #   scripts/gpu/pack.sh && timeout 500 env OUT=$OUT scripts/gpu/steps.sh scripts/gpu/plans/s59-h200.sh
 # Read with scripts/gpu/triton_table.py $OUT/triton and $OUT/triton-flat.
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+if on_card H200; then
     step tests tests
     # shellcheck source=/dev/null
     source scripts/gpu/plans/triton.sh
     # shellcheck source=/dev/null
     source scripts/gpu/plans/triton-flat.sh
 else
-    echo "s59-h200.sh: not an H200 ($(nvidia-smi --query-gpu=name --format=csv,noheader)): nothing run"
+    echo "s59-h200.sh: not an H200 ($(card_name)): nothing run"
 fi

@@ -2,7 +2,7 @@
 # form (triton-flat.sh) from the library of the packed variant M (main's kernels), for runs
 # whose tests are another variant's (`scripts/gpu/pack.sh --variant M=main ...`). Read with
 # scripts/gpu/triton_table.py $OUT/triton and $OUT/triton-flat.
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+if on_card H200; then
     export LIBRARY_VARIANT=M
     # shellcheck source=/dev/null
     source scripts/gpu/plans/triton.sh
