@@ -46,6 +46,14 @@ struct FewShared {
   uint32_t pages[STAGE_CAP];  // the new pages of this block's tokens, from the ring
 };
 
+// GRID, not SPREAD: the block's page range and first request, worked out by the stagers
+// and published to warp 0 by the verdict's barrier (see extend_few: warp 0 decides without
+// them, and needs them only for the writes after the barrier).
+struct BlockRange {
+  unsigned long long lo, hi;
+  uint32_t first;
+};
+
 // Warp 0 of extend_few, once every warp has scanned the requests: extend_block's checks of
 // request `lane` (its words `word`, `filled` loaded before the scan), the verdict by a warp
 // reduction (returned to every lane), and what the writers need in `sh`; the continued
@@ -423,22 +431,33 @@ __device__ __forceinline__ void extend_few(FewShared &sh,
   unsigned long long page_lo = 0, page_hi = new_pages;
   uint32_t first = 0;  // the request holding token t_begin (when live)
   bool one_request = true;  // GRID: whether one request holds all of the block's tokens
+  // GRID, not SPREAD: warp 0, whose decision the verdict's barrier waits for, goes straight
+  // to it; the stagers work out the range (~460 cycles of ballots, shuffles and 64-bit
+  // arithmetic after the scan in run s60-2's probes) and one of them publishes it with the
+  // barrier, after which warp 0 reads it for the writes. (SPREAD: every warp works it out,
+  // since `planned` depends on it before the barrier.)
+  constexpr bool RANGE_BY_STAGERS = GRID && !SPREAD;
+  __shared__ BlockRange range_shared;  // (RANGE_BY_STAGERS only: else unused)
   if constexpr (GRID) {
-    auto page_at = [&](unsigned long long t) {
-      return at_page + (t < s.part1 ? 0 : div_ps<POW2>(t - s.part1, v));
-    };
-    const unsigned long long end = at_tok + s.tokens;
-    const bool holds_lo = live && at_tok <= t_begin && t_begin < end;
-    const bool holds_hi = live && at_tok < t_end && t_end <= end;
-    const unsigned long long lo = holds_lo ? page_at(t_begin - at_tok) : 0;
-    const unsigned long long hi =
-        holds_hi ? page_at(t_end - 1 - at_tok) + (t_end - 1 - at_tok < s.part1 ? 0 : 1) : 0;
-    const uint32_t lo_lane = __ballot_sync(FULL, holds_lo), hi_lane = __ballot_sync(FULL, holds_hi);
-    first = lo_lane ? __ffs(lo_lane) - 1 : 0;
-    page_lo = lo_lane ? __shfl_sync(FULL, lo, (int)first) : 0;
-    page_hi = max(page_lo, hi_lane ? __shfl_sync(FULL, hi, __ffs(hi_lane) - 1) : 0);
-    one_request = lo_lane == hi_lane;
-    KVP_PROBE(1, page_lo + page_hi);
+    if (!RANGE_BY_STAGERS || !decides) {
+      auto page_at = [&](unsigned long long t) {
+        return at_page + (t < s.part1 ? 0 : div_ps<POW2>(t - s.part1, v));
+      };
+      const unsigned long long end = at_tok + s.tokens;
+      const bool holds_lo = live && at_tok <= t_begin && t_begin < end;
+      const bool holds_hi = live && at_tok < t_end && t_end <= end;
+      const unsigned long long lo = holds_lo ? page_at(t_begin - at_tok) : 0;
+      const unsigned long long hi =
+          holds_hi ? page_at(t_end - 1 - at_tok) + (t_end - 1 - at_tok < s.part1 ? 0 : 1) : 0;
+      const uint32_t lo_lane = __ballot_sync(FULL, holds_lo);
+      const uint32_t hi_lane = __ballot_sync(FULL, holds_hi);
+      first = lo_lane ? __ffs(lo_lane) - 1 : 0;
+      page_lo = lo_lane ? __shfl_sync(FULL, lo, (int)first) : 0;
+      page_hi = max(page_lo, hi_lane ? __shfl_sync(FULL, hi, __ffs(hi_lane) - 1) : 0);
+      one_request = lo_lane == hi_lane;
+      if (RANGE_BY_STAGERS && stager == 0) range_shared = BlockRange{page_lo, page_hi, first};
+      KVP_PROBE(1, page_lo + page_hi);
+    }
   }
 
   // One block, within the host's token cap: the writers plan their tokens while warp 0
@@ -460,7 +479,8 @@ __device__ __forceinline__ void extend_few(FewShared &sh,
   constexpr uint32_t PER =
       ((GRID ? SPAN_TOKENS : FewBlockTokens<BLOCK>::value) + WRITERS - 1) / WRITERS;
   // (Staged: the block's new pages fit in shared memory.)
-  const bool staged = page_hi - page_lo <= STAGE_CAP;
+  // (RANGE_BY_STAGERS: warp 0's, worked out again after the barrier.)
+  bool staged = page_hi - page_lo <= STAGE_CAP;
   const bool planned = GRID ? SPREAD && live && !one_request && staged &&
                                   t_end - t_begin <= (unsigned long long)PER * WRITERS &&
                                   narrow_offsets(total_tokens, total_pages)
@@ -597,6 +617,13 @@ __device__ __forceinline__ void extend_few(FewShared &sh,
     dead = __syncthreads_or(dead);
     short_ = !dead && c.free_len < total_pages;
     agreed_live = live && !dead;
+    if (RANGE_BY_STAGERS && decides) {
+      const BlockRange range = range_shared;
+      page_lo = range.lo;
+      page_hi = range.hi;
+      first = range.first;
+      staged = page_hi - page_lo <= STAGE_CAP;
+    }
   } else {
     __syncthreads();
   }

@@ -1,4 +1,5 @@
-# Written in the sixtieth session after run s60-2's anatomy, not yet run (PENDING.md item
+# Written in the sixtieth session after run s60-2's anatomy; never run as such: the
+# sixty-first session ran V in s61-warp0-narrow.sh (run s61-1) and landed it (PENDING.md item
 # 10): in extend_few's several blocks (kvp_extend_few_blocks_*, 2-32 requests past one
 # block's tokens; kvp_extend_one_blocks_*, one such request) the verdict's barrier waits for
 # warp 0, which after its scan spends ~460 cycles working out the block's page range and
