@@ -5,7 +5,7 @@
 # scripts/gpu/plans/s54-pdl.sh`.
 mkdir -p "$ROOT/pdl"
 {
-    nvidia-smi --query-gpu=name --format=csv,noheader
+    card_name
     nvcc -O3 -std=c++17 -arch=sm_90 bench-gpu/pdl_probe.cu -o "$ROOT/pdl/pdl_probe" &&
         "$ROOT/pdl/pdl_probe" && "$ROOT/pdl/pdl_probe"
     echo "pdl_probe rc=$?"

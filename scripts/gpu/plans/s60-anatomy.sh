@@ -1,6 +1,7 @@
 # Run s60-2 (H100, 202 s; BENCHMARKS.md) ran anatomy-ab.sh alone on this pack (the device
 # budget left no room for this file's H200 part, and the machine was an H100): the
-# verdict's barrier waits for warp 0, not the ring's pages; next is s60-warp0-range.sh.
+# verdict's barrier waits for warp 0, not the ring's pages; next was V
+# (s60-warp0-range.patch), run in s61-warp0-narrow.sh and landed.
 # Sixtieth session, after run s60-1 (PENDING.md item 10): where the time of extend_few's
 # several blocks goes with the ring's pages loaded at a guessed rank right after round trip
 # 1 (R, s60-guess-ring.patch: 1.03-1.06x main's time) against main's (anatomy-T):
