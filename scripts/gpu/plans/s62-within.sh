@@ -20,7 +20,10 @@
 # (Run s62-3's pack was that without G, to which G's library and sources were added by
 # hand, as pack.sh's variant and anatomy loops add them.)
 #   timeout 520 env OUT=$OUT scripts/gpu/steps.sh scripts/gpu/plans/s62-within.sh
-XX
+# Tables: python3 scripts/gpu/ab_table.py $OUT/ab-few M P W G (ab-few-long, ab-few-control,
+# ab-few-graph); the phases in $OUT/anatomy-{W,G}/anatomy.md.
+FEW_AB="M P W G M P W G M P W G"
+FEW_AB_CONTROL="M W G M W G"
 # shellcheck source=/dev/null
 source scripts/gpu/plans/few-blocks-ab.sh
 ab_bench ab-few-graph "--ops alloc_extend --page-sizes 16 --batch-sizes 2,8,32" "$FEW_AB"
