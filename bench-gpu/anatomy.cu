@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -582,11 +583,18 @@ int main() {
       {"kvp_extend_few_blocks_i64", kvp_extend_few_blocks_i64, 1, 1024, 2, 256},
       {"kvp_extend_few_blocks_i64", kvp_extend_few_blocks_i64, 2, 512, 2, 256},
       {"kvp_extend_few_blocks_i64", kvp_extend_few_blocks_i64, 32, 512, 32, 256},
+      // The library's grids for these calls (src/cuda/pool.rs, span_grid: blocks of
+      // SHORT_SPAN_TOKENS = 256 tokens, one a thread, while they fit on the SMs; the rows
+      // above, at 512 a block, are not what it launches for them).
+      {"kvp_extend_few_blocks_i64", kvp_extend_few_blocks_i64, 2, 512, 4, 256},
+      {"kvp_extend_few_blocks_i64", kvp_extend_few_blocks_i64, 8, 512, 16, 256},
+      {"kvp_extend_few_blocks_i64", kvp_extend_few_blocks_i64, 32, 512, 64, 256},
       {"kvp_extend_block_i64", kvp_extend_block_i64, 33, 16, 1, 256},
       {"kvp_extend_blocks_i64", kvp_extend_blocks_i64, 33, 16, 1, 256},
       {"kvp_extend_blocks_i64", kvp_extend_blocks_i64, 33, 16, 2, 256},
       {"kvp_extend_blocks_i64", kvp_extend_blocks_i64, 33, 512, 33, 256},
       {"kvp_extend_blocks_i64", kvp_extend_blocks_i64, 64, 512, 64, 256},
+      {"kvp_extend_blocks_i64", kvp_extend_blocks_i64, 64, 512, 128, 256},  // (the library's)
       {"kvp_extend_blocks_i64", kvp_extend_blocks_i64, 256, 512, 256, 256},
   };
   // extend_block's points 6 and 7 (extend_block.cuh): its several blocks' stage-bound
@@ -596,6 +604,7 @@ int main() {
   auto is_extend_block = [](const char *kernel) {
     return std::string(kernel).rfind("kvp_extend_block", 0) == 0;
   };
+  std::set<std::string> sglang_shapes;
   for (const Several &c : kSeveral) {
     const unsigned long long tokens = (unsigned long long)c.bs * c.len;
     const unsigned long long pages = (unsigned long long)c.bs * ((c.len + kPageSize - 1) / kPageSize);
@@ -617,7 +626,9 @@ int main() {
                                             0, tokens, pages, out_kvp.p);
     });
     verify(name, out_kvp, want, true);
-    if (c.launch == kvp_extend_few_256_i64 || c.grid == 1) continue;
+    // (SGLang's rows once a shape.)
+    if (c.launch == kvp_extend_few_256_i64 || c.grid == 1 || !sglang_shapes.insert(shape).second)
+      continue;
     add(shape + ": SGLang's algorithm, 128 threads a request", 4,
         {"start", "sums in", "part 2 written", "end"}, [&] {
           sglang_extend<128><<<c.bs, 128, 0, s>>>(prefix.p, seq.p, last.p, free_pages.p,
