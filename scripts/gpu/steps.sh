@@ -58,6 +58,15 @@ ab_bench() { # NAME BENCH_ARGS [VARIANTS]
     step "$1" BENCH_PYTHON=0 BENCH_VARIANTS="${AB_VARIANTS:-${3:-P T P T}}" BENCH_ARGS="$2" bench
 }
 
+# Nsight Compute on a call's kernel and on the baseline's Triton kernel for the same call
+# (run.sh profile with PROFILE_TRITON), 10 launches each and one with per-instruction
+# counters: KERNELS and TRITON are kernel-name regexes, BENCH_ARGS the calls (page sizes,
+# batch sizes) for both benchmarks.
+profile_triton() { # NAME KERNELS TRITON BENCH_ARGS
+    step "$1" PROFILE_KERNELS="$2" PROFILE_TRITON="$3" PROFILE_SASS=1 PROFILE_SAMPLING=0 \
+        PROFILE_LAUNCHES=10 PROFILE_ARGS="$4" profile
+}
+
 for plan in "$@"; do
     # shellcheck source=/dev/null
     source "$plan"

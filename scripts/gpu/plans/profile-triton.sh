@@ -3,12 +3,9 @@
 # (scripts/gpu/run.sh profile with PROFILE_TRITON; per-instruction counters with
 # PROFILE_SASS). Read with scripts/gpu/ncu_summary.py */profile-this.csv */profile-triton.csv
 # and scripts/gpu/sass_summary.py */profile-*-sass.csv.
-step extend-1 PROFILE_KERNELS='^kvp_extend_few_256_i64$' PROFILE_TRITON='^extend_kernel$' \
-    PROFILE_SASS=1 PROFILE_SAMPLING=0 PROFILE_LAUNCHES=10 \
-    PROFILE_ARGS="--ops alloc_extend --page-sizes 16 --batch-sizes 1" profile
-step extend-64 PROFILE_KERNELS='^kvp_extend_blocks_i64$' PROFILE_TRITON='^extend_kernel$' \
-    PROFILE_SASS=1 PROFILE_SAMPLING=0 PROFILE_LAUNCHES=10 \
-    PROFILE_ARGS="--ops alloc_extend --page-sizes 16 --batch-sizes 64" profile
-step decode-1 PROFILE_KERNELS='^kvp_decode_32_i64$' PROFILE_TRITON='^decode_kernel$' \
-    PROFILE_SASS=1 PROFILE_SAMPLING=0 PROFILE_LAUNCHES=10 \
-    PROFILE_ARGS="--ops alloc_decode --page-sizes 16 --batch-sizes 1" profile
+profile_triton extend-1 '^kvp_extend_few_256_i64$' '^extend_kernel$' \
+    "--ops alloc_extend --page-sizes 16 --batch-sizes 1"
+profile_triton extend-64 '^kvp_extend_blocks_i64$' '^extend_kernel$' \
+    "--ops alloc_extend --page-sizes 16 --batch-sizes 64"
+profile_triton decode-1 '^kvp_decode_32_i64$' '^decode_kernel$' \
+    "--ops alloc_decode --page-sizes 16 --batch-sizes 1"

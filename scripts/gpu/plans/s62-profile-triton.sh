@@ -6,9 +6,9 @@
 #   scripts/gpu/pack.sh && timeout 280 env OUT=$OUT scripts/gpu/steps.sh scripts/gpu/plans/s62-profile-triton.sh
 # Read with scripts/gpu/ncu_summary.py OUT/*/profile-this.csv OUT/*/profile-triton.csv and
 # scripts/gpu/sass_summary.py on each profile-*-sass.csv (in each step's logs.tar.gz).
-step extend-8 PROFILE_KERNELS='^kvp_extend_few_blocks_i64$' PROFILE_TRITON='^extend_kernel$' \
-    PROFILE_SASS=1 PROFILE_SAMPLING=0 PROFILE_LAUNCHES=10 \
-    PROFILE_ARGS="--ops alloc_extend --page-sizes 16 --batch-sizes 8" profile
-step extend-64 PROFILE_KERNELS='^kvp_extend_blocks_i64$' PROFILE_TRITON='^extend_kernel$' \
-    PROFILE_SASS=1 PROFILE_SAMPLING=0 PROFILE_LAUNCHES=10 \
-    PROFILE_ARGS="--ops alloc_extend --page-sizes 16 --batch-sizes 64" profile
+# (Run s62-6 ran it with each step written out; steps.sh's profile_triton passes run.sh the
+# same environment, checked with a stub run.sh, not on a GPU.)
+profile_triton extend-8 '^kvp_extend_few_blocks_i64$' '^extend_kernel$' \
+    "--ops alloc_extend --page-sizes 16 --batch-sizes 8"
+profile_triton extend-64 '^kvp_extend_blocks_i64$' '^extend_kernel$' \
+    "--ops alloc_extend --page-sizes 16 --batch-sizes 64"
