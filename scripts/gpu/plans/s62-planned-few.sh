@@ -7,7 +7,8 @@
 # from that request alone, no search), store its slots before the verdict and only the new
 # pages' words after it, as the spread kernel's blocks of several requests do; warp 0
 # writes no slot (whether the block was planned comes with the published range). Every GPU
-# test on P, the few-blocks A/B and P's anatomy.
+# test on P, the few-blocks A/B and P's anatomy. (Run s62-7 found later that the anatomy's
+# 512 tokens a block is not the library's grid for these calls, 256 a block: BENCHMARKS.md.)
 #   P=$(scripts/gpu/patch-variant.sh scripts/gpu/plans/s62-planned-few.patch main)
 #   git checkout --detach $P && git checkout main -- scripts/gpu/steps.sh scripts/gpu/plans \
 #       && git reset -q && scripts/gpu/pack.sh --variant M=main --variant P=. --anatomy P=$P

@@ -1,7 +1,7 @@
 # Sixty-second session, third run (PENDING.md item 10): why P and W (s62-planned-few.patch,
 # s62-planned-within.patch), whose anatomy put block 0's warps at the end 0.1 us sooner,
 # took 1.01-1.03x main's time in kvpool_bench (flat graph and child graphs alike, run
-# s62-3), and G (s60-guess-ring-early.patch) 1.04-1.07x, its stagers starting extend_few
+# s62-3), and G (s60-guess-ring-early.patch) 1.04-1.05x, its stagers starting extend_few
 # ~650 cycles after warp 0. Nsight Compute on kvp_extend_few_blocks_i64, 8 requests of 512
 # tokens at page 16: per-instruction counters of one launch per build (which code ran, how
 # many distinct instructions, where the warps waited: `no_instruction` is the instruction
