@@ -52,6 +52,7 @@ extern "C" __device__ const unsigned long long kvp_abi[] = {
     OP_REWIND,
     // Launch shapes and the most a block takes.
     EXTEND_BLOCK,
+    FEW_GRID_BLOCK,
     STAGE_CAP,
     SPAN_TOKENS,
     FewBlockTokens<64>::value,

@@ -11,8 +11,8 @@ use cudarc::driver::sys::CUmodule;
 use super::reservation::RES_BLOCK;
 use super::rows::{TableArgs, ROWS_BLOCK, SCATTER_BLOCK, SCATTER_TOKENS};
 use super::{
-    BLOCK, CLUSTER_BLOCK, FOUR_WARP_TOKENS, FREE_BLOCK, PAIR_BATCH, SEGMENT_RUN, SORT_CAP,
-    SPAN_TOKENS, STAGE_CAP, WARP_TOKENS,
+    BLOCK, CLUSTER_BLOCK, FEW_GRID_BLOCK, FOUR_WARP_TOKENS, FREE_BLOCK, PAIR_BATCH, SEGMENT_RUN,
+    SORT_CAP, SPAN_TOKENS, STAGE_CAP, WARP_TOKENS,
 };
 use crate::cuda::kernels::read_global;
 use crate::cuda::layout::{
@@ -27,7 +27,7 @@ use crate::pool::{ErrorKind, PoolError};
 const GLOBAL: &std::ffi::CStr = c"kvp_abi";
 
 /// How many entries `kvp_abi` holds.
-const ENTRY_COUNT: usize = 88;
+const ENTRY_COUNT: usize = 89;
 
 /// Each entry as the library has it, with the kernels' name for it, in `kvp_abi`'s order.
 pub(super) fn entries() -> [(&'static str, u64); ENTRY_COUNT] {
@@ -84,6 +84,7 @@ pub(super) fn entries() -> [(&'static str, u64); ENTRY_COUNT] {
         ("OP_MERGE", DeviceOp::Merge as u64),
         ("OP_REWIND", DeviceOp::Rewind as u64),
         ("EXTEND_BLOCK", u64::from(BLOCK)),
+        ("FEW_GRID_BLOCK", u64::from(FEW_GRID_BLOCK)),
         ("STAGE_CAP", STAGE_CAP),
         ("SPAN_TOKENS", SPAN_TOKENS),
         ("FewBlockTokens<64>", WARP_TOKENS),

@@ -44,6 +44,9 @@ static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1 << 48);
 
 /// Threads per block of the multi-block kernels (`kvp::EXTEND_BLOCK`, `__launch_bounds__`).
 const BLOCK: u32 = 256;
+/// Threads of `kvp_extend_few_blocks_*` and `kvp_extend_one_blocks_*` (`kvp::FEW_GRID_BLOCK`),
+/// on `few_grid`'s blocks.
+pub(super) const FEW_GRID_BLOCK: u32 = 128;
 /// New pages an extend block stages in shared memory (`kvp::STAGE_CAP`).
 const STAGE_CAP: u64 = 4096;
 /// Threads of the single-block free kernels (`kvp::FREE_BLOCK`).
@@ -67,7 +70,7 @@ const SORT_CAP: u64 = 4096;
 /// `SHORT_SPAN_TOKENS` or `SPAN_TOKENS` tokens each (`span_grid`; two blocks of 512 tokens
 /// take 0.80-0.90x the time of one block of 1,024: BENCHMARKS.md, sixteenth session;
 /// `kvp_extend_few_spread_*` when the requests outnumber the blocks, see
-/// `ExtendKernel::FewSpread`). A plain extend of up to `PAIR_BATCH` requests and
+/// `ExtendKernel::FewSpread`; else `FEW_GRID_BLOCK` threads on `few_grid`'s blocks). A plain extend of up to `PAIR_BATCH` requests and
 /// `SPAN_TOKENS` tokens runs on the same one-block shapes with two requests a lane
 /// (`kvp_extend_pairs_*`: 33-64 requests of 1-8 tokens 0.90-0.98x the time of the
 /// request-a-thread kernels below, BENCHMARKS.md, thirty-sixth session). A larger
@@ -162,6 +165,9 @@ const SPAN_TOKENS: u64 = 512;
 /// The tokens a block of the several-block extend kernels takes while that needs at most one
 /// block an SM (`span_grid`).
 const SHORT_SPAN_TOKENS: u64 = 256;
+/// The tokens a block of `kvp_extend_few_blocks_*` and `kvp_extend_one_blocks_*` takes while
+/// that needs at most one block an SM (`few_grid`).
+const FEW_SPAN_TOKENS: u64 = 128;
 
 /// The allocation kernel that serves a batch (`extend_shape`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -287,12 +293,27 @@ pub(super) fn wide_slot(batch: u32) -> usize {
 /// (run s33-8, BENCHMARKS.md): 2-64 requests of 512 tokens 0.93-0.98x the time, 33-256 of 16
 /// tokens 0.84-0.89x, 1-8 of 2,048-8,192 tokens 0.94-1.00x, by row alike. Past one block an
 /// SM it stopped paying (run s33-7: 128 requests of 512 tokens on 256 blocks, 1.01-1.02x).
-fn span_grid(tokens: u64, multiprocessors: u32) -> u32 {
+pub(super) fn span_grid(tokens: u64, multiprocessors: u32) -> u32 {
     let short = tokens.div_ceil(SHORT_SPAN_TOKENS);
     if short <= u64::from(multiprocessors.max(1)) {
         short.max(1) as u32
     } else {
         tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32
+    }
+}
+
+/// The grid of `kvp_extend_few_blocks_*` and `kvp_extend_one_blocks_*` (plain extends of at
+/// most a request a block, on `FEW_GRID_BLOCK` threads) for `tokens` tokens: blocks of
+/// `FEW_SPAN_TOKENS` while that takes at most one block an SM, else `span_grid`'s. Against
+/// 256 threads on `span_grid`'s blocks (runs s63-1 and s63-2, H200): 2-16 requests of 512
+/// tokens 0.94-0.96x the time, 32 0.97-0.98x, 1-8 of 2,048 0.95-0.98x. By row those calls
+/// keep `span_grid` (128-token blocks of `kvp_extend_blocks_rows_*`: 1.00-1.03x).
+fn few_grid(tokens: u64, multiprocessors: u32) -> u32 {
+    let short = tokens.div_ceil(FEW_SPAN_TOKENS);
+    if short <= u64::from(multiprocessors.max(1)) {
+        short.max(1) as u32
+    } else {
+        span_grid(tokens, multiprocessors)
     }
 }
 
@@ -1667,7 +1688,11 @@ impl DevicePool {
                 if batch > grid as usize {
                     (ExtendKernel::FewSpread, grid, BLOCK)
                 } else {
-                    (ExtendKernel::FewBlocks, grid, BLOCK)
+                    (
+                        ExtendKernel::FewBlocks,
+                        few_grid(tokens, device.multiprocessors),
+                        FEW_GRID_BLOCK,
+                    )
                 }
             };
             // Exactly one request: the same shape, its kernel built for one; one block of at
@@ -2580,6 +2605,28 @@ mod tests {
     }
 
     #[test]
+    fn plain_extends_of_a_request_a_block_take_shorter_spans_while_they_fit() {
+        // (tokens, multiprocessors) -> blocks
+        let cases = [
+            ((513, 132), 5),
+            ((132 * 128, 132), 132),
+            // One more token would need 133 blocks of FEW_SPAN_TOKENS: span_grid's.
+            ((132 * 128 + 1, 132), 67),
+            ((132 * 256 + 1, 132), 67),
+            ((1 << 20, 132), TARGET_BLOCKS as u32),
+            ((128, 0), 1),
+            ((1000, 0), 2),
+        ];
+        for ((tokens, multiprocessors), blocks) in cases {
+            assert_eq!(
+                few_grid(tokens, multiprocessors),
+                blocks,
+                "{tokens} tokens, {multiprocessors} multiprocessors"
+            );
+        }
+    }
+
+    #[test]
     fn batches_go_to_the_smallest_kernel_that_holds_them() {
         // (batch, decode, tokens, pages) -> (kernel, grid, threads)
         let cases = [
@@ -2616,11 +2663,12 @@ mod tests {
             ((1, false, 512, 32), (ExtendKernel::One(256), 1, 256)),
             ((2, false, 512, 32), (ExtendKernel::FewUpTo(2, 256), 1, 256)),
             ((32, false, 512, 64), (ExtendKernel::Few(256), 1, 256)),
-            // Several blocks of SHORT_SPAN_TOKENS while they fit one an SM (span_grid).
-            ((1, false, 513, 33), (ExtendKernel::OneBlocks, 3, 256)),
-            ((2, false, 1024, 64), (ExtendKernel::FewBlocks, 4, 256)),
-            ((4, false, 1024, 64), (ExtendKernel::FewBlocks, 4, 256)),
-            ((9, false, 4096, 256), (ExtendKernel::FewBlocks, 16, 256)),
+            // Several blocks of FEW_SPAN_TOKENS on FEW_GRID_BLOCK threads while they fit one an
+            // SM (few_grid).
+            ((1, false, 513, 33), (ExtendKernel::OneBlocks, 5, 128)),
+            ((2, false, 1024, 64), (ExtendKernel::FewBlocks, 8, 128)),
+            ((4, false, 1024, 64), (ExtendKernel::FewBlocks, 8, 128)),
+            ((9, false, 4096, 256), (ExtendKernel::FewBlocks, 32, 128)),
             // More requests than blocks: the blocks that hold several plan their tokens.
             ((5, false, 1024, 64), (ExtendKernel::FewSpread, 4, 256)),
             ((32, false, 1024, 64), (ExtendKernel::FewSpread, 4, 256)),
@@ -2660,14 +2708,14 @@ mod tests {
                 (256, false, 1 << 20, 1 << 16),
                 (ExtendKernel::Blocks, 264, 256),
             ),
-            ((1, false, 4096, 4096), (ExtendKernel::OneBlocks, 16, 256)),
+            ((1, false, 4096, 4096), (ExtendKernel::OneBlocks, 32, 128)),
             (
                 (1, false, 1 << 14, 1 << 10),
-                (ExtendKernel::OneBlocks, 64, 256),
+                (ExtendKernel::OneBlocks, 128, 128),
             ),
             (
                 (1, false, 1 << 16, 1 << 12),
-                (ExtendKernel::OneBlocks, 128, 256),
+                (ExtendKernel::OneBlocks, 128, 128),
             ),
             // 257-1,024 requests: blocks of 512 or 1,024 threads that each decide the call,
             // at least one (no tokens), at most one an SM (132 here).
@@ -2696,8 +2744,8 @@ mod tests {
             ((1025, false, 1025, 1025), (ExtendKernel::Grid, 257, 256)),
             ((2048, false, 2048, 2048), (ExtendKernel::Grid, 256, 256)),
             ((2049, false, 2049, 2049), (ExtendKernel::Grid, 257, 256)),
-            ((8, false, 4096, 256), (ExtendKernel::FewBlocks, 16, 256)),
-            ((16, false, 4096, 256), (ExtendKernel::FewBlocks, 16, 256)),
+            ((8, false, 4096, 256), (ExtendKernel::FewBlocks, 32, 128)),
+            ((16, false, 4096, 256), (ExtendKernel::FewBlocks, 32, 128)),
             ((17, false, 4096, 256), (ExtendKernel::FewSpread, 16, 256)),
             ((33, false, 4096, 256), (ExtendKernel::Blocks, 16, 256)),
         ];
