@@ -70,10 +70,11 @@ const SORT_CAP: u64 = 4096;
 /// `SHORT_SPAN_TOKENS` or `SPAN_TOKENS` tokens each (`span_grid`; two blocks of 512 tokens
 /// take 0.80-0.90x the time of one block of 1,024: BENCHMARKS.md, sixteenth session;
 /// `kvp_extend_few_spread_*` when the requests outnumber the blocks, see
-/// `ExtendKernel::FewSpread`; else `FEW_GRID_BLOCK` threads on `few_grid`'s blocks). A plain extend of up to `PAIR_BATCH` requests and
-/// `SPAN_TOKENS` tokens runs on the same one-block shapes with two requests a lane
-/// (`kvp_extend_pairs_*`: 33-64 requests of 1-8 tokens 0.90-0.98x the time of the
-/// request-a-thread kernels below, BENCHMARKS.md, thirty-sixth session). A larger
+/// `ExtendKernel::FewSpread`; else `FEW_GRID_BLOCK` threads on `few_grid`'s blocks). A
+/// plain extend of up to `PAIR_BATCH` requests and `SPAN_TOKENS` tokens runs on the same
+/// one-block shapes with two requests a lane (`kvp_extend_pairs_*`: 33-64 requests of 1-8
+/// tokens 0.90-0.98x the time of the request-a-thread kernels below, BENCHMARKS.md,
+/// thirty-sixth session). A larger
 /// extend runs a request a thread: on two warps (`kvp_extend_block64_*`) for up to 64
 /// requests and `BLOCK64_TOKENS` tokens, else blocks of 256 threads (`kvp_extend_block_*`)
 /// for up to `BLOCK` requests: one block for up to `BLOCK_TOKENS` tokens, more for a longer
@@ -306,8 +307,11 @@ pub(super) fn span_grid(tokens: u64, multiprocessors: u32) -> u32 {
 /// most a request a block, on `FEW_GRID_BLOCK` threads) for `tokens` tokens: blocks of
 /// `FEW_SPAN_TOKENS` while that takes at most one block an SM, else `span_grid`'s. Against
 /// 256 threads on `span_grid`'s blocks (runs s63-1 and s63-2, H200): 2-16 requests of 512
-/// tokens 0.94-0.96x the time, 32 0.97-0.98x, 1-8 of 2,048 0.95-0.98x. By row those calls
-/// keep `span_grid` (128-token blocks of `kvp_extend_blocks_rows_*`: 1.00-1.03x).
+/// tokens 0.94-0.96x the time, 32 0.97-0.98x, 1-8 of 2,048 0.95-0.98x. Past one block an
+/// SM, `span_grid`'s blocks on those 128 threads: two tokens a thread on blocks of 256
+/// (1.00-1.04x 256 threads' time, 2-32 requests of 512 tokens and 1-8 of 2,048), four on
+/// blocks of 512 (past 33,792 tokens on 132 SMs: not measured). By row those calls keep
+/// `span_grid` (128-token blocks of `kvp_extend_blocks_rows_*`: 1.00-1.03x).
 fn few_grid(tokens: u64, multiprocessors: u32) -> u32 {
     let short = tokens.div_ceil(FEW_SPAN_TOKENS);
     if short <= u64::from(multiprocessors.max(1)) {
