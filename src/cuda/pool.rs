@@ -295,12 +295,8 @@ pub(super) fn wide_slot(batch: u32) -> usize {
 /// tokens 0.84-0.89x, 1-8 of 2,048-8,192 tokens 0.94-1.00x, by row alike. Past one block an
 /// SM it stopped paying (run s33-7: 128 requests of 512 tokens on 256 blocks, 1.01-1.02x).
 pub(super) fn span_grid(tokens: u64, multiprocessors: u32) -> u32 {
-    let short = tokens.div_ceil(SHORT_SPAN_TOKENS);
-    if short <= u64::from(multiprocessors.max(1)) {
-        short.max(1) as u32
-    } else {
-        tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32
-    }
+    blocks_an_sm(tokens, SHORT_SPAN_TOKENS, multiprocessors)
+        .unwrap_or_else(|| tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32)
 }
 
 /// The grid of `kvp_extend_few_blocks_*` and `kvp_extend_one_blocks_*` (plain extends of at
@@ -313,12 +309,15 @@ pub(super) fn span_grid(tokens: u64, multiprocessors: u32) -> u32 {
 /// blocks of 512 (past 33,792 tokens on 132 SMs: not measured). By row those calls keep
 /// `span_grid` (128-token blocks of `kvp_extend_blocks_rows_*`: 1.00-1.03x).
 fn few_grid(tokens: u64, multiprocessors: u32) -> u32 {
-    let short = tokens.div_ceil(FEW_SPAN_TOKENS);
-    if short <= u64::from(multiprocessors.max(1)) {
-        short.max(1) as u32
-    } else {
-        span_grid(tokens, multiprocessors)
-    }
+    blocks_an_sm(tokens, FEW_SPAN_TOKENS, multiprocessors)
+        .unwrap_or_else(|| span_grid(tokens, multiprocessors))
+}
+
+/// Blocks of `span` tokens for `tokens` tokens (at least one, for a call of none) if that
+/// takes at most one block an SM (a device that reports no SMs counts as one), else none.
+fn blocks_an_sm(tokens: u64, span: u64, multiprocessors: u32) -> Option<u32> {
+    let blocks = tokens.div_ceil(span).max(1);
+    (blocks <= u64::from(multiprocessors.max(1))).then_some(blocks as u32)
 }
 
 /// The threads of the one-block extend_few shape for `tokens` tokens (at most
@@ -1633,8 +1632,7 @@ impl DevicePool {
             clusters: self.clusters,
             multiprocessors: self.multiprocessors,
             wide,
-            pairs: true,
-            block_tokens: BLOCK_TOKENS,
+            by_row: false,
         }
     }
 
@@ -1643,8 +1641,7 @@ impl DevicePool {
     pub(super) fn rows_shapes(&self) -> DeviceShapes {
         DeviceShapes {
             wide: self.kernels.wide_rows_shared.map(|bytes| bytes > 0),
-            pairs: false,
-            block_tokens: BLOCK_ROW_TOKENS,
+            by_row: true,
             ..self.shapes()
         }
     }
@@ -1691,6 +1688,8 @@ impl DevicePool {
                 let grid = span_grid(tokens, device.multiprocessors);
                 if batch > grid as usize {
                     (ExtendKernel::FewSpread, grid, BLOCK)
+                } else if device.by_row {
+                    (ExtendKernel::FewBlocks, grid, BLOCK)
                 } else {
                     (
                         ExtendKernel::FewBlocks,
@@ -1711,12 +1710,12 @@ impl DevicePool {
                 (kernel, _) => kernel,
             };
             (kernel, grid, threads, batch32, batch32)
-        } else if !decode && device.pairs && batch <= PAIR_BATCH && tokens <= SPAN_TOKENS {
+        } else if !decode && !device.by_row && batch <= PAIR_BATCH && tokens <= SPAN_TOKENS {
             let threads = few_threads(tokens);
             (ExtendKernel::Pairs(threads), 1, threads, batch32, batch32)
         } else if batch <= 64 && tokens <= BLOCK64_TOKENS {
             (ExtendKernel::Block64, 1, 64, batch32, batch32)
-        } else if batch <= BLOCK as usize && tokens <= device.block_tokens {
+        } else if batch <= BLOCK as usize && tokens <= device.block_tokens() {
             (ExtendKernel::Block, 1, BLOCK, batch32, batch32)
         } else if batch <= BLOCK as usize {
             let grid = span_grid(tokens, device.multiprocessors);
@@ -2351,12 +2350,23 @@ pub(super) struct DeviceShapes {
     pub multiprocessors: u32,
     /// Which of `WIDE_BATCHES`' kernels the device gives their shared memory.
     pub wide: [bool; WIDE_BATCHES.len()],
-    /// Whether `ExtendKernel::Pairs` may serve an extend (plain calls; by row, no kernel of
-    /// that shape).
-    pub pairs: bool,
-    /// The most tokens of `ExtendKernel::Block` (`BLOCK_TOKENS` plain, `BLOCK_ROW_TOKENS` by
-    /// row).
-    pub block_tokens: u64,
+    /// Whether the call is by request row. Its kernels differ from a plain call's in three
+    /// shapes: no `ExtendKernel::Pairs`, `ExtendKernel::Block` up to `BLOCK_ROW_TOKENS` (not
+    /// `BLOCK_TOKENS`), and `ExtendKernel::{FewBlocks,OneBlocks}` on `span_grid`'s blocks of
+    /// `BLOCK` threads (not `few_grid`'s of `FEW_GRID_BLOCK`: by row those took 1.00-1.03x
+    /// the time, run s63-2).
+    pub by_row: bool,
+}
+
+impl DeviceShapes {
+    /// The most tokens of `ExtendKernel::Block`.
+    fn block_tokens(self) -> u64 {
+        if self.by_row {
+            BLOCK_ROW_TOKENS
+        } else {
+            BLOCK_TOKENS
+        }
+    }
 }
 
 /// One kernel launch of a call (see `DevicePool::run_call`): the arguments after
@@ -2553,8 +2563,7 @@ mod tests {
                 clusters: true,
                 multiprocessors: 132,
                 wide,
-                pairs: false,
-                block_tokens: BLOCK_ROW_TOKENS,
+                by_row: true,
             };
             let (kernel, grid, threads, ..) =
                 DevicePool::extend_shape(batch, false, tokens, tokens, device).unwrap();
@@ -2584,46 +2593,35 @@ mod tests {
         );
     }
 
+    /// `span_grid`: blocks of SHORT_SPAN_TOKENS while they fit one an SM, else of
+    /// SPAN_TOKENS; `few_grid`: blocks of FEW_SPAN_TOKENS while they fit, else `span_grid`'s.
     #[test]
     fn several_block_extends_take_short_spans_while_they_fit_one_block_an_sm() {
-        // (tokens, multiprocessors) -> blocks
+        // (tokens, multiprocessors) -> (span_grid's blocks, few_grid's)
         let cases = [
-            ((513, 132), 3),
-            ((132 * 256, 132), 132),
-            // One more token would need 133 short blocks: blocks of SPAN_TOKENS.
-            ((132 * 256 + 1, 132), 67),
-            ((108 * 256, 108), 108),
-            ((108 * 256 + 1, 108), 55),
-            ((1 << 20, 132), TARGET_BLOCKS as u32),
-            // A device that reports no multiprocessors counts as one.
-            ((256, 0), 1),
-            ((1000, 0), 2),
-        ];
-        for ((tokens, multiprocessors), blocks) in cases {
-            assert_eq!(
-                span_grid(tokens, multiprocessors),
-                blocks,
-                "{tokens} tokens, {multiprocessors} multiprocessors"
-            );
-        }
-    }
-
-    #[test]
-    fn plain_extends_of_a_request_a_block_take_shorter_spans_while_they_fit() {
-        // (tokens, multiprocessors) -> blocks
-        let cases = [
-            ((513, 132), 5),
-            ((132 * 128, 132), 132),
+            ((513, 132), (3, 5)),
+            ((132 * 128, 132), (66, 132)),
             // One more token would need 133 blocks of FEW_SPAN_TOKENS: span_grid's.
-            ((132 * 128 + 1, 132), 67),
-            ((132 * 256 + 1, 132), 67),
-            ((1 << 20, 132), TARGET_BLOCKS as u32),
-            ((128, 0), 1),
-            ((1000, 0), 2),
+            ((132 * 128 + 1, 132), (67, 67)),
+            ((132 * 256, 132), (132, 132)),
+            // One more token would need 133 short blocks: blocks of SPAN_TOKENS.
+            ((132 * 256 + 1, 132), (67, 67)),
+            ((108 * 256, 108), (108, 108)),
+            ((108 * 256 + 1, 108), (55, 55)),
+            ((1 << 20, 132), (TARGET_BLOCKS as u32, TARGET_BLOCKS as u32)),
+            // A device that reports no multiprocessors counts as one; a call of no tokens
+            // takes one block.
+            ((128, 0), (1, 1)),
+            ((256, 0), (1, 1)),
+            ((1000, 0), (2, 2)),
+            ((0, 132), (1, 1)),
         ];
         for ((tokens, multiprocessors), blocks) in cases {
             assert_eq!(
-                few_grid(tokens, multiprocessors),
+                (
+                    span_grid(tokens, multiprocessors),
+                    few_grid(tokens, multiprocessors)
+                ),
                 blocks,
                 "{tokens} tokens, {multiprocessors} multiprocessors"
             );
@@ -2790,8 +2788,7 @@ mod tests {
                 multiprocessors: 132,
                 // A plain call's shapes (`DevicePool::shapes`).
                 wide: std::array::from_fn(|slot| slot < WIDE_PLAIN_BATCHES.len()),
-                pairs: true,
-                block_tokens: BLOCK_TOKENS,
+                by_row: false,
             };
             let (kernel, grid, threads, per_block, _) =
                 DevicePool::extend_shape(batch, decode, tokens, pages, device).unwrap();
@@ -2821,20 +2818,15 @@ mod tests {
     /// By row (`DevicePool::rows_shapes`: no `Pairs`), 33-64 requests keep the
     /// request-a-thread shapes: two warps up to 64 tokens, one block of 256 threads up to
     /// `BLOCK_ROW_TOKENS`, else several; a plain call of the same shape runs two requests a
-    /// lane.
+    /// lane. Calls of at most a request a block keep `span_grid` and 256 threads by row.
     #[test]
-    fn extends_of_33_to_64_requests_run_two_a_lane_only_when_plain() {
-        let shape = |batch: usize, tokens: u64, pairs: bool| {
+    fn extends_by_row_and_plain_differ_in_three_shapes() {
+        let shape = |batch: usize, tokens: u64, by_row: bool| {
             let device = DeviceShapes {
                 clusters: true,
                 multiprocessors: 132,
                 wide: [true; WIDE_BATCHES.len()],
-                pairs,
-                block_tokens: if pairs {
-                    BLOCK_TOKENS
-                } else {
-                    BLOCK_ROW_TOKENS
-                },
+                by_row,
             };
             let (kernel, grid, threads, ..) =
                 DevicePool::extend_shape(batch, false, tokens, tokens, device).unwrap();
@@ -2886,15 +2878,32 @@ mod tests {
                 (ExtendKernel::Few(64), 1, 64),
                 (ExtendKernel::Few(64), 1, 64),
             ),
+            // At most a request a block: by row span_grid's blocks on 256 threads, plain
+            // few_grid's on FEW_GRID_BLOCK.
+            (
+                (1, 513),
+                (ExtendKernel::OneBlocks, 3, 256),
+                (ExtendKernel::OneBlocks, 5, 128),
+            ),
+            (
+                (4, 1024),
+                (ExtendKernel::FewBlocks, 4, 256),
+                (ExtendKernel::FewBlocks, 8, 128),
+            ),
+            (
+                (5, 1024),
+                (ExtendKernel::FewSpread, 4, 256),
+                (ExtendKernel::FewSpread, 4, 256),
+            ),
         ];
         for ((batch, tokens), by_row, plain) in cases {
             assert_eq!(
-                shape(batch, tokens, false),
+                shape(batch, tokens, true),
                 by_row,
                 "by row: {batch} x {tokens}"
             );
             assert_eq!(
-                shape(batch, tokens, true),
+                shape(batch, tokens, false),
                 plain,
                 "plain: {batch} x {tokens}"
             );

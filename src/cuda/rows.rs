@@ -8,8 +8,8 @@
 use cudarc::driver::sys::{CUdeviceptr, CUstream};
 
 use super::{
-    arg, cluster_slot, decode_slot, span_grid, wide_slot, DevicePool, ExtendKernel, Launch, BLOCK,
-    FREE_BLOCK, FREE_SEGMENT, FREE_SLOTS, WARP_TOKENS,
+    arg, cluster_slot, decode_slot, wide_slot, DevicePool, ExtendKernel, Launch, BLOCK, FREE_BLOCK,
+    FREE_SEGMENT, FREE_SLOTS, WARP_TOKENS,
 };
 use crate::cuda::counts::Step;
 use crate::cuda::layout::DeviceOp;
@@ -360,14 +360,8 @@ impl DevicePool {
             return self.ensure_pages(trigger, new_pages, what, stream);
         }
         let batch32 = batch_u32(batch)?;
-        let (kernel, mut grid, block, per_block, _) =
+        let (kernel, grid, block, per_block, _) =
             Self::extend_shape(batch, decode, tokens, new_pages, self.rows_shapes())?;
-        // The plain calls' kernels of at most a request a block run `few_grid`'s blocks on
-        // FEW_GRID_BLOCK threads; by row, their rows kernels (256 threads) keep `span_grid`,
-        // where those shorter blocks took 1.00-1.03x the time (run s63-2).
-        if matches!(kernel, ExtendKernel::FewBlocks | ExtendKernel::OneBlocks) {
-            grid = span_grid(tokens, self.multiprocessors);
-        }
         let op = if decode {
             DeviceOp::AllocDecodeRows
         } else {
@@ -393,11 +387,11 @@ impl DevicePool {
             // Exactly one request: the same shapes built for one.
             ExtendKernel::One(_) if tokens <= WARP_TOKENS => Some((typed.extend_one_warp_rows, 32)),
             ExtendKernel::One(_) => Some((typed.extend_one_block_rows, BLOCK)),
-            ExtendKernel::OneBlocks => Some((typed.extend_one_blocks_rows, BLOCK)),
+            ExtendKernel::OneBlocks => Some((typed.extend_one_blocks_rows, block)),
             ExtendKernel::Block64 => Some((typed.extend_block64_rows, block)),
             ExtendKernel::Block => Some((typed.extend_block_short_rows, block)),
             ExtendKernel::Blocks | ExtendKernel::FewBlocks | ExtendKernel::FewSpread => {
-                Some((typed.extend_blocks_rows, BLOCK))
+                Some((typed.extend_blocks_rows, block))
             }
             ExtendKernel::Decode(threads) => Some((typed.decode_rows[decode_slot(threads)], block)),
             ExtendKernel::DecodeOne => Some((typed.decode_one_rows, block)),
