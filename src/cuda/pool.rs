@@ -222,7 +222,7 @@ pub(super) enum ExtendKernel {
     /// request a thread (`Block64`, `Block`, `Blocks`) scans the block and fills a shared
     /// table between barriers (33-64 requests of 1-8 tokens 0.90-0.98x their time:
     /// BENCHMARKS.md, thirty-sixth session). Plain only: by row these batches keep the
-    /// request-a-thread kernels (`DeviceShapes::pairs`).
+    /// request-a-thread kernels (`DeviceShapes::by_row`).
     Pairs(u32),
     /// `FewBlocks` for more requests than blocks (`kvp_extend_few_spread_*`): a block whose
     /// tokens span several requests plans them before the verdict and stores their slots
