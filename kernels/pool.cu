@@ -725,13 +725,14 @@ __device__ void alloc_pages(View v, Call call, unsigned long long pages, Index *
 // Extend blocks: 256 threads, at most 256 requests each; their new pages are staged in
 // shared memory when at most STAGE_CAP (src/cuda/pool.rs sizes blocks for that).
 constexpr int EXTEND_BLOCK = 256;
-// Threads of extend_few's several-block kernels for at most a request a block
-// (kvp_extend_few_blocks_*, kvp_extend_one_blocks_*), whose blocks take 128 tokens while
-// that needs at most one block an SM (src/cuda/pool.rs, few_grid): one token a thread, as
-// 256 threads of 256 tokens had, on twice the blocks of half the warps. Runs s63-1 and
-// s63-2 (H200): 2-16 requests of 512 tokens 0.94-0.96x the time, 32 0.97-0.98x, 1-8 of
-// 2,048 0.95-0.98x; either half alone did not pay (128 threads on 256-token blocks
-// 1.00-1.04x, 256 threads on 128-token blocks 0.98-1.03x).
+// Threads of extend_few's several-block kernels for at most a request a block on blocks of
+// at most 256 tokens (kvp_extend_few_blocks_128_*, kvp_extend_one_blocks_128_*), whose
+// blocks take 128 tokens while that needs at most one block an SM (src/cuda/pool.rs,
+// few_grid): one token a thread, as 256 threads of 256 tokens had, on twice the blocks of
+// half the warps. Runs s63-1 and s63-2 (H200): 2-16 requests of 512 tokens 0.94-0.96x the
+// time, 32 0.97-0.98x, 1-8 of 2,048 0.95-0.98x; either half alone did not pay (128 threads
+// on 256-token blocks 1.00-1.04x, 256 threads on 128-token blocks 0.98-1.03x). Blocks of
+// more tokens run the same kernels on EXTEND_BLOCK threads (kvp_extend_{few,one}_blocks_256_*).
 constexpr int FEW_GRID_BLOCK = 128;
 constexpr uint32_t STAGE_CAP = 4096;
 
@@ -1785,10 +1786,10 @@ KVP_DECODE_CLUSTER_KERNEL(4, i32, int)
 KVP_DECODE_CLUSTER_KERNEL(8, i32, int)
 
 // alloc_extend of up to 32 requests (extend_few.cuh): warp 0 decides, then THREADS threads
-// write (one block), or several blocks (kvp_extend_few_blocks_*, a long prefill, of
-// FEW_GRID_BLOCK; kvp_extend_few_spread_*, of EXTEND_BLOCK, one of more requests than blocks,
-// whose blocks plan
-// their tokens before the verdict where they hold several requests); kvp_extend_one_* the
+// write (one block), or several blocks (kvp_extend_few_blocks_{128,256}_*, a long prefill,
+// of FEW_GRID_BLOCK or EXTEND_BLOCK threads; kvp_extend_few_spread_*, of EXTEND_BLOCK, one of
+// more requests than blocks, whose blocks plan their tokens before the verdict where they
+// hold several requests); kvp_extend_one_* the
 // same shapes for exactly one request, kvp_extend_few{2,4,8}_* the one-block shapes for at
 // most 2, 4 or 8 (extend_few's MAXB). kvp_extend_*'s parameters, so the host launches
 // any of them alike; `per_block` and `decode` (0) are unused. KVP_EXTEND_FEW_KERNEL makes
@@ -1812,10 +1813,12 @@ KVP_DECODE_CLUSTER_KERNEL(8, i32, int)
   KVP_EXTEND_FEW_KERNEL(NAME##_256, 256, false, false, MAXB, SUFFIX, INDEX)
 #define KVP_EXTEND_FEW_KERNELS(SUFFIX, INDEX)                                                     \
   KVP_EXTEND_FEW_BLOCK_SHAPES(few, 32, SUFFIX, INDEX)                                             \
-  KVP_EXTEND_FEW_KERNEL(few_blocks, FEW_GRID_BLOCK, true, false, 32, SUFFIX, INDEX)               \
+  KVP_EXTEND_FEW_KERNEL(few_blocks_128, FEW_GRID_BLOCK, true, false, 32, SUFFIX, INDEX)           \
+  KVP_EXTEND_FEW_KERNEL(few_blocks_256, EXTEND_BLOCK, true, false, 32, SUFFIX, INDEX)             \
   KVP_EXTEND_FEW_KERNEL(few_spread, EXTEND_BLOCK, true, true, 32, SUFFIX, INDEX)                  \
   KVP_EXTEND_FEW_BLOCK_SHAPES(one, 1, SUFFIX, INDEX)                                              \
-  KVP_EXTEND_FEW_KERNEL(one_blocks, FEW_GRID_BLOCK, true, false, 1, SUFFIX, INDEX)                \
+  KVP_EXTEND_FEW_KERNEL(one_blocks_128, FEW_GRID_BLOCK, true, false, 1, SUFFIX, INDEX)            \
+  KVP_EXTEND_FEW_KERNEL(one_blocks_256, EXTEND_BLOCK, true, false, 1, SUFFIX, INDEX)              \
   KVP_EXTEND_FEW_BLOCK_SHAPES(few2, 2, SUFFIX, INDEX)                                             \
   KVP_EXTEND_FEW_BLOCK_SHAPES(few4, 4, SUFFIX, INDEX)                                             \
   KVP_EXTEND_FEW_BLOCK_SHAPES(few8, 8, SUFFIX, INDEX)

@@ -2524,32 +2524,39 @@ fn deciding_block_rounds(wide: bool) -> RoundKinds {
     kinds
 }
 
-/// Past 264 blocks (`TARGET_BLOCKS`, src/cuda/pool.rs) each block of a several-block extend
-/// takes more than 512 tokens: past what its writers plan (the general loop) and, past 4,096
-/// new pages a block (`STAGE_CAP`), past what it stages in shared memory (each token's page
-/// read from the ring). At page size 1 (a page a token): fresh batches of 2-3 and 40-45
-/// requests of 200 k-1.2 M tokens (758-4,546 tokens a block; the 1.15-1.2 M ones unstaged),
-/// then each request continued by half as many. Every slot must be the host's.
+/// Long prefills on several blocks (src/cuda/pool.rs: `span_grid`, `few_shape`). Past one
+/// block an SM, extends of a few requests run blocks of 256 tokens on 128 threads, then of
+/// 512 on 256 (`kvp_extend_{few,one}_blocks_{128,256}_*`); past 264 blocks (`TARGET_BLOCKS`)
+/// each block takes more than 512 tokens: past what its writers plan (the general loop) and,
+/// past 4,096 new pages a block (`STAGE_CAP`), past what it stages in shared memory (each
+/// token's page read from the ring). Fresh batches of 1-45 requests of 20 k-1.2 M tokens at
+/// page sizes 1, 16 and 64 (at page size 1, 758-4,546 tokens a block past 264 blocks; the
+/// 1.15-1.2 M ones unstaged), then each request continued by half as many. Every slot must be
+/// the host's.
 #[test]
 #[ignore = "needs a CUDA GPU"]
-fn extends_of_more_than_512_tokens_a_block_match_the_host() {
+fn extends_of_long_prefills_on_several_blocks_match_the_host() {
     const GUARD: usize = 512;
     const SIZE: u64 = 1 << 21;
     let gpu = Gpu::new(false);
     let (prefix_d, seq_d, last_d) = DevBuf::lengths(64);
     let out = DevBuf::new(8 * (1_250_000 + GUARD));
-    let pool_config = |backend| PoolConfig {
-        size: SIZE,
-        ..config(backend, 1)
-    };
     let mut rng = rng::Rng(21);
-    for (requests, total) in [
-        (2u64, 200_000u64),
-        (2, 300_000),
-        (45, 320_000),
-        (3, 1_200_000),
-        (40, 1_150_000),
+    for (ps, requests, total) in [
+        (1u32, 1u64, 40_000u64),
+        (16, 4, 66_000),
+        (64, 8, 130_000),
+        (1, 1, 300_000),
+        (1, 2, 200_000),
+        (16, 2, 300_000),
+        (1, 45, 320_000),
+        (1, 3, 1_200_000),
+        (1, 40, 1_150_000),
     ] {
+        let pool_config = |backend| PoolConfig {
+            size: SIZE,
+            ..config(backend, ps)
+        };
         let mut host = Pool::new(pool_config(BackendKind::Host)).unwrap();
         let mut device = DevicePool::new(pool_config(CUDA0)).unwrap();
         // Round 0: fresh requests; round 1: each continued (prefix = its length so far).
@@ -2571,7 +2578,7 @@ fn extends_of_more_than_512_tokens_a_block_match_the_host() {
             };
             let seq: Vec<i64> = prefix.iter().zip(&lens).map(|(p, l)| p + l).collect();
             let n: usize = lens.iter().sum::<i64>() as usize;
-            let what = format!("{requests} requests of {n} tokens, round {round}");
+            let what = format!("page size {ps}: {requests} requests of {n} tokens, round {round}");
             let mut want = vec![0i64; n];
             host.alloc_extend(&prefix, &seq, &last, n as u64, &mut want)
                 .unwrap();

@@ -51,6 +51,11 @@ build_revision() {
 }
 
 scripts/build-kernels.sh --verify
+# A cdylib's file name carries no hash: another tree built into this target directory
+# (CARGO_TARGET_DIR=.../target) leaves its library here while this tree's build still reads
+# as fresh, and that library would be packed (run s64-2's main: a variant's host code on
+# main's kernels, every launch refused). Without them cargo builds this tree's again.
+rm -f target/release/libkvpool.so target/release/deps/libkvpool.so
 cargo build --release --lib --example demo
 # Variants and a before-build of an earlier pack would travel with this one: gone.
 rm -rf gpu-artifacts/bin gpu-artifacts/lib gpu-artifacts/var gpu-artifacts/var.tar.xz \

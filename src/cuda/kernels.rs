@@ -8,7 +8,8 @@ use cudarc::driver::sys::{self, CUfunction, CUmodule, CUstream};
 
 use super::driver::check;
 use super::pool::{
-    DECODE_CLUSTERS, DECODE_THREADS, FEW_BOUNDS, FEW_THREADS, WIDE_BATCHES, WIDE_PLAIN_BATCHES,
+    DECODE_CLUSTERS, DECODE_THREADS, FEW_BOUNDS, FEW_GRID_THREADS, FEW_THREADS, WIDE_BATCHES,
+    WIDE_PLAIN_BATCHES,
 };
 use crate::pool::{ErrorKind, IndexType, PoolError};
 
@@ -33,17 +34,18 @@ pub(crate) struct Typed {
     pub extend_blocks_wide: [CUfunction; WIDE_PLAIN_BATCHES.len()],
     /// `alloc_extend` of at most 32 requests decided by one warp (`extend_few.cuh`): one
     /// block of each of `FEW_THREADS` threads (two warps, four, 256 threads), in that order,
-    /// and several blocks: one request or more a block (`kvp_extend_few_blocks_*`), more
-    /// requests than blocks (`kvp_extend_few_spread_*`: a block holding several plans its
-    /// tokens before the verdict).
+    /// and several blocks: one request or more a block (`kvp_extend_few_blocks_{N}_*`, on
+    /// each of `FEW_GRID_THREADS` threads, in that order), more requests than blocks
+    /// (`kvp_extend_few_spread_*`: a block holding several plans its tokens before the
+    /// verdict).
     pub extend_few: [CUfunction; FEW_THREADS.len()],
-    pub extend_few_blocks: CUfunction,
+    pub extend_few_blocks: [CUfunction; FEW_GRID_THREADS.len()],
     pub extend_few_spread: CUfunction,
     /// The same shapes for exactly one request (`kvp_extend_one_{N}_*`, one block of each of
-    /// `FEW_THREADS` threads, and `kvp_extend_one_blocks_*`): the batch a constant, so the
-    /// kernels carry no path of several requests.
+    /// `FEW_THREADS` threads, and `kvp_extend_one_blocks_{N}_*`): the batch a constant, so
+    /// the kernels carry no path of several requests.
     pub extend_one: [CUfunction; FEW_THREADS.len()],
-    pub extend_one_blocks: CUfunction,
+    pub extend_one_blocks: [CUfunction; FEW_GRID_THREADS.len()],
     /// The one-block shapes for at most each of `FEW_BOUNDS` requests, in that order
     /// (`kvp_extend_few{B}_{N}_*`).
     pub extend_few_bounded: [[CUfunction; FEW_THREADS.len()]; FEW_BOUNDS.len()],
@@ -327,8 +329,8 @@ impl Typed {
     fn resolve(get: Lookup<'_>, index: &str) -> Result<Self, PoolError> {
         let typed = |name: &str| get(&format!("kvp_{name}_{index}"));
         // `kvp_{stem}{size}{form}_{index}` for each of `sizes`, in their order: the kernels
-        // instantiated per block (`DECODE_THREADS`, `FEW_THREADS`, `WIDE_BATCHES`) or cluster
-        // (`DECODE_CLUSTERS`) size.
+        // instantiated per block (`DECODE_THREADS`, `FEW_THREADS`, `FEW_GRID_THREADS`,
+        // `WIDE_BATCHES`) or cluster (`DECODE_CLUSTERS`) size.
         fn sized<const N: usize>(
             typed: &dyn Fn(&str) -> Result<CUfunction, PoolError>,
             stem: &str,
@@ -349,10 +351,10 @@ impl Typed {
             extend_blocks: typed("extend_blocks")?,
             extend_blocks_wide: sized(&typed, "extend_blocks", WIDE_PLAIN_BATCHES, "")?,
             extend_few: sized(&typed, "extend_few_", FEW_THREADS, "")?,
-            extend_few_blocks: typed("extend_few_blocks")?,
+            extend_few_blocks: sized(&typed, "extend_few_blocks_", FEW_GRID_THREADS, "")?,
             extend_few_spread: typed("extend_few_spread")?,
             extend_one: sized(&typed, "extend_one_", FEW_THREADS, "")?,
-            extend_one_blocks: typed("extend_one_blocks")?,
+            extend_one_blocks: sized(&typed, "extend_one_blocks_", FEW_GRID_THREADS, "")?,
             extend_few_bounded: {
                 let mut functions = [[std::ptr::null_mut(); FEW_THREADS.len()]; FEW_BOUNDS.len()];
                 for (shapes, bound) in functions.iter_mut().zip(FEW_BOUNDS) {
@@ -550,11 +552,13 @@ mod tests {
             "kvp_extend_blocks1024_rows_i64",
             "kvp_extend_blocks2048_rows_i32",
             "kvp_extend_few_256_i64",
-            "kvp_extend_few_blocks_i32",
+            "kvp_extend_few_blocks_128_i32",
+            "kvp_extend_few_blocks_256_i64",
             "kvp_extend_few_spread_i64",
             "kvp_extend_one_64_i32",
             "kvp_extend_one_256_i64",
-            "kvp_extend_one_blocks_i64",
+            "kvp_extend_one_blocks_128_i64",
+            "kvp_extend_one_blocks_256_i32",
             "kvp_extend_few2_64_i64",
             "kvp_extend_few4_128_i32",
             "kvp_extend_few8_256_i64",

@@ -44,8 +44,8 @@ static NEXT_POOL_ID: AtomicU64 = AtomicU64::new(1 << 48);
 
 /// Threads per block of the multi-block kernels (`kvp::EXTEND_BLOCK`, `__launch_bounds__`).
 const BLOCK: u32 = 256;
-/// Threads of `kvp_extend_few_blocks_*` and `kvp_extend_one_blocks_*` (`kvp::FEW_GRID_BLOCK`),
-/// on `few_grid`'s blocks.
+/// Threads of `kvp_extend_few_blocks_128_*` and `kvp_extend_one_blocks_128_*`
+/// (`kvp::FEW_GRID_BLOCK`), on `few_shape`'s blocks of at most `SHORT_SPAN_TOKENS` tokens.
 pub(super) const FEW_GRID_BLOCK: u32 = 128;
 /// New pages an extend block stages in shared memory (`kvp::STAGE_CAP`).
 const STAGE_CAP: u64 = 4096;
@@ -70,7 +70,7 @@ const SORT_CAP: u64 = 4096;
 /// `SHORT_SPAN_TOKENS` or `SPAN_TOKENS` tokens each (`span_grid`; two blocks of 512 tokens
 /// take 0.80-0.90x the time of one block of 1,024: BENCHMARKS.md, sixteenth session;
 /// `kvp_extend_few_spread_*` when the requests outnumber the blocks, see
-/// `ExtendKernel::FewSpread`; else `FEW_GRID_BLOCK` threads on `few_grid`'s blocks). A
+/// `ExtendKernel::FewSpread`; else `few_shape`'s blocks and threads). A
 /// plain extend of up to `PAIR_BATCH` requests and `SPAN_TOKENS` tokens runs on the same
 /// one-block shapes with two requests a lane (`kvp_extend_pairs_*`: 33-64 requests of 1-8
 /// tokens 0.90-0.98x the time of the request-a-thread kernels below, BENCHMARKS.md,
@@ -104,6 +104,9 @@ pub(super) const DECODE_THREADS: [u32; 6] = [32, 64, 128, 256, 512, 1024];
 const MAX_DEVICE_PAGE_SIZE: u32 = 1 << 31;
 /// The one-block `kvp_extend_few_{N}_*` kernels, by threads (`few_slot`).
 pub(super) const FEW_THREADS: [u32; 3] = [64, 128, BLOCK];
+/// The several-block `kvp_extend_{few,one}_blocks_{N}_*` kernels, by threads
+/// (`few_grid_slot`; `few_shape` picks them).
+pub(super) const FEW_GRID_THREADS: [u32; 2] = [FEW_GRID_BLOCK, BLOCK];
 /// The one-block extend_few shapes are also built for at most this many requests
 /// (`kvp_extend_few{B}_{N}_*`, `bound_slot`): scans and token searches of log2(B) steps, not
 /// five. A one-block call of 2-8 requests runs on the kernel of the smallest bound that holds
@@ -166,8 +169,8 @@ const SPAN_TOKENS: u64 = 512;
 /// The tokens a block of the several-block extend kernels takes while that needs at most one
 /// block an SM (`span_grid`).
 const SHORT_SPAN_TOKENS: u64 = 256;
-/// The tokens a block of `kvp_extend_few_blocks_*` and `kvp_extend_one_blocks_*` takes while
-/// that needs at most one block an SM (`few_grid`).
+/// The tokens a block of `kvp_extend_{few,one}_blocks_128_*` takes while that needs at most
+/// one block an SM (`few_shape`).
 const FEW_SPAN_TOKENS: u64 = 128;
 
 /// The allocation kernel that serves a batch (`extend_shape`).
@@ -201,16 +204,17 @@ pub(super) enum ExtendKernel {
     /// `FEW_THREADS` (`kvp_extend_few_{N}_*`); by row, the rows kernel of as many threads
     /// (`kvp_extend_{warp,block64,block}_rows_*`).
     Few(u32),
-    /// The same on several blocks (`kvp_extend_few_blocks_*`); by row, `Blocks`'s.
-    FewBlocks,
+    /// The same on several blocks of this many threads, one of `FEW_GRID_THREADS`
+    /// (`kvp_extend_few_blocks_{N}_*`); by row, `Blocks`'s.
+    FewBlocks(u32),
     /// `Few` for exactly one request (`kvp_extend_one_{N}_*`), and `FewBlocks`
-    /// (`kvp_extend_one_blocks_*`): the batch a constant in the kernel, which carries no path
+    /// (`kvp_extend_one_blocks_{N}_*`): the batch a constant in the kernel, which carries no path
     /// of several requests (one request of up to 64 tokens 0.87x the time, 128-512 tokens
     /// 0.94-0.98x, more 0.99-1.00x: BENCHMARKS.md, thirty-fourth session). By row, the
     /// rows kernels of `Few`'s and `FewBlocks`' shapes built for one
     /// (`kvp_extend_one_{warp,block,blocks}_rows_*`: 0.90-0.95x up to 512 tokens).
     One(u32),
-    OneBlocks,
+    OneBlocks(u32),
     /// `Few(threads)` for at most `bound` requests, one of `FEW_BOUNDS`
     /// (`kvp_extend_few{B}_{N}_*`): the requests' scans and the tokens' searches of log2(B)
     /// steps (2-8 requests of 16-64 tokens 0.86-0.98x the time; several blocks built so took
@@ -247,10 +251,10 @@ impl ExtendKernel {
             Self::DecodeOne => typed.decode_one,
             Self::DecodeCluster(blocks) => typed.decode_cluster[cluster_slot(blocks)],
             Self::Few(threads) => typed.extend_few[few_slot(threads)],
-            Self::FewBlocks => typed.extend_few_blocks,
+            Self::FewBlocks(threads) => typed.extend_few_blocks[few_grid_slot(threads)],
             Self::FewSpread => typed.extend_few_spread,
             Self::One(threads) => typed.extend_one[few_slot(threads)],
-            Self::OneBlocks => typed.extend_one_blocks,
+            Self::OneBlocks(threads) => typed.extend_one_blocks[few_grid_slot(threads)],
             Self::FewUpTo(bound, threads) => {
                 typed.extend_few_bounded[bound_slot(bound)][few_slot(threads)]
             }
@@ -299,18 +303,26 @@ pub(super) fn span_grid(tokens: u64, multiprocessors: u32) -> u32 {
         .unwrap_or_else(|| tokens.div_ceil(SPAN_TOKENS).min(TARGET_BLOCKS) as u32)
 }
 
-/// The grid of `kvp_extend_few_blocks_*` and `kvp_extend_one_blocks_*` (plain extends of at
-/// most a request a block, on `FEW_GRID_BLOCK` threads) for `tokens` tokens: blocks of
-/// `FEW_SPAN_TOKENS` while that takes at most one block an SM, else `span_grid`'s. Against
-/// 256 threads on `span_grid`'s blocks (runs s63-1 and s63-2, H200): 2-16 requests of 512
-/// tokens 0.94-0.96x the time, 32 0.97-0.98x, 1-8 of 2,048 0.95-0.98x. Past one block an
-/// SM, `span_grid`'s blocks on those 128 threads: two tokens a thread on blocks of 256
-/// (1.00-1.04x 256 threads' time, 2-32 requests of 512 tokens and 1-8 of 2,048), four on
-/// blocks of 512 (past 33,792 tokens on 132 SMs: not measured). By row those calls keep
-/// `span_grid` (128-token blocks of `kvp_extend_blocks_rows_*`: 1.00-1.03x).
-fn few_grid(tokens: u64, multiprocessors: u32) -> u32 {
-    blocks_an_sm(tokens, FEW_SPAN_TOKENS, multiprocessors)
-        .unwrap_or_else(|| span_grid(tokens, multiprocessors))
+/// The grid and threads of `kvp_extend_{few,one}_blocks_{N}_*` (plain extends of at most a
+/// request a block) for `tokens` tokens: blocks of `FEW_SPAN_TOKENS` on `FEW_GRID_BLOCK`
+/// threads while that takes at most one block an SM, then `span_grid`'s blocks, on
+/// `FEW_GRID_BLOCK` threads while they take `SHORT_SPAN_TOKENS` (two tokens a thread), else
+/// on `BLOCK`. Against 256 threads on `span_grid`'s blocks (runs s63-1 and s63-2, H200): 2-16
+/// requests of 512 tokens 0.94-0.96x the time, 32 0.97-0.98x, 1-8 of 2,048 0.95-0.98x;
+/// 256-token blocks on 128 threads 1.00-1.04x (run s63-1) and 1.00x at 2 x 16,384 tokens (run
+/// s64-1, H100); 512-token blocks on 128 threads (four tokens a thread) 0.98-1.14x (run s64-1:
+/// 8 x 8,192 tokens at page size 1 1.14x), hence `BLOCK` there (run s64-2, H100: 3-32
+/// requests of 8,192-16,384 tokens 0.99-1.02x the 256-thread kernels' time before 128
+/// threads came in). By row those calls keep `span_grid` and `BLOCK` (128-token blocks of
+/// `kvp_extend_blocks_rows_*`: 1.00-1.03x).
+fn few_shape(tokens: u64, multiprocessors: u32) -> (u32, u32) {
+    if let Some(blocks) = blocks_an_sm(tokens, FEW_SPAN_TOKENS, multiprocessors) {
+        (blocks, FEW_GRID_BLOCK)
+    } else if let Some(blocks) = blocks_an_sm(tokens, SHORT_SPAN_TOKENS, multiprocessors) {
+        (blocks, FEW_GRID_BLOCK)
+    } else {
+        (span_grid(tokens, multiprocessors), BLOCK)
+    }
 }
 
 /// Blocks of `span` tokens for `tokens` tokens (at least one, for a call of none) if that
@@ -339,6 +351,15 @@ pub(super) fn few_slot(threads: u32) -> usize {
         64 => 0,
         128 => 1,
         _ => 2,
+    }
+}
+
+/// Where the several-block kernels of `threads` threads (one of `FEW_GRID_THREADS`) sit in
+/// `Typed::extend_few_blocks` and `Typed::extend_one_blocks`.
+pub(super) fn few_grid_slot(threads: u32) -> usize {
+    match threads {
+        FEW_GRID_BLOCK => 0,
+        _ => 1,
     }
 }
 
@@ -1689,13 +1710,10 @@ impl DevicePool {
                 if batch > grid as usize {
                     (ExtendKernel::FewSpread, grid, BLOCK)
                 } else if device.by_row {
-                    (ExtendKernel::FewBlocks, grid, BLOCK)
+                    (ExtendKernel::FewBlocks(BLOCK), grid, BLOCK)
                 } else {
-                    (
-                        ExtendKernel::FewBlocks,
-                        few_grid(tokens, device.multiprocessors),
-                        FEW_GRID_BLOCK,
-                    )
+                    let (grid, threads) = few_shape(tokens, device.multiprocessors);
+                    (ExtendKernel::FewBlocks(threads), grid, threads)
                 }
             };
             // Exactly one request: the same shape, its kernel built for one; one block of at
@@ -1705,7 +1723,9 @@ impl DevicePool {
                 .find(|&bound| batch <= bound as usize);
             let kernel = match (kernel, bound) {
                 (ExtendKernel::Few(threads), _) if batch == 1 => ExtendKernel::One(threads),
-                (ExtendKernel::FewBlocks, _) if batch == 1 => ExtendKernel::OneBlocks,
+                (ExtendKernel::FewBlocks(threads), _) if batch == 1 => {
+                    ExtendKernel::OneBlocks(threads)
+                }
                 (ExtendKernel::Few(threads), Some(bound)) => ExtendKernel::FewUpTo(bound, threads),
                 (kernel, _) => kernel,
             };
@@ -2353,8 +2373,8 @@ pub(super) struct DeviceShapes {
     /// Whether the call is by request row. Its kernels differ from a plain call's in three
     /// shapes: no `ExtendKernel::Pairs`, `ExtendKernel::Block` up to `BLOCK_ROW_TOKENS` (not
     /// `BLOCK_TOKENS`), and `ExtendKernel::{FewBlocks,OneBlocks}` on `span_grid`'s blocks of
-    /// `BLOCK` threads (not `few_grid`'s of `FEW_GRID_BLOCK`: by row those took 1.00-1.03x
-    /// the time, run s63-2).
+    /// `BLOCK` threads (not `few_shape`'s: by row its shorter blocks took 1.00-1.03x the
+    /// time, run s63-2).
     pub by_row: bool,
 }
 
@@ -2594,33 +2614,37 @@ mod tests {
     }
 
     /// `span_grid`: blocks of SHORT_SPAN_TOKENS while they fit one an SM, else of
-    /// SPAN_TOKENS; `few_grid`: blocks of FEW_SPAN_TOKENS while they fit, else `span_grid`'s.
+    /// SPAN_TOKENS; `few_shape`: blocks of FEW_SPAN_TOKENS while they fit, else `span_grid`'s,
+    /// on FEW_GRID_BLOCK threads up to SHORT_SPAN_TOKENS a block, else on BLOCK.
     #[test]
     fn several_block_extends_take_short_spans_while_they_fit_one_block_an_sm() {
-        // (tokens, multiprocessors) -> (span_grid's blocks, few_grid's)
+        // (tokens, multiprocessors) -> (span_grid's blocks, few_shape's blocks and threads)
         let cases = [
-            ((513, 132), (3, 5)),
-            ((132 * 128, 132), (66, 132)),
+            ((513, 132), (3, (5, 128))),
+            ((132 * 128, 132), (66, (132, 128))),
             // One more token would need 133 blocks of FEW_SPAN_TOKENS: span_grid's.
-            ((132 * 128 + 1, 132), (67, 67)),
-            ((132 * 256, 132), (132, 132)),
-            // One more token would need 133 short blocks: blocks of SPAN_TOKENS.
-            ((132 * 256 + 1, 132), (67, 67)),
-            ((108 * 256, 108), (108, 108)),
-            ((108 * 256 + 1, 108), (55, 55)),
-            ((1 << 20, 132), (TARGET_BLOCKS as u32, TARGET_BLOCKS as u32)),
+            ((132 * 128 + 1, 132), (67, (67, 128))),
+            ((132 * 256, 132), (132, (132, 128))),
+            // One more token would need 133 short blocks: blocks of SPAN_TOKENS, on BLOCK.
+            ((132 * 256 + 1, 132), (67, (67, 256))),
+            ((108 * 256, 108), (108, (108, 128))),
+            ((108 * 256 + 1, 108), (55, (55, 256))),
+            (
+                (1 << 20, 132),
+                (TARGET_BLOCKS as u32, (TARGET_BLOCKS as u32, 256)),
+            ),
             // A device that reports no multiprocessors counts as one; a call of no tokens
             // takes one block.
-            ((128, 0), (1, 1)),
-            ((256, 0), (1, 1)),
-            ((1000, 0), (2, 2)),
-            ((0, 132), (1, 1)),
+            ((128, 0), (1, (1, 128))),
+            ((256, 0), (1, (1, 128))),
+            ((1000, 0), (2, (2, 256))),
+            ((0, 132), (1, (1, 128))),
         ];
         for ((tokens, multiprocessors), blocks) in cases {
             assert_eq!(
                 (
                     span_grid(tokens, multiprocessors),
-                    few_grid(tokens, multiprocessors)
+                    few_shape(tokens, multiprocessors)
                 ),
                 blocks,
                 "{tokens} tokens, {multiprocessors} multiprocessors"
@@ -2666,11 +2690,14 @@ mod tests {
             ((2, false, 512, 32), (ExtendKernel::FewUpTo(2, 256), 1, 256)),
             ((32, false, 512, 64), (ExtendKernel::Few(256), 1, 256)),
             // Several blocks of FEW_SPAN_TOKENS on FEW_GRID_BLOCK threads while they fit one an
-            // SM (few_grid).
-            ((1, false, 513, 33), (ExtendKernel::OneBlocks, 5, 128)),
-            ((2, false, 1024, 64), (ExtendKernel::FewBlocks, 8, 128)),
-            ((4, false, 1024, 64), (ExtendKernel::FewBlocks, 8, 128)),
-            ((9, false, 4096, 256), (ExtendKernel::FewBlocks, 32, 128)),
+            // SM (few_shape).
+            ((1, false, 513, 33), (ExtendKernel::OneBlocks(128), 5, 128)),
+            ((2, false, 1024, 64), (ExtendKernel::FewBlocks(128), 8, 128)),
+            ((4, false, 1024, 64), (ExtendKernel::FewBlocks(128), 8, 128)),
+            (
+                (9, false, 4096, 256),
+                (ExtendKernel::FewBlocks(128), 32, 128),
+            ),
             // More requests than blocks: the blocks that hold several plan their tokens.
             ((5, false, 1024, 64), (ExtendKernel::FewSpread, 4, 256)),
             ((32, false, 1024, 64), (ExtendKernel::FewSpread, 4, 256)),
@@ -2710,14 +2737,31 @@ mod tests {
                 (256, false, 1 << 20, 1 << 16),
                 (ExtendKernel::Blocks, 264, 256),
             ),
-            ((1, false, 4096, 4096), (ExtendKernel::OneBlocks, 32, 128)),
+            (
+                (1, false, 4096, 4096),
+                (ExtendKernel::OneBlocks(128), 32, 128),
+            ),
             (
                 (1, false, 1 << 14, 1 << 10),
-                (ExtendKernel::OneBlocks, 128, 128),
+                (ExtendKernel::OneBlocks(128), 128, 128),
+            ),
+            // Past one block an SM of FEW_SPAN_TOKENS, span_grid's: on FEW_GRID_BLOCK
+            // threads while its blocks take SHORT_SPAN_TOKENS, on BLOCK when they take more.
+            (
+                (2, false, 1 << 15, 1 << 11),
+                (ExtendKernel::FewBlocks(128), 128, 128),
             ),
             (
                 (1, false, 1 << 16, 1 << 12),
-                (ExtendKernel::OneBlocks, 128, 128),
+                (ExtendKernel::OneBlocks(256), 128, 256),
+            ),
+            (
+                (8, false, 1 << 16, 1 << 12),
+                (ExtendKernel::FewBlocks(256), 128, 256),
+            ),
+            (
+                (32, false, 1 << 20, 1 << 16),
+                (ExtendKernel::FewBlocks(256), 264, 256),
             ),
             // 257-1,024 requests: blocks of 512 or 1,024 threads that each decide the call,
             // at least one (no tokens), at most one an SM (132 here).
@@ -2746,8 +2790,14 @@ mod tests {
             ((1025, false, 1025, 1025), (ExtendKernel::Grid, 257, 256)),
             ((2048, false, 2048, 2048), (ExtendKernel::Grid, 256, 256)),
             ((2049, false, 2049, 2049), (ExtendKernel::Grid, 257, 256)),
-            ((8, false, 4096, 256), (ExtendKernel::FewBlocks, 32, 128)),
-            ((16, false, 4096, 256), (ExtendKernel::FewBlocks, 32, 128)),
+            (
+                (8, false, 4096, 256),
+                (ExtendKernel::FewBlocks(128), 32, 128),
+            ),
+            (
+                (16, false, 4096, 256),
+                (ExtendKernel::FewBlocks(128), 32, 128),
+            ),
             ((17, false, 4096, 256), (ExtendKernel::FewSpread, 16, 256)),
             ((33, false, 4096, 256), (ExtendKernel::Blocks, 16, 256)),
         ];
@@ -2879,16 +2929,16 @@ mod tests {
                 (ExtendKernel::Few(64), 1, 64),
             ),
             // At most a request a block: by row span_grid's blocks on 256 threads, plain
-            // few_grid's on FEW_GRID_BLOCK.
+            // few_shape's on FEW_GRID_BLOCK.
             (
                 (1, 513),
-                (ExtendKernel::OneBlocks, 3, 256),
-                (ExtendKernel::OneBlocks, 5, 128),
+                (ExtendKernel::OneBlocks(256), 3, 256),
+                (ExtendKernel::OneBlocks(128), 5, 128),
             ),
             (
                 (4, 1024),
-                (ExtendKernel::FewBlocks, 4, 256),
-                (ExtendKernel::FewBlocks, 8, 128),
+                (ExtendKernel::FewBlocks(256), 4, 256),
+                (ExtendKernel::FewBlocks(128), 8, 128),
             ),
             (
                 (5, 1024),

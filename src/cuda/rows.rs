@@ -387,10 +387,10 @@ impl DevicePool {
             // Exactly one request: the same shapes built for one.
             ExtendKernel::One(_) if tokens <= WARP_TOKENS => Some((typed.extend_one_warp_rows, 32)),
             ExtendKernel::One(_) => Some((typed.extend_one_block_rows, BLOCK)),
-            ExtendKernel::OneBlocks => Some((typed.extend_one_blocks_rows, block)),
+            ExtendKernel::OneBlocks(_) => Some((typed.extend_one_blocks_rows, block)),
             ExtendKernel::Block64 => Some((typed.extend_block64_rows, block)),
             ExtendKernel::Block => Some((typed.extend_block_short_rows, block)),
-            ExtendKernel::Blocks | ExtendKernel::FewBlocks | ExtendKernel::FewSpread => {
+            ExtendKernel::Blocks | ExtendKernel::FewBlocks(_) | ExtendKernel::FewSpread => {
                 Some((typed.extend_blocks_rows, block))
             }
             ExtendKernel::Decode(threads) => Some((typed.decode_rows[decode_slot(threads)], block)),
