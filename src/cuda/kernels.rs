@@ -583,13 +583,15 @@ mod tests {
         assert!(!asked
             .iter()
             .any(|n| n.starts_with("kvp_extend_blocks2048_i")));
-        // Per index type: 31 typed entry points, 2 x DECODE_THREADS decode kernels,
+        // Per index type: 29 typed entry points, 2 x DECODE_THREADS decode kernels,
         // 2 x DECODE_CLUSTERS cluster decode kernels, FEW_THREADS one-block extend_few
-        // kernels for each of 32 requests, one, FEW_BOUNDS and two a lane, WIDE_PLAIN_BATCHES +
+        // kernels for each of 32 requests, one, FEW_BOUNDS and two a lane, FEW_GRID_THREADS
+        // several-block ones for each of 32 requests and one, WIDE_PLAIN_BATCHES +
         // WIDE_BATCHES wide extend kernels, and the 11 others.
         assert_eq!(
             asked.len(),
-            2 * (31
+            2 * (29
+                + 2 * FEW_GRID_THREADS.len()
                 + WIDE_KERNELS
                 + 2 * DECODE_THREADS.len()
                 + 2 * DECODE_CLUSTERS.len()
