@@ -69,8 +69,8 @@ const SORT_CAP: u64 = 4096;
 /// after it: BENCHMARKS.md, nineteenth session), else several blocks of 256 of
 /// `SHORT_SPAN_TOKENS` or `SPAN_TOKENS` tokens each (`span_grid`; two blocks of 512 tokens
 /// take 0.80-0.90x the time of one block of 1,024: BENCHMARKS.md, sixteenth session;
-/// `kvp_extend_few_spread_*` when the requests outnumber the blocks, see
-/// `ExtendKernel::FewSpread`; else `few_shape`'s blocks and threads). A
+/// plain calls on `few_shape`'s blocks and threads; `kvp_extend_few_spread_*` on
+/// `span_grid`'s when the requests outnumber those blocks, see `ExtendKernel::FewSpread`). A
 /// plain extend of up to `PAIR_BATCH` requests and `SPAN_TOKENS` tokens runs on the same
 /// one-block shapes with two requests a lane (`kvp_extend_pairs_*`: 33-64 requests of 1-8
 /// tokens 0.90-0.98x the time of the request-a-thread kernels below, BENCHMARKS.md,
@@ -232,8 +232,10 @@ pub(super) enum ExtendKernel {
     /// tokens span several requests plans them before the verdict and stores their slots
     /// while warp 0 decides (16-32 requests of 64 tokens 0.89-0.90x `FewBlocks`'s time;
     /// calls of at most a request a block stay on `FewBlocks`, where the planning path,
-    /// even unused, took 1.03-1.06x: BENCHMARKS.md, twenty-seventh session). By row,
-    /// `Blocks`'s.
+    /// even unused, took 1.03-1.06x: BENCHMARKS.md, twenty-seventh session). On `span_grid`'s
+    /// blocks, for plain calls only past as many requests as `few_shape`'s blocks (5-32
+    /// requests of 128 tokens on those took 0.82-0.84x the spread kernel's time, run s64-3,
+    /// H100). By row, `Blocks`'s.
     FewSpread,
 }
 
@@ -1706,13 +1708,16 @@ impl DevicePool {
                 let threads = few_threads(tokens);
                 (ExtendKernel::Few(threads), 1, threads)
             } else {
-                let grid = span_grid(tokens, device.multiprocessors);
-                if batch > grid as usize {
-                    (ExtendKernel::FewSpread, grid, BLOCK)
-                } else if device.by_row {
-                    (ExtendKernel::FewBlocks(BLOCK), grid, BLOCK)
+                let spread_grid = span_grid(tokens, device.multiprocessors);
+                let (grid, threads) = if device.by_row {
+                    (spread_grid, BLOCK)
                 } else {
-                    let (grid, threads) = few_shape(tokens, device.multiprocessors);
+                    few_shape(tokens, device.multiprocessors)
+                };
+                // More requests than those blocks: the spread kernel, on `span_grid`'s.
+                if batch > grid as usize {
+                    (ExtendKernel::FewSpread, spread_grid, BLOCK)
+                } else {
                     (ExtendKernel::FewBlocks(threads), grid, threads)
                 }
             };
@@ -2698,8 +2703,14 @@ mod tests {
                 (9, false, 4096, 256),
                 (ExtendKernel::FewBlocks(128), 32, 128),
             ),
-            // More requests than blocks: the blocks that hold several plan their tokens.
-            ((5, false, 1024, 64), (ExtendKernel::FewSpread, 4, 256)),
+            // Up to as many requests as few_shape's blocks: on those blocks (run s64-3).
+            ((5, false, 1024, 64), (ExtendKernel::FewBlocks(128), 8, 128)),
+            (
+                (17, false, 4096, 256),
+                (ExtendKernel::FewBlocks(128), 32, 128),
+            ),
+            // More requests than those: the spread kernel on span_grid's blocks, where the
+            // blocks that hold several plan their tokens.
             ((32, false, 1024, 64), (ExtendKernel::FewSpread, 4, 256)),
             ((32, false, 1025, 65), (ExtendKernel::FewSpread, 5, 256)),
             // 33-64 requests of up to 512 tokens: extend_few's one-block shapes, two requests
@@ -2798,7 +2809,7 @@ mod tests {
                 (16, false, 4096, 256),
                 (ExtendKernel::FewBlocks(128), 32, 128),
             ),
-            ((17, false, 4096, 256), (ExtendKernel::FewSpread, 16, 256)),
+            ((32, false, 3968, 248), (ExtendKernel::FewSpread, 16, 256)),
             ((33, false, 4096, 256), (ExtendKernel::Blocks, 16, 256)),
         ];
         // Where the device runs clusters, decodes of 1,025-4,096 requests run on one cluster
@@ -2942,6 +2953,11 @@ mod tests {
             ),
             (
                 (5, 1024),
+                (ExtendKernel::FewSpread, 4, 256),
+                (ExtendKernel::FewBlocks(128), 8, 128),
+            ),
+            (
+                (32, 1024),
                 (ExtendKernel::FewSpread, 4, 256),
                 (ExtendKernel::FewSpread, 4, 256),
             ),
