@@ -2377,9 +2377,9 @@ pub(super) struct DeviceShapes {
     pub wide: [bool; WIDE_BATCHES.len()],
     /// Whether the call is by request row. Its kernels differ from a plain call's in three
     /// shapes: no `ExtendKernel::Pairs`, `ExtendKernel::Block` up to `BLOCK_ROW_TOKENS` (not
-    /// `BLOCK_TOKENS`), and `ExtendKernel::{FewBlocks,OneBlocks}` on `span_grid`'s blocks of
-    /// `BLOCK` threads (not `few_shape`'s: by row its shorter blocks took 1.00-1.03x the
-    /// time, run s63-2).
+    /// `BLOCK_TOKENS`), and 2-32 requests past `SPAN_TOKENS` on `span_grid`'s blocks of
+    /// `BLOCK` threads, the spread kernel wherever the requests outnumber those blocks (not
+    /// `few_shape`'s: by row its shorter blocks took 1.00-1.03x the time, run s63-2).
     pub by_row: bool,
 }
 
