@@ -319,11 +319,13 @@ pub(super) fn span_grid(tokens: u64, multiprocessors: u32) -> u32 {
 /// `kvp_extend_blocks_rows_*`: 1.00-1.03x).
 fn few_shape(tokens: u64, multiprocessors: u32) -> (u32, u32) {
     if let Some(blocks) = blocks_an_sm(tokens, FEW_SPAN_TOKENS, multiprocessors) {
-        (blocks, FEW_GRID_BLOCK)
-    } else if let Some(blocks) = blocks_an_sm(tokens, SHORT_SPAN_TOKENS, multiprocessors) {
-        (blocks, FEW_GRID_BLOCK)
+        return (blocks, FEW_GRID_BLOCK);
+    }
+    let grid = span_grid(tokens, multiprocessors);
+    if tokens <= u64::from(grid) * SHORT_SPAN_TOKENS {
+        (grid, FEW_GRID_BLOCK)
     } else {
-        (span_grid(tokens, multiprocessors), BLOCK)
+        (grid, BLOCK)
     }
 }
 
