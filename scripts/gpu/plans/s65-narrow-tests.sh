@@ -12,7 +12,7 @@ for run in every_allocation_kernel_refuses_disagreeing_device_lengths_and_change
     long_extends_of_small_batches_decide_alike_in_every_block:memcheck \
     long_extends_of_small_batches_decide_alike_in_every_block:racecheck; do
     test=${run%:*} tool=${run#*:}
-    KVPOOL_REFUSAL_PAGE_SIZES=16 timeout 100 \
+    KVPOOL_REFUSAL_PAGE_SIZES=16 timeout 80 \
         "$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)" \
         --tool "$tool" --error-exitcode 9 gpu-artifacts/bin/cuda_device --ignored --exact \
         "$test" > "$ROOT/sanitize-narrow/$test-$tool.log" 2>&1
