@@ -16,13 +16,14 @@
 #   N4=$(scripts/gpu/patch-variant.sh scripts/gpu/plans/s65-narrow-to-target.patch $N2)
 #   scripts/gpu/pack.sh --variant N1=$N1 --variant N2=$N2 --variant N4=$N4 --variant M=.
 #   (then N4's pack as gpu-artifacts-b, as s64-spread-tests.sh's header says)
-#   timeout 180 env OUT=$OUT scripts/gpu/steps.sh scripts/gpu/plans/s65-narrow.sh; rm -rf
-#   gpu-artifacts && mv gpu-artifacts-b gpu-artifacts && timeout 300 env OUT=$OUT/b
+#   timeout 120 env OUT=$OUT scripts/gpu/steps.sh scripts/gpu/plans/s65-narrow.sh; rm -rf
+#   gpu-artifacts && mv gpu-artifacts-b gpu-artifacts && timeout 250 env OUT=$OUT/b
 #   scripts/gpu/steps.sh scripts/gpu/plans/s65-narrow-tests.sh
-# Tables: python3 scripts/gpu/ab_table.py $OUT/ab-narrow512 M N1 N2 N4 (ab-narrow16,
+# Tables: python3 scripts/gpu/ab_table.py $OUT/ab-narrow512 M N2 N4 (ab-narrow16,
 # ab-narrow-control).
 echo "s65-narrow.sh: on $(card_name)"
-NARROW_AB="M N1 N2 N4 M N1 N2 N4 M N1 N2 N4"
+# (N1 is packed but left out of the rounds: device time after twelve failed starts.)
+NARROW_AB="M N2 N4 M N2 N4 M N2 N4"
 ab_bench ab-narrow512 "--flat-graph --ops alloc_extend --page-sizes 1,16 --batch-sizes 33,64,128,256" "$NARROW_AB"
 ab_bench ab-narrow16 "--flat-graph --ops alloc_extend --extend-tokens 16 --page-sizes 16 --batch-sizes 40,64,256" "$NARROW_AB"
-ab_bench ab-narrow-control "--flat-graph --ops alloc_extend --page-sizes 16 --batch-sizes 8,1024" "M N1 N2 N4 M N1 N2 N4"
+ab_bench ab-narrow-control "--flat-graph --ops alloc_extend --page-sizes 16 --batch-sizes 8,1024" "M N2 N4 M N2 N4"
