@@ -9,7 +9,7 @@
 # such call on narrow256 (two requests a thread even for 33-128). N4
 # (s65-narrow-to-target.patch, host only, on N2): N2, and 256-token blocks on 128 threads
 # up to 264 blocks (TARGET_BLOCKS: 128 x 512 tokens) before 512-token blocks on 256. The
-# A/B of M, N1, N2 and N4; then N4's own tests (packed apart as gpu-artifacts-b, swapped
+# A/B of M, N2 and N4 (N1 packed too); then N4's own tests (packed apart as gpu-artifacts-b, swapped
 # in: s65-narrow-tests.sh; N4 reaches both narrow kernels on the most shapes).
 #   N2=$(scripts/gpu/patch-variant.sh scripts/gpu/plans/s65-narrow.patch main)
 #   N1=$(scripts/gpu/patch-variant.sh scripts/gpu/plans/s65-narrow-per2.patch $N2)
@@ -22,7 +22,7 @@
 # Tables: python3 scripts/gpu/ab_table.py $OUT/ab-narrow512 M N2 N4 (ab-narrow16,
 # ab-narrow-control).
 echo "s65-narrow.sh: on $(card_name)"
-# (N1 is packed but left out of the rounds: device time after twelve failed starts.)
+# (N1 is packed but left out of the rounds, to fit the device time the failed starts left.)
 NARROW_AB="M N2 N4 M N2 N4 M N2 N4"
 ab_bench ab-narrow512 "--flat-graph --ops alloc_extend --page-sizes 1,16 --batch-sizes 33,64,128,256" "$NARROW_AB"
 ab_bench ab-narrow16 "--flat-graph --ops alloc_extend --extend-tokens 16 --page-sizes 16 --batch-sizes 40,64,256" "$NARROW_AB"
