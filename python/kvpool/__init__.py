@@ -1348,6 +1348,12 @@ _FALLBACK = _native.FALLBACK
 _NO_SUM = _native.NO_SUM
 _buffer_kind = _buffers.buffer_kind
 _new_output = _buffers.new_output
+# CPU tensors in the hot host calls (alloc_extend, alloc_decode): the common case is checked
+# inline, in the method (see _buffers.TENSOR_TYPES): on a slow host a handler call a tensor
+# cost ~0.5 us more, and torch's own attribute reads (~0.1 us each) are most of the rest.
+_TENSOR_TYPES = _buffers.TENSOR_TYPES
+_UNIT = _buffers.UNIT_STRIDE
+_new_tensor = _buffers.new_tensor
 
 
 def _optional_size(value, what):
@@ -1602,6 +1608,28 @@ class Pool(_Owner):
         """SGLang's ``alloc_extend``. ``extend_num_tokens`` defaults to ``sum(seq_lens) -
         sum(prefix_lens)`` (O(n), summed by the library in C whatever the inputs' kind;
         pass it, as SGLang has it, to skip the sums)."""
+        tensor = type(last_loc)
+        if (tensor in _TENSOR_TYPES and type(seq_lens) is tensor and type(prefix_lens) is tensor
+                and out_len is None and type(extend_num_tokens) is int
+                and 0 < extend_num_tokens <= self._size):
+            # CPU tensors, the common case checked inline (_TENSOR_TYPES); else the general path
+            p, s, l, i64, index = prefix_lens, seq_lens, last_loc, _INT64.torch, self._index.torch
+            if (p.is_cpu and s.is_cpu and l.is_cpu and p.dtype is i64 and s.dtype is i64
+                    and l.dtype is index and p.stride() == _UNIT and s.stride() == _UNIT
+                    and l.stride() == _UNIT):
+                batch = p.numel()
+                if batch and s.numel() == batch and l.numel() == batch:
+                    if out is None:
+                        out = _new_tensor(extend_num_tokens, self._index)
+                    if (type(out) is tensor and out.is_cpu and out.dtype is index
+                            and out.stride() == _UNIT):
+                        length = out.numel()
+                        status = self._lib.fast.kvp_pool_alloc_extend(
+                            self._handle or self.handle, p.data_ptr(), s.data_ptr(),
+                            l.data_ptr(), batch, extend_num_tokens, out.data_ptr(), length)
+                        if status:
+                            self._lib.check(status)
+                        return out if length == extend_num_tokens else out[:extend_num_tokens]
         native = self._lib.python
         if native is not None and out_len is None:
             # The inputs' kind if they are all buffers (else None), looked up once: both the
@@ -1671,6 +1699,25 @@ class Pool(_Owner):
         return _result(out, kind, extend_num_tokens, length)
 
     def alloc_decode(self, seq_lens, last_loc, out_len=None, out=None):
+        tensor = type(seq_lens)
+        if tensor in _TENSOR_TYPES and type(last_loc) is tensor and out_len is None:
+            # CPU tensors, the common case checked inline (_TENSOR_TYPES); else the general path
+            s, l, index = seq_lens, last_loc, self._index.torch
+            if (s.is_cpu and l.is_cpu and s.dtype is _INT64.torch and l.dtype is index
+                    and s.stride() == _UNIT and l.stride() == _UNIT):
+                batch = s.numel()
+                if 0 < batch <= self._size and l.numel() == batch:
+                    if out is None:
+                        out = _new_tensor(batch, self._index)
+                    if (type(out) is tensor and out.is_cpu and out.dtype is index
+                            and out.stride() == _UNIT):
+                        length = out.numel()
+                        status = self._lib.fast.kvp_pool_alloc_decode(
+                            self._handle or self.handle, s.data_ptr(), l.data_ptr(), batch,
+                            out.data_ptr(), length)
+                        if status:
+                            self._lib.check(status)
+                        return out if length == batch else out[:batch]
         native = self._lib.python
         if native is not None and out_len is None:
             if out is None:  # a new output of the inputs' kind, if they are all buffers

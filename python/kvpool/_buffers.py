@@ -319,6 +319,7 @@ def _handler(values):
         for elements in (INT64, INT32):
             elements.torch = elements.torch_dtype(torch)
         handler = _from_tensor
+        TENSOR_TYPES.add(cls)
     else:
         numpy = sys.modules.get("numpy")
         if numpy is not None and isinstance(values, numpy.ndarray):
@@ -382,6 +383,21 @@ BUFFER_HANDLERS = frozenset({_from_array, _from_memoryview, _from_ndarray, _from
 
 LIST, ARRAY, NUMPY, TORCH = range(4)
 _KINDS = {_from_tensor: TORCH, _from_ndarray: NUMPY, _from_sequence: LIST}
+
+# The hot host methods' lane for CPU tensors: the arrays are all of one type of
+# TENSOR_TYPES (torch.Tensor types already seen, whose handler is ``_from_tensor``) and each
+# is the common case — ``is_cpu``, its dtype ``is`` the elements' ``.torch``, ``stride() ==
+# UNIT_STRIDE`` (1-D, contiguous), not empty — checked inline in the method, which passes
+# each ``data_ptr()`` to the C call. Anything else takes the general path
+# (``_from_tensor``), which names what is wrong.
+TENSOR_TYPES = set()
+UNIT_STRIDE = _UNIT_STRIDE
+
+
+def new_tensor(n, elements):
+    """A new CPU tensor of ``n`` elements (what ``out_buffer`` makes for tensor inputs), once
+    tensors have been seen."""
+    return sys.modules["torch"].empty(n, dtype=elements.torch)
 
 
 def result_kind(*inputs):

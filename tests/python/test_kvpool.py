@@ -2478,6 +2478,129 @@ class TestTorch(KvpTestCase):
         pool.free_indices(torch.tensor([4, 0, 0])[::2][:1])  # one element: contiguous
         self.assertEqual(pool.available_size(), 64)
 
+    @staticmethod
+    def python_calls(call):
+        """The names of the Python functions `call()` ran (not the builtins)."""
+        names = set()
+
+        def profile(frame, event, arg):
+            if event == "call":
+                names.add(frame.f_code.co_name)
+
+        sys.setprofile(profile)
+        try:
+            call()
+        finally:
+            sys.setprofile(None)
+        return names
+
+    def test_common_tensors_take_the_inline_lane(self):
+        """alloc_extend / alloc_decode on CPU tensors of the common case (dtype, 1-D,
+        contiguous) check them inline and call C with their data_ptr(): no handler call
+        (_buffers._from_tensor); anything else still goes through it."""
+        for index_type, dtype in ((kvp.INDEX_TYPE_I64, torch.int64),
+                                  (kvp.INDEX_TYPE_I32, torch.int32)):
+            pool = self.pool(256, 4, index_type=index_type)
+            pool.free_indices(pool.alloc_extend([0], [1], [-1]))  # every kind seen once
+            p, s = self.i64([0, 0]), self.i64([5, 2])
+            last = torch.tensor([-1, -1], dtype=dtype)
+            out = torch.full((9,), -7, dtype=dtype)
+            results = []
+            names = self.python_calls(lambda: results.append(
+                pool.alloc_extend(p, s, last, 7, out=out)))
+            self.assertNotIn("_from_tensor", names)
+            self.assertEqual(results[0].data_ptr(), out.data_ptr())  # a view of out
+            self.assertEqual(results[0].tolist(), [4, 5, 6, 7, 8, 12, 13])
+            self.assertEqual(out[7:].tolist(), [-7, -7])  # out[:7] returned, the rest kept
+            # a new output of the index dtype
+            names = self.python_calls(lambda: results.append(
+                pool.alloc_decode(self.i64([6, 3]), torch.tensor([8, 13], dtype=dtype))))
+            self.assertNotIn("_from_tensor", names)
+            self.assertEqual(results[1].dtype, dtype)
+            self.assertEqual(results[1].tolist(), [9, 14])
+            # one element with a stride of 2 (contiguous, but not stride (1,)): the handler
+            strided = torch.tensor([9, 0], dtype=dtype)[::2]
+            names = self.python_calls(lambda: results.append(
+                pool.alloc_decode(self.i64([7]), strided)))
+            self.assertIn("_from_tensor", names)
+            self.assertEqual(results[2].tolist(), [10])
+
+    def test_the_tensor_lane_matches_buffers_in_lockstep(self):
+        """Two pools, one called with CPU tensors (the inline lane), one with array.array
+        (the library's buffer entry points): the same results, errors and stats over random
+        calls, some with lengths that disagree, a short out, a wrong extend_num_tokens, no
+        out, a double free."""
+        rng = random.Random(20261207)
+        makers = (lambda values, dtype: torch.tensor(values, dtype=dtype),
+                  lambda values, dtype: array.array("q" if dtype is torch.int64 else "i",
+                                                    values))
+        for index_type, dtype in ((kvp.INDEX_TYPE_I64, torch.int64),
+                                  (kvp.INDEX_TYPE_I32, torch.int32)):
+            pools = [self.pool(512, 4, index_type=index_type) for _ in makers]
+            live = []
+            for step in range(300):
+                op = rng.choice(("extend", "extend", "decode", "free"))
+                if op != "extend" and not live:
+                    op = "extend"
+                kwargs = {}
+                if op == "extend":
+                    bs = rng.randint(1, 4)
+                    prefix = [0] * bs
+                    seq = [rng.randint(1, 40) for _ in range(bs)]
+                    n = sum(seq) + rng.choice((0, 0, 0, 0, 1, -1))
+                    last = [-1] * (bs + (1 if rng.random() < 0.05 else 0))
+                    if rng.random() < 0.8:
+                        kwargs["out"] = [-1] * max(n + rng.choice((0, 0, 0, 3, -1)), 0)
+                    args = (("q", prefix), ("q", seq), ("i", last), n)
+                    call = "alloc_extend"
+                elif op == "decode":
+                    picked = rng.sample(range(len(live)), rng.randint(1, min(4, len(live))))
+                    seq = [len(live[i]) + 1 for i in picked]
+                    if rng.random() < 0.05:
+                        seq.append(1)  # one length too many
+                    if rng.random() < 0.8:
+                        kwargs["out"] = [-1] * len(picked)
+                    args = (("q", seq), ("i", [live[i][-1] for i in picked]))
+                    call = "alloc_decode"
+                else:
+                    taken = rng.sample(range(len(live)), rng.randint(1, min(3, len(live))))
+                    slots = [slot for i in taken for slot in live[i]]
+                    if rng.random() < 0.1:
+                        slots.append(slots[0])  # a double free: refused, nothing freed
+                    args = (("i", slots),)
+                    call = "free_indices"
+                outcomes = []
+                for pool, make in zip(pools, makers):
+                    def arg(a, make=make):
+                        if not isinstance(a, tuple):
+                            return a
+                        return make(a[1], torch.int64 if a[0] == "q" else dtype)
+                    given = {k: make(v, dtype) for k, v in kwargs.items()}
+                    try:
+                        got = getattr(pool, call)(*map(arg, args), **given)
+                        outcomes.append(("ok", None if got is None else as_list(got)))
+                    except kvp.KvpError as err:
+                        outcomes.append(("error", err.name, err.message))
+                    except (TypeError, ValueError) as err:
+                        outcomes.append((type(err).__name__, str(err)))
+                with self.subTest(index_type=index_type, step=step, call=call):
+                    self.assertEqual(outcomes[0], outcomes[1])
+                if outcomes[0][0] != "ok":
+                    continue
+                if call == "alloc_extend":
+                    start = 0
+                    for length in seq:
+                        live.append(outcomes[0][1][start:start + length])
+                        start += length
+                elif call == "alloc_decode":
+                    for j, i in enumerate(picked):
+                        live[i].append(outcomes[0][1][j])
+                else:
+                    for i in sorted(set(taken), reverse=True):
+                        del live[i]
+            self.assertEqual(pools[0].stats().as_dict(), pools[1].stats().as_dict())
+            self.assertGreater(len(live), 0)
+
 
 # ---- host arrays of every kind (python/kvpool/_buffers.py) ---------------------------------
 
