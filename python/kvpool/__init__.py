@@ -1348,9 +1348,10 @@ _FALLBACK = _native.FALLBACK
 _NO_SUM = _native.NO_SUM
 _buffer_kind = _buffers.buffer_kind
 _new_output = _buffers.new_output
-# CPU tensors in the hot host calls (alloc_extend, alloc_decode): the common case is checked
-# inline, in the method (see _buffers.TENSOR_TYPES): on a slow host a handler call a tensor
-# cost ~0.5 us more, and torch's own attribute reads (~0.1 us each) are most of the rest.
+# CPU tensors in the hot host calls (alloc_extend, alloc_decode, alloc into out=,
+# free_indices): the common case is checked inline, in the method (see
+# _buffers.TENSOR_TYPES): on a slow host a handler call a tensor cost ~0.5 us more, and
+# torch's own attribute reads (~0.1 us each) are most of the rest.
 _TENSOR_TYPES = _buffers.TENSOR_TYPES
 _UNIT = _buffers.UNIT_STRIDE
 _new_tensor = _buffers.new_tensor
@@ -1585,6 +1586,16 @@ class Pool(_Owner):
                                                           num_tokens, out)
                     if status != _FALLBACK:
                         return self._native_result(status, out, num_tokens, length)
+        elif (out_len is None and type(out) in _TENSOR_TYPES and out.is_cpu
+                and out.dtype is self._index.torch and out.stride() == _UNIT):
+            # a CPU tensor, the common case checked inline (_TENSOR_TYPES)
+            length = out.numel()
+            if length:
+                status = self._lib.fast.kvp_pool_alloc(self._handle or self.handle,
+                                                       num_tokens, out.data_ptr(), length)
+                if status:
+                    self._lib.check(status)
+                return out if length == num_tokens else out[:num_tokens]
         if out_len is not None:
             out_len = _size(out_len, "out_len")
         if out is None:
@@ -1967,6 +1978,16 @@ class Pool(_Owner):
                     if status:
                         self._lib.check(status)
                     return
+        elif (type(indices) in _TENSOR_TYPES and indices.is_cpu
+                and indices.dtype is self._index.torch and indices.stride() == _UNIT):
+            # a CPU tensor, the common case checked inline (_TENSOR_TYPES)
+            n = indices.numel()
+            if n:
+                status = self._lib.fast.kvp_pool_free_indices(self._handle or self.handle,
+                                                              indices.data_ptr(), n)
+                if status:
+                    self._lib.check(status)
+                return
         # _free inlined: SGLang frees on every step
         address, n, keep = _HOST[type(indices)](indices, self._index, "indices", False)
         status = self._lib.fast.kvp_pool_free_indices(self._handle or self.handle, address, n)

@@ -2495,9 +2495,10 @@ class TestTorch(KvpTestCase):
         return names
 
     def test_common_tensors_take_the_inline_lane(self):
-        """alloc_extend / alloc_decode on CPU tensors of the common case (dtype, 1-D,
-        contiguous) check them inline and call C with their data_ptr(): no handler call
-        (_buffers._from_tensor); anything else still goes through it."""
+        """alloc_extend, alloc_decode, alloc (out=) and free_indices on CPU tensors of the
+        common case (dtype, 1-D, contiguous) check them inline and call C with their
+        data_ptr(): no handler call (_buffers._from_tensor); anything else still goes through
+        it."""
         for index_type, dtype in ((kvp.INDEX_TYPE_I64, torch.int64),
                                   (kvp.INDEX_TYPE_I32, torch.int32)):
             pool = self.pool(256, 4, index_type=index_type)
@@ -2518,6 +2519,12 @@ class TestTorch(KvpTestCase):
             self.assertNotIn("_from_tensor", names)
             self.assertEqual(results[1].dtype, dtype)
             self.assertEqual(results[1].tolist(), [9, 14])
+            alloc_out = torch.full((5,), -7, dtype=dtype)
+            names = self.python_calls(lambda: results.append(pool.alloc(4, out=alloc_out)))
+            names |= self.python_calls(lambda: pool.free_indices(results[-1]))
+            self.assertNotIn("_from_tensor", names)
+            self.assertEqual(alloc_out.tolist(), [16, 17, 18, 19, -7])
+            results.pop()
             # one element with a stride of 2 (contiguous, but not stride (1,)): the handler
             strided = torch.tensor([9, 0], dtype=dtype)[::2]
             names = self.python_calls(lambda: results.append(
@@ -2526,10 +2533,10 @@ class TestTorch(KvpTestCase):
             self.assertEqual(results[2].tolist(), [10])
 
     def test_the_tensor_lane_matches_buffers_in_lockstep(self):
-        """Two pools, one called with CPU tensors (the inline lane), one with array.array
+        """Two pools, one called with CPU tensors (the inline lanes), one with array.array
         (the library's buffer entry points): the same results, errors and stats over random
-        calls, some with lengths that disagree, a short out, a wrong extend_num_tokens, no
-        out, a double free."""
+        alloc_extend, alloc_decode, alloc and free_indices calls, some with lengths that
+        disagree, a short out, a wrong extend_num_tokens, no out, a double free."""
         rng = random.Random(20261207)
         makers = (lambda values, dtype: torch.tensor(values, dtype=dtype),
                   lambda values, dtype: array.array("q" if dtype is torch.int64 else "i",
@@ -2539,7 +2546,7 @@ class TestTorch(KvpTestCase):
             pools = [self.pool(512, 4, index_type=index_type) for _ in makers]
             live = []
             for step in range(300):
-                op = rng.choice(("extend", "extend", "decode", "free"))
+                op = rng.choice(("extend", "extend", "decode", "alloc", "free", "free"))
                 if op != "extend" and not live:
                     op = "extend"
                 kwargs = {}
@@ -2562,6 +2569,11 @@ class TestTorch(KvpTestCase):
                         kwargs["out"] = [-1] * len(picked)
                     args = (("q", seq), ("i", [live[i][-1] for i in picked]))
                     call = "alloc_decode"
+                elif op == "alloc":
+                    n = rng.choice((4, 8, 16))
+                    kwargs["out"] = [-1] * (n + rng.choice((0, 0, 2, -1)))
+                    args = (n,)
+                    call = "alloc"
                 else:
                     taken = rng.sample(range(len(live)), rng.randint(1, min(3, len(live))))
                     slots = [slot for i in taken for slot in live[i]]
@@ -2595,6 +2607,8 @@ class TestTorch(KvpTestCase):
                 elif call == "alloc_decode":
                     for j, i in enumerate(picked):
                         live[i].append(outcomes[0][1][j])
+                elif call == "alloc":
+                    live.append(outcomes[0][1])
                 else:
                     for i in sorted(set(taken), reverse=True):
                         del live[i]
