@@ -2,7 +2,8 @@
 # only): a device pool's alloc_extend_async / alloc_decode_async on CUDA tensors with an out,
 # on the current stream, check the tensors inline (no device_pointer call a tensor) and take
 # CPU-tensor host copies inline, buffer host copies through the library's entry point; with
-# tests in test_cuda.py (TestTensorLane). M: main, whose host pool's CPU-tensor lane
+# tests in test_cuda.py (TestTensorLane); alloc_async / free_async check their tensor inline
+# too. M: main, whose host pool's CPU-tensor lane
 # (ab4638c, measured on the CPU VM only) is timed here against the package before it (P).
 #   L=$(scripts/gpu/patch-variant.sh scripts/gpu/plans/s66-device-lane.patch main)
 #   scripts/gpu/pack.sh --variant P=0a8b96d --variant L=$L --variant M=.
