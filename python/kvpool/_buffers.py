@@ -20,7 +20,9 @@ each costs:
 Given buffers for every array and ``out``, the hot calls (``alloc_extend``, ``alloc_decode``,
 ``alloc``, ``free_indices``) skip this module: the library reads the buffers itself
 (``_native.py``), for tens of nanoseconds an array instead of 0.5-0.9 us, and reads a
-read-only input in place. What it does not take falls back to the conversion here.
+read-only input in place. What it does not take falls back to the conversion here. Given
+CPU tensors of the common case, the same calls check them in the method itself (see
+``TENSOR_TYPES``), without a handler call a tensor.
 
 The elements of a buffer or tensor are not looked at here: the library checks every length
 and index it is given (the lengths are signed, so a negative one is refused by the library,
