@@ -2545,6 +2545,7 @@ class TestTorch(KvpTestCase):
                                   (kvp.INDEX_TYPE_I32, torch.int32)):
             pools = [self.pool(512, 4, index_type=index_type) for _ in makers]
             live = []
+            seq = picked = taken = None  # what the step's call was for (track_requests)
             for step in range(300):
                 op = rng.choice(("extend", "extend", "decode", "alloc", "free", "free"))
                 if op != "extend" and not live:
@@ -2599,19 +2600,10 @@ class TestTorch(KvpTestCase):
                     self.assertEqual(outcomes[0], outcomes[1])
                 if outcomes[0][0] != "ok":
                     continue
-                if call == "alloc_extend":
-                    start = 0
-                    for length in seq:
-                        live.append(outcomes[0][1][start:start + length])
-                        start += length
-                elif call == "alloc_decode":
-                    for j, i in enumerate(picked):
-                        live[i].append(outcomes[0][1][j])
-                elif call == "alloc":
+                if call == "alloc":
                     live.append(outcomes[0][1])
                 else:
-                    for i in sorted(set(taken), reverse=True):
-                        del live[i]
+                    track_requests(live, call, outcomes[0][1], seq, picked, taken)
             self.assertEqual(pools[0].stats().as_dict(), pools[1].stats().as_dict())
             self.assertGreater(len(live), 0)
 
@@ -3017,6 +3009,23 @@ def spy_native(test):
     return calls
 
 
+def track_requests(live, call, got, seq, picked, taken):
+    """After a successful call of a lockstep test, `live` (each request's slots) as it
+    changed: an alloc_extend of requests of `seq` tokens adds them, an alloc_decode grows
+    the `picked` ones, a free_indices of the `taken` ones drops them."""
+    if call == "alloc_extend":
+        start = 0
+        for length in seq:
+            live.append(got[start:start + length])
+            start += length
+    elif call == "alloc_decode":
+        for j, i in enumerate(picked):
+            live[i].append(got[j])
+    else:
+        for i in sorted(set(taken), reverse=True):
+            del live[i]
+
+
 class TestNativeCalls(KvpTestCase):
     """The hot calls on buffers go through the library's Python entry points
     (src/ffi/python.rs), which read the buffers themselves; anything they do not take falls
@@ -3417,6 +3426,7 @@ class TestNativeCalls(KvpTestCase):
             pools = [self.pool(512, 4, index_type=index_type) for _ in range(2)]
             calls = spy_native(self)
             live = []  # the slots of each request
+            seq = picked = taken = None  # what the step's call was for (track_requests)
             for step in range(400):
                 kind, make = rng.choice(kinds)
                 op = rng.choice(("extend", "extend", "decode", "alloc", "free", "free"))
@@ -3465,18 +3475,9 @@ class TestNativeCalls(KvpTestCase):
                 with self.subTest(step=step, call=call, kind=kind):
                     self.assertEqual(outcomes[0], outcomes[1])
                 if outcomes[0][0] == "ok":
-                    if call == "alloc_extend":
-                        start = 0
-                        for length in seq:
-                            live.append(outcomes[0][1][start:start + length])
-                            start += length
-                    elif call == "alloc_decode":
-                        for j, i in enumerate(picked):
-                            live[i].append(outcomes[0][1][j])
-                    elif call == "free_indices":
-                        for i in sorted(set(taken), reverse=True):
-                            del live[i]
-                    elif call == "alloc":
+                    if call != "alloc":
+                        track_requests(live, call, outcomes[0][1], seq, picked, taken)
+                    else:
                         pools[0].free_indices(make(outcomes[0][1], code))
                         pools[1].free_indices(make(outcomes[0][1], code))
                 self.assertEqual(pools[0].stats().as_dict(), pools[1].stats().as_dict())
