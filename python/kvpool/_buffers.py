@@ -449,8 +449,7 @@ def out_buffer(n, out, elements, *inputs):
         return out, address, length, kind
     kind = result_kind(*inputs)
     if kind == TORCH:
-        torch = sys.modules["torch"]
-        buffer = torch.empty(n, dtype=elements.torch_dtype(torch))
+        buffer = new_tensor(n, elements)  # (result_kind has seen the tensor's type)
     else:
         buffer = new_output(kind, n, elements)
     if not n:
