@@ -1355,6 +1355,7 @@ _new_output = _buffers.new_output
 _TENSOR_TYPES = _buffers.TENSOR_TYPES
 _UNIT = _buffers.UNIT_STRIDE
 _new_tensor = _buffers.new_tensor
+_c_uint64, _addressof = ctypes.c_uint64, ctypes.addressof
 
 
 def _optional_size(value, what):
@@ -1497,7 +1498,7 @@ class Pool(_Owner):
         pages = ctypes.c_uint64()
         tokens = ctypes.c_uint64()
         status = self._lib.fast.kvp_pool_extend_need(
-            self.handle, prefix_p, seq_p, batch, ctypes.byref(pages), ctypes.byref(tokens))
+            self.handle, prefix_p, seq_p, batch, _addressof(pages), _addressof(tokens))
         if status:
             self._lib.check(status)
         del prefix_keep, seq_keep  # the call has returned
@@ -1526,8 +1527,8 @@ class Pool(_Owner):
         if given is None and plan and batch == seq_n:
             pages, tokens = ctypes.c_uint64(), ctypes.c_uint64()
             status = self._lib.fast.kvp_pool_extend_need(
-                self._handle or self.handle, prefix_p, seq_p, batch, ctypes.byref(pages),
-                ctypes.byref(tokens))
+                self._handle or self.handle, prefix_p, seq_p, batch, _addressof(pages),
+                _addressof(tokens))
             if not status:
                 return tokens.value
             if status == STATUS["INVALID_LENGTHS"]:
@@ -1536,6 +1537,16 @@ class Pool(_Owner):
                 # refusal.
                 return 0
         return _extend_num_tokens(given, seq_lens, prefix_lens, seq_keep, prefix_keep)
+
+    def _planned_tokens(self, prefix_p, seq_p, batch):
+        """The default ``extend_num_tokens`` of ``batch`` host lengths at these addresses, the
+        library's planning's sum, if it accepts them and it is 1 to the pool's size; else 0
+        (the general path then names what is wrong, or writes nothing)."""
+        pages, tokens = _c_uint64(), _c_uint64()
+        status = self._lib.fast.kvp_pool_extend_need(
+            self._handle or self.handle, prefix_p, seq_p, batch, _addressof(pages),
+            _addressof(tokens))
+        return tokens.value if not status and tokens.value <= self._size else 0
 
     def _extend_out_len(self, tokens, prefix_p, seq_p, batch):
         """The length of a new output for an extend of ``tokens`` slots, more than the pool
@@ -1546,8 +1557,8 @@ class Pool(_Owner):
         output). ``prefix_p``, ``seq_p``: converted lengths of ``batch`` entries each."""
         pages, planned = ctypes.c_uint64(), ctypes.c_uint64()
         status = self._lib.fast.kvp_pool_extend_need(
-            self._handle or self.handle, prefix_p, seq_p, batch, ctypes.byref(pages),
-            ctypes.byref(planned))
+            self._handle or self.handle, prefix_p, seq_p, batch, _addressof(pages),
+            _addressof(planned))
         return tokens if not status and planned.value == tokens else 0
 
     def _beyond_pool(self, tokens):
@@ -1621,8 +1632,9 @@ class Pool(_Owner):
         pass it, as SGLang has it, to skip the sums)."""
         tensor = type(last_loc)
         if (tensor in _TENSOR_TYPES and type(seq_lens) is tensor and type(prefix_lens) is tensor
-                and out_len is None and type(extend_num_tokens) is int
-                and 0 < extend_num_tokens <= self._size):
+                and out_len is None and (extend_num_tokens is None
+                                         or type(extend_num_tokens) is int
+                                         and 0 < extend_num_tokens <= self._size)):
             # CPU tensors, the common case checked inline (_TENSOR_TYPES); else the general path
             p, s, l, i64, index = prefix_lens, seq_lens, last_loc, _INT64.torch, self._index.torch
             if (p.is_cpu and s.is_cpu and l.is_cpu and p.dtype is i64 and s.dtype is i64
@@ -1630,17 +1642,21 @@ class Pool(_Owner):
                     and l.stride() == _UNIT):
                 batch = p.numel()
                 if batch and s.numel() == batch and l.numel() == batch:
-                    if out is None:
-                        out = _new_tensor(extend_num_tokens, self._index)
-                    if (type(out) is tensor and out.is_cpu and out.dtype is index
-                            and out.stride() == _UNIT):
-                        length = out.numel()
-                        status = self._lib.fast.kvp_pool_alloc_extend(
-                            self._handle or self.handle, p.data_ptr(), s.data_ptr(),
-                            l.data_ptr(), batch, extend_num_tokens, out.data_ptr(), length)
-                        if status:
-                            self._lib.check(status)
-                        return out if length == extend_num_tokens else out[:extend_num_tokens]
+                    tokens = extend_num_tokens
+                    if tokens is None:  # the default (0: the general path names the lengths)
+                        tokens = self._planned_tokens(p.data_ptr(), s.data_ptr(), batch)
+                    if tokens:
+                        if out is None:
+                            out = _new_tensor(tokens, self._index)
+                        if (type(out) is tensor and out.is_cpu and out.dtype is index
+                                and out.stride() == _UNIT):
+                            length = out.numel()
+                            status = self._lib.fast.kvp_pool_alloc_extend(
+                                self._handle or self.handle, p.data_ptr(), s.data_ptr(),
+                                l.data_ptr(), batch, tokens, out.data_ptr(), length)
+                            if status:
+                                self._lib.check(status)
+                            return out if length == tokens else out[:tokens]
         native = self._lib.python
         if native is not None and out_len is None:
             # The inputs' kind if they are all buffers (else None), looked up once: both the

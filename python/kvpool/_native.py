@@ -59,6 +59,7 @@ CALLS = (
     "kvp_pool_alloc_extend_async", "kvp_pool_alloc_decode_async", "kvp_pool_alloc_async",
     "kvp_pool_free_indices_async", "kvp_pool_alloc_extend_rows", "kvp_pool_alloc_decode_rows",
     "kvp_pool_free_rows", "kvp_decode_reservation_step", "kvp_decode_reservation_step_async",
+    "kvp_pool_extend_need",
 )
 
 

@@ -5,7 +5,8 @@
 //! - the entry points of `python.rs` (`kvp_python_*`: arrays as Python objects), and
 //! - the C functions the package's hot methods call with every argument an int (`lib.fast`:
 //!   the device pool's `*_async` allocations and frees, the host pool's, the request-table
-//!   and reservation calls), each named as its C function.
+//!   and reservation calls, and `kvp_pool_extend_need`, which gives an extend its default
+//!   `extend_num_tokens`), each named as its C function.
 //!
 //! Why: a ctypes call converts every argument through its argtype and builds a libffi
 //! frame: a pair of calls (`alloc` + `free_indices` on buffers) took 1.33 µs through ctypes
@@ -326,6 +327,8 @@ builtins! {
         batch_size: s, out: a, out_len: s, stream: a);
     call kvp_pool_alloc_async(pool: a, num_tokens: s, out: a, out_len: s, stream: a);
     call kvp_pool_free_indices_async(pool: a, indices: a, len: s, stream: a);
+    call kvp_pool_extend_need(pool: a, prefix_lens_host: a, seq_lens_host: a,
+        batch_size: s, out_pages: a, out_tokens: a);
     call kvp_pool_alloc_extend_rows(pool: a, table: a, rows: a, prefix_lens: a, seq_lens: a,
         batch_size: s, extend_num_tokens: s, out: a, out_len: s);
     call kvp_pool_alloc_decode_rows(pool: a, table: a, rows: a, seq_lens: a, batch_size: s,
@@ -476,7 +479,7 @@ mod tests {
                 unsafe { CStr::from_ptr(m.name) }
             })
             .collect();
-        assert_eq!(names.len(), 20);
+        assert_eq!(names.len(), 21);
         for (i, name) in names.iter().enumerate() {
             assert!(name.to_bytes().starts_with(b"kvp_"), "{name:?}");
             assert!(!names[..i].contains(name), "{name:?} twice");

@@ -2531,12 +2531,18 @@ class TestTorch(KvpTestCase):
                 pool.alloc_decode(self.i64([7]), strided)))
             self.assertIn("_from_tensor", names)
             self.assertEqual(results[2].tolist(), [10])
+            # no extend_num_tokens, no out: the planning's sum, a new tensor
+            names = self.python_calls(lambda: results.append(
+                pool.alloc_extend(self.i64([0]), self.i64([2]), last[:1])))
+            self.assertNotIn("_from_tensor", names)
+            self.assertEqual(results.pop().tolist(), [16, 17])  # page 4, freed first
 
     def test_the_tensor_lane_matches_buffers_in_lockstep(self):
         """Two pools, one called with CPU tensors (the inline lanes), one with array.array
         (the library's buffer entry points): the same results, errors and stats over random
         alloc_extend, alloc_decode, alloc and free_indices calls, some with lengths that
-        disagree, a short out, a wrong extend_num_tokens, no out, a double free."""
+        disagree, a short out, a wrong or no extend_num_tokens, no out, a prefix past its
+        length, a double free."""
         rng = random.Random(20261207)
         makers = (lambda values, dtype: torch.tensor(values, dtype=dtype),
                   lambda values, dtype: array.array("q" if dtype is torch.int64 else "i",
@@ -2556,9 +2562,13 @@ class TestTorch(KvpTestCase):
                     prefix = [0] * bs
                     seq = [rng.randint(1, 40) for _ in range(bs)]
                     n = sum(seq) + rng.choice((0, 0, 0, 0, 1, -1))
+                    if rng.random() < 0.3:
+                        n = None  # the default: the library's planning's sum
+                    if rng.random() < 0.05:
+                        prefix[0] = seq[0] + 1  # a prefix past its length: refused
                     last = [-1] * (bs + (1 if rng.random() < 0.05 else 0))
                     if rng.random() < 0.8:
-                        kwargs["out"] = [-1] * max(n + rng.choice((0, 0, 0, 3, -1)), 0)
+                        kwargs["out"] = [-1] * max(sum(seq) + rng.choice((0, 0, 0, 3, -1)), 0)
                     args = (("q", prefix), ("q", seq), ("i", last), n)
                     call = "alloc_extend"
                 elif op == "decode":
@@ -3202,7 +3212,8 @@ class TestNativeCalls(KvpTestCase):
 
     def test_the_general_path_takes_the_default_extend_num_tokens_from_the_planning(self):
         """Without the entry points (lists, tensors, or lib.python off), the default
-        extend_num_tokens comes from kvp_pool_extend_need, once a call; where the planning
+        extend_num_tokens comes from kvp_pool_extend_need, once a call (CPU tensors whose
+        lengths it refuses: twice, their lane's and the general path's); where the planning
         refuses the lengths the package sums them itself and the allocation names the bad
         one, as before; lengths that disagree in count never reach it."""
         saved, LIB.python = LIB.python, None
@@ -3228,10 +3239,13 @@ class TestNativeCalls(KvpTestCase):
                 self.assertKvpError("INVALID_LENGTHS", pool.alloc_extend, q([0, 0]),
                                     q([2**62, 2**62]), q([-1, -1]),
                                     out=array.array("q", [0] * 4), message="seq_lens[0]")
-                self.assertEqual(len(calls), 3)
+                # CPU tensors ask the planning in their lane first, then again on the
+                # general path where it refused
+                asked = 5 if name == "torch" else 3
+                self.assertEqual(len(calls), asked)
                 with self.assertRaisesRegex(ValueError, "one entry per request"):
                     pool.alloc_extend(q([0]), q([1, 2]), q([-1]))
-                self.assertEqual(len(calls), 3)
+                self.assertEqual(len(calls), asked)
                 self.assertEqual(pool.available_size(), twin.available_size())
 
     def test_threads_call_the_entry_points_at_once(self):
