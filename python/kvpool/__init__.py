@@ -1355,7 +1355,7 @@ _new_output = _buffers.new_output
 _TENSOR_TYPES = _buffers.TENSOR_TYPES
 _UNIT = _buffers.UNIT_STRIDE
 _new_tensor = _buffers.new_tensor
-_c_uint64, _addressof = ctypes.c_uint64, ctypes.addressof
+_addressof = ctypes.addressof  # lib.fast takes the outputs of kvp_pool_extend_need as ints
 
 
 def _optional_size(value, what):
@@ -1542,7 +1542,7 @@ class Pool(_Owner):
         """The default ``extend_num_tokens`` of ``batch`` host lengths at these addresses, the
         library's planning's sum, if it accepts them and it is 1 to the pool's size; else 0
         (the general path then names what is wrong, or writes nothing)."""
-        pages, tokens = _c_uint64(), _c_uint64()
+        pages, tokens = ctypes.c_uint64(), ctypes.c_uint64()
         status = self._lib.fast.kvp_pool_extend_need(
             self._handle or self.handle, prefix_p, seq_p, batch, _addressof(pages),
             _addressof(tokens))
