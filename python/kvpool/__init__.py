@@ -1355,7 +1355,6 @@ _new_output = _buffers.new_output
 _TENSOR_TYPES = _buffers.TENSOR_TYPES
 _UNIT = _buffers.UNIT_STRIDE
 _new_tensor = _buffers.new_tensor
-_addressof = ctypes.addressof  # lib.fast takes the outputs of kvp_pool_extend_need as ints
 
 
 def _optional_size(value, what):
@@ -1495,14 +1494,11 @@ class Pool(_Owner):
         seq_p, seq_n, seq_keep = _HOST[type(seq_lens)](seq_lens, _INT64, "seq_lens", False)
         if batch != seq_n:
             raise ValueError("prefix_lens and seq_lens need one entry per request")
-        pages = ctypes.c_uint64()
-        tokens = ctypes.c_uint64()
-        status = self._lib.fast.kvp_pool_extend_need(
-            self.handle, prefix_p, seq_p, batch, _addressof(pages), _addressof(tokens))
+        status, pages, tokens = self._plan_extend(prefix_p, seq_p, batch)
         if status:
             self._lib.check(status)
         del prefix_keep, seq_keep  # the call has returned
-        return ExtendNeed(pages.value, tokens.value)
+        return ExtendNeed(pages, tokens)
 
     def decode_need(self, seq_lens):
         """Pages ``alloc_decode`` of these lengths (each counting the new token) would take:
@@ -1525,12 +1521,9 @@ class Pool(_Owner):
         refuses the lengths, ``_extend_num_tokens``' own sum (the allocation then names
         what is wrong)."""
         if given is None and plan and batch == seq_n:
-            pages, tokens = ctypes.c_uint64(), ctypes.c_uint64()
-            status = self._lib.fast.kvp_pool_extend_need(
-                self._handle or self.handle, prefix_p, seq_p, batch, _addressof(pages),
-                _addressof(tokens))
+            status, _, tokens = self._plan_extend(prefix_p, seq_p, batch)
             if not status:
-                return tokens.value
+                return tokens
             if status == STATUS["INVALID_LENGTHS"]:
                 # 0, not the sum of bad lengths (which could size an output of more slots
                 # than the pool has): the allocation names the bad length, and counts the
@@ -1538,15 +1531,16 @@ class Pool(_Owner):
                 return 0
         return _extend_num_tokens(given, seq_lens, prefix_lens, seq_keep, prefix_keep)
 
-    def _planned_tokens(self, prefix_p, seq_p, batch):
-        """The default ``extend_num_tokens`` of ``batch`` host lengths at these addresses, the
-        library's planning's sum, if it accepts them and it is 1 to the pool's size; else 0
-        (the general path then names what is wrong, or writes nothing)."""
+    def _plan_extend(self, prefix_p, seq_p, batch):
+        """(status, pages, tokens) of ``kvp_pool_extend_need`` on ``batch`` host lengths at
+        these addresses: the allocation's own planning, pages and ``extend_num_tokens``
+        valid where the status is 0 (its outputs by address: ``lib.fast``'s builtin takes
+        ints)."""
         pages, tokens = ctypes.c_uint64(), ctypes.c_uint64()
         status = self._lib.fast.kvp_pool_extend_need(
-            self._handle or self.handle, prefix_p, seq_p, batch, _addressof(pages),
-            _addressof(tokens))
-        return tokens.value if not status and tokens.value <= self._size else 0
+            self._handle or self.handle, prefix_p, seq_p, batch, ctypes.addressof(pages),
+            ctypes.addressof(tokens))
+        return status, pages.value, tokens.value
 
     def _extend_out_len(self, tokens, prefix_p, seq_p, batch):
         """The length of a new output for an extend of ``tokens`` slots, more than the pool
@@ -1555,11 +1549,8 @@ class Pool(_Owner):
         output of that length; the lengths, each at most the pool's size, bound it), else 0
         (the call names the bad length or the count that disagrees before it looks at the
         output). ``prefix_p``, ``seq_p``: converted lengths of ``batch`` entries each."""
-        pages, planned = ctypes.c_uint64(), ctypes.c_uint64()
-        status = self._lib.fast.kvp_pool_extend_need(
-            self._handle or self.handle, prefix_p, seq_p, batch, _addressof(pages),
-            _addressof(planned))
-        return tokens if not status and planned.value == tokens else 0
+        status, _, planned = self._plan_extend(prefix_p, seq_p, batch)
+        return tokens if not status and planned == tokens else 0
 
     def _beyond_pool(self, tokens):
         """The KvpError for a new output of more slots than the pool has (no call could hand
@@ -1643,8 +1634,13 @@ class Pool(_Owner):
                 batch = p.numel()
                 if batch and s.numel() == batch and l.numel() == batch:
                     tokens = extend_num_tokens
-                    if tokens is None:  # the default (0: the general path names the lengths)
-                        tokens = self._planned_tokens(p.data_ptr(), s.data_ptr(), batch)
+                    if tokens is None:
+                        # The default, the planning's; lengths it refuses, or more tokens
+                        # than the pool has: 0, the general path names them.
+                        status, _, tokens = self._plan_extend(p.data_ptr(), s.data_ptr(),
+                                                              batch)
+                        if status or tokens > self._size:
+                            tokens = 0
                     if tokens:
                         if out is None:
                             out = _new_tensor(tokens, self._index)
