@@ -2586,10 +2586,7 @@ class TestTorch(KvpTestCase):
                     args = (n,)
                     call = "alloc"
                 else:
-                    taken = rng.sample(range(len(live)), rng.randint(1, min(3, len(live))))
-                    slots = [slot for i in taken for slot in live[i]]
-                    if rng.random() < 0.1:
-                        slots.append(slots[0])  # a double free: refused, nothing freed
+                    taken, slots = random_free(rng, live)
                     args = (("i", slots),)
                     call = "free_indices"
                 outcomes = []
@@ -3017,6 +3014,16 @@ def spy_native(test):
         setattr(LIB.python, name, wrapper)
         test.addCleanup(setattr, LIB.python, name, original)
     return calls
+
+
+def random_free(rng, live):
+    """A lockstep test's free: (the requests `taken`, 1-3 of `live`, and their slots), the
+    first slot repeated one time in ten (a double free: refused, nothing freed)."""
+    taken = rng.sample(range(len(live)), rng.randint(1, min(3, len(live))))
+    slots = [slot for i in taken for slot in live[i]]
+    if rng.random() < 0.1:
+        slots.append(slots[0])
+    return taken, slots
 
 
 def track_requests(live, call, got, seq, picked, taken):
@@ -3467,10 +3474,7 @@ class TestNativeCalls(KvpTestCase):
                     args = lambda: (n,)  # noqa: E731
                     call = "alloc"
                 else:
-                    taken = rng.sample(range(len(live)), rng.randint(1, min(3, len(live))))
-                    slots = [slot for i in taken for slot in live[i]]
-                    if rng.random() < 0.1:
-                        slots.append(slots[0])  # a double free: refused, nothing freed
+                    taken, slots = random_free(rng, live)
                     args = lambda: (make(slots, code),)  # noqa: E731
                     call = "free_indices"
                 outcomes = []
