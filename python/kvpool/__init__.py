@@ -1643,10 +1643,14 @@ class Pool(_Owner):
                             tokens = 0
                     if tokens:
                         if out is None:
-                            out = _new_tensor(tokens, self._index)
-                        if (type(out) is tensor and out.is_cpu and out.dtype is index
+                            # (a CPU tensor of the index dtype, contiguous: new_tensor's)
+                            out, length = _new_tensor(tokens, self._index), tokens
+                        elif (type(out) is tensor and out.is_cpu and out.dtype is index
                                 and out.stride() == _UNIT):
                             length = out.numel()
+                        else:
+                            length = None
+                        if length is not None:
                             status = self._lib.fast.kvp_pool_alloc_extend(
                                 self._handle or self.handle, p.data_ptr(), s.data_ptr(),
                                 l.data_ptr(), batch, tokens, out.data_ptr(), length)
@@ -1731,10 +1735,14 @@ class Pool(_Owner):
                 batch = s.numel()
                 if 0 < batch <= self._size and l.numel() == batch:
                     if out is None:
-                        out = _new_tensor(batch, self._index)
-                    if (type(out) is tensor and out.is_cpu and out.dtype is index
+                        # (a CPU tensor of the index dtype, contiguous: new_tensor's)
+                        out, length = _new_tensor(batch, self._index), batch
+                    elif (type(out) is tensor and out.is_cpu and out.dtype is index
                             and out.stride() == _UNIT):
                         length = out.numel()
+                    else:
+                        length = None
+                    if length is not None:
                         status = self._lib.fast.kvp_pool_alloc_decode(
                             self._handle or self.handle, s.data_ptr(), l.data_ptr(), batch,
                             out.data_ptr(), length)

@@ -2425,6 +2425,40 @@ class TestTorch(KvpTestCase):
         pool.free_pages(self.i64([2, 1]))
         self.assertEqual(pool.available_size(), 60)
 
+    def test_new_outputs_are_cpu_tensors_whatever_the_default_device(self):
+        """A host pool writes through a new output's address, so the output is made on the
+        CPU even under torch.set_default_device: there "cuda" would make a CUDA tensor (a
+        device address, written by the CPU); "meta" stands in for it (its tensors have no
+        memory: before, the call was refused for their address 0). Every way a host call
+        makes a tensor: the inline lanes, the general path, a call by request row."""
+        def i64(values):  # (on the CPU: torch.tensor follows the default device too)
+            return torch.tensor(values, dtype=torch.int64, device="cpu")
+
+        def calls(pool):
+            table = array.array("q", bytes(8 * 4 * 16))
+            t = kvp.ReqTable(table.buffer_info()[0], kvp.INDEX_TYPE_I64, 4, 16, 16)
+            first = pool.alloc_extend(i64([0, 0]), i64([3, 2]), i64([-1, -1]))  # lane
+            return [first,
+                    pool.alloc_extend(i64([0]), i64([5]), i64([-1]), 5),  # lane, given count
+                    pool.alloc_extend([0], i64([2]), [-1]),  # the general path
+                    pool.alloc_decode(i64([4]), first[2:3]),  # lane
+                    pool.alloc_extend_rows(t, i64([1]), i64([0]), i64([6]))]  # by row
+
+        plain_pool = self.pool(256, 4)
+        plain = calls(plain_pool)
+        pool = self.pool(256, 4)
+        previous = torch.get_default_device()
+        torch.set_default_device("meta")
+        try:
+            made = calls(pool)
+        finally:
+            torch.set_default_device(previous)
+        for got, want in zip(made, plain):
+            self.assertTrue(got.is_cpu)
+            self.assertIs(got.dtype, torch.int64)
+            self.assertEqual(got.tolist(), want.tolist())
+        self.assertEqual(pool.available_size(), plain_pool.available_size())
+
     def test_out_tensor_and_int32_rows(self):
         pool = self.pool(64, 4, index_type=kvp.INDEX_TYPE_I32)
         out = torch.full((8,), -7, dtype=torch.int32)  # a preallocated out_cache_loc
