@@ -396,8 +396,9 @@ TENSOR_TYPES = set()
 UNIT_STRIDE = _UNIT_STRIDE
 
 
-_CPU = None  # torch.device("cpu"), made once tensors are seen (a device given by name is
-# parsed on every call: ~0.5 us of a new output's cost)
+# torch.device("cpu"), made once tensors are seen (a device given by name is parsed on every
+# call: ~0.5 us of a new output's cost, against ~0.3 for the object).
+_CPU = None
 
 
 def new_tensor(n, elements):
