@@ -54,14 +54,15 @@ while [[ $# -gt 0 && $1 == --* ]]; do
         *) usage ;;
     esac
 done
-tools
-
 if [[ $cmd == dump ]]; then
+    [[ $# -le 1 ]] || usage
+    tools
     cuobjdump -sass -arch "$arch" "${fun[@]}" "${1:-kernels/pool.fatbin}"
     exit
 fi
 
 [[ $# -eq 2 ]] || usage
+tools
 old=$(mktemp) new=$(mktemp)
 trap 'rm -f "$old" "$new"' EXIT
 cuobjdump -sass -arch "$arch" "$1" > "$old"
