@@ -1633,12 +1633,12 @@ class Pool(_Owner):
                     and l.stride() == _UNIT):
                 batch = p.numel()
                 if batch and s.numel() == batch and l.numel() == batch:
+                    prefix_p, seq_p = p.data_ptr(), s.data_ptr()  # (read once: ~0.15 us each)
                     tokens = extend_num_tokens
                     if tokens is None:
                         # The default, the planning's; lengths it refuses, or more tokens
                         # than the pool has: 0, the general path names them.
-                        status, _, tokens = self._plan_extend(p.data_ptr(), s.data_ptr(),
-                                                              batch)
+                        status, _, tokens = self._plan_extend(prefix_p, seq_p, batch)
                         if status or tokens > self._size:
                             tokens = 0
                     if tokens:
@@ -1652,8 +1652,8 @@ class Pool(_Owner):
                             length = None
                         if length is not None:
                             status = self._lib.fast.kvp_pool_alloc_extend(
-                                self._handle or self.handle, p.data_ptr(), s.data_ptr(),
-                                l.data_ptr(), batch, tokens, out.data_ptr(), length)
+                                self._handle or self.handle, prefix_p, seq_p, l.data_ptr(),
+                                batch, tokens, out.data_ptr(), length)
                             if status:
                                 self._lib.check(status)
                             return out if length == tokens else out[:tokens]
