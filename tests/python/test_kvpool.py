@@ -2408,7 +2408,8 @@ class TestTorch(KvpTestCase):
     CUDA tensors: tests/python/test_cuda.py)."""
 
     def i64(self, values):
-        return torch.tensor(values, dtype=torch.int64)
+        # (on the CPU: torch.tensor follows torch's default device, which one test changes)
+        return torch.tensor(values, dtype=torch.int64, device="cpu")
 
     def test_tensors_in_tensors_out(self):
         pool = self.pool(64, 4)
@@ -2431,8 +2432,7 @@ class TestTorch(KvpTestCase):
         device address, written by the CPU); "meta" stands in for it (its tensors have no
         memory: before, the call was refused for their address 0). Every way a host call
         makes a tensor: the inline lanes, the general path, a call by request row."""
-        def i64(values):  # (on the CPU: torch.tensor follows the default device too)
-            return torch.tensor(values, dtype=torch.int64, device="cpu")
+        i64 = self.i64
 
         def calls(pool):
             table = array.array("q", bytes(8 * 4 * 16))
